@@ -1,0 +1,46 @@
+// Logger implementation: one line per message, written with a single fwrite so lines of
+// different ranks do not interleave mid-line.
+#include "base/log.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace moerun::log {
+namespace {
+
+Level level_from_env() {
+  const char* v = std::getenv("MOERUN_LOG");
+  if (!v) return Level::Info;
+  if (!std::strcmp(v, "warn")) return Level::Warn;
+  if (!std::strcmp(v, "debug")) return Level::Debug;
+  return Level::Info;
+}
+
+struct State {
+  Level level = level_from_env();
+  int rank = -1;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+}  // namespace
+
+void set_rank(int rank) { state().rank = rank; }
+void set_level(Level level) { state().level = level; }
+Level level() { return state().level; }
+bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(state().level); }
+
+void write(Level l, const std::string& msg) {
+  static const char* names[] = {"warn", "info", "debug"};
+  std::string line = "moerun";
+  if (state().rank >= 0) line += str("[", state().rank, "]");
+  line += str(" ", names[static_cast<int>(l)], ": ", msg, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace moerun::log

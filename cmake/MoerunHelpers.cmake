@@ -1,0 +1,44 @@
+# One helper per kind of target: libraries get a namespaced alias, tests register with ctest
+# (MPI tests through mpirun with the flags a root CI container needs, always with a timeout).
+
+function(moerun_add_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(moerun_${name} STATIC ${ARG_SOURCES})
+  add_library(moerun::${name} ALIAS moerun_${name})
+  target_include_directories(moerun_${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(moerun_${name} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+endfunction()
+
+set(MOERUN_MPIEXEC_FLAGS --oversubscribe --bind-to none)
+set(MOERUN_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+
+# moerun_add_test(name SOURCES ... [DEPS ...] [MPI_RANKS n] [TIMEOUT s] [LABELS ...])
+function(moerun_add_test name)
+  cmake_parse_arguments(ARG "" "MPI_RANKS;TIMEOUT" "SOURCES;DEPS;LABELS;ARGS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(ARG_MPI_RANKS)
+    add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${MOERUN_MPIEXEC_FLAGS} -np ${ARG_MPI_RANKS}
+             $<TARGET_FILE:${name}> ${ARG_ARGS})
+  else()
+    add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${MOERUN_TEST_ENV}"
+                       LABELS "${ARG_LABELS}")
+endfunction()
+
+# moerun_add_script_test(name COMMAND ... [TIMEOUT s] [LABELS ...]): a test that drives the moerun
+# binary (end-to-end, bad input, reference) through a script.
+function(moerun_add_script_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "COMMAND;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND ${ARG_COMMAND})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "${MOERUN_TEST_ENV};MOERUN_BIN=$<TARGET_FILE:moerun>;MPIEXEC=${MPIEXEC_EXECUTABLE}"
+                       LABELS "${ARG_LABELS}")
+endfunction()

@@ -1,0 +1,38 @@
+// MPI wrapper: MPI_CHECK (errors become moerun::Error of kind Comm with MPI's message) and the RAII
+// session that initialises and finalises MPI. Nothing outside comm/ calls MPI directly.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+#include "base/error.hpp"
+
+namespace moerun::comm {
+
+[[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
+
+#define MPI_CHECK(expr)                                                       \
+  do {                                                                        \
+    int moerun_mpi_rc_ = (expr);                                              \
+    if (moerun_mpi_rc_ != MPI_SUCCESS) ::moerun::comm::mpi_fail(moerun_mpi_rc_, #expr, __FILE__, __LINE__); \
+  } while (0)
+
+// MPI_Init_thread on construction (errors returned, not fatal), MPI_Finalize on destruction.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Ends every rank of the job with `code` (used after a fatal error on one rank).
+  [[noreturn]] static void abort(int code);
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace moerun::comm

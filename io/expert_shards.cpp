@@ -1,0 +1,178 @@
+// Expert shard index, loader and writer.
+#include "io/expert_shards.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+
+#include "io/model_file.hpp"
+
+namespace moerun::io {
+namespace {
+
+bool parse_index(const std::string& s, int64_t limit, int64_t* out) {
+  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit)) return false;
+  if (s.size() > 1 && s[0] == '0') return false;
+  *out = std::stoll(s);
+  return *out < limit;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+void check_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows, int64_t cols, DType dtype) {
+  if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
+  H5DatasetInfo info = h5_dataset_info(file, path);
+  std::vector<int64_t> want{rows, cols};
+  if (info.shape != want)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(want));
+  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
+                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
+  if (!ok)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
+         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
+}
+
+}  // namespace
+
+std::string expert_group_path(int64_t layer, int64_t expert) {
+  return "/layers/" + std::to_string(layer) + "/experts/" + std::to_string(expert);
+}
+
+std::string shard_file_name(int index) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "experts-%05d.h5", index);
+  return buf;
+}
+
+uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_w13_each, std::size_t bytes_w2) {
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  XXH64_update(st, w1, bytes_w13_each);
+  XXH64_update(st, w3, bytes_w13_each);
+  XXH64_update(st, w2, bytes_w2);
+  uint64_t h = XXH64_digest(st);
+  XXH64_freeState(st);
+  return h;
+}
+
+ExpertShardIndex ExpertShardIndex::build(const std::string& model_dir, const ModelConfig& c) {
+  ExpertShardIndex idx;
+  idx.config_ = c;
+  static const std::regex pattern(R"(experts-\d+\.h5)");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, pattern)) idx.shards_.push_back(entry.path().string());
+  }
+  if (ec) fail(ErrorKind::Io, model_dir, ": cannot list directory: ", ec.message());
+  std::sort(idx.shards_.begin(), idx.shards_.end());
+  if (idx.shards_.empty()) fail(ErrorKind::BadInput, model_dir, ": no expert shards (experts-*.h5) found");
+
+  const int64_t total = c.num_layers * c.num_experts;
+  idx.locations_.assign(static_cast<std::size_t>(total), {});
+  for (const std::string& fname : idx.shards_) {
+    H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+    if (!h5_exists(file, "/layers")) continue;  // an empty shard is allowed
+    for (const std::string& ls : h5_children(file, "/layers")) {
+      int64_t l;
+      if (!parse_index(ls, c.num_layers, &l))
+        fail(ErrorKind::BadInput, fname, ": group /layers/", ls, " is not a layer index in [0, ", c.num_layers, ")");
+      const std::string lp = "/layers/" + ls + "/experts";
+      if (!h5_exists(file, lp)) continue;
+      for (const std::string& es : h5_children(file, lp)) {
+        int64_t e;
+        if (!parse_index(es, c.num_experts, &e))
+          fail(ErrorKind::BadInput, fname, ": group ", lp, "/", es, " is not an expert index in [0, ", c.num_experts, ")");
+        const std::string gp = expert_group_path(l, e);
+        ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
+        if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
+        check_matrix(file, fname, gp + "/w1", c.intermediate_size, c.hidden_size, c.dtype);
+        check_matrix(file, fname, gp + "/w3", c.intermediate_size, c.hidden_size, c.dtype);
+        check_matrix(file, fname, gp + "/w2", c.hidden_size, c.intermediate_size, c.dtype);
+        H5Handle group = h5_open_object(file, gp);
+        std::optional<uint64_t> sum;
+        try {
+          sum = h5_attr_uint64(group, "xxh64");
+        } catch (const Error& err) {
+          fail(ErrorKind::BadInput, fname, ": ", gp, ": ", err.what());
+        }
+        if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
+        loc.shard = fname;
+        loc.xxh64 = *sum;
+      }
+    }
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
+        fail(ErrorKind::BadInput, model_dir, ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
+  return idx;
+}
+
+const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) const {
+  if (layer < 0 || layer >= config_.num_layers || expert < 0 || expert >= config_.num_experts)
+    fail(ErrorKind::Internal, "expert (", layer, ", ", expert, ") out of range");
+  return locations_[static_cast<std::size_t>(layer * config_.num_experts + expert)];
+}
+
+ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) const {
+  const ExpertLocation& loc = locate(layer, expert);
+  auto& handle = open_files_[loc.shard];
+  if (!handle) handle = std::make_shared<H5Handle>(h5_open_file(loc.shard, H5Mode::ReadOnly));
+  const ModelConfig& c = config_;
+  const std::string gp = expert_group_path(layer, expert);
+  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+  ExpertWeights w;
+  w.w13.allocate(c.dtype, 2 * c.intermediate_size, c.hidden_size);
+  w.w2.allocate(c.dtype, c.hidden_size, c.intermediate_size);
+  const std::size_t half = w.w13.bytes() / 2;
+  auto* base = static_cast<char*>(w.w13.data.data());
+  h5_read(*handle, gp + "/w1", mem, base);
+  h5_read(*handle, gp + "/w3", mem, base + half);
+  h5_read(*handle, gp + "/w2", mem, w.w2.data.data());
+  const uint64_t sum = expert_checksum(base, base + half, w.w2.data.data(), half, w.w2.bytes());
+  if (sum != loc.xxh64)
+    fail(ErrorKind::BadInput, loc.shard, ": ", gp, " checksum mismatch (xxh64 attribute ", loc.xxh64, ", data ", sum, ")");
+  if (check) {
+    check_finite(base, c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w1");
+    check_finite(base + half, c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w3");
+    check_finite(w.w2.data.data(), c.dtype, c.hidden_size, c.intermediate_size, loc.shard, gp + "/w2");
+  }
+  return w;
+}
+
+ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c)
+    : config_(c), file_(h5_open_file(path, H5Mode::Create)) {
+  h5_set_attr(file_, "format", std::string("moe-hdf5-experts"));
+  h5_set_attr(file_, "format_version", int64_t{1});
+}
+
+void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
+  const ModelConfig& c = config_;
+  const std::string gp = expert_group_path(layer, expert);
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  const std::size_t n13 = static_cast<std::size_t>(ff * d);
+  H5Handle group = h5_create_group(file_, gp);
+  write_tensor(file_, gp + "/w1", {ff, d}, w1, c.dtype, true);
+  write_tensor(file_, gp + "/w3", {ff, d}, w3, c.dtype, true);
+  write_tensor(file_, gp + "/w2", {d, ff}, w2, c.dtype, true);
+  uint64_t sum;
+  if (c.dtype == DType::F32) {
+    sum = expert_checksum(w1, w3, w2, n13 * 4, n13 * 4);
+  } else {
+    std::vector<uint16_t> b1(n13), b3(n13), b2(n13);
+    f32_to_bf16(w1, b1.data(), n13);
+    f32_to_bf16(w3, b3.data(), n13);
+    f32_to_bf16(w2, b2.data(), n13);
+    sum = expert_checksum(b1.data(), b3.data(), b2.data(), n13 * 2, n13 * 2);
+  }
+  h5_set_attr_uint64(group, "xxh64", sum);
+}
+
+}  // namespace moerun::io

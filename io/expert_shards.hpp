@@ -1,0 +1,66 @@
+// Expert shards (experts-NNNNN.h5, DESIGN §3): the index of which shard holds which (layer, expert),
+// built and validated from the files' metadata, expert loading with xxh64 verification, and the
+// writer used by synth/convert (one chunk per matrix, checksum attribute per expert group).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/matmul.hpp"
+#include "io/hdf5.hpp"
+#include "io/model_config.hpp"
+
+namespace moerun::io {
+
+// One expert's weights in compute layout: w13 = [w1; w3] stacked ([2*ff, d]) so the two input
+// projections run as one GEMM; w2 is [d, ff].
+struct ExpertWeights {
+  WeightMatrix w13;
+  WeightMatrix w2;
+};
+
+struct ExpertLocation {
+  std::string shard;  // path of the shard file
+  uint64_t xxh64 = 0; // expected checksum of w1‖w3‖w2 bytes
+};
+
+class ExpertShardIndex {
+ public:
+  // Scans DIR/experts-*.h5 and checks: every (layer, expert) in exactly one shard, group names plain
+  // decimal integers in range, w1/w3/w2 present with the right shape and dtype, xxh64 attribute set.
+  static ExpertShardIndex build(const std::string& model_dir, const ModelConfig& config);
+
+  const ExpertLocation& locate(int64_t layer, int64_t expert) const;
+  const std::vector<std::string>& shards() const { return shards_; }
+
+  // Reads one expert and verifies its checksum (BadInput naming shard and group on mismatch).
+  ExpertWeights load(int64_t layer, int64_t expert, bool check_finite) const;
+
+ private:
+  ModelConfig config_;
+  std::vector<std::string> shards_;
+  std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
+  mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;
+};
+
+std::string expert_group_path(int64_t layer, int64_t expert);
+std::string shard_file_name(int index);  // "experts-00003.h5"
+
+// xxh64 over w1‖w3‖w2 raw bytes as stored (DESIGN §3).
+uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_each_w13,
+                         std::size_t bytes_w2);
+
+class ExpertShardWriter {
+ public:
+  ExpertShardWriter(const std::string& path, const ModelConfig& config);
+  // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff].
+  void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
+
+ private:
+  ModelConfig config_;
+  H5Handle file_;
+};
+
+}  // namespace moerun::io

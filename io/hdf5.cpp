@@ -1,0 +1,252 @@
+// HDF5 wrapper implementation: handles, error-stack capture, attribute type conversion.
+#include "io/hdf5.hpp"
+
+#include <filesystem>
+#include <sstream>
+
+namespace moerun::io {
+namespace {
+
+herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (n == 0 && err->desc) *out = err->desc;  // innermost frame: the real cause
+  if (n > 0 && err->desc && out->empty()) *out = err->desc;
+  return 0;
+}
+
+std::string error_stack_message() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "unknown HDF5 error" : msg;
+}
+
+H5TypeInfo type_info(hid_t type) {
+  H5TypeInfo t;
+  t.cls = H5Tget_class(type);
+  t.size = H5Tget_size(type);
+  if (t.cls == H5T_INTEGER) t.is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  return t;
+}
+
+}  // namespace
+
+void h5_fail(const char* call, const char* file, int line) {
+  throw Error(ErrorKind::Io, str("HDF5: ", call, " failed: ", error_stack_message(), " (", file, ":", line, ")"));
+}
+
+void h5_quiet() {
+  static bool done = false;
+  if (!done) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    done = true;
+  }
+}
+
+std::string H5TypeInfo::describe() const {
+  switch (cls) {
+    case H5T_FLOAT: return str("float", size * 8);
+    case H5T_INTEGER: return str(is_signed ? "int" : "uint", size * 8);
+    case H5T_STRING: return "string";
+    default: return "unsupported type";
+  }
+}
+
+H5Handle h5_open_file(const std::string& path, H5Mode mode) {
+  h5_quiet();
+  if (mode == H5Mode::Create) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) fail(ErrorKind::Io, path, ": cannot create HDF5 file: ", error_stack_message());
+    return H5Handle(f, H5Fclose);
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail(ErrorKind::Io, path, ": no such file");
+  if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::Io, path, ": is a directory, expected an HDF5 file");
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    std::string cause = error_stack_message();
+    FILE* probe = std::fopen(path.c_str(), "rb");
+    if (!probe) fail(ErrorKind::Io, path, ": cannot open for reading");
+    std::fclose(probe);
+    fail(ErrorKind::BadInput, path, ": not a readable HDF5 file (truncated or corrupt?): ", cause);
+  }
+  return H5Handle(f, H5Fclose);
+}
+
+bool h5_exists(hid_t loc, const std::string& path) {
+  std::string prefix;
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    prefix += "/" + part;
+    htri_t e = H5Lexists(loc, prefix.c_str(), H5P_DEFAULT);
+    if (e <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;
+    }
+  }
+  return true;
+}
+
+H5Handle h5_open_object(hid_t loc, const std::string& path) {
+  return H5Handle(H5_CHECK(H5Oopen(loc, path.c_str(), H5P_DEFAULT)), H5Oclose);
+}
+
+std::vector<std::string> h5_children(hid_t loc, const std::string& group_path) {
+  H5Handle g(H5_CHECK(H5Gopen2(loc, group_path.c_str(), H5P_DEFAULT)), H5Gclose);
+  H5G_info_t info;
+  H5_CHECK(H5Gget_info(g, &info));
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t n = H5_CHECK(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT));
+    std::string name(static_cast<std::size_t>(n), '\0');
+    H5_CHECK(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), n + 1, H5P_DEFAULT));
+    names.push_back(name);
+  }
+  return names;
+}
+
+H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path) {
+  H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle space(H5_CHECK(H5Dget_space(d)), H5Sclose);
+  H5Handle type(H5_CHECK(H5Dget_type(d)), H5Tclose);
+  H5DatasetInfo info;
+  int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  info.shape.assign(dims.begin(), dims.end());
+  info.type = type_info(type);
+  H5Handle plist(H5_CHECK(H5Dget_create_plist(d)), H5Pclose);
+  if (H5Pget_layout(plist) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(static_cast<std::size_t>(rank));
+    H5_CHECK(H5Pget_chunk(plist, rank, chunk.data()));
+    info.chunk.assign(chunk.begin(), chunk.end());
+  }
+  return info;
+}
+
+void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out) {
+  H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5_CHECK(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out));
+}
+
+H5Handle h5_create_group(hid_t loc, const std::string& path) {
+  H5Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  return H5Handle(H5_CHECK(H5Gcreate2(loc, path.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+}
+
+void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
+              hid_t mem_type, const void* data, bool one_chunk) {
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+  H5Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  bool empty = false;
+  for (auto d : dims) empty |= d == 0;
+  if (one_chunk && !empty) H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(dims.size()), dims.data()));
+  H5Handle d(H5_CHECK(H5Dcreate2(loc, path.c_str(), file_type, space, lcpl, dcpl, H5P_DEFAULT)), H5Dclose);
+  if (!empty) H5_CHECK(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+}
+
+namespace {
+
+std::optional<H5Handle> open_attr(hid_t obj, const std::string& name) {
+  htri_t e = H5Aexists(obj, name.c_str());
+  if (e <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  return H5Handle(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+}
+
+H5TypeInfo attr_type(hid_t attr) {
+  H5Handle t(H5_CHECK(H5Aget_type(attr)), H5Tclose);
+  return type_info(t);
+}
+
+void write_attr(hid_t obj, const std::string& name, hid_t type, const void* value) {
+  if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(a, type, value));
+}
+
+
+}  // namespace
+
+std::optional<int64_t> h5_attr_int(hid_t obj, const std::string& name) {
+  auto a = open_attr(obj, name);
+  if (!a) return std::nullopt;
+  if (attr_type(*a).cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
+  int64_t v = 0;
+  H5_CHECK(H5Aread(*a, H5T_NATIVE_INT64, &v));
+  return v;
+}
+
+std::optional<uint64_t> h5_attr_uint64(hid_t obj, const std::string& name) {
+  auto a = open_attr(obj, name);
+  if (!a) return std::nullopt;
+  if (attr_type(*a).cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
+  uint64_t v = 0;
+  H5_CHECK(H5Aread(*a, H5T_NATIVE_UINT64, &v));
+  return v;
+}
+
+std::optional<double> h5_attr_double(hid_t obj, const std::string& name) {
+  auto a = open_attr(obj, name);
+  if (!a) return std::nullopt;
+  auto t = attr_type(*a);
+  if (t.cls != H5T_FLOAT && t.cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", t.describe(), ", expected a number");
+  double v = 0;
+  H5_CHECK(H5Aread(*a, H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+
+std::optional<std::string> h5_attr_string(hid_t obj, const std::string& name) {
+  auto a = open_attr(obj, name);
+  if (!a) return std::nullopt;
+  H5Handle ftype(H5_CHECK(H5Aget_type(*a)), H5Tclose);
+  if (H5Tget_class(ftype) != H5T_STRING) fail(ErrorKind::BadInput, "attribute ", name, " has type ", type_info(ftype).describe(), ", expected a string");
+  if (H5Tis_variable_str(ftype) > 0) {
+    H5Handle mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+    H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));
+    H5_CHECK(H5Tset_cset(mtype, H5Tget_cset(ftype)));
+    char* s = nullptr;
+    H5_CHECK(H5Aread(*a, mtype, &s));
+    std::string out = s ? s : "";
+    H5free_memory(s);
+    return out;
+  }
+  std::size_t n = H5Tget_size(ftype);
+  std::string buf(n, '\0');
+  H5_CHECK(H5Aread(*a, ftype, buf.data()));
+  auto end = buf.find('\0');
+  if (end != std::string::npos) buf.resize(end);
+  while (!buf.empty() && buf.back() == ' ') buf.pop_back();  // H5T_STR_SPACEPAD
+  return buf;
+}
+
+void h5_set_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_attr(obj, name, H5T_NATIVE_INT64, &value);
+}
+void h5_set_attr_uint64(hid_t obj, const std::string& name, uint64_t value) {
+  write_attr(obj, name, H5T_NATIVE_UINT64, &value);
+}
+void h5_set_attr(hid_t obj, const std::string& name, double value) {
+  write_attr(obj, name, H5T_NATIVE_DOUBLE, &value);
+}
+void h5_set_attr(hid_t obj, const std::string& name, const std::string& value) {
+  H5Handle t(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
+  H5_CHECK(H5Tset_size(t, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(t, H5T_CSET_UTF8));
+  const char* p = value.c_str();
+  if (H5Aexists(obj, name.c_str()) > 0) H5_CHECK(H5Adelete(obj, name.c_str()));
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
+  H5Handle a(H5_CHECK(H5Acreate2(obj, name.c_str(), t, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(a, t, &p));
+}
+
+}  // namespace moerun::io

@@ -1,0 +1,104 @@
+// RAII handles and the check macro for the HDF5 C API. Nothing outside this file and hdf5.cpp
+// calls H5* functions directly; failures throw moerun::Error with the call, the location and
+// HDF5's own message from its error stack.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.hpp"
+
+namespace moerun::io {
+
+[[noreturn]] void h5_fail(const char* call, const char* file, int line);
+
+template <typename T>
+T h5_check(T value, const char* call, const char* file, int line) {
+  if (value < 0) h5_fail(call, file, line);
+  return value;
+}
+
+#define H5_CHECK(expr) ::moerun::io::h5_check((expr), #expr, __FILE__, __LINE__)
+
+// One owned hid_t with the close function of its kind.
+class H5Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  H5Handle() = default;
+  H5Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  H5Handle(const H5Handle&) = delete;
+  H5Handle& operator=(const H5Handle&) = delete;
+  H5Handle(H5Handle&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  H5Handle& operator=(H5Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  ~H5Handle() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+// Silence HDF5's automatic error printing (we report errors ourselves); idempotent.
+void h5_quiet();
+
+enum class H5Mode { ReadOnly, Create };
+
+// Opens an HDF5 file. A missing file is ErrorKind::Io; a file that exists but is not valid HDF5
+// (truncated, wrong format) is ErrorKind::BadInput. Messages start with `path`.
+H5Handle h5_open_file(const std::string& path, H5Mode mode);
+
+// Element class of a dataset or attribute, as far as the format cares.
+struct H5TypeInfo {
+  H5T_class_t cls = H5T_NO_CLASS;
+  std::size_t size = 0;
+  bool is_signed = false;
+  std::string describe() const;  // "float32", "uint16", "int64", "string", ...
+};
+
+struct H5DatasetInfo {
+  std::vector<int64_t> shape;
+  H5TypeInfo type;
+  std::vector<int64_t> chunk;  // empty when not chunked
+};
+
+// Does a link exist at `path` (checks every component, so a missing parent is not an error)?
+bool h5_exists(hid_t loc, const std::string& path);
+std::vector<std::string> h5_children(hid_t loc, const std::string& group_path);
+H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path);
+// Reads a whole dataset, converting to `mem_type` (e.g. H5T_NATIVE_FLOAT, H5T_NATIVE_UINT16).
+void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out);
+// Writes a dataset of `shape`, creating parent groups; chunked as one chunk when `one_chunk`.
+void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
+              hid_t mem_type, const void* data, bool one_chunk);
+H5Handle h5_create_group(hid_t loc, const std::string& path);
+
+// Attributes. Readers accept any integer / float type and variable- or fixed-length strings;
+// they return nullopt when the attribute is missing and throw when its type does not fit.
+std::optional<int64_t> h5_attr_int(hid_t obj, const std::string& name);
+std::optional<uint64_t> h5_attr_uint64(hid_t obj, const std::string& name);
+std::optional<double> h5_attr_double(hid_t obj, const std::string& name);
+std::optional<std::string> h5_attr_string(hid_t obj, const std::string& name);
+void h5_set_attr(hid_t obj, const std::string& name, int64_t value);
+void h5_set_attr_uint64(hid_t obj, const std::string& name, uint64_t value);
+void h5_set_attr(hid_t obj, const std::string& name, double value);
+void h5_set_attr(hid_t obj, const std::string& name, const std::string& value);
+
+H5Handle h5_open_object(hid_t loc, const std::string& path);
+
+}  // namespace moerun::io

@@ -1,0 +1,52 @@
+// ModelConfig validation and size arithmetic.
+#include "io/model_config.hpp"
+
+#include "base/error.hpp"
+
+namespace moerun::io {
+
+DType parse_dtype(const std::string& name, const std::string& where) {
+  if (name == "float32") return DType::F32;
+  if (name == "bfloat16") return DType::BF16;
+  fail(ErrorKind::BadInput, where, ": dtype is \"", name, "\", expected \"float32\" or \"bfloat16\"");
+}
+
+void ModelConfig::validate(const std::string& where) const {
+  auto positive = [&](const char* name, int64_t v) {
+    if (v <= 0) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected > 0");
+  };
+  if (architecture != "mixtral")
+    fail(ErrorKind::BadInput, where, ": attribute architecture is \"", architecture, "\", expected \"mixtral\"");
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_layers", num_layers);
+  positive("num_heads", num_heads);
+  positive("num_kv_heads", num_kv_heads);
+  positive("head_dim", head_dim);
+  positive("intermediate_size", intermediate_size);
+  positive("num_experts", num_experts);
+  positive("top_k", top_k);
+  positive("max_position", max_position);
+  if (num_heads % num_kv_heads != 0)
+    fail(ErrorKind::BadInput, where, ": attribute num_kv_heads (", num_kv_heads, ") does not divide num_heads (", num_heads, ")");
+  if (head_dim % 2 != 0) fail(ErrorKind::BadInput, where, ": attribute head_dim is ", head_dim, ", expected even (RoPE rotates pairs)");
+  if (top_k > num_experts)
+    fail(ErrorKind::BadInput, where, ": attribute top_k (", top_k, ") exceeds num_experts (", num_experts, ")");
+  if (!(rope_theta > 0)) fail(ErrorKind::BadInput, where, ": attribute rope_theta is ", rope_theta, ", expected > 0");
+  if (!(rms_norm_eps > 0) || rms_norm_eps > 1)
+    fail(ErrorKind::BadInput, where, ": attribute rms_norm_eps is ", rms_norm_eps, ", expected in (0, 1]");
+  if (bos_token_id < 0 || bos_token_id >= vocab_size)
+    fail(ErrorKind::BadInput, where, ": attribute bos_token_id is ", bos_token_id, ", expected in [0, ", vocab_size, ")");
+  if (eos_token_id < 0 || eos_token_id >= vocab_size)
+    fail(ErrorKind::BadInput, where, ": attribute eos_token_id is ", eos_token_id, ", expected in [0, ", vocab_size, ")");
+}
+
+int64_t ModelConfig::dense_params() const {
+  const int64_t d = hidden_size;
+  const int64_t q = num_heads * head_dim;
+  const int64_t kv = num_kv_heads * head_dim;
+  const int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/ + num_experts * d;
+  return 2 * vocab_size * d + d + num_layers * per_layer;
+}
+
+}  // namespace moerun::io

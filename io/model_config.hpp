@@ -1,0 +1,46 @@
+// ModelConfig: the hyper-parameters of a moe-hdf5 model (root attributes of model.h5, DESIGN §3),
+// their validation, and the parameter/byte arithmetic that `inspect` and the stats report.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "base/dtype.hpp"
+
+namespace moerun::io {
+
+struct ModelConfig {
+  std::string architecture = "mixtral";
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_experts = 0;
+  int64_t top_k = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  int64_t max_position = 0;
+  DType dtype = DType::F32;
+  int64_t bos_token_id = 0;
+  int64_t eos_token_id = 0;
+
+  // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
+  void validate(const std::string& where) const;
+
+  // Parameter counts (elements, not bytes).
+  int64_t params_per_expert() const { return 3 * hidden_size * intermediate_size; }
+  int64_t expert_params() const { return num_layers * num_experts * params_per_expert(); }
+  int64_t dense_params() const;
+  int64_t total_params() const { return dense_params() + expert_params(); }
+  // Parameters applied to one token: all dense ones plus top_k experts per layer.
+  int64_t active_params_per_token() const { return dense_params() + num_layers * top_k * params_per_expert(); }
+  int64_t bytes_per_expert() const { return params_per_expert() * static_cast<int64_t>(dtype_size(dtype)); }
+  // KV cache bytes per token of context (fp32 K and V for every layer).
+  int64_t kv_bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
+};
+
+DType parse_dtype(const std::string& name, const std::string& where);
+
+}  // namespace moerun::io

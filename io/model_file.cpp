@@ -1,0 +1,198 @@
+// model.h5 reader and writer.
+#include "io/model_file.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+namespace moerun::io {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Checks presence, shape and dtype of a weight dataset, naming file and dataset on failure.
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path,
+                    const std::vector<int64_t>& shape, DType dtype) {
+  if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
+  H5DatasetInfo info = h5_dataset_info(file, path);
+  if (info.shape != shape)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(shape));
+  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
+                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
+  if (!ok)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
+         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
+}
+
+std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
+                                   const std::vector<int64_t>& shape, DType dtype, bool check) {
+  expect_dataset(file, fname, path, shape, dtype);
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  std::vector<float> out(static_cast<std::size_t>(n));
+  if (dtype == DType::F32) {
+    h5_read(file, path, H5T_NATIVE_FLOAT, out.data());
+  } else {
+    std::vector<uint16_t> raw(out.size());
+    h5_read(file, path, H5T_NATIVE_UINT16, raw.data());
+    bf16_to_f32(raw.data(), out.data(), raw.size());
+  }
+  if (check) check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
+  return out;
+}
+
+WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows,
+                         int64_t cols, DType dtype, bool check) {
+  expect_dataset(file, fname, path, {rows, cols}, dtype);
+  WeightMatrix m;
+  m.allocate(dtype, rows, cols);
+  h5_read(file, path, dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, m.data.data());
+  if (check) check_finite(m.data.data(), dtype, rows, cols, fname, path);
+  return m;
+}
+
+template <typename T>
+T require_attr(std::optional<T> v, const std::string& fname, const char* name) {
+  if (!v) fail(ErrorKind::BadInput, fname, ": root attribute ", name, " is missing");
+  return *v;
+}
+
+}  // namespace
+
+std::string model_h5_path(const std::string& model_dir) {
+  return (std::filesystem::path(model_dir) / "model.h5").string();
+}
+
+void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
+                  const std::string& tensor) {
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i) {
+    bool bad;
+    if (dtype == DType::F32) {
+      bad = !std::isfinite(static_cast<const float*>(data)[i]);
+    } else {
+      bad = (static_cast<const uint16_t*>(data)[i] & 0x7f80) == 0x7f80;
+    }
+    if (bad) {
+      float v = dtype == DType::F32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", i / cols,
+           ",", i % cols, "]");
+    }
+  }
+}
+
+ModelConfig read_model_config(const std::string& model_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec))
+    fail(ErrorKind::Io, model_dir, ": model directory does not exist");
+  const std::string fname = model_h5_path(model_dir);
+  H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+  try {
+    auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
+    if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
+    auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
+    if (ver != 1) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1");
+    ModelConfig c;
+    c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
+    auto i = [&](const char* n) { return require_attr(h5_attr_int(file, n), fname, n); };
+    auto f = [&](const char* n) { return require_attr(h5_attr_double(file, n), fname, n); };
+    c.vocab_size = i("vocab_size");
+    c.hidden_size = i("hidden_size");
+    c.num_layers = i("num_layers");
+    c.num_heads = i("num_heads");
+    c.num_kv_heads = i("num_kv_heads");
+    c.head_dim = i("head_dim");
+    c.intermediate_size = i("intermediate_size");
+    c.num_experts = i("num_experts");
+    c.top_k = i("top_k");
+    c.rope_theta = f("rope_theta");
+    c.rms_norm_eps = f("rms_norm_eps");
+    c.max_position = i("max_position");
+    c.dtype = parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
+    c.bos_token_id = i("bos_token_id");
+    c.eos_token_id = i("eos_token_id");
+    c.validate(fname);
+    return c;
+  } catch (const Error& e) {
+    // Attribute-level errors from the HDF5 layer do not know the file; add it once.
+    std::string msg = e.what();
+    if (msg.rfind(fname, 0) == 0) throw;
+    throw Error(e.kind(), fname + ": " + msg);
+  }
+}
+
+DenseWeights load_dense_weights(const std::string& model_dir, bool check) {
+  DenseWeights w;
+  w.config = read_model_config(model_dir);
+  const ModelConfig& c = w.config;
+  const std::string fname = model_h5_path(model_dir);
+  H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, check);
+  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, check);
+  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype, check);
+  w.layers.resize(static_cast<std::size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "/layers/" + std::to_string(l) + "/";
+    DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
+    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, check);
+    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, check);
+    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, check);
+    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, check);
+    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype, check);
+    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, check);
+    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, check);
+    L.gate.allocate(DType::F32, c.num_experts, d);
+    std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
+  }
+  return w;
+}
+
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+                  DType dtype, bool one_chunk) {
+  if (dtype == DType::F32) {
+    h5_write(loc, path, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, one_chunk);
+    return;
+  }
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  std::vector<uint16_t> bits(static_cast<std::size_t>(n));
+  f32_to_bf16(data, bits.data(), bits.size());
+  h5_write(loc, path, shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, bits.data(), one_chunk);
+}
+
+ModelFileWriter::ModelFileWriter(const std::string& model_dir, const ModelConfig& c) : config_(c) {
+  std::error_code ec;
+  std::filesystem::create_directories(model_dir, ec);
+  if (ec) fail(ErrorKind::Io, model_dir, ": cannot create directory: ", ec.message());
+  file_ = h5_open_file(model_h5_path(model_dir), H5Mode::Create);
+  h5_set_attr(file_, "format", std::string("moe-hdf5"));
+  h5_set_attr(file_, "format_version", int64_t{1});
+  h5_set_attr(file_, "architecture", c.architecture);
+  h5_set_attr(file_, "vocab_size", c.vocab_size);
+  h5_set_attr(file_, "hidden_size", c.hidden_size);
+  h5_set_attr(file_, "num_layers", c.num_layers);
+  h5_set_attr(file_, "num_heads", c.num_heads);
+  h5_set_attr(file_, "num_kv_heads", c.num_kv_heads);
+  h5_set_attr(file_, "head_dim", c.head_dim);
+  h5_set_attr(file_, "intermediate_size", c.intermediate_size);
+  h5_set_attr(file_, "num_experts", c.num_experts);
+  h5_set_attr(file_, "top_k", c.top_k);
+  h5_set_attr(file_, "rope_theta", c.rope_theta);
+  h5_set_attr(file_, "rms_norm_eps", c.rms_norm_eps);
+  h5_set_attr(file_, "max_position", c.max_position);
+  h5_set_attr(file_, "dtype", std::string(dtype_name(c.dtype)));
+  h5_set_attr(file_, "bos_token_id", c.bos_token_id);
+  h5_set_attr(file_, "eos_token_id", c.eos_token_id);
+}
+
+void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {
+  write_tensor(file_, dataset, shape, data, config_.dtype, false);
+}
+
+void ModelFileWriter::set_attr(const std::string& name, int64_t value) { h5_set_attr(file_, name, value); }
+
+}  // namespace moerun::io

@@ -1,0 +1,56 @@
+// model.h5: the dense part of a moe-hdf5 model (DESIGN §3). Reading validates every attribute and
+// every dataset's presence, shape and dtype, naming the file and the offending item.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "base/matmul.hpp"
+#include "io/hdf5.hpp"
+#include "io/model_config.hpp"
+
+namespace moerun::io {
+
+struct DenseLayerWeights {
+  std::vector<float> attn_norm;  // [d]
+  std::vector<float> ffn_norm;   // [d]
+  WeightMatrix wq, wk, wv, wo;   // stored dtype
+  WeightMatrix gate;             // always float32: gate logits are computed in fp32
+};
+
+struct DenseWeights {
+  ModelConfig config;
+  std::vector<float> embed_tokens;  // [vocab, d], float32 for lookup
+  std::vector<float> final_norm;    // [d]
+  WeightMatrix lm_head;             // [vocab, d], stored dtype
+  std::vector<DenseLayerWeights> layers;
+};
+
+std::string model_h5_path(const std::string& model_dir);
+
+// Reads and validates the root attributes of DIR/model.h5.
+ModelConfig read_model_config(const std::string& model_dir);
+// Reads every dense tensor; `check_finite` scans each for NaN/Inf and names the first found.
+DenseWeights load_dense_weights(const std::string& model_dir, bool check_finite);
+
+// Throws BadInput "`where`: `tensor` contains NaN at [r,c]" if any element is not finite.
+void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
+                  const std::string& tensor);
+
+// Writes model.h5 piece by piece (synth, convert). Float data is given as float32 and stored in
+// the config's dtype.
+class ModelFileWriter {
+ public:
+  ModelFileWriter(const std::string& model_dir, const ModelConfig& config);
+  void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
+  void set_attr(const std::string& name, int64_t value);
+
+ private:
+  ModelConfig config_;
+  H5Handle file_;
+};
+
+// Writes a float32 tensor as the given dtype into `loc` (float32, or bfloat16 bits as uint16).
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+                  DType dtype, bool one_chunk);
+
+}  // namespace moerun::io

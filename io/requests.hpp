@@ -1,0 +1,49 @@
+// Requests and results in JSON Lines (DESIGN §3). The whole input is validated before any work:
+// a bad line is a BadInput error naming the file and line, or (skip_invalid) a request carrying
+// its error, reported as a result with an "error" field.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace moerun::io {
+
+struct Request {
+  std::string id;
+  std::vector<int32_t> prompt_tokens;
+  int64_t max_new_tokens = 0;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int64_t line = 0;     // 1-based line in the input file
+  std::string error;    // non-empty: invalid, skipped (only with skip_invalid)
+};
+
+struct RequestDefaults {
+  int64_t max_new_tokens = 32;
+  double temperature = 0.0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+};
+
+struct RequestLimits {
+  int64_t vocab_size = 0;
+  int64_t max_position = 0;
+};
+
+std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults,
+                                   const RequestLimits& limits, bool skip_invalid);
+
+struct Result {
+  std::string id;
+  std::vector<int32_t> output_tokens;
+  std::string finish_reason;  // "length" | "eos"
+  int64_t prompt_len = 0;
+  std::string error;          // set for requests rejected with --skip-invalid
+};
+
+std::string result_to_json(const Result& r);
+// Parses one result line; returns false on a malformed (e.g. torn) line.
+bool result_from_json(const std::string& line, Result* out);
+
+}  // namespace moerun::io

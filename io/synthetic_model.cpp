@@ -1,0 +1,95 @@
+// Synthetic model generation.
+#include "io/synthetic_model.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "base/error.hpp"
+#include "io/expert_shards.hpp"
+#include "io/model_file.hpp"
+
+namespace moerun::io {
+namespace {
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+}  // namespace
+
+void SynthConfig::validate() const {
+  model.validate("synth");
+  if (shards < 1) fail(ErrorKind::Usage, "--shards must be >= 1");
+  if (shards > model.num_layers * model.num_experts)
+    fail(ErrorKind::Usage, "--shards ", shards, " exceeds the number of experts (", model.num_layers * model.num_experts, ")");
+}
+
+std::vector<float> synth_tensor(uint64_t seed, const std::string& name, int64_t count, float scale, float offset) {
+  std::vector<float> out(static_cast<std::size_t>(count));
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(name);
+  for (int64_t i = 0; i < count; i += 2) {
+    const double u1 = (static_cast<double>(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    out[i] = offset + scale * static_cast<float>(r * std::cos(2 * M_PI * u2));
+    if (i + 1 < count) out[i + 1] = offset + scale * static_cast<float>(r * std::sin(2 * M_PI * u2));
+  }
+  return out;
+}
+
+void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool quiet) {
+  cfg.validate();
+  const ModelConfig& c = cfg.model;
+  const uint64_t seed = cfg.seed;
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  const float sd = 1.0f / std::sqrt(static_cast<float>(d));
+  {
+    ModelFileWriter w(dir, c);
+    w.set_attr("num_expert_shards", cfg.shards);
+    auto put = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
+      int64_t n = 1;
+      for (auto s : shape) n *= s;
+      std::vector<float> t = synth_tensor(seed, name, n, scale, offset);
+      w.write(name, shape, t.data());
+    };
+    put("/embed_tokens", {c.vocab_size, d}, 1.0f);
+    put("/final_norm", {d}, 0.05f, 1.0f);
+    put("/lm_head", {c.vocab_size, d}, sd);
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const std::string p = "/layers/" + std::to_string(l) + "/";
+      put(p + "attn_norm", {d}, 0.05f, 1.0f);
+      put(p + "wq", {q, d}, sd);
+      put(p + "wk", {kv, d}, sd);
+      put(p + "wv", {kv, d}, sd);
+      put(p + "wo", {d, q}, 1.0f / std::sqrt(static_cast<float>(q)));
+      put(p + "ffn_norm", {d}, 0.05f, 1.0f);
+      put(p + "gate", {c.num_experts, d}, sd);
+    }
+  }
+  // Experts: contiguous runs of the flattened (layer, expert) order per shard.
+  const int64_t total = c.num_layers * c.num_experts;
+  for (int s = 0; s < cfg.shards; ++s) {
+    const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
+    ExpertShardWriter w(dir + "/" + shard_file_name(s), c);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t l = i / c.num_experts, e = i % c.num_experts;
+      const std::string p = expert_group_path(l, e);
+      auto w1 = synth_tensor(seed, p + "/w1", ff * d, sd);
+      auto w3 = synth_tensor(seed, p + "/w3", ff * d, sd);
+      auto w2 = synth_tensor(seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+      w.write(l, e, w1.data(), w3.data(), w2.data());
+    }
+    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
+  }
+}
+
+}  // namespace moerun::io

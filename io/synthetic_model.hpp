@@ -1,0 +1,26 @@
+// Synthetic moe-hdf5 models (`moerun synth`): deterministic for a seed, each tensor drawn from its
+// own stream (seed, tensor name), scaled by 1/sqrt(fan_in) so activations stay O(1) through the
+// layers and greedy decoding is not degenerate.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/model_config.hpp"
+
+namespace moerun::io {
+
+struct SynthConfig {
+  ModelConfig model;
+  int shards = 2;
+  uint64_t seed = 1;
+  void validate() const;
+};
+
+// Deterministic N(0, 1) * scale values for `name` (Box-Muller on splitmix64; portable).
+std::vector<float> synth_tensor(uint64_t seed, const std::string& name, int64_t count, float scale, float offset = 0.0f);
+
+// Writes DIR/model.h5 and DIR/experts-*.h5; a line per shard on stderr unless quiet.
+void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool quiet);
+
+}  // namespace moerun::io

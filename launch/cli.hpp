@@ -1,0 +1,27 @@
+// Shared command-line plumbing for the subcommands: Boost.Program_options parsing with --help and
+// --config FILE (any long option as `name = value`), and list parsing.
+#pragma once
+#include <boost/program_options.hpp>
+#include <cstring>
+
+#include "base/error.hpp"
+#include <string>
+#include <vector>
+
+namespace moerun::launch {
+
+namespace po = boost::program_options;
+
+// Parses argv (after the subcommand) into vm. Returns false when --help was printed.
+bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
+                        po::variables_map& vm, const po::positional_options_description* positional = nullptr);
+
+std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option);
+std::vector<std::string> parse_string_list(const std::string& s);
+
+int cmd_infer(int argc, char** argv);
+int cmd_synth(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace moerun::launch

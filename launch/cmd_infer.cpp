@@ -1,0 +1,47 @@
+// `moerun infer`: option parsing into InferConfig, then the runtime.
+#include <iostream>
+
+#include "comm/mpi.hpp"
+#include "launch/cli.hpp"
+#include "router/router_config.hpp"
+#include "runtime/infer.hpp"
+
+namespace moerun::launch {
+
+int cmd_infer(int argc, char** argv) {
+  runtime::InferConfig c;
+  std::string overflow = "reroute";
+  po::options_description o("infer options");
+  o.add_options()
+    ("model", po::value(&c.model_dir)->required(), "model directory (model.h5 + experts-*.h5)")
+    ("input", po::value(&c.input)->required(), "requests, JSON Lines")
+    ("output", po::value(&c.output)->required(), "results, JSON Lines (written atomically at the end)")
+    ("resume", po::bool_switch(&c.resume), "skip requests already in OUTPUT.journal")
+    ("skip-invalid", po::bool_switch(&c.skip_invalid), "report bad request lines as results with an error field")
+    ("max-new-tokens", po::value(&c.defaults.max_new_tokens)->default_value(c.defaults.max_new_tokens), "default per request")
+    ("temperature", po::value(&c.defaults.temperature)->default_value(c.defaults.temperature), "default sampling temperature (0: greedy)")
+    ("top-p", po::value(&c.defaults.top_p)->default_value(c.defaults.top_p), "default nucleus mass")
+    ("seed", po::value(&c.defaults.seed)->default_value(c.defaults.seed), "default sampling seed")
+    ("max-batch-size", po::value(&c.scheduler.max_batch_size)->default_value(c.scheduler.max_batch_size), "sequences in flight")
+    ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens), "tokens per step")
+    ("capacity-factor", po::value(&c.router.capacity_factor)->default_value(c.router.capacity_factor), "expert capacity factor (0: unlimited)")
+    ("overflow", po::value(&overflow)->default_value(overflow), "reroute|drop when an expert is full")
+    ("load-penalty", po::value(&c.router.load_penalty)->default_value(c.router.load_penalty), "λ in score - λ·load")
+    ("router-temperature", po::value(&c.router.temperature)->default_value(c.router.temperature), "gate softmax temperature")
+    ("check-weights", po::bool_switch(&c.check_weights), "scan every weight for NaN/Inf at load")
+    ("stats-json", po::value(&c.stats_json), "write routing statistics as JSON")
+    ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
+    ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
+    ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
+    return 0;
+  c.router.overflow = router::parse_overflow(overflow);
+  comm::MpiSession mpi(&argc, &argv);
+  if (mpi.size() > 1)
+    fail(ErrorKind::Usage, "this build runs infer in one process; run it with mpirun -np 1 (got ", mpi.size(), " ranks)");
+  runtime::run_infer(c);
+  return 0;
+}
+
+}  // namespace moerun::launch

@@ -1,0 +1,28 @@
+// `moerun inspect`: config, parameter counts, memory per rank.
+#include <iostream>
+
+#include "io/model_file.hpp"
+#include "launch/cli.hpp"
+#include "runtime/memory_plan.hpp"
+
+namespace moerun::launch {
+
+int cmd_inspect(int argc, char** argv) {
+  std::string model;
+  runtime::MemoryPlanConfig p;
+  po::options_description o("inspect options");
+  o.add_options()
+    ("model", po::value(&model)->required(), "model directory")
+    ("batch", po::value(&p.batch)->default_value(p.batch), "sequences in flight per router rank")
+    ("context", po::value(&p.context)->default_value(p.context), "context length per sequence (0: max_position)")
+    ("experts-per-rank", po::value(&p.experts_per_rank)->default_value(p.experts_per_rank),
+     "experts held by one expert rank (0: all)")
+    ("max-batch-tokens", po::value(&p.max_batch_tokens)->default_value(p.max_batch_tokens), "tokens per step");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR [options]", o, vm)) return 0;
+  const io::ModelConfig c = io::read_model_config(model);
+  std::cout << runtime::inspect_report(c, p, model);
+  return 0;
+}
+
+}  // namespace moerun::launch

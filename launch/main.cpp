@@ -1,0 +1,56 @@
+// moerun: one binary, subcommands. Every failure becomes one line on stderr and the documented exit
+// code: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 comm (1: internal error).
+#include <cstring>
+#include <iostream>
+#include <new>
+
+#include "base/error.hpp"
+#include "launch/cli.hpp"
+
+namespace {
+
+const char* kUsage =
+    "moerun: distributed expert-parallel runtime for Mixture-of-Experts models\n"
+    "\n"
+    "usage: moerun <command> [options]      (moerun <command> --help for its options)\n"
+    "\n"
+    "commands:\n"
+    "  infer    batch offline inference of a JSONL file of requests\n"
+    "  synth    write a synthetic moe-hdf5 model\n"
+    "  inspect  model config, parameter counts and memory per rank\n"
+    "  bench    benchmarks (layer: one MoE layer against a plain matmul)\n"
+    "\n"
+    "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
+    "environment: MOERUN_LOG=warn|info|debug (default info)\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace moerun;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::cout << "moerun 0.1.0\n";
+    return 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "infer") return launch::cmd_infer(argc - 1, argv + 1);
+    if (cmd == "synth") return launch::cmd_synth(argc - 1, argv + 1);
+    if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);
+    if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
+    std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
+    return 2;
+  } catch (const Error& e) {
+    std::cerr << "moerun: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::cerr << "moerun: error: out of memory\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "moerun: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

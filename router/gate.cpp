@@ -1,0 +1,168 @@
+// Gate softmax, top-k, load-aware scoring and capacity with overflow.
+#include "router/gate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "base/error.hpp"
+
+namespace moerun::router {
+
+Overflow parse_overflow(const std::string& s) {
+  if (s == "reroute") return Overflow::Reroute;
+  if (s == "drop") return Overflow::Drop;
+  fail(ErrorKind::Usage, "--overflow must be reroute or drop, not \"", s, "\"");
+}
+
+void RouterConfig::validate() const {
+  if (!(capacity_factor >= 0)) fail(ErrorKind::Usage, "--capacity-factor must be >= 0 (0 = no limit)");
+  if (!(load_penalty >= 0)) fail(ErrorKind::Usage, "--load-penalty must be >= 0");
+  if (!(temperature > 0)) fail(ErrorKind::Usage, "--router-temperature must be > 0");
+}
+
+void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, float* probs) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* l = logits + t * E;
+    float* p = probs + t * E;
+    float mx = l[0] / temperature;
+    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e] / temperature);
+    float sum = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      p[e] = std::exp(l[e] / temperature - mx);
+      sum += p[e];
+    }
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+  }
+}
+
+void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
+  // Selection by repeated scans: E is small (8..128) and strict '>' keeps ties on the lower id.
+  for (int64_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i) taken |= out[i] == e;
+      if (taken) continue;
+      if (best < 0 || scores[e] > scores[best]) best = static_cast<int32_t>(e);
+    }
+    out[j] = best;
+  }
+}
+
+void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, int64_t t0,
+                 RoutingDecision* out) {
+  int32_t* ids = out->expert.data() + t0 * k;
+  float* wts = out->weight.data() + t0 * k;
+  // 1. Choice: plain top-k of p, or sequential load-aware top-k of p - λ·load.
+  if (cfg.load_penalty > 0) {
+    std::vector<int64_t> load(static_cast<std::size_t>(E), 0);
+    std::vector<float> score(static_cast<std::size_t>(E));
+    const double fair = std::max(1.0, static_cast<double>(T * k) / static_cast<double>(E));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t e = 0; e < E; ++e)
+        score[e] = probs[t * E + e] - static_cast<float>(cfg.load_penalty * static_cast<double>(load[e]) / fair);
+      top_k_desc(score.data(), E, k, ids + t * k);
+      for (int64_t j = 0; j < k; ++j) ++load[ids[t * k + j]];
+    }
+  } else {
+    for (int64_t t = 0; t < T; ++t) top_k_desc(probs + t * E, E, k, ids + t * k);
+  }
+  // 2. Capacity: slot-major priority (every token's first choice before any second choice).
+  std::vector<uint8_t> moved(static_cast<std::size_t>(T * k), 0);
+  const std::vector<int32_t> original(ids, ids + T * k);
+  if (cfg.capacity_factor > 0) {
+    const int64_t cap = static_cast<int64_t>(std::ceil(cfg.capacity_factor * static_cast<double>(T * k) / static_cast<double>(E)));
+    std::vector<int64_t> count(static_cast<std::size_t>(E), 0);
+    std::vector<int32_t> order(static_cast<std::size_t>(E));
+    for (int64_t j = 0; j < k; ++j) {
+      for (int64_t t = 0; t < T; ++t) {
+        int32_t& slot = ids[t * k + j];
+        if (count[slot] < cap) {
+          ++count[slot];
+          continue;
+        }
+        int32_t chosen = -1;
+        if (cfg.overflow == Overflow::Reroute) {
+          top_k_desc(probs + t * E, E, E, order.data());
+          for (int32_t e : order) {
+            if (count[e] >= cap) continue;
+            bool used = false;
+            for (int64_t i = 0; i < k; ++i) used |= original[t * k + i] == e || (i < j && ids[t * k + i] == e);
+            if (used) continue;
+            chosen = e;
+            break;
+          }
+        }
+        slot = chosen;
+        moved[t * k + j] = 1;
+        if (chosen >= 0) {
+          ++count[chosen];
+          ++out->rerouted;
+        } else {
+          ++out->dropped;
+        }
+      }
+    }
+  }
+  // 3. Weights: the chosen experts' probabilities renormalised over the original top-k (so a
+  //    dropped slot weighs 0 and the others keep their Mixtral weights), or, when a slot was
+  //    rerouted, over the final set of experts.
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = probs + t * E;
+    bool any_rerouted = false;
+    for (int64_t j = 0; j < k; ++j) any_rerouted |= moved[t * k + j] && ids[t * k + j] >= 0;
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = any_rerouted ? ids[t * k + j] : original[t * k + j];
+      if (e >= 0) sum += p[e];
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      wts[t * k + j] = e >= 0 && sum > 0 ? p[e] / sum : 0.0f;
+    }
+  }
+}
+
+RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill) {
+  const int64_t E = gate_w.rows;
+  std::vector<float> logits(static_cast<std::size_t>(T * E)), probs(logits.size());
+  mm.linear(x, T, gate_w, logits.data());
+  gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  RoutingDecision d;
+  d.tokens = T;
+  d.top_k = top_k;
+  d.expert.assign(static_cast<std::size_t>(T * top_k), -1);
+  d.weight.assign(d.expert.size(), 0.0f);
+  if (cfg.capacity_factor <= 0 && cfg.load_penalty <= 0) {
+    route_group(probs.data(), T, E, top_k, cfg, 0, &d);
+    return d;
+  }
+  // Capacity and load are per group: gather prefill and decode tokens separately.
+  for (uint8_t group : {uint8_t{1}, uint8_t{0}}) {
+    std::vector<int64_t> rows;
+    for (int64_t t = 0; t < T; ++t)
+      if (is_prefill[static_cast<std::size_t>(t)] == group) rows.push_back(t);
+    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<float> gp(static_cast<std::size_t>(n * E));
+    for (int64_t i = 0; i < n; ++i) std::copy_n(probs.data() + rows[i] * E, E, gp.data() + i * E);
+    RoutingDecision g;
+    g.tokens = n;
+    g.top_k = top_k;
+    g.expert.assign(static_cast<std::size_t>(n * top_k), -1);
+    g.weight.assign(g.expert.size(), 0.0f);
+    route_group(gp.data(), n, E, top_k, cfg, 0, &g);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < top_k; ++j) {
+        d.expert[rows[i] * top_k + j] = g.expert[i * top_k + j];
+        d.weight[rows[i] * top_k + j] = g.weight[i * top_k + j];
+      }
+    d.rerouted += g.rerouted;
+    d.dropped += g.dropped;
+  }
+  return d;
+}
+
+}  // namespace moerun::router

@@ -1,0 +1,39 @@
+// Gate and top-k routing (DESIGN §2): logits = W_gate·x in fp32, p = softmax(logits / T), top-k with
+// ties to the lower expert id, weights = top-k probabilities renormalised to sum 1; then optional
+// load-aware scoring and per-group capacity with reroute/drop. Every choice is deterministic.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/matmul.hpp"
+#include "router/router_config.hpp"
+
+namespace moerun::router {
+
+// Decisions for T tokens: slot (t, k) -> expert id (-1 when dropped) and combine weight.
+struct RoutingDecision {
+  int64_t tokens = 0;
+  int64_t top_k = 0;
+  std::vector<int32_t> expert;  // [T * k]
+  std::vector<float> weight;    // [T * k]
+  int64_t rerouted = 0;         // slots moved to another expert by capacity
+  int64_t dropped = 0;          // slots dropped by capacity
+};
+
+// Kernels on raw spans (CPU reference; the CUDA backend mirrors these signatures).
+// probs[t, e] = softmax over e of logits[t, e] / temperature, in fp32.
+void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, float* probs);
+// Indices of the k largest of scores[0..E), descending, ties to the lower index.
+void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out);
+
+// Routes one group of tokens (one micro-batch's prefill or decode tokens) given their probabilities.
+// Writes slots [t0*k, (t0+T)*k) of `out`.
+void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+                 int64_t t0, RoutingDecision* out);
+
+// The gate network of one layer: fp32 logits through Matmul, then routing. `is_prefill[t]` splits
+// the tokens into the prefill and decode groups that capacity treats separately.
+RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill);
+
+}  // namespace moerun::router

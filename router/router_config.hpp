@@ -1,0 +1,22 @@
+// RouterConfig: routing options beyond plain Mixtral (DESIGN §2). All off by default, so the default
+// is exactly the reference math: softmax, top-k, renormalise.
+#pragma once
+#include <string>
+
+namespace moerun::router {
+
+enum class Overflow { Reroute, Drop };
+
+struct RouterConfig {
+  double capacity_factor = 0.0;  // 0: no capacity limit; else capacity = ceil(F * tokens * k / experts)
+  Overflow overflow = Overflow::Reroute;
+  double load_penalty = 0.0;     // λ in score - λ·load (load relative to the fair share T·k/E)
+  double temperature = 1.0;      // gate softmax temperature
+
+  // Throws ErrorKind::Usage naming the option.
+  void validate() const;
+};
+
+Overflow parse_overflow(const std::string& s);
+
+}  // namespace moerun::router

@@ -1,0 +1,18 @@
+// Dense ops of the router rank (DESIGN §2), as kernels over raw spans: embedding lookup, RMSNorm,
+// RoPE in the rotate_half convention, residual add. All fp32.
+#pragma once
+#include <cstdint>
+
+namespace moerun::runtime {
+
+// out[t, :] = table[ids[t], :]
+void embed_tokens(const float* table, const int32_t* ids, int64_t T, int64_t d, float* out);
+// out = x * rsqrt(mean(x^2) + eps) * w, per row.
+void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out);
+// In place on x [T, heads * head_dim]: x' = x·cos + rotate_half(x)·sin at positions[t], with
+// inv_freq[i] = 1 / theta^(2i / head_dim) computed in fp32 as Hugging Face does.
+void rope_apply(float* x, int64_t T, int64_t heads, int64_t head_dim, const int32_t* positions, double theta);
+// y += x (n elements)
+void add_inplace(float* y, const float* x, int64_t n);
+
+}  // namespace moerun::runtime

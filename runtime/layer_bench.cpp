@@ -1,0 +1,153 @@
+// MoE layer benchmark.
+#include "runtime/layer_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "base/error.hpp"
+#include "base/matmul.hpp"
+#include "experts/resident_experts.hpp"
+#include "io/synthetic_model.hpp"
+#include "router/gate.hpp"
+#include "runtime/moe_layer.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+WeightMatrix random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt) {
+  WeightMatrix m;
+  m.allocate(dt, rows, cols);
+  auto v = io::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
+  if (dt == DType::F32) std::copy(v.begin(), v.end(), m.data.as<float>());
+  else f32_to_bf16(v.data(), m.data.as<uint16_t>(), v.size());
+  return m;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+void LayerBenchConfig::validate() const {
+  if (hidden < 1 || experts < 1 || intermediate < 1 || top_k < 1 || top_k > experts)
+    fail(ErrorKind::Usage, "bench layer: sizes must be positive and --top-k <= --experts");
+  if (tokens.empty() || dtypes.empty()) fail(ErrorKind::Usage, "bench layer: --tokens and --dtype need values");
+  if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
+}
+
+std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
+  cfg.validate();
+  std::vector<LayerBenchRow> rows;
+  Matmul mm;
+  const int64_t d = cfg.hidden, ff = cfg.intermediate, E = cfg.experts, k = cfg.top_k;
+  for (DType dt : cfg.dtypes) {
+    experts::ResidentExperts store(E);
+    for (int64_t e = 0; e < E; ++e) {
+      io::ExpertWeights w;
+      w.w13 = random_matrix(cfg.seed, "w13/" + std::to_string(e), 2 * ff, d, dt);
+      w.w2 = random_matrix(cfg.seed, "w2/" + std::to_string(e), d, ff, dt);
+      store.insert(0, e, std::move(w));
+    }
+    WeightMatrix gate = random_matrix(cfg.seed, "gate", E, d, DType::F32);
+    // Baseline: the same expert FLOPs as one matmul [T*k, d] x [d, 3ff].
+    WeightMatrix flat = random_matrix(cfg.seed, "flat", 3 * ff, d, dt);
+    for (int64_t T : cfg.tokens) {
+      auto x = io::synth_tensor(cfg.seed, "x", T * d, 1.0f);
+      std::vector<float> out(static_cast<std::size_t>(T * d));
+      std::vector<uint8_t> prefill(static_cast<std::size_t>(T), 1);
+      router::RouterConfig rc;
+      LocalMoeLayer layer(mm, store, d, E);
+      std::vector<double> lt, gt, pt, et, ct, mt;
+      std::vector<float> y(static_cast<std::size_t>(T * k * 3 * ff));
+      auto xb = io::synth_tensor(cfg.seed, "xb", T * k * d, 1.0f);
+      for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
+        const MoePhaseTimes before = layer.times();
+        double t0 = now();
+        router::RoutingDecision r = router::route(mm, x.data(), T, gate, k, rc, prefill);
+        double t1 = now();
+        layer.forward(0, x.data(), T, r, out.data());
+        double t2 = now();
+        mm.linear(xb.data(), T * k, flat, y.data());
+        double t3 = now();
+        if (it < cfg.warmup) continue;
+        lt.push_back(t2 - t0);
+        gt.push_back(t1 - t0);
+        pt.push_back(layer.times().permute - before.permute);
+        et.push_back(layer.times().experts - before.experts);
+        ct.push_back(layer.times().combine - before.combine);
+        mt.push_back(t3 - t2);
+      }
+      LayerBenchRow row;
+      row.dtype = dt;
+      row.tokens = T;
+      row.layer_s = median(lt);
+      row.matmul_s = median(mt);
+      const double expert_flops = 2.0 * static_cast<double>(T * k) * static_cast<double>(d) * static_cast<double>(3 * ff);
+      const double gate_flops = 2.0 * static_cast<double>(T * d * E);
+      row.layer_gflops = (expert_flops + gate_flops) / row.layer_s * 1e-9;
+      row.matmul_gflops = expert_flops / row.matmul_s * 1e-9;
+      row.ratio = row.layer_gflops / row.matmul_gflops;
+      row.gate_s = median(gt);
+      row.permute_s = median(pt);
+      row.experts_s = median(et);
+      row.combine_s = median(ct);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows) {
+  std::string s = str("# moerun bench layer: hidden ", cfg.hidden, ", ", cfg.experts, " experts of intermediate ",
+                      cfg.intermediate, ", top-", cfg.top_k, ", isa ", Matmul::isa_name(), ", ", omp_get_max_threads(),
+                      " threads, median of ", cfg.iters, "\n");
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %10s %10s %7s\n", "dtype", "tokens", "layer(ms)",
+                "layer", "gate(ms)", "perm(ms)", "comb(ms)", "matmul(ms)", "matmul", "ratio");
+  s += buf;
+  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %10s %10s %7s\n", "", "", "", "(GFLOP/s)", "", "", "", "",
+                "(GFLOP/s)", "");
+  s += buf;
+  bool pass = true;
+  const int64_t largest = *std::max_element(cfg.tokens.begin(), cfg.tokens.end());
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, " %6s %7lld %10.3f %10.1f %9.3f %9.3f %9.3f %10.3f %10.1f %7.3f\n",
+                  r.dtype == DType::F32 ? "fp32" : "bf16", static_cast<long long>(r.tokens), r.layer_s * 1e3, r.layer_gflops,
+                  r.gate_s * 1e3, r.permute_s * 1e3, r.combine_s * 1e3, r.matmul_s * 1e3, r.matmul_gflops, r.ratio);
+    s += buf;
+    if (r.tokens == largest && r.ratio < 0.8) pass = false;
+  }
+  s += str("# verdict: layer/matmul ratio at ", largest, " tokens ", pass ? ">= 0.8 for every dtype: PASS" : "< 0.8: BELOW TARGET", "\n");
+  return s;
+}
+
+std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows) {
+  nlohmann::json j;
+  j["hidden"] = cfg.hidden;
+  j["experts"] = cfg.experts;
+  j["intermediate"] = cfg.intermediate;
+  j["top_k"] = cfg.top_k;
+  j["isa"] = Matmul::isa_name();
+  j["threads"] = omp_get_max_threads();
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rows) {
+    j["rows"].push_back({{"dtype", r.dtype == DType::F32 ? "fp32" : "bf16"},
+                         {"tokens", r.tokens},
+                         {"layer_s", r.layer_s},
+                         {"layer_gflops", r.layer_gflops},
+                         {"matmul_s", r.matmul_s},
+                         {"matmul_gflops", r.matmul_gflops},
+                         {"ratio", r.ratio},
+                         {"phases_s", {{"gate", r.gate_s}, {"permute", r.permute_s}, {"experts", r.experts_s}, {"combine", r.combine_s}}}});
+  }
+  return j.dump(2);
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,41 @@
+// `moerun bench layer`: one whole MoE layer (gate, permute, experts, combine) timed against one plain
+// oneDNN matmul of the same dtype and the same expert FLOPs, measured in the same run.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.hpp"
+
+namespace moerun::runtime {
+
+struct LayerBenchConfig {
+  int64_t hidden = 1024;
+  int64_t experts = 8;
+  int64_t intermediate = 3584;
+  int64_t top_k = 2;
+  std::vector<int64_t> tokens{64, 512};
+  std::vector<DType> dtypes{DType::F32, DType::BF16};
+  int iters = 10;
+  int warmup = 2;
+  uint64_t seed = 1;
+  void validate() const;
+};
+
+struct LayerBenchRow {
+  DType dtype;
+  int64_t tokens;
+  double layer_s;        // median seconds per layer
+  double layer_gflops;   // (gate + expert FLOPs) / layer_s
+  double matmul_s;
+  double matmul_gflops;
+  double ratio;          // layer_gflops / matmul_gflops
+  double permute_s, experts_s, combine_s, gate_s;  // median breakdown
+};
+
+std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg);
+// nccl-tests style table with a closing verdict line (target ratio >= 0.8 at the largest size).
+std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows);
+std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows);
+
+}  // namespace moerun::runtime

@@ -1,0 +1,62 @@
+// ModelForward: one forward step of the router rank over a batch of sequence chunks (prefill
+// chunks and decode tokens mixed): embed, then per layer attention with the KV cache and the MoE
+// block through a MoeLayer, then final norm and LM head for the chunks that emit a token.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/matmul.hpp"
+#include "io/model_file.hpp"
+#include "router/router_config.hpp"
+#include "runtime/attention.hpp"
+#include "runtime/moe_layer.hpp"
+#include "runtime/routing_stats.hpp"
+
+namespace moerun::runtime {
+
+// A run of consecutive tokens of one sequence inside the step batch.
+struct SeqChunk {
+  KvCache* kv = nullptr;
+  int64_t first = 0;   // index of its first token in the batch
+  int64_t count = 0;
+  int64_t pos0 = 0;    // position of its first token
+  bool emit = false;   // produce logits for its last token
+};
+
+struct StepBatch {
+  std::vector<int32_t> ids;          // [T] token ids
+  std::vector<int32_t> positions;    // [T]
+  std::vector<uint8_t> is_prefill;   // [T] prompt token (1) or generated token (0)
+  std::vector<int64_t> request;      // [T] request (input line) of each token, for traces
+  std::vector<SeqChunk> chunks;
+
+  int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
+  int64_t emitting() const;
+};
+
+// Seconds per phase on the router side (bench breakdown).
+struct DensePhaseTimes {
+  double attention = 0;  // norms, QKV/O projections, RoPE, attention
+  double gate = 0;
+  double moe = 0;        // everything inside MoeLayer::forward
+  double head = 0;       // final norm + LM head
+};
+
+class ModelForward {
+ public:
+  ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router);
+  // Fills logits [batch.emitting(), vocab] in chunk order.
+  void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
+  const DensePhaseTimes& times() const { return times_; }
+
+ private:
+  const io::DenseWeights& w_;
+  Matmul& mm_;
+  MoeLayer& moe_;
+  router::RouterConfig router_;
+  AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_;
+  DensePhaseTimes times_;
+};
+
+}  // namespace moerun::runtime

@@ -1,0 +1,109 @@
+// Continuous-batching scheduler.
+#include "runtime/scheduler.hpp"
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "runtime/sampling.hpp"
+
+namespace moerun::runtime {
+
+void SchedulerConfig::validate() const {
+  if (max_batch_size < 1) fail(ErrorKind::Usage, "--max-batch-size must be >= 1");
+  if (max_batch_tokens < 1) fail(ErrorKind::Usage, "--max-batch-tokens must be >= 1");
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
+                     std::vector<int64_t> pending)
+    : cfg_(cfg), model_(model), requests_(requests) {
+  for (int64_t i : pending) {
+    const io::Request& r = requests_[static_cast<std::size_t>(i)];
+    if (r.max_new_tokens == 0) {
+      trivial_.push_back({r.id, {}, "length", static_cast<int64_t>(r.prompt_tokens.size()), ""});
+    } else {
+      queue_.push_back(i);
+    }
+  }
+}
+
+std::vector<io::Result> Scheduler::take_trivial() { return std::exchange(trivial_, {}); }
+
+StepBatch Scheduler::next_step() {
+  StepBatch b;
+  emitted_.clear();
+  int64_t budget = cfg_.max_batch_tokens;
+  auto add_chunk = [&](Sequence& s, int64_t n) {
+    SeqChunk ch;
+    ch.kv = &s.kv;
+    ch.first = b.tokens();
+    ch.count = n;
+    ch.pos0 = s.processed;
+    ch.emit = s.processed + n == static_cast<int64_t>(s.tokens.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = s.processed + i;
+      b.ids.push_back(s.tokens[static_cast<std::size_t>(p)]);
+      b.positions.push_back(static_cast<int32_t>(p));
+      b.is_prefill.push_back(p < s.prompt_len);
+      b.request.push_back(s.request->line);
+    }
+    s.processed += n;
+    budget -= n;
+    b.chunks.push_back(ch);
+    if (ch.emit) emitted_.push_back(&s);
+  };
+  // Decode tokens first (one each), so generation never starves behind long prompts.
+  for (Sequence& s : active_)
+    if (s.processed >= s.prompt_len && budget > 0) add_chunk(s, 1);
+  for (Sequence& s : active_)
+    if (s.processed < s.prompt_len && budget > 0) add_chunk(s, std::min(budget, s.prompt_len - s.processed));
+  while (!queue_.empty() && budget > 0 && static_cast<int64_t>(active_.size()) < cfg_.max_batch_size) {
+    const int64_t idx = queue_.front();
+    queue_.pop_front();
+    const io::Request& r = requests_[static_cast<std::size_t>(idx)];
+    Sequence& s = active_.emplace_back();
+    s.request = &r;
+    s.index = idx;
+    s.tokens = r.prompt_tokens;
+    s.prompt_len = static_cast<int64_t>(r.prompt_tokens.size());
+    const int64_t reserve = std::min(model_.max_position, s.prompt_len + r.max_new_tokens);
+    s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve);
+    add_chunk(s, std::min(budget, s.prompt_len));
+  }
+  return b;
+}
+
+std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, std::vector<float>* logits_log,
+                                                 std::vector<std::string>* logits_ids) {
+  std::vector<io::Result> finished;
+  const int64_t V = model_.vocab_size;
+  std::vector<const Sequence*> done_seqs;
+  for (std::size_t i = 0; i < emitted_.size(); ++i) {
+    Sequence& s = *emitted_[i];
+    const io::Request& r = *s.request;
+    const float* lg = logits.data() + static_cast<int64_t>(i) * V;
+    if (logits_log) {
+      logits_log->insert(logits_log->end(), lg, lg + V);
+      logits_ids->push_back(r.id);
+    }
+    const int64_t step = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+    const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.seed, step);
+    s.tokens.push_back(tok);
+    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+    std::string reason;
+    if (tok == model_.eos_token_id) reason = "eos";
+    else if (generated >= r.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.max_position) reason = "length";
+    if (reason.empty()) continue;
+    io::Result res;
+    res.id = r.id;
+    res.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    res.finish_reason = reason;
+    res.prompt_len = s.prompt_len;
+    finished.push_back(std::move(res));
+    done_seqs.push_back(&s);
+  }
+  active_.remove_if([&](const Sequence& s) { return std::find(done_seqs.begin(), done_seqs.end(), &s) != done_seqs.end(); });
+  emitted_.clear();
+  return finished;
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,60 @@
+// Scheduler: continuous batching. Each step takes one token from every decoding sequence, then
+// prompt chunks of prefilling sequences, then admits new requests while --max-batch-size and
+// --max-batch-tokens allow (long prompts are prefilled in chunks across steps). After the forward
+// pass it samples the emitted tokens and retires finished sequences (max_new_tokens, EOS, or
+// max_position), so new requests join as others finish.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <vector>
+
+#include "io/model_config.hpp"
+#include "io/requests.hpp"
+#include "runtime/attention.hpp"
+#include "runtime/model_forward.hpp"
+
+namespace moerun::runtime {
+
+struct SchedulerConfig {
+  int64_t max_batch_size = 32;     // sequences in flight
+  int64_t max_batch_tokens = 1024; // tokens per step (prefill chunks + decode tokens)
+  void validate() const;           // Usage error naming the option
+};
+
+struct Sequence {
+  const io::Request* request = nullptr;
+  int64_t index = 0;               // position of the request in the input
+  std::vector<int32_t> tokens;     // prompt followed by generated tokens
+  int64_t prompt_len = 0;
+  int64_t processed = 0;           // tokens whose K/V are in the cache
+  KvCache kv;
+};
+
+class Scheduler {
+ public:
+  // `pending`: indices into `requests` to run, in order.
+  Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
+            std::vector<int64_t> pending);
+
+  bool done() const { return active_.empty() && queue_.empty(); }
+  // Builds the next step (call only when !done()).
+  StepBatch next_step();
+  // Samples from logits [emitting, vocab] of the last step; returns the requests that finished.
+  std::vector<io::Result> complete_step(const std::vector<float>& logits, std::vector<float>* logits_log = nullptr,
+                                        std::vector<std::string>* logits_ids = nullptr);
+  // Results of requests that need no compute (max_new_tokens == 0); taken once.
+  std::vector<io::Result> take_trivial();
+  int64_t active() const { return static_cast<int64_t>(active_.size()); }
+
+ private:
+  SchedulerConfig cfg_;
+  io::ModelConfig model_;
+  const std::vector<io::Request>& requests_;
+  std::deque<int64_t> queue_;
+  std::list<Sequence> active_;
+  std::vector<Sequence*> emitted_;  // emitting sequences of the last step, in chunk order
+  std::vector<io::Result> trivial_;
+};
+
+}  // namespace moerun::runtime
