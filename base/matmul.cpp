@@ -1,8 +1,12 @@
-// oneDNN matmul with a per-shape primitive cache. Weights are passed in their PyTorch layout
-// (memory tag "ba" on logical [K, N]) so no copy of the weights is ever made.
+// oneDNN matmul with a per-shape primitive cache, optional pre-packed weights, fused epilogues
+// (SiLU, multiply) and the bf16 row padding that avoids oneDNN's slow M blockings. Weights in
+// PyTorch layout are described as memory tag "ba" on logical [K, N], so plain weights are never copied.
 #include "base/matmul.hpp"
 
 #include <dnnl.hpp>
+
+#include <algorithm>
+#include <cstring>
 #include <unordered_map>
 
 #include "base/error.hpp"
@@ -22,9 +26,16 @@ namespace {
     }                                                                                          \
   }()
 
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+dt to_dnnl(DType t) { return t == DType::F32 ? dt::f32 : dt::bf16; }
+
 struct ShapeKey {
   int64_t m, k, n;
-  bool bf16;
+  DType in, out;
+  Epilogue ep;
+  const PackedLayout* layout;
   bool operator==(const ShapeKey&) const = default;
 };
 
@@ -33,64 +44,170 @@ struct ShapeKeyHash {
     std::size_t h = std::hash<int64_t>()(s.m);
     h = h * 1000003u ^ std::hash<int64_t>()(s.k);
     h = h * 1000003u ^ std::hash<int64_t>()(s.n);
-    return h * 2u + s.bf16;
+    h = h * 1000003u ^ std::hash<const void*>()(s.layout);
+    return h * 64u + static_cast<std::size_t>(s.in) * 16u + static_cast<std::size_t>(s.out) * 4u + static_cast<std::size_t>(s.ep);
   }
 };
 
+dnnl::memory::desc plain_weights(int64_t k, int64_t n, DType t) { return dnnl::memory::desc({k, n}, to_dnnl(t), tag::ba); }
+
 }  // namespace
 
+struct PackedLayout {
+  dnnl::memory::desc desc;
+};
+
 struct Matmul::Impl {
+  static constexpr int64_t kChunk = 512;
+
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::unordered_map<ShapeKey, dnnl::matmul, ShapeKeyHash> cache;
-  AlignedBuffer x_bf16;
+  // One layout object per (K, N, dtype), shared by every matrix packed alike (one cache entry).
+  std::unordered_map<ShapeKey, std::shared_ptr<const PackedLayout>, ShapeKeyHash> layouts;
+  AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad;
 
-  dnnl::matmul& get(const ShapeKey& key) {
-    auto it = cache.find(key);
-    if (it != cache.end()) return it->second;
-    if (cache.size() > 4096) cache.clear();  // bound memory if shapes keep changing
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
-    const dt in = key.bf16 ? dt::bf16 : dt::f32;
-    dnnl::memory::desc src({key.m, key.k}, in, tag::ab);
-    dnnl::memory::desc wei({key.k, key.n}, in, tag::ba);
-    dnnl::memory::desc dst({key.m, key.n}, dt::f32, tag::ab);
-    auto pd = DNNL_CHECK(dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), engine));
-    return cache.emplace(key, DNNL_CHECK(dnnl::matmul(pd))).first->second;
+  static int64_t pad_chunk(int64_t m) {
+    if (m <= 16) return m;
+    return m <= 256 ? (m + 15) / 16 * 16 : (m + 31) / 32 * 32;
   }
 
-  void run(const void* x, int64_t M, const WeightMatrix& W, float* y, bool bf16) {
+  dnnl::matmul::primitive_desc make_pd(const ShapeKey& key, const dnnl::memory::desc& wei) {
+    dnnl::memory::desc src({key.m, key.k}, to_dnnl(key.in), tag::ab);
+    dnnl::memory::desc dst({key.m, key.n}, to_dnnl(key.out), tag::ab);
+    dnnl::post_ops po;
+    if (key.ep == Epilogue::Silu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
+    if (key.ep == Epilogue::MulBy)
+      po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({key.m, key.n}, dt::f32, tag::ab));
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(po);
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine);
+  }
+
+  // Primitive for the shape, or nullptr when oneDNN has no implementation for a packed layout at
+  // this M (then the caller unpacks).
+  dnnl::matmul* get(const ShapeKey& key) {
+    auto it = cache.find(key);
+    if (it != cache.end()) return &it->second;
+    if (cache.size() > 4096) cache.clear();  // bound memory if shapes keep changing
+    const dnnl::memory::desc wei = key.layout ? key.layout->desc : plain_weights(key.k, key.n, key.in);
+    try {
+      return &cache.emplace(key, dnnl::matmul(make_pd(key, wei))).first->second;
+    } catch (const dnnl::error& e) {
+      if (key.layout && e.status == dnnl_unimplemented) return nullptr;
+      throw Error(ErrorKind::Internal, str("oneDNN: matmul primitive for [", key.m, "x", key.k, "]x[", key.k, "x", key.n,
+                                           "] failed (status ", e.status, ": ", e.what(), ")"));
+    }
+  }
+
+  // One primitive execution on exactly M rows.
+  void run(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     if (M == 0) return;
-    const ShapeKey key{M, W.cols, W.rows, bf16};
-    dnnl::matmul& prim = get(key);
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
-    const dt in = bf16 ? dt::bf16 : dt::f32;
-    dnnl::memory src({{M, W.cols}, in, tag::ab}, engine, const_cast<void*>(x));
-    dnnl::memory wei({{W.cols, W.rows}, in, tag::ba}, engine, const_cast<void*>(W.data.data()));
-    dnnl::memory dst({{M, W.rows}, dt::f32, tag::ab}, engine, y);
-    DNNL_CHECK(prim.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}}));
+    ShapeKey key{M, W.cols, W.rows, W.dtype, out, ep, W.packed.get()};
+    dnnl::matmul* prim = get(key);
+    dnnl::memory::desc wdesc = W.packed ? W.packed->desc : plain_weights(W.cols, W.rows, W.dtype);
+    void* wptr = const_cast<void*>(W.data.data());
+    if (!prim) {
+      // Rare: no kernel takes the packed layout at this M. Unpack into scratch and run plain.
+      const dnnl::memory::desc plain = plain_weights(W.cols, W.rows, W.dtype);
+      unpacked.resize(plain.get_size());
+      dnnl::memory from(wdesc, engine, wptr), to(plain, engine, unpacked.data());
+      DNNL_CHECK(dnnl::reorder(from, to).execute(stream, from, to));
+      wdesc = plain;
+      wptr = unpacked.data();
+      key.layout = nullptr;
+      prim = get(key);
+    }
+    dnnl::memory src({{M, W.cols}, to_dnnl(W.dtype), tag::ab}, engine, const_cast<void*>(x));
+    dnnl::memory wei(wdesc, engine, wptr);
+    dnnl::memory dst({{M, W.rows}, to_dnnl(out), tag::ab}, engine, y);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
+    if (ep == Epilogue::MulBy)
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                   dnnl::memory({{M, W.rows}, dt::f32, tag::ab}, engine, const_cast<float*>(other)));
+    DNNL_CHECK(prim->execute(stream, args));
     stream.wait();
+  }
+
+  // bf16: chunks of <= 512 rows, each padded to a good M (see padded_rows).
+  void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other,
+                   int64_t capacity) {
+    if (W.dtype == DType::F32) {
+      run(x, M, W, y, out, ep, other);
+      return;
+    }
+    const int64_t K = W.cols, N = W.rows;
+    const std::size_t ys = dtype_size(out);
+    for (int64_t start = 0; start < M; start += kChunk) {
+      const int64_t m = std::min(kChunk, M - start), mp = pad_chunk(m);
+      const auto* xs = static_cast<const uint16_t*>(x) + start * K;
+      char* yc = static_cast<char*>(y) + static_cast<std::size_t>(start * N) * ys;
+      const float* oc = other ? other + start * N : nullptr;
+      if (mp == m || start + mp <= capacity) {
+        run(xs, mp, W, yc, out, ep, oc);
+        continue;
+      }
+      x_pad.resize(static_cast<std::size_t>(mp * K) * 2);
+      std::memcpy(x_pad.data(), xs, static_cast<std::size_t>(m * K) * 2);
+      std::memset(x_pad.as<uint16_t>() + m * K, 0, static_cast<std::size_t>((mp - m) * K) * 2);
+      y_pad.resize(static_cast<std::size_t>(mp * N) * ys);
+      if (oc) {
+        o_pad.resize(static_cast<std::size_t>(mp * N) * 4);
+        std::memcpy(o_pad.data(), oc, static_cast<std::size_t>(m * N) * 4);
+        oc = o_pad.as<float>();
+      }
+      run(x_pad.data(), mp, W, y_pad.data(), out, ep, oc);
+      std::memcpy(yc, y_pad.data(), static_cast<std::size_t>(m * N) * ys);
+    }
   }
 };
 
 Matmul::Matmul() : impl_(std::make_unique<Impl>()) {}
 Matmul::~Matmul() = default;
 
+int64_t Matmul::padded_rows(int64_t M) {
+  if (M <= Impl::kChunk) return Impl::pad_chunk(M);
+  const int64_t full = M / Impl::kChunk * Impl::kChunk;
+  return full + Impl::pad_chunk(M - full);
+}
+
+void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DType y_dtype, Epilogue ep,
+                  const float* other, int64_t rows_capacity) {
+  impl_->run_chunked(x, M, W, y, y_dtype, ep, other, rows_capacity);
+}
+
 void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) {
   if (W.dtype == DType::F32) {
-    impl_->run(x, M, W, y, false);
+    impl_->run(x, M, W, y, DType::F32, Epilogue::None, nullptr);
     return;
   }
   const std::size_t n = static_cast<std::size_t>(M * W.cols);
   impl_->x_bf16.resize(n * 2);
   f32_to_bf16(x, impl_->x_bf16.as<uint16_t>(), n);
-  impl_->run(impl_->x_bf16.data(), M, W, y, true);
+  impl_->run_chunked(impl_->x_bf16.data(), M, W, y, DType::F32, Epilogue::None, nullptr, 0);
 }
 
-void Matmul::linear_bf16(const uint16_t* x, int64_t M, const WeightMatrix& W, float* y) {
-  if (W.dtype != DType::BF16) fail(ErrorKind::Internal, "Matmul::linear_bf16 on a float32 weight");
-  impl_->run(x, M, W, y, true);
+void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
+  if (W.packed) return;
+  const ShapeKey lkey{0, W.cols, W.rows, W.dtype, DType::F32, Epilogue::None, nullptr};
+  auto& layout = impl_->layouts[lkey];
+  if (!layout) {
+    dnnl::memory::desc any({W.cols, W.rows}, to_dnnl(W.dtype), tag::any);
+    ShapeKey key = lkey;
+    key.m = typical_rows;
+    auto pd = DNNL_CHECK(impl_->make_pd(key, any));
+    auto l = std::make_shared<PackedLayout>();
+    l->desc = pd.weights_desc();
+    layout = l;
+  }
+  const dnnl::memory::desc plain = plain_weights(W.cols, W.rows, W.dtype);
+  if (layout->desc == plain) return;
+  AlignedBuffer out(layout->desc.get_size());
+  dnnl::memory from(plain, impl_->engine, W.data.data()), to(layout->desc, impl_->engine, out.data());
+  DNNL_CHECK(dnnl::reorder(from, to).execute(impl_->stream, from, to));
+  impl_->stream.wait();
+  W.data = std::move(out);
+  W.packed = layout;
 }
 
 const char* Matmul::isa_name() {

@@ -11,12 +11,17 @@
 
 namespace moerun {
 
-// A weight matrix [rows=out, cols=in] in its stored dtype (float32, or bfloat16 bits).
+// Opaque oneDNN blocked layout a weight matrix may be packed into (see Matmul::pack).
+struct PackedLayout;
+
+// A weight matrix [rows=out, cols=in] in its stored dtype (float32, or bfloat16 bits). Plain
+// row-major unless `packed` is set, in which case `data` holds oneDNN's preferred blocked layout.
 struct WeightMatrix {
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
   AlignedBuffer data;
+  std::shared_ptr<const PackedLayout> packed;
 
   std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * dtype_size(dtype); }
   void allocate(DType t, int64_t r, int64_t c) {
@@ -25,6 +30,13 @@ struct WeightMatrix {
     cols = c;
     data.resize(bytes());
   }
+};
+
+// What is applied to the GEMM result before it is stored (fused into the oneDNN primitive).
+enum class Epilogue {
+  None,
+  Silu,   // y = silu(x·Wᵀ)
+  MulBy,  // y = (x·Wᵀ) ⊙ other, other [M, N] float32
 };
 
 class Matmul {
@@ -36,8 +48,23 @@ class Matmul {
 
   // y[M, W.rows] = x[M, W.cols] · Wᵀ. x is float32; for bf16 weights it is rounded to bf16 first.
   void linear(const float* x, int64_t M, const WeightMatrix& W, float* y);
-  // Same with activations already in bf16 (W must be bf16).
-  void linear_bf16(const uint16_t* x, int64_t M, const WeightMatrix& W, float* y);
+
+  // The general form. x is in W's dtype (float32, or bf16 bits for bf16 weights); y is float32 or
+  // bf16 (`y_dtype`); `other` is the MulBy operand. If x, y and other all have room for at least
+  // padded_rows(M) rows (`rows_capacity`), padding rows are computed in place (garbage) instead of
+  // through scratch copies.
+  void gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DType y_dtype, Epilogue ep = Epilogue::None,
+            const float* other = nullptr, int64_t rows_capacity = 0);
+
+  // oneDNN 2.6's AMX bf16 matmul picks a poor M blocking (4-6x slower) when M/16 has a large prime
+  // factor (M = 53, 106, 244, 464, 848... measured with bench layer). bf16 GEMMs therefore run in
+  // chunks of at most 512 rows, each padded to a multiple of 16 (<= 256 rows) or 32 (<= 512).
+  static int64_t padded_rows(int64_t M);
+
+  // Reorders W in place into the blocked layout oneDNN prefers for GEMMs of about `typical_rows`
+  // rows (for bf16 on AMX this avoids re-blocking the weights on every call). Call after the
+  // checksum was verified; a no-op if the preferred layout is the plain one.
+  void pack(WeightMatrix& W, int64_t typical_rows);
 
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();

@@ -7,12 +7,23 @@
 namespace moerun::experts {
 
 ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& c,
-                                 const std::function<bool(int64_t, int64_t)>& owns, bool check_finite)
+                                 const std::function<bool(int64_t, int64_t)>& owns, bool check_finite, Matmul& mm)
     : num_experts_(c.num_experts) {
   for (int64_t l = 0; l < c.num_layers; ++l)
-    for (int64_t e = 0; e < c.num_experts; ++e)
-      if (owns(l, e)) weights_.emplace(l * c.num_experts + e, index.load(l, e, check_finite));
+    for (int64_t e = 0; e < c.num_experts; ++e) {
+      if (!owns(l, e)) continue;
+      io::ExpertWeights w = index.load(l, e, check_finite);
+      pack_expert(mm, w);
+      weights_.emplace(l * c.num_experts + e, std::move(w));
+    }
   log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB)");
+}
+
+void pack_expert(Matmul& mm, io::ExpertWeights& w) {
+  // Experts see a few dozen to a few hundred rows per call; pack for that regime.
+  mm.pack(w.w1, 128);
+  mm.pack(w.w3, 128);
+  mm.pack(w.w2, 128);
 }
 
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {
@@ -27,7 +38,7 @@ const io::ExpertWeights& ResidentExperts::get(int64_t layer, int64_t expert) con
 
 int64_t ResidentExperts::bytes() const {
   int64_t b = 0;
-  for (const auto& [k, w] : weights_) b += static_cast<int64_t>(w.w13.bytes() + w.w2.bytes());
+  for (const auto& [k, w] : weights_) b += static_cast<int64_t>(w.w1.data.size() + w.w3.data.size() + w.w2.data.size());
   return b;
 }
 

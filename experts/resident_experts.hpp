@@ -7,16 +7,21 @@
 #include <utility>
 #include <vector>
 
+#include "base/matmul.hpp"
+
 #include "io/expert_shards.hpp"
 
 namespace moerun::experts {
 
+// Packs an expert's matrices into oneDNN's preferred layout (after its checksum was verified).
+void pack_expert(Matmul& mm, io::ExpertWeights& w);
+
 class ResidentExperts {
  public:
   explicit ResidentExperts(int64_t num_experts) : num_experts_(num_experts) {}
-  // Loads every (layer, expert) for which `owns` is true; `progress` (may be empty) is called per load.
+  // Loads every (layer, expert) for which `owns` is true and packs it for `mm` (see Matmul::pack).
   ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& config,
-                  const std::function<bool(int64_t, int64_t)>& owns, bool check_finite);
+                  const std::function<bool(int64_t, int64_t)>& owns, bool check_finite, Matmul& mm);
 
   void insert(int64_t layer, int64_t expert, io::ExpertWeights w) { weights_[layer * num_experts_ + expert] = std::move(w); }
   const io::ExpertWeights& get(int64_t layer, int64_t expert) const;

@@ -129,19 +129,18 @@ ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) 
   const std::string gp = expert_group_path(layer, expert);
   const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   ExpertWeights w;
-  w.w13.allocate(c.dtype, 2 * c.intermediate_size, c.hidden_size);
+  w.w1.allocate(c.dtype, c.intermediate_size, c.hidden_size);
+  w.w3.allocate(c.dtype, c.intermediate_size, c.hidden_size);
   w.w2.allocate(c.dtype, c.hidden_size, c.intermediate_size);
-  const std::size_t half = w.w13.bytes() / 2;
-  auto* base = static_cast<char*>(w.w13.data.data());
-  h5_read(*handle, gp + "/w1", mem, base);
-  h5_read(*handle, gp + "/w3", mem, base + half);
+  h5_read(*handle, gp + "/w1", mem, w.w1.data.data());
+  h5_read(*handle, gp + "/w3", mem, w.w3.data.data());
   h5_read(*handle, gp + "/w2", mem, w.w2.data.data());
-  const uint64_t sum = expert_checksum(base, base + half, w.w2.data.data(), half, w.w2.bytes());
+  const uint64_t sum = expert_checksum(w.w1.data.data(), w.w3.data.data(), w.w2.data.data(), w.w1.bytes(), w.w2.bytes());
   if (sum != loc.xxh64)
     fail(ErrorKind::BadInput, loc.shard, ": ", gp, " checksum mismatch (xxh64 attribute ", loc.xxh64, ", data ", sum, ")");
   if (check) {
-    check_finite(base, c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w1");
-    check_finite(base + half, c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w3");
+    check_finite(w.w1.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w1");
+    check_finite(w.w3.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w3");
     check_finite(w.w2.data.data(), c.dtype, c.hidden_size, c.intermediate_size, loc.shard, gp + "/w2");
   }
   return w;

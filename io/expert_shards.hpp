@@ -14,11 +14,9 @@
 
 namespace moerun::io {
 
-// One expert's weights in compute layout: w13 = [w1; w3] stacked ([2*ff, d]) so the two input
-// projections run as one GEMM; w2 is [d, ff].
+// One expert's weights: w1, w3 [ff, d], w2 [d, ff].
 struct ExpertWeights {
-  WeightMatrix w13;
-  WeightMatrix w2;
+  WeightMatrix w1, w3, w2;
 };
 
 struct ExpertLocation {

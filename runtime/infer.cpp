@@ -40,7 +40,8 @@ InferReport run_infer(const InferConfig& cfg) {
   if (!cfg.trace.empty()) io::check_writable(cfg.trace);
   const io::ExpertShardIndex index = io::ExpertShardIndex::build(cfg.model_dir, mc);
   const io::DenseWeights dense = io::load_dense_weights(cfg.model_dir, cfg.check_weights);
-  const experts::ResidentExperts experts(index, mc, [](int64_t, int64_t) { return true; }, cfg.check_weights);
+  Matmul mm;
+  const experts::ResidentExperts experts(index, mc, [](int64_t, int64_t) { return true; }, cfg.check_weights, mm);
   log::info("model ", cfg.model_dir, ": ", mc.num_layers, " layers, ", mc.num_experts, " experts (top-", mc.top_k, "), d=",
             mc.hidden_size, ", ", dtype_name(mc.dtype), ", ", (mc.total_params() * static_cast<int64_t>(dtype_size(mc.dtype))) >> 20,
             " MiB");
@@ -57,7 +58,6 @@ InferReport run_infer(const InferConfig& cfg) {
     pending.push_back(static_cast<int64_t>(i));
   }
 
-  Matmul mm;
   LocalMoeLayer moe(mm, experts, mc.hidden_size, mc.num_experts);
   ModelForward model(dense, mm, moe, cfg.router);
   RoutingStats stats(mc, !cfg.trace.empty());

@@ -1,45 +1,29 @@
 // CPU expert FFN.
 #include "experts/cpu/expert_ffn.hpp"
 
-#include <cmath>
+#include <cstring>
 
 namespace moerun::experts {
-
-void swiglu(const float* h, int64_t rows, int64_t ff, float* act) {
-#pragma omp parallel for schedule(static) if (rows * ff > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = h + r * 2 * ff;
-    const float* u = g + ff;
-    float* a = act + r * ff;
-    for (int64_t i = 0; i < ff; ++i) a[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
-  }
-}
-
-void swiglu_bf16(const float* h, int64_t rows, int64_t ff, uint16_t* act) {
-#pragma omp parallel for schedule(static) if (rows * ff > 65536)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = h + r * 2 * ff;
-    const float* u = g + ff;
-    uint16_t* a = act + r * ff;
-    for (int64_t i = 0; i < ff; ++i) a[i] = f32_to_bf16(g[i] / (1.0f + std::exp(-g[i])) * u[i]);
-  }
-}
 
 void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const io::ExpertWeights& w, float* y,
                         ExpertScratch& s) {
   if (rows == 0) return;
-  const int64_t ff = w.w2.cols;
-  s.h.resize(static_cast<std::size_t>(rows * 2 * ff) * sizeof(float));
-  mm.linear(x, rows, w.w13, s.h.as<float>());
-  if (w.w2.dtype == DType::BF16) {
-    s.act.resize(static_cast<std::size_t>(rows * ff) * sizeof(uint16_t));
-    swiglu_bf16(s.h.as<float>(), rows, ff, s.act.as<uint16_t>());
-    mm.linear_bf16(s.act.as<uint16_t>(), rows, w.w2, y);
-  } else {
-    s.act.resize(static_cast<std::size_t>(rows * ff) * sizeof(float));
-    swiglu(s.h.as<float>(), rows, ff, s.act.as<float>());
-    mm.linear(s.act.as<float>(), rows, w.w2, y);
+  const int64_t d = w.w2.rows, ff = w.w2.cols;
+  const DType dt = w.w2.dtype;
+  // Scratch is sized for the padded row count so bf16 GEMMs compute padding rows in place.
+  const int64_t cap = Matmul::padded_rows(rows);
+  const void* xin = x;
+  if (dt == DType::BF16) {
+    s.x.resize(static_cast<std::size_t>(cap * d) * 2);
+    f32_to_bf16(x, s.x.as<uint16_t>(), static_cast<std::size_t>(rows * d));
+    std::memset(s.x.as<uint16_t>() + rows * d, 0, static_cast<std::size_t>((cap - rows) * d) * 2);
+    xin = s.x.data();
   }
+  s.g.resize(static_cast<std::size_t>(cap * ff) * 4);
+  s.act.resize(static_cast<std::size_t>(cap * ff) * dtype_size(dt));
+  mm.gemm(xin, rows, w.w1, s.g.data(), DType::F32, Epilogue::Silu, nullptr, cap);
+  mm.gemm(xin, rows, w.w3, s.act.data(), dt, Epilogue::MulBy, s.g.as<float>(), cap);
+  mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);
 }
 
 }  // namespace moerun::experts
