@@ -19,25 +19,6 @@ bool parse_index(const std::string& s, int64_t limit, int64_t* out) {
   return *out < limit;
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-void check_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows, int64_t cols, DType dtype) {
-  if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
-  H5DatasetInfo info = h5_dataset_info(file, path);
-  std::vector<int64_t> want{rows, cols};
-  if (info.shape != want)
-    fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(want));
-  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
-                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
-  if (!ok)
-    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
-         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
-}
-
 }  // namespace
 
 std::string expert_group_path(int64_t layer, int64_t expert) {
@@ -92,9 +73,9 @@ ExpertShardIndex ExpertShardIndex::build(const std::string& model_dir, const Mod
         const std::string gp = expert_group_path(l, e);
         ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
         if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
-        check_matrix(file, fname, gp + "/w1", c.intermediate_size, c.hidden_size, c.dtype);
-        check_matrix(file, fname, gp + "/w3", c.intermediate_size, c.hidden_size, c.dtype);
-        check_matrix(file, fname, gp + "/w2", c.hidden_size, c.intermediate_size, c.dtype);
+        expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
+        expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
+        expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
         H5Handle group = h5_open_object(file, gp);
         std::optional<uint64_t> sum;
         try {

@@ -62,7 +62,7 @@ H5Handle h5_open_file(const std::string& path, H5Mode mode) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail(ErrorKind::Io, path, ": no such file");
   if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::Io, path, ": is a directory, expected an HDF5 file");
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t f = H5Fopen(path.c_str(), mode == H5Mode::ReadWrite ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     std::string cause = error_stack_message();
     FILE* probe = std::fopen(path.c_str(), "rb");
@@ -88,6 +88,10 @@ bool h5_exists(hid_t loc, const std::string& path) {
   }
   return true;
 }
+
+void h5_delete(hid_t loc, const std::string& path) { H5_CHECK(H5Ldelete(loc, path.c_str(), H5P_DEFAULT)); }
+
+void h5_delete_attr(hid_t obj, const std::string& name) { H5_CHECK(H5Adelete(obj, name.c_str())); }
 
 H5Handle h5_open_object(hid_t loc, const std::string& path) {
   return H5Handle(H5_CHECK(H5Oopen(loc, path.c_str(), H5P_DEFAULT)), H5Oclose);

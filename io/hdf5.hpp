@@ -57,7 +57,7 @@ class H5Handle {
 // Silence HDF5's automatic error printing (we report errors ourselves); idempotent.
 void h5_quiet();
 
-enum class H5Mode { ReadOnly, Create };
+enum class H5Mode { ReadOnly, ReadWrite, Create };
 
 // Opens an HDF5 file. A missing file is ErrorKind::Io; a file that exists but is not valid HDF5
 // (truncated, wrong format) is ErrorKind::BadInput. Messages start with `path`.
@@ -100,5 +100,8 @@ void h5_set_attr(hid_t obj, const std::string& name, double value);
 void h5_set_attr(hid_t obj, const std::string& name, const std::string& value);
 
 H5Handle h5_open_object(hid_t loc, const std::string& path);
+// Removes the link at `path` (dataset, group or attribute holder); used by tools and tests.
+void h5_delete(hid_t loc, const std::string& path);
+void h5_delete_attr(hid_t obj, const std::string& name);
 
 }  // namespace moerun::io

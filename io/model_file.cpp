@@ -3,29 +3,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 namespace moerun::io {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
-// Checks presence, shape and dtype of a weight dataset, naming file and dataset on failure.
-void expect_dataset(hid_t file, const std::string& fname, const std::string& path,
-                    const std::vector<int64_t>& shape, DType dtype) {
-  if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
-  H5DatasetInfo info = h5_dataset_info(file, path);
-  if (info.shape != shape)
-    fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(shape));
-  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
-                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
-  if (!ok)
-    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
-         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
-}
 
 std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
                                    const std::vector<int64_t>& shape, DType dtype, bool check) {
@@ -61,6 +42,27 @@ T require_attr(std::optional<T> v, const std::string& fname, const char* name) {
 }
 
 }  // namespace
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  os << ']';
+  return os.str();
+}
+
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                    DType dtype) {
+  if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
+  H5DatasetInfo info = h5_dataset_info(file, path);
+  if (info.shape != shape)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(shape));
+  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
+                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
+  if (!ok)
+    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
+         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
+}
 
 std::string model_h5_path(const std::string& model_dir) {
   return (std::filesystem::path(model_dir) / "model.h5").string();

@@ -32,6 +32,13 @@ ModelConfig read_model_config(const std::string& model_dir);
 // Reads every dense tensor; `check_finite` scans each for NaN/Inf and names the first found.
 DenseWeights load_dense_weights(const std::string& model_dir, bool check_finite);
 
+// "[64,256]"
+std::string shape_str(const std::vector<int64_t>& shape);
+// Checks presence, shape and dtype (float32, or uint16 bits for bfloat16) of a weight dataset;
+// BadInput naming `fname` and `path` otherwise.
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                    DType dtype);
+
 // Throws BadInput "`where`: `tensor` contains NaN at [r,c]" if any element is not finite.
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
                   const std::string& tensor);

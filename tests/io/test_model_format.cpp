@@ -1,0 +1,196 @@
+// moe-hdf5 round trip and every validation failure: each test writes a small synthetic model,
+// breaks one thing in it, and checks the error's kind (exit code) and that it names the file and
+// the offending attribute or dataset.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "io/expert_shards.hpp"
+#include "io/hdf5.hpp"
+#include "io/model_file.hpp"
+#include "io/synthetic_model.hpp"
+
+namespace moerun::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ModelFormat : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = (fs::temp_directory_path() / ("moerun-fmt-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name())).string();
+    fs::remove_all(dir);
+    SynthConfig s;
+    ModelConfig& m = s.model;
+    m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
+    m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+    s.shards = 2;
+    write_synthetic_model(dir, s, true);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // Expects `f` to throw an Error of `kind` whose message contains every one of `parts`.
+  template <typename F>
+  void expect_error(F f, ErrorKind kind, std::initializer_list<std::string> parts) {
+    try {
+      f();
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+    }
+  }
+  void load_all() {
+    ModelConfig c = read_model_config(dir);
+    load_dense_weights(dir, true);
+    ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t e = 0; e < c.num_experts; ++e) idx.load(l, e, true);
+  }
+  std::string shard(int i) { return dir + "/" + shard_file_name(i); }
+  std::string dir;
+};
+
+TEST_F(ModelFormat, RoundTrip) {
+  ModelConfig c = read_model_config(dir);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.intermediate_size, 24);
+  DenseWeights w = load_dense_weights(dir, true);
+  auto embed = synth_tensor(1, "/embed_tokens", 50 * 16, 1.0f);
+  EXPECT_EQ(w.embed_tokens, embed);
+  ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
+  EXPECT_EQ(idx.shards().size(), 2u);
+  EXPECT_EQ(idx.locate(0, 0).shard, shard(0));
+  EXPECT_EQ(idx.locate(1, 3).shard, shard(1));
+  ExpertWeights ew = idx.load(1, 2, true);
+  auto w3 = synth_tensor(1, expert_group_path(1, 2) + "/w3", 24 * 16, 1.0f / 4);
+  EXPECT_TRUE(std::equal(w3.begin(), w3.end(), ew.w3.data.as<float>()));
+  // Shards are one chunk per matrix.
+  H5Handle f = h5_open_file(shard(1), H5Mode::ReadOnly);
+  EXPECT_EQ(h5_dataset_info(f, expert_group_path(1, 2) + "/w2").chunk, (std::vector<int64_t>{16, 24}));
+}
+
+TEST_F(ModelFormat, MissingDirectory) {
+  expect_error([&] { read_model_config(dir + "-nope"); }, ErrorKind::Io, {"-nope", "does not exist"});
+}
+
+TEST_F(ModelFormat, TruncatedModelFile) {
+  fs::resize_file(dir + "/model.h5", 1000);
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "not a readable HDF5 file"});
+}
+
+TEST_F(ModelFormat, MissingAttribute) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "top_k"); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "top_k is missing"});
+}
+
+TEST_F(ModelFormat, KvHeadsMustDivideHeads) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "num_kv_heads", int64_t{3}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "num_kv_heads (3) does not divide num_heads (4)"});
+}
+
+TEST_F(ModelFormat, TopKAtMostExperts) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "top_k", int64_t{5}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "top_k (5) exceeds num_experts (4)"});
+}
+
+TEST_F(ModelFormat, AttributesOfOtherIntegerTypesLoad) {
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "top_k", 2.0);  // a float where an integer is expected is a type error...
+  }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "top_k", "expected an integer"});
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr_uint64(f, "top_k", 2);  // ...but any integer type is fine
+    h5_set_attr(f, "rope_theta", int64_t{10000});  // and an integer where a float is expected
+  }
+  EXPECT_EQ(read_model_config(dir).top_k, 2);
+}
+
+TEST_F(ModelFormat, WrongShape) {
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete(f, "/layers/1/wk");
+    std::vector<float> z(4 * 16, 0.0f);
+    h5_write(f, "/layers/1/wk", {4, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, z.data(), false);
+  }
+  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: /layers/1/wk has shape [4,16], expected [8,16]"});
+}
+
+TEST_F(ModelFormat, WrongDtype) {
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete(f, "/final_norm");
+    std::vector<int32_t> z(16, 1);
+    h5_write(f, "/final_norm", {16}, H5T_STD_I32LE, H5T_NATIVE_INT32, z.data(), false);
+  }
+  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: /final_norm has type int32, expected float32"});
+}
+
+TEST_F(ModelFormat, MissingDataset) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete(f, "/layers/0/gate"); }
+  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: dataset /layers/0/gate is missing"});
+}
+
+TEST_F(ModelFormat, ExpertInNoShard) {
+  { H5Handle f = h5_open_file(shard(1), H5Mode::ReadWrite); h5_delete(f, "/layers/1/experts/2"); }
+  expect_error([&] { load_all(); }, ErrorKind::BadInput, {"/layers/1/experts/2 is in no shard"});
+}
+
+TEST_F(ModelFormat, ExpertInTwoShards) {
+  {
+    SynthConfig s;
+    s.model = read_model_config(dir);
+    ExpertShardWriter w(shard(2), s.model);
+    std::vector<float> a(24 * 16, 0.5f);
+    w.write(0, 1, a.data(), a.data(), a.data());
+  }
+  expect_error([&] { load_all(); }, ErrorKind::BadInput, {"experts-00002.h5: /layers/0/experts/1 is also in", "experts-00000.h5"});
+}
+
+TEST_F(ModelFormat, ChecksumMismatch) {
+  {
+    H5Handle f = h5_open_file(shard(0), H5Mode::ReadWrite);
+    h5_delete(f, "/layers/0/experts/3/w2");
+    std::vector<float> z(16 * 24, 0.25f);
+    h5_write(f, "/layers/0/experts/3/w2", {16, 24}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, z.data(), true);
+  }
+  expect_error([&] { load_all(); }, ErrorKind::BadInput, {"experts-00000.h5", "/layers/0/experts/3 checksum mismatch"});
+}
+
+TEST_F(ModelFormat, BadExpertGroupName) {
+  { H5Handle f = h5_open_file(shard(0), H5Mode::ReadWrite); h5_create_group(f, "/layers/0/experts/07"); }
+  expect_error([&] { load_all(); }, ErrorKind::BadInput, {"experts-00000.h5", "/layers/0/experts/07 is not an expert index"});
+}
+
+TEST_F(ModelFormat, NanWeightNamedByCheck) {
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    std::vector<float> q(256, 0.1f);
+    q[3 * 16 + 5] = NAN;
+    h5_delete(f, "/layers/1/wq");
+    h5_write(f, "/layers/1/wq", {16, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.data(), false);
+  }
+  EXPECT_NO_THROW(load_dense_weights(dir, false));
+  expect_error([&] { load_dense_weights(dir, true); }, ErrorKind::BadInput, {"model.h5: /layers/1/wq contains NaN at [3,5]"});
+}
+
+TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {
+  fs::remove_all(dir);
+  SynthConfig s;
+  ModelConfig& m = s.model;
+  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
+  m.intermediate_size = 24; m.num_experts = 2; m.top_k = 1; m.max_position = 64; m.dtype = DType::BF16;
+  s.shards = 1;
+  write_synthetic_model(dir, s, true);
+  H5Handle f = h5_open_file(shard(0), H5Mode::ReadOnly);
+  EXPECT_EQ(h5_dataset_info(f, "/layers/0/experts/1/w1").type.describe(), "uint16");
+  EXPECT_NO_THROW(load_all());
+}
+
+}  // namespace
+}  // namespace moerun::io

@@ -1,0 +1,128 @@
+// Gate softmax, top-k ties, renormalised weights, capacity with both overflow policies and the
+// load penalty, on cases small enough to derive by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "router/gate.hpp"
+
+namespace moerun::router {
+namespace {
+
+TEST(Gate, SoftmaxMatchesFp64) {
+  const float logits[6] = {0.5f, -1.0f, 2.0f, 0.0f, 0.0f, 3.0f};
+  float p[6];
+  gate_softmax(logits, 2, 3, 1.0f, p);
+  for (int t = 0; t < 2; ++t) {
+    double z = 0;
+    for (int e = 0; e < 3; ++e) z += std::exp(static_cast<double>(logits[t * 3 + e]));
+    for (int e = 0; e < 3; ++e) EXPECT_NEAR(p[t * 3 + e], std::exp(static_cast<double>(logits[t * 3 + e])) / z, 1e-7);
+  }
+  // Temperature 2 equals softmax of logits / 2.
+  float p2[3], half[3] = {0.25f, -0.5f, 1.0f}, q[3];
+  gate_softmax(logits, 1, 3, 2.0f, p2);
+  gate_softmax(half, 1, 3, 1.0f, q);
+  for (int e = 0; e < 3; ++e) EXPECT_NEAR(p2[e], q[e], 1e-7);
+}
+
+TEST(Gate, TopKTiesGoToLowerId) {
+  const float s[5] = {0.1f, 0.3f, 0.3f, 0.05f, 0.3f};
+  int32_t out[3];
+  top_k_desc(s, 5, 3, out);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 2);
+  EXPECT_EQ(out[2], 4);
+}
+
+RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg) {
+  RoutingDecision d;
+  d.tokens = T;
+  d.top_k = k;
+  d.expert.assign(static_cast<std::size_t>(T * k), -1);
+  d.weight.assign(d.expert.size(), 0.0f);
+  route_group(probs.data(), T, E, k, cfg, 0, &d);
+  return d;
+}
+
+TEST(Gate, PlainTop2RenormalisesWeights) {
+  const std::vector<float> p = {0.1f, 0.5f, 0.3f, 0.1f};
+  const RoutingDecision d = run(p, 1, 4, 2, {});
+  EXPECT_EQ(d.expert[0], 1);
+  EXPECT_EQ(d.expert[1], 2);
+  EXPECT_NEAR(d.weight[0], 0.5 / 0.8, 1e-7);
+  EXPECT_NEAR(d.weight[1], 0.3 / 0.8, 1e-7);
+}
+
+// 4 tokens, 2 experts, top-1, all prefer expert 0. capacity = ceil(1.0 * 4 * 1 / 2) = 2.
+const std::vector<float> kCrowded = {0.9f, 0.1f, 0.8f, 0.2f, 0.7f, 0.3f, 0.6f, 0.4f};
+
+TEST(Gate, CapacityRerouteMovesOverflowToNextBest) {
+  RouterConfig cfg;
+  cfg.capacity_factor = 1.0;
+  cfg.overflow = Overflow::Reroute;
+  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg);
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, 1, 1}));
+  EXPECT_EQ(d.rerouted, 2);
+  EXPECT_EQ(d.dropped, 0);
+  // Top-1 weights renormalise over the single final expert.
+  for (float w : d.weight) EXPECT_FLOAT_EQ(w, 1.0f);
+}
+
+TEST(Gate, CapacityDropZeroesOverflow) {
+  RouterConfig cfg;
+  cfg.capacity_factor = 1.0;
+  cfg.overflow = Overflow::Drop;
+  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg);
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, -1, -1}));
+  EXPECT_EQ(d.dropped, 2);
+  EXPECT_FLOAT_EQ(d.weight[2], 0.0f);
+  EXPECT_FLOAT_EQ(d.weight[0], 1.0f);
+}
+
+TEST(Gate, CapacityFirstChoicesHavePriorityOverSecond) {
+  // 2 tokens, 3 experts, top-2, capacity ceil(0.75 * 2 * 2 / 3) = 1 per expert.
+  // Token 0 prefers 0 then 1; token 1 prefers 1 then 0. First choices fit; second choices are full
+  // (0 and 1 taken), so both reroute to expert 2 in token order: token 0 gets it, token 1 drops.
+  const std::vector<float> p = {0.6f, 0.3f, 0.1f, 0.3f, 0.6f, 0.1f};
+  RouterConfig cfg;
+  cfg.capacity_factor = 0.75;
+  const RoutingDecision d = run(p, 2, 3, 2, cfg);
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 2, 1, -1}));
+  EXPECT_EQ(d.rerouted, 1);
+  EXPECT_EQ(d.dropped, 1);
+  EXPECT_NEAR(d.weight[0], 0.6 / 0.7, 1e-6);  // rerouted: renormalised over {0, 2}
+  EXPECT_NEAR(d.weight[1], 0.1 / 0.7, 1e-6);
+  EXPECT_NEAR(d.weight[2], 0.6 / 0.9, 1e-6);  // dropped slot keeps the other's Mixtral weight
+  EXPECT_FLOAT_EQ(d.weight[3], 0.0f);
+}
+
+TEST(Gate, LoadPenaltySpreadsTokens) {
+  // 4 identical tokens preferring expert 0 slightly; λ large enough to alternate.
+  const std::vector<float> p = {0.55f, 0.45f, 0.55f, 0.45f, 0.55f, 0.45f, 0.55f, 0.45f};
+  RouterConfig cfg;
+  cfg.load_penalty = 1.0;
+  const RoutingDecision d = run(p, 4, 2, 1, cfg);
+  // fair share = 2; token 0 -> 0; token 1: 0.55 - 0.5 < 0.45 -> 1; token 2: tie-free 0.05 vs -0.05 -> 0; ...
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 1, 0, 1}));
+  const RoutingDecision plain = run(p, 4, 2, 1, {});
+  EXPECT_EQ(plain.expert, (std::vector<int32_t>{0, 0, 0, 0}));
+}
+
+TEST(Gate, RouteSplitsPrefillAndDecodeGroups) {
+  // Gate weights pick expert 0 for every token; capacity 1 per group of 2 tokens (top-1, 2 experts).
+  Matmul mm;
+  WeightMatrix g;
+  g.allocate(DType::F32, 2, 2);
+  float* w = g.data.as<float>();
+  w[0] = 1; w[1] = 0; w[2] = 0; w[3] = 0;  // logit_0 = x0, logit_1 = 0
+  const std::vector<float> x = {1, 0, 1, 0, 1, 0, 1, 0};
+  RouterConfig cfg;
+  cfg.capacity_factor = 1.0;
+  cfg.overflow = Overflow::Drop;
+  const RoutingDecision d = route(mm, x.data(), 4, g, 1, cfg, {1, 0, 1, 0});
+  // Group prefill = tokens {0, 2}, decode = {1, 3}: each group's first token gets expert 0.
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, -1, -1}));
+}
+
+}  // namespace
+}  // namespace moerun::router

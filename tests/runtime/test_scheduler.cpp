@@ -1,0 +1,107 @@
+// Continuous batching: budgets respected, long prompts chunked, new requests join as others finish,
+// and stop conditions (max_new_tokens, EOS, max_position). Logits are fabricated so the sampled
+// token is chosen by the test (greedy picks the single 1.0).
+#include <gtest/gtest.h>
+
+#include "runtime/scheduler.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+io::ModelConfig tiny() {
+  io::ModelConfig c;
+  c.vocab_size = 10;
+  c.num_layers = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.max_position = 8;
+  c.eos_token_id = 9;
+  return c;
+}
+
+io::Request req(const std::string& id, std::vector<int32_t> prompt, int64_t max_new) {
+  io::Request r;
+  r.id = id;
+  r.prompt_tokens = std::move(prompt);
+  r.max_new_tokens = max_new;
+  return r;
+}
+
+std::vector<float> logits_for(const std::vector<int32_t>& next) {
+  std::vector<float> l(next.size() * 10, 0.0f);
+  for (std::size_t i = 0; i < next.size(); ++i) l[i * 10 + next[i]] = 1.0f;
+  return l;
+}
+
+// Simulates what the forward pass does to KV caches (length bookkeeping only).
+void fake_forward(const StepBatch& b) {
+  for (const auto& ch : b.chunks) {
+    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->kv_dim), 0.0f);
+    ch.kv->append(0, z.data(), z.data(), ch.count);
+  }
+}
+
+TEST(Scheduler, BudgetsChunkingAndJoining) {
+  std::vector<io::Request> rs = {req("a", {1, 2, 3, 4, 5}, 2), req("b", {1}, 1), req("c", {1, 2}, 1)};
+  SchedulerConfig cfg;
+  cfg.max_batch_size = 2;
+  cfg.max_batch_tokens = 3;
+  Scheduler s(cfg, tiny(), rs, {0, 1, 2});
+  // Step 1: a's prompt chunk of 3 (budget), nothing else fits.
+  StepBatch b = s.next_step();
+  ASSERT_EQ(b.tokens(), 3);
+  EXPECT_EQ(b.emitting(), 0);
+  fake_forward(b);
+  EXPECT_TRUE(s.complete_step({}).empty());
+  // Step 2: rest of a (2 tokens, emits) + b joins (1 token, emits).
+  b = s.next_step();
+  ASSERT_EQ(b.tokens(), 3);
+  EXPECT_EQ(b.chunks[0].pos0, 3);
+  EXPECT_EQ(b.emitting(), 2);
+  fake_forward(b);
+  auto done = s.complete_step(logits_for({4, 6}));
+  ASSERT_EQ(done.size(), 1u);  // b finished (max_new 1)
+  EXPECT_EQ(done[0].id, "b");
+  EXPECT_EQ(done[0].output_tokens, (std::vector<int32_t>{6}));
+  // Step 3: a decodes 1 token, c joins with its 2-token prompt.
+  b = s.next_step();
+  EXPECT_EQ(b.tokens(), 3);
+  EXPECT_EQ(b.positions[0], 5);
+  fake_forward(b);
+  done = s.complete_step(logits_for({9, 3}));  // a hits EOS before max_new
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].id, "a");
+  EXPECT_EQ(done[0].finish_reason, "eos");
+  EXPECT_EQ(done[0].output_tokens, (std::vector<int32_t>{4, 9}));
+  EXPECT_EQ(done[1].id, "c");
+  EXPECT_TRUE(s.done());
+}
+
+TEST(Scheduler, StopsAtMaxPosition) {
+  std::vector<io::Request> rs = {req("a", {1, 2, 3, 4, 5, 6}, 100)};
+  Scheduler s({}, tiny(), rs, {0});
+  std::vector<io::Result> done;
+  int steps = 0;
+  while (!s.done()) {
+    StepBatch b = s.next_step();
+    fake_forward(b);
+    done = s.complete_step(logits_for(std::vector<int32_t>(static_cast<std::size_t>(b.emitting()), 5)));
+    ++steps;
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].finish_reason, "length");
+  EXPECT_EQ(done[0].output_tokens.size(), 2u);  // 6 + 2 = max_position 8
+}
+
+TEST(Scheduler, ZeroNewTokensNeedsNoCompute) {
+  std::vector<io::Request> rs = {req("a", {1, 2}, 0)};
+  Scheduler s({}, tiny(), rs, {0});
+  EXPECT_TRUE(s.done());
+  auto t = s.take_trivial();
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_TRUE(t[0].output_tokens.empty());
+  EXPECT_EQ(t[0].finish_reason, "length");
+}
+
+}  // namespace
+}  // namespace moerun::runtime
