@@ -39,6 +39,6 @@ function(moerun_add_script_test name)
   endif()
   add_test(NAME ${name} COMMAND ${ARG_COMMAND})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT}
-                       ENVIRONMENT "${MOERUN_TEST_ENV};MOERUN_BIN=$<TARGET_FILE:moerun>;MPIEXEC=${MPIEXEC_EXECUTABLE}"
+                       ENVIRONMENT "${MOERUN_TEST_ENV};MOERUN_BIN=$<TARGET_FILE:moerun>;MPIEXEC=${MPIEXEC_EXECUTABLE};MOERUN_PYTHON=${MOERUN_PYTHON}"
                        LABELS "${ARG_LABELS}")
 endfunction()

@@ -116,14 +116,15 @@ ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) 
   h5_read(*handle, gp + "/w1", mem, w.w1.data.data());
   h5_read(*handle, gp + "/w3", mem, w.w3.data.data());
   h5_read(*handle, gp + "/w2", mem, w.w2.data.data());
-  const uint64_t sum = expert_checksum(w.w1.data.data(), w.w3.data.data(), w.w2.data.data(), w.w1.bytes(), w.w2.bytes());
-  if (sum != loc.xxh64)
-    fail(ErrorKind::BadInput, loc.shard, ": ", gp, " checksum mismatch (xxh64 attribute ", loc.xxh64, ", data ", sum, ")");
+  // The NaN scan (when asked) comes first: it names the tensor and element, the checksum cannot.
   if (check) {
     check_finite(w.w1.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w1");
     check_finite(w.w3.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w3");
     check_finite(w.w2.data.data(), c.dtype, c.hidden_size, c.intermediate_size, loc.shard, gp + "/w2");
   }
+  const uint64_t sum = expert_checksum(w.w1.data.data(), w.w3.data.data(), w.w2.data.data(), w.w1.bytes(), w.w2.bytes());
+  if (sum != loc.xxh64)
+    fail(ErrorKind::BadInput, loc.shard, ": ", gp, " checksum mismatch (xxh64 attribute ", loc.xxh64, ", data ", sum, ")");
   return w;
 }
 

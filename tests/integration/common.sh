@@ -1,0 +1,31 @@
+# Shared helpers for the end-to-end tests: a scratch directory, a small synthetic model, checks.
+set -euo pipefail
+MOERUN=${MOERUN_BIN:?MOERUN_BIN must point at the moerun binary}
+PY=${MOERUN_PYTHON:-python3}
+WORK=$(mktemp -d /tmp/moerun-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+passes=0
+
+ok() { echo "ok   $*"; passes=$((passes + 1)); }
+bad() { echo "FAIL $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+finish() { echo "$passes passed, $failures failed"; [ "$failures" -eq 0 ]; }
+
+# synth_model DIR [extra synth options]
+synth_model() {
+  local dir=$1; shift
+  "$MOERUN" synth --out "$dir" --layers 3 --experts 8 --top-k 2 --hidden ${SYNTH_HIDDEN:-64} --heads 4 --kv-heads 2 --head-dim ${SYNTH_HEAD_DIM:-16} \
+    --intermediate ${SYNTH_FF:-96} --vocab 200 --max-position 256 --eos 199 --shards 2 --seed 11 --quiet "$@"
+}
+
+# requests FILE N MAX_NEW: N requests with prompts of varied length, ids r0..r{N-1}
+requests() {
+  local file=$1 n=$2 max_new=$3
+  : > "$file"
+  for i in $(seq 0 $((n - 1))); do
+    local len=$(( (i * 7) % 13 + 1 )) toks="1"
+    for j in $(seq 1 $((len - 1))); do toks="$toks, $(( (i * 31 + j * 17) % 198 + 1 ))"; done
+    echo "{\"id\": \"r$i\", \"prompt_tokens\": [$toks], \"max_new_tokens\": $max_new}" >> "$file"
+  done
+}
