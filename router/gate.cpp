@@ -130,11 +130,7 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
   std::vector<float> logits(static_cast<std::size_t>(T * E)), probs(logits.size());
   mm.linear(x, T, gate_w, logits.data());
   gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
-  RoutingDecision d;
-  d.tokens = T;
-  d.top_k = top_k;
-  d.expert.assign(static_cast<std::size_t>(T * top_k), -1);
-  d.weight.assign(d.expert.size(), 0.0f);
+  RoutingDecision d = RoutingDecision::empty(T, top_k);
   if (cfg.capacity_factor <= 0 && cfg.load_penalty <= 0) {
     route_group(probs.data(), T, E, top_k, cfg, 0, &d);
     return d;
@@ -148,11 +144,7 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
     const int64_t n = static_cast<int64_t>(rows.size());
     std::vector<float> gp(static_cast<std::size_t>(n * E));
     for (int64_t i = 0; i < n; ++i) std::copy_n(probs.data() + rows[i] * E, E, gp.data() + i * E);
-    RoutingDecision g;
-    g.tokens = n;
-    g.top_k = top_k;
-    g.expert.assign(static_cast<std::size_t>(n * top_k), -1);
-    g.weight.assign(g.expert.size(), 0.0f);
+    RoutingDecision g = RoutingDecision::empty(n, top_k);
     route_group(gp.data(), n, E, top_k, cfg, 0, &g);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < top_k; ++j) {

@@ -18,6 +18,16 @@ struct RoutingDecision {
   std::vector<float> weight;    // [T * k]
   int64_t rerouted = 0;         // slots moved to another expert by capacity
   int64_t dropped = 0;          // slots dropped by capacity
+
+  // T tokens, k slots each, every slot unassigned (-1, weight 0).
+  static RoutingDecision empty(int64_t T, int64_t k) {
+    RoutingDecision d;
+    d.tokens = T;
+    d.top_k = k;
+    d.expert.assign(static_cast<std::size_t>(T * k), -1);
+    d.weight.assign(d.expert.size(), 0.0f);
+    return d;
+  }
 };
 
 // Kernels on raw spans (CPU reference; the CUDA backend mirrors these signatures).

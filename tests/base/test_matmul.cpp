@@ -7,25 +7,14 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "tests/test_support.hpp"
 
 namespace moerun {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+using moerun::testing::make_weight;
 
-WeightMatrix make_weight(const std::vector<float>& w, int64_t rows, int64_t cols, DType dt) {
-  WeightMatrix m;
-  m.allocate(dt, rows, cols);
-  if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
-  else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
-  return m;
-}
+std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
 
 // y = x·Wᵀ in fp64, with inputs rounded to bf16 first when bf16.
 std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, bool bf16) {

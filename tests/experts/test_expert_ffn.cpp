@@ -8,25 +8,13 @@
 
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/resident_experts.hpp"
+#include "tests/test_support.hpp"
 
 namespace moerun::experts {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed, float scale) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-WeightMatrix make(const std::vector<float>& w, int64_t r, int64_t c, DType dt) {
-  WeightMatrix m;
-  m.allocate(dt, r, c);
-  if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
-  else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
-  return m;
-}
+std::vector<float> randv(std::size_t n, uint32_t seed, float scale) { return moerun::testing::random_normal(n, seed, scale); }
+constexpr auto make = moerun::testing::make_weight;
 
 class ExpertFfn : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
 

@@ -35,11 +35,7 @@ TEST(Gate, TopKTiesGoToLowerId) {
 }
 
 RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg) {
-  RoutingDecision d;
-  d.tokens = T;
-  d.top_k = k;
-  d.expert.assign(static_cast<std::size_t>(T * k), -1);
-  d.weight.assign(d.expert.size(), 0.0f);
+  RoutingDecision d = RoutingDecision::empty(T, k);
   route_group(probs.data(), T, E, k, cfg, 0, &d);
   return d;
 }

@@ -7,17 +7,12 @@
 #include <vector>
 
 #include "runtime/attention.hpp"
+#include "tests/test_support.hpp"
 
 namespace moerun::runtime {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
 
 // 6 heads sharing 2 KV heads (group of 3), head_dim 4, 5 positions.
 constexpr int64_t H = 6, KV = 2, hd = 4, n = 5;

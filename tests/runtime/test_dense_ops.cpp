@@ -6,17 +6,12 @@
 #include <vector>
 
 #include "runtime/dense_ops.hpp"
+#include "tests/test_support.hpp"
 
 namespace moerun::runtime {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
+std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
 
 TEST(DenseOps, RmsNormMatchesDefinition) {
   const int64_t T = 3, d = 40;
@@ -43,8 +38,6 @@ TEST(DenseOps, RopeRotateHalfMatchesDefinition) {
       for (int64_t i = 0; i < hd; ++i) {
         const int64_t j = i % (hd / 2);
         const double ang = pos[t] / std::pow(theta, 2.0 * j / hd);
-        const double* unused = nullptr;
-        (void)unused;
         const float* v = x.data() + (t * heads + h) * hd;
         // rotate_half(v) = [-v2, v1]
         const double rot = i < hd / 2 ? -v[i + hd / 2] : v[i - hd / 2];

@@ -1,0 +1,28 @@
+// Helpers shared by the unit tests: reproducible random tensors and weight matrices.
+#pragma once
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "base/matmul.hpp"
+
+namespace moerun::testing {
+
+inline std::vector<float> random_normal(std::size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// A [rows, cols] weight in `dt` (bf16 values rounded to nearest even) from float32 values.
+inline WeightMatrix make_weight(const std::vector<float>& w, int64_t rows, int64_t cols, DType dt) {
+  WeightMatrix m;
+  m.allocate(dt, rows, cols);
+  if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
+  else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
+  return m;
+}
+
+}  // namespace moerun::testing
