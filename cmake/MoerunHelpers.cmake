@@ -16,7 +16,12 @@ set(MOERUN_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;O
 function(moerun_add_test name)
   cmake_parse_arguments(ARG "" "MPI_RANKS;TIMEOUT" "SOURCES;DEPS;LABELS;ARGS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  # MPI tests bring their own main (MPI_Init around the GoogleTest run).
+  if(ARG_MPI_RANKS)
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest)
+  else()
+    target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()

@@ -9,7 +9,7 @@ NP=${MOERUN_DEMO_NP:-1}
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}"
 mkdir -p "$BUILD"
-moerun_build "$ROOT" "$BUILD" -DMOERUN_BUILD_TESTS=OFF
+moerun_build "$ROOT" "$BUILD" moerun
 MOERUN=$BUILD/launch/moerun
 
 mkdir -p "$OUT"

@@ -23,9 +23,9 @@ moerun_install_packages() {
 # Open MPI refuses to run as root without these; we run as root in containers and CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-moerun_build() {  # moerun_build ROOT BUILD_DIR [extra cmake args...]
-  local root=$1 build=$2; shift 2
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" > "$build.configure.log" 2>&1 || {
+moerun_build() {  # moerun_build ROOT BUILD_DIR TARGET [extra cmake args...]   (TARGET: all, moerun, ...)
+  local root=$1 build=$2 target=$3; shift 3
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOERUN_BUILD_TESTS=ON "$@" > "$build.configure.log" 2>&1 || {
     cat "$build.configure.log" >&2; return 1; }
-  cmake --build "$build" -j "${MOERUN_BUILD_JOBS:-2}"
+  cmake --build "$build" --target "$target" -j "${MOERUN_BUILD_JOBS:-2}"
 }

@@ -16,6 +16,6 @@ if ! "$VENV/bin/python" -c "import transformers, torch, h5py" 2>/dev/null; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==4.36.2"
 fi
 
-moerun_build "$ROOT" "$BUILD" -DMOERUN_PYTHON="$VENV/bin/python"
+moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"
 cd "$BUILD"
 ctest --output-on-failure "$@"

@@ -1,0 +1,90 @@
+// Topology construction.
+#include "comm/topology.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "comm/mpi.hpp"
+
+namespace moerun::comm {
+
+int Topology::router_index(int rank) const {
+  auto it = std::find(routers.begin(), routers.end(), rank);
+  return it == routers.end() ? -1 : static_cast<int>(it - routers.begin());
+}
+
+std::string Topology::describe() const {
+  std::ostringstream os;
+  os << "layout: " << world_size << " rank(s) on " << nodes << " node(s), " << routers.size() << " router(s), "
+     << experts.size() << " expert rank(s)\n";
+  for (const RankInfo& r : ranks)
+    os << "  rank " << r.rank << ": node " << r.node << " local " << r.local_rank << " "
+       << (r.role == Role::Router ? "router" : r.role == Role::Expert ? "expert" : "router+expert") << "\n";
+  return os.str();
+}
+
+Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node) {
+  Topology t;
+  t.world_size = static_cast<int>(node_of_rank.size());
+  std::map<int, int> next_local;
+  for (int r = 0; r < t.world_size; ++r) {
+    RankInfo info;
+    info.rank = r;
+    info.node = node_of_rank[static_cast<std::size_t>(r)];
+    info.local_rank = next_local[info.node]++;
+    t.ranks.push_back(info);
+  }
+  t.nodes = static_cast<int>(next_local.size());
+  if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
+  if (t.world_size == 1) {
+    t.ranks[0].role = Role::Both;
+    t.routers = {0};
+    t.experts = {0};
+    return t;
+  }
+  for (const auto& [node, count] : next_local)
+    if (routers_per_node > count)
+      fail(ErrorKind::Usage, "--routers-per-node ", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
+           "; use at most ", count, " or more ranks per node");
+  for (RankInfo& r : t.ranks) {
+    r.role = r.local_rank < routers_per_node ? Role::Router : Role::Expert;
+    (r.role == Role::Router ? t.routers : t.experts).push_back(r.rank);
+  }
+  if (t.experts.empty())
+    fail(ErrorKind::Usage, "no expert rank: ", t.world_size, " rank(s) with --routers-per-node ", routers_per_node,
+         " are all routers; use more ranks per node than routers per node (e.g. -np ", t.world_size + t.nodes, ")");
+  return t;
+}
+
+Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  int node = 0;
+  if (ranks_per_node > 0) {
+    node = rank / ranks_per_node;
+  } else {
+    MPI_Comm shared;
+    MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared));
+    int leader = rank, shared_rank = 0;
+    MPI_CHECK(MPI_Comm_rank(shared, &shared_rank));
+    // Node id = lowest world rank on the node, broadcast from the node's first rank.
+    MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, shared));
+    MPI_CHECK(MPI_Comm_free(&shared));
+    node = leader;
+  }
+  std::vector<int> nodes(static_cast<std::size_t>(size));
+  MPI_CHECK(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, comm));
+  // Renumber node ids densely in order of first appearance.
+  std::map<int, int> dense;
+  for (int& n : nodes) {
+    auto it = dense.find(n);
+    if (it == dense.end()) it = dense.emplace(n, static_cast<int>(dense.size())).first;
+    n = it->second;
+  }
+  return topology_from_nodes(nodes, routers_per_node);
+}
+
+}  // namespace moerun::comm
