@@ -27,6 +27,12 @@ class Error : public std::runtime_error {
 };
 
 // Concatenate anything streamable into a string (messages are built on error paths only).
+// An error another rank (or an earlier line) already reported: exit with its code, print nothing.
+class ReportedError : public Error {
+ public:
+  explicit ReportedError(ErrorKind kind) : Error(kind, "") {}
+};
+
 template <typename... Args>
 std::string str(const Args&... args) {
   std::ostringstream os;

@@ -1,42 +1,113 @@
-// MPI_Alltoallv exchange. Counts travel as int64; payloads as bytes with int displacements, so
-// one exchange is limited to 2 GiB per peer (far above what a layer's rows need).
+// MPI exchange with timeouts.
 #include "comm/alltoallv.hpp"
 
+#include <chrono>
 #include <limits>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "base/error.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
 
-MpiAllToAllV::MpiAllToAllV(MPI_Comm comm) : comm_(comm) { MPI_CHECK(MPI_Comm_size(comm, &size_)); }
-
-void MpiAllToAllV::exchange(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size,
-                            std::vector<char>& recv, std::vector<int64_t>& recv_counts) {
-  recv_counts.assign(static_cast<std::size_t>(size_), 0);
-  MPI_CHECK(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm_));
-  int64_t total = 0;
-  for (auto c : recv_counts) total += c;
-  recv.resize(static_cast<std::size_t>(total) * elem_size);
-  exchange_known(send, send_counts, elem_size, recv.data(), recv_counts);
+void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s, int self,
+                       const std::string& what, int recv_count) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  int spins = 0;
+  while (true) {
+    int done = 0;
+    MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    const double waited = std::chrono::duration<double>(clock::now() - start).count();
+    if (timeout_s > 0 && waited > timeout_s) {
+      // Name the peers we still expect data from (pending sends only mirror them).
+      std::set<int> missing;
+      for (std::size_t i = 0; i < requests.size(); ++i)
+        if (requests[i] != MPI_REQUEST_NULL && (recv_count < 0 || static_cast<int>(i) < recv_count)) missing.insert(peer_of[i]);
+      std::ostringstream peers;
+      for (int p : missing) peers << (peers.tellp() > 0 ? ", " : "") << p;
+      (void)self;
+      fail(ErrorKind::Comm, "no progress for ", timeout_s, " s in ", what, "; waiting for rank(s) ",
+           missing.empty() ? std::string("?") : peers.str(), " (--comm-timeout)");
+    }
+    // Spin briefly (exchanges usually complete in microseconds), then yield the core.
+    if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
-void MpiAllToAllV::exchange_known(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size,
-                                  void* recv, const std::vector<int64_t>& recv_counts) {
-  std::vector<int> sc(static_cast<std::size_t>(size_)), sd(sc.size()), rc(sc.size()), rd(sc.size());
-  int64_t so = 0, ro = 0;
+MpiAllToAllV::MpiAllToAllV(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiAllToAllV::~MpiAllToAllV() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) {
+  recv.assign(static_cast<std::size_t>(size_), 0);
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  reqs.reserve(static_cast<std::size_t>(2 * size_));
   for (int p = 0; p < size_; ++p) {
-    const int64_t sb = send_counts[p] * static_cast<int64_t>(elem_size), rb = recv_counts[p] * static_cast<int64_t>(elem_size);
-    if (so + sb > std::numeric_limits<int>::max() || ro + rb > std::numeric_limits<int>::max())
-      fail(ErrorKind::Comm, "all-to-all payload over 2 GiB; use smaller --max-batch-tokens");
-    sc[p] = static_cast<int>(sb);
-    sd[p] = static_cast<int>(so);
-    rc[p] = static_cast<int>(rb);
-    rd[p] = static_cast<int>(ro);
-    so += sb;
-    ro += rb;
+    if (p == rank_) {
+      recv[p] = send[p];
+      continue;
+    }
+    reqs.emplace_back();
+    peers.push_back(p);
+    MPI_CHECK(MPI_Irecv(&recv[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
   }
-  MPI_CHECK(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_));
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    reqs.emplace_back();
+    peers.push_back(p);
+    MPI_CHECK(MPI_Isend(&send[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
+  }
+  wait_with_timeout(reqs, peers, timeout_s_, rank_, what + " (counts)", size_ - 1);
+}
+
+std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                                     const std::vector<int64_t>& recv_bytes, const std::string& what) {
+  auto p = std::make_unique<PendingExchange>();
+  p->what = what;
+  p->sc.resize(static_cast<std::size_t>(size_));
+  p->sd.resize(p->sc.size());
+  p->rc.resize(p->sc.size());
+  p->rd.resize(p->sc.size());
+  int64_t so = 0, ro = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (so + send_bytes[i] > std::numeric_limits<int>::max() || ro + recv_bytes[i] > std::numeric_limits<int>::max())
+      fail(ErrorKind::Comm, what, ": payload over 2 GiB per exchange; use a smaller --max-batch-tokens");
+    p->sc[i] = static_cast<int>(send_bytes[i]);
+    p->sd[i] = static_cast<int>(so);
+    p->rc[i] = static_cast<int>(recv_bytes[i]);
+    p->rd[i] = static_cast<int>(ro);
+    so += send_bytes[i];
+    ro += recv_bytes[i];
+  }
+  MPI_CHECK(MPI_Ialltoallv(send, p->sc.data(), p->sd.data(), MPI_BYTE, recv, p->rc.data(), p->rd.data(), MPI_BYTE, comm_,
+                           &p->request));
+  return p;
+}
+
+void MpiAllToAllV::wait(PendingExchange& p) {
+  std::vector<MPI_Request> reqs{p.request};
+  // A collective has no single peer to blame; the counts exchange before it names stragglers.
+  std::vector<int> peers{-1};
+  try {
+    wait_with_timeout(reqs, peers, timeout_s_, rank_, p.what + " (payload)");
+  } catch (const Error& e) {
+    throw Error(e.kind(), str("no progress for ", timeout_s_, " s in ", p.what, " (payload all-to-all; --comm-timeout)"));
+  }
+  p.request = MPI_REQUEST_NULL;
 }
 
 }  // namespace moerun::comm

@@ -1,37 +1,59 @@
-// AllToAllV: the exchange interface of DESIGN §4 — counts first, then payload — between router
-// and expert ranks. `MpiAllToAllV` is the MPI_Alltoallv baseline (always available, the reference
-// in tests); the hierarchical implementation plugs in behind the same interface.
+// AllToAllV: the exchange of DESIGN §4 — counts first, then payload — among all ranks of a
+// communicator (router and expert ranks alike; a rank with nothing to send sends zero counts).
+// Counts travel point-to-point so that a peer that never arrives can be named when --comm-timeout
+// expires; the payload is one MPI_Ialltoallv (the baseline the hierarchical exchange is measured
+// against). Exchanges can be left in flight (start/wait) so routers overlap them with compute.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
 
 namespace moerun::comm {
 
+// An exchange in flight: keeps its request and displacement arrays alive until wait().
+struct PendingExchange {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<int> sc, sd, rc, rd;
+  std::string what;
+};
+
 class AllToAllV {
  public:
   virtual ~AllToAllV() = default;
-  // send_counts[p]: elements for peer p (contiguous in `send`, peer order). Fills recv_counts and
-  // resizes `recv`. Element type is fixed per call: bytes of `elem_size` each.
-  virtual void exchange(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size,
-                        std::vector<char>& recv, std::vector<int64_t>& recv_counts) = 0;
-  // Exchange where the receiver already knows its counts (replies in the reverse direction).
-  virtual void exchange_known(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size,
-                              void* recv, const std::vector<int64_t>& recv_counts) = 0;
+  // recv[p] = the count peer p sent to us. `what` names the exchange in timeout errors.
+  virtual void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) = 0;
+  // Starts moving send_bytes[p] bytes to each peer p (contiguous, peer order) and recv_bytes[p] from it.
+  virtual std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                                 const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
+  virtual void wait(PendingExchange& pending) = 0;
+  virtual int size() const = 0;
 };
 
 class MpiAllToAllV final : public AllToAllV {
  public:
-  explicit MpiAllToAllV(MPI_Comm comm);
-  void exchange(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size, std::vector<char>& recv,
-                std::vector<int64_t>& recv_counts) override;
-  void exchange_known(const void* send, const std::vector<int64_t>& send_counts, std::size_t elem_size, void* recv,
-                      const std::vector<int64_t>& recv_counts) override;
+  // Duplicates `comm` (its traffic cannot mix with anyone else's). timeout_s <= 0: wait forever.
+  MpiAllToAllV(MPI_Comm comm, double timeout_s);
+  ~MpiAllToAllV() override;
+  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) override;
+  std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                         const std::vector<int64_t>& recv_bytes, const std::string& what) override;
+  void wait(PendingExchange& pending) override;
+  int size() const override { return size_; }
 
  private:
-  MPI_Comm comm_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
   int size_ = 1;
+  double timeout_s_;
 };
+
+// Waits for `requests` (MPI_Waitall semantics) polling with a deadline; on timeout throws
+// ErrorKind::Comm naming `what` and the peers of the still open receives: requests[0, recv_count)
+// are receives (recv_count < 0: all), peer_of[i] the peer of request i.
+void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s,
+                       int self_rank, const std::string& what, int recv_count = -1);
 
 }  // namespace moerun::comm

@@ -47,7 +47,7 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
   for (const auto& [node, count] : next_local)
     if (routers_per_node > count)
       fail(ErrorKind::Usage, "--routers-per-node ", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
-           "; use at most ", count, " or more ranks per node");
+           "; use at most ", count - 1, " router(s) per node (expert ranks need the rest) or more ranks per node");
   for (RankInfo& r : t.ranks) {
     r.role = r.local_rank < routers_per_node ? Role::Router : Role::Expert;
     (r.role == Role::Router ? t.routers : t.experts).push_back(r.rank);
@@ -56,6 +56,15 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
     fail(ErrorKind::Usage, "no expert rank: ", t.world_size, " rank(s) with --routers-per-node ", routers_per_node,
          " are all routers; use more ranks per node than routers per node (e.g. -np ", t.world_size + t.nodes, ")");
   return t;
+}
+
+int ranks_on_this_host(MPI_Comm comm) {
+  MPI_Comm shared;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+  int n = 1;
+  MPI_CHECK(MPI_Comm_size(shared, &n));
+  MPI_CHECK(MPI_Comm_free(&shared));
+  return n;
 }
 
 Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node) {

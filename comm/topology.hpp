@@ -37,6 +37,9 @@ struct Topology {
 // exceed the ranks of a node; the message says what would work.
 Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node);
 
+// Ranks sharing this host's memory (MPI_COMM_TYPE_SHARED), whatever --ranks-per-node says.
+int ranks_on_this_host(MPI_Comm comm);
+
 // The same from a list of node ids (pure; used by the above and by tests).
 Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node);
 

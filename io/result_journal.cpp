@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -42,23 +43,57 @@ void check_writable(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::Io, path, ": is a directory");
 }
 
-ResultJournal::ResultJournal(const std::string& output_path, bool resume) : path_(output_path + ".journal") {
-  check_writable(output_path);
-  if (resume) {
-    std::ifstream in(path_);
+std::string journal_path(const std::string& output_path, int writer) {
+  return writer == 0 ? output_path + ".journal" : output_path + ".journal." + std::to_string(writer);
+}
+
+std::vector<std::string> journal_files(const std::string& output_path) {
+  const std::filesystem::path out(output_path);
+  const std::string prefix = out.filename().string() + ".journal";
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent_dir(output_path), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == prefix) {
+      files.push_back(e.path().string());
+      continue;
+    }
+    if (name.rfind(prefix + ".", 0) != 0) continue;
+    const std::string n = name.substr(prefix.size() + 1);
+    if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit)) files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::unordered_map<std::string, Result> read_journals(const std::string& output_path, int64_t* torn) {
+  std::unordered_map<std::string, Result> out;
+  int64_t bad = 0;
+  for (const std::string& f : journal_files(output_path)) {
+    std::ifstream in(f);
     std::string line;
-    int64_t n = 0, torn = 0;
     while (std::getline(in, line)) {
       Result r;
-      if (result_from_json(line, &r)) {
-        finished_[r.id] = std::move(r);
-        ++n;
-      } else {
-        ++torn;
-      }
+      if (result_from_json(line, &r)) out[r.id] = std::move(r);
+      else ++bad;
     }
-    if (torn) log::warn(path_, ": ignored ", torn, " incomplete journal line(s)");
-    if (n) log::info("resume: ", finished_.size(), " finished request(s) in ", path_);
+  }
+  if (torn) *torn = bad;
+  return out;
+}
+
+void remove_journals(const std::string& output_path) {
+  std::error_code ec;
+  for (const std::string& f : journal_files(output_path)) std::filesystem::remove(f, ec);
+}
+
+ResultJournal::ResultJournal(const std::string& output_path, int writer, bool resume)
+    : path_(journal_path(output_path, writer)) {
+  check_writable(output_path);
+  if (resume) {
+    int64_t torn = 0;
+    finished_ = read_journals(output_path, &torn);
+    if (torn) log::warn(output_path, ".journal*: ignored ", torn, " incomplete journal line(s)");
   }
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | (resume ? 0 : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(ErrorKind::Io, path_, ": cannot open journal: ", std::strerror(errno));
@@ -82,11 +117,9 @@ void ResultJournal::append(const Result& r) {
   finished_[r.id] = r;
 }
 
-void ResultJournal::remove() {
+void ResultJournal::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  std::error_code ec;
-  std::filesystem::remove(path_, ec);
 }
 
 void write_file_atomically(const std::string& path, const std::vector<std::string>& lines) {

@@ -1,5 +1,7 @@
 // ResultJournal: results appended (and fsync'ed) as each request finishes, so a killed run loses
-// nothing already done; `--resume` reads it back. The final output is written once, atomically
+// nothing already done; `--resume` reads them back. Each router rank writes its own file
+// (OUTPUT.journal for router 0, OUTPUT.journal.N for router N) and a resume reads all of them, so a
+// run killed with one layout resumes with another. The final output is written once, atomically
 // (temp file + rename), in input order.
 #pragma once
 #include <string>
@@ -10,19 +12,25 @@
 
 namespace moerun::io {
 
+std::string journal_path(const std::string& output_path, int writer);
+std::vector<std::string> journal_files(const std::string& output_path);
+// Every result in every journal of OUTPUT (torn lines ignored, counted in `torn`).
+std::unordered_map<std::string, Result> read_journals(const std::string& output_path, int64_t* torn = nullptr);
+void remove_journals(const std::string& output_path);
+
 class ResultJournal {
  public:
-  // Opens OUTPUT.journal. With `resume`, finished results are loaded (a torn last line is ignored);
-  // without, any old journal is discarded. Unwritable paths are ErrorKind::Io.
-  ResultJournal(const std::string& output_path, bool resume);
+  // Opens the journal of router `writer`. With `resume`, the finished results of all journals are
+  // loaded; without, this writer's file starts empty (the caller removed old journals first).
+  // Unwritable paths are ErrorKind::Io.
+  ResultJournal(const std::string& output_path, int writer, bool resume);
   ~ResultJournal();
   ResultJournal(const ResultJournal&) = delete;
   ResultJournal& operator=(const ResultJournal&) = delete;
 
   const std::unordered_map<std::string, Result>& finished() const { return finished_; }
   void append(const Result& r);
-  // Removes the journal (after the final file is in place).
-  void remove();
+  void close();
   const std::string& path() const { return path_; }
 
  private:

@@ -1,5 +1,8 @@
 // `moerun infer`: option parsing into InferConfig, then the runtime.
+#include <cstdlib>
 #include <iostream>
+
+#include "base/log.hpp"
 
 #include "comm/mpi.hpp"
 #include "launch/cli.hpp"
@@ -32,15 +35,23 @@ int cmd_infer(int argc, char** argv) {
     ("stats-json", po::value(&c.stats_json), "write routing statistics as JSON")
     ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
     ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
+    ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
+    ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
+     "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
+    ("placement", po::value(&c.placement)->default_value(c.placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
+    ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches), "micro-batches per step (attention of one overlaps the experts of another)")
+    ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
+  if (c.ranks_per_node == 0) {
+    if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
+  }
   comm::MpiSession mpi(&argc, &argv);
-  if (mpi.size() > 1)
-    fail(ErrorKind::Usage, "this build runs infer in one process; run it with mpirun -np 1 (got ", mpi.size(), " ranks)");
-  runtime::run_infer(c);
+  if (mpi.size() > 1) log::set_rank(mpi.rank());
+  runtime::run_infer(c, MPI_COMM_WORLD);
   return 0;
 }
 

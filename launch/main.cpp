@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
     return 2;
+  } catch (const ReportedError& e) {
+    return e.exit_code();  // another rank printed it
   } catch (const Error& e) {
     std::cerr << "moerun: error: " << e.what() << "\n";
     return e.exit_code();

@@ -1,22 +1,90 @@
-// Single-process inference driver.
+// Inference driver: set-up agreed across ranks, the router and expert loops, final output.
 #include "runtime/infer.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
+#include <numeric>
+#include <omp.h>
+#include <optional>
+#include <thread>
 
 #include "base/log.hpp"
+#include "comm/alltoallv.hpp"
+#include "comm/collectives.hpp"
+#include "comm/mpi.hpp"
+#include "comm/topology.hpp"
+#include "experts/placement.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
 #include "io/result_journal.hpp"
 #include "io/routing_trace.hpp"
+#include "runtime/distributed_moe.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/progress.hpp"
 #include "runtime/routing_stats.hpp"
 
 namespace moerun::runtime {
+namespace {
+
+// Runs `f` on every rank; if any rank failed, the lowest failing rank throws its error (prefixed
+// with its rank when it is not rank 0) and every other rank throws ReportedError with that code.
+template <typename F>
+void agreed(MPI_Comm world, F&& f) {
+  int64_t code = 0;
+  std::string msg;
+  try {
+    f();
+  } catch (const ReportedError& e) {
+    code = e.exit_code();
+  } catch (const Error& e) {
+    code = e.exit_code();
+    msg = e.what();
+  } catch (const std::bad_alloc&) {
+    code = 1;
+    msg = "out of memory";
+  } catch (const std::exception& e) {
+    code = 1;
+    msg = e.what();
+  }
+  if (comm::size_of(world) == 1) {
+    if (code) throw Error(static_cast<ErrorKind>(code), msg);
+    return;
+  }
+  if (comm::allreduce_max(code, world) == 0) return;
+  const int rank = comm::rank_of(world);
+  const int64_t reporter = comm::allreduce_min(code && !msg.empty() ? rank : INT64_MAX, world);
+  const int64_t rcode = comm::allreduce_max(rank == reporter ? code : 0, world);
+  const ErrorKind kind = static_cast<ErrorKind>(rcode ? rcode : 1);
+  // The reporter prints before anyone exits: mpirun kills the job at the first non-zero exit.
+  if (rank == reporter) {
+    std::fprintf(stderr, "moerun: error: %s%s\n", rank == 0 ? "" : str("rank ", rank, ": ").c_str(), msg.c_str());
+    std::fflush(stderr);
+  }
+  comm::barrier(world);
+  throw ReportedError(kind);
+}
+
+std::string per_router(const std::string& path, int router) {
+  return router == 0 ? path : path + "." + std::to_string(router);
+}
+
+void write_logits(std::ofstream& out, const std::vector<std::string>& ids, const std::vector<float>& logits, int64_t V) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    nlohmann::json j;
+    j["id"] = ids[i];
+    j["logits"] = std::vector<float>(logits.begin() + static_cast<int64_t>(i) * V, logits.begin() + static_cast<int64_t>(i + 1) * V);
+    out << j.dump() << '\n';
+  }
+}
+
+}  // namespace
 
 void InferConfig::validate() const {
   if (model_dir.empty()) fail(ErrorKind::Usage, "--model is required");
@@ -25,102 +93,246 @@ void InferConfig::validate() const {
   if (defaults.max_new_tokens < 0) fail(ErrorKind::Usage, "--max-new-tokens must be >= 0");
   if (!(defaults.temperature >= 0)) fail(ErrorKind::Usage, "--temperature must be >= 0");
   if (!(defaults.top_p > 0 && defaults.top_p <= 1)) fail(ErrorKind::Usage, "--top-p must be in (0, 1]");
+  if (micro_batches < 1) fail(ErrorKind::Usage, "--micro-batches must be >= 1");
+  if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
+  if (ranks_per_node < 0) fail(ErrorKind::Usage, "--ranks-per-node must be >= 1 (or 0: from the MPI library)");
+  if (!(comm_timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
   scheduler.validate();
   router.validate();
 }
 
-InferReport run_infer(const InferConfig& cfg) {
-  cfg.validate();
-  // Everything that can be validated is, before any file is written.
-  const io::ModelConfig mc = io::read_model_config(cfg.model_dir);
-  std::vector<io::Request> requests =
-      io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
-  io::check_writable(cfg.output);
-  if (!cfg.stats_json.empty()) io::check_writable(cfg.stats_json);
-  if (!cfg.trace.empty()) io::check_writable(cfg.trace);
-  const io::ExpertShardIndex index = io::ExpertShardIndex::build(cfg.model_dir, mc);
-  const io::DenseWeights dense = io::load_dense_weights(cfg.model_dir, cfg.check_weights);
-  Matmul mm;
-  const experts::ResidentExperts experts(index, mc, [](int64_t, int64_t) { return true; }, cfg.check_weights, mm);
-  log::info("model ", cfg.model_dir, ": ", mc.num_layers, " layers, ", mc.num_experts, " experts (top-", mc.top_k, "), d=",
-            mc.hidden_size, ", ", dtype_name(mc.dtype), ", ", (mc.total_params() * static_cast<int64_t>(dtype_size(mc.dtype))) >> 20,
-            " MiB");
-
-  io::ResultJournal journal(cfg.output, cfg.resume);
-  std::vector<int64_t> pending;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const io::Request& r = requests[i];
-    if (journal.finished().count(r.id)) continue;
-    if (!r.error.empty()) {
-      journal.append({r.id, {}, "", 0, str("line ", r.line, ": ", r.error)});
-      continue;
-    }
-    pending.push_back(static_cast<int64_t>(i));
+std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>& requests,
+                                                 const std::vector<int64_t>& pending, int n) {
+  std::vector<int64_t> order(pending);
+  auto cost = [&](int64_t i) {
+    const io::Request& r = requests[static_cast<std::size_t>(i)];
+    return static_cast<int64_t>(r.prompt_tokens.size()) + r.max_new_tokens;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost(a) > cost(b); });
+  std::vector<std::vector<int64_t>> out(static_cast<std::size_t>(n));
+  std::vector<int64_t> load(static_cast<std::size_t>(n), 0);
+  for (int64_t i : order) {
+    const auto r = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    out[r].push_back(i);
+    load[r] += cost(i);
   }
+  for (auto& v : out) std::sort(v.begin(), v.end());
+  return out;
+}
 
-  LocalMoeLayer moe(mm, experts, mc.hidden_size, mc.num_experts);
-  ModelForward model(dense, mm, moe, cfg.router);
-  RoutingStats stats(mc, !cfg.trace.empty());
-  Scheduler sched(cfg.scheduler, mc, requests, pending);
-  for (const io::Result& r : sched.take_trivial()) journal.append(r);
-
+InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelConfig& mc,
+                      const std::vector<io::Request>& requests, const comm::Topology& topo,
+                      const experts::Placement& placement, const std::optional<io::DenseWeights>& dense,
+                      const std::unique_ptr<experts::ResidentExperts>& store, Matmul& mm) {
+  const int rank = comm::rank_of(world), size = comm::size_of(world);
+  const bool distributed = size > 1;
   InferReport rep;
-  const int64_t total = static_cast<int64_t>(requests.size());
-  int64_t done = static_cast<int64_t>(journal.finished().size());
-  Progress progress(total, cfg.quiet);
-  std::vector<float> logits, logits_log;
-  std::vector<std::string> logits_ids;
-  std::vector<float>* log_ptr = cfg.logits_out.empty() ? nullptr : &logits_log;
-  std::ofstream logits_file;
-  if (log_ptr) {
-    io::check_writable(cfg.logits_out);
-    logits_file.open(cfg.logits_out + ".tmp");
+  rep.ranks = size;
+  rep.routers = static_cast<int>(topo.routers.size());
+  rep.requests = static_cast<int64_t>(requests.size());
+  std::unique_ptr<comm::MpiAllToAllV> dispatch, combine;
+  if (distributed) {
+    dispatch = std::make_unique<comm::MpiAllToAllV>(world, cfg.comm_timeout_s);
+    combine = std::make_unique<comm::MpiAllToAllV>(world, cfg.comm_timeout_s);
   }
-  while (!sched.done()) {
-    StepBatch batch = sched.next_step();
-    model.forward(batch, logits, &stats);
-    rep.processed_tokens += batch.tokens();
-    rep.generated_tokens += batch.emitting();
-    logits_log.clear();
-    logits_ids.clear();
-    for (const io::Result& r : sched.complete_step(logits, log_ptr, &logits_ids)) {
+  RoutingStats stats(mc, !cfg.trace.empty());
+  std::map<std::string, double> my_phases;
+  const bool router_role = topo.is_router(rank);
+
+  // 2. The loops. Every step starts with one small allreduce: are any routers still busy, and how
+  //    far are they (rank 0's progress line).
+  Progress progress(rep.requests, cfg.quiet || rank != 0);
+  if (router_role) {
+    const int ri = topo.router_index(rank);
+    io::ResultJournal journal(cfg.output, ri, cfg.resume);
+    std::vector<int64_t> pending;
+    int64_t already = 0;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const io::Request& r = requests[i];
+      if (journal.finished().count(r.id)) {
+        ++already;
+        continue;
+      }
+      pending.push_back(static_cast<int64_t>(i));
+    }
+    if (rank == 0 && cfg.resume && !cfg.quiet) log::info("resume: ", already, " finished request(s) in ", cfg.output, ".journal*");
+    const auto mine = split_requests(requests, pending, rep.routers)[static_cast<std::size_t>(ri)];
+    std::vector<int64_t> runnable;
+    int64_t done_local = 0;
+    for (int64_t i : mine) {
+      const io::Request& r = requests[static_cast<std::size_t>(i)];
+      if (!r.error.empty()) {
+        journal.append({r.id, {}, "", 0, str("line ", r.line, ": ", r.error)});
+        ++done_local;
+      } else {
+        runnable.push_back(i);
+      }
+    }
+    std::unique_ptr<MoeLayer> moe;
+    if (distributed) moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts);
+    else moe = std::make_unique<LocalMoeLayer>(mm, *store, mc.hidden_size, mc.num_experts);
+    ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
+    Scheduler sched(cfg.scheduler, mc, requests, runnable);
+    for (const io::Result& r : sched.take_trivial()) {
       journal.append(r);
-      ++done;
+      ++done_local;
     }
-    for (std::size_t i = 0; i < logits_ids.size(); ++i) {
-      nlohmann::json j;
-      j["id"] = logits_ids[i];
-      j["logits"] = std::vector<float>(logits_log.begin() + static_cast<int64_t>(i) * mc.vocab_size,
-                                       logits_log.begin() + static_cast<int64_t>(i + 1) * mc.vocab_size);
-      logits_file << j.dump() << '\n';
+    std::ofstream logits_file;
+    if (!cfg.logits_out.empty()) logits_file.open(per_router(cfg.logits_out, ri) + ".tmp");
+    std::vector<float> logits, logits_log;
+    std::vector<std::string> logits_ids;
+    int64_t done_total = already, tokens_total = 0, tokens_delta = 0, generated_local = 0;
+    progress = Progress(rep.requests, cfg.quiet || rank != 0);
+    while (true) {
+      std::vector<int64_t> ctl{sched.done() ? 0 : 1, done_local, tokens_delta};
+      if (distributed) comm::allreduce_sum(ctl, world);
+      done_total += ctl[1];
+      tokens_total += ctl[2];
+      done_local = tokens_delta = 0;
+      progress.update(done_total, tokens_total);
+      if (ctl[0] == 0) break;
+      StepBatch batch = sched.done() ? StepBatch{} : sched.next_step();
+      model.forward(batch, logits, &stats);
+      tokens_delta = batch.tokens();
+      generated_local += batch.emitting();
+      logits_log.clear();
+      logits_ids.clear();
+      for (const io::Result& r : sched.complete_step(logits, cfg.logits_out.empty() ? nullptr : &logits_log, &logits_ids)) {
+        journal.append(r);
+        ++done_local;
+      }
+      if (logits_file.is_open()) write_logits(logits_file, logits_ids, logits_log, mc.vocab_size);
     }
-    progress.update(done, rep.processed_tokens);
+    progress.finish(done_total, tokens_total);
+    journal.close();
+    if (logits_file.is_open()) {
+      logits_file.close();
+      std::rename((per_router(cfg.logits_out, ri) + ".tmp").c_str(), per_router(cfg.logits_out, ri).c_str());
+    }
+    if (!cfg.trace.empty()) io::write_routing_trace(per_router(cfg.trace, ri), stats.trace());
+    const DensePhaseTimes& dt = model.times();
+    const MoePhaseTimes& mt = moe->times();
+    my_phases = {{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
+                 {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
+    rep.generated_tokens = generated_local;
+    rep.processed_tokens = tokens_total;
+  } else {
+    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts);
+    double idle = 0;
+    while (true) {
+      std::vector<int64_t> ctl{0, 0, 0};
+      const auto t0 = std::chrono::steady_clock::now();
+      comm::allreduce_sum(ctl, world);
+      idle += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (ctl[0] == 0) break;
+      for (int64_t l = 0; l < mc.num_layers; ++l) server.serve_layer(l, cfg.micro_batches);
+    }
+    const MoePhaseTimes& mt = server.times();
+    my_phases = {{"pack", mt.pack}, {"exchange", mt.exchange}, {"expert_compute", mt.experts}, {"idle", idle}};
   }
-  progress.finish(done, rep.processed_tokens);
   rep.seconds = progress.elapsed();
-  rep.requests = total;
 
-  // Final output: every request once, in input order, written atomically.
-  std::vector<std::string> lines;
-  lines.reserve(requests.size());
-  for (const io::Request& r : requests) {
-    auto it = journal.finished().find(r.id);
-    if (it == journal.finished().end()) fail(ErrorKind::Internal, "request ", r.id, " has no result");
-    lines.push_back(io::result_to_json(it->second));
+  // 3. Gather: statistics and phase times to rank 0, then the final output.
+  if (distributed) {
+    std::vector<int64_t> counters = router_role ? stats.counters() : std::vector<int64_t>(stats.counters().size(), 0);
+    comm::reduce_sum_to_root(counters, world);
+    if (rank == 0) stats.set_counters(counters);
+    std::vector<int64_t> gen{rep.generated_tokens};
+    comm::reduce_sum_to_root(gen, world);
+    rep.generated_tokens = gen[0];
+    for (const char* role : {"router", "expert"}) {
+      static const std::vector<std::string> names{"attention", "gate", "pack", "exchange", "expert_compute", "combine", "head", "idle"};
+      std::vector<double> v(names.size(), 0.0);
+      const bool mine = (std::string(role) == "router") == router_role;
+      if (mine)
+        for (std::size_t i = 0; i < names.size(); ++i) v[i] = my_phases.count(names[i]) ? my_phases[names[i]] : 0.0;
+      comm::reduce_max_to_root(v, world);
+      if (rank == 0)
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (v[i] > 0) rep.phases[role][names[i]] = v[i];
+    }
+    comm::barrier(world);  // every journal is complete before rank 0 reads them
+  } else {
+    rep.phases["router"] = my_phases;
   }
-  io::write_file_atomically(cfg.output, lines);
-  journal.remove();
-  if (log_ptr) {
-    logits_file.close();
-    if (std::rename((cfg.logits_out + ".tmp").c_str(), cfg.logits_out.c_str()) != 0)
-      fail(ErrorKind::Io, cfg.logits_out, ": cannot rename into place");
+  if (rank == 0) {
+    const auto finished = io::read_journals(cfg.output);
+    std::vector<std::string> lines;
+    lines.reserve(requests.size());
+    for (const io::Request& r : requests) {
+      auto it = finished.find(r.id);
+      if (it == finished.end()) fail(ErrorKind::Internal, "request ", r.id, " has no result");
+      lines.push_back(io::result_to_json(it->second));
+    }
+    io::write_file_atomically(cfg.output, lines);
+    io::remove_journals(cfg.output);
+    const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
+    if (!cfg.quiet) std::fputs(stats.summary(tps).c_str(), stderr);
+    if (!cfg.stats_json.empty()) io::write_file_atomically(cfg.stats_json, {stats.to_json(tps, rep.seconds)});
   }
-
-  const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
-  if (!cfg.quiet) std::fputs(stats.summary(tps).c_str(), stderr);
-  if (!cfg.stats_json.empty()) io::write_file_atomically(cfg.stats_json, {stats.to_json(tps, rep.seconds)});
-  if (!cfg.trace.empty()) io::write_routing_trace(cfg.trace, stats.trace());
   return rep;
+}
+
+InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
+  const int rank = comm::rank_of(world), size = comm::size_of(world);
+  const bool distributed = size > 1;
+  io::ModelConfig mc;
+  std::vector<io::Request> requests;
+  comm::Topology topo;
+  experts::Placement placement;
+  std::optional<io::DenseWeights> dense;
+  std::unique_ptr<experts::ResidentExperts> store;
+  Matmul mm;
+
+  // 1. Set-up. Everything that can be validated is, before any output file is written.
+  agreed(world, [&] {
+    cfg.validate();
+    mc = io::read_model_config(cfg.model_dir);
+    requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
+    topo = comm::build_topology(world, cfg.routers_per_node, cfg.ranks_per_node);
+    // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
+    // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
+    if (distributed && !std::getenv("OMP_NUM_THREADS")) {
+      const int local = comm::ranks_on_this_host(world);
+      omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+    }
+    placement = experts::make_placement(distributed ? cfg.placement : "round-robin", mc.num_layers, mc.num_experts, topo);
+    if (topo.is_router(rank)) {
+      io::check_writable(cfg.output);
+      if (!cfg.stats_json.empty()) io::check_writable(cfg.stats_json);
+      if (!cfg.trace.empty()) io::check_writable(cfg.trace);
+      if (!cfg.logits_out.empty()) io::check_writable(cfg.logits_out);
+      dense = io::load_dense_weights(cfg.model_dir, cfg.check_weights);
+    }
+    if (topo.is_expert(rank)) {
+      const io::ExpertShardIndex index = io::ExpertShardIndex::build(cfg.model_dir, mc);
+      store = std::make_unique<experts::ResidentExperts>(
+          index, mc, [&](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; }, cfg.check_weights, mm);
+    }
+    if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
+  });
+  if (rank == 0 && !cfg.quiet) {
+    log::info("model ", cfg.model_dir, ": ", mc.num_layers, " layers, ", mc.num_experts, " experts (top-", mc.top_k,
+              "), d=", mc.hidden_size, ", ", dtype_name(mc.dtype), ", ",
+              (mc.total_params() * static_cast<int64_t>(dtype_size(mc.dtype))) >> 20, " MiB");
+    if (distributed) std::fputs((topo.describe() + placement.describe()).c_str(), stderr);
+  }
+
+  // After set-up a failure on one rank cannot be agreed on (the others are inside collectives):
+  // report it with the rank and end the whole job with its exit code, within seconds.
+  try {
+    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, mm);
+  } catch (const Error& e) {
+    if (!distributed) throw;
+    std::fprintf(stderr, "moerun: error: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    comm::MpiSession::abort(e.exit_code());
+  } catch (const std::exception& e) {
+    if (!distributed) throw;
+    std::fprintf(stderr, "moerun: internal error: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    comm::MpiSession::abort(1);
+  }
 }
 
 }  // namespace moerun::runtime

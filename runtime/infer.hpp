@@ -1,9 +1,14 @@
-// `moerun infer` in one process: validate everything, load the model, run the requests with
-// continuous batching, journal each result as it finishes, write the final output atomically in
-// input order, report routing statistics.
+// `moerun infer`: one process, or router and expert ranks under mpirun (DESIGN §1). Every rank
+// validates the configuration and requests and loads its part of the model (routers: model.h5;
+// expert ranks: their experts); a failure anywhere is reported once and every rank exits with its
+// code. Routers then run their share of the requests with continuous batching and micro-batched
+// ping-pong, journal each result, and rank 0 writes the final output atomically in input order.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
+
+#include <mpi.h>
 
 #include "io/requests.hpp"
 #include "router/router_config.hpp"
@@ -20,22 +25,36 @@ struct InferConfig {
   bool quiet = false;
   bool check_weights = false;
   std::string stats_json;   // optional
-  std::string trace;        // optional routing trace (HDF5)
+  std::string trace;        // optional routing trace (HDF5); router N > 0 writes TRACE.N
   std::string logits_out;   // optional: JSONL of the logits behind every emitted token (testing)
   io::RequestDefaults defaults;
   SchedulerConfig scheduler;
   router::RouterConfig router;
+  int routers_per_node = 1;
+  int ranks_per_node = 0;          // 0: nodes from MPI_Comm_split_type
+  std::string placement = "round-robin";
+  int micro_batches = 2;
+  double comm_timeout_s = 300;
 
   void validate() const;  // Usage errors naming the option
 };
 
 struct InferReport {
   int64_t requests = 0;
-  int64_t generated_tokens = 0;
-  int64_t processed_tokens = 0;
-  double seconds = 0;
+  int64_t generated_tokens = 0;   // all routers (rank 0)
+  int64_t processed_tokens = 0;   // all routers (rank 0)
+  double seconds = 0;             // the inference loop, without loading
+  int ranks = 1;
+  int routers = 1;
+  // Seconds per phase and role, the maximum over the ranks of that role (rank 0).
+  std::map<std::string, std::map<std::string, double>> phases;
 };
 
-InferReport run_infer(const InferConfig& cfg);
+InferReport run_infer(const InferConfig& cfg, MPI_Comm world);
+
+// Divides requests among n routers, balanced by prompt + max_new_tokens (not by count); each
+// router's list stays in input order. Deterministic.
+std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>& requests,
+                                                 const std::vector<int64_t>& pending, int n);
 
 }  // namespace moerun::runtime

@@ -77,12 +77,13 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
         double t0 = now();
         router::RoutingDecision r = router::route(mm, x.data(), T, gate, k, rc, prefill);
         double t1 = now();
-        layer.forward(0, x.data(), T, r, out.data());
+        layer.start(0, 0, x.data(), T, r);
+        layer.finish(0, out.data());
         double t2 = now();
         if (it < cfg.warmup) continue;
         lt.push_back(t2 - t0);
         gt.push_back(t1 - t0);
-        pt.push_back(layer.times().permute - before.permute);
+        pt.push_back(layer.times().pack - before.pack);
         et.push_back(layer.times().experts - before.experts);
         ct.push_back(layer.times().combine - before.combine);
       }

@@ -20,48 +20,97 @@ int64_t StepBatch::emitting() const {
   return n;
 }
 
-ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router)
-    : w_(weights), mm_(mm), moe_(moe), router_(router) {}
+std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
+  std::vector<MicroBatch> out(static_cast<std::size_t>(m));
+  const int64_t T = b.tokens();
+  std::size_t c = 0;
+  int64_t tok = 0;
+  for (int i = 0; i < m; ++i) {
+    MicroBatch& mb = out[static_cast<std::size_t>(i)];
+    mb.tok0 = tok;
+    mb.chunk0 = c;
+    const int64_t target = T * (i + 1) / m;  // cumulative token target for this boundary
+    while (c < b.chunks.size() && (i == m - 1 || tok + b.chunks[c].count / 2 < target)) tok += b.chunks[c++].count;
+    mb.tok1 = tok;
+    mb.chunk1 = c;
+  }
+  return out;
+}
+
+ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
+                           int micro_batches)
+    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {}
+
+void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
+  const io::ModelConfig& c = w_.config;
+  const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
+  const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+  float* h = h_.as<float>() + t0 * d;
+  float* xn = xn_.as<float>() + t0 * d;
+  float* q = q_.as<float>() + t0 * H * hd;
+  float* k = k_.as<float>() + t0 * KV * hd;
+  float* v = v_.as<float>() + t0 * KV * hd;
+  float* attn = attn_.as<float>() + t0 * H * hd;
+  float* tmp = tmp_.as<float>() + t0 * d;
+  double s0 = now();
+  if (n > 0) {
+    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+    mm_.linear(xn, n, L.wq, q);
+    mm_.linear(xn, n, L.wk, k);
+    mm_.linear(xn, n, L.wv, v);
+    rope_apply(q, n, H, hd, b.positions.data() + t0, c.rope_theta);
+    rope_apply(k, n, KV, hd, b.positions.data() + t0, c.rope_theta);
+    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+      const SeqChunk& ch = b.chunks[ci];
+      const int64_t off = ch.first - t0;
+      ch.kv->append(l, k + off * KV * hd, v + off * KV * hd, ch.count);
+      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.pos0, ch.count, H, KV, hd,
+                        attn + off * H * hd);
+    }
+    mm_.linear(attn, n, L.wo, tmp);
+    add_inplace(h, tmp, n * d);
+    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+  }
+  double s1 = now();
+  const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
+  router::RoutingDecision r = router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill);
+  if (stats) {
+    const std::vector<int64_t> req(b.request.begin() + t0, b.request.begin() + t0 + n);
+    const std::vector<int32_t> pos(b.positions.begin() + t0, b.positions.begin() + t0 + n);
+    stats->record(l, r, req, pos);
+  }
+  double s2 = now();
+  moe_.start(l, index, xn, n, r);
+  times_.attention += s1 - s0;
+  times_.gate += s2 - s1;
+  times_.moe += now() - s2;
+}
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
   const io::ModelConfig& c = w_.config;
   const int64_t T = b.tokens(), d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = fbuf(h_, T * d);
-  float* xn = fbuf(xn_, T * d);
-  float* q = fbuf(q_, T * H * hd);
-  float* k = fbuf(k_, T * KV * hd);
-  float* v = fbuf(v_, T * KV * hd);
-  float* attn = fbuf(attn_, T * H * hd);
+  fbuf(xn_, T * d);
+  fbuf(q_, T * H * hd);
+  fbuf(k_, T * KV * hd);
+  fbuf(v_, T * KV * hd);
+  fbuf(attn_, T * H * hd);
   float* tmp = fbuf(tmp_, T * d);
   embed_tokens(w_.embed_tokens.data(), b.ids.data(), T, d, h);
+  const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+    // Ping-pong: micro-batch i+1's attention runs while micro-batch i is with the experts.
+    for (int i = 0; i < micro_batches_; ++i) attention_and_gate(b, mbs[static_cast<std::size_t>(i)], l, stats, i);
     double t0 = now();
-    rms_norm(h, T, d, L.attn_norm.data(), eps, xn);
-    mm_.linear(xn, T, L.wq, q);
-    mm_.linear(xn, T, L.wk, k);
-    mm_.linear(xn, T, L.wv, v);
-    rope_apply(q, T, H, hd, b.positions.data(), c.rope_theta);
-    rope_apply(k, T, KV, hd, b.positions.data(), c.rope_theta);
-    for (const SeqChunk& ch : b.chunks) {
-      ch.kv->append(l, k + ch.first * KV * hd, v + ch.first * KV * hd, ch.count);
-      attention_forward(q + ch.first * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.pos0, ch.count, H, KV, hd,
-                        attn + ch.first * H * hd);
+    for (int i = 0; i < micro_batches_; ++i) {
+      const MicroBatch& mb = mbs[static_cast<std::size_t>(i)];
+      moe_.finish(i, tmp + mb.tok0 * d);
+      add_inplace(h + mb.tok0 * d, tmp + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
     }
-    mm_.linear(attn, T, L.wo, tmp);
-    add_inplace(h, tmp, T * d);
-    rms_norm(h, T, d, L.ffn_norm.data(), eps, xn);
-    double t1 = now();
-    router::RoutingDecision r = router::route(mm_, xn, T, L.gate, c.top_k, router_, b.is_prefill);
-    if (stats) stats->record(l, r, b.request, b.positions);
-    double t2 = now();
-    moe_.forward(l, xn, T, r, tmp);
-    add_inplace(h, tmp, T * d);
-    double t3 = now();
-    times_.attention += t1 - t0;
-    times_.gate += t2 - t1;
-    times_.moe += t3 - t2;
+    times_.moe += now() - t0;
   }
   double t4 = now();
   const int64_t n = b.emitting();

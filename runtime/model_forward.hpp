@@ -39,13 +39,24 @@ struct StepBatch {
 struct DensePhaseTimes {
   double attention = 0;  // norms, QKV/O projections, RoPE, attention
   double gate = 0;
-  double moe = 0;        // everything inside MoeLayer::forward
+  double moe = 0;        // inside MoeLayer start/finish (see MoeLayer::times for its split)
   double head = 0;       // final norm + LM head
 };
 
+// Contiguous token range [tok0, tok1) and chunk range [chunk0, chunk1) of one micro-batch.
+struct MicroBatch {
+  int64_t tok0 = 0, tok1 = 0;
+  std::size_t chunk0 = 0, chunk1 = 0;
+};
+
+// Splits the batch into `m` micro-batches of about equal tokens without splitting a chunk (some may
+// be empty). Every rank runs exactly `m` per layer, so the count, not the content, is global.
+std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
+
 class ModelForward {
  public:
-  ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router);
+  ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
+               int micro_batches);
   // Fills logits [batch.emitting(), vocab] in chunk order.
   void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
   const DensePhaseTimes& times() const { return times_; }
@@ -55,6 +66,8 @@ class ModelForward {
   Matmul& mm_;
   MoeLayer& moe_;
   router::RouterConfig router_;
+  int micro_batches_;
+  void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_;
   DensePhaseTimes times_;
 };

@@ -8,25 +8,35 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-void LocalMoeLayer::forward(int64_t layer, const float* x, int64_t T, const router::RoutingDecision& r, float* out) {
-  const int64_t d = hidden_;
-  double t0 = now();
-  const router::DispatchPlan plan = router::DispatchPlan::build(r.expert.data(), T, r.top_k, num_experts_);
-  gathered_.resize(static_cast<std::size_t>(plan.rows() * d) * sizeof(float));
-  results_.resize(gathered_.size());
-  router::permute_rows(x, d, plan, gathered_.as<float>());
-  double t1 = now();
-  for (int64_t e = 0; e < num_experts_; ++e) {
+void run_local_experts(Matmul& mm, const experts::ResidentExperts& store, int64_t layer, const router::DispatchPlan& plan,
+                       const float* gathered, int64_t d, float* results, experts::ExpertScratch& scratch) {
+  for (int64_t e = 0; e < plan.num_experts; ++e) {
     const int64_t rows = plan.rows_of(e);
     if (rows == 0) continue;
     const int64_t off = plan.offset[e] * d;
-    experts::expert_ffn_forward(mm_, gathered_.as<float>() + off, rows, experts_.get(layer, e), results_.as<float>() + off,
-                                scratch_);
+    experts::expert_ffn_forward(mm, gathered + off, rows, store.get(layer, e), results + off, scratch);
   }
+}
+
+void LocalMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) {
+  if (static_cast<int>(pending_.size()) <= mb) pending_.resize(static_cast<std::size_t>(mb + 1));
+  pending_[static_cast<std::size_t>(mb)] = {layer, x, T, r};
+}
+
+void LocalMoeLayer::finish(int mb, float* out) {
+  const Pending& p = pending_[static_cast<std::size_t>(mb)];
+  const int64_t d = hidden_;
+  double t0 = now();
+  const router::DispatchPlan plan = router::DispatchPlan::build(p.r.expert.data(), p.T, p.r.top_k, num_experts_);
+  gathered_.resize(static_cast<std::size_t>(plan.rows() * d) * sizeof(float));
+  results_.resize(gathered_.size());
+  router::permute_rows(p.x, d, plan, gathered_.as<float>());
+  double t1 = now();
+  run_local_experts(mm_, experts_, p.layer, plan, gathered_.as<float>(), d, results_.as<float>(), scratch_);
   double t2 = now();
-  router::combine_rows(results_.as<float>(), d, plan, r.weight.data(), out);
+  router::combine_rows(results_.as<float>(), d, plan, p.r.weight.data(), out);
   double t3 = now();
-  times_.permute += t1 - t0;
+  times_.pack += t1 - t0;
   times_.experts += t2 - t1;
   times_.combine += t3 - t2;
 }

@@ -1,8 +1,11 @@
-// MoeLayer: what the router-side forward pass calls for the expert part of a layer. The single-
-// process implementation (LocalMoeLayer) runs the experts in-process; the distributed one dispatches
-// rows to expert ranks and combines their results. Both combine in slot order, so they agree.
+// MoeLayer: what the router-side forward pass calls for the expert part of a layer, one micro-batch
+// at a time: start() hands over the routed rows, finish() returns their combined expert output.
+// Between the two the router computes the next micro-batch's attention, so a distributed
+// implementation overlaps the exchange and the expert ranks' compute with it (ping-pong).
+// Every implementation combines in slot order, so they agree bit for bit on the same expert rows.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
@@ -13,33 +16,49 @@
 
 namespace moerun::runtime {
 
-// Seconds spent per phase of the MoE part (for bench and stats).
+// Seconds spent per phase of the MoE part (bench infer breakdown).
 struct MoePhaseTimes {
-  double permute = 0;
-  double experts = 0;
-  double combine = 0;
+  double pack = 0;      // dispatch plan, permute, send buffers
+  double exchange = 0;  // waiting for counts/payload/results
+  double experts = 0;   // expert FFNs computed on this rank
+  double combine = 0;   // weighted sum in slot order
 };
 
 class MoeLayer {
  public:
   virtual ~MoeLayer() = default;
-  // out[T, d] = sum over slots of weight * expert(x[token]) for the routing decision r.
-  virtual void forward(int64_t layer, const float* x, int64_t T, const router::RoutingDecision& r, float* out) = 0;
+  // x [T, d] must stay valid until finish(mb); `r` is copied.
+  virtual void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) = 0;
+  // out[T, d] = sum over slots of weight * expert(x[token]).
+  virtual void finish(int mb, float* out) = 0;
   virtual const MoePhaseTimes& times() const = 0;
 };
 
+// Runs one expert's FFN over every block of rows routed to it.
+void run_local_experts(Matmul& mm, const experts::ResidentExperts& store, int64_t layer, const router::DispatchPlan& plan,
+                       const float* gathered, int64_t hidden, float* results, experts::ExpertScratch& scratch);
+
+// Single process: all experts in this process; the work happens in finish().
 class LocalMoeLayer final : public MoeLayer {
  public:
   LocalMoeLayer(Matmul& mm, const experts::ResidentExperts& experts, int64_t hidden, int64_t num_experts)
       : mm_(mm), experts_(experts), hidden_(hidden), num_experts_(num_experts) {}
-  void forward(int64_t layer, const float* x, int64_t T, const router::RoutingDecision& r, float* out) override;
+  void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
+  void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
 
  private:
+  struct Pending {
+    int64_t layer = 0;
+    const float* x = nullptr;
+    int64_t T = 0;
+    router::RoutingDecision r;
+  };
   Matmul& mm_;
   const experts::ResidentExperts& experts_;
   int64_t hidden_;
   int64_t num_experts_;
+  std::vector<Pending> pending_;
   AlignedBuffer gathered_, results_;
   experts::ExpertScratch scratch_;
   MoePhaseTimes times_;

@@ -19,9 +19,13 @@ void Progress::update(int64_t done, int64_t tokens) {
   print(done, tokens);
 }
 
-void Progress::finish(int64_t done, int64_t tokens) { print(done, tokens); }
+void Progress::finish(int64_t done, int64_t tokens) {
+  if (done != last_done_ || tokens != last_tokens_) print(done, tokens);
+}
 
 void Progress::print(int64_t done, int64_t tokens) {
+  last_done_ = done;
+  last_tokens_ = tokens;
   if (quiet_) return;
   const double t = elapsed();
   const double rate = t > 0 ? static_cast<double>(tokens) / t : 0;

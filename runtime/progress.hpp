@@ -18,6 +18,7 @@ class Progress {
   int64_t total_;
   bool quiet_;
   std::chrono::steady_clock::time_point start_, last_;
+  int64_t last_done_ = -1, last_tokens_ = -1;
 };
 
 }  // namespace moerun::runtime

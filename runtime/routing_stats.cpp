@@ -35,14 +35,21 @@ void RoutingStats::record(int64_t layer, const router::RoutingDecision& d, const
   if (keep_trace_) trace_.experts[layer].insert(trace_.experts[layer].end(), d.expert.begin(), d.expert.end());
 }
 
-void RoutingStats::merge(const RoutingStats& o) {
-  tokens_ += o.tokens_;
-  slots_ += o.slots_;
-  used_slots_ += o.used_slots_;
-  rerouted_ += o.rerouted_;
-  dropped_ += o.dropped_;
-  for (std::size_t l = 0; l < usage_.size(); ++l)
-    for (std::size_t e = 0; e < usage_[l].size(); ++e) usage_[l][e] += o.usage_[l][e];
+std::vector<int64_t> RoutingStats::counters() const {
+  std::vector<int64_t> v{tokens_, slots_, used_slots_, rerouted_, dropped_};
+  for (const auto& l : usage_) v.insert(v.end(), l.begin(), l.end());
+  return v;
+}
+
+void RoutingStats::set_counters(const std::vector<int64_t>& v) {
+  tokens_ = v[0];
+  slots_ = v[1];
+  used_slots_ = v[2];
+  rerouted_ = v[3];
+  dropped_ = v[4];
+  std::size_t i = 5;
+  for (auto& l : usage_)
+    for (auto& c : l) c = v[i++];
 }
 
 double RoutingStats::expert_activation_rate() const {

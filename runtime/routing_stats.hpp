@@ -18,7 +18,9 @@ class RoutingStats {
   // One layer's decision for the step's tokens; `request`/`position` identify each token (trace).
   void record(int64_t layer, const router::RoutingDecision& d, const std::vector<int64_t>& request,
               const std::vector<int32_t>& position);
-  void merge(const RoutingStats& other);
+  // Counters as one flat vector (for reduction across router ranks) and back.
+  std::vector<int64_t> counters() const;
+  void set_counters(const std::vector<int64_t>& flat);
 
   int64_t tokens() const { return tokens_; }
   double activation_rate() const;         // active params per token (measured) / all params

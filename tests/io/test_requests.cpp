@@ -98,21 +98,21 @@ TEST_F(Requests, ResultJsonRoundTrip) {
 TEST_F(Requests, JournalResumesAfterTornLine) {
   const std::string out = (dir / "out.jsonl").string();
   {
-    ResultJournal j(out, false);
+    ResultJournal j(out, 0, false);
     j.append({"a", {1}, "length", 1, ""});
     j.append({"b", {2}, "length", 1, ""});
   }
   { std::ofstream(out + ".journal", std::ios::app) << "{\"id\":\"c\",\"outp"; }  // killed mid-write
   {
-    ResultJournal j(out, true);
+    ResultJournal j(out, 0, true);
     EXPECT_EQ(j.finished().size(), 2u);
     j.append({"c", {3}, "eos", 1, ""});
   }
-  ResultJournal j(out, true);
+  ResultJournal j(out, 0, true);
   EXPECT_EQ(j.finished().size(), 3u);
   EXPECT_EQ(j.finished().at("c").finish_reason, "eos");
   // Without --resume the journal starts empty.
-  ResultJournal fresh(out, false);
+  ResultJournal fresh(out, 0, false);
   EXPECT_TRUE(fresh.finished().empty());
 }
 

@@ -1,0 +1,22 @@
+// The few small collectives the runtime needs outside the all-to-all: step control, error
+// agreement, statistics reduction. Thin, checked wrappers so runtime/ never calls MPI directly.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+namespace moerun::comm {
+
+int rank_of(MPI_Comm comm);
+int size_of(MPI_Comm comm);
+void allreduce_sum(std::vector<int64_t>& values, MPI_Comm comm);
+int64_t allreduce_max(int64_t value, MPI_Comm comm);
+int64_t allreduce_min(int64_t value, MPI_Comm comm);
+void reduce_sum_to_root(std::vector<int64_t>& values, MPI_Comm comm);  // result valid on rank 0
+void reduce_max_to_root(std::vector<double>& values, MPI_Comm comm);
+void reduce_sum_to_root(std::vector<double>& values, MPI_Comm comm);
+void barrier(MPI_Comm comm);
+
+}  // namespace moerun::comm
