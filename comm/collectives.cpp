@@ -1,6 +1,7 @@
 // Small checked collectives.
 #include "comm/collectives.hpp"
 
+#include "comm/alltoallv.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -47,5 +48,20 @@ void reduce_sum_to_root(std::vector<double>& v, MPI_Comm comm) {
 }
 
 void barrier(MPI_Comm comm) { MPI_CHECK(MPI_Barrier(comm)); }
+
+void idle_barrier(MPI_Comm comm) {
+  std::vector<MPI_Request> req(1);
+  MPI_CHECK(MPI_Ibarrier(comm, &req[0]));
+  wait_with_timeout(req, {-1}, 0, rank_of(comm), "barrier");
+}
+
+std::string broadcast_string(const std::string& value, MPI_Comm comm) {
+  int64_t n = static_cast<int64_t>(value.size());
+  MPI_CHECK(MPI_Bcast(&n, 1, MPI_INT64_T, 0, comm));
+  std::string out = value;
+  out.resize(static_cast<std::size_t>(n));
+  MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, comm));
+  return out;
+}
 
 }  // namespace moerun::comm

@@ -18,5 +18,9 @@ void reduce_sum_to_root(std::vector<int64_t>& values, MPI_Comm comm);  // result
 void reduce_max_to_root(std::vector<double>& values, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<double>& values, MPI_Comm comm);
 void barrier(MPI_Comm comm);
+// A barrier that sleeps between polls, so waiting ranks leave the cores to the ones working.
+void idle_barrier(MPI_Comm comm);
+// Rank 0's string on every rank.
+std::string broadcast_string(const std::string& value, MPI_Comm comm);
 
 }  // namespace moerun::comm

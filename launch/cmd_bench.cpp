@@ -3,6 +3,8 @@
 
 #include "io/result_journal.hpp"
 #include "launch/cli.hpp"
+#include "comm/mpi.hpp"
+#include "runtime/infer_bench.hpp"
 #include "runtime/layer_bench.hpp"
 
 namespace moerun::launch {
@@ -38,16 +40,72 @@ int bench_layer(int argc, char** argv) {
   return 0;
 }
 
+int bench_infer(int argc, char** argv) {
+  runtime::InferBenchConfig c;
+  io::ModelConfig& m = c.model.model;
+  m.vocab_size = 1024;
+  m.hidden_size = 1024;
+  m.num_layers = 2;
+  m.num_heads = 8;
+  m.num_kv_heads = 4;
+  m.head_dim = 128;
+  m.intermediate_size = 2048;
+  m.num_experts = 8;
+  m.top_k = 2;
+  m.max_position = 1024;
+  m.bos_token_id = 1;
+  m.eos_token_id = 0;
+  c.model.shards = 2;
+  std::string dtype = "float32", json;
+  bool no_baseline = false;
+  po::options_description o("bench infer options");
+  o.add_options()
+    ("layers", po::value(&m.num_layers)->default_value(m.num_layers), "layers of the synthetic model")
+    ("hidden", po::value(&m.hidden_size)->default_value(m.hidden_size), "hidden size")
+    ("experts", po::value(&m.num_experts)->default_value(m.num_experts), "experts per layer")
+    ("intermediate", po::value(&m.intermediate_size)->default_value(m.intermediate_size), "expert intermediate size")
+    ("top-k", po::value(&m.top_k)->default_value(m.top_k), "experts per token")
+    ("heads", po::value(&m.num_heads)->default_value(m.num_heads), "attention heads")
+    ("kv-heads", po::value(&m.num_kv_heads)->default_value(m.num_kv_heads), "KV heads")
+    ("head-dim", po::value(&m.head_dim)->default_value(m.head_dim), "head dimension")
+    ("dtype", po::value(&dtype)->default_value(dtype), "float32 or bfloat16")
+    ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
+    ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
+    ("new-tokens", po::value(&c.new_tokens)->default_value(c.new_tokens), "generated tokens per request")
+    ("micro-batches", po::value(&c.infer.micro_batches)->default_value(c.infer.micro_batches), "micro-batches per step")
+    ("routers-per-node", po::value(&c.infer.routers_per_node)->default_value(c.infer.routers_per_node), "router ranks per node")
+    ("ranks-per-node", po::value(&c.infer.ranks_per_node)->default_value(c.infer.ranks_per_node), "virtual node size (0: from MPI)")
+    ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
+    ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
+    ("json", po::value(&json), "also write the results as JSON");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
+  if (dtype != "float32" && dtype != "bfloat16") fail(ErrorKind::Usage, "--dtype must be float32 or bfloat16");
+  m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
+  m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
+  c.baseline = !no_baseline;
+  c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
+  comm::MpiSession mpi(&argc, &argv);
+  if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
+  const auto r = runtime::run_infer_bench(c, MPI_COMM_WORLD);
+  if (mpi.rank() == 0) {
+    std::cout << runtime::infer_bench_table(c, r);
+    if (!json.empty()) io::write_file_atomically(json, {runtime::infer_bench_json(c, r)});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const char* usage = "usage: moerun bench <layer> [options]   (moerun bench layer --help)";
+  const char* usage = "usage: moerun bench <layer|infer> [options]   (moerun bench layer --help)";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage << "\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string what = argv[1];
   if (what == "layer") return bench_layer(argc - 1, argv + 1);
+  if (what == "infer") return bench_infer(argc - 1, argv + 1);
   fail(ErrorKind::Usage, "unknown benchmark \"", what, "\" (", usage, ")");
 }
 

@@ -69,6 +69,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   const int64_t d = hidden_;
   double t0 = now();
   dispatch_.wait(*f.pending);
+  double tw = now();
   int64_t total = 0;
   std::vector<int64_t> send_bytes(static_cast<std::size_t>(P), 0), recv_bytes(static_cast<std::size_t>(P));
   for (int p = 0; p < P; ++p) {
@@ -79,12 +80,13 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   auto pending = combine_.start(nullptr, send_bytes, f.reply.data(), recv_bytes, label("combine", f.layer, mb));
   combine_.wait(*pending);
   double t1 = now();
+  times_.exchange += tw - t0;
+  times_.wait += t1 - tw;
   router::DispatchPlan view;  // combine_rows only needs tokens, top_k and slot_row
   view.tokens = f.T;
   view.top_k = f.top_k;
   view.slot_row = f.slot_row;
   router::combine_rows(f.reply.data(), d, view, f.weight.data(), out);
-  times_.exchange += t1 - t0;
   times_.combine += now() - t1;
 }
 

@@ -213,7 +213,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     const DensePhaseTimes& dt = model.times();
     const MoePhaseTimes& mt = moe->times();
     my_phases = {{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
-                 {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
+                 {"wait_experts", mt.wait}, {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
     rep.generated_tokens = generated_local;
     rep.processed_tokens = tokens_total;
   } else {
@@ -241,7 +241,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     comm::reduce_sum_to_root(gen, world);
     rep.generated_tokens = gen[0];
     for (const char* role : {"router", "expert"}) {
-      static const std::vector<std::string> names{"attention", "gate", "pack", "exchange", "expert_compute", "combine", "head", "idle"};
+      static const std::vector<std::string> names{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
+                                                  "combine", "head", "idle"};
       std::vector<double> v(names.size(), 0.0);
       const bool mine = (std::string(role) == "router") == router_role;
       if (mine)

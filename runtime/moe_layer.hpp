@@ -19,7 +19,8 @@ namespace moerun::runtime {
 // Seconds spent per phase of the MoE part (bench infer breakdown).
 struct MoePhaseTimes {
   double pack = 0;      // dispatch plan, permute, send buffers
-  double exchange = 0;  // waiting for counts/payload/results
+  double exchange = 0;  // counts and payload exchanges (sending rows, expert side: receiving them)
+  double wait = 0;      // router: from asking for results to having them (expert compute + return)
   double experts = 0;   // expert FFNs computed on this rank
   double combine = 0;   // weighted sum in slot order
 };

@@ -1,0 +1,36 @@
+// `moerun bench infer`: a synthetic model and workload run through the distributed runtime on the
+// ranks of this job, then (same job, rank 0 alone, the other ranks idle) through the single-process
+// runtime, so the tokens/s ratio is measured in one run. Reports per role the seconds in each phase.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <mpi.h>
+
+#include "io/synthetic_model.hpp"
+#include "runtime/infer.hpp"
+
+namespace moerun::runtime {
+
+struct InferBenchConfig {
+  io::SynthConfig model;
+  int64_t batch = 64;        // requests, all in flight together
+  int64_t prompt_len = 16;
+  int64_t new_tokens = 16;
+  bool baseline = true;      // also run single-process on rank 0
+  InferConfig infer;         // layout and runtime options (model/input/output are filled in)
+  std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
+};
+
+struct InferBenchResult {
+  InferReport distributed;
+  InferReport single;        // zero when no baseline
+  double tokens_per_s = 0;
+  double single_tokens_per_s = 0;
+};
+
+InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world);
+std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r);
+std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult& r);
+
+}  // namespace moerun::runtime
