@@ -51,7 +51,10 @@ MpiAllToAllV::~MpiAllToAllV() {
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) {
+void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                                   const ExchangePattern& pattern) {
+  auto receives = [&](int p) { return pattern.receives_from.empty() || pattern.receives_from[p]; };
+  auto sends = [&](int p) { return pattern.sends_to.empty() || pattern.sends_to[p]; };
   recv.assign(static_cast<std::size_t>(size_), 0);
   std::vector<MPI_Request> reqs;
   std::vector<int> peers;
@@ -59,19 +62,24 @@ void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) {
       recv[p] = send[p];
+    } else if (receives(p)) {
+      reqs.emplace_back();
+      peers.push_back(p);
+      MPI_CHECK(MPI_Irecv(&recv[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
+    }
+  }
+  const int n_recv = static_cast<int>(reqs.size());
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (!sends(p)) {
+      if (send[p] != 0) fail(ErrorKind::Internal, what, ": ", send[p], " rows for rank ", p, " outside the exchange pattern");
       continue;
     }
     reqs.emplace_back();
     peers.push_back(p);
-    MPI_CHECK(MPI_Irecv(&recv[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
-  }
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    reqs.emplace_back();
-    peers.push_back(p);
     MPI_CHECK(MPI_Isend(&send[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
   }
-  wait_with_timeout(reqs, peers, timeout_s_, rank_, what + " (counts)", size_ - 1);
+  wait_with_timeout(reqs, peers, timeout_s_, rank_, what + " (counts)", n_recv);
 }
 
 std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,

@@ -20,11 +20,19 @@ struct PendingExchange {
   std::string what;
 };
 
+// Who talks to whom in an exchange (M:N patterns): counts travel only along these edges, and a
+// peer outside them has count 0 by contract. Empty vectors mean "everyone".
+struct ExchangePattern {
+  std::vector<uint8_t> sends_to;       // [peer] this rank may send rows to peer
+  std::vector<uint8_t> receives_from;  // [peer] peer may send rows to this rank
+};
+
 class AllToAllV {
  public:
   virtual ~AllToAllV() = default;
   // recv[p] = the count peer p sent to us. `what` names the exchange in timeout errors.
-  virtual void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) = 0;
+  virtual void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                               const ExchangePattern& pattern = {}) = 0;
   // Starts moving send_bytes[p] bytes to each peer p (contiguous, peer order) and recv_bytes[p] from it.
   virtual std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                                  const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
@@ -37,7 +45,8 @@ class MpiAllToAllV final : public AllToAllV {
   // Duplicates `comm` (its traffic cannot mix with anyone else's). timeout_s <= 0: wait forever.
   MpiAllToAllV(MPI_Comm comm, double timeout_s);
   ~MpiAllToAllV() override;
-  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what) override;
+  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                       const ExchangePattern& pattern = {}) override;
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange& pending) override;

@@ -13,9 +13,22 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 std::string label(const char* dir, int64_t layer, int mb) { return str(dir, " of layer ", layer, " micro-batch ", mb); }
 }  // namespace
 
+comm::ExchangePattern router_to_expert_pattern(const comm::Topology& topo, int rank) {
+  comm::ExchangePattern p;
+  p.sends_to.assign(static_cast<std::size_t>(topo.world_size), 0);
+  p.receives_from.assign(p.sends_to.size(), 0);
+  for (int q = 0; q < topo.world_size; ++q) {
+    p.sends_to[q] = topo.is_router(rank) && topo.is_expert(q);
+    p.receives_from[q] = topo.is_expert(rank) && topo.is_router(q);
+  }
+  return p;
+}
+
 DistributedMoeLayer::DistributedMoeLayer(comm::AllToAllV& dispatch, comm::AllToAllV& combine,
-                                         const experts::Placement& placement, int64_t hidden, int64_t num_experts)
-    : dispatch_(dispatch), combine_(combine), placement_(placement), hidden_(hidden), num_experts_(num_experts) {}
+                                         const experts::Placement& placement, int64_t hidden, int64_t num_experts,
+                                         comm::ExchangePattern pattern)
+    : dispatch_(dispatch), combine_(combine), placement_(placement), hidden_(hidden), num_experts_(num_experts),
+      pattern_(std::move(pattern)) {}
 
 void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) {
   double t0 = now();
@@ -54,7 +67,7 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
     if (plan.slot_row[s] >= 0) f.slot_row[s] = plan_row_to_send[plan.slot_row[s]];
   double t1 = now();
   std::vector<int64_t> recv_counts;
-  dispatch_.exchange_counts(f.rows_to, recv_counts, label("dispatch", layer, mb));
+  dispatch_.exchange_counts(f.rows_to, recv_counts, label("dispatch", layer, mb), pattern_);
   std::vector<int64_t> send_bytes(static_cast<std::size_t>(P)), recv_bytes(static_cast<std::size_t>(P), 0);
   for (int p = 0; p < P; ++p) send_bytes[p] = f.rows_to[p] * static_cast<int64_t>(rec);
   f.pending = dispatch_.start(f.send.data(), send_bytes, nullptr, recv_bytes, label("dispatch", layer, mb));
@@ -91,8 +104,10 @@ void DistributedMoeLayer::finish(int mb, float* out) {
 }
 
 ExpertServer::ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm,
-                           const experts::ResidentExperts& store, int64_t hidden, int64_t num_experts)
-    : dispatch_(dispatch), combine_(combine), mm_(mm), store_(store), hidden_(hidden), num_experts_(num_experts) {}
+                           const experts::ResidentExperts& store, int64_t hidden, int64_t num_experts,
+                           comm::ExchangePattern pattern)
+    : dispatch_(dispatch), combine_(combine), mm_(mm), store_(store), hidden_(hidden), num_experts_(num_experts),
+      pattern_(std::move(pattern)) {}
 
 void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   const int P = dispatch_.size();
@@ -102,7 +117,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   for (int mb = 0; mb < micro_batches; ++mb) {
     double t0 = now();
     std::vector<int64_t> none(static_cast<std::size_t>(P), 0), rows_from;
-    dispatch_.exchange_counts(none, rows_from, label("dispatch", layer, mb));
+    dispatch_.exchange_counts(none, rows_from, label("dispatch", layer, mb), pattern_);
     std::vector<int64_t> recv_bytes(static_cast<std::size_t>(P));
     int64_t rows = 0;
     for (int p = 0; p < P; ++p) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/alltoallv.hpp"
+#include "comm/topology.hpp"
 #include "experts/placement.hpp"
 #include "runtime/moe_layer.hpp"
 
@@ -17,8 +18,9 @@ namespace moerun::runtime {
 
 class DistributedMoeLayer final : public MoeLayer {
  public:
+  // `pattern`: the router's side of the router->expert exchange (sends to expert ranks only).
   DistributedMoeLayer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const experts::Placement& placement,
-                      int64_t hidden, int64_t num_experts);
+                      int64_t hidden, int64_t num_experts, comm::ExchangePattern pattern);
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
@@ -40,15 +42,16 @@ class DistributedMoeLayer final : public MoeLayer {
   const experts::Placement& placement_;
   int64_t hidden_;
   int64_t num_experts_;
-  std::vector<int32_t> expert_order_;  // [layer][...] experts sorted by (owner, id); built lazily
+  comm::ExchangePattern pattern_;
   std::vector<InFlight> mbs_;
   MoePhaseTimes times_;
 };
 
 class ExpertServer {
  public:
+  // `pattern`: the expert's side of the router->expert exchange (receives from routers only).
   ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm, const experts::ResidentExperts& store,
-               int64_t hidden, int64_t num_experts);
+               int64_t hidden, int64_t num_experts, comm::ExchangePattern pattern);
   // One layer: `micro_batches` exchanges in order, then waits for its replies to drain.
   void serve_layer(int64_t layer, int micro_batches);
   const MoePhaseTimes& times() const { return times_; }
@@ -64,12 +67,16 @@ class ExpertServer {
   const experts::ResidentExperts& store_;
   int64_t hidden_;
   int64_t num_experts_;
+  comm::ExchangePattern pattern_;
   std::vector<char> recv_;
   AlignedBuffer gathered_, results_;
   experts::ExpertScratch scratch_;
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
 };
+
+// The router->expert exchange pattern as seen from `rank`.
+comm::ExchangePattern router_to_expert_pattern(const comm::Topology& topo, int rank);
 
 // Record size on the wire: int32 expert id, then the row.
 inline std::size_t dispatch_record_bytes(int64_t hidden) { return 4 + static_cast<std::size_t>(hidden) * 4; }

@@ -169,7 +169,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       }
     }
     std::unique_ptr<MoeLayer> moe;
-    if (distributed) moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts);
+    if (distributed)
+      moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts,
+                                                  router_to_expert_pattern(topo, rank));
     else moe = std::make_unique<LocalMoeLayer>(mm, *store, mc.hidden_size, mc.num_experts);
     ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
     Scheduler sched(cfg.scheduler, mc, requests, runnable);
@@ -217,7 +219,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.generated_tokens = generated_local;
     rep.processed_tokens = tokens_total;
   } else {
-    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts);
+    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, router_to_expert_pattern(topo, rank));
     double idle = 0;
     while (true) {
       std::vector<int64_t> ctl{0, 0, 0};
