@@ -11,6 +11,10 @@
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
+namespace {
+constexpr int kCountsTag = 1;
+constexpr int kPayloadTag = 2;
+}  // namespace
 
 void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s, int self,
                        const std::string& what, int recv_count) {
@@ -26,7 +30,7 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
       // Name the peers we still expect data from (pending sends only mirror them).
       std::set<int> missing;
       for (std::size_t i = 0; i < requests.size(); ++i)
-        if (requests[i] != MPI_REQUEST_NULL && (recv_count < 0 || static_cast<int>(i) < recv_count)) missing.insert(peer_of[i]);
+        if (requests[i] != MPI_REQUEST_NULL && (recv_count <= 0 || static_cast<int>(i) < recv_count)) missing.insert(peer_of[i]);
       std::ostringstream peers;
       for (int p : missing) peers << (peers.tellp() > 0 ? ", " : "") << p;
       (void)self;
@@ -65,7 +69,7 @@ void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector
     } else if (receives(p)) {
       reqs.emplace_back();
       peers.push_back(p);
-      MPI_CHECK(MPI_Irecv(&recv[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
+      MPI_CHECK(MPI_Irecv(&recv[p], 1, MPI_INT64_T, p, kCountsTag, comm_, &reqs.back()));
     }
   }
   const int n_recv = static_cast<int>(reqs.size());
@@ -77,7 +81,7 @@ void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector
     }
     reqs.emplace_back();
     peers.push_back(p);
-    MPI_CHECK(MPI_Isend(&send[p], 1, MPI_INT64_T, p, 0, comm_, &reqs.back()));
+    MPI_CHECK(MPI_Isend(&send[p], 1, MPI_INT64_T, p, kCountsTag, comm_, &reqs.back()));
   }
   wait_with_timeout(reqs, peers, timeout_s_, rank_, what + " (counts)", n_recv);
 }
@@ -86,36 +90,34 @@ std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std
                                                      const std::vector<int64_t>& recv_bytes, const std::string& what) {
   auto p = std::make_unique<PendingExchange>();
   p->what = what;
-  p->sc.resize(static_cast<std::size_t>(size_));
-  p->sd.resize(p->sc.size());
-  p->rc.resize(p->sc.size());
-  p->rd.resize(p->sc.size());
-  int64_t so = 0, ro = 0;
+  int64_t off = 0;
   for (int i = 0; i < size_; ++i) {
-    if (so + send_bytes[i] > std::numeric_limits<int>::max() || ro + recv_bytes[i] > std::numeric_limits<int>::max())
-      fail(ErrorKind::Comm, what, ": payload over 2 GiB per exchange; use a smaller --max-batch-tokens");
-    p->sc[i] = static_cast<int>(send_bytes[i]);
-    p->sd[i] = static_cast<int>(so);
-    p->rc[i] = static_cast<int>(recv_bytes[i]);
-    p->rd[i] = static_cast<int>(ro);
-    so += send_bytes[i];
-    ro += recv_bytes[i];
+    if (recv_bytes[i] > std::numeric_limits<int>::max() || send_bytes[i] > std::numeric_limits<int>::max())
+      fail(ErrorKind::Comm, what, ": over 2 GiB for one peer; use a smaller --max-batch-tokens");
+    if (recv_bytes[i] > 0) {
+      p->requests.emplace_back();
+      p->peers.push_back(i);
+      MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + off, static_cast<int>(recv_bytes[i]), MPI_BYTE, i, kPayloadTag, comm_,
+                          &p->requests.back()));
+    }
+    off += recv_bytes[i];
   }
-  MPI_CHECK(MPI_Ialltoallv(send, p->sc.data(), p->sd.data(), MPI_BYTE, recv, p->rc.data(), p->rd.data(), MPI_BYTE, comm_,
-                           &p->request));
+  p->receives = static_cast<int>(p->requests.size());
+  off = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (send_bytes[i] > 0) {
+      p->requests.emplace_back();
+      p->peers.push_back(i);
+      MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, static_cast<int>(send_bytes[i]), MPI_BYTE, i, kPayloadTag,
+                          comm_, &p->requests.back()));
+    }
+    off += send_bytes[i];
+  }
   return p;
 }
 
 void MpiAllToAllV::wait(PendingExchange& p) {
-  std::vector<MPI_Request> reqs{p.request};
-  // A collective has no single peer to blame; the counts exchange before it names stragglers.
-  std::vector<int> peers{-1};
-  try {
-    wait_with_timeout(reqs, peers, timeout_s_, rank_, p.what + " (payload)");
-  } catch (const Error& e) {
-    throw Error(e.kind(), str("no progress for ", timeout_s_, " s in ", p.what, " (payload all-to-all; --comm-timeout)"));
-  }
-  p.request = MPI_REQUEST_NULL;
+  wait_with_timeout(p.requests, p.peers, timeout_s_, rank_, p.what, p.receives);
 }
 
 }  // namespace moerun::comm

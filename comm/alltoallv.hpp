@@ -1,8 +1,10 @@
 // AllToAllV: the exchange of DESIGN §4 — counts first, then payload — among all ranks of a
 // communicator (router and expert ranks alike; a rank with nothing to send sends zero counts).
-// Counts travel point-to-point so that a peer that never arrives can be named when --comm-timeout
-// expires; the payload is one MPI_Ialltoallv (the baseline the hierarchical exchange is measured
-// against). Exchanges can be left in flight (start/wait) so routers overlap them with compute.
+// MpiAllToAllV moves counts and payload point-to-point (MPI_Isend/Irecv along the edges that carry
+// data), which is what MPI_Alltoallv does inside but lets a stalled peer be named when
+// --comm-timeout expires and sends no empty messages in M:N router->expert traffic; tests check it
+// against MPI_Alltoallv. Exchanges can be left in flight (start/wait) so routers overlap them with
+// compute.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,10 +15,11 @@
 
 namespace moerun::comm {
 
-// An exchange in flight: keeps its request and displacement arrays alive until wait().
+// An exchange in flight: its requests (receives first) and their peers, until wait().
 struct PendingExchange {
-  MPI_Request request = MPI_REQUEST_NULL;
-  std::vector<int> sc, sd, rc, rd;
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  int receives = 0;
   std::string what;
 };
 
@@ -61,7 +64,7 @@ class MpiAllToAllV final : public AllToAllV {
 
 // Waits for `requests` (MPI_Waitall semantics) polling with a deadline; on timeout throws
 // ErrorKind::Comm naming `what` and the peers of the still open receives: requests[0, recv_count)
-// are receives (recv_count < 0: all), peer_of[i] the peer of request i.
+// are receives (recv_count <= 0: name the peers of all open requests), peer_of[i] the peer of request i.
 void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s,
                        int self_rank, const std::string& what, int recv_count = -1);
 

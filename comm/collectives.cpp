@@ -22,6 +22,41 @@ void allreduce_sum(std::vector<int64_t>& v, MPI_Comm comm) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_SUM, comm));
 }
 
+void allreduce_sum_timed(std::vector<int64_t>& v, MPI_Comm comm, double timeout_s, const std::string& what) {
+  constexpr int kTag = 77;
+  const int rank = rank_of(comm), size = size_of(comm);
+  const int n = static_cast<int>(v.size());
+  if (rank == 0) {
+    std::vector<int64_t> all(static_cast<std::size_t>(n) * static_cast<std::size_t>(size));
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peers;
+    for (int p = 1; p < size; ++p) {
+      reqs.emplace_back();
+      peers.push_back(p);
+      MPI_CHECK(MPI_Irecv(all.data() + static_cast<std::size_t>(p) * n, n, MPI_INT64_T, p, kTag, comm, &reqs.back()));
+    }
+    wait_with_timeout(reqs, peers, timeout_s, rank, what);
+    for (int p = 1; p < size; ++p)
+      for (int i = 0; i < n; ++i) v[i] += all[static_cast<std::size_t>(p) * n + i];
+    reqs.clear();
+    peers.clear();
+    for (int p = 1; p < size; ++p) {
+      reqs.emplace_back();
+      peers.push_back(p);
+      MPI_CHECK(MPI_Isend(v.data(), n, MPI_INT64_T, p, kTag, comm, &reqs.back()));
+    }
+    wait_with_timeout(reqs, peers, timeout_s, rank, what);
+  } else {
+    std::vector<MPI_Request> reqs(2);
+    MPI_CHECK(MPI_Isend(v.data(), n, MPI_INT64_T, 0, kTag, comm, &reqs[0]));
+    std::vector<int64_t> sum(v.size());
+    MPI_CHECK(MPI_Irecv(sum.data(), n, MPI_INT64_T, 0, kTag, comm, &reqs[1]));
+    // A little longer than rank 0, so that when a third rank stalls, rank 0 names it first.
+    wait_with_timeout(reqs, {0, 0}, timeout_s + 1.0, rank, what, 0);
+    v = sum;
+  }
+}
+
 int64_t allreduce_max(int64_t value, MPI_Comm comm) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));
   return value;

@@ -12,6 +12,9 @@ namespace moerun::comm {
 int rank_of(MPI_Comm comm);
 int size_of(MPI_Comm comm);
 void allreduce_sum(std::vector<int64_t>& values, MPI_Comm comm);
+// The same, giving up after timeout_s (> 0) with ErrorKind::Comm naming `what`: point-to-point
+// through rank 0, so the error names the ranks that did not arrive (rank 0) or rank 0 (others).
+void allreduce_sum_timed(std::vector<int64_t>& values, MPI_Comm comm, double timeout_s, const std::string& what);
 int64_t allreduce_max(int64_t value, MPI_Comm comm);
 int64_t allreduce_min(int64_t value, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<int64_t>& values, MPI_Comm comm);  // result valid on rank 0

@@ -187,7 +187,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     progress = Progress(rep.requests, cfg.quiet || rank != 0);
     while (true) {
       std::vector<int64_t> ctl{sched.done() ? 0 : 1, done_local, tokens_delta};
-      if (distributed) comm::allreduce_sum(ctl, world);
+      if (distributed) comm::allreduce_sum_timed(ctl, world, cfg.comm_timeout_s, "step control");
       done_total += ctl[1];
       tokens_total += ctl[2];
       done_local = tokens_delta = 0;
@@ -224,7 +224,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     while (true) {
       std::vector<int64_t> ctl{0, 0, 0};
       const auto t0 = std::chrono::steady_clock::now();
-      comm::allreduce_sum(ctl, world);
+      comm::allreduce_sum_timed(ctl, world, cfg.comm_timeout_s, "step control");
       idle += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (ctl[0] == 0) break;
       for (int64_t l = 0; l < mc.num_layers; ++l) server.serve_layer(l, cfg.micro_batches);
