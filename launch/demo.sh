@@ -5,7 +5,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 OUT=${MOERUN_DEMO_DIR:-$ROOT/out/demo}
-NP=${MOERUN_DEMO_NP:-1}
+NP=${MOERUN_DEMO_NP:-4}   # 1 router rank + 3 expert ranks
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}"
 mkdir -p "$BUILD"
@@ -25,7 +25,7 @@ done
 echo '{"id": "sampled", "prompt_tokens": [1, 42, 7], "max_new_tokens": 24, "temperature": 0.8, "seed": 7}' >> "$OUT/requests.jsonl"
 
 echo "== mpirun -np $NP moerun infer" >&2
-mpirun --oversubscribe -np "$NP" "$MOERUN" infer --model "$OUT/model" --input "$OUT/requests.jsonl" \
+mpirun --oversubscribe --bind-to none -np "$NP" "$MOERUN" infer --model "$OUT/model" --input "$OUT/requests.jsonl" \
   --output "$OUT/results.jsonl" --stats-json "$OUT/stats.json" --trace "$OUT/trace.h5"
 echo "== results ($OUT/results.jsonl)" >&2
 head -5 "$OUT/results.jsonl"

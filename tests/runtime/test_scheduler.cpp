@@ -105,3 +105,31 @@ TEST(Scheduler, ZeroNewTokensNeedsNoCompute) {
 
 }  // namespace
 }  // namespace moerun::runtime
+
+#include "runtime/infer.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+TEST(SplitRequests, BalancesByCostNotCount) {
+  // Costs (prompt + max_new): 100, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10 -> one router takes the
+  // big one, the other the ten small ones.
+  std::vector<io::Request> rs;
+  rs.push_back(req("big", std::vector<int32_t>(50, 1), 50));
+  for (int i = 0; i < 10; ++i) rs.push_back(req("s" + std::to_string(i), std::vector<int32_t>(5, 1), 5));
+  std::vector<int64_t> all(rs.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  const auto parts = split_requests(rs, all, 2);
+  EXPECT_EQ(parts[0], (std::vector<int64_t>{0}));
+  EXPECT_EQ(parts[1].size(), 10u);
+  EXPECT_TRUE(std::is_sorted(parts[1].begin(), parts[1].end()));  // input order kept
+  // Every request exactly once.
+  const auto three = split_requests(rs, all, 3);
+  std::vector<int64_t> merged;
+  for (const auto& p : three) merged.insert(merged.end(), p.begin(), p.end());
+  std::sort(merged.begin(), merged.end());
+  EXPECT_EQ(merged, all);
+}
+
+}  // namespace
+}  // namespace moerun::runtime

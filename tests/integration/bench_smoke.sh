@@ -1,0 +1,27 @@
+#!/bin/bash
+# The benchmarks run and their JSON carries the documented keys (timings themselves are not tests;
+# the figures live in docs/PERFORMANCE.md).
+source "$(dirname "$0")/common.sh"
+MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
+"$MOERUN" bench layer --hidden 128 --experts 4 --intermediate 256 --tokens 16,64 --iters 2 --warmup 1 --json "$WORK/layer.json" > "$WORK/layer.txt"
+check "bench layer: table with a verdict line and JSON rows" "$PY" - "$WORK/layer.json" "$WORK/layer.txt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); t = open(sys.argv[2]).read()
+assert "# verdict:" in t
+assert len(j["rows"]) == 4
+for r in j["rows"]:
+    for k in ("dtype", "tokens", "layer_gflops", "matmul_gflops", "ratio"):
+        assert k in r, k
+    assert r["ratio"] > 0
+PY
+$MPI -np 3 "$MOERUN" bench infer --layers 2 --hidden 128 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 \
+  --batch 8 --prompt-len 4 --new-tokens 4 --json "$WORK/infer.json" > "$WORK/infer.txt"
+check "bench infer at np 3: tokens/s, ranks, routers and per-role phases" "$PY" - "$WORK/infer.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["ranks"] == 3 and j["routers"] == 1 and j["tokens_per_s"] > 0
+assert set(j["phases"]) == {"router", "expert"}
+assert j["phases"]["router"]["attention"] > 0 and j["phases"]["expert"]["expert_compute"] > 0
+assert j["single_process_tokens_per_s"] > 0
+PY
+finish
