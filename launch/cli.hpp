@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "io/model_config.hpp"
 #include <string>
 #include <vector>
 
@@ -15,6 +16,11 @@ namespace po = boost::program_options;
 // Parses argv (after the subcommand) into vm. Returns false when --help was printed.
 bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
                         po::variables_map& vm, const po::positional_options_description* positional = nullptr);
+
+// Options for every field of a synthetic model's config (synth, bench infer), defaults from `m`;
+// the dtype is parsed into `m` by apply_model_dtype after parsing.
+void add_model_options(po::options_description& o, io::ModelConfig& m, std::string& dtype);
+void apply_model_dtype(const std::string& dtype, io::ModelConfig& m);
 
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option);
 std::vector<std::string> parse_string_list(const std::string& s);

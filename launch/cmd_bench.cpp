@@ -59,16 +59,8 @@ int bench_infer(int argc, char** argv) {
   std::string dtype = "float32", json;
   bool no_baseline = false;
   po::options_description o("bench infer options");
+  add_model_options(o, m, dtype);
   o.add_options()
-    ("layers", po::value(&m.num_layers)->default_value(m.num_layers), "layers of the synthetic model")
-    ("hidden", po::value(&m.hidden_size)->default_value(m.hidden_size), "hidden size")
-    ("experts", po::value(&m.num_experts)->default_value(m.num_experts), "experts per layer")
-    ("intermediate", po::value(&m.intermediate_size)->default_value(m.intermediate_size), "expert intermediate size")
-    ("top-k", po::value(&m.top_k)->default_value(m.top_k), "experts per token")
-    ("heads", po::value(&m.num_heads)->default_value(m.num_heads), "attention heads")
-    ("kv-heads", po::value(&m.num_kv_heads)->default_value(m.num_kv_heads), "KV heads")
-    ("head-dim", po::value(&m.head_dim)->default_value(m.head_dim), "head dimension")
-    ("dtype", po::value(&dtype)->default_value(dtype), "float32 or bfloat16")
     ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
     ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
     ("new-tokens", po::value(&c.new_tokens)->default_value(c.new_tokens), "generated tokens per request")
@@ -80,8 +72,7 @@ int bench_infer(int argc, char** argv) {
     ("json", po::value(&json), "also write the results as JSON");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
-  if (dtype != "float32" && dtype != "bfloat16") fail(ErrorKind::Usage, "--dtype must be float32 or bfloat16");
-  m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
+  apply_model_dtype(dtype, m);
   m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
   c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
