@@ -37,11 +37,13 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
     t.ranks.push_back(info);
   }
   t.nodes = static_cast<int>(next_local.size());
-  if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
-  if (t.world_size == 1) {
-    t.ranks[0].role = Role::Both;
-    t.routers = {0};
-    t.experts = {0};
+  if (routers_per_node < 0) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
+  if (t.world_size == 1 || routers_per_node == 0) {  // one rank, or a topology without roles
+    for (RankInfo& r : t.ranks) {
+      r.role = Role::Both;
+      t.routers.push_back(r.rank);
+      t.experts.push_back(r.rank);
+    }
     return t;
   }
   for (const auto& [node, count] : next_local)

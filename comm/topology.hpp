@@ -33,7 +33,8 @@ struct Topology {
 };
 
 // Builds the topology over `comm`: nodes from MPI_Comm_split_type(SHARED) unless ranks_per_node > 0
-// (then rank / ranks_per_node). Usage error (exit 2) when no expert rank would exist or routers
+// (then rank / ranks_per_node). routers_per_node 0: nodes only, every rank plays both roles
+// (transports and their benchmarks). Usage error (exit 2) when no expert rank would exist or routers
 // exceed the ranks of a node; the message says what would work.
 Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node);
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "comm/alltoallv.hpp"
+#include "comm/hierarchical_alltoallv.hpp"
 
 namespace moerun::comm {
 namespace {
@@ -31,7 +32,7 @@ std::vector<uint8_t> reference(const std::vector<uint8_t>& send, const std::vect
   return recv;
 }
 
-std::vector<uint8_t> ours(MpiAllToAllV& a2a, const std::vector<uint8_t>& send, const std::vector<int64_t>& counts,
+std::vector<uint8_t> ours(AllToAllV& a2a, const std::vector<uint8_t>& send, const std::vector<int64_t>& counts,
                           const ExchangePattern& pattern = {}) {
   std::vector<int64_t> recv_counts;
   a2a.exchange_counts(counts, recv_counts, "test", pattern);
@@ -52,8 +53,7 @@ std::vector<uint8_t> payload(const std::vector<int64_t>& counts, uint32_t seed) 
   return v;
 }
 
-TEST(AllToAllV, MatchesMpiAlltoallv) {
-  MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
+std::vector<std::vector<int64_t>> test_cases() {
   std::mt19937 g(static_cast<uint32_t>(rank_) * 7919u + 1);
   std::vector<std::vector<int64_t>> cases;
   std::vector<int64_t> c(static_cast<std::size_t>(size_));
@@ -66,14 +66,37 @@ TEST(AllToAllV, MatchesMpiAlltoallv) {
   c.assign(static_cast<std::size_t>(size_), 0);
   c[0] = 12345;                                                // everything to rank 0
   cases.push_back(c);
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto send = payload(cases[i], static_cast<uint32_t>(rank_ * 100 + i));
-    EXPECT_EQ(ours(a2a, send, cases[i]), reference(send, cases[i])) << "case " << i;
+  return cases;
+}
+
+void check_all_cases(AllToAllV& a2a) {
+  const auto cases = test_cases();
+  for (int round = 0; round < 2; ++round)  // twice: the second run reuses grown buffers
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const auto send = payload(cases[i], static_cast<uint32_t>(rank_ * 100 + i + round));
+      EXPECT_EQ(ours(a2a, send, cases[i]), reference(send, cases[i])) << "case " << i;
+    }
+}
+
+TEST(AllToAllV, MatchesMpiAlltoallv) {
+  MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
+  check_all_cases(a2a);
+}
+
+// Hierarchical over 1..size virtual nodes (ranks per node 1, 2, 3 and all), MPI between nodes.
+TEST(AllToAllV, HierarchicalMatchesMpiAlltoallv) {
+  for (int rpn : {1, 2, 3, size_}) {
+    const Topology topo = build_topology(MPI_COMM_WORLD, 0, rpn == size_ ? 0 : rpn);
+    HierarchicalAllToAllV a2a(MPI_COMM_WORLD, topo, std::make_unique<MpiPointToPoint>(MPI_COMM_WORLD), 30);
+    SCOPED_TRACE("ranks per node " + std::to_string(rpn));
+    check_all_cases(a2a);
   }
 }
 
 TEST(AllToAllV, MToNPattern) {
   MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
+  const Topology topo = build_topology(MPI_COMM_WORLD, 0, 2);
+  HierarchicalAllToAllV hier(MPI_COMM_WORLD, topo, std::make_unique<MpiPointToPoint>(MPI_COMM_WORLD), 30);
   ExchangePattern pat;
   pat.sends_to.assign(static_cast<std::size_t>(size_), 0);
   pat.receives_from.assign(static_cast<std::size_t>(size_), 0);
@@ -85,6 +108,7 @@ TEST(AllToAllV, MToNPattern) {
   if (rank_ != 0) pat.receives_from[0] = 1;
   const auto send = payload(counts, 5);
   EXPECT_EQ(ours(a2a, send, counts, pat), reference(send, counts));
+  EXPECT_EQ(ours(hier, send, counts, pat), reference(send, counts));
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+// MPI point-to-point transport.
+#include "comm/point_to_point.hpp"
+
+#include <limits>
+
+#include "base/error.hpp"
+#include "comm/alltoallv.hpp"
+#include "comm/mpi.hpp"
+
+namespace moerun::comm {
+
+MpiPointToPoint::MpiPointToPoint(MPI_Comm world) {
+  MPI_CHECK(MPI_Comm_dup(world, &comm_));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+}
+
+MpiPointToPoint::~MpiPointToPoint() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+namespace {
+int mpi_tag(uint64_t tag) { return static_cast<int>(tag & 0x7fff); }  // MPI_TAG_UB is at least 32767
+}  // namespace
+
+void MpiPointToPoint::post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) {
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<int>::max())) fail(ErrorKind::Comm, "message over 2 GiB to rank ", peer);
+  sends_.emplace_back();
+  send_peers_.push_back(peer);
+  MPI_CHECK(MPI_Isend(buf, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag(tag), comm_, &sends_.back()));
+}
+
+void MpiPointToPoint::post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) {
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<int>::max())) fail(ErrorKind::Comm, "message over 2 GiB from rank ", peer);
+  recvs_.emplace_back();
+  recv_peers_.push_back(peer);
+  MPI_CHECK(MPI_Irecv(buf, static_cast<int>(bytes), MPI_BYTE, peer, mpi_tag(tag), comm_, &recvs_.back()));
+}
+
+void MpiPointToPoint::wait_all(double timeout_s, const std::string& what) {
+  std::vector<MPI_Request> all(recvs_);
+  all.insert(all.end(), sends_.begin(), sends_.end());
+  std::vector<int> peers(recv_peers_);
+  peers.insert(peers.end(), send_peers_.begin(), send_peers_.end());
+  const int n_recv = static_cast<int>(recvs_.size());
+  recvs_.clear();
+  sends_.clear();
+  recv_peers_.clear();
+  send_peers_.clear();
+  wait_with_timeout(all, peers, timeout_s, rank_, what, n_recv);
+}
+
+}  // namespace moerun::comm

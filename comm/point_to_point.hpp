@@ -1,0 +1,43 @@
+// PointToPoint: tagged messages between world ranks, the inter-node stage of the hierarchical
+// all-to-all. Implementations: MPI (always), UCX (UCP tag API; see ucx_transport.hpp). Posting is
+// non-blocking; wait_all() drives progress until everything posted completes or the timeout names
+// the peers whose messages are missing.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+namespace moerun::comm {
+
+class PointToPoint {
+ public:
+  virtual ~PointToPoint() = default;
+  virtual void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) = 0;
+  virtual void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) = 0;
+  virtual void wait_all(double timeout_s, const std::string& what) = 0;
+  // Buffers used for messages from here on lie in [base, base + bytes) (a registered pool); the
+  // previous pool is released. Transports that need no registration ignore it.
+  virtual void set_pool(void* base, std::size_t bytes) { (void)base; (void)bytes; }
+  virtual const char* name() const = 0;
+};
+
+class MpiPointToPoint final : public PointToPoint {
+ public:
+  explicit MpiPointToPoint(MPI_Comm world);
+  ~MpiPointToPoint() override;
+  void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) override;
+  void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) override;
+  void wait_all(double timeout_s, const std::string& what) override;
+  const char* name() const override { return "mpi"; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::vector<MPI_Request> recvs_, sends_;
+  std::vector<int> recv_peers_, send_peers_;
+};
+
+}  // namespace moerun::comm

@@ -1,0 +1,67 @@
+// MPI-3 shared windows: allocate, query peers' bases, passive-target epoch with Win_sync fences.
+#include "comm/shared_memory.hpp"
+
+#include "base/error.hpp"
+#include "comm/alltoallv.hpp"
+#include "comm/mpi.hpp"
+
+namespace moerun::comm {
+
+NodeSharedMemory::NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, double timeout_s) : timeout_s_(timeout_s) {
+  MPI_CHECK(MPI_Comm_dup(node, &node_));
+  MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
+  MPI_CHECK(MPI_Comm_size(node_, &local_size_));
+  allocate(initial_bytes);
+}
+
+NodeSharedMemory::~NodeSharedMemory() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  release();
+  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+}
+
+void NodeSharedMemory::allocate(std::size_t bytes) {
+  bytes = (std::max<std::size_t>(bytes, 64) + 4095) / 4096 * 4096;
+  MPI_Info info;
+  MPI_CHECK(MPI_Info_create(&info));
+  MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
+  char* mine = nullptr;
+  const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes), 1, info, node_, &mine, &win_);
+  MPI_Info_free(&info);
+  if (rc != MPI_SUCCESS) mpi_fail(rc, "MPI_Win_allocate_shared", __FILE__, __LINE__);
+  bases_.assign(static_cast<std::size_t>(local_size_), nullptr);
+  for (int r = 0; r < local_size_; ++r) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &disp, &bases_[static_cast<std::size_t>(r)]));
+  }
+  MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+  bytes_ = bytes;
+}
+
+void NodeSharedMemory::release() {
+  if (win_ == MPI_WIN_NULL) return;
+  MPI_Win_unlock_all(win_);
+  MPI_Win_free(&win_);
+  win_ = MPI_WIN_NULL;
+}
+
+bool NodeSharedMemory::reserve(std::size_t bytes) {
+  if (bytes <= bytes_) return false;
+  fence();  // nobody still reads the old regions
+  release();
+  allocate(bytes + bytes / 2);  // grow geometrically: sizes creep up with batch composition
+  return true;
+}
+
+void NodeSharedMemory::fence() {
+  MPI_CHECK(MPI_Win_sync(win_));
+  std::vector<MPI_Request> req(1);
+  MPI_CHECK(MPI_Ibarrier(node_, &req[0]));
+  wait_with_timeout(req, {-1}, timeout_s_, local_rank_, "node barrier (a rank of this node)");
+  MPI_CHECK(MPI_Win_sync(win_));
+}
+
+}  // namespace moerun::comm

@@ -1,0 +1,41 @@
+// NodeSharedMemory: one MPI-3 shared-memory window per node (MPI_Win_allocate_shared on the node's
+// communicator), so the ranks of a node read and write each other's regions directly — the
+// intra-node transport for host buffers (DESIGN §4). Regions grow collectively; fence() orders
+// writes before it with reads after it, across the node.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include <mpi.h>
+
+namespace moerun::comm {
+
+class NodeSharedMemory {
+ public:
+  // `node` must contain exactly the ranks that share memory (a subset of one host).
+  NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, double timeout_s);
+  ~NodeSharedMemory();
+  NodeSharedMemory(const NodeSharedMemory&) = delete;
+  NodeSharedMemory& operator=(const NodeSharedMemory&) = delete;
+
+  // Collective over the node: every region becomes at least `bytes` (same value on every rank).
+  // Returns true when the regions moved (pointers from region() before are stale).
+  bool reserve(std::size_t bytes);
+  char* region(int local_rank) const { return bases_[static_cast<std::size_t>(local_rank)]; }
+  std::size_t region_bytes() const { return bytes_; }
+  // Memory barrier + node barrier (with --comm-timeout).
+  void fence();
+
+ private:
+  void allocate(std::size_t bytes);
+  void release();
+  MPI_Comm node_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  double timeout_s_;
+  std::size_t bytes_ = 0;
+  std::vector<char*> bases_;
+};
+
+}  // namespace moerun::comm
