@@ -12,9 +12,14 @@ endfunction()
 set(MOERUN_MPIEXEC_FLAGS --oversubscribe --bind-to none)
 set(MOERUN_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
 
-# moerun_add_test(name SOURCES ... [DEPS ...] [MPI_RANKS n] [TIMEOUT s] [LABELS ...])
+# moerun_add_test(name SOURCES ... [DEPS ...] [MPI_RANKS n] [TIMEOUT s] [LABELS ...] [ENV k=v ...]
+#                 [EXECUTABLE target]   (reuse another test's executable with other ranks/env)
 function(moerun_add_test name)
-  cmake_parse_arguments(ARG "" "MPI_RANKS;TIMEOUT" "SOURCES;DEPS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "" "MPI_RANKS;TIMEOUT;EXECUTABLE" "SOURCES;DEPS;LABELS;ARGS;ENV" ${ARGN})
+  if(ARG_EXECUTABLE)
+    set(exe ${ARG_EXECUTABLE})
+  else()
+    set(exe ${name})
   add_executable(${name} ${ARG_SOURCES})
   # MPI tests bring their own main (MPI_Init around the GoogleTest run).
   if(ARG_MPI_RANKS)
@@ -22,16 +27,17 @@ function(moerun_add_test name)
   else()
     target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   endif()
+  endif()
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
   if(ARG_MPI_RANKS)
     add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${MOERUN_MPIEXEC_FLAGS} -np ${ARG_MPI_RANKS}
-             $<TARGET_FILE:${name}> ${ARG_ARGS})
+             $<TARGET_FILE:${exe}> ${ARG_ARGS})
   else()
-    add_test(NAME ${name} COMMAND ${name} ${ARG_ARGS})
+    add_test(NAME ${name} COMMAND ${exe} ${ARG_ARGS})
   endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${MOERUN_TEST_ENV}"
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${MOERUN_TEST_ENV};${ARG_ENV}"
                        LABELS "${ARG_LABELS}")
 endfunction()
 

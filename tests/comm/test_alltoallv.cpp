@@ -5,8 +5,12 @@
 
 #include <random>
 
+#include "base/error.hpp"
 #include "comm/alltoallv.hpp"
 #include "comm/hierarchical_alltoallv.hpp"
+#ifdef MOERUN_HAVE_UCX
+#include "comm/ucx_transport.hpp"
+#endif
 
 namespace moerun::comm {
 namespace {
@@ -83,12 +87,26 @@ TEST(AllToAllV, MatchesMpiAlltoallv) {
   check_all_cases(a2a);
 }
 
-// Hierarchical over 1..size virtual nodes (ranks per node 1, 2, 3 and all), MPI between nodes.
+// Between nodes: MPI, or UCX when MOERUN_TEST_TRANSPORT=ucx (ctest runs it with UCX_TLS=tcp,self
+// and with UCX_TLS=shm,self).
+std::unique_ptr<PointToPoint> transport() {
+  const char* t = std::getenv("MOERUN_TEST_TRANSPORT");
+  if (t && std::string(t) == "ucx") {
+#ifdef MOERUN_HAVE_UCX
+    return std::make_unique<UcxPointToPoint>(MPI_COMM_WORLD);
+#else
+    ADD_FAILURE() << "MOERUN_TEST_TRANSPORT=ucx in a build without UCX";
+#endif
+  }
+  return std::make_unique<MpiPointToPoint>(MPI_COMM_WORLD);
+}
+
+// Hierarchical over 1..size virtual nodes (ranks per node 1, 2, 3 and all).
 TEST(AllToAllV, HierarchicalMatchesMpiAlltoallv) {
   for (int rpn : {1, 2, 3, size_}) {
     const Topology topo = build_topology(MPI_COMM_WORLD, 0, rpn == size_ ? 0 : rpn);
-    HierarchicalAllToAllV a2a(MPI_COMM_WORLD, topo, std::make_unique<MpiPointToPoint>(MPI_COMM_WORLD), 30);
-    SCOPED_TRACE("ranks per node " + std::to_string(rpn));
+    HierarchicalAllToAllV a2a(MPI_COMM_WORLD, topo, transport(), 30);
+    SCOPED_TRACE(::moerun::str("ranks per node ", rpn));
     check_all_cases(a2a);
   }
 }
@@ -96,7 +114,7 @@ TEST(AllToAllV, HierarchicalMatchesMpiAlltoallv) {
 TEST(AllToAllV, MToNPattern) {
   MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
   const Topology topo = build_topology(MPI_COMM_WORLD, 0, 2);
-  HierarchicalAllToAllV hier(MPI_COMM_WORLD, topo, std::make_unique<MpiPointToPoint>(MPI_COMM_WORLD), 30);
+  HierarchicalAllToAllV hier(MPI_COMM_WORLD, topo, transport(), 30);
   ExchangePattern pat;
   pat.sends_to.assign(static_cast<std::size_t>(size_), 0);
   pat.receives_from.assign(static_cast<std::size_t>(size_), 0);

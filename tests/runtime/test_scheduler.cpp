@@ -3,6 +3,7 @@
 // token is chosen by the test (greedy picks the single 1.0).
 #include <gtest/gtest.h>
 
+#include "runtime/infer.hpp"
 #include "runtime/scheduler.hpp"
 
 namespace moerun::runtime {
@@ -106,7 +107,6 @@ TEST(Scheduler, ZeroNewTokensNeedsNoCompute) {
 }  // namespace
 }  // namespace moerun::runtime
 
-#include "runtime/infer.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -116,7 +116,7 @@ TEST(SplitRequests, BalancesByCostNotCount) {
   // big one, the other the ten small ones.
   std::vector<io::Request> rs;
   rs.push_back(req("big", std::vector<int32_t>(50, 1), 50));
-  for (int i = 0; i < 10; ++i) rs.push_back(req("s" + std::to_string(i), std::vector<int32_t>(5, 1), 5));
+  for (int i = 0; i < 10; ++i) rs.push_back(req(str("s", i), std::vector<int32_t>(5, 1), 5));
   std::vector<int64_t> all(rs.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
   const auto parts = split_requests(rs, all, 2);
