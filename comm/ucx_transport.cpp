@@ -3,6 +3,7 @@
 #include "comm/ucx_transport.hpp"
 
 #include <ucp/api/ucp.h>
+#include <ucs/config/global_opts.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -118,7 +119,7 @@ UcxPointToPoint::UcxPointToPoint(MPI_Comm world) : impl_(std::make_unique<Impl>(
   MPI_CHECK(MPI_Comm_size(world, &s.size));
   // moerun reports every UCX failure itself (with the peer); UCX's own log would repeat it, and
   // logs an ERROR for each endpoint probe on transports without peer-failure detection.
-  setenv("UCX_LOG_LEVEL", "fatal", 0);
+  if (!std::getenv("UCX_LOG_LEVEL")) ucs_global_opts_set_value("LOG_LEVEL", "fatal");
   ucp_config_t* config = nullptr;
   UCS_CHECK(ucp_config_read(nullptr, nullptr, &config));
   ucp_params_t cp{};
