@@ -13,20 +13,23 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 std::string label(const char* dir, int64_t layer, int mb) { return str(dir, " of layer ", layer, " micro-batch ", mb); }
 }  // namespace
 
-comm::ExchangePattern router_to_expert_pattern(const comm::Topology& topo, int rank) {
-  comm::ExchangePattern p;
-  p.sends_to.assign(static_cast<std::size_t>(topo.world_size), 0);
-  p.receives_from.assign(p.sends_to.size(), 0);
+MoeExchangePatterns moe_exchange_patterns(const comm::Topology& topo, int rank) {
+  MoeExchangePatterns m;
+  const auto n = static_cast<std::size_t>(topo.world_size);
+  m.forward.sends_to.assign(n, 0);
+  m.forward.receives_from.assign(n, 0);
   for (int q = 0; q < topo.world_size; ++q) {
-    p.sends_to[q] = topo.is_router(rank) && topo.is_expert(q);
-    p.receives_from[q] = topo.is_expert(rank) && topo.is_router(q);
+    m.forward.sends_to[q] = topo.is_router(rank) && topo.is_expert(q);
+    m.forward.receives_from[q] = topo.is_expert(rank) && topo.is_router(q);
   }
-  return p;
+  m.backward.sends_to = m.forward.receives_from;
+  m.backward.receives_from = m.forward.sends_to;
+  return m;
 }
 
 DistributedMoeLayer::DistributedMoeLayer(comm::AllToAllV& dispatch, comm::AllToAllV& combine,
                                          const experts::Placement& placement, int64_t hidden, int64_t num_experts,
-                                         comm::ExchangePattern pattern)
+                                         MoeExchangePatterns pattern)
     : dispatch_(dispatch), combine_(combine), placement_(placement), hidden_(hidden), num_experts_(num_experts),
       pattern_(std::move(pattern)) {}
 
@@ -66,10 +69,9 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   for (int64_t s = 0; s < T * k; ++s)
     if (plan.slot_row[s] >= 0) f.slot_row[s] = plan_row_to_send[plan.slot_row[s]];
   double t1 = now();
-  std::vector<int64_t> recv_counts;
-  dispatch_.exchange_counts(f.rows_to, recv_counts, label("dispatch", layer, mb), pattern_);
-  std::vector<int64_t> send_bytes(static_cast<std::size_t>(P)), recv_bytes(static_cast<std::size_t>(P), 0);
+  std::vector<int64_t> send_bytes(static_cast<std::size_t>(P)), recv_bytes;
   for (int p = 0; p < P; ++p) send_bytes[p] = f.rows_to[p] * static_cast<int64_t>(rec);
+  dispatch_.exchange_counts(send_bytes, recv_bytes, label("dispatch", layer, mb), pattern_.forward);
   f.pending = dispatch_.start(f.send.data(), send_bytes, nullptr, recv_bytes, label("dispatch", layer, mb));
   double t2 = now();
   times_.pack += t1 - t0;
@@ -84,11 +86,12 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   dispatch_.wait(*f.pending);
   double tw = now();
   int64_t total = 0;
-  std::vector<int64_t> send_bytes(static_cast<std::size_t>(P), 0), recv_bytes(static_cast<std::size_t>(P));
-  for (int p = 0; p < P; ++p) {
-    recv_bytes[p] = f.rows_to[p] * d * 4;
-    total += f.rows_to[p];
-  }
+  std::vector<int64_t> send_bytes(static_cast<std::size_t>(P), 0), recv_bytes;
+  for (int p = 0; p < P; ++p) total += f.rows_to[p];
+  combine_.exchange_counts(send_bytes, recv_bytes, label("combine", f.layer, mb), pattern_.backward);
+  for (int p = 0; p < P; ++p)
+    if (recv_bytes[p] != f.rows_to[p] * d * 4)
+      fail(ErrorKind::Comm, "combine of layer ", f.layer, ": rank ", p, " returns ", recv_bytes[p], " bytes for ", f.rows_to[p], " rows");
   f.reply.resize(static_cast<std::size_t>(total * d));
   auto pending = combine_.start(nullptr, send_bytes, f.reply.data(), recv_bytes, label("combine", f.layer, mb));
   combine_.wait(*pending);
@@ -105,7 +108,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
 
 ExpertServer::ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm,
                            const experts::ResidentExperts& store, int64_t hidden, int64_t num_experts,
-                           comm::ExchangePattern pattern)
+                           MoeExchangePatterns pattern)
     : dispatch_(dispatch), combine_(combine), mm_(mm), store_(store), hidden_(hidden), num_experts_(num_experts),
       pattern_(std::move(pattern)) {}
 
@@ -114,15 +117,20 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   const int64_t d = hidden_;
   const std::size_t rec = dispatch_record_bytes(d);
   replies_.resize(static_cast<std::size_t>(micro_batches));
+  const std::vector<int64_t> none(static_cast<std::size_t>(P), 0);
+  // All dispatches of the layer first, then all replies: every rank issues the exchanges of one
+  // communicator in the same order, which a synchronous (hierarchical) exchange requires. The
+  // router's attention on micro-batch i+1 still overlaps this rank's compute on micro-batch i.
   for (int mb = 0; mb < micro_batches; ++mb) {
     double t0 = now();
-    std::vector<int64_t> none(static_cast<std::size_t>(P), 0), rows_from;
-    dispatch_.exchange_counts(none, rows_from, label("dispatch", layer, mb), pattern_);
-    std::vector<int64_t> recv_bytes(static_cast<std::size_t>(P));
+    std::vector<int64_t> recv_bytes;
+    dispatch_.exchange_counts(none, recv_bytes, label("dispatch", layer, mb), pattern_.forward);
     int64_t rows = 0;
+    Reply& rep = replies_[static_cast<std::size_t>(mb)];
+    rep.rows_from.assign(static_cast<std::size_t>(P), 0);
     for (int p = 0; p < P; ++p) {
-      recv_bytes[p] = rows_from[p] * static_cast<int64_t>(rec);
-      rows += rows_from[p];
+      rep.rows_from[p] = recv_bytes[p] / static_cast<int64_t>(rec);
+      rows += rep.rows_from[p];
     }
     recv_.resize(static_cast<std::size_t>(rows) * rec);
     auto in = dispatch_.start(nullptr, none, recv_.data(), recv_bytes, label("dispatch", layer, mb));
@@ -145,23 +153,24 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     double t2 = now();
     run_local_experts(mm_, store_, layer, plan, gathered_.as<float>(), d, results_.as<float>(), scratch_);
     double t3 = now();
-    Reply& rep = replies_[static_cast<std::size_t>(mb)];
     rep.data.resize(static_cast<std::size_t>(rows * d));
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(rep.data.data() + static_cast<int64_t>(plan.row_token[r]) * d, results_.as<float>() + r * d,
                   static_cast<std::size_t>(d) * 4);
-    std::vector<int64_t> send_bytes(static_cast<std::size_t>(P));
-    for (int p = 0; p < P; ++p) send_bytes[p] = rows_from[p] * d * 4;
-    // Left in flight: the routers collect it after they have dispatched the next micro-batch.
-    rep.pending = combine_.start(rep.data.data(), send_bytes, nullptr, none, label("combine", layer, mb));
-    double t4 = now();
     times_.exchange += t1 - t0;
-    times_.pack += (t2 - t1) + (t4 - t3);
+    times_.pack += (t2 - t1) + (now() - t3);
     times_.experts += t3 - t2;
   }
-  double t5 = now();
+  double t4 = now();
+  for (int mb = 0; mb < micro_batches; ++mb) {
+    Reply& rep = replies_[static_cast<std::size_t>(mb)];
+    std::vector<int64_t> send_bytes(static_cast<std::size_t>(P)), ignored;
+    for (int p = 0; p < P; ++p) send_bytes[p] = rep.rows_from[p] * d * 4;
+    combine_.exchange_counts(send_bytes, ignored, label("combine", layer, mb), pattern_.backward);
+    rep.pending = combine_.start(rep.data.data(), send_bytes, nullptr, none, label("combine", layer, mb));
+  }
   for (Reply& rep : replies_) combine_.wait(*rep.pending);
-  times_.exchange += now() - t5;
+  times_.exchange += now() - t4;
 }
 
 }  // namespace moerun::runtime

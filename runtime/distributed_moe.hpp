@@ -16,11 +16,17 @@
 
 namespace moerun::runtime {
 
+// Who exchanges with whom: dispatch goes router -> expert, combine expert -> router.
+struct MoeExchangePatterns {
+  comm::ExchangePattern forward;
+  comm::ExchangePattern backward;
+};
+MoeExchangePatterns moe_exchange_patterns(const comm::Topology& topo, int rank);
+
 class DistributedMoeLayer final : public MoeLayer {
  public:
-  // `pattern`: the router's side of the router->expert exchange (sends to expert ranks only).
   DistributedMoeLayer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const experts::Placement& placement,
-                      int64_t hidden, int64_t num_experts, comm::ExchangePattern pattern);
+                      int64_t hidden, int64_t num_experts, MoeExchangePatterns pattern);
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
@@ -42,22 +48,22 @@ class DistributedMoeLayer final : public MoeLayer {
   const experts::Placement& placement_;
   int64_t hidden_;
   int64_t num_experts_;
-  comm::ExchangePattern pattern_;
+  MoeExchangePatterns pattern_;
   std::vector<InFlight> mbs_;
   MoePhaseTimes times_;
 };
 
 class ExpertServer {
  public:
-  // `pattern`: the expert's side of the router->expert exchange (receives from routers only).
   ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm, const experts::ResidentExperts& store,
-               int64_t hidden, int64_t num_experts, comm::ExchangePattern pattern);
+               int64_t hidden, int64_t num_experts, MoeExchangePatterns pattern);
   // One layer: `micro_batches` exchanges in order, then waits for its replies to drain.
   void serve_layer(int64_t layer, int micro_batches);
   const MoePhaseTimes& times() const { return times_; }
 
  private:
   struct Reply {
+    std::vector<int64_t> rows_from;  // [peer]
     std::vector<float> data;
     std::unique_ptr<comm::PendingExchange> pending;
   };
@@ -67,16 +73,13 @@ class ExpertServer {
   const experts::ResidentExperts& store_;
   int64_t hidden_;
   int64_t num_experts_;
-  comm::ExchangePattern pattern_;
+  MoeExchangePatterns pattern_;
   std::vector<char> recv_;
   AlignedBuffer gathered_, results_;
   experts::ExpertScratch scratch_;
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
 };
-
-// The router->expert exchange pattern as seen from `rank`.
-comm::ExchangePattern router_to_expert_pattern(const comm::Topology& topo, int rank);
 
 // Record size on the wire: int32 expert id, then the row.
 inline std::size_t dispatch_record_bytes(int64_t hidden) { return 4 + static_cast<std::size_t>(hidden) * 4; }

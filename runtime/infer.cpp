@@ -16,6 +16,7 @@
 #include "base/log.hpp"
 #include "comm/alltoallv.hpp"
 #include "comm/collectives.hpp"
+#include "comm/exchange_select.hpp"
 #include "comm/mpi.hpp"
 #include "comm/topology.hpp"
 #include "experts/placement.hpp"
@@ -97,6 +98,7 @@ void InferConfig::validate() const {
   if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
   if (ranks_per_node < 0) fail(ErrorKind::Usage, "--ranks-per-node must be >= 1 (or 0: from the MPI library)");
   if (!(comm_timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
+  comm::parse_a2a(a2a);
   scheduler.validate();
   router.validate();
 }
@@ -130,10 +132,17 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   rep.ranks = size;
   rep.routers = static_cast<int>(topo.routers.size());
   rep.requests = static_cast<int64_t>(requests.size());
-  std::unique_ptr<comm::MpiAllToAllV> dispatch, combine;
+  std::unique_ptr<comm::AllToAllV> dispatch, combine;
   if (distributed) {
-    dispatch = std::make_unique<comm::MpiAllToAllV>(world, cfg.comm_timeout_s);
-    combine = std::make_unique<comm::MpiAllToAllV>(world, cfg.comm_timeout_s);
+    // Bytes a router sends per exchange at a full step, spread over the ranks: what `auto` uses.
+    const int64_t per_exchange = cfg.scheduler.max_batch_tokens / cfg.micro_batches * mc.top_k *
+                                 static_cast<int64_t>(dispatch_record_bytes(mc.hidden_size));
+    const comm::A2aKind kind = comm::resolve_a2a(comm::parse_a2a(cfg.a2a), topo.nodes, per_exchange / size);
+    dispatch = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
+    combine = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
+    if (rank == 0 && !cfg.quiet)
+      log::info("all-to-all: ", comm::a2a_name(kind),
+                kind == comm::A2aKind::Hier ? str(" (shared memory in a node, ", comm::internode_transport(), " between nodes)") : "");
   }
   RoutingStats stats(mc, !cfg.trace.empty());
   std::map<std::string, double> my_phases;
@@ -171,7 +180,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     std::unique_ptr<MoeLayer> moe;
     if (distributed)
       moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts,
-                                                  router_to_expert_pattern(topo, rank));
+                                                  moe_exchange_patterns(topo, rank));
     else moe = std::make_unique<LocalMoeLayer>(mm, *store, mc.hidden_size, mc.num_experts);
     ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
     Scheduler sched(cfg.scheduler, mc, requests, runnable);
@@ -219,7 +228,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.generated_tokens = generated_local;
     rep.processed_tokens = tokens_total;
   } else {
-    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, router_to_expert_pattern(topo, rank));
+    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
     while (true) {
       std::vector<int64_t> ctl{0, 0, 0};

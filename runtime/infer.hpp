@@ -35,6 +35,7 @@ struct InferConfig {
   std::string placement = "round-robin";
   int micro_batches = 2;
   double comm_timeout_s = 300;
+  std::string a2a = "auto";        // mpi | hier | auto
 
   void validate() const;  // Usage errors naming the option
 };

@@ -39,10 +39,14 @@ sys.exit(0 if worst <= 1e-4 else 1)
 PY
 }
 
-run_case() {  # run_case NAME NP ARGS...
+run_case() {  # run_case NAME NP ARGS... (-x VAR[=value] goes to mpirun)
   local name=$1 np=$2; shift 2
-  local out="$WORK/out-$np-$RANDOM"
-  if $MPI -np "$np" "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$out.jsonl" --quiet \
+  local out="$WORK/out-$np-$RANDOM" mpi_args=() args=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = "-x" ]; then mpi_args+=(-x "$2"); shift 2; else args+=("$1"); shift; fi
+  done
+  set -- "${args[@]}"
+  if $MPI "${mpi_args[@]}" -np "$np" "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$out.jsonl" --quiet \
        --logits-out "$out.logits" --comm-timeout 60 "$@" 2> "$out.err"; then
     if cmp -s "$WORK/ref.jsonl" "$out.jsonl" && compare_logits "$out.logits" > "$out.cmp"; then
       ok "$name: same tokens, $(cat "$out.cmp")"
@@ -66,6 +70,13 @@ MOERUN_RANKS_PER_NODE=2 run_case "np 6, MOERUN_RANKS_PER_NODE=2 (3 nodes)" 6
 run_case "np 4, skewed placement file" 4 --placement "$WORK/skew.json"
 run_case "np 3, 1 micro-batch" 3 --micro-batches 1
 run_case "np 3, 3 micro-batches" 3 --micro-batches 3
+
+# The hierarchical all-to-all gives the same results (shared memory inside a node, UCX between).
+run_case "np 6, 3 virtual nodes, --a2a hier (UCX tcp)" 6 --ranks-per-node 2 --a2a hier -x UCX_TLS=tcp,self
+run_case "np 6, 3 virtual nodes, --a2a hier (UCX shm)" 6 --ranks-per-node 2 --a2a hier -x UCX_TLS=shm,self
+run_case "np 6, 2 nodes x (1 router + 2 experts), --a2a hier" 6 --ranks-per-node 3 --a2a hier
+run_case "np 4, one node, --a2a hier" 4 --a2a hier
+MOERUN_INTERNODE=mpi run_case "np 5, --ranks-per-node 2, --a2a hier over MPI" 5 --ranks-per-node 2 --a2a hier -x MOERUN_INTERNODE
 
 # Capacity: the single-process run with the same options is the reference.
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet --logits-out "$WORK/ref.logits" \
