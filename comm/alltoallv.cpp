@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "comm/backoff.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -20,7 +21,7 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
                        const std::string& what, int recv_count) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  int spins = 0;
+  Backoff backoff;
   while (true) {
     int done = 0;
     MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
@@ -38,7 +39,7 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
            missing.empty() ? std::string("?") : peers.str(), " (--comm-timeout)");
     }
     // Spin briefly (exchanges usually complete in microseconds), then yield the core.
-    if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    backoff.pause();
   }
 }
 
@@ -118,6 +119,55 @@ std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std
 
 void MpiAllToAllV::wait(PendingExchange& p) {
   wait_with_timeout(p.requests, p.peers, timeout_s_, rank_, p.what, p.receives);
+}
+
+MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
+  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCollectiveAllToAllV::~MpiCollectiveAllToAllV() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCollectiveAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,
+                                             const std::string&, const ExchangePattern&) {
+  recv.assign(static_cast<std::size_t>(size_), 0);
+  MPI_CHECK(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, comm_));
+}
+
+std::unique_ptr<PendingExchange> MpiCollectiveAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes,
+                                                               void* recv, const std::vector<int64_t>& recv_bytes,
+                                                               const std::string& what) {
+  sc_.resize(static_cast<std::size_t>(size_));
+  sd_.resize(sc_.size());
+  rc_.resize(sc_.size());
+  rd_.resize(sc_.size());
+  int64_t so = 0, ro = 0;
+  for (int i = 0; i < size_; ++i) {
+    if (so + send_bytes[i] > std::numeric_limits<int>::max() || ro + recv_bytes[i] > std::numeric_limits<int>::max())
+      fail(ErrorKind::Comm, what, ": over 2 GiB in one MPI_Alltoallv");
+    sc_[i] = static_cast<int>(send_bytes[i]);
+    sd_[i] = static_cast<int>(so);
+    rc_[i] = static_cast<int>(recv_bytes[i]);
+    rd_[i] = static_cast<int>(ro);
+    so += send_bytes[i];
+    ro += recv_bytes[i];
+  }
+  auto p = std::make_unique<PendingExchange>();
+  p->what = what;
+  p->requests.emplace_back();
+  p->peers.push_back(-1);
+  MPI_CHECK(MPI_Ialltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(), MPI_BYTE, comm_,
+                           &p->requests.back()));
+  return p;
+}
+
+void MpiCollectiveAllToAllV::wait(PendingExchange& p) {
+  wait_with_timeout(p.requests, p.peers, timeout_s_, rank_, p.what + " (MPI_Ialltoallv)");
 }
 
 }  // namespace moerun::comm

@@ -62,6 +62,27 @@ class MpiAllToAllV final : public AllToAllV {
   double timeout_s_;
 };
 
+// The MPI library's own MPI_Alltoall (counts) + MPI_Ialltoallv (payload): the reference in tests
+// and the baseline row of `bench a2a`. A stalled peer cannot be named (collective).
+class MpiCollectiveAllToAllV final : public AllToAllV {
+ public:
+  MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s);
+  ~MpiCollectiveAllToAllV() override;
+  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                       const ExchangePattern& pattern = {}) override;
+  std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                         const std::vector<int64_t>& recv_bytes, const std::string& what) override;
+  void wait(PendingExchange& pending) override;
+  int size() const override { return size_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  double timeout_s_;
+  std::vector<int> sc_, sd_, rc_, rd_;
+};
+
 // Waits for `requests` (MPI_Waitall semantics) polling with a deadline; on timeout throws
 // ErrorKind::Comm naming `what` and the peers of the still open receives: requests[0, recv_count)
 // are receives (recv_count <= 0: name the peers of all open requests), peer_of[i] the peer of request i.

@@ -14,6 +14,7 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "comm/backoff.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -57,6 +58,9 @@ struct UcxPointToPoint::Impl {
   std::size_t pool_bytes = 0;
   std::vector<Pending> pending;
   bool warned_no_peer_errors = false;
+  // MOERUN_UCX_PEER_ERRORS=0 trades dead-peer detection for UCX's shared-memory transports, which
+  // do not support it (then --comm-timeout catches a dead peer).
+  bool peer_errors = !std::getenv("MOERUN_UCX_PEER_ERRORS") || std::string(std::getenv("MOERUN_UCX_PEER_ERRORS")) != "0";
 
   static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* a = static_cast<std::pair<Impl*, int>*>(arg);
@@ -70,7 +74,7 @@ struct UcxPointToPoint::Impl {
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addresses[peer].data());
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = &Impl::on_ep_error;
     p.err_handler.arg = ep_args.back().get();
     ucs_status_t st = ucp_ep_create(worker, &p, &eps[peer]);
@@ -203,7 +207,7 @@ void UcxPointToPoint::post_recv(int peer, void* buf, std::size_t bytes, uint64_t
 void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {
   Impl& s = *impl_;
   const auto start = std::chrono::steady_clock::now();
-  int idle = 0;
+  Backoff backoff;
   while (true) {
     bool busy = false;
     for (Pending& p : s.pending) {
@@ -222,7 +226,8 @@ void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {
       if (p.request && s.failed_peers.count(p.peer))
         fail(ErrorKind::Comm, what, ": rank ", p.peer, " is unreachable (UCX: ", ucs_status_string(s.failure), ")");
     if (!busy) break;
-    if (ucp_worker_progress(s.worker) == 0 && ++idle > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (ucp_worker_progress(s.worker) == 0) backoff.pause();
+    else backoff.reset();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s > 0 && waited > timeout_s) {
       std::set<int> missing;

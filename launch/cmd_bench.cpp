@@ -1,8 +1,10 @@
 // `moerun bench <what>`: benchmarks with nccl-tests style tables on stdout and --json output.
+#include <cstdlib>
 #include <iostream>
 
 #include "io/result_journal.hpp"
 #include "launch/cli.hpp"
+#include "comm/alltoallv_bench.hpp"
 #include "comm/mpi.hpp"
 #include "runtime/infer_bench.hpp"
 #include "runtime/layer_bench.hpp"
@@ -86,10 +88,49 @@ int bench_infer(int argc, char** argv) {
   return 0;
 }
 
+int bench_a2a(int argc, char** argv) {
+  comm::A2aBenchConfig c;
+  std::string patterns = "uniform,zipf,m2n", algos = "mpi,hier,alltoallv", json, csv;
+  po::options_description o("bench a2a options");
+  o.add_options()
+    ("min-bytes", po::value(&c.min_bytes)->default_value(c.min_bytes), "smallest size per rank (bytes)")
+    ("max-bytes", po::value(&c.max_bytes)->default_value(c.max_bytes), "largest size per rank (bytes)")
+    ("step-factor", po::value(&c.step_factor)->default_value(c.step_factor), "size multiplier between rows")
+    ("iters", po::value(&c.iters)->default_value(c.iters), "timed iterations (min/median/max)")
+    ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed iterations first")
+    ("skew", po::value(&c.skew)->default_value(c.skew), "Zipf exponent of the skewed pattern")
+    ("patterns", po::value(&patterns)->default_value(patterns), "comma-separated: uniform, zipf, m2n")
+    ("algos", po::value(&algos)->default_value(algos), "comma-separated: mpi, hier, alltoallv")
+    ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "senders per node in m2n")
+    ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node), "virtual node size (0: from MPI)")
+    ("comm-timeout", po::value(&c.timeout_s)->default_value(c.timeout_s), "seconds before a stalled exchange fails")
+    ("json", po::value(&json), "also write JSON")
+    ("csv", po::value(&csv), "also write CSV");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: mpirun -np N moerun bench a2a [options]", o, vm)) return 0;
+  c.patterns = parse_string_list(patterns);
+  c.algos = parse_string_list(algos);
+  if (c.ranks_per_node == 0) {
+    if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
+  }
+  comm::MpiSession mpi(&argc, &argv);
+  if (mpi.rank() == 0) {
+    if (!json.empty()) io::check_writable(json);
+    if (!csv.empty()) io::check_writable(csv);
+  }
+  const auto r = comm::run_a2a_bench(c, MPI_COMM_WORLD);
+  if (mpi.rank() == 0) {
+    std::cout << comm::a2a_bench_table(c, r);
+    if (!json.empty()) io::write_file_atomically(json, {comm::a2a_bench_json(r)});
+    if (!csv.empty()) io::write_file_atomically(csv, {comm::a2a_bench_csv(r)});
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const char* usage = "usage: moerun bench <layer|infer> [options]   (moerun bench layer --help)";
+  const char* usage = "usage: moerun bench <layer|infer|a2a> [options]   (moerun bench layer --help)";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage << "\n";
     return argc < 2 ? 2 : 0;
@@ -97,6 +138,7 @@ int cmd_bench(int argc, char** argv) {
   const std::string what = argv[1];
   if (what == "layer") return bench_layer(argc - 1, argv + 1);
   if (what == "infer") return bench_infer(argc - 1, argv + 1);
+  if (what == "a2a") return bench_a2a(argc - 1, argv + 1);
   fail(ErrorKind::Usage, "unknown benchmark \"", what, "\" (", usage, ")");
 }
 

@@ -18,7 +18,7 @@ const char* kUsage =
     "  infer    batch offline inference of a JSONL file of requests\n"
     "  synth    write a synthetic moe-hdf5 model\n"
     "  inspect  model config, parameter counts and memory per rank\n"
-    "  bench    benchmarks (layer: one MoE layer against a plain matmul)\n"
+    "  bench    benchmarks: layer (one MoE layer vs a plain matmul), infer, a2a (all-to-all)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
     "environment: MOERUN_LOG=warn|info|debug (default info)\n";

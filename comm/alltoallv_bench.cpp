@@ -1,0 +1,207 @@
+// All-to-all benchmark.
+#include "comm/alltoallv_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "base/aligned_buffer.hpp"
+#include "base/error.hpp"
+#include "comm/collectives.hpp"
+#include "comm/exchange_select.hpp"
+#include "comm/mpi.hpp"
+
+namespace moerun::comm {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Spreads `total` bytes over peers by weight, in 4-byte units, remainder to the heaviest.
+std::vector<int64_t> spread(const std::vector<double>& w, int64_t total) {
+  double sum = 0;
+  for (double x : w) sum += x;
+  std::vector<int64_t> out(w.size(), 0);
+  if (sum <= 0) return out;
+  int64_t used = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    out[i] = static_cast<int64_t>(std::floor(static_cast<double>(total / 4) * w[i] / sum)) * 4;
+    used += out[i];
+  }
+  out[static_cast<std::size_t>(std::max_element(w.begin(), w.end()) - w.begin())] += total - used;
+  return out;
+}
+
+double measure_memcpy(MPI_Comm world) {
+  const std::size_t n = std::size_t{64} << 20;
+  AlignedBuffer a(n), b(n);
+  std::memset(a.data(), 1, n);
+  std::memset(b.data(), 2, n);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    barrier(world);
+    const double t0 = now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::min(best, now() - t0);
+  }
+  std::vector<double> v{static_cast<double>(n) / best / 1e9};
+  reduce_sum_to_root(v, world);  // report the mean per rank while all ranks copy at once
+  return v[0] / size_of(world);
+}
+
+}  // namespace
+
+void A2aBenchConfig::validate() const {
+  if (min_bytes < 4 || max_bytes < min_bytes) fail(ErrorKind::Usage, "bench a2a: need 4 <= --min-bytes <= --max-bytes");
+  if (step_factor < 2) fail(ErrorKind::Usage, "--step-factor must be >= 2");
+  if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
+  for (const auto& p : patterns)
+    if (p != "uniform" && p != "zipf" && p != "m2n") fail(ErrorKind::Usage, "--patterns: \"", p, "\" is not uniform, zipf or m2n");
+  for (const auto& a : algos)
+    if (a != "mpi" && a != "hier" && a != "alltoallv") fail(ErrorKind::Usage, "--algos: \"", a, "\" is not mpi, hier or alltoallv");
+}
+
+std::vector<int64_t> a2a_pattern_counts(const std::string& pattern, int src, int64_t bytes, const Topology& topo, double skew) {
+  const int P = topo.world_size;
+  std::vector<double> w(static_cast<std::size_t>(P), 0.0);
+  if (pattern == "uniform") {
+    std::fill(w.begin(), w.end(), 1.0);
+  } else if (pattern == "zipf") {
+    // Popular destinations (hot experts): rank d gets weight 1/(d+1)^s from everyone.
+    for (int d = 0; d < P; ++d) w[d] = 1.0 / std::pow(d + 1.0, skew);
+  } else {  // m2n: routers send to expert ranks only
+    if (!topo.is_router(src) || topo.experts.empty()) return std::vector<int64_t>(static_cast<std::size_t>(P), 0);
+    for (int e : topo.experts) w[e] = 1.0;
+  }
+  return spread(w, bytes);
+}
+
+A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
+  cfg.validate();
+  const int rank = rank_of(world), P = size_of(world);
+  A2aBenchResult res;
+  res.ranks = P;
+  res.memcpy_gbps = measure_memcpy(world);
+  const Topology nodes_only = build_topology(world, 0, cfg.ranks_per_node);
+  res.nodes = nodes_only.nodes;
+  Topology roles = nodes_only;
+  if (P > 1) {
+    try {
+      roles = build_topology(world, cfg.routers_per_node, cfg.ranks_per_node);
+    } catch (const Error&) {
+      roles = nodes_only;  // m2n then degenerates to all-to-all; fine for one-rank nodes
+    }
+  }
+  std::map<std::string, std::unique_ptr<AllToAllV>> impl;
+  for (const auto& a : cfg.algos) {
+    if (a == "mpi") impl[a] = std::make_unique<MpiAllToAllV>(world, cfg.timeout_s);
+    if (a == "hier") impl[a] = make_alltoallv(A2aKind::Hier, world, nodes_only, cfg.timeout_s);
+    if (a == "alltoallv") impl[a] = std::make_unique<MpiCollectiveAllToAllV>(world, cfg.timeout_s);
+  }
+  AlignedBuffer send, recv;
+  for (int64_t bytes = cfg.min_bytes; bytes <= cfg.max_bytes; bytes *= cfg.step_factor) {
+    for (const auto& pattern : cfg.patterns) {
+      const std::vector<int64_t> counts = a2a_pattern_counts(pattern, rank, bytes, roles, cfg.skew);
+      int64_t total_send = 0;
+      for (auto c : counts) total_send += c;
+      send.resize(static_cast<std::size_t>(std::max<int64_t>(total_send, 1)));
+      std::memset(send.data(), rank & 0xff, static_cast<std::size_t>(total_send));
+      for (const auto& algo : cfg.algos) {
+        AllToAllV& a2a = *impl[algo];
+        std::vector<double> times;
+        for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
+          idle_barrier(world);
+          const double t0 = now();
+          std::vector<int64_t> recv_counts;
+          a2a.exchange_counts(counts, recv_counts, "bench a2a");
+          int64_t total_recv = 0;
+          for (auto c : recv_counts) total_recv += c;
+          recv.resize(static_cast<std::size_t>(std::max<int64_t>(total_recv, 1)));
+          auto p = a2a.start(send.data(), counts, recv.data(), recv_counts, "bench a2a");
+          a2a.wait(*p);
+          std::vector<double> dt{now() - t0};
+          reduce_max_to_root(dt, world);  // an exchange takes as long as its slowest rank
+          if (it >= cfg.warmup) times.push_back(dt[0]);
+        }
+        if (rank != 0) continue;
+        std::sort(times.begin(), times.end());
+        A2aBenchRow row;
+        row.algo = algo;
+        row.pattern = pattern;
+        row.bytes_per_rank = bytes;
+        row.min_us = times.front() * 1e6;
+        row.median_us = times[times.size() / 2] * 1e6;
+        row.max_us = times.back() * 1e6;
+        row.algbw_gbps = static_cast<double>(bytes) / (row.median_us * 1e-6) / 1e9;
+        row.busbw_gbps = row.algbw_gbps * (P - 1) / P;
+        res.rows.push_back(row);
+      }
+    }
+  }
+  return res;
+}
+
+std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) {
+  std::string s = str("# moerun bench a2a: ", r.ranks, " ranks on ", r.nodes, " node(s), hier inter-node transport ",
+                      internode_transport(), ", memcpy ", r.memcpy_gbps, " GB/s per rank (all ranks copying), median of ",
+                      cfg.iters, "\n");
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "size(B)", "count(fp32)", "pattern",
+                "algo", "min(us)", "median(us)", "max(us)", "algbw", "busbw", "memcpy");
+  s += buf;
+  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "", "", "", "", "", "", "", "(GB/s)",
+                "(GB/s)", "(frac)");
+  s += buf;
+  std::vector<double> ratios;
+  for (const auto& row : r.rows) {
+    std::snprintf(buf, sizeof buf, " %11lld %11lld %8s  %-9s %10.1f %10.1f %10.1f %8.3f %8.3f %7.3f\n",
+                  static_cast<long long>(row.bytes_per_rank), static_cast<long long>(row.bytes_per_rank / 4),
+                  row.pattern.c_str(), row.algo.c_str(), row.min_us, row.median_us, row.max_us, row.algbw_gbps,
+                  row.busbw_gbps, row.algbw_gbps / r.memcpy_gbps);
+    s += buf;
+    if (row.algo != "hier") continue;
+    for (const auto& m : r.rows)
+      if (m.algo == "mpi" && m.pattern == row.pattern && m.bytes_per_rank == row.bytes_per_rank) {
+        const double ratio = row.algbw_gbps / m.algbw_gbps;
+        std::snprintf(buf, sizeof buf, " %11s %11s %8s  %-9s hier/mpi algbw %.3f\n", "", "", "", "", ratio);
+        s += buf;
+        if (row.bytes_per_rank >= 65536) ratios.push_back(ratio);
+      }
+  }
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    std::snprintf(buf, sizeof buf, "# verdict: median hier/mpi algbw ratio for sizes >= 64 KiB: %.3f (%s 1.0)\n",
+                  ratios[ratios.size() / 2], ratios[ratios.size() / 2] >= 1.0 ? ">=" : "<");
+    s += buf;
+  }
+  return s;
+}
+
+std::string a2a_bench_json(const A2aBenchResult& r) {
+  nlohmann::json j;
+  j["memcpy_gbps"] = r.memcpy_gbps;
+  j["ranks"] = r.ranks;
+  j["nodes"] = r.nodes;
+  j["rows"] = nlohmann::json::array();
+  for (const auto& row : r.rows)
+    j["rows"].push_back({{"algo", row.algo},
+                         {"pattern", row.pattern},
+                         {"bytes_per_rank", row.bytes_per_rank},
+                         {"time_us", {{"min", row.min_us}, {"median", row.median_us}, {"max", row.max_us}}},
+                         {"algbw_gbps", row.algbw_gbps},
+                         {"busbw_gbps", row.busbw_gbps}});
+  return j.dump(2);
+}
+
+std::string a2a_bench_csv(const A2aBenchResult& r) {
+  std::string s = "algo,pattern,bytes_per_rank,min_us,median_us,max_us,algbw_gbps,busbw_gbps,memcpy_gbps,ranks,nodes\n";
+  for (const auto& row : r.rows)
+    s += str(row.algo, ",", row.pattern, ",", row.bytes_per_rank, ",", row.min_us, ",", row.median_us, ",", row.max_us, ",",
+             row.algbw_gbps, ",", row.busbw_gbps, ",", r.memcpy_gbps, ",", r.ranks, ",", r.nodes, "\n");
+  return s;
+}
+
+}  // namespace moerun::comm

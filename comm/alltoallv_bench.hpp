@@ -1,0 +1,55 @@
+// `moerun bench a2a`: all-to-all-v like nccl-tests. For each size per rank, each traffic pattern
+// (uniform, Zipf-skewed, router->expert M:N) and each algorithm (mpi: flat point-to-point, as
+// --a2a mpi; hier; alltoallv: the library's MPI_Alltoallv), min/median/max time over --iters, algbw
+// and busbw, hier/mpi ratio, and every result as a fraction of the host's memcpy bandwidth measured
+// in the same run (all ranks copying at once).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "comm/topology.hpp"
+
+namespace moerun::comm {
+
+struct A2aBenchConfig {
+  int64_t min_bytes = 1 << 10;
+  int64_t max_bytes = int64_t{64} << 20;
+  int step_factor = 4;
+  int iters = 10;
+  int warmup = 2;
+  double skew = 1.0;              // Zipf exponent of the skewed pattern
+  std::vector<std::string> patterns{"uniform", "zipf", "m2n"};
+  std::vector<std::string> algos{"mpi", "hier", "alltoallv"};
+  int routers_per_node = 1;       // for m2n
+  int ranks_per_node = 0;         // virtual nodes (0: from MPI)
+  double timeout_s = 300;
+  void validate() const;
+};
+
+struct A2aBenchRow {
+  std::string algo, pattern;
+  int64_t bytes_per_rank = 0;
+  double min_us = 0, median_us = 0, max_us = 0;
+  double algbw_gbps = 0, busbw_gbps = 0;
+};
+
+struct A2aBenchResult {
+  double memcpy_gbps = 0;
+  int ranks = 0;
+  int nodes = 0;
+  std::vector<A2aBenchRow> rows;
+};
+
+// Collective; the result is valid on rank 0.
+A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world);
+std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r);
+std::string a2a_bench_json(const A2aBenchResult& r);
+std::string a2a_bench_csv(const A2aBenchResult& r);
+
+// Bytes rank `src` sends to each rank for `pattern` with `bytes` per rank in total (deterministic).
+std::vector<int64_t> a2a_pattern_counts(const std::string& pattern, int src, int64_t bytes, const Topology& topo, double skew);
+
+}  // namespace moerun::comm
