@@ -21,10 +21,21 @@ HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& top
   for (const auto& n : node_ranks_) lmax_ = std::max(lmax_, static_cast<int>(n.size()));
   // The "node" is the topology's (virtual nodes included); its ranks share this host's memory.
   MPI_CHECK(MPI_Comm_split(world, node_, local_, &node_comm_));
+  // A (virtual) node must share memory: its ranks exchange through one MPI-3 window.
+  MPI_Comm shared;
+  MPI_CHECK(MPI_Comm_split_type(node_comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+  int shared_size = 0, node_size = 0;
+  MPI_CHECK(MPI_Comm_size(shared, &shared_size));
+  MPI_CHECK(MPI_Comm_size(node_comm_, &node_size));
+  MPI_CHECK(MPI_Comm_free(&shared));
+  if (shared_size != node_size)
+    fail(ErrorKind::Usage, "the hierarchical all-to-all needs every node's ranks on one host, but node ", node_,
+         " spans hosts; choose --ranks-per-node to divide the ranks per host");
   const std::size_t counts_bytes =
       (static_cast<std::size_t>(topo_.world_size) + static_cast<std::size_t>(topo_.nodes) * lmax_ * lmax_) * sizeof(int64_t);
-  counts_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, counts_bytes, timeout_s_);
-  data_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, 1 << 20, timeout_s_);
+  const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
+  counts_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, counts_bytes, timeout_s_, mine);
+  data_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, 1 << 20, timeout_s_, mine);
   net_->set_pool(data_shm_->region(local_), data_shm_->region_bytes());
 }
 

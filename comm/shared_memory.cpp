@@ -2,12 +2,17 @@
 #include "comm/shared_memory.hpp"
 
 #include "base/error.hpp"
+#include <chrono>
+#include <sstream>
+
 #include "comm/alltoallv.hpp"
+#include "comm/backoff.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
 
-NodeSharedMemory::NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, double timeout_s) : timeout_s_(timeout_s) {
+NodeSharedMemory::NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, double timeout_s, std::vector<int> world_ranks)
+    : timeout_s_(timeout_s), world_ranks_(std::move(world_ranks)) {
   MPI_CHECK(MPI_Comm_dup(node, &node_));
   MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node_, &local_size_));
@@ -23,7 +28,7 @@ NodeSharedMemory::~NodeSharedMemory() {
 }
 
 void NodeSharedMemory::allocate(std::size_t bytes) {
-  bytes = (std::max<std::size_t>(bytes, 64) + 4095) / 4096 * 4096;
+  bytes = (std::max<std::size_t>(bytes, 64) + kHeader + 4095) / 4096 * 4096;
   MPI_Info info;
   MPI_CHECK(MPI_Info_create(&info));
   MPI_CHECK(MPI_Info_set(info, "alloc_shared_noncontig", "true"));
@@ -38,7 +43,12 @@ void NodeSharedMemory::allocate(std::size_t bytes) {
     MPI_CHECK(MPI_Win_shared_query(win_, r, &size, &disp, &bases_[static_cast<std::size_t>(r)]));
   }
   MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
-  bytes_ = bytes;
+  bytes_ = bytes - kHeader;
+  // Epochs restart at 0; nobody may look at them before everyone has reset its own.
+  epoch_ = 0;
+  __atomic_store_n(epoch_of(local_rank_), uint64_t{0}, __ATOMIC_RELEASE);
+  MPI_CHECK(MPI_Win_sync(win_));
+  MPI_CHECK(MPI_Barrier(node_));
 }
 
 void NodeSharedMemory::release() {
@@ -58,9 +68,24 @@ bool NodeSharedMemory::reserve(std::size_t bytes) {
 
 void NodeSharedMemory::fence() {
   MPI_CHECK(MPI_Win_sync(win_));
-  std::vector<MPI_Request> req(1);
-  MPI_CHECK(MPI_Ibarrier(node_, &req[0]));
-  wait_with_timeout(req, {-1}, timeout_s_, local_rank_, "node barrier (a rank of this node)");
+  ++epoch_;
+  __atomic_store_n(epoch_of(local_rank_), epoch_, __ATOMIC_RELEASE);
+  const auto start = std::chrono::steady_clock::now();
+  Backoff backoff;
+  for (int r = 0; r < local_size_;) {
+    if (__atomic_load_n(epoch_of(r), __ATOMIC_ACQUIRE) >= epoch_) {
+      ++r;
+      continue;
+    }
+    backoff.pause();
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_s_) {
+      std::ostringstream os;
+      for (int q = 0; q < local_size_; ++q)
+        if (__atomic_load_n(epoch_of(q), __ATOMIC_ACQUIRE) < epoch_) os << (os.tellp() > 0 ? ", " : "") << world_ranks_[q];
+      fail(ErrorKind::Comm, "no progress for ", timeout_s_, " s at a node barrier; waiting for rank(s) ", os.str(),
+           " (--comm-timeout)");
+    }
+  }
   MPI_CHECK(MPI_Win_sync(win_));
 }
 

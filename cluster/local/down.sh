@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Removes everything cluster/local/up.sh created: its namespaces, veth pairs, bridge, run folder.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/config.sh"
+for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS_PREFIX[0-9]*$"); do
+  ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+  ip link del "veth-$ns" 2>/dev/null
+  ip netns del "$ns"
+done
+ip link del "$BRIDGE" 2>/dev/null
+rm -rf "$RUN_DIR"
+exit 0
