@@ -1,4 +1,5 @@
 // MPI exchange with timeouts.
+#include <exception>
 #include "comm/alltoallv.hpp"
 
 #include <chrono>
@@ -53,7 +54,7 @@ MpiAllToAllV::MpiAllToAllV(MPI_Comm comm, double timeout_s) : timeout_s_(timeout
 MpiAllToAllV::~MpiAllToAllV() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
@@ -130,7 +131,7 @@ MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s) 
 MpiCollectiveAllToAllV::~MpiCollectiveAllToAllV() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiCollectiveAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,

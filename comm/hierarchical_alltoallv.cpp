@@ -1,4 +1,5 @@
 // Hierarchical all-to-all-v.
+#include <exception>
 #include "comm/hierarchical_alltoallv.hpp"
 
 #include <algorithm>
@@ -44,7 +45,7 @@ HierarchicalAllToAllV::~HierarchicalAllToAllV() {
   counts_shm_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
+  if (!finalized && std::uncaught_exceptions() == 0 && node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
 }
 
 int HierarchicalAllToAllV::out_gw(int a, int b) const {

@@ -1,7 +1,10 @@
 // MPI session and error translation.
+#include <exception>
 #include "comm/mpi.hpp"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace moerun::comm {
 
@@ -27,6 +30,12 @@ MpiSession::~MpiSession() {
 }
 
 void MpiSession::abort(int code) {
+  // MPI_Abort may not return, or (with a dead peer and mpirun --enable-recovery) may never finish:
+  // leave with the code regardless after a grace period.
+  std::thread([code] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::_Exit(code);
+  }).detach();
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

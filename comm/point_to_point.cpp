@@ -1,4 +1,5 @@
 // MPI point-to-point transport.
+#include <exception>
 #include "comm/point_to_point.hpp"
 
 #include <limits>
@@ -17,7 +18,7 @@ MpiPointToPoint::MpiPointToPoint(MPI_Comm world) {
 MpiPointToPoint::~MpiPointToPoint() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 namespace {

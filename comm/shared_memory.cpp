@@ -1,4 +1,5 @@
 // MPI-3 shared windows: allocate, query peers' bases, passive-target epoch with Win_sync fences.
+#include <exception>
 #include "comm/shared_memory.hpp"
 
 #include "base/error.hpp"
@@ -22,7 +23,7 @@ NodeSharedMemory::NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, dou
 NodeSharedMemory::~NodeSharedMemory() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
+  if (finalized || std::uncaught_exceptions() > 0) return;  // aborting: peers may be gone
   release();
   if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
 }
