@@ -16,14 +16,14 @@ CMPI="$ROOT/cluster/local/mpirun.sh"
 UCX="-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0"
 
 timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX -x MOERUN_TEST_TRANSPORT=ucx -x MOERUN_TEST_RANKS_PER_NODE=1,0 \
-  "$A2A_TEST" > "$WORK/a2a.log" 2>&1
+  "$A2A_TEST" < /dev/null > "$WORK/a2a.log" 2>&1 || tail -20 "$WORK/a2a.log"
 check "a2a over UCX/tcp between 2 hosts matches MPI_Alltoallv" bash -c "[ \$(grep -c 'PASSED' '$WORK/a2a.log') -eq 4 ]"
 
 synth_model "$WORK/m"
 requests "$WORK/reqs.jsonl" 6 8
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet
 timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" \
-  --output "$WORK/out.jsonl" --a2a hier 2> "$WORK/infer.err"
+  --output "$WORK/out.jsonl" --a2a hier < /dev/null 2> "$WORK/infer.err" || tail -20 "$WORK/infer.err"
 check "infer --a2a hier across 2 hosts equals the single-process run" cmp -s "$WORK/ref.jsonl" "$WORK/out.jsonl"
 check "layout shows 2 nodes from MPI_Comm_split_type" grep -q "on 2 node(s)" "$WORK/infer.err"
 
