@@ -13,6 +13,7 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "comm/exchange_select.hpp"
+#include "comm/hierarchical_alltoallv.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -111,6 +112,7 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
       std::memset(send.data(), rank & 0xff, static_cast<std::size_t>(total_send));
       for (const auto& algo : cfg.algos) {
         AllToAllV& a2a = *impl[algo];
+        auto* hier = dynamic_cast<HierarchicalAllToAllV*>(&a2a);
         std::vector<double> times;
         for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
           idle_barrier(world);
@@ -124,6 +126,7 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
           a2a.wait(*p);
           std::vector<double> dt{now() - t0};
           reduce_max_to_root(dt, world);  // an exchange takes as long as its slowest rank
+          if (it + 1 == cfg.warmup && hier) hier->reset_stage_times();
           if (it >= cfg.warmup) times.push_back(dt[0]);
         }
         if (rank != 0) continue;
@@ -137,6 +140,10 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
         row.max_us = times.back() * 1e6;
         row.algbw_gbps = static_cast<double>(bytes) / (row.median_us * 1e-6) / 1e9;
         row.busbw_gbps = row.algbw_gbps * (P - 1) / P;
+        if (hier) {
+          const HierStageTimes& st = hier->stage_times();
+          for (double x : {st.counts, st.stage1, st.fences, st.network, st.stage3}) row.stages_us.push_back(x / cfg.iters * 1e6);
+        }
         res.rows.push_back(row);
       }
     }
@@ -166,7 +173,8 @@ std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) 
     for (const auto& m : r.rows)
       if (m.algo == "mpi" && m.pattern == row.pattern && m.bytes_per_rank == row.bytes_per_rank) {
         const double ratio = row.algbw_gbps / m.algbw_gbps;
-        std::snprintf(buf, sizeof buf, " %11s %11s %8s  %-9s hier/mpi algbw %.3f\n", "", "", "", "", ratio);
+        std::snprintf(buf, sizeof buf, " %11s %11s %8s  %-9s hier/mpi algbw %.3f; rank 0 stages (us): counts %.0f, copy in %.0f, fences %.0f, network %.0f, copy out %.0f\n",
+                      "", "", "", "", ratio, row.stages_us[0], row.stages_us[1], row.stages_us[2], row.stages_us[3], row.stages_us[4]);
         s += buf;
         if (row.bytes_per_rank >= 65536) ratios.push_back(ratio);
       }
@@ -192,7 +200,8 @@ std::string a2a_bench_json(const A2aBenchResult& r) {
                          {"bytes_per_rank", row.bytes_per_rank},
                          {"time_us", {{"min", row.min_us}, {"median", row.median_us}, {"max", row.max_us}}},
                          {"algbw_gbps", row.algbw_gbps},
-                         {"busbw_gbps", row.busbw_gbps}});
+                         {"busbw_gbps", row.busbw_gbps},
+                         {"stages_us", row.stages_us}});
   return j.dump(2);
 }
 

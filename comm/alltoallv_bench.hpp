@@ -34,6 +34,8 @@ struct A2aBenchRow {
   int64_t bytes_per_rank = 0;
   double min_us = 0, median_us = 0, max_us = 0;
   double algbw_gbps = 0, busbw_gbps = 0;
+  // hier only: mean seconds per exchange in each stage on rank 0 (counts, stage1, fences, network, stage3)
+  std::vector<double> stages_us;
 };
 
 struct A2aBenchResult {

@@ -29,9 +29,10 @@ const char* a2a_name(A2aKind kind) {
 
 A2aKind resolve_a2a(A2aKind requested, int nodes, int64_t bytes_per_rank) {
   if (requested != A2aKind::Auto) return requested;
-  // One node: nothing to aggregate. Several: hierarchical below the measured crossover, where
-  // message count (latency) dominates; flat above it, where hier's extra copies cost more.
-  constexpr int64_t kHierMaxBytesPerRank = int64_t{1} << 20;
+  // One node: nothing to aggregate. Several: hierarchical up to kHierMaxBytesPerRank per rank.
+  // Measured so far (docs/PERFORMANCE.md: 4 virtual nodes on one host, 2-3 network-namespace
+  // hosts), hier never beat the flat exchange at any size, so the crossover is 0 until it does.
+  constexpr int64_t kHierMaxBytesPerRank = 0;
   return nodes > 1 && bytes_per_rank <= kHierMaxBytesPerRank ? A2aKind::Hier : A2aKind::Mpi;
 }
 

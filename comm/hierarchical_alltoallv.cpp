@@ -3,12 +3,16 @@
 #include "comm/hierarchical_alltoallv.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "base/error.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
 
 HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& topo, std::unique_ptr<PointToPoint> net,
                                              double timeout_s)
@@ -60,6 +64,7 @@ int HierarchicalAllToAllV::in_gw(int b, int a) const {
 
 void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,
                                             const std::string& what, const ExchangePattern&) {
+  const double t0 = now();
   ++seq_;
   const int P = topo_.world_size;
   const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
@@ -102,6 +107,7 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
     recv[s] = a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(s)) * P + rank_]
                          : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(s)) * L + local_];
   }
+  times_.counts += now() - t0;
 }
 
 std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes,
@@ -152,6 +158,7 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
     net_->set_pool(data_shm_->region(local_), data_shm_->region_bytes());
 
   // Stage 1: my rows into landing regions (same node) or gateways' outbound staging.
+  const double t1 = now();
   const char* in = static_cast<const char*>(send);
   std::size_t off = 0;
   for (int p = 0; p < P; ++p) {
@@ -176,7 +183,9 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
     }
     off += n;
   }
+  const double t2 = now();
   data_shm_->fence();
+  const double t3 = now();
   // Stage 2: one message per node pair, gateway to gateway.
   char* my_region = data_shm_->region(local_);
   for (int b = 0; b < topo_.nodes; ++b) {
@@ -185,7 +194,9 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
     if (in_gw(node_, b) == rank_ && in_len[b]) net_->post_recv(out_gw(b, node_), my_region + in_off[b], in_len[b], tag(2));
   }
   net_->wait_all(timeout_s_, what + " (rows between nodes)");
+  const double t4 = now();
   data_shm_->fence();
+  const double t5 = now();
   // Stage 3: my pieces out of my landing region and the inbound staging regions.
   char* out = static_cast<char*>(recv);
   off = 0;
@@ -206,6 +217,10 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
     }
     off += n;
   }
+  times_.stage1 += t2 - t1;
+  times_.fences += (t3 - t2) + (t5 - t4);
+  times_.network += t4 - t3;
+  times_.stage3 += now() - t5;
   return std::make_unique<PendingExchange>();
 }
 

@@ -22,6 +22,15 @@
 
 namespace moerun::comm {
 
+// Seconds spent per stage, accumulated (bench a2a reports them to show where the time goes).
+struct HierStageTimes {
+  double counts = 0;       // counts: node matrix, blocks between gateways
+  double stage1 = 0;       // copies into landing / outbound staging
+  double fences = 0;       // node barriers around the network stage
+  double network = 0;      // one message per node pair
+  double stage3 = 0;       // copies out to the receive buffer
+};
+
 class HierarchicalAllToAllV final : public AllToAllV {
  public:
   HierarchicalAllToAllV(MPI_Comm world, const Topology& topo, std::unique_ptr<PointToPoint> net, double timeout_s);
@@ -33,6 +42,8 @@ class HierarchicalAllToAllV final : public AllToAllV {
   void wait(PendingExchange&) override {}
   int size() const override { return topo_.world_size; }
   const char* transport() const { return net_->name(); }
+  const HierStageTimes& stage_times() const { return times_; }
+  void reset_stage_times() { times_ = {}; }
 
  private:
   int out_gw(int a, int b) const;  // world rank on node a that sends a's rows for node b
@@ -49,6 +60,7 @@ class HierarchicalAllToAllV final : public AllToAllV {
   double timeout_s_;
   std::unique_ptr<NodeSharedMemory> counts_shm_, data_shm_;
   uint64_t seq_ = 0;
+  HierStageTimes times_;
   // From the last exchange_counts: bytes from each local rank to each world rank ([local][P]),
   // and from each rank of every remote node to each local rank ([node][src local][dst local]).
   std::vector<int64_t> node_matrix_;
