@@ -58,9 +58,17 @@ struct UcxPointToPoint::Impl {
   std::size_t pool_bytes = 0;
   std::vector<Pending> pending;
   bool warned_no_peer_errors = false;
-  // MOERUN_UCX_PEER_ERRORS=0 trades dead-peer detection for UCX's shared-memory transports, which
-  // do not support it (then --comm-timeout catches a dead peer).
-  bool peer_errors = !std::getenv("MOERUN_UCX_PEER_ERRORS") || std::string(std::getenv("MOERUN_UCX_PEER_ERRORS")) != "0";
+  // Error mode PEER for peers on other hosts. Peers on this host (virtual nodes) are made without
+  // it so that UCX may use shared memory/CMA (its shm transports cannot detect peer failure; a dead
+  // local peer ends the job through mpirun, or --comm-timeout). MOERUN_UCX_PEER_ERRORS=0 drops PEER
+  // everywhere, =1 keeps it everywhere.
+  std::string peer_errors_env = std::getenv("MOERUN_UCX_PEER_ERRORS") ? std::getenv("MOERUN_UCX_PEER_ERRORS") : "";
+  std::vector<uint8_t> same_host;  // [peer]
+  bool peer_errors_for(int peer) const {
+    if (peer_errors_env == "0") return false;
+    if (peer_errors_env == "1") return true;
+    return !same_host[static_cast<std::size_t>(peer)];
+  }
 
   static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* a = static_cast<std::pair<Impl*, int>*>(arg);
@@ -74,7 +82,7 @@ struct UcxPointToPoint::Impl {
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = reinterpret_cast<const ucp_address_t*>(addresses[peer].data());
-    p.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    p.err_mode = peer_errors_for(peer) ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = &Impl::on_ep_error;
     p.err_handler.arg = ep_args.back().get();
     ucs_status_t st = ucp_ep_create(worker, &p, &eps[peer]);
@@ -154,6 +162,16 @@ UcxPointToPoint::UcxPointToPoint(MPI_Comm world) : impl_(std::make_unique<Impl>(
   s.addresses.resize(static_cast<std::size_t>(s.size));
   for (int p = 0; p < s.size; ++p) s.addresses[p].assign(all.begin() + displs[p], all.begin() + displs[p] + lens[p]);
   s.eps.assign(static_cast<std::size_t>(s.size), nullptr);
+  // Which peers share this host: host id = lowest world rank of our shared-memory communicator.
+  MPI_Comm host;
+  MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &host));
+  int host_id = s.rank;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &host_id, 1, MPI_INT, MPI_MIN, host));
+  MPI_CHECK(MPI_Comm_free(&host));
+  std::vector<int> hosts(static_cast<std::size_t>(s.size));
+  MPI_CHECK(MPI_Allgather(&host_id, 1, MPI_INT, hosts.data(), 1, MPI_INT, world));
+  s.same_host.resize(hosts.size());
+  for (int p = 0; p < s.size; ++p) s.same_host[p] = hosts[p] == host_id;
 }
 
 UcxPointToPoint::~UcxPointToPoint() {
