@@ -41,6 +41,22 @@ class AllToAllV {
                                                  const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
   virtual void wait(PendingExchange& pending) = 0;
   virtual int size() const = 0;
+
+  // Memory for the next exchange's data (call after exchange_counts; valid until the next one). A
+  // transport may hand out memory it shares (hier: the node's window), which saves a copy: data
+  // received there needs no copy out, data sent from there no copy in. A send buffer must not be
+  // reused before its exchange completed.
+  virtual void* send_buffer(std::size_t bytes) {
+    own_send_.resize(bytes);
+    return own_send_.data();
+  }
+  virtual void* recv_buffer(std::size_t bytes) {
+    own_recv_.resize(bytes);
+    return own_recv_.data();
+  }
+
+ private:
+  std::vector<char> own_send_, own_recv_;
 };
 
 class MpiAllToAllV final : public AllToAllV {

@@ -107,7 +107,45 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
     recv[s] = a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(s)) * P + rank_]
                          : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(s)) * L + local_];
   }
+  // Layout: region of local rank r = [send area][receive area], pieces in world-rank order.
+  recv_area_.assign(static_cast<std::size_t>(L), 0);
+  send_displ_.assign(static_cast<std::size_t>(L), std::vector<std::size_t>(static_cast<std::size_t>(P), 0));
+  recv_displ_.assign(static_cast<std::size_t>(L), std::vector<std::size_t>(static_cast<std::size_t>(P), 0));
+  std::size_t need = 0;
+  for (int r = 0; r < L; ++r) {
+    std::size_t off = 0;
+    for (int p = 0; p < P; ++p) {
+      send_displ_[r][p] = off;
+      off += static_cast<std::size_t>(node_matrix_[static_cast<std::size_t>(r) * P + p]);
+    }
+    const std::size_t area = (off + 63) / 64 * 64;
+    recv_area_[r] = area;
+    std::size_t roff = 0;
+    for (int src = 0; src < P; ++src) {
+      recv_displ_[r][src] = roff;
+      const int a = node_of(src);
+      roff += static_cast<std::size_t>(
+          a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(src)) * P + mine[r]]
+                     : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(src)) * L + r]);
+    }
+    if (r == local_) {
+      my_send_total_ = off;
+      my_recv_total_ = roff;
+    }
+    need = std::max(need, area + roff);
+  }
+  if (data_shm_->reserve(need)) net_->set_pool(data_shm_->region(local_), data_shm_->region_bytes());
   times_.counts += now() - t0;
+}
+
+void* HierarchicalAllToAllV::send_buffer(std::size_t bytes) {
+  if (bytes > my_send_total_) fail(ErrorKind::Internal, "hier send_buffer larger than the counts exchanged");
+  return data_shm_->region(local_);
+}
+
+void* HierarchicalAllToAllV::recv_buffer(std::size_t bytes) {
+  if (bytes > my_recv_total_) fail(ErrorKind::Internal, "hier recv_buffer larger than the counts exchanged");
+  return data_shm_->region(local_) + recv_area_[static_cast<std::size_t>(local_)];
 }
 
 std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes,
@@ -119,106 +157,53 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
   for (int p = 0; p < P; ++p)
     if (send_bytes[p] != node_matrix_[static_cast<std::size_t>(local_) * P + p])
       fail(ErrorKind::Internal, what, ": payload counts differ from the counts exchanged before");
-  auto M = [&](int s_local, int p) { return node_matrix_[static_cast<std::size_t>(s_local) * P + p]; };
+  auto M = [&](int s_local, int p) { return static_cast<std::size_t>(node_matrix_[static_cast<std::size_t>(s_local) * P + p]); };
   auto IN = [&](int a, int s_local, int q_local) {
-    return inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(s_local) * L + q_local];
+    return static_cast<std::size_t>(inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(s_local) * L + q_local]);
   };
-  // Region layout of every local rank r: [landing][outbound staging per node it gateways][inbound
-  // staging per node it gateways]; pieces inside a staging area are ordered destination-major.
-  std::vector<std::size_t> size(static_cast<std::size_t>(L), 0);
-  std::vector<std::size_t> out_off(static_cast<std::size_t>(topo_.nodes), 0), in_off(out_off.size(), 0);
-  std::vector<std::size_t> out_len(out_off.size(), 0), in_len(out_off.size(), 0);
-  for (int r = 0; r < L; ++r) {
-    std::size_t s = 0;
-    for (int src = 0; src < L; ++src) s += static_cast<std::size_t>(M(src, mine[r]));
-    size[r] = s;
-  }
-  for (int b = 0; b < topo_.nodes; ++b) {
-    if (b == node_) continue;
-    const int g = local_of(out_gw(node_, b));
-    std::size_t len = 0;
-    for (int q : node_ranks_[static_cast<std::size_t>(b)])
-      for (int src = 0; src < L; ++src) len += static_cast<std::size_t>(M(src, q));
-    out_off[b] = size[g];
-    out_len[b] = len;
-    size[g] += len;
-  }
-  for (int a = 0; a < topo_.nodes; ++a) {
-    if (a == node_) continue;
-    const int g = local_of(in_gw(node_, a));
-    const int la = static_cast<int>(node_ranks_[static_cast<std::size_t>(a)].size());
-    std::size_t len = 0;
-    for (int q = 0; q < L; ++q)
-      for (int src = 0; src < la; ++src) len += static_cast<std::size_t>(IN(a, src, q));
-    in_off[a] = size[g];
-    in_len[a] = len;
-    size[g] += len;
-  }
-  if (data_shm_->reserve(*std::max_element(size.begin(), size.end())))
-    net_->set_pool(data_shm_->region(local_), data_shm_->region_bytes());
-
-  // Stage 1: my rows into landing regions (same node) or gateways' outbound staging.
+  auto send_area = [&](int r) { return data_shm_->region(r); };
+  auto recv_area = [&](int r) { return data_shm_->region(r) + recv_area_[static_cast<std::size_t>(r)]; };
+  const double t0 = now();
+  if (send != send_area(local_) && my_send_total_) std::memcpy(send_area(local_), send, my_send_total_);
   const double t1 = now();
-  const char* in = static_cast<const char*>(send);
-  std::size_t off = 0;
-  for (int p = 0; p < P; ++p) {
-    const std::size_t n = static_cast<std::size_t>(send_bytes[p]);
-    if (n) {
-      const int b = node_of(p);
-      char* dst;
-      if (b == node_) {
-        std::size_t o = 0;
-        for (int src = 0; src < local_; ++src) o += static_cast<std::size_t>(M(src, p));
-        dst = data_shm_->region(local_of(p)) + o;
-      } else {
-        std::size_t o = out_off[b];
-        for (int q : node_ranks_[static_cast<std::size_t>(b)]) {
-          if (q == p) break;
-          for (int src = 0; src < L; ++src) o += static_cast<std::size_t>(M(src, q));
-        }
-        for (int src = 0; src < local_; ++src) o += static_cast<std::size_t>(M(src, p));
-        dst = data_shm_->region(local_of(out_gw(node_, b))) + o;
-      }
-      std::memcpy(dst, in + off, n);
-    }
-    off += n;
-  }
+  data_shm_->fence();  // every send area is written
   const double t2 = now();
-  data_shm_->fence();
-  const double t3 = now();
-  // Stage 2: one message per node pair, gateway to gateway.
-  char* my_region = data_shm_->region(local_);
+  // Between nodes: one gathered message per node pair, scattered on arrival.
   for (int b = 0; b < topo_.nodes; ++b) {
     if (b == node_) continue;
-    if (out_gw(node_, b) == rank_ && out_len[b]) net_->post_send(in_gw(b, node_), my_region + out_off[b], out_len[b], tag(2));
-    if (in_gw(node_, b) == rank_ && in_len[b]) net_->post_recv(out_gw(b, node_), my_region + in_off[b], in_len[b], tag(2));
+    const auto& rb = node_ranks_[static_cast<std::size_t>(b)];
+    if (out_gw(node_, b) == rank_) {
+      std::vector<Segment> segs;
+      for (int q : rb)
+        for (int src = 0; src < L; ++src)
+          if (M(src, q)) segs.push_back({send_area(src) + send_displ_[static_cast<std::size_t>(src)][q], M(src, q)});
+      if (!segs.empty()) net_->post_send_segments(in_gw(b, node_), std::move(segs), tag(2));
+    }
+    if (in_gw(node_, b) == rank_) {
+      std::vector<Segment> segs;
+      for (int q = 0; q < L; ++q)
+        for (std::size_t src = 0; src < rb.size(); ++src)
+          if (IN(b, static_cast<int>(src), q))
+            segs.push_back({recv_area(q) + recv_displ_[static_cast<std::size_t>(q)][rb[src]], IN(b, static_cast<int>(src), q)});
+      if (!segs.empty()) net_->post_recv_segments(out_gw(b, node_), std::move(segs), tag(2));
+    }
   }
+  // Inside the node, while the network moves: pull my pieces from my node peers' send areas.
+  char* my_recv = recv_area(local_);
+  for (int src = 0; src < L; ++src) {
+    const std::size_t n = M(src, rank_);
+    if (n) std::memcpy(my_recv + recv_displ_[static_cast<std::size_t>(local_)][mine[src]],
+                       send_area(src) + send_displ_[static_cast<std::size_t>(src)][rank_], n);
+  }
+  const double t3 = now();
   net_->wait_all(timeout_s_, what + " (rows between nodes)");
   const double t4 = now();
-  data_shm_->fence();
+  data_shm_->fence();  // every receive area is complete
   const double t5 = now();
-  // Stage 3: my pieces out of my landing region and the inbound staging regions.
-  char* out = static_cast<char*>(recv);
-  off = 0;
-  std::size_t landing = 0;
-  for (int s = 0; s < P; ++s) {
-    const std::size_t n = static_cast<std::size_t>(recv_bytes[s]);
-    const int a = node_of(s);
-    if (a == node_) {
-      if (n) std::memcpy(out + off, my_region + landing, n);
-      landing += n;
-    } else if (n) {
-      const int la = static_cast<int>(node_ranks_[static_cast<std::size_t>(a)].size());
-      std::size_t o = in_off[a];
-      for (int q = 0; q < local_; ++q)
-        for (int src = 0; src < la; ++src) o += static_cast<std::size_t>(IN(a, src, q));
-      for (int src = 0; src < local_of(s); ++src) o += static_cast<std::size_t>(IN(a, src, local_));
-      std::memcpy(out + off, data_shm_->region(local_of(in_gw(node_, a))) + o, n);
-    }
-    off += n;
-  }
-  times_.stage1 += t2 - t1;
-  times_.fences += (t3 - t2) + (t5 - t4);
+  if (recv != my_recv && my_recv_total_) std::memcpy(recv, my_recv, my_recv_total_);
+  (void)recv_bytes;
+  times_.stage1 += (t1 - t0) + (t3 - t2);
+  times_.fences += (t2 - t1) + (t5 - t4);
   times_.network += t4 - t3;
   times_.stage3 += now() - t5;
   return std::make_unique<PendingExchange>();

@@ -1,13 +1,13 @@
-// HierarchicalAllToAllV (DESIGN §4): an all-to-all-v in three stages so that only one aggregated
-// message per node pair crosses the network.
-//   1. Inside node a, every rank writes its rows for node b into the staging region of the rank
-//      that talks to node b (gateway out_gw(a,b) = local rank b mod L_a: node pairs are spread
-//      over the node's ranks, not funnelled through one leader); rows for its own node go straight
-//      into the destination's landing region. Shared memory (MPI-3 window), one copy.
-//   2. Each gateway sends its staging region as one message to the gateway of node a on node b
-//      (in_gw(b,a) = local rank a mod L_b) over the PointToPoint transport (UCX or MPI).
-//   3. Inside node b every rank copies its pieces out of the inbound staging regions and its
-//      landing region into its receive buffer.
+// HierarchicalAllToAllV (DESIGN §4): an all-to-all-v in which only one aggregated message per node
+// pair crosses the network. Every rank's send and receive areas live in the node's shared window.
+//   1. Inside a node, every rank copies the pieces its node peers send it straight from their send
+//      areas into its receive area (one copy, no MPI).
+//   2. Between nodes, the gateway of node pair (a→b) — local rank b mod L_a, so node pairs are
+//      spread over the node's ranks rather than funnelled through one leader — sends ONE message
+//      gathered from all of node a's send areas (destination-major) to the gateway of node a on node
+//      b (local rank a mod L_b), which scatters it straight into node b's receive areas. No staging.
+//   3. Nothing: the data is in place. A caller that received into recv_buffer() reads it there;
+//      others get one copy out.
 // Counts take the same path first (node matrix in shared memory, one block per node pair). The
 // payload of start() must follow exchange_counts() with the same send counts; the exchange is
 // complete when start() returns (wait() is free).
@@ -25,10 +25,10 @@ namespace moerun::comm {
 // Seconds spent per stage, accumulated (bench a2a reports them to show where the time goes).
 struct HierStageTimes {
   double counts = 0;       // counts: node matrix, blocks between gateways
-  double stage1 = 0;       // copies into landing / outbound staging
-  double fences = 0;       // node barriers around the network stage
+  double stage1 = 0;       // copy into the send area (callers not using send_buffer) and node-local pulls
+  double fences = 0;       // node barriers around the exchange
   double network = 0;      // one message per node pair
-  double stage3 = 0;       // copies out to the receive buffer
+  double stage3 = 0;       // copy out of the receive area (callers not using recv_buffer)
 };
 
 class HierarchicalAllToAllV final : public AllToAllV {
@@ -41,6 +41,8 @@ class HierarchicalAllToAllV final : public AllToAllV {
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange&) override {}
   int size() const override { return topo_.world_size; }
+  void* send_buffer(std::size_t bytes) override;
+  void* recv_buffer(std::size_t bytes) override;
   const char* transport() const { return net_->name(); }
   const HierStageTimes& stage_times() const { return times_; }
   void reset_stage_times() { times_ = {}; }
@@ -66,6 +68,12 @@ class HierarchicalAllToAllV final : public AllToAllV {
   std::vector<int64_t> node_matrix_;
   std::vector<std::vector<int64_t>> inbound_;
   std::vector<std::vector<int64_t>> out_blocks_;  // send buffers of the counts blocks
+  // Layout of the last exchange: per local rank, start of its receive area in its region, and the
+  // offset of each piece in the sender's send area / receiver's receive area.
+  std::vector<std::size_t> recv_area_;                  // [local]
+  std::vector<std::vector<std::size_t>> send_displ_;     // [local][world dest]
+  std::vector<std::vector<std::size_t>> recv_displ_;     // [local][world source]
+  std::size_t my_send_total_ = 0, my_recv_total_ = 0;
 };
 
 }  // namespace moerun::comm

@@ -12,11 +12,20 @@
 
 namespace moerun::comm {
 
+// One piece of a gathered send or scattered receive.
+struct Segment {
+  void* data;
+  std::size_t bytes;
+};
+
 class PointToPoint {
  public:
   virtual ~PointToPoint() = default;
   virtual void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) = 0;
   virtual void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) = 0;
+  // One message gathered from / scattered to several pieces (which must stay valid until wait_all).
+  virtual void post_send_segments(int peer, std::vector<Segment> segments, uint64_t tag) = 0;
+  virtual void post_recv_segments(int peer, std::vector<Segment> segments, uint64_t tag) = 0;
   virtual void wait_all(double timeout_s, const std::string& what) = 0;
   // Buffers used for messages from here on lie in [base, base + bytes) (a registered pool); the
   // previous pool is released. Transports that need no registration ignore it.
@@ -30,10 +39,14 @@ class MpiPointToPoint final : public PointToPoint {
   ~MpiPointToPoint() override;
   void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) override;
   void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) override;
+  void post_send_segments(int peer, std::vector<Segment> segments, uint64_t tag) override;
+  void post_recv_segments(int peer, std::vector<Segment> segments, uint64_t tag) override;
   void wait_all(double timeout_s, const std::string& what) override;
   const char* name() const override { return "mpi"; }
 
  private:
+  MPI_Datatype segments_type(const std::vector<Segment>& segments);
+  std::vector<MPI_Datatype> types_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   std::vector<MPI_Request> recvs_, sends_;

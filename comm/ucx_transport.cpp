@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -38,6 +39,7 @@ struct Pending {
   void* request = nullptr;  // UCX request, or nullptr when it completed immediately
   int peer = -1;
   bool recv = false;
+  std::shared_ptr<std::vector<ucp_dt_iov_t>> iov;  // kept alive until completion
 };
 
 struct EpErrorArg;
@@ -111,10 +113,25 @@ struct UcxPointToPoint::Impl {
     return p;
   }
 
-  void track(ucs_status_ptr_t r, int peer, bool recv, const char* op) {
+  void track(ucs_status_ptr_t r, int peer, bool recv, const char* op,
+             std::shared_ptr<std::vector<ucp_dt_iov_t>> iov = nullptr) {
     if (UCS_PTR_IS_ERR(r))
       fail(ErrorKind::Comm, "UCX: ", op, " with rank ", peer, " failed: ", ucs_status_string(UCS_PTR_STATUS(r)));
-    pending.push_back({UCS_PTR_IS_PTR(r) ? r : nullptr, peer, recv});
+    pending.push_back({UCS_PTR_IS_PTR(r) ? r : nullptr, peer, recv, std::move(iov)});
+  }
+
+  static std::shared_ptr<std::vector<ucp_dt_iov_t>> iov_of(const std::vector<Segment>& segments) {
+    auto v = std::make_shared<std::vector<ucp_dt_iov_t>>();
+    for (const Segment& sg : segments)
+      if (sg.bytes) v->push_back({sg.data, sg.bytes});
+    return v;
+  }
+
+  static ucp_request_param_t iov_params() {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE;
+    p.datatype = ucp_dt_make_iov();
+    return p;
   }
 
   void unmap_pool() {
@@ -220,6 +237,23 @@ void UcxPointToPoint::post_recv(int peer, void* buf, std::size_t bytes, uint64_t
   s.endpoint(peer);  // so that a failure of this peer is reported to us
   ucp_request_param_t p = s.params(buf, bytes);
   s.track(ucp_tag_recv_nbx(s.worker, buf, bytes, full_tag(peer, tag), ~uint64_t{0}, &p), peer, true, "receive");
+}
+
+void UcxPointToPoint::post_send_segments(int peer, std::vector<Segment> segments, uint64_t tag) {
+  Impl& s = *impl_;
+  auto iov = Impl::iov_of(segments);
+  ucp_request_param_t p = Impl::iov_params();
+  s.track(ucp_tag_send_nbx(s.endpoint(peer), iov->data(), iov->size(), full_tag(s.rank, tag), &p), peer, false, "send",
+          iov);
+}
+
+void UcxPointToPoint::post_recv_segments(int peer, std::vector<Segment> segments, uint64_t tag) {
+  Impl& s = *impl_;
+  s.endpoint(peer);
+  auto iov = Impl::iov_of(segments);
+  ucp_request_param_t p = Impl::iov_params();
+  s.track(ucp_tag_recv_nbx(s.worker, iov->data(), iov->size(), full_tag(peer, tag), ~uint64_t{0}, &p), peer, true,
+          "receive", iov);
 }
 
 void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {

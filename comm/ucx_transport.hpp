@@ -19,6 +19,8 @@ class UcxPointToPoint final : public PointToPoint {
   ~UcxPointToPoint() override;
   void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) override;
   void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) override;
+  void post_send_segments(int peer, std::vector<Segment> segments, uint64_t tag) override;
+  void post_recv_segments(int peer, std::vector<Segment> segments, uint64_t tag) override;
   void wait_all(double timeout_s, const std::string& what) override;
   void set_pool(void* base, std::size_t bytes) override;
   const char* name() const override { return "ucx"; }

@@ -92,8 +92,9 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   for (int p = 0; p < P; ++p)
     if (recv_bytes[p] != f.rows_to[p] * d * 4)
       fail(ErrorKind::Comm, "combine of layer ", f.layer, ": rank ", p, " returns ", recv_bytes[p], " bytes for ", f.rows_to[p], " rows");
-  f.reply.resize(static_cast<std::size_t>(total * d));
-  auto pending = combine_.start(nullptr, send_bytes, f.reply.data(), recv_bytes, label("combine", f.layer, mb));
+  // Results land in the transport's receive buffer (shared memory for hier): combined from there.
+  auto* reply = static_cast<float*>(combine_.recv_buffer(static_cast<std::size_t>(total * d) * 4));
+  auto pending = combine_.start(nullptr, send_bytes, reply, recv_bytes, label("combine", f.layer, mb));
   combine_.wait(*pending);
   double t1 = now();
   times_.exchange += tw - t0;
@@ -102,7 +103,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   view.tokens = f.T;
   view.top_k = f.top_k;
   view.slot_row = f.slot_row;
-  router::combine_rows(f.reply.data(), d, view, f.weight.data(), out);
+  router::combine_rows(reply, d, view, f.weight.data(), out);
   times_.combine += now() - t1;
 }
 
@@ -132,15 +133,16 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
       rep.rows_from[p] = recv_bytes[p] / static_cast<int64_t>(rec);
       rows += rep.rows_from[p];
     }
-    recv_.resize(static_cast<std::size_t>(rows) * rec);
-    auto in = dispatch_.start(nullptr, none, recv_.data(), recv_bytes, label("dispatch", layer, mb));
+    // Rows land in the transport's receive buffer (shared memory for hier) and are gathered from it.
+    const char* rbuf = static_cast<const char*>(dispatch_.recv_buffer(static_cast<std::size_t>(rows) * rec));
+    auto in = dispatch_.start(nullptr, none, const_cast<char*>(rbuf), recv_bytes, label("dispatch", layer, mb));
     dispatch_.wait(*in);
     double t1 = now();
     // Group arrivals by expert (stable: source rank, then the router's order), as a DispatchPlan
     // whose "tokens" are the arrival rows and top_k is 1.
     std::vector<int32_t> expert(static_cast<std::size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(&expert[i], recv_.data() + static_cast<std::size_t>(i) * rec, 4);
+      std::memcpy(&expert[i], rbuf + static_cast<std::size_t>(i) * rec, 4);
       if (expert[i] < 0 || expert[i] >= num_experts_ || !store_.has(layer, expert[i]))
         fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], ") which this rank does not hold");
     }
@@ -148,7 +150,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     gathered_.resize(static_cast<std::size_t>(rows * d) * 4);
     results_.resize(gathered_.size());
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(gathered_.as<float>() + r * d, recv_.data() + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
+      std::memcpy(gathered_.as<float>() + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
                   static_cast<std::size_t>(d) * 4);
     double t2 = now();
     run_local_experts(mm_, store_, layer, plan, gathered_.as<float>(), d, results_.as<float>(), scratch_);

@@ -40,7 +40,6 @@ class DistributedMoeLayer final : public MoeLayer {
     std::vector<int64_t> slot_row;   // [T*k] row of the slot in send order, -1 dropped
     std::vector<int64_t> rows_to;    // [peer] rows sent
     std::vector<char> send;
-    std::vector<float> reply;
     std::unique_ptr<comm::PendingExchange> pending;
   };
   comm::AllToAllV& dispatch_;
@@ -74,7 +73,6 @@ class ExpertServer {
   int64_t hidden_;
   int64_t num_experts_;
   MoeExchangePatterns pattern_;
-  std::vector<char> recv_;
   AlignedBuffer gathered_, results_;
   experts::ExpertScratch scratch_;
   std::vector<Reply> replies_;
