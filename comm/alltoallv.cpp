@@ -44,17 +44,9 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
   }
 }
 
-MpiAllToAllV::MpiAllToAllV(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
-  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
-  MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+MpiAllToAllV::MpiAllToAllV(MPI_Comm comm, double timeout_s) : comm_(OwnedComm::dup(comm)), timeout_s_(timeout_s) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
-}
-
-MpiAllToAllV::~MpiAllToAllV() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
@@ -122,16 +114,10 @@ void MpiAllToAllV::wait(PendingExchange& p) {
   wait_with_timeout(p.requests, p.peers, timeout_s_, rank_, p.what, p.receives);
 }
 
-MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
-  MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s)
+    : comm_(OwnedComm::dup(comm)), timeout_s_(timeout_s) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
-}
-
-MpiCollectiveAllToAllV::~MpiCollectiveAllToAllV() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiCollectiveAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,

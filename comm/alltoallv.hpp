@@ -13,6 +13,8 @@
 
 #include <mpi.h>
 
+#include "comm/mpi.hpp"
+
 namespace moerun::comm {
 
 // An exchange in flight: its requests (receives first) and their peers, until wait().
@@ -63,7 +65,6 @@ class MpiAllToAllV final : public AllToAllV {
  public:
   // Duplicates `comm` (its traffic cannot mix with anyone else's). timeout_s <= 0: wait forever.
   MpiAllToAllV(MPI_Comm comm, double timeout_s);
-  ~MpiAllToAllV() override;
   void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
                        const ExchangePattern& pattern = {}) override;
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -72,7 +73,7 @@ class MpiAllToAllV final : public AllToAllV {
   int size() const override { return size_; }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  OwnedComm comm_;
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_;
@@ -83,7 +84,6 @@ class MpiAllToAllV final : public AllToAllV {
 class MpiCollectiveAllToAllV final : public AllToAllV {
  public:
   MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s);
-  ~MpiCollectiveAllToAllV() override;
   void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
                        const ExchangePattern& pattern = {}) override;
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
@@ -92,7 +92,7 @@ class MpiCollectiveAllToAllV final : public AllToAllV {
   int size() const override { return size_; }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  OwnedComm comm_;
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_;

@@ -25,7 +25,7 @@ HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& top
   lmax_ = 0;
   for (const auto& n : node_ranks_) lmax_ = std::max(lmax_, static_cast<int>(n.size()));
   // The "node" is the topology's (virtual nodes included); its ranks share this host's memory.
-  MPI_CHECK(MPI_Comm_split(world, node_, local_, &node_comm_));
+  node_comm_ = OwnedComm::split(world, node_, local_);
   // A (virtual) node must share memory: its ranks exchange through one MPI-3 window.
   MPI_Comm shared;
   MPI_CHECK(MPI_Comm_split_type(node_comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
@@ -45,11 +45,8 @@ HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& top
 }
 
 HierarchicalAllToAllV::~HierarchicalAllToAllV() {
-  data_shm_.reset();
+  data_shm_.reset();  // windows before the communicator they live on
   counts_shm_.reset();
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && std::uncaught_exceptions() == 0 && node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
 }
 
 int HierarchicalAllToAllV::out_gw(int a, int b) const {

@@ -57,7 +57,7 @@ class HierarchicalAllToAllV final : public AllToAllV {
   Topology topo_;
   int rank_, node_, local_, lmax_;
   std::vector<std::vector<int>> node_ranks_;   // [node] world ranks by local rank
-  MPI_Comm node_comm_ = MPI_COMM_NULL;
+  OwnedComm node_comm_;
   std::unique_ptr<PointToPoint> net_;
   double timeout_s_;
   std::unique_ptr<NodeSharedMemory> counts_shm_, data_shm_;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <thread>
 
 namespace moerun::comm {
@@ -13,6 +14,38 @@ void mpi_fail(int code, const char* call, const char* file, int line) {
   int len = 0;
   if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) len = 0;
   throw Error(ErrorKind::Comm, str("MPI: ", call, " failed: ", std::string(msg, static_cast<std::size_t>(len)), " (", file, ":", line, ")"));
+}
+
+bool mpi_usable_for_cleanup() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return !finalized && std::uncaught_exceptions() == 0;
+}
+
+OwnedComm OwnedComm::dup(MPI_Comm c) {
+  MPI_Comm out;
+  MPI_CHECK(MPI_Comm_dup(c, &out));
+  MPI_CHECK(MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN));
+  return OwnedComm(out);
+}
+
+OwnedComm OwnedComm::split(MPI_Comm c, int color, int key) {
+  MPI_Comm out;
+  MPI_CHECK(MPI_Comm_split(c, color, key, &out));
+  return OwnedComm(out);
+}
+
+OwnedComm& OwnedComm::operator=(OwnedComm&& o) noexcept {
+  if (this != &o) {
+    if (comm_ != MPI_COMM_NULL && mpi_usable_for_cleanup()) MPI_Comm_free(&comm_);
+    comm_ = o.comm_;
+    o.comm_ = MPI_COMM_NULL;
+  }
+  return *this;
+}
+
+OwnedComm::~OwnedComm() {
+  if (comm_ != MPI_COMM_NULL && mpi_usable_for_cleanup()) MPI_Comm_free(&comm_);
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {

@@ -17,6 +17,29 @@ namespace moerun::comm {
     if (moerun_mpi_rc_ != MPI_SUCCESS) ::moerun::comm::mpi_fail(moerun_mpi_rc_, #expr, __FILE__, __LINE__); \
   } while (0)
 
+// An owned communicator (from MPI_Comm_dup/split): freed once, in the destructor. While an error
+// unwinds the job is being aborted and peers may be dead, so the (collective) free is skipped.
+class OwnedComm {
+ public:
+  OwnedComm() = default;
+  explicit OwnedComm(MPI_Comm c) : comm_(c) {}
+  static OwnedComm dup(MPI_Comm c);
+  static OwnedComm split(MPI_Comm c, int color, int key);
+  OwnedComm(const OwnedComm&) = delete;
+  OwnedComm& operator=(const OwnedComm&) = delete;
+  OwnedComm(OwnedComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  OwnedComm& operator=(OwnedComm&& o) noexcept;
+  ~OwnedComm();
+  MPI_Comm get() const { return comm_; }
+  operator MPI_Comm() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// True when MPI may still be called collectively: not finalized, no exception unwinding.
+bool mpi_usable_for_cleanup();
+
 // MPI_Init_thread on construction (errors returned, not fatal), MPI_Finalize on destruction.
 class MpiSession {
  public:

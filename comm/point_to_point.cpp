@@ -10,15 +10,8 @@
 
 namespace moerun::comm {
 
-MpiPointToPoint::MpiPointToPoint(MPI_Comm world) {
-  MPI_CHECK(MPI_Comm_dup(world, &comm_));
+MpiPointToPoint::MpiPointToPoint(MPI_Comm world) : comm_(OwnedComm::dup(world)) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-}
-
-MpiPointToPoint::~MpiPointToPoint() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && std::uncaught_exceptions() == 0 && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 namespace {

@@ -10,6 +10,8 @@
 
 #include <mpi.h>
 
+#include "comm/mpi.hpp"
+
 namespace moerun::comm {
 
 // One piece of a gathered send or scattered receive.
@@ -36,7 +38,6 @@ class PointToPoint {
 class MpiPointToPoint final : public PointToPoint {
  public:
   explicit MpiPointToPoint(MPI_Comm world);
-  ~MpiPointToPoint() override;
   void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) override;
   void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) override;
   void post_send_segments(int peer, std::vector<Segment> segments, uint64_t tag) override;
@@ -47,7 +48,7 @@ class MpiPointToPoint final : public PointToPoint {
  private:
   MPI_Datatype segments_type(const std::vector<Segment>& segments);
   std::vector<MPI_Datatype> types_;
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  OwnedComm comm_;
   int rank_ = 0;
   std::vector<MPI_Request> recvs_, sends_;
   std::vector<int> recv_peers_, send_peers_;

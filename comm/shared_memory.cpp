@@ -13,19 +13,14 @@
 namespace moerun::comm {
 
 NodeSharedMemory::NodeSharedMemory(MPI_Comm node, std::size_t initial_bytes, double timeout_s, std::vector<int> world_ranks)
-    : timeout_s_(timeout_s), world_ranks_(std::move(world_ranks)) {
-  MPI_CHECK(MPI_Comm_dup(node, &node_));
+    : node_(OwnedComm::dup(node)), timeout_s_(timeout_s), world_ranks_(std::move(world_ranks)) {
   MPI_CHECK(MPI_Comm_rank(node_, &local_rank_));
   MPI_CHECK(MPI_Comm_size(node_, &local_size_));
   allocate(initial_bytes);
 }
 
 NodeSharedMemory::~NodeSharedMemory() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized || std::uncaught_exceptions() > 0) return;  // aborting: peers may be gone
-  release();
-  if (node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+  if (mpi_usable_for_cleanup()) release();  // MPI_Win_free is collective: skipped while aborting
 }
 
 void NodeSharedMemory::allocate(std::size_t bytes) {

@@ -11,6 +11,8 @@
 
 #include <mpi.h>
 
+#include "comm/mpi.hpp"
+
 namespace moerun::comm {
 
 class NodeSharedMemory {
@@ -35,7 +37,7 @@ class NodeSharedMemory {
   void allocate(std::size_t bytes);
   void release();
   uint64_t* epoch_of(int local_rank) const { return reinterpret_cast<uint64_t*>(bases_[static_cast<std::size_t>(local_rank)]); }
-  MPI_Comm node_ = MPI_COMM_NULL;
+  OwnedComm node_;
   MPI_Win win_ = MPI_WIN_NULL;
   int local_rank_ = 0;
   int local_size_ = 1;

@@ -16,19 +16,29 @@
 namespace moerun::comm {
 namespace {
 
-int rank_, size_;
+struct World {
+  int rank = 0, size = 1;
+  World() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+};
+const World& world() {
+  static const World w;
+  return w;
+}
 
 // Reference: counts by MPI_Alltoall, payload by MPI_Alltoallv.
 std::vector<uint8_t> reference(const std::vector<uint8_t>& send, const std::vector<int64_t>& counts) {
-  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
-  for (int p = 0, off = 0; p < size_; ++p) {
+  std::vector<int> sc(world().size), sd(world().size), rc(world().size), rd(world().size);
+  for (int p = 0, off = 0; p < world().size; ++p) {
     sc[p] = static_cast<int>(counts[p]);
     sd[p] = off;
     off += sc[p];
   }
   MPI_Alltoall(sc.data(), 1, MPI_INT, rc.data(), 1, MPI_INT, MPI_COMM_WORLD);
   int total = 0;
-  for (int p = 0; p < size_; ++p) {
+  for (int p = 0; p < world().size; ++p) {
     rd[p] = total;
     total += rc[p];
   }
@@ -59,16 +69,16 @@ std::vector<uint8_t> payload(const std::vector<int64_t>& counts, uint32_t seed) 
 }
 
 std::vector<std::vector<int64_t>> test_cases() {
-  std::mt19937 g(static_cast<uint32_t>(rank_) * 7919u + 1);
+  std::mt19937 g(static_cast<uint32_t>(world().rank) * 7919u + 1);
   std::vector<std::vector<int64_t>> cases;
-  std::vector<int64_t> c(static_cast<std::size_t>(size_));
+  std::vector<int64_t> c(static_cast<std::size_t>(world().size));
   for (auto& x : c) x = static_cast<int64_t>(g() % 3 == 0 ? 0 : g() % 5000);
   cases.push_back(c);                                          // random with zeros
-  cases.push_back(std::vector<int64_t>(size_, 0));             // empty exchange
-  c.assign(static_cast<std::size_t>(size_), 3);
-  c[(rank_ + 1) % size_] = 1 << 20;                            // one hot destination
+  cases.push_back(std::vector<int64_t>(world().size, 0));             // empty exchange
+  c.assign(static_cast<std::size_t>(world().size), 3);
+  c[(world().rank + 1) % world().size] = 1 << 20;                            // one hot destination
   cases.push_back(c);
-  c.assign(static_cast<std::size_t>(size_), 0);
+  c.assign(static_cast<std::size_t>(world().size), 0);
   c[0] = 12345;                                                // everything to rank 0
   cases.push_back(c);
   return cases;
@@ -78,7 +88,7 @@ void check_all_cases(AllToAllV& a2a) {
   const auto cases = test_cases();
   for (int round = 0; round < 2; ++round)  // twice: the second run reuses grown buffers
     for (std::size_t i = 0; i < cases.size(); ++i) {
-      const auto send = payload(cases[i], static_cast<uint32_t>(rank_ * 100 + i + round));
+      const auto send = payload(cases[i], static_cast<uint32_t>(world().rank * 100 + i + round));
       EXPECT_EQ(ours(a2a, send, cases[i]), reference(send, cases[i])) << "case " << i;
     }
 }
@@ -130,14 +140,14 @@ TEST(AllToAllV, MToNPattern) {
   const Topology topo = build_topology(MPI_COMM_WORLD, 0, ranks_per_node_list().front());
   HierarchicalAllToAllV hier(MPI_COMM_WORLD, topo, transport(), 30);
   ExchangePattern pat;
-  pat.sends_to.assign(static_cast<std::size_t>(size_), 0);
-  pat.receives_from.assign(static_cast<std::size_t>(size_), 0);
-  std::vector<int64_t> counts(static_cast<std::size_t>(size_), 0);
-  for (int p = 1; p < size_; ++p) {
-    pat.sends_to[p] = rank_ == 0;
-    if (rank_ == 0) counts[p] = 100 * p;
+  pat.sends_to.assign(static_cast<std::size_t>(world().size), 0);
+  pat.receives_from.assign(static_cast<std::size_t>(world().size), 0);
+  std::vector<int64_t> counts(static_cast<std::size_t>(world().size), 0);
+  for (int p = 1; p < world().size; ++p) {
+    pat.sends_to[p] = world().rank == 0;
+    if (world().rank == 0) counts[p] = 100 * p;
   }
-  if (rank_ != 0) pat.receives_from[0] = 1;
+  if (world().rank != 0) pat.receives_from[0] = 1;
   const auto send = payload(counts, 5);
   EXPECT_EQ(ours(a2a, send, counts, pat), reference(send, counts));
   EXPECT_EQ(ours(hier, send, counts, pat), reference(send, counts));
@@ -146,12 +156,3 @@ TEST(AllToAllV, MToNPattern) {
 }  // namespace
 }  // namespace moerun::comm
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &moerun::comm::rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &moerun::comm::size_);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
-}

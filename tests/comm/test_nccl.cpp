@@ -50,10 +50,3 @@ TEST(Nccl, ExchangeMatchesMpiAlltoallv) {
 }  // namespace
 }  // namespace moerun::comm
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
-}

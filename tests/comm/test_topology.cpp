@@ -55,10 +55,3 @@ TEST(Topology, BuiltOverMpiAgreesWithRanksPerNode) {
 }  // namespace
 }  // namespace moerun::comm
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
-  return rc;
-}
