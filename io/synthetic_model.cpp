@@ -52,6 +52,10 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   const uint64_t seed = cfg.seed;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
   const float sd = 1.0f / std::sqrt(static_cast<float>(d));
+  if (cfg.config_only) {
+    ModelFileWriter w(dir, c);
+    return;
+  }
   {
     ModelFileWriter w(dir, c);
     w.set_attr("num_expert_shards", cfg.shards);

@@ -14,6 +14,7 @@ struct SynthConfig {
   ModelConfig model;
   int shards = 2;
   uint64_t seed = 1;
+  bool config_only = false;  // model.h5 with the attributes only (capacity planning of large models)
   void validate() const;
 };
 

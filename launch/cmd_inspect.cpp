@@ -17,7 +17,12 @@ int cmd_inspect(int argc, char** argv) {
     ("context", po::value(&p.context)->default_value(p.context), "context length per sequence (0: max_position)")
     ("experts-per-rank", po::value(&p.experts_per_rank)->default_value(p.experts_per_rank),
      "experts held by one expert rank (0: all)")
-    ("max-batch-tokens", po::value(&p.max_batch_tokens)->default_value(p.max_batch_tokens), "tokens per step");
+    ("max-batch-tokens", po::value(&p.max_batch_tokens)->default_value(p.max_batch_tokens), "tokens per step")
+    ("micro-batches", po::value(&p.micro_batches)->default_value(p.micro_batches), "micro-batches per step")
+    ("nodes", po::value(&p.nodes)->default_value(p.nodes), "nodes in the layout")
+    ("ranks-per-node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (1 node x 1 rank: one process)")
+    ("routers-per-node", po::value(&p.routers_per_node)->default_value(p.routers_per_node), "router ranks per node")
+    ("device-bytes", po::value(&p.device_bytes)->default_value(p.device_bytes), "memory per rank to check against (0: no check)");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR [options]", o, vm)) return 0;
   const io::ModelConfig c = io::read_model_config(model);

@@ -4,6 +4,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "base/error.hpp"
+
 namespace moerun::runtime {
 namespace {
 
@@ -19,11 +21,25 @@ std::string human(int64_t bytes) {
 
 }  // namespace
 
+void MemoryPlanConfig::validate() const {
+  if (batch < 1 || max_batch_tokens < 1 || micro_batches < 1) fail(ErrorKind::Usage, "--batch, --max-batch-tokens, --micro-batches must be >= 1");
+  if (nodes < 1 || ranks_per_node < 1) fail(ErrorKind::Usage, "--nodes and --ranks-per-node must be >= 1");
+  if (nodes * ranks_per_node > 1 && (routers_per_node < 1 || routers_per_node >= ranks_per_node))
+    fail(ErrorKind::Usage, "--routers-per-node must be in [1, --ranks-per-node) so that every node has expert ranks");
+  if (device_bytes < 0 || !(margin >= 0)) fail(ErrorKind::Usage, "--device-bytes and the margin must be >= 0");
+}
+
 MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
+  p.validate();
   MemoryPlan m;
   const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  // Embeddings, norms and the gate are held as fp32; projections and LM head in the stored dtype.
+  const bool single = p.nodes * p.ranks_per_node == 1;
+  m.routers = single ? 1 : p.nodes * p.routers_per_node;
+  m.expert_ranks = single ? 1 : p.nodes * (p.ranks_per_node - p.routers_per_node);
+  const int64_t all_experts = c.num_layers * c.num_experts;
+  m.experts_per_rank = p.experts_per_rank > 0 ? p.experts_per_rank : (all_experts + m.expert_ranks - 1) / m.expert_ranks;
+  // Router rank. Embeddings, norms and the gate are held as fp32; projections and LM head stored dtype.
   const int64_t fp32_elems = c.vocab_size * d + d + c.num_layers * (2 * d + c.num_experts * d);
   const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q);
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
@@ -31,11 +47,29 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   m.kv_bytes = p.batch * context * c.kv_bytes_per_token();
   const int64_t T = p.max_batch_tokens;
   m.activation_bytes = 4 * T * (4 * d + 2 * q + 2 * kv + c.num_experts) + 4 * p.batch * c.vocab_size;
-  m.router_bytes = m.dense_bytes + m.kv_bytes + m.activation_bytes;
-  const int64_t held = p.experts_per_rank > 0 ? p.experts_per_rank : c.num_layers * c.num_experts;
-  m.expert_weight_bytes = held * c.bytes_per_expert();
+  const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back
+  m.router_exchange_bytes = single ? 0 : T * c.top_k * (record + result);
+  const int64_t router_sum = m.dense_bytes + m.kv_bytes + m.activation_bytes + m.router_exchange_bytes;
+  m.router_margin_bytes = static_cast<int64_t>(static_cast<double>(router_sum) * p.margin);
+  m.router_bytes = router_sum + m.router_margin_bytes;
+  // Expert rank.
+  m.expert_weight_bytes = m.experts_per_rank * c.bytes_per_expert();
   m.expert_scratch_bytes = 4 * T * c.top_k * (2 * d + 3 * c.intermediate_size);
-  m.expert_rank_bytes = m.expert_weight_bytes + m.expert_scratch_bytes;
+  m.expert_exchange_bytes = single ? 0 : (m.routers * T * c.top_k + m.expert_ranks - 1) / m.expert_ranks * (record + result);
+  const int64_t expert_sum = m.expert_weight_bytes + m.expert_scratch_bytes + m.expert_exchange_bytes;
+  m.expert_margin_bytes = static_cast<int64_t>(static_cast<double>(expert_sum) * p.margin);
+  m.expert_rank_bytes = expert_sum + m.expert_margin_bytes;
+  if (single) m.router_bytes += m.expert_rank_bytes;  // one process holds both
+  if (p.device_bytes > 0) {
+    m.router_fits = m.router_bytes <= p.device_bytes;
+    m.expert_fits = single || m.expert_rank_bytes <= p.device_bytes;
+  }
+  // Between nodes: with uniform placement a row goes to another node with probability (nodes-1)/nodes.
+  const double remote = static_cast<double>(p.nodes - 1) / static_cast<double>(p.nodes);
+  m.cross_node_bytes_per_token = static_cast<double>(c.top_k * (record + result)) * remote;
+  const int64_t expert_ranks_per_node = p.ranks_per_node - p.routers_per_node;
+  m.flat_messages_per_step = single ? 0 : 2 * p.micro_batches * m.routers * (p.nodes - 1) * expert_ranks_per_node;
+  m.hier_messages_per_step = single ? 0 : 2 * p.micro_batches * p.nodes * (p.nodes - 1);
   return m;
 }
 
@@ -59,16 +93,27 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   os << "bytes per expert   " << c.bytes_per_expert() << " (" << human(c.bytes_per_expert()) << ")\n";
   os << "KV cache per token " << c.kv_bytes_per_token() << " bytes\n";
   const int64_t context = p.context > 0 ? p.context : c.max_position;
+  os << "layout: " << p.nodes << " node(s) x " << p.ranks_per_node << " rank(s), " << m.routers << " router rank(s), "
+     << m.expert_ranks << " expert rank(s), " << m.experts_per_rank << " experts per expert rank\n";
+  auto fits = [&](bool ok) { return p.device_bytes > 0 ? (ok ? "  fits" : "  DOES NOT FIT") : ""; };
   os << "router rank (batch " << p.batch << " x context " << context << ", " << p.max_batch_tokens << " tokens/step)\n";
   os << "  dense weights    " << human(m.dense_bytes) << "\n";
   os << "  KV cache         " << human(m.kv_bytes) << "\n";
   os << "  activations      " << human(m.activation_bytes) << "\n";
-  os << "  total            " << human(m.router_bytes) << "\n";
-  const int64_t held = p.experts_per_rank > 0 ? p.experts_per_rank : c.num_layers * c.num_experts;
-  os << "expert rank holding " << held << " experts\n";
+  os << "  exchange buffers " << human(m.router_exchange_bytes) << "\n";
+  os << "  margin " << static_cast<int>(p.margin * 100) << "%       " << human(m.router_margin_bytes) << "\n";
+  os << "  total            " << human(m.router_bytes) << (p.nodes * p.ranks_per_node == 1 ? " (one process: experts included)" : "")
+     << fits(m.router_fits) << "\n";
+  os << "expert rank holding " << m.experts_per_rank << " experts\n";
   os << "  expert weights   " << human(m.expert_weight_bytes) << "\n";
   os << "  scratch          " << human(m.expert_scratch_bytes) << "\n";
-  os << "  total            " << human(m.expert_rank_bytes) << "\n";
+  os << "  exchange buffers " << human(m.expert_exchange_bytes) << "\n";
+  os << "  margin " << static_cast<int>(p.margin * 100) << "%       " << human(m.expert_margin_bytes) << "\n";
+  os << "  total            " << human(m.expert_rank_bytes) << fits(m.expert_fits) << "\n";
+  if (p.device_bytes > 0) os << "device memory per rank " << human(p.device_bytes) << "\n";
+  os << "between nodes (uniform placement)\n";
+  os << "  bytes per token  " << std::setprecision(0) << m.cross_node_bytes_per_token << " (flat and hierarchical alike)\n";
+  os << "  messages / step  flat " << m.flat_messages_per_step << ", hierarchical " << m.hier_messages_per_step << "\n";
   return os.str();
 }
 

@@ -1,0 +1,81 @@
+// `inspect`'s memory and traffic arithmetic against numbers worked out by hand (in the comments)
+// for two configurations of a tiny model: one process, and 2 nodes x 3 ranks.
+#include <gtest/gtest.h>
+
+#include "base/error.hpp"
+#include "runtime/memory_plan.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+// vocab 10, d 4, 1 layer, 2 heads / 1 KV head of dim 2 (q 4, kv 2), ff 6, 2 experts, top-1, fp32.
+io::ModelConfig tiny() {
+  io::ModelConfig c;
+  c.vocab_size = 10;
+  c.hidden_size = 4;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 2;
+  c.intermediate_size = 6;
+  c.num_experts = 2;
+  c.top_k = 1;
+  c.max_position = 8;
+  return c;
+}
+
+TEST(MemoryPlan, OneProcess) {
+  MemoryPlanConfig p;
+  p.batch = 1;
+  p.context = 8;
+  p.max_batch_tokens = 4;
+  p.margin = 0;
+  const MemoryPlan m = plan_memory(tiny(), p);
+  // fp32: embed 40 + final norm 4 + per layer (2 norms 8 + gate 8) = 60 elems = 240 B;
+  // stored: lm_head 40 + wq 16 + wk 8 + wv 8 + wo 16 = 88 elems = 352 B.
+  EXPECT_EQ(m.dense_bytes, 592);
+  EXPECT_EQ(m.kv_bytes, 128);           // 8 positions x (1 layer x K,V x 1 head x 2 x 4 B)
+  EXPECT_EQ(m.activation_bytes, 520);   // 4 B x 4 tokens x (16 + 8 + 4 + 2) + 4 B x 1 x 10
+  EXPECT_EQ(m.experts_per_rank, 2);
+  EXPECT_EQ(m.expert_weight_bytes, 576);  // 2 x 3 x 4 x 6 x 4 B
+  EXPECT_EQ(m.expert_scratch_bytes, 416); // 4 B x 4 x 1 x (8 + 18)
+  EXPECT_EQ(m.expert_rank_bytes, 992);
+  EXPECT_EQ(m.router_bytes, 1240 + 992);  // one process holds both
+  EXPECT_EQ(m.flat_messages_per_step, 0);
+}
+
+TEST(MemoryPlan, TwoNodesOfThree) {
+  MemoryPlanConfig p;
+  p.batch = 1;
+  p.context = 8;
+  p.max_batch_tokens = 4;
+  p.micro_batches = 2;
+  p.nodes = 2;
+  p.ranks_per_node = 3;
+  p.routers_per_node = 1;
+  p.margin = 0.5;
+  p.device_bytes = 1000;
+  const MemoryPlan m = plan_memory(tiny(), p);
+  EXPECT_EQ(m.routers, 2);
+  EXPECT_EQ(m.expert_ranks, 4);
+  EXPECT_EQ(m.experts_per_rank, 1);          // ceil(2 / 4)
+  EXPECT_EQ(m.router_exchange_bytes, 144);   // 4 tokens x 1 slot x (20 B out + 16 B back)
+  EXPECT_EQ(m.router_bytes, 1384 + 692);     // 592 + 128 + 520 + 144, plus 50%
+  EXPECT_EQ(m.expert_exchange_bytes, 72);    // ceil(2 routers x 4 x 1 / 4) = 2 rows x 36 B
+  EXPECT_EQ(m.expert_rank_bytes, 776 + 388); // 288 + 416 + 72, plus 50%
+  EXPECT_FALSE(m.router_fits);
+  EXPECT_FALSE(m.expert_fits);
+  EXPECT_DOUBLE_EQ(m.cross_node_bytes_per_token, 18.0);  // 36 B x (1 remote node of 2)
+  EXPECT_EQ(m.flat_messages_per_step, 16);   // 2 directions x 2 mb x 2 routers x 1 node x 2 expert ranks
+  EXPECT_EQ(m.hier_messages_per_step, 8);    // 2 directions x 2 mb x 2 node pairs
+}
+
+TEST(MemoryPlan, LayoutWithoutExpertRanksIsAUsageError) {
+  MemoryPlanConfig p;
+  p.nodes = 2;
+  p.ranks_per_node = 1;
+  EXPECT_THROW(plan_memory(tiny(), p), Error);
+}
+
+}  // namespace
+}  // namespace moerun::runtime
