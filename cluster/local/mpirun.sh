@@ -7,5 +7,5 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PMIX_MCA_gds=hash  # the shared-memory datastore complains inside containers
 exec mpirun --hostfile "$RUN_DIR/hostfile" --mca plm_rsh_agent "$HERE/rsh-agent.sh" \
   --mca oob_tcp_if_include "$SUBNET_PREFIX.0/24" --mca btl_tcp_if_include "$SUBNET_PREFIX.0/24" \
-  --mca btl self,tcp --mca pml ob1 --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
+  --mca btl self,tcp --mca pml ob1 --mca plm_rsh_no_tree_spawn 1 \
   --oversubscribe --bind-to none "$@"

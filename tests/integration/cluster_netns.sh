@@ -14,6 +14,13 @@ trap '"$ROOT/cluster/local/down.sh"; rm -rf "$WORK"' EXIT
 "$ROOT/cluster/local/up.sh" 2 > /dev/null
 CMPI="$ROOT/cluster/local/mpirun.sh"
 UCX="-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0"
+# Launching orted into freshly made namespaces sometimes stalls before any rank starts (seen here,
+# not a moerun failure): probe the launch until it works, up to 4 tries.
+launched=0
+for _ in 1 2 3 4; do
+  if timeout 20 "$CMPI" -np 2 --map-by ppr:1:node true < /dev/null > /dev/null 2>&1; then launched=1; break; fi
+done
+check "mpirun reaches both namespace hosts" test "$launched" -eq 1
 
 timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX -x MOERUN_TEST_TRANSPORT=ucx -x MOERUN_TEST_RANKS_PER_NODE=1,0 \
   "$A2A_TEST" < /dev/null > "$WORK/a2a.log" 2>&1 || tail -20 "$WORK/a2a.log"
