@@ -8,9 +8,48 @@
 #include "comm/mpi.hpp"
 #include "runtime/infer_bench.hpp"
 #include "runtime/layer_bench.hpp"
+#include "runtime/scaling_sweep.hpp"
 
 namespace moerun::launch {
 namespace {
+
+// --sweep and its options, shared by bench infer and bench a2a.
+struct SweepOptions {
+  bool on = false;
+  std::string ranks = "1,2,4,8", nodes, scalings = "weak,strong";
+  void add(po::options_description& o) {
+    o.add_options()
+      ("sweep", po::bool_switch(&on), "scaling sweep: run every (ranks, nodes) point on the first R ranks of this job")
+      ("sweep-ranks", po::value(&ranks)->default_value(ranks), "sweep: comma-separated rank counts")
+      ("sweep-nodes", po::value(&nodes), "sweep: comma-separated virtual node counts (default: nodes as MPI sees them)")
+      ("scaling", po::value(&scalings)->default_value(scalings), "sweep: weak, strong or both");
+  }
+  void fill(runtime::SweepConfig& c) const {
+    c.ranks.clear();
+    for (auto r : parse_int_list(ranks, "sweep-ranks")) c.ranks.push_back(static_cast<int>(r));
+    if (!nodes.empty())
+      for (auto n : parse_int_list(nodes, "sweep-nodes")) c.nodes.push_back(static_cast<int>(n));
+    c.scalings = parse_string_list(scalings);
+    c.validate();
+  }
+};
+
+int run_sweep_command(runtime::SweepConfig& c, const SweepOptions& so, const std::string& json, const std::string& csv,
+                      int* argc, char*** argv) {
+  so.fill(c);
+  comm::MpiSession mpi(argc, argv);
+  if (mpi.rank() == 0) {
+    if (!json.empty()) io::check_writable(json);
+    if (!csv.empty()) io::check_writable(csv);
+  }
+  const auto r = runtime::run_sweep(c, MPI_COMM_WORLD);
+  if (mpi.rank() == 0) {
+    std::cout << runtime::sweep_table(r);
+    if (!json.empty()) io::write_file_atomically(json, {runtime::sweep_json(c, r)});
+    if (!csv.empty()) io::write_file_atomically(csv, {runtime::sweep_csv(r)});
+  }
+  return 0;
+}
 
 int bench_layer(int argc, char** argv) {
   runtime::LayerBenchConfig c;
@@ -58,8 +97,9 @@ int bench_infer(int argc, char** argv) {
   m.bos_token_id = 1;
   m.eos_token_id = 0;
   c.model.shards = 2;
-  std::string dtype = "float32", json;
+  std::string dtype = "float32", json, csv;
   bool no_baseline = false;
+  SweepOptions sweep;
   po::options_description o("bench infer options");
   add_model_options(o, m, dtype);
   o.add_options()
@@ -71,12 +111,23 @@ int bench_infer(int argc, char** argv) {
     ("ranks-per-node", po::value(&c.infer.ranks_per_node)->default_value(c.infer.ranks_per_node), "virtual node size (0: from MPI)")
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
     ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
-    ("json", po::value(&json), "also write the results as JSON");
+    ("a2a", po::value(&c.infer.a2a)->default_value(c.infer.a2a), "exchange: mpi, hier or auto")
+    ("json", po::value(&json), "also write the results as JSON")
+    ("csv", po::value(&csv), "sweep: also write the rows as CSV");
+  sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
   apply_model_dtype(dtype, m);
   m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
+  if (sweep.on) {
+    runtime::SweepConfig sc;
+    sc.bench = "infer";
+    sc.infer = c;
+    sc.infer.infer.model_dir = sc.infer.infer.input = sc.infer.infer.output = "-";
+    return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
+  }
+  if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
   c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
@@ -91,6 +142,8 @@ int bench_infer(int argc, char** argv) {
 int bench_a2a(int argc, char** argv) {
   comm::A2aBenchConfig c;
   std::string patterns = "uniform,zipf,m2n", algos = "mpi,hier,alltoallv", json, csv;
+  SweepOptions sweep;
+  int64_t sweep_bytes = int64_t{1} << 20;
   po::options_description o("bench a2a options");
   o.add_options()
     ("min-bytes", po::value(&c.min_bytes)->default_value(c.min_bytes), "smallest size per rank (bytes)")
@@ -105,13 +158,24 @@ int bench_a2a(int argc, char** argv) {
     ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node), "virtual node size (0: from MPI)")
     ("comm-timeout", po::value(&c.timeout_s)->default_value(c.timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write JSON")
-    ("csv", po::value(&csv), "also write CSV");
+    ("csv", po::value(&csv), "also write CSV")
+    ("sweep-bytes", po::value(&sweep_bytes)->default_value(sweep_bytes), "sweep: bytes per rank at the smallest point");
+  sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: mpirun -np N moerun bench a2a [options]", o, vm)) return 0;
   c.patterns = parse_string_list(patterns);
   c.algos = parse_string_list(algos);
   if (c.ranks_per_node == 0) {
     if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
+  }
+  if (sweep.on) {
+    runtime::SweepConfig sc;
+    sc.bench = "a2a";
+    sc.a2a = c;
+    if (!vm.count("algos") || vm["algos"].defaulted()) sc.a2a.algos = {"mpi", "hier"};
+    if (!vm.count("patterns") || vm["patterns"].defaulted()) sc.a2a.patterns = {"uniform"};
+    sc.a2a.min_bytes = sc.a2a.max_bytes = sweep_bytes;
+    return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
   }
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0) {

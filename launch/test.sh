@@ -8,10 +8,11 @@ BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" "${MOERUN_TEST_PACKAGES[@]}"
 
-# Reference-test Python: Debian's CPU torch plus an early-2024 transformers (Mixtral, torch 1.13 OK).
+# Test Python: Debian's CPU torch, h5py and matplotlib (numpy 1.x, which torch 1.13 needs; PyPI's
+# matplotlib would pull numpy 2) plus an early-2024 transformers (Mixtral, torch 1.13 OK).
 VENV=$BUILD/venv
 mkdir -p "$BUILD"
-if ! "$VENV/bin/python" -c "import transformers, torch, h5py" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import transformers, torch, h5py, matplotlib" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==4.36.2"
 fi

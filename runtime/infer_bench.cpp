@@ -15,36 +15,26 @@
 namespace moerun::runtime {
 namespace {
 
-double tps(const InferReport& r) { return r.seconds > 0 ? static_cast<double>(r.processed_tokens) / r.seconds : 0; }
-
 const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
                                        "combine", "head", "idle"};
 
 }  // namespace
 
-InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
-  const int rank = comm::rank_of(world);
-  std::string dir = cfg.work_dir;
-  const bool temp = dir.empty();
-  if (rank == 0) {
-    if (temp) {
-      char tmpl[] = "/tmp/moerun-bench-XXXXXX";
-      if (!mkdtemp(tmpl)) fail(ErrorKind::Io, "cannot create a temporary directory in /tmp");
-      dir = tmpl;
-    }
-    io::write_synthetic_model(dir + "/model", cfg.model, true);
-    std::ofstream req(dir + "/requests.jsonl");
-    for (int64_t i = 0; i < cfg.batch; ++i) {
-      nlohmann::json j;
-      j["id"] = str("b", i);
-      std::vector<int64_t> toks(static_cast<std::size_t>(cfg.prompt_len));
-      for (int64_t t = 0; t < cfg.prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1) % cfg.model.model.vocab_size;
-      j["prompt_tokens"] = toks;
-      j["max_new_tokens"] = cfg.new_tokens;
-      req << j.dump() << '\n';
-    }
+void write_bench_requests(const std::string& path, int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab) {
+  std::ofstream req(path);
+  for (int64_t i = 0; i < batch; ++i) {
+    nlohmann::json j;
+    j["id"] = str("b", i);
+    std::vector<int64_t> toks(static_cast<std::size_t>(prompt_len));
+    for (int64_t t = 0; t < prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1) % vocab;
+    j["prompt_tokens"] = toks;
+    j["max_new_tokens"] = new_tokens;
+    req << j.dump() << '\n';
   }
-  dir = comm::broadcast_string(dir, world);
+  if (!req.flush()) fail(ErrorKind::Io, path, ": cannot write the benchmark requests");
+}
+
+InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm) {
   InferConfig ic = cfg.infer;
   ic.model_dir = dir + "/model";
   ic.input = dir + "/requests.jsonl";
@@ -52,22 +42,44 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   ic.quiet = true;
   ic.scheduler.max_batch_size = std::max<int64_t>(ic.scheduler.max_batch_size, cfg.batch);
   ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  if (comm::rank_of(comm) == 0)
+    write_bench_requests(ic.input, cfg.batch, cfg.prompt_len, cfg.new_tokens, cfg.model.model.vocab_size);
+  return run_infer(ic, comm);
+}
+
+double tokens_per_second(const InferReport& r) {
+  return r.seconds > 0 ? static_cast<double>(r.processed_tokens) / r.seconds : 0;
+}
+
+std::string make_bench_dir(const std::string& work_dir, MPI_Comm world) {
+  std::string dir = work_dir;
+  if (comm::rank_of(world) == 0 && dir.empty()) {
+    char tmpl[] = "/tmp/moerun-bench-XXXXXX";
+    if (!mkdtemp(tmpl)) fail(ErrorKind::Io, "cannot create a temporary directory in /tmp");
+    dir = tmpl;
+  }
+  return comm::broadcast_string(dir, world);
+}
+
+InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
+  const int rank = comm::rank_of(world);
+  const std::string dir = make_bench_dir(cfg.work_dir, world);
+  if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
   InferBenchResult r;
-  r.distributed = run_infer(ic, world);
-  r.tokens_per_s = tps(r.distributed);
+  r.distributed = run_infer_bench_point(cfg, dir, world);
+  r.tokens_per_s = tokens_per_second(r.distributed);
   comm::idle_barrier(world);
   if (cfg.baseline && comm::size_of(world) > 1) {
     if (rank == 0) {
       const int threads = omp_get_max_threads();
       if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
-      ic.output = dir + "/out-single.jsonl";
-      r.single = run_infer(ic, MPI_COMM_SELF);
-      r.single_tokens_per_s = tps(r.single);
+      r.single = run_infer_bench_point(cfg, dir, MPI_COMM_SELF);
+      r.single_tokens_per_s = tokens_per_second(r.single);
       omp_set_num_threads(threads);
     }
     comm::idle_barrier(world);
   }
-  if (rank == 0 && temp) std::filesystem::remove_all(dir);
+  if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
   return r;
 }
 

@@ -30,6 +30,12 @@ struct InferBenchResult {
 };
 
 InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world);
+// The pieces, for the scaling sweep: a bench directory (work_dir, or a fresh one in /tmp, the same
+// on every rank), one run of the requests of `cfg` on `comm` with the model already in DIR/model.
+std::string make_bench_dir(const std::string& work_dir, MPI_Comm world);
+InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm);
+double tokens_per_second(const InferReport& r);
+
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r);
 std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult& r);
 
