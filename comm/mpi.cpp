@@ -1,5 +1,4 @@
 // MPI session and error translation.
-#include <exception>
 #include "comm/mpi.hpp"
 
 #include <chrono>
@@ -57,9 +56,21 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
+  if (std::uncaught_exceptions() > 0) return;  // finish_after_error decides
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+void MpiSession::finish_after_error(bool agreed, int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return;
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (!agreed && size > 1) abort(code);
+  MPI_Finalize();
 }
 
 void MpiSession::abort(int code) {

@@ -40,7 +40,9 @@ class OwnedComm {
 // True when MPI may still be called collectively: not finalized, no exception unwinding.
 bool mpi_usable_for_cleanup();
 
-// MPI_Init_thread on construction (errors returned, not fatal), MPI_Finalize on destruction.
+// MPI_Init_thread on construction (errors returned, not fatal), MPI_Finalize on destruction --
+// except while an exception unwinds: then peers may be waiting in a collective and MPI_Finalize
+// would hang, so the decision is left to finish_after_error() once the error is known.
 class MpiSession {
  public:
   MpiSession(int* argc, char*** argv);
@@ -52,6 +54,9 @@ class MpiSession {
   int size() const { return size_; }
   // Ends every rank of the job with `code` (used after a fatal error on one rank).
   [[noreturn]] static void abort(int code);
+  // After an error escaped a command: every rank failing together (`agreed`, or one rank alone)
+  // finalizes and returns; one rank failing alone in a job ends the job with `code`.
+  static void finish_after_error(bool agreed, int code);
 
  private:
   int rank_ = 0;

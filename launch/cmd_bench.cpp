@@ -112,6 +112,7 @@ int bench_infer(int argc, char** argv) {
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
     ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
     ("a2a", po::value(&c.infer.a2a)->default_value(c.infer.a2a), "exchange: mpi, hier or auto")
+    ("comm-timeout", po::value(&c.infer.comm_timeout_s)->default_value(c.infer.comm_timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write the results as JSON")
     ("csv", po::value(&csv), "sweep: also write the rows as CSV");
   sweep.add(o);

@@ -5,6 +5,7 @@
 #include <new>
 
 #include "base/error.hpp"
+#include "comm/mpi.hpp"
 #include "launch/cli.hpp"
 
 namespace {
@@ -44,15 +45,19 @@ int main(int argc, char** argv) {
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
     return 2;
   } catch (const ReportedError& e) {
-    return e.exit_code();  // another rank printed it
+    comm::MpiSession::finish_after_error(true, e.exit_code());  // every rank has it; one printed it
+    return e.exit_code();
   } catch (const Error& e) {
-    std::cerr << "moerun: error: " << e.what() << "\n";
+    std::cerr << "moerun: error: " << e.what() << std::endl;
+    comm::MpiSession::finish_after_error(false, e.exit_code());
     return e.exit_code();
   } catch (const std::bad_alloc&) {
-    std::cerr << "moerun: error: out of memory\n";
+    std::cerr << "moerun: error: out of memory" << std::endl;
+    comm::MpiSession::finish_after_error(false, 1);
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "moerun: internal error: " << e.what() << "\n";
+    std::cerr << "moerun: internal error: " << e.what() << std::endl;
+    comm::MpiSession::finish_after_error(false, 1);
     return 1;
   }
 }

@@ -296,18 +296,21 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   std::unique_ptr<experts::ResidentExperts> store;
   Matmul mm;
 
-  // 1. Set-up. Everything that can be validated is, before any output file is written.
+  // 1. Set-up. Everything that can be validated is, before any output file is written. The steps
+  // with collectives come first, in their own block: a rank that failed early would skip them and
+  // leave the others in a mismatched collective.
+  agreed(world, [&] {
+    topo = comm::build_topology(world, cfg.routers_per_node, cfg.ranks_per_node);  // throws only after its collectives
+    // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
+    // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
+    const int local = comm::ranks_on_this_host(world);
+    if (distributed && !std::getenv("OMP_NUM_THREADS"))
+      omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+  });
   agreed(world, [&] {
     cfg.validate();
     mc = io::read_model_config(cfg.model_dir);
     requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
-    topo = comm::build_topology(world, cfg.routers_per_node, cfg.ranks_per_node);
-    // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
-    // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
-    if (distributed && !std::getenv("OMP_NUM_THREADS")) {
-      const int local = comm::ranks_on_this_host(world);
-      omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
-    }
     placement = experts::make_placement(distributed ? cfg.placement : "round-robin", mc.num_layers, mc.num_experts, topo);
     if (topo.is_router(rank)) {
       io::check_writable(cfg.output);

@@ -44,6 +44,7 @@ InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string
   ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
   if (comm::rank_of(comm) == 0)
     write_bench_requests(ic.input, cfg.batch, cfg.prompt_len, cfg.new_tokens, cfg.model.model.vocab_size);
+  comm::idle_barrier(comm);  // the files exist before any rank reads them
   return run_infer(ic, comm);
 }
 
