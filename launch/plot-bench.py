@@ -83,8 +83,8 @@ def series(rows, scaling):
     for r in rows:
         if r["scaling"] != scaling:
             continue
-        nodes_per_rank = int(r["ranks"]) // int(r["nodes"])
-        label = f"{r['algo']}, {nodes_per_rank} rank(s)/node" if r["bench"] == "a2a" else f"{nodes_per_rank} rank(s)/node"
+        nodes = f"{r['nodes']} node" + ("s" if int(r["nodes"]) > 1 else "")
+        label = f"{r['algo']}, {nodes}" if r["bench"] == "a2a" else nodes
         out.setdefault(label, []).append((int(r["ranks"]), r))
     return {k: sorted(v, key=lambda p: p[0]) for k, v in sorted(out.items())}
 
@@ -100,6 +100,7 @@ def plot_sweep(rows, out):
                 ax.plot([p[0] for p in pts], [float(p[1][key]) for p in pts], marker="o", label=lab)
             if key == "efficiency":
                 ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+            ax.set_ylim(bottom=0)
             ax.set_title(f"{bench}: {scaling} scaling")
             ax.set_xlabel("ranks")
             ax.set_ylabel(label)
