@@ -36,13 +36,17 @@ class AlignedBuffer {
       return;
     }
     std::free(data_);
-    capacity_ = (bytes + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, capacity_ ? capacity_ : 64);
+    // Large buffers are page-aligned with page-multiple capacity, so O_DIRECT can read into them.
+    const std::size_t align = bytes >= kPageAlignFrom ? 4096 : 64;
+    capacity_ = (bytes + align - 1) / align * align;
+    data_ = std::aligned_alloc(align, capacity_ ? capacity_ : align);
     if (!data_) throw std::bad_alloc();
     size_ = bytes;
   }
 
+  static constexpr std::size_t kPageAlignFrom = std::size_t{1} << 16;
   std::size_t size() const { return size_; }
+  std::size_t capacity() const { return capacity_; }
   void* data() { return data_; }
   const void* data() const { return data_; }
   template <typename T> T* as() { return static_cast<T*>(data_); }

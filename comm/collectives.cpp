@@ -82,6 +82,12 @@ void reduce_sum_to_root(std::vector<double>& v, MPI_Comm comm) {
   else MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, 0, comm));
 }
 
+std::vector<double> gather_to_root(const std::vector<double>& v, MPI_Comm comm) {
+  std::vector<double> out(rank_of(comm) == 0 ? v.size() * static_cast<std::size_t>(size_of(comm)) : 0);
+  MPI_CHECK(MPI_Gather(v.data(), static_cast<int>(v.size()), MPI_DOUBLE, out.data(), static_cast<int>(v.size()), MPI_DOUBLE, 0, comm));
+  return out;
+}
+
 void barrier(MPI_Comm comm) { MPI_CHECK(MPI_Barrier(comm)); }
 
 void idle_barrier(MPI_Comm comm) {

@@ -20,6 +20,8 @@ int64_t allreduce_min(int64_t value, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<int64_t>& values, MPI_Comm comm);  // result valid on rank 0
 void reduce_max_to_root(std::vector<double>& values, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<double>& values, MPI_Comm comm);
+// Every rank's vector (all the same length), concatenated in rank order on rank 0.
+std::vector<double> gather_to_root(const std::vector<double>& values, MPI_Comm comm);
 void barrier(MPI_Comm comm);
 // A barrier that sleeps between polls, so waiting ranks leave the cores to the ones working.
 void idle_barrier(MPI_Comm comm);

@@ -9,6 +9,7 @@
 
 #include "base/matmul.hpp"
 
+#include "experts/expert_store.hpp"
 #include "io/expert_shards.hpp"
 
 namespace moerun::experts {
@@ -16,7 +17,7 @@ namespace moerun::experts {
 // Packs an expert's matrices into oneDNN's preferred layout (after its checksum was verified).
 void pack_expert(Matmul& mm, io::ExpertWeights& w);
 
-class ResidentExperts {
+class ResidentExperts : public ExpertStore {
  public:
   explicit ResidentExperts(int64_t num_experts) : num_experts_(num_experts) {}
   // Loads every (layer, expert) for which `owns` is true and packs it for `mm` (see Matmul::pack).
@@ -26,6 +27,8 @@ class ResidentExperts {
   void insert(int64_t layer, int64_t expert, io::ExpertWeights w) { weights_[layer * num_experts_ + expert] = std::move(w); }
   const io::ExpertWeights& get(int64_t layer, int64_t expert) const;
   bool has(int64_t layer, int64_t expert) const;
+  bool owns(int64_t layer, int64_t expert) const override { return has(layer, expert); }
+  const io::ExpertWeights& acquire(int64_t layer, int64_t expert) override { return get(layer, expert); }
   int64_t count() const { return static_cast<int64_t>(weights_.size()); }
   int64_t bytes() const;
 

@@ -1,6 +1,9 @@
 // Expert shard index, loader and writer.
 #include "io/expert_shards.hpp"
 
+#include <cstring>
+#include <mutex>
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -102,30 +105,58 @@ const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) co
   return locations_[static_cast<std::size_t>(layer * config_.num_experts + expert)];
 }
 
-ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) const {
-  const ExpertLocation& loc = locate(layer, expert);
-  auto& handle = open_files_[loc.shard];
-  if (!handle) handle = std::make_shared<H5Handle>(h5_open_file(loc.shard, H5Mode::ReadOnly));
-  const ModelConfig& c = config_;
+std::size_t expert_raw_bytes(const ModelConfig& c) {
+  return static_cast<std::size_t>(3 * c.intermediate_size * c.hidden_size) * dtype_size(c.dtype);
+}
+
+void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, bool check, const std::string& where, int64_t layer,
+                   int64_t expert) {
   const std::string gp = expert_group_path(layer, expert);
-  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+  const std::size_t each = expert_raw_bytes(c) / 3;
+  const auto* b = static_cast<const unsigned char*>(raw);
+  // The NaN scan (when asked) comes first: it names the tensor and element, the checksum cannot.
+  if (check) {
+    check_finite(b, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w1");
+    check_finite(b + each, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w3");
+    check_finite(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, where, gp + "/w2");
+  }
+  const uint64_t sum = expert_checksum(b, b + each, b + 2 * each, each, each);
+  if (sum != expected)
+    fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
+}
+
+ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c) {
   ExpertWeights w;
   w.w1.allocate(c.dtype, c.intermediate_size, c.hidden_size);
   w.w3.allocate(c.dtype, c.intermediate_size, c.hidden_size);
   w.w2.allocate(c.dtype, c.hidden_size, c.intermediate_size);
-  h5_read(*handle, gp + "/w1", mem, w.w1.data.data());
-  h5_read(*handle, gp + "/w3", mem, w.w3.data.data());
-  h5_read(*handle, gp + "/w2", mem, w.w2.data.data());
-  // The NaN scan (when asked) comes first: it names the tensor and element, the checksum cannot.
-  if (check) {
-    check_finite(w.w1.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w1");
-    check_finite(w.w3.data.data(), c.dtype, c.intermediate_size, c.hidden_size, loc.shard, gp + "/w3");
-    check_finite(w.w2.data.data(), c.dtype, c.hidden_size, c.intermediate_size, loc.shard, gp + "/w2");
-  }
-  const uint64_t sum = expert_checksum(w.w1.data.data(), w.w3.data.data(), w.w2.data.data(), w.w1.bytes(), w.w2.bytes());
-  if (sum != loc.xxh64)
-    fail(ErrorKind::BadInput, loc.shard, ": ", gp, " checksum mismatch (xxh64 attribute ", loc.xxh64, ", data ", sum, ")");
+  const auto* b = static_cast<const unsigned char*>(raw);
+  std::memcpy(w.w1.data.data(), b, w.w1.bytes());
+  std::memcpy(w.w3.data.data(), b + w.w1.bytes(), w.w3.bytes());
+  std::memcpy(w.w2.data.data(), b + w.w1.bytes() + w.w3.bytes(), w.w2.bytes());
   return w;
+}
+
+AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
+  const ExpertLocation& loc = locate(layer, expert);
+  const ModelConfig& c = config_;
+  const std::string gp = expert_group_path(layer, expert);
+  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+  const std::size_t each = expert_raw_bytes(c) / 3;
+  AlignedBuffer raw(3 * each);
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  auto& handle = open_files_[loc.shard];
+  if (!handle) handle = std::make_shared<H5Handle>(h5_open_file(loc.shard, H5Mode::ReadOnly));
+  h5_read(*handle, gp + "/w1", mem, raw.data());
+  h5_read(*handle, gp + "/w3", mem, raw.as<unsigned char>() + each);
+  h5_read(*handle, gp + "/w2", mem, raw.as<unsigned char>() + 2 * each);
+  return raw;
+}
+
+ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) const {
+  const AlignedBuffer raw = read_raw(layer, expert);
+  verify_expert(raw.data(), config_, checksum(layer, expert), check, where(layer, expert), layer, expert);
+  return expert_from_raw(raw.data(), config_);
 }
 
 ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c)

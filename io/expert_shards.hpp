@@ -24,7 +24,27 @@ struct ExpertLocation {
   uint64_t xxh64 = 0; // expected checksum of w1‖w3‖w2 bytes
 };
 
-class ExpertShardIndex {
+// Where an expert's raw bytes come from (the L3 tier): local shards, or an object store. The raw
+// form is w1‖w3‖w2 as stored (the bytes xxh64 covers); read_raw does not verify, callers do
+// (verify_expert) so that every tier reports a mismatch the same way. Thread-safe.
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual AlignedBuffer read_raw(int64_t layer, int64_t expert) const = 0;
+  virtual uint64_t checksum(int64_t layer, int64_t expert) const = 0;
+  virtual std::string where(int64_t layer, int64_t expert) const = 0;  // the file (or URL) that holds it
+};
+
+// Bytes of one expert's raw form.
+std::size_t expert_raw_bytes(const ModelConfig& c);
+// BadInput naming `where` and the expert's group on a NaN/Inf (when check_finite) or a checksum mismatch.
+void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected_xxh64, bool check_finite, const std::string& where,
+                   int64_t layer, int64_t expert);
+// The weights from the raw form (copied; not packed).
+ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c);
+
+class ExpertShardIndex : public ExpertSource {
  public:
   // Scans DIR/experts-*.h5 and checks: every (layer, expert) in exactly one shard, group names plain
   // decimal integers in range, w1/w3/w2 present with the right shape and dtype, xxh64 attribute set.
@@ -36,11 +56,16 @@ class ExpertShardIndex {
   // Reads one expert and verifies its checksum (BadInput naming shard and group on mismatch).
   ExpertWeights load(int64_t layer, int64_t expert, bool check_finite) const;
 
+  const ModelConfig& config() const override { return config_; }
+  AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;
+  uint64_t checksum(int64_t layer, int64_t expert) const override { return locate(layer, expert).xxh64; }
+  std::string where(int64_t layer, int64_t expert) const override { return locate(layer, expert).shard; }
+
  private:
   ModelConfig config_;
   std::vector<std::string> shards_;
   std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
-  mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;
+  mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;  // guarded by hdf5_mutex()
 };
 
 std::string expert_group_path(int64_t layer, int64_t expert);

@@ -5,6 +5,11 @@
 #include <sstream>
 
 namespace moerun::io {
+
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
 namespace {
 
 herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {

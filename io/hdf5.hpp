@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -13,6 +14,10 @@
 #include "base/error.hpp"
 
 namespace moerun::io {
+
+// The serial HDF5 library is not thread-safe: threads that read HDF5 (the cache's I/O threads)
+// hold this around their calls.
+std::mutex& hdf5_mutex();
 
 [[noreturn]] void h5_fail(const char* call, const char* file, int line);
 

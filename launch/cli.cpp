@@ -35,6 +35,46 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
   return true;
 }
 
+void CacheOptions::add(po::options_description& o, runtime::InferConfig& c) {
+  o.add_options()
+    ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: every owned expert resident)")
+    ("l2-dir", po::value(&c.cache.l2_dir), "expert cache: L2 directory on local disk (kept across runs; one subdirectory per rank)")
+    ("l2-bytes", po::value(&l2)->default_value(l2), "expert cache: L2 budget per expert rank")
+    ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru or affinity (needs --affinity)")
+    ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
+    ("io-threads", po::value(&c.cache.io_threads)->default_value(c.cache.io_threads), "expert cache: loader threads per expert rank");
+}
+
+void CacheOptions::finish(runtime::InferConfig& c) const {
+  c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
+  c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
+  c.cache.prefetch = experts::parse_prefetch(prefetch);
+  if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
+    fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
+  c.cache.validate();
+}
+
+int64_t parse_bytes(const std::string& s, const std::string& option) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    fail(ErrorKind::Usage, "--", option, ": \"", s, "\" is not a size (e.g. 4096, 64M, 2G)");
+  }
+  std::string unit = s.substr(used);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) fail(ErrorKind::Usage, "--", option, ": \"", s, "\" has an unknown unit (K, M, G, T)");
+  if (!(v >= 0)) fail(ErrorKind::Usage, "--", option, " must be >= 0");
+  return static_cast<int64_t>(v * mult);
+}
+
 void add_model_options(po::options_description& o, io::ModelConfig& m, std::string& dtype) {
   dtype = dtype_name(m.dtype);
   o.add_options()

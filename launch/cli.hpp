@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "io/model_config.hpp"
+#include "runtime/infer.hpp"
 #include <string>
 #include <vector>
 
@@ -22,6 +23,16 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
 void add_model_options(po::options_description& o, io::ModelConfig& m, std::string& dtype);
 void apply_model_dtype(const std::string& dtype, io::ModelConfig& m);
 
+// The expert cache options (infer, bench infer). Call finish() after parsing.
+struct CacheOptions {
+  std::string l1 = "0", l2 = "16G", prefetch = "lru";
+  void add(po::options_description& o, runtime::InferConfig& c);
+  void finish(runtime::InferConfig& c) const;
+};
+
+// "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024); Usage error naming the option.
+int64_t parse_bytes(const std::string& s, const std::string& option);
+
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option);
 std::vector<std::string> parse_string_list(const std::string& s);
 
@@ -29,5 +40,6 @@ int cmd_infer(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_affinity(int argc, char** argv);
 
 }  // namespace moerun::launch

@@ -43,10 +43,13 @@ int cmd_infer(int argc, char** argv) {
     ("a2a", po::value(&c.a2a)->default_value(c.a2a), "all-to-all: mpi (flat), hier (shared memory + UCX), auto")
     ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
+  CacheOptions cache;
+  cache.add(o, c);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
+  cache.finish(c);
   if (c.ranks_per_node == 0) {
     if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
   }

@@ -20,6 +20,7 @@ const char* kUsage =
     "  synth    write a synthetic moe-hdf5 model\n"
     "  inspect  model config, parameter counts and memory per rank\n"
     "  bench    benchmarks: layer (one MoE layer vs a plain matmul), infer, a2a (all-to-all)\n"
+    "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
     "environment: MOERUN_LOG=warn|info|debug (default info)\n";
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     if (cmd == "synth") return launch::cmd_synth(argc - 1, argv + 1);
     if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);
     if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
+    if (cmd == "affinity") return launch::cmd_affinity(argc - 1, argv + 1);
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
     return 2;
   } catch (const ReportedError& e) {

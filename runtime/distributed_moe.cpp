@@ -108,7 +108,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
 }
 
 ExpertServer::ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm,
-                           const experts::ResidentExperts& store, int64_t hidden, int64_t num_experts,
+                           experts::ExpertStore& store, int64_t hidden, int64_t num_experts,
                            MoeExchangePatterns pattern)
     : dispatch_(dispatch), combine_(combine), mm_(mm), store_(store), hidden_(hidden), num_experts_(num_experts),
       pattern_(std::move(pattern)) {}
@@ -143,7 +143,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     std::vector<int32_t> expert(static_cast<std::size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) {
       std::memcpy(&expert[i], rbuf + static_cast<std::size_t>(i) * rec, 4);
-      if (expert[i] < 0 || expert[i] >= num_experts_ || !store_.has(layer, expert[i]))
+      if (expert[i] < 0 || expert[i] >= num_experts_ || !store_.owns(layer, expert[i]))
         fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], ") which this rank does not hold");
     }
     const router::DispatchPlan plan = router::DispatchPlan::build(expert.data(), rows, 1, num_experts_);

@@ -72,6 +72,38 @@ void agreed(MPI_Comm world, F&& f) {
   throw ReportedError(kind);
 }
 
+// Every rank's cache counters (zeros without a cache) to rank 0: summed and per expert rank.
+void gather_cache_counters(const experts::ExpertCache* cache, MPI_Comm world, InferReport& rep) {
+  std::vector<double> mine = cache ? cache->counters().to_vector() : experts::CacheCounters{}.to_vector();
+  const std::size_t n = mine.size();
+  mine.push_back(cache ? 1.0 : 0.0);
+  const std::vector<double> all = comm::size_of(world) > 1 ? comm::gather_to_root(mine, world) : mine;
+  for (std::size_t r = 0; r * (n + 1) < all.size(); ++r) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * (n + 1));
+    if (first[static_cast<std::ptrdiff_t>(n)] == 0) continue;
+    const auto c = experts::CacheCounters::from_vector(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(n)));
+    rep.cache_on = true;
+    rep.cache_per_rank[static_cast<int>(r)] = c;
+    rep.cache.add(c);
+  }
+}
+
+nlohmann::json cache_json(const experts::CacheCounters& c) {
+  return {{"l1_hit_rate", c.l1_hit_rate()}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
+          {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
+          {"l1_hits", c.l1_hits}, {"l1_misses", c.l1_misses}, {"l2_hits", c.l2_hits}, {"l2_misses", c.l2_misses},
+          {"l3_reads", c.l3_reads}, {"l2_bytes_read", c.l2_bytes_read}, {"l3_bytes_read", c.l3_bytes_read},
+          {"l2_bytes_written", c.l2_bytes_written}, {"l2_corrupt", c.l2_corrupt}, {"prefetch_issued", c.prefetch_issued},
+          {"prefetch_used", c.prefetch_used}, {"prefetch_wasted", c.prefetch_wasted}, {"demand_loads", c.demand_loads},
+          {"evictions", c.evictions}};
+}
+
+std::string cache_summary(const experts::CacheCounters& c) {
+  return str("expert cache: L1 hit rate ", c.l1_hit_rate(), " (", c.l1_hits, "/", c.l1_hits + c.l1_misses, "), L2 hit rate ",
+             c.l2_hit_rate(), ", L3 reads ", c.l3_reads, " (", c.l3_bytes_read >> 20, " MiB), stall ", c.stall_s,
+             " s, prefetch precision ", c.prefetch_precision(), " recall ", c.prefetch_recall(), ", L2 corrupt ", c.l2_corrupt);
+}
+
 std::string per_router(const std::string& path, int router) {
   return router == 0 ? path : path + "." + std::to_string(router);
 }
@@ -125,7 +157,7 @@ std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>&
 InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelConfig& mc,
                       const std::vector<io::Request>& requests, const comm::Topology& topo,
                       const experts::Placement& placement, const std::optional<io::DenseWeights>& dense,
-                      const std::unique_ptr<experts::ResidentExperts>& store, Matmul& mm) {
+                      const std::unique_ptr<experts::ExpertStore>& store, Matmul& mm) {
   const int rank = comm::rank_of(world), size = comm::size_of(world);
   const bool distributed = size > 1;
   InferReport rep;
@@ -242,6 +274,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     my_phases = {{"pack", mt.pack}, {"exchange", mt.exchange}, {"expert_compute", mt.experts}, {"idle", idle}};
   }
   rep.seconds = progress.elapsed();
+  gather_cache_counters(dynamic_cast<const experts::ExpertCache*>(store.get()), world, rep);
 
   // 3. Gather: statistics and phase times to rank 0, then the final output.
   if (distributed) {
@@ -280,7 +313,17 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     io::remove_journals(cfg.output);
     const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
     if (!cfg.quiet) std::fputs(stats.summary(tps).c_str(), stderr);
-    if (!cfg.stats_json.empty()) io::write_file_atomically(cfg.stats_json, {stats.to_json(tps, rep.seconds)});
+    if (rep.cache_on && !cfg.quiet) log::info(cache_summary(rep.cache));
+    if (!cfg.stats_json.empty()) {
+      nlohmann::json j = nlohmann::json::parse(stats.to_json(tps, rep.seconds));
+      if (rep.cache_on) {
+        j["cache"] = cache_json(rep.cache);
+        nlohmann::json per = nlohmann::json::object();
+        for (const auto& [r, c] : rep.cache_per_rank) per[std::to_string(r)] = cache_json(c);
+        j["cache_per_rank"] = per;
+      }
+      io::write_file_atomically(cfg.stats_json, {j.dump(2)});
+    }
   }
   return rep;
 }
@@ -293,7 +336,9 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   comm::Topology topo;
   experts::Placement placement;
   std::optional<io::DenseWeights> dense;
-  std::unique_ptr<experts::ResidentExperts> store;
+  std::unique_ptr<io::ExpertShardIndex> source;  // L3 for the cache
+  std::optional<io::AffinityGraph> graph;
+  std::unique_ptr<experts::ExpertStore> store;
   Matmul mm;
 
   // 1. Set-up. Everything that can be validated is, before any output file is written. The steps
@@ -320,9 +365,18 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
       dense = io::load_dense_weights(cfg.model_dir, cfg.check_weights);
     }
     if (topo.is_expert(rank)) {
-      const io::ExpertShardIndex index = io::ExpertShardIndex::build(cfg.model_dir, mc);
-      store = std::make_unique<experts::ResidentExperts>(
-          index, mc, [&](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; }, cfg.check_weights, mm);
+      source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(cfg.model_dir, mc));
+      auto owns = [&placement, rank](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; };
+      if (cfg.cache.l1_bytes > 0) {
+        if (!cfg.affinity.empty()) graph = io::read_affinity_graph(cfg.affinity);
+        experts::ExpertCacheConfig cc = cfg.cache;
+        // Ranks sharing a host (or a shared directory) each keep their own blob file.
+        if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
+        cc.check_finite = cfg.check_weights;
+        store = std::make_unique<experts::ExpertCache>(cc, *source, owns, graph ? &*graph : nullptr);
+      } else {
+        store = std::make_unique<experts::ResidentExperts>(*source, mc, owns, cfg.check_weights, mm);
+      }
     }
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
   });

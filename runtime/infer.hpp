@@ -10,6 +10,7 @@
 
 #include <mpi.h>
 
+#include "experts/expert_cache.hpp"
 #include "io/requests.hpp"
 #include "router/router_config.hpp"
 #include "runtime/scheduler.hpp"
@@ -36,6 +37,8 @@ struct InferConfig {
   int micro_batches = 2;
   double comm_timeout_s = 300;
   std::string a2a = "auto";        // mpi | hier | auto
+  experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
+  std::string affinity;            // affinity graph for --prefetch affinity
 
   void validate() const;  // Usage errors naming the option
 };
@@ -49,6 +52,10 @@ struct InferReport {
   int routers = 1;
   // Seconds per phase and role, the maximum over the ranks of that role (rank 0).
   std::map<std::string, std::map<std::string, double>> phases;
+  // Expert cache counters (rank 0): summed over expert ranks, and per expert rank.
+  bool cache_on = false;
+  experts::CacheCounters cache;
+  std::map<int, experts::CacheCounters> cache_per_rank;
 };
 
 InferReport run_infer(const InferConfig& cfg, MPI_Comm world);

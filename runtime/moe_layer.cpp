@@ -8,13 +8,15 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-void run_local_experts(Matmul& mm, const experts::ResidentExperts& store, int64_t layer, const router::DispatchPlan& plan,
+void run_local_experts(Matmul& mm, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
                        const float* gathered, int64_t d, float* results, experts::ExpertScratch& scratch) {
-  for (int64_t e = 0; e < plan.num_experts; ++e) {
-    const int64_t rows = plan.rows_of(e);
-    if (rows == 0) continue;
+  std::vector<int64_t> rows(static_cast<std::size_t>(plan.num_experts));
+  for (int64_t e = 0; e < plan.num_experts; ++e) rows[static_cast<std::size_t>(e)] = plan.rows_of(e);
+  // The store orders the experts: those already in memory first, while the others load.
+  for (int64_t e : store.begin_layer(layer, rows)) {
     const int64_t off = plan.offset[e] * d;
-    experts::expert_ffn_forward(mm, gathered + off, rows, store.get(layer, e), results + off, scratch);
+    experts::expert_ffn_forward(mm, gathered + off, rows[static_cast<std::size_t>(e)], store.acquire(layer, e), results + off, scratch);
+    store.release(layer, e);
   }
 }
 

@@ -10,7 +10,7 @@
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
 #include "experts/cpu/expert_ffn.hpp"
-#include "experts/resident_experts.hpp"
+#include "experts/expert_store.hpp"
 #include "router/dispatch_plan.hpp"
 #include "router/gate.hpp"
 
@@ -36,13 +36,13 @@ class MoeLayer {
 };
 
 // Runs one expert's FFN over every block of rows routed to it.
-void run_local_experts(Matmul& mm, const experts::ResidentExperts& store, int64_t layer, const router::DispatchPlan& plan,
+void run_local_experts(Matmul& mm, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
                        const float* gathered, int64_t hidden, float* results, experts::ExpertScratch& scratch);
 
 // Single process: all experts in this process; the work happens in finish().
 class LocalMoeLayer final : public MoeLayer {
  public:
-  LocalMoeLayer(Matmul& mm, const experts::ResidentExperts& experts, int64_t hidden, int64_t num_experts)
+  LocalMoeLayer(Matmul& mm, experts::ExpertStore& experts, int64_t hidden, int64_t num_experts)
       : mm_(mm), experts_(experts), hidden_(hidden), num_experts_(num_experts) {}
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
@@ -56,7 +56,7 @@ class LocalMoeLayer final : public MoeLayer {
     router::RoutingDecision r;
   };
   Matmul& mm_;
-  const experts::ResidentExperts& experts_;
+  experts::ExpertStore& experts_;
   int64_t hidden_;
   int64_t num_experts_;
   std::vector<Pending> pending_;

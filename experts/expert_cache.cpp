@@ -1,0 +1,405 @@
+// Three-tier expert cache: L1 slots, I/O threads, prefetch and eviction.
+#include "experts/expert_cache.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <xxhash.h>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "experts/affinity_graph.hpp"
+#include "experts/resident_experts.hpp"
+
+namespace moerun::experts {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// Predicted share below which the affinity policy does not prefetch into L1 (a guess that rarely
+// comes true costs a load and may evict something useful).
+constexpr double kMinPrefetchShare = 0.02;
+
+}  // namespace
+
+PrefetchPolicy parse_prefetch(const std::string& s) {
+  if (s == "off") return PrefetchPolicy::Off;
+  if (s == "lru") return PrefetchPolicy::Lru;
+  if (s == "affinity") return PrefetchPolicy::Affinity;
+  fail(ErrorKind::Usage, "--prefetch: \"", s, "\" is not off, lru or affinity");
+}
+
+const char* prefetch_name(PrefetchPolicy p) {
+  return p == PrefetchPolicy::Off ? "off" : p == PrefetchPolicy::Lru ? "lru" : "affinity";
+}
+
+void ExpertCacheConfig::validate() const {
+  if (l1_bytes < 0) fail(ErrorKind::Usage, "--l1-bytes must be >= 0");
+  if (l2_bytes < 0) fail(ErrorKind::Usage, "--l2-bytes must be >= 0");
+  if (io_threads < 1 || io_threads > 64) fail(ErrorKind::Usage, "--io-threads must be in [1, 64]");
+}
+
+double CacheCounters::l1_hit_rate() const { return ratio(static_cast<double>(l1_hits), static_cast<double>(l1_hits + l1_misses)); }
+double CacheCounters::l2_hit_rate() const { return ratio(static_cast<double>(l2_hits), static_cast<double>(l2_hits + l2_misses)); }
+double CacheCounters::prefetch_precision() const {
+  return ratio(static_cast<double>(prefetch_used), static_cast<double>(prefetch_issued));
+}
+double CacheCounters::prefetch_recall() const {
+  // Of the experts that had to come into L1 for a layer, the share a prefetch brought (the rest
+  // were demand loads).
+  return ratio(static_cast<double>(prefetch_used), static_cast<double>(prefetch_used + demand_loads));
+}
+
+std::vector<double> CacheCounters::to_vector() const {
+  return {static_cast<double>(l1_hits), static_cast<double>(l1_misses), static_cast<double>(l2_hits),
+          static_cast<double>(l2_misses), static_cast<double>(l3_reads), static_cast<double>(l2_bytes_read),
+          static_cast<double>(l3_bytes_read), static_cast<double>(l2_bytes_written), static_cast<double>(l2_corrupt),
+          static_cast<double>(prefetch_issued), static_cast<double>(prefetch_used), static_cast<double>(prefetch_wasted),
+          static_cast<double>(evictions), static_cast<double>(demand_loads), stall_s};
+}
+
+CacheCounters CacheCounters::from_vector(const std::vector<double>& v) {
+  CacheCounters c;
+  int64_t* f[] = {&c.l1_hits, &c.l1_misses, &c.l2_hits, &c.l2_misses, &c.l3_reads, &c.l2_bytes_read, &c.l3_bytes_read,
+                  &c.l2_bytes_written, &c.l2_corrupt, &c.prefetch_issued, &c.prefetch_used, &c.prefetch_wasted,
+                  &c.evictions, &c.demand_loads};
+  for (std::size_t i = 0; i < std::size(f) && i < v.size(); ++i) *f[i] = std::llround(v[i]);
+  if (v.size() > std::size(f)) c.stall_s = v[std::size(f)];
+  return c;
+}
+
+void CacheCounters::add(const CacheCounters& o) {
+  const auto a = to_vector(), b = o.to_vector();
+  std::vector<double> s(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+  *this = from_vector(s);
+}
+
+ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& source, std::function<bool(int64_t, int64_t)> owns,
+                         const io::AffinityGraph* graph)
+    : cfg_(cfg), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_layers),
+      num_experts_(source.config().num_experts),
+      slot_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
+  cfg_.validate();
+  if (cfg_.prefetch == PrefetchPolicy::Affinity && !graph_)
+    fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
+  if (graph_ && (graph_->num_layers != num_layers_ || graph_->num_experts != num_experts_))
+    fail(ErrorKind::BadInput, "--affinity: the graph has ", graph_->num_layers, " layers and ", graph_->num_experts,
+         " experts; the model has ", num_layers_, " and ", num_experts_);
+  int64_t owned = 0;
+  for (int64_t l = 0; l < num_layers_; ++l)
+    for (int64_t e = 0; e < num_experts_; ++e) owned += owns_(l, e) ? 1 : 0;
+  const int64_t n = std::min(cfg_.l1_bytes / slot_bytes_, std::max<int64_t>(owned, 1));
+  if (n < 1)
+    fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_, " bytes");
+  slots_.resize(static_cast<std::size_t>(n));
+  last_needed_.resize(static_cast<std::size_t>(num_layers_));
+  if (!cfg_.l2_dir.empty()) l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes);
+  for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
+  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes for ", owned, " experts, prefetch ",
+             prefetch_name(cfg_.prefetch), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
+}
+
+ExpertCache::~ExpertCache() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    tasks_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+bool ExpertCache::owns(int64_t layer, int64_t expert) const {
+  return layer >= 0 && layer < num_layers_ && expert >= 0 && expert < num_experts_ && owns_(layer, expert);
+}
+
+double ExpertCache::keep_score_locked(int64_t k) const {
+  // How much keeping this expert is worth: its predicted share of the next layer (affinity), or
+  // the layer's marginal frequency discounted by how many layers away its next use is.
+  if (cfg_.prefetch != PrefetchPolicy::Affinity) return 0.0;
+  const int64_t l = k / num_experts_, e = k % num_experts_;
+  auto it = predicted_.find(k);
+  if (it != predicted_.end()) return 1.0 + it->second;
+  const int64_t ahead = current_layer_ < 0 ? l : (l - current_layer_ + num_layers_) % num_layers_;
+  return graph_->freq(l, e) * std::pow(0.5, static_cast<double>(ahead));
+}
+
+int ExpertCache::choose_victim_locked(const Task& t) const {
+  int best = -1;
+  double best_score = 0;
+  uint64_t best_use = 0;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
+    const Slot& s = slots_[static_cast<std::size_t>(i)];
+    if (s.state == State::Empty) return i;
+    if (s.pins > 0 || s.state == State::Loading) continue;
+    if (needed_now_.count(s.key) && !done_now_.count(s.key)) continue;  // the current layer still needs it
+    if (t.kind == TaskKind::Prefetch && needed_now_.count(s.key)) continue;  // keep this layer's for its other micro-batches
+    const double score = keep_score_locked(s.key);
+    if (best < 0 || score < best_score || (score == best_score && s.last_use < best_use)) {
+      best = i;
+      best_score = score;
+      best_use = s.last_use;
+    }
+  }
+  // A prefetch only displaces something worth less than what it brings.
+  if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Affinity && best_score >= 1.0 + t.score) return -1;
+  return best;
+}
+
+void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows) {
+  // Stale predictions go: a new layer's needs are the better evidence.
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind != TaskKind::Demand; }), tasks_.end());
+  ++generation_;
+  predicted_.clear();
+  if (cfg_.prefetch == PrefetchPolicy::Off) return;
+  const int64_t next = (layer + 1) % num_layers_;
+  const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
+  std::vector<std::pair<double, int64_t>> want;  // (score, expert)
+  if (cfg_.prefetch == PrefetchPolicy::Lru) {
+    for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, e});
+  } else {
+    // Next layer of the same step from this layer's rows; the first layer of the next step from
+    // its marginal frequency (a new token's first layer does not follow this token's last).
+    const std::vector<double> p = predict_next_layer(*graph_, next, next == 0 ? std::vector<int64_t>{} : rows);
+    for (int64_t e = 0; e < num_experts_; ++e)
+      if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare) want.push_back({p[static_cast<std::size_t>(e)], e});
+    std::stable_sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [score, e] : want) predicted_[key(next, e)] = score;
+    if (l2_) {
+      // Their likeliest successors into L2, so the layer after next reads from disk, not L3.
+      const int64_t after = (next + 1) % num_layers_;
+      std::vector<int64_t> rows_next(static_cast<std::size_t>(num_experts_), 0);
+      for (auto& [score, e] : want) rows_next[static_cast<std::size_t>(e)] = std::llround(score * 1000);
+      const std::vector<double> q = predict_next_layer(*graph_, after, after == 0 ? std::vector<int64_t>{} : rows_next);
+      for (int64_t e = 0; e < num_experts_; ++e)
+        if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare)
+          tasks_.push_back({key(after, e), TaskKind::WarmL2, generation_, q[static_cast<std::size_t>(e)]});
+    }
+  }
+  int64_t queued = 0;
+  for (auto& [score, e] : want) {
+    if (queued >= room) break;
+    const int64_t k = key(next, e);
+    ++queued;
+    if (where_.count(k)) continue;
+    // L1 prefetches go before L2 warming (inserted ahead of the WarmL2 tasks, after demands).
+    auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::WarmL2; });
+    tasks_.insert(pos, {k, TaskKind::Prefetch, generation_, score});
+  }
+}
+
+std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> ready, waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (layer != current_layer_) done_now_.clear();
+    current_layer_ = layer;
+    needed_now_.clear();
+    auto& last = last_needed_[static_cast<std::size_t>(layer)];
+    last.clear();
+    for (int64_t e = 0; e < static_cast<int64_t>(rows.size()); ++e) {
+      if (rows[static_cast<std::size_t>(e)] <= 0) continue;
+      const int64_t k = key(layer, e);
+      needed_now_.insert(k);
+      done_now_.erase(k);  // needed again (another micro-batch of the layer)
+      last.push_back(e);
+      auto it = where_.find(k);
+      const bool in_l1 = it != where_.end() && slots_[static_cast<std::size_t>(it->second)].state == State::Ready;
+      if (in_l1) {
+        ++c_.l1_hits;
+        ready.push_back(e);
+      } else {
+        ++c_.l1_misses;
+        waiting.push_back(e);
+        if (it == where_.end()) {
+          // Demand loads go first, in the order the layer will run them.
+          auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind != TaskKind::Demand; });
+          tasks_.insert(pos, {k, TaskKind::Demand, generation_, 0.0});
+        }
+      }
+    }
+    queue_prefetch_locked(layer, rows);
+  }
+  cv_.notify_all();
+  ready.insert(ready.end(), waiting.begin(), waiting.end());
+  return ready;
+}
+
+const io::ExpertWeights& ExpertCache::acquire(int64_t layer, int64_t expert) {
+  const int64_t k = key(layer, expert);
+  std::unique_lock<std::mutex> lock(mu_);
+  const double t0 = now();
+  bool waited = false;
+  while (true) {
+    auto it = where_.find(k);
+    if (it == where_.end()) {
+      // Not announced (or its load failed earlier): load on demand now.
+      if (std::none_of(tasks_.begin(), tasks_.end(), [&](const Task& t) { return t.key == k && t.kind == TaskKind::Demand; }))
+        tasks_.push_front({k, TaskKind::Demand, generation_, 0.0});
+      needed_now_.insert(k);
+      cv_.notify_all();
+    } else {
+      Slot& s = slots_[static_cast<std::size_t>(it->second)];
+      if (s.state == State::Failed) {
+        std::exception_ptr e = s.error;
+        where_.erase(it);
+        s = Slot{};
+        cv_.notify_all();
+        std::rethrow_exception(e);
+      }
+      if (s.state == State::Ready) {
+        if (waited) c_.stall_s += now() - t0;
+        ++s.pins;
+        if (s.prefetched && !s.used) ++c_.prefetch_used;
+        s.used = true;
+        return s.w;
+      }
+    }
+    waited = true;
+    cv_.wait(lock);
+  }
+}
+
+void ExpertCache::release(int64_t layer, int64_t expert) {
+  const int64_t k = key(layer, expert);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = where_.find(k);
+    if (it == where_.end()) return;
+    Slot& s = slots_[static_cast<std::size_t>(it->second)];
+    if (s.pins > 0) --s.pins;
+    s.last_use = ++clock_;
+    done_now_.insert(k);
+  }
+  cv_.notify_all();
+}
+
+io::ExpertWeights ExpertCache::load_from_tiers(int64_t k) {
+  const int64_t l = k / num_experts_, e = k % num_experts_;
+  const io::ModelConfig& mc = source_.config();
+  const uint64_t want = source_.checksum(l, e);
+  if (l2_) {
+    if (auto raw = l2_->get(l, e, want)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++c_.l2_hits;
+        c_.l2_bytes_read += slot_bytes_;
+      }
+      if (cfg_.check_finite) verify_expert(raw->data(), mc, want, true, l2_->dir(), l, e);
+      return io::expert_from_raw(raw->data(), mc);
+    }
+  }
+  AlignedBuffer raw = source_.read_raw(l, e);
+  io::verify_expert(raw.data(), mc, want, cfg_.check_finite, source_.where(l, e), l, e);
+  bool stored = false;
+  if (l2_) stored = l2_->put(l, e, raw.data(), raw.size(), want);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++c_.l3_reads;
+    c_.l3_bytes_read += slot_bytes_;
+    if (l2_) ++c_.l2_misses;
+    if (stored) c_.l2_bytes_written += slot_bytes_;
+    if (l2_) c_.l2_corrupt = l2_->corrupt_dropped();
+  }
+  return io::expert_from_raw(raw.data(), mc);
+}
+
+void ExpertCache::worker() {
+  thread_local Matmul mm;  // packing uses oneDNN reorders; one engine per thread
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+    if (stop_) return;
+    Task t = tasks_.front();
+    tasks_.pop_front();
+    if (t.kind == TaskKind::WarmL2) {
+      if (!l2_ || l2_->has(t.key / num_experts_, t.key % num_experts_) || where_.count(t.key)) continue;
+      ++running_;
+      lock.unlock();
+      try {
+        const int64_t l = t.key / num_experts_, e = t.key % num_experts_;
+        AlignedBuffer raw = source_.read_raw(l, e);
+        io::verify_expert(raw.data(), source_.config(), source_.checksum(l, e), false, source_.where(l, e), l, e);
+        const bool stored = l2_->put(l, e, raw.data(), raw.size(), source_.checksum(l, e));
+        lock.lock();
+        ++c_.l3_reads;
+        c_.l3_bytes_read += slot_bytes_;
+        if (stored) c_.l2_bytes_written += slot_bytes_;
+      } catch (...) {
+        lock.lock();  // a failed warm-up is retried on demand, where the error is reported
+      }
+      --running_;
+      cv_.notify_all();
+      continue;
+    }
+    if (where_.count(t.key)) continue;
+    if (t.kind == TaskKind::Prefetch && t.generation != generation_) continue;
+    int victim = choose_victim_locked(t);
+    if (victim < 0) {
+      if (t.kind == TaskKind::Prefetch) continue;
+      // A demand load waits for a slot to come free (a release), ahead of everything else.
+      tasks_.push_front(t);
+      cv_.wait(lock);
+      continue;
+    }
+    Slot& s = slots_[static_cast<std::size_t>(victim)];
+    if (s.key >= 0) {
+      where_.erase(s.key);
+      if (s.prefetched && !s.used) ++c_.prefetch_wasted;
+      ++c_.evictions;
+    }
+    s = Slot{};
+    s.key = t.key;
+    s.state = State::Loading;
+    s.prefetched = t.kind == TaskKind::Prefetch;
+    if (s.prefetched) ++c_.prefetch_issued;
+    else ++c_.demand_loads;
+    where_[t.key] = victim;
+    ++running_;
+    lock.unlock();
+    io::ExpertWeights w;
+    std::exception_ptr err;
+    try {
+      w = load_from_tiers(t.key);
+      pack_expert(mm, w);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    lock.lock();
+    --running_;
+    Slot& done = slots_[static_cast<std::size_t>(victim)];
+    done.w = std::move(w);
+    done.error = err;
+    done.state = err ? State::Failed : State::Ready;
+    cv_.notify_all();
+  }
+}
+
+void ExpertCache::drain() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] {
+    return running_ == 0 && std::none_of(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind != TaskKind::Demand; }) &&
+           tasks_.empty();
+  });
+}
+
+CacheCounters ExpertCache::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CacheCounters c = c_;
+  for (const Slot& s : slots_)
+    if (s.key >= 0 && s.prefetched && !s.used) ++c.prefetch_wasted;  // never used before the end
+  if (l2_) c.l2_corrupt = l2_->corrupt_dropped();
+  return c;
+}
+
+int64_t ExpertCache::resident_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t n = 0;
+  for (const Slot& s : slots_)
+    if (s.key >= 0) n += slot_bytes_;
+  return n;
+}
+
+}  // namespace moerun::experts

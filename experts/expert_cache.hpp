@@ -1,0 +1,132 @@
+// ExpertCache: the three-tier expert weight cache of an expert rank (DESIGN §5). L1 is a budget of
+// --l1-bytes of expert slots in host memory (device memory on a GPU backend); L2 an on-disk blob
+// store (io::BlobStore); L3 the model's shards or object store (io::ExpertSource). I/O threads load
+// experts L3 -> L2 -> L1, verify every load against its xxh64 and pack it for the GEMM. Prefetch:
+// when a layer's needs are known, the experts the next layer will likely need are loaded into L1
+// (lru: those the next layer used last time; affinity: predicted from the affinity graph), and for
+// affinity their likeliest successors into L2. Eviction never touches an expert in use or still
+// needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
+// recently used (lru, off).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "experts/expert_store.hpp"
+#include "io/affinity_file.hpp"
+#include "io/blob_store.hpp"
+
+namespace moerun::experts {
+
+enum class PrefetchPolicy { Off, Lru, Affinity };
+PrefetchPolicy parse_prefetch(const std::string& s);  // Usage error naming --prefetch
+const char* prefetch_name(PrefetchPolicy p);
+
+struct ExpertCacheConfig {
+  int64_t l1_bytes = 0;        // 0: no cache, every owned expert resident
+  std::string l2_dir;          // empty: no L2
+  int64_t l2_bytes = int64_t{16} << 30;
+  PrefetchPolicy prefetch = PrefetchPolicy::Lru;
+  int io_threads = 2;
+  bool check_finite = false;
+  void validate() const;
+};
+
+struct CacheCounters {
+  int64_t l1_hits = 0, l1_misses = 0;   // per expert needed by a layer: in L1 when the need was known, or not
+  int64_t l2_hits = 0, l2_misses = 0;   // per load into L1 (when there is an L2)
+  int64_t l3_reads = 0;
+  int64_t l2_bytes_read = 0, l3_bytes_read = 0, l2_bytes_written = 0;
+  int64_t l2_corrupt = 0;               // L2 entries that failed their checksum (dropped, refetched)
+  int64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
+  int64_t evictions = 0;
+  int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
+  double stall_s = 0;                   // compute waiting for weights
+
+  double l1_hit_rate() const;
+  double l2_hit_rate() const;
+  double prefetch_precision() const;    // used / issued
+  double prefetch_recall() const;       // needed experts that a prefetch brought / all that L1 did not already hold
+  std::vector<double> to_vector() const;
+  static CacheCounters from_vector(const std::vector<double>& v);
+  void add(const CacheCounters& o);
+};
+
+class ExpertCache : public ExpertStore {
+ public:
+  // `owns(l, e)`: the experts of this rank. `graph` is required for PrefetchPolicy::Affinity.
+  ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& source, std::function<bool(int64_t, int64_t)> owns,
+              const io::AffinityGraph* graph);
+  ~ExpertCache() override;
+
+  bool owns(int64_t layer, int64_t expert) const override;
+  std::vector<int64_t> begin_layer(int64_t layer, const std::vector<int64_t>& rows) override;
+  const io::ExpertWeights& acquire(int64_t layer, int64_t expert) override;
+  void release(int64_t layer, int64_t expert) override;
+
+  CacheCounters counters() const;
+  int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t resident_bytes() const;  // experts now held in L1 (loaded or loading)
+  // Blocks until no load is queued or running (tests, and clean counters at the end).
+  void drain();
+
+ private:
+  enum class State { Empty, Loading, Ready, Failed };
+  struct Slot {
+    int64_t key = -1;
+    State state = State::Empty;
+    int pins = 0;
+    uint64_t last_use = 0;
+    bool prefetched = false, used = false;
+    io::ExpertWeights w;
+    std::exception_ptr error;
+  };
+  enum class TaskKind { Demand, Prefetch, WarmL2 };
+  struct Task {
+    int64_t key;
+    TaskKind kind;
+    uint64_t generation;
+    double score;
+  };
+
+  int64_t key(int64_t l, int64_t e) const { return l * num_experts_ + e; }
+  void worker();
+  int choose_victim_locked(const Task& t) const;
+  double keep_score_locked(int64_t key) const;
+  void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
+  io::ExpertWeights load_from_tiers(int64_t key);
+
+  ExpertCacheConfig cfg_;
+  const io::ExpertSource& source_;
+  std::function<bool(int64_t, int64_t)> owns_;
+  const io::AffinityGraph* graph_;
+  int64_t num_layers_, num_experts_, slot_bytes_;
+  std::unique_ptr<io::BlobStore> l2_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Slot> slots_;
+  std::unordered_map<int64_t, int> where_;           // key -> slot
+  std::deque<Task> tasks_;
+  int running_ = 0;
+  bool stop_ = false;
+  uint64_t clock_ = 0, generation_ = 0;
+  int64_t current_layer_ = -1;
+  std::unordered_set<int64_t> needed_now_, done_now_;
+  std::unordered_map<int64_t, double> predicted_;    // key -> predicted share of the next layer's tokens
+  std::vector<std::vector<int64_t>> last_needed_;    // [layer]: experts it needed the last time (lru prefetch)
+  CacheCounters c_;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace moerun::experts
