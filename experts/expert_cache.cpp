@@ -403,3 +403,13 @@ int64_t ExpertCache::resident_bytes() const {
 }
 
 }  // namespace moerun::experts
+
+namespace moerun::experts {
+
+bool ExpertCache::in_l1(int64_t layer, int64_t expert) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = where_.find(key(layer, expert));
+  return it != where_.end() && slots_[static_cast<std::size_t>(it->second)].state == State::Ready;
+}
+
+}  // namespace moerun::experts

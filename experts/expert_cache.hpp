@@ -77,6 +77,7 @@ class ExpertCache : public ExpertStore {
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
   int64_t slot_bytes() const { return slot_bytes_; }
   int64_t resident_bytes() const;  // experts now held in L1 (loaded or loading)
+  bool in_l1(int64_t layer, int64_t expert) const;  // loaded and ready
   // Blocks until no load is queued or running (tests, and clean counters at the end).
   void drain();
 

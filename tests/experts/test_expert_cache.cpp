@@ -1,0 +1,279 @@
+// ExpertCache on a real synthetic model (HDF5 shards as L3, a real L2 directory): the L1 budget is
+// never exceeded, pinned experts stay, LRU and affinity evict in the order they promise on
+// hand-made sequences, the L2 index survives a restart, a flipped byte in L2 is detected and
+// healed from L3, and a flipped byte in L3 fails naming the expert and the file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "base/error.hpp"
+#include "experts/expert_cache.hpp"
+#include "io/hdf5.hpp"
+#include "io/synthetic_model.hpp"
+
+namespace moerun::experts {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ExpertCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("moerun-cache-test-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    io::SynthConfig s;
+    s.model.vocab_size = 32;
+    s.model.hidden_size = 16;
+    s.model.num_layers = 2;
+    s.model.num_heads = 2;
+    s.model.num_kv_heads = 1;
+    s.model.head_dim = 8;
+    s.model.intermediate_size = 24;
+    s.model.num_experts = 4;
+    s.model.top_k = 2;
+    s.model.max_position = 64;
+    s.shards = 2;
+    io::write_synthetic_model((dir_ / "model").string(), s, true);
+    config_ = s.model;
+    index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build((dir_ / "model").string(), config_));
+    slot_ = static_cast<int64_t>(io::expert_raw_bytes(config_));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  ExpertCacheConfig cfg(int slots, PrefetchPolicy p = PrefetchPolicy::Off, bool l2 = false) const {
+    ExpertCacheConfig c;
+    c.l1_bytes = slots * slot_;
+    c.prefetch = p;
+    c.io_threads = 1;
+    if (l2) c.l2_dir = (dir_ / "l2").string();
+    return c;
+  }
+  std::unique_ptr<ExpertCache> make(const ExpertCacheConfig& c, const io::AffinityGraph* g = nullptr) {
+    return std::make_unique<ExpertCache>(c, *index_, [](int64_t, int64_t) { return true; }, g);
+  }
+  // One layer's work for `experts`: announce, then acquire and release each in the cache's order.
+  static void run_layer(ExpertCache& c, int64_t layer, const std::vector<int64_t>& experts) {
+    std::vector<int64_t> rows(4, 0);
+    for (auto e : experts) rows[static_cast<std::size_t>(e)] = 1;
+    for (auto e : c.begin_layer(layer, rows)) {
+      c.acquire(layer, e);
+      c.release(layer, e);
+    }
+  }
+  fs::path dir_;
+  io::ModelConfig config_;
+  std::unique_ptr<io::ExpertShardIndex> index_;
+  int64_t slot_ = 0;
+};
+
+TEST_F(ExpertCacheTest, NeverHoldsMoreThanItsBudget) {
+  for (auto policy : {PrefetchPolicy::Off, PrefetchPolicy::Lru}) {
+    auto c = make(cfg(3, policy));
+    EXPECT_EQ(c->slots(), 3);
+    std::mt19937 rng(7);
+    for (int step = 0; step < 60; ++step) {
+      const int64_t layer = step % 2;
+      std::vector<int64_t> experts;
+      for (int64_t e = 0; e < 4; ++e)
+        if (rng() % 2) experts.push_back(e);
+      run_layer(*c, layer, experts);
+      EXPECT_LE(c->resident_bytes(), 3 * slot_);
+    }
+    c->drain();
+    EXPECT_LE(c->resident_bytes(), 3 * slot_);
+    const CacheCounters k = c->counters();
+    EXPECT_GT(k.l1_hits + k.l1_misses, 0);
+    EXPECT_GT(k.evictions, 0);
+  }
+}
+
+TEST_F(ExpertCacheTest, BudgetBelowOneExpertIsAUsageError) {
+  ExpertCacheConfig c = cfg(1);
+  c.l1_bytes = slot_ - 1;
+  try {
+    make(c);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("--l1-bytes"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ExpertCacheTest, PinnedExpertIsNotEvicted) {
+  auto c = make(cfg(2));
+  std::vector<int64_t> rows{1, 0, 0, 0};
+  c->begin_layer(0, rows);
+  const io::ExpertWeights& pinned = c->acquire(0, 0);  // held, not released
+  const void* data = pinned.w1.data.data();
+  // The next layer needs two experts with only one free slot: the second must wait for the first
+  // to be released, and must not take the pinned one's slot.
+  run_layer(*c, 1, {1, 2});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_EQ(pinned.w1.data.data(), data);
+  c->release(0, 0);
+  run_layer(*c, 1, {0, 3});
+  c->drain();
+  EXPECT_FALSE(c->in_l1(0, 0)) << "released, least recently used: evicted";
+}
+
+TEST_F(ExpertCacheTest, LruEvictsTheLeastRecentlyUsed) {
+  auto c = make(cfg(2));
+  run_layer(*c, 0, {0});
+  run_layer(*c, 0, {1});
+  run_layer(*c, 0, {0});  // 0 is now more recent than 1
+  run_layer(*c, 0, {2});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_FALSE(c->in_l1(0, 1));
+  EXPECT_TRUE(c->in_l1(0, 2));
+  const CacheCounters k = c->counters();
+  EXPECT_EQ(k.l1_hits, 1);
+  EXPECT_EQ(k.l1_misses, 3);
+  EXPECT_EQ(k.l3_reads, 3);
+}
+
+TEST_F(ExpertCacheTest, AffinityEvictsTheLowestPredictedUse) {
+  // A graph in which expert 0 of layer 0 is used by 90% of tokens and expert 1 by 10%; no
+  // next-layer edges, so nothing is prefetched.
+  io::AffinityGraph g;
+  g.num_layers = 2;
+  g.num_experts = 4;
+  g.top_k = 2;
+  g.tokens = 100;
+  g.next.assign(4 * 4, 0.0);
+  g.next_counts.assign(4 * 4, 0);
+  g.coactivation.assign(2 * 4 * 4, 0.0);
+  g.coactivation_counts.assign(2 * 4 * 4, 0);
+  g.frequency = {0.9, 0.1, 0.5, 0.5, 0, 0, 0, 0};
+  auto c = make(cfg(2, PrefetchPolicy::Affinity), &g);
+  run_layer(*c, 0, {0});
+  run_layer(*c, 0, {1});  // 0 is the least recently used, but the most likely to be needed
+  run_layer(*c, 0, {2});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_FALSE(c->in_l1(0, 1));
+  EXPECT_TRUE(c->in_l1(0, 2));
+  // The same sequence under LRU evicts expert 0.
+  auto lru = make(cfg(2, PrefetchPolicy::Off));
+  run_layer(*lru, 0, {0});
+  run_layer(*lru, 0, {1});
+  run_layer(*lru, 0, {2});
+  lru->drain();
+  EXPECT_FALSE(lru->in_l1(0, 0));
+  EXPECT_TRUE(lru->in_l1(0, 1));
+}
+
+TEST_F(ExpertCacheTest, AffinityPrefetchLoadsThePredictedNextLayer) {
+  io::AffinityGraph g;
+  g.num_layers = 2;
+  g.num_experts = 4;
+  g.top_k = 1;
+  g.tokens = 100;
+  g.next.assign(4 * 4, 0.0);
+  g.next_counts.assign(4 * 4, 0);
+  g.next[0 * 4 + 3] = 1.0;  // expert 0 at layer 0 -> expert 3 at layer 1, always
+  g.coactivation.assign(2 * 4 * 4, 0.0);
+  g.coactivation_counts.assign(2 * 4 * 4, 0);
+  g.frequency = {1, 0, 0, 0, 0, 0, 0, 1};
+  auto c = make(cfg(2, PrefetchPolicy::Affinity), &g);
+  run_layer(*c, 0, {0});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(1, 3)) << "prefetched from the graph";
+  run_layer(*c, 1, {3});
+  const CacheCounters k = c->counters();
+  EXPECT_EQ(k.prefetch_issued, 1);
+  EXPECT_EQ(k.prefetch_used, 1);
+  EXPECT_EQ(k.l1_hits, 1);
+  EXPECT_DOUBLE_EQ(k.prefetch_precision(), 1.0);
+}
+
+TEST_F(ExpertCacheTest, L2SurvivesARestart) {
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    for (int64_t l = 0; l < 2; ++l)
+      for (int64_t e = 0; e < 4; ++e) run_layer(*c, l, {e});
+    EXPECT_EQ(c->counters().l3_reads, 8);
+    EXPECT_EQ(c->counters().l2_bytes_written, 8 * slot_);
+  }
+  auto c = make(cfg(1, PrefetchPolicy::Off, true));  // a new process would find the same files
+  for (int64_t l = 0; l < 2; ++l)
+    for (int64_t e = 0; e < 4; ++e) run_layer(*c, l, {e});
+  const CacheCounters k = c->counters();
+  EXPECT_EQ(k.l3_reads, 0);
+  EXPECT_EQ(k.l2_hits, 8);
+  EXPECT_DOUBLE_EQ(k.l2_hit_rate(), 1.0);
+}
+
+TEST_F(ExpertCacheTest, FlippedByteInL2IsDetectedAndHealed) {
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    run_layer(*c, 0, {1});
+  }
+  {
+    // Flip one byte inside the only entry (it starts at offset 0).
+    std::fstream f((dir_ / "l2" / "experts.blob").string(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char b = 0;
+    f.seekg(100);
+    f.read(&b, 1);
+    b ^= 0x10;
+    f.seekp(100);
+    f.write(&b, 1);
+  }
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    run_layer(*c, 0, {1});
+    const CacheCounters k = c->counters();
+    EXPECT_EQ(k.l2_corrupt, 1);
+    EXPECT_EQ(k.l2_hits, 0);
+    EXPECT_EQ(k.l3_reads, 1) << "refetched from L3";
+  }
+  auto c = make(cfg(1, PrefetchPolicy::Off, true));
+  run_layer(*c, 0, {1});
+  EXPECT_EQ(c->counters().l2_hits, 1) << "healed: the refetched copy is in L2 again";
+  EXPECT_EQ(c->counters().l2_corrupt, 0);
+}
+
+TEST_F(ExpertCacheTest, FlippedByteInL3FailsNamingExpertAndFile) {
+  const std::string shard = index_->where(0, 1);
+  {
+    io::H5Handle f = io::h5_open_file(shard, io::H5Mode::ReadWrite);
+    std::vector<float> w1(static_cast<std::size_t>(config_.intermediate_size * config_.hidden_size));
+    io::h5_read(f, "/layers/0/experts/1/w1", H5T_NATIVE_FLOAT, w1.data());
+    uint32_t bits;
+    std::memcpy(&bits, &w1[5], 4);
+    bits ^= 1u;  // one flipped bit
+    std::memcpy(&w1[5], &bits, 4);
+    io::h5_delete(f, "/layers/0/experts/1/w1");
+    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                 w1.data(), true);
+  }
+  auto c = make(cfg(2));
+  std::vector<int64_t> rows{0, 1, 0, 0};
+  c->begin_layer(0, rows);
+  try {
+    c->acquire(0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find(shard), std::string::npos) << m;
+    EXPECT_NE(m.find("/layers/0/experts/1"), std::string::npos) << m;
+    EXPECT_NE(m.find("checksum"), std::string::npos) << m;
+  }
+}
+
+TEST(PrefetchPolicy, ParsesAndRejects) {
+  EXPECT_EQ(parse_prefetch("affinity"), PrefetchPolicy::Affinity);
+  EXPECT_EQ(parse_prefetch("lru"), PrefetchPolicy::Lru);
+  EXPECT_EQ(parse_prefetch("off"), PrefetchPolicy::Off);
+  EXPECT_THROW(parse_prefetch("mru"), Error);
+}
+
+}  // namespace
+}  // namespace moerun::experts
