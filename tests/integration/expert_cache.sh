@@ -1,0 +1,70 @@
+#!/bin/bash
+# The tiered expert cache end to end: with L1 holding 25% of a rank's experts the tokens equal the
+# all-resident run, for --prefetch lru and affinity, in one process and across ranks (np 4); a
+# second run on the same --l2-dir starts warm (no L3 reads); the affinity graph builds from a
+# routing trace; bad cache options fail with exit 2 naming the option.
+source "$(dirname "$0")/common.sh"
+MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
+synth_model "$WORK/m"   # 3 layers x 8 experts; one expert = 3 x 64 x 96 x 4 = 73728 bytes
+EXPERT=73728
+requests "$WORK/reqs.jsonl" 12 8
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet --trace "$WORK/trace.h5"
+
+check "affinity build from the trace" "$MOERUN" affinity build --trace "$WORK/trace.h5" --out "$WORK/aff.h5"
+"$MOERUN" affinity show "$WORK/aff.h5" --top 5 > "$WORK/show.txt"
+check "affinity show prints the strongest edges and the frequencies" bash -c \
+  "grep -q '^ next ' '$WORK/show.txt' && grep -q 'layer 2:' '$WORK/show.txt'"
+
+cache_ok() {  # cache_ok STATS: the summed counters are there and L1 was used
+  "$PY" - "$1" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["cache"]
+for k in ("l1_hit_rate", "l2_hit_rate", "stall_s", "prefetch_precision", "prefetch_recall", "l3_reads", "evictions"):
+    assert k in c, k
+assert c["l1_hits"] + c["l1_misses"] > 0 and c["evictions"] > 0, c
+PY
+}
+
+# One process: 24 experts, L1 = 6 (25%).
+for p in lru affinity; do
+  "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/single-$p.jsonl" --quiet \
+    --l1-bytes $((6 * EXPERT)) --prefetch $p --affinity "$WORK/aff.h5" --stats-json "$WORK/single-$p.stats"
+  check "one process, L1 = 25% of the experts, --prefetch $p: same tokens" cmp -s "$WORK/ref.jsonl" "$WORK/single-$p.jsonl"
+  check "one process, --prefetch $p: cache counters in --stats-json" cache_ok "$WORK/single-$p.stats"
+done
+
+# np 4: 1 router and 3 expert ranks with 8 experts each; L1 = 2 (25%), L2 on local disk.
+for p in lru affinity; do
+  $MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4-$p.jsonl" --quiet \
+    --l1-bytes $((2 * EXPERT)) --prefetch $p --affinity "$WORK/aff.h5" --l2-dir "$WORK/l2-$p" --stats-json "$WORK/np4-$p.stats"
+  check "np 4, L1 = 25% of each rank's experts, L2 on disk, --prefetch $p: same tokens" cmp -s "$WORK/ref.jsonl" "$WORK/np4-$p.jsonl"
+  check "np 4, --prefetch $p: summed and per-rank counters" "$PY" - "$WORK/np4-$p.stats" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert sorted(j["cache_per_rank"]) == ["1", "2", "3"], j["cache_per_rank"].keys()
+assert j["cache"]["l3_reads"] == sum(r["l3_reads"] for r in j["cache_per_rank"].values())
+assert j["cache"]["l3_reads"] >= 24  # every expert came from L3 once (cold L2)
+PY
+done
+$MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/warm.jsonl" --quiet \
+  --l1-bytes $((2 * EXPERT)) --prefetch lru --l2-dir "$WORK/l2-lru" --stats-json "$WORK/warm.stats"
+check "a second run on the same --l2-dir starts warm: same tokens, no L3 reads, L2 hit rate 1" "$PY" - "$WORK/warm.stats" "$WORK/ref.jsonl" "$WORK/warm.jsonl" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["cache"]
+assert open(sys.argv[2]).read() == open(sys.argv[3]).read()
+assert c["l3_reads"] == 0 and c["l2_hit_rate"] == 1.0, c
+PY
+
+expect_usage() {  # expect_usage WHAT TEXT ARGS...: exit 2 and TEXT on stderr
+  local what=$1 text=$2; shift 2
+  set +e
+  "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/bad.jsonl" --quiet "$@" 2> "$WORK/err"
+  local rc=$?
+  set -e
+  check "$what: exit 2 naming $text" bash -c "[ $rc -eq 2 ] && grep -q -- '$text' '$WORK/err' && [ ! -e '$WORK/bad.jsonl' ]"
+}
+expect_usage "--prefetch affinity without a graph" "--affinity" --l1-bytes $((6 * EXPERT)) --prefetch affinity
+expect_usage "an L1 smaller than one expert" "--l1-bytes" --l1-bytes 1000
+expect_usage "an unknown policy" "--prefetch" --l1-bytes 1M --prefetch mru
+expect_usage "a size with a bad unit" "--l1-bytes" --l1-bytes 12X
+finish
