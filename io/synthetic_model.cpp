@@ -1,6 +1,7 @@
 // Synthetic model generation.
 #include "io/synthetic_model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -65,7 +66,21 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
       std::vector<float> t = synth_tensor(seed, name, n, scale, offset);
       w.write(name, shape, t.data());
     };
-    put("/embed_tokens", {c.vocab_size, d}, 1.0f);
+    std::vector<float> dir;
+    if (cfg.gate_skew > 0) {
+      dir = synth_tensor(seed, "/skew_direction", d, 1.0f);
+      double norm = 0;
+      for (float x : dir) norm += static_cast<double>(x) * x;
+      for (float& x : dir) x = static_cast<float>(x / std::sqrt(norm));
+      std::vector<float> emb = synth_tensor(seed, "/embed_tokens", c.vocab_size * d, 1.0f);
+      // The shared component as large as a row's random part, so it survives RMSNorm.
+      const float amp = std::sqrt(static_cast<float>(d)) * 0.5f;
+      for (int64_t v = 0; v < c.vocab_size; ++v)
+        for (int64_t i = 0; i < d; ++i) emb[static_cast<std::size_t>(v * d + i)] += amp * dir[static_cast<std::size_t>(i)];
+      w.write("/embed_tokens", {c.vocab_size, d}, emb.data());
+    } else {
+      put("/embed_tokens", {c.vocab_size, d}, 1.0f);
+    }
     put("/final_norm", {d}, 0.05f, 1.0f);
     put("/lm_head", {c.vocab_size, d}, sd);
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -76,7 +91,22 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
       put(p + "wv", {kv, d}, sd);
       put(p + "wo", {d, q}, 1.0f / std::sqrt(static_cast<float>(q)));
       put(p + "ffn_norm", {d}, 0.05f, 1.0f);
-      put(p + "gate", {c.num_experts, d}, sd);
+      if (cfg.gate_skew > 0) {
+        std::vector<float> g = synth_tensor(seed, p + "gate", c.num_experts * d, sd);
+        // A seeded ranking per layer (different hot experts per layer), as a bias along `dir`.
+        std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
+        for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
+        std::vector<float> key = synth_tensor(seed, p + "gate_rank", c.num_experts, 1.0f);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
+        for (int64_t r = 0; r < c.num_experts; ++r) {
+          const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
+          const int64_t e = order[static_cast<std::size_t>(r)];
+          for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
+        }
+        w.write(p + "gate", {c.num_experts, d}, g.data());
+      } else {
+        put(p + "gate", {c.num_experts, d}, sd);
+      }
     }
   }
   // Experts: contiguous runs of the flattened (layer, expert) order per shard.

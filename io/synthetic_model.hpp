@@ -14,7 +14,11 @@ struct SynthConfig {
   ModelConfig model;
   int shards = 2;
   uint64_t seed = 1;
-  bool config_only = false;  // model.h5 with the attributes only (capacity planning of large models)
+  bool config_only = false;
+  // > 0: skewed expert usage, as in real Mixtral traffic: every embedding shares a direction and
+  // each layer's gate favours a seeded ranking of experts along it, the r-th by -gate_skew*ln(r+1)
+  // in the logit (0: the plain random gate, bitwise as before).
+  double gate_skew = 0;  // model.h5 with the attributes only (capacity planning of large models)
   void validate() const;
 };
 

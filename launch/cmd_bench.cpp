@@ -100,6 +100,8 @@ int bench_infer(int argc, char** argv) {
   std::string dtype = "float32", json, csv;
   bool no_baseline = false;
   SweepOptions sweep;
+  bool cache_compare = false;
+  double l1_fraction = 0.25;
   po::options_description o("bench infer options");
   add_model_options(o, m, dtype);
   o.add_options()
@@ -114,7 +116,10 @@ int bench_infer(int argc, char** argv) {
     ("a2a", po::value(&c.infer.a2a)->default_value(c.infer.a2a), "exchange: mpi, hier or auto")
     ("comm-timeout", po::value(&c.infer.comm_timeout_s)->default_value(c.infer.comm_timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write the results as JSON")
-    ("csv", po::value(&csv), "sweep: also write the rows as CSV");
+    ("csv", po::value(&csv), "sweep: also write the rows as CSV")
+    ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
+    ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru vs affinity with a small L1, in one job")
+    ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts");
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
@@ -129,6 +134,18 @@ int bench_infer(int argc, char** argv) {
     return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
   }
   if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
+  if (cache_compare) {
+    if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
+    c.infer.model_dir = c.infer.input = c.infer.output = "-";
+    comm::MpiSession mpi(&argc, &argv);
+    if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
+    const auto rows = runtime::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
+    if (mpi.rank() == 0) {
+      std::cout << runtime::cache_bench_table(c, l1_fraction, rows);
+      if (!json.empty()) io::write_file_atomically(json, {runtime::cache_bench_json(c, l1_fraction, rows)});
+    }
+    return 0;
+  }
   c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);

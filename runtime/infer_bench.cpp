@@ -11,6 +11,10 @@
 
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
+#include "experts/affinity_graph.hpp"
+#include "io/affinity_file.hpp"
+#include "io/routing_trace.hpp"
+#include <cmath>
 
 namespace moerun::runtime {
 namespace {
@@ -20,13 +24,14 @@ const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", 
 
 }  // namespace
 
-void write_bench_requests(const std::string& path, int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab) {
+void write_bench_requests(const std::string& path, int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab,
+                          int64_t salt = 0) {
   std::ofstream req(path);
   for (int64_t i = 0; i < batch; ++i) {
     nlohmann::json j;
     j["id"] = str("b", i);
     std::vector<int64_t> toks(static_cast<std::size_t>(prompt_len));
-    for (int64_t t = 0; t < prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1) % vocab;
+    for (int64_t t = 0; t < prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1 + salt * 7919) % vocab;
     j["prompt_tokens"] = toks;
     j["max_new_tokens"] = new_tokens;
     req << j.dump() << '\n';
@@ -82,6 +87,108 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   }
   if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
   return r;
+}
+
+std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world) {
+  const int rank = comm::rank_of(world), P = comm::size_of(world);
+  const std::string dir = make_bench_dir(cfg.work_dir, world);
+  const io::ModelConfig& m = cfg.model.model;
+  if (rank == 0) {
+    io::write_synthetic_model(dir + "/model", cfg.model, true);
+    // The affinity graph comes from another request set (salted prompts) than the one measured.
+    write_bench_requests(dir + "/trace-requests.jsonl", cfg.batch, cfg.prompt_len, cfg.new_tokens, m.vocab_size, 1);
+  }
+  comm::idle_barrier(world);
+  InferConfig ic = cfg.infer;
+  ic.model_dir = dir + "/model";
+  ic.input = dir + "/trace-requests.jsonl";
+  ic.output = dir + "/trace-out.jsonl";
+  ic.trace = dir + "/trace.h5";
+  ic.quiet = true;
+  ic.scheduler.max_batch_size = std::max<int64_t>(ic.scheduler.max_batch_size, cfg.batch);
+  ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  ic.cache = {};
+  run_infer(ic, world);
+  if (rank == 0) {
+    std::vector<io::RoutingTrace> traces;
+    std::vector<std::string> names;
+    const int routers = comm::size_of(world) > 1 ? -1 : 1;
+    (void)routers;
+    for (int r = 0;; ++r) {
+      const std::string f = r == 0 ? ic.trace : ic.trace + "." + std::to_string(r);
+      if (!std::filesystem::exists(f)) break;
+      traces.push_back(io::read_routing_trace(f));
+      names.push_back(f);
+    }
+    io::write_affinity_graph(dir + "/affinity.h5", experts::build_affinity_graph(traces, names));
+  }
+  comm::idle_barrier(world);
+  // L1 = the fraction of the experts of the rank that owns the most (round-robin placement).
+  const int64_t expert_ranks = P > 1 ? std::max(1, P - std::max(1, cfg.infer.routers_per_node) *
+                                                          std::max(1, P / std::max(1, cfg.infer.ranks_per_node ? cfg.infer.ranks_per_node : P)))
+                                     : 1;
+  const int64_t owned = (m.num_layers * m.num_experts + expert_ranks - 1) / expert_ranks;
+  const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
+  std::vector<CacheBenchRow> rows;
+  for (const std::string mode : {"all-resident", "lru", "affinity"}) {
+    InferBenchConfig bc = cfg;
+    if (mode != "all-resident") {
+      bc.infer.cache.l1_bytes = slots * static_cast<int64_t>(io::expert_raw_bytes(m));
+      bc.infer.cache.prefetch = experts::parse_prefetch(mode);
+      bc.infer.cache.l2_dir = dir + "/l2-" + mode;
+      bc.infer.affinity = mode == "affinity" ? dir + "/affinity.h5" : "";
+    } else {
+      bc.infer.cache = {};
+      bc.infer.affinity.clear();
+    }
+    CacheBenchRow row;
+    row.mode = mode;
+    row.report = run_infer_bench_point(bc, dir, world);
+    row.tokens_per_s = tokens_per_second(row.report);
+    rows.push_back(std::move(row));
+    comm::idle_barrier(world);
+  }
+  if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
+  return rows;
+}
+
+std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows) {
+  const io::ModelConfig& m = cfg.model.model;
+  std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.ranks, " rank(s), model ", m.num_layers,
+                      " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
+                      "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
+                      ", new ", cfg.new_tokens, "\n");
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s\n", "mode", "tokens/s", "ratio", "L1 hit", "L2 hit",
+                "stall(s)", "precision", "recall", "L3 MiB");
+  s += buf;
+  const double base = rows.front().tokens_per_s;
+  for (const auto& r : rows) {
+    const auto& c = r.report.cache;
+    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld\n", r.mode.c_str(), r.tokens_per_s,
+                  base > 0 ? r.tokens_per_s / base : 0.0, r.report.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s,
+                  c.prefetch_precision(), c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20));
+    s += buf;
+  }
+  return s;
+}
+
+std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows) {
+  nlohmann::json j;
+  j["l1_fraction"] = l1_fraction;
+  j["gate_skew"] = cfg.model.gate_skew;
+  j["batch"] = cfg.batch;
+  nlohmann::json arr = nlohmann::json::array();
+  const double base = rows.front().tokens_per_s;
+  for (const auto& r : rows) {
+    const auto& c = r.report.cache;
+    arr.push_back({{"mode", r.mode}, {"tokens_per_s", r.tokens_per_s}, {"ratio_vs_all_resident", base > 0 ? r.tokens_per_s / base : 0.0},
+                   {"l1_hit_rate", r.report.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
+                   {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
+                   {"l3_bytes_read", c.l3_bytes_read}});
+  }
+  j["rows"] = arr;
+  return j.dump(2);
 }
 
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r) {

@@ -22,6 +22,18 @@ struct InferBenchConfig {
   std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
 };
 
+// `bench infer --cache-compare`: the same workload all-resident, then with L1 = l1_fraction of each
+// expert rank's experts (L2 on local disk, fresh per run) for --prefetch lru and affinity, the
+// graph built from a routing trace of a different request set. One row per run.
+struct CacheBenchRow {
+  std::string mode;             // all-resident | lru | affinity
+  double tokens_per_s = 0;
+  InferReport report;
+};
+std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world);
+std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows);
+std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows);
+
 struct InferBenchResult {
   InferReport distributed;
   InferReport single;        // zero when no baseline
