@@ -24,4 +24,14 @@ assert set(j["phases"]) == {"router", "expert"}
 assert j["phases"]["router"]["attention"] > 0 and j["phases"]["expert"]["expert_compute"] > 0
 assert j["single_process_tokens_per_s"] > 0
 PY
+$MPI -np 3 "$MOERUN" bench infer --cache-compare --gate-skew 1 --layers 3 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 \
+  --head-dim 16 --batch 4 --prompt-len 4 --new-tokens 4 --json "$WORK/cache.json" > "$WORK/cache.txt"
+check "bench infer --cache-compare: all-resident, lru and affinity rows with cache counters" "$PY" - "$WORK/cache.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert [r["mode"] for r in j["rows"]] == ["all-resident", "lru", "affinity"]
+assert j["rows"][0]["ratio_vs_all_resident"] == 1.0
+for r in j["rows"][1:]:
+    assert r["tokens_per_s"] > 0 and 0 <= r["l1_hit_rate"] <= 1 and r["l3_bytes_read"] > 0, r
+PY
 finish
