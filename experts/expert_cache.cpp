@@ -156,32 +156,37 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
   if (cfg_.prefetch == PrefetchPolicy::Off) return;
   const int64_t next = (layer + 1) % num_layers_;
   const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
-  std::vector<std::pair<double, int64_t>> want;  // (score, expert)
+  std::vector<std::pair<double, int64_t>> want;  // (score, key), in prefetch order
   if (cfg_.prefetch == PrefetchPolicy::Lru) {
-    for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, e});
+    for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, key(next, e)});
   } else {
     // Next layer of the same step from this layer's rows; the first layer of the next step from
     // its marginal frequency (a new token's first layer does not follow this token's last).
     const std::vector<double> p = predict_next_layer(*graph_, next, next == 0 ? std::vector<int64_t>{} : rows);
     for (int64_t e = 0; e < num_experts_; ++e)
-      if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare) want.push_back({p[static_cast<std::size_t>(e)], e});
+      if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare) want.push_back({p[static_cast<std::size_t>(e)], key(next, e)});
     std::stable_sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [score, e] : want) predicted_[key(next, e)] = score;
-    if (l2_) {
-      // Their likeliest successors into L2, so the layer after next reads from disk, not L3.
-      const int64_t after = (next + 1) % num_layers_;
-      std::vector<int64_t> rows_next(static_cast<std::size_t>(num_experts_), 0);
-      for (auto& [score, e] : want) rows_next[static_cast<std::size_t>(e)] = std::llround(score * 1000);
-      const std::vector<double> q = predict_next_layer(*graph_, after, after == 0 ? std::vector<int64_t>{} : rows_next);
-      for (int64_t e = 0; e < num_experts_; ++e)
-        if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare)
-          tasks_.push_back({key(after, e), TaskKind::WarmL2, generation_, q[static_cast<std::size_t>(e)]});
+    for (auto& [score, k] : want) predicted_[k] = score;
+    // The layer after next, from the predicted next layer: into L1 behind the next layer's experts
+    // when L1 has room (one layer of lookahead is shorter than a load here), and into L2.
+    const int64_t after = (next + 1) % num_layers_;
+    std::vector<int64_t> rows_next(static_cast<std::size_t>(num_experts_), 0);
+    for (auto& [score, k] : want) rows_next[static_cast<std::size_t>(k % num_experts_)] = std::llround(score * 1000);
+    const std::vector<double> q = predict_next_layer(*graph_, after, after == 0 ? std::vector<int64_t>{} : rows_next);
+    std::vector<std::pair<double, int64_t>> later;
+    for (int64_t e = 0; e < num_experts_; ++e)
+      if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare) later.push_back({q[static_cast<std::size_t>(e)], e});
+    std::stable_sort(later.begin(), later.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [score, e] : later) {
+      const int64_t k = key(after, e);
+      if (!predicted_.count(k)) predicted_[k] = 0.5 * score;  // further away: worth less
+      if (l2_) tasks_.push_back({k, TaskKind::WarmL2, generation_, score});
     }
+    for (auto& [score, e] : later) want.push_back({0.5 * score, key(after, e)});
   }
   int64_t queued = 0;
-  for (auto& [score, e] : want) {
+  for (auto& [score, k] : want) {
     if (queued >= room) break;
-    const int64_t k = key(next, e);
     ++queued;
     if (where_.count(k)) continue;
     // L1 prefetches go before L2 warming (inserted ahead of the WarmL2 tasks, after demands).
