@@ -2,6 +2,7 @@
 #include "io/routing_trace.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "io/hdf5.hpp"
 
@@ -23,6 +24,16 @@ void write_routing_trace(const std::string& path, const RoutingTrace& t) {
     h5_write(f, "/tokens/position", {t.tokens()}, H5T_STD_I32LE, H5T_NATIVE_INT32, t.position.data(), false);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(ErrorKind::Io, path, ": cannot rename trace into place");
+}
+
+std::vector<std::string> routing_trace_files(const std::string& path) {
+  std::vector<std::string> out;
+  for (int r = 0;; ++r) {
+    const std::string f = r == 0 ? path : path + "." + std::to_string(r);
+    if (!std::filesystem::exists(f)) break;
+    out.push_back(f);
+  }
+  return out;
 }
 
 RoutingTrace read_routing_trace(const std::string& path) {

@@ -24,5 +24,7 @@ struct RoutingTrace {
 // Written atomically (temp file + rename).
 void write_routing_trace(const std::string& path, const RoutingTrace& trace);
 RoutingTrace read_routing_trace(const std::string& path);
+// The files one `infer --trace PATH` run wrote: PATH (router 0), PATH.1, PATH.2, ... as exist.
+std::vector<std::string> routing_trace_files(const std::string& path);
 
 }  // namespace moerun::io

@@ -12,6 +12,8 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "experts/affinity_graph.hpp"
+#include "experts/placement.hpp"
+#include "comm/topology.hpp"
 #include "io/affinity_file.hpp"
 #include "io/routing_trace.hpp"
 #include <cmath>
@@ -39,14 +41,20 @@ void write_bench_requests(const std::string& path, int64_t batch, int64_t prompt
   if (!req.flush()) fail(ErrorKind::Io, path, ": cannot write the benchmark requests");
 }
 
-InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm) {
+// The runtime options of one benchmark run over DIR/NAME.jsonl (results to DIR/NAME-out.jsonl).
+InferConfig bench_infer_config(const InferBenchConfig& cfg, const std::string& dir, const std::string& name) {
   InferConfig ic = cfg.infer;
   ic.model_dir = dir + "/model";
-  ic.input = dir + "/requests.jsonl";
-  ic.output = dir + "/out.jsonl";
+  ic.input = dir + "/" + name + ".jsonl";
+  ic.output = dir + "/" + name + "-out.jsonl";
   ic.quiet = true;
   ic.scheduler.max_batch_size = std::max<int64_t>(ic.scheduler.max_batch_size, cfg.batch);
   ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  return ic;
+}
+
+InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm) {
+  const InferConfig ic = bench_infer_config(cfg, dir, "requests");
   if (comm::rank_of(comm) == 0)
     write_bench_requests(ic.input, cfg.batch, cfg.prompt_len, cfg.new_tokens, cfg.model.model.vocab_size);
   comm::idle_barrier(comm);  // the files exist before any rank reads them
@@ -99,35 +107,21 @@ std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l
     write_bench_requests(dir + "/trace-requests.jsonl", cfg.batch, cfg.prompt_len, cfg.new_tokens, m.vocab_size, 1);
   }
   comm::idle_barrier(world);
-  InferConfig ic = cfg.infer;
-  ic.model_dir = dir + "/model";
-  ic.input = dir + "/trace-requests.jsonl";
-  ic.output = dir + "/trace-out.jsonl";
+  InferConfig ic = bench_infer_config(cfg, dir, "trace-requests");
   ic.trace = dir + "/trace.h5";
-  ic.quiet = true;
-  ic.scheduler.max_batch_size = std::max<int64_t>(ic.scheduler.max_batch_size, cfg.batch);
-  ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
   ic.cache = {};
   run_infer(ic, world);
   if (rank == 0) {
+    const std::vector<std::string> files = io::routing_trace_files(ic.trace);  // one per router
     std::vector<io::RoutingTrace> traces;
-    std::vector<std::string> names;
-    const int routers = comm::size_of(world) > 1 ? -1 : 1;
-    (void)routers;
-    for (int r = 0;; ++r) {
-      const std::string f = r == 0 ? ic.trace : ic.trace + "." + std::to_string(r);
-      if (!std::filesystem::exists(f)) break;
-      traces.push_back(io::read_routing_trace(f));
-      names.push_back(f);
-    }
-    io::write_affinity_graph(dir + "/affinity.h5", experts::build_affinity_graph(traces, names));
+    for (const auto& f : files) traces.push_back(io::read_routing_trace(f));
+    io::write_affinity_graph(dir + "/affinity.h5", experts::build_affinity_graph(traces, files));
   }
-  comm::idle_barrier(world);
-  // L1 = the fraction of the experts of the rank that owns the most (round-robin placement).
-  const int64_t expert_ranks = P > 1 ? std::max(1, P - std::max(1, cfg.infer.routers_per_node) *
-                                                          std::max(1, P / std::max(1, cfg.infer.ranks_per_node ? cfg.infer.ranks_per_node : P)))
-                                     : 1;
-  const int64_t owned = (m.num_layers * m.num_experts + expert_ranks - 1) / expert_ranks;
+  // L1 = the fraction of the experts of the rank that owns the most, under the run's placement.
+  const comm::Topology topo = comm::build_topology(world, cfg.infer.routers_per_node, cfg.infer.ranks_per_node);
+  const experts::Placement placement = experts::make_placement(P > 1 ? cfg.infer.placement : "round-robin", m.num_layers, m.num_experts, topo);
+  int64_t owned = 0;
+  for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
   std::vector<CacheBenchRow> rows;
   for (const std::string mode : {"all-resident", "lru", "affinity"}) {

@@ -72,12 +72,80 @@ void SweepConfig::validate() const {
   if (bench == "infer" && infer.batch < 1) fail(ErrorKind::Usage, "--batch must be >= 1");
 }
 
+namespace {
+
+// The series' smallest runnable point: the reference of weak scaling's batch and strong
+// scaling's bytes.
+struct SeriesStart {
+  int64_t ranks = 0, experts = 0;
+};
+
+// One point on `sub` (every member calls it): its rows, or no rows and the reason in *bad when its
+// layout has no valid roles (the same on every member: the topology comes from allgathered data).
+std::vector<SweepRow> run_point(const SweepConfig& cfg, const std::string& scaling, const Point& p, MPI_Comm sub,
+                                const std::string& dir, SeriesStart& first, std::string* bad) {
+  const int rpn = p.nodes ? p.ranks / p.nodes : 0;
+  // a2a needs roles only for the router->expert pattern; otherwise every rank sends and receives.
+  const int routers_per_node = cfg.bench == "infer"                ? cfg.infer.infer.routers_per_node
+                               : cfg.a2a.patterns.front() == "m2n" ? cfg.a2a.routers_per_node
+                                                                   : 0;
+  comm::Topology topo;
+  try {
+    topo = comm::build_topology(sub, p.ranks > 1 ? routers_per_node : 0, rpn);
+  } catch (const Error& e) {
+    *bad = e.what();
+    return {};
+  }
+  if (first.ranks == 0) first = {p.ranks, static_cast<int64_t>(topo.experts.size())};
+  SweepRow base;
+  base.bench = cfg.bench;
+  base.scaling = scaling;
+  base.ranks = p.ranks;
+  base.nodes = topo.nodes;
+  base.routers = static_cast<int>(topo.routers.size());  // one rank: router and expert both
+  base.expert_ranks = static_cast<int>(topo.experts.size());
+  std::vector<SweepRow> rows;
+  if (cfg.bench == "infer") {
+    set_point_threads(p.ranks);
+    InferBenchConfig ic = cfg.infer;
+    ic.infer.ranks_per_node = rpn;
+    if (scaling == "weak") ic.batch = std::max<int64_t>(1, cfg.infer.batch * base.expert_ranks / std::max<int64_t>(1, first.experts));
+    const InferReport rep = run_infer_bench_point(ic, dir, sub);
+    SweepRow row = base;
+    row.algo = cfg.infer.infer.a2a;
+    row.batch = ic.batch;
+    row.tokens = rep.processed_tokens;
+    row.seconds = rep.seconds;
+    row.tokens_per_s = tokens_per_second(rep);
+    if (rep.phases.count("router")) row.phases = rep.phases.at("router");
+    rows.push_back(row);
+    return rows;
+  }
+  comm::A2aBenchConfig ac = cfg.a2a;
+  ac.ranks_per_node = rpn;
+  ac.patterns = {cfg.a2a.patterns.front()};
+  int64_t bytes = cfg.a2a.min_bytes;
+  if (scaling == "strong") bytes = std::max<int64_t>(4, bytes * first.ranks / p.ranks / 4 * 4);
+  ac.min_bytes = ac.max_bytes = bytes;
+  for (const auto& a : comm::run_a2a_bench(ac, sub).rows) {
+    SweepRow row = base;
+    row.algo = a.algo;
+    row.bytes_per_rank = a.bytes_per_rank;
+    row.seconds = a.median_us * 1e-6;
+    row.algbw_gbps = a.algbw_gbps;
+    for (std::size_t i = 0; i < a.stages_us.size() && i < kHierStages.size(); ++i) row.phases[kHierStages[i]] = a.stages_us[i];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
 SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
   cfg.validate();
   const int rank = comm::rank_of(world);
   SweepResult res;
   res.job_ranks = comm::size_of(world);
-  const std::vector<Point> points = points_of(cfg);
   std::string dir;
   if (cfg.bench == "infer") {
     dir = make_bench_dir(cfg.infer.work_dir, world);
@@ -85,89 +153,30 @@ SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
   }
   const int saved_threads = omp_get_max_threads();
   for (const std::string& scaling : cfg.scalings) {
-    int first_experts = 0, first_ranks = 0;  // the series' smallest runnable point
-    for (const Point& p : points) {
-      const std::string why = unrunnable(cfg, p, res.job_ranks);
+    SeriesStart first;
+    for (const Point& p : points_of(cfg)) {
       const std::string name = str(scaling, " ", p.ranks, " ranks / ", p.nodes ? str(p.nodes) : std::string("MPI"), " nodes");
-      if (!why.empty()) {
+      if (const std::string why = unrunnable(cfg, p, res.job_ranks); !why.empty()) {
         res.skipped.push_back(name + ": " + why);
         continue;
       }
       const bool member = rank < p.ranks;
       comm::OwnedComm sub = comm::OwnedComm::split(world, member ? 0 : MPI_UNDEFINED, rank);
       if (member) {
-        const int rpn = p.nodes ? p.ranks / p.nodes : 0;
-        // a2a needs roles only for the router->expert pattern; otherwise every rank sends and receives.
-        const int routers_per_node = cfg.bench == "infer"                ? cfg.infer.infer.routers_per_node
-                                     : cfg.a2a.patterns.front() == "m2n" ? cfg.a2a.routers_per_node
-                                                                         : 0;
         std::string bad;
-        comm::Topology topo;
-        try {
-          topo = comm::build_topology(sub, p.ranks > 1 ? routers_per_node : 0, rpn);
-        } catch (const Error& e) {
-          bad = e.what();  // the topology is computed from allgathered data: same on every member
+        for (SweepRow& row : run_point(cfg, scaling, p, sub, dir, first, &bad)) {
+          if (rank != 0) continue;
+          std::fprintf(stderr, "sweep: %s %s %s: %d ranks, %d nodes: %s\n", row.bench.c_str(), row.scaling.c_str(), row.algo.c_str(),
+                       row.ranks, row.nodes,
+                       row.bench == "a2a" ? str(row.algbw_gbps, " GB/s").c_str() : str(row.tokens_per_s, " tokens/s").c_str());
+          res.rows.push_back(std::move(row));
         }
-        if (bad.empty() && first_ranks == 0) {
-          first_ranks = p.ranks;
-          first_experts = static_cast<int>(topo.experts.size());
-        }
-        SweepRow base;
-        base.bench = cfg.bench;
-        base.scaling = scaling;
-        base.ranks = p.ranks;
-        base.nodes = topo.nodes;
-        base.routers = p.ranks > 1 ? static_cast<int>(topo.routers.size()) : 1;
-        base.expert_ranks = p.ranks > 1 ? static_cast<int>(topo.experts.size()) : 1;
-        std::vector<SweepRow> rows;
-        if (!bad.empty()) {
-          if (rank == 0) res.skipped.push_back(name + ": " + bad);
-        } else if (cfg.bench == "infer") {
-          set_point_threads(p.ranks);
-          InferBenchConfig ic = cfg.infer;
-          ic.infer.ranks_per_node = rpn;
-          if (scaling == "weak") ic.batch = std::max<int64_t>(1, cfg.infer.batch * base.expert_ranks / std::max(1, first_experts));
-          const InferReport rep = run_infer_bench_point(ic, dir, sub);
-          SweepRow row = base;
-          row.algo = cfg.infer.infer.a2a;
-          row.batch = ic.batch;
-          row.tokens = rep.processed_tokens;
-          row.seconds = rep.seconds;
-          row.tokens_per_s = tokens_per_second(rep);
-          if (rep.phases.count("router"))
-            for (const auto& [k, v] : rep.phases.at("router")) row.phases[k] = v;
-          rows.push_back(row);
-        } else {
-          comm::A2aBenchConfig ac = cfg.a2a;
-          ac.ranks_per_node = rpn;
-          ac.patterns = {cfg.a2a.patterns.front()};
-          int64_t bytes = cfg.a2a.min_bytes;
-          if (scaling == "strong") bytes = std::max<int64_t>(4, bytes * first_ranks / p.ranks / 4 * 4);
-          ac.min_bytes = ac.max_bytes = bytes;
-          const comm::A2aBenchResult ar = comm::run_a2a_bench(ac, sub);
-          for (const auto& a : ar.rows) {
-            SweepRow row = base;
-            row.algo = a.algo;
-            row.bytes_per_rank = a.bytes_per_rank;
-            row.seconds = a.median_us * 1e-6;
-            row.algbw_gbps = a.algbw_gbps;
-            for (std::size_t i = 0; i < a.stages_us.size() && i < kHierStages.size(); ++i) row.phases[kHierStages[i]] = a.stages_us[i];
-            rows.push_back(row);
-          }
-        }
-        if (rank == 0) {
-          for (auto& row : rows) {
-            std::fprintf(stderr, "sweep: %s %s %s: %d ranks, %d nodes: %s\n", row.bench.c_str(), row.scaling.c_str(), row.algo.c_str(),
-                         row.ranks, row.nodes,
-                         row.bench == "a2a" ? str(row.algbw_gbps, " GB/s").c_str() : str(row.tokens_per_s, " tokens/s").c_str());
-            res.rows.push_back(std::move(row));
-          }
-        }
+        if (!bad.empty() && rank == 0) res.skipped.push_back(name + ": " + bad);
       }
-      // Rank 0 is in every point; the ranks that sat this one out learn the series' first point.
+      // Rank 0 is in every point; the ranks that sat this one out learn the series' start (they hold 0).
       comm::idle_barrier(world);
-      const std::string first = comm::broadcast_string(str(first_ranks, " ", first_experts), world);
-      std::sscanf(first.c_str(), "%d %d", &first_ranks, &first_experts);
+      first.ranks = comm::allreduce_max(first.ranks, world);
+      first.experts = comm::allreduce_max(first.experts, world);
     }
   }
   omp_set_num_threads(saved_threads);
