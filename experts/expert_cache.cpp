@@ -85,8 +85,9 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
   if (cfg_.prefetch == PrefetchPolicy::Affinity && !graph_)
     fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
   if (graph_ && (graph_->num_layers != num_layers_ || graph_->num_experts != num_experts_))
-    fail(ErrorKind::BadInput, "--affinity: the graph has ", graph_->num_layers, " layers and ", graph_->num_experts,
-         " experts; the model has ", num_layers_, " and ", num_experts_);
+    fail(ErrorKind::BadInput, graph_->source.empty() ? std::string("the affinity graph") : graph_->source, ": graph of ",
+         graph_->num_layers, " layers x ", graph_->num_experts, " experts; the model has ", num_layers_, " x ", num_experts_,
+         " (build it from this model's traces)");
   int64_t owned = 0;
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int64_t e = 0; e < num_experts_; ++e) owned += owns_(l, e) ? 1 : 0;
@@ -384,10 +385,7 @@ void ExpertCache::worker() {
 
 void ExpertCache::drain() {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] {
-    return running_ == 0 && std::none_of(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind != TaskKind::Demand; }) &&
-           tasks_.empty();
-  });
+  cv_.wait(lock, [&] { return running_ == 0 && tasks_.empty(); });
 }
 
 CacheCounters ExpertCache::counters() const {

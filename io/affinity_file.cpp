@@ -39,6 +39,7 @@ AffinityGraph read_affinity_graph(const std::string& path) {
     return *v;
   };
   AffinityGraph g;
+  g.source = path;
   g.num_layers = req("num_layers");
   g.num_experts = req("num_experts");
   g.top_k = req("top_k");

@@ -16,6 +16,7 @@ struct AffinityGraph {
   int64_t num_layers = 0, num_experts = 0, top_k = 0, tokens = 0;
   std::vector<int64_t> next_counts, coactivation_counts;  // row-major as above
   std::vector<double> next, coactivation, frequency;
+  std::string source;  // the file it was read from (for messages); empty when built in memory
 
   double p_next(int64_t l, int64_t i, int64_t j) const {
     return next[static_cast<std::size_t>((l * num_experts + i) * num_experts + j)];

@@ -139,10 +139,10 @@ int bench_infer(int argc, char** argv) {
     c.infer.model_dir = c.infer.input = c.infer.output = "-";
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
-    const auto rows = runtime::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
+    const auto r = runtime::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
-      std::cout << runtime::cache_bench_table(c, l1_fraction, rows);
-      if (!json.empty()) io::write_file_atomically(json, {runtime::cache_bench_json(c, l1_fraction, rows)});
+      std::cout << runtime::cache_bench_table(c, l1_fraction, r);
+      if (!json.empty()) io::write_file_atomically(json, {runtime::cache_bench_json(c, l1_fraction, r)});
     }
     return 0;
   }

@@ -97,7 +97,8 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   return r;
 }
 
-std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world) {
+CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world) {
+  CacheBenchResult res;
   const int rank = comm::rank_of(world), P = comm::size_of(world);
   const std::string dir = make_bench_dir(cfg.work_dir, world);
   const io::ModelConfig& m = cfg.model.model;
@@ -115,7 +116,16 @@ std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l
     const std::vector<std::string> files = io::routing_trace_files(ic.trace);  // one per router
     std::vector<io::RoutingTrace> traces;
     for (const auto& f : files) traces.push_back(io::read_routing_trace(f));
-    io::write_affinity_graph(dir + "/affinity.h5", experts::build_affinity_graph(traces, files));
+    const io::AffinityGraph g = experts::build_affinity_graph(traces, files);
+    io::write_affinity_graph(dir + "/affinity.h5", g);
+    res.top2_share_min = 1;
+    for (int64_t l = 0; l < g.num_layers; ++l) {
+      std::vector<double> f(g.frequency.begin() + l * g.num_experts, g.frequency.begin() + (l + 1) * g.num_experts);
+      std::partial_sort(f.begin(), f.begin() + std::min<int64_t>(2, g.num_experts), f.end(), std::greater<>());
+      const double share = (f[0] + (g.num_experts > 1 ? f[1] : 0.0)) / static_cast<double>(g.top_k);
+      res.top2_share_min = std::min(res.top2_share_min, share);
+      res.top2_share_max = std::max(res.top2_share_max, share);
+    }
   }
   // L1 = the fraction of the experts of the rank that owns the most, under the run's placement.
   const comm::Topology topo = comm::build_topology(world, cfg.infer.routers_per_node, cfg.infer.ranks_per_node);
@@ -123,7 +133,7 @@ std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l
   int64_t owned = 0;
   for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
-  std::vector<CacheBenchRow> rows;
+  std::vector<CacheBenchRow>& rows = res.rows;
   for (const std::string mode : {"all-resident", "lru", "affinity"}) {
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
@@ -143,15 +153,17 @@ std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l
     comm::idle_barrier(world);
   }
   if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
-  return rows;
+  return res;
 }
 
-std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows) {
+std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& res) {
   const io::ModelConfig& m = cfg.model.model;
+  const std::vector<CacheBenchRow>& rows = res.rows;
   std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.ranks, " rank(s), model ", m.num_layers,
                       " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
                       "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
-                      ", new ", cfg.new_tokens, "\n");
+                      ", new ", cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-",
+                      res.top2_share_max, " of its routed slots (trace run)\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s\n", "mode", "tokens/s", "ratio", "L1 hit", "L2 hit",
                 "stall(s)", "precision", "recall", "L3 MiB");
@@ -167,8 +179,10 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
   return s;
 }
 
-std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows) {
+std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& res) {
+  const std::vector<CacheBenchRow>& rows = res.rows;
   nlohmann::json j;
+  j["top2_share"] = {{"min", res.top2_share_min}, {"max", res.top2_share_max}};
   j["l1_fraction"] = l1_fraction;
   j["gate_skew"] = cfg.model.gate_skew;
   j["batch"] = cfg.batch;

@@ -30,9 +30,15 @@ struct CacheBenchRow {
   double tokens_per_s = 0;
   InferReport report;
 };
-std::vector<CacheBenchRow> run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world);
-std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows);
-std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const std::vector<CacheBenchRow>& rows);
+struct CacheBenchResult {
+  std::vector<CacheBenchRow> rows;
+  // The skew, measured on the trace run: the share of routed slots the two busiest experts of a
+  // layer take, lowest and highest over the layers.
+  double top2_share_min = 0, top2_share_max = 0;
+};
+CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world);
+std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& r);
+std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& r);
 
 struct InferBenchResult {
   InferReport distributed;

@@ -239,6 +239,36 @@ TEST_F(ExpertCacheTest, FlippedByteInL2IsDetectedAndHealed) {
   EXPECT_EQ(c->counters().l2_corrupt, 0);
 }
 
+TEST_F(ExpertCacheTest, UnreadableL2IndexStartsEmptyAndRebuilds) {
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    run_layer(*c, 0, {2});
+  }
+  std::ofstream((dir_ / "l2" / "index.json").string()) << "{ torn";
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    run_layer(*c, 0, {2});
+    EXPECT_EQ(c->counters().l2_hits, 0);
+    EXPECT_EQ(c->counters().l3_reads, 1);
+  }
+  auto c = make(cfg(1, PrefetchPolicy::Off, true));
+  run_layer(*c, 0, {2});
+  EXPECT_EQ(c->counters().l2_hits, 1) << "the index was written again";
+}
+
+TEST_F(ExpertCacheTest, FullL2KeepsRunningFromL3) {
+  ExpertCacheConfig k = cfg(1, PrefetchPolicy::Off, true);
+  k.l2_bytes = slot_ + slot_ / 2;  // room for one expert
+  auto c = make(k);
+  for (int64_t e = 0; e < 4; ++e) run_layer(*c, 0, {e});
+  for (int64_t e = 0; e < 4; ++e) run_layer(*c, 0, {e});
+  const CacheCounters n = c->counters();
+  EXPECT_EQ(n.l2_bytes_written, slot_);
+  EXPECT_EQ(n.l2_hits, 1) << "the one expert that fitted";
+  EXPECT_EQ(n.l3_reads, 4 + 3);
+  EXPECT_LE(static_cast<int64_t>(fs::file_size(dir_ / "l2" / "experts.blob")), k.l2_bytes);
+}
+
 TEST_F(ExpertCacheTest, FlippedByteInL3FailsNamingExpertAndFile) {
   const std::string shard = index_->where(0, 1);
   {

@@ -31,6 +31,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert [r["mode"] for r in j["rows"]] == ["all-resident", "lru", "affinity"]
 assert j["rows"][0]["ratio_vs_all_resident"] == 1.0
+assert 0 < j["top2_share"]["min"] <= j["top2_share"]["max"] <= 1, j["top2_share"]
 for r in j["rows"][1:]:
     assert r["tokens_per_s"] > 0 and 0 <= r["l1_hit_rate"] <= 1 and r["l3_bytes_read"] > 0, r
 PY

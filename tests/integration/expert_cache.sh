@@ -55,16 +55,27 @@ assert open(sys.argv[2]).read() == open(sys.argv[3]).read()
 assert c["l3_reads"] == 0 and c["l2_hit_rate"] == 1.0, c
 PY
 
-expect_usage() {  # expect_usage WHAT TEXT ARGS...: exit 2 and TEXT on stderr
-  local what=$1 text=$2; shift 2
+expect_fail() {  # expect_fail CODE WHAT TEXT ARGS...: exit CODE, TEXT on stderr, no output file
+  local code=$1 what=$2 text=$3; shift 3
   set +e
   "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/bad.jsonl" --quiet "$@" 2> "$WORK/err"
   local rc=$?
   set -e
-  check "$what: exit 2 naming $text" bash -c "[ $rc -eq 2 ] && grep -q -- '$text' '$WORK/err' && [ ! -e '$WORK/bad.jsonl' ]"
+  check "$what: exit $code naming $text" bash -c "[ $rc -eq $code ] && grep -q -- '$text' '$WORK/err' && [ ! -e '$WORK/bad.jsonl' ]"
 }
-expect_usage "--prefetch affinity without a graph" "--affinity" --l1-bytes $((6 * EXPERT)) --prefetch affinity
-expect_usage "an L1 smaller than one expert" "--l1-bytes" --l1-bytes 1000
-expect_usage "an unknown policy" "--prefetch" --l1-bytes 1M --prefetch mru
-expect_usage "a size with a bad unit" "--l1-bytes" --l1-bytes 12X
+expect_fail 2 "--prefetch affinity without a graph" "--affinity" --l1-bytes $((6 * EXPERT)) --prefetch affinity
+expect_fail 2 "an L1 smaller than one expert" "--l1-bytes" --l1-bytes 1000
+expect_fail 2 "an unknown policy" "--prefetch" --l1-bytes 1M --prefetch mru
+expect_fail 2 "a size with a bad unit" "--l1-bytes" --l1-bytes 12X
+expect_fail 2 "--l2-dir without an L1 budget" "--l1-bytes" --l2-dir "$WORK/l2-x"
+expect_fail 4 "a missing affinity file" "$WORK/none.h5" --l1-bytes 1M --prefetch affinity --affinity "$WORK/none.h5"
+# A graph built from another model's traces (4 experts, not 8).
+"$MOERUN" synth --out "$WORK/m4" --layers 3 --experts 4 --top-k 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 \
+  --intermediate 96 --vocab 200 --max-position 256 --eos 199 --shards 1 --quiet
+"$MOERUN" infer --model "$WORK/m4" --input "$WORK/reqs.jsonl" --output "$WORK/m4.jsonl" --quiet --trace "$WORK/trace4.h5"
+"$MOERUN" affinity build --trace "$WORK/trace4.h5" --out "$WORK/aff4.h5" > /dev/null
+expect_fail 3 "an affinity graph of another model" "$WORK/aff4.h5: graph of 3 layers x 4 experts" \
+  --l1-bytes 1M --prefetch affinity --affinity "$WORK/aff4.h5"
+: > "$WORK/plainfile"
+expect_fail 4 "an --l2-dir that cannot be created" "$WORK/plainfile/l2" --l1-bytes 1M --l2-dir "$WORK/plainfile/l2"
 finish

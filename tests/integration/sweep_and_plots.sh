@@ -43,6 +43,13 @@ for x in j["rows"]:
     assert x["bytes_per_rank"] == want_bytes, x
 PY
 
+set +e
+"$MOERUN" bench infer --sweep --sweep-ranks 0,2 --json "$WORK/bad.json" 2> "$WORK/err"; rc=$?
+"$MOERUN" bench a2a --sweep --scaling sideways 2> "$WORK/err2"; rc2=$?
+set -e
+check "sweep options: a rank count of 0 and an unknown scaling exit 2, naming the option, no output" bash -c \
+  "[ $rc -eq 2 ] && grep -q -- '--sweep-ranks' '$WORK/err' && [ $rc2 -eq 2 ] && grep -q -- '--scaling' '$WORK/err2' && [ ! -e '$WORK/bad.json' ]"
+
 png_size() { "$PY" -c 'import struct,sys; d=open(sys.argv[1],"rb").read(24); assert d[:8]==b"\x89PNG\r\n\x1a\n"; print("%dx%d" % struct.unpack(">II", d[16:24]))' "$1"; }
 check "plot-bench.py writes the PNGs from the committed sample CSVs" "$PY" "$PLOT" --out "$WORK/png" \
   "$DATA/sample-a2a.csv" "$DATA/sample-sweep-infer.csv" "$DATA/sample-sweep-a2a.csv"
