@@ -7,8 +7,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <regex>
 
 #include "io/model_file.hpp"
 
@@ -45,23 +43,20 @@ uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::si
   return h;
 }
 
-ExpertShardIndex ExpertShardIndex::build(const std::string& model_dir, const ModelConfig& c) {
+ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const ModelConfig& c) {
   ExpertShardIndex idx;
   idx.config_ = c;
-  static const std::regex pattern(R"(experts-\d+\.h5)");
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, pattern)) idx.shards_.push_back(entry.path().string());
-  }
-  if (ec) fail(ErrorKind::Io, model_dir, ": cannot list directory: ", ec.message());
-  std::sort(idx.shards_.begin(), idx.shards_.end());
-  if (idx.shards_.empty()) fail(ErrorKind::BadInput, model_dir, ": no expert shards (experts-*.h5) found");
+  idx.model_ = model;
+  model.check_exists();
+  idx.shard_files_ = model.shard_names();
+  const std::size_t each = expert_raw_bytes(c) / 3;
 
   const int64_t total = c.num_layers * c.num_experts;
   idx.locations_.assign(static_cast<std::size_t>(total), {});
-  for (const std::string& fname : idx.shards_) {
-    H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+  for (std::size_t si = 0; si < idx.shard_files_.size(); ++si) {
+    const std::string fname = model.file(idx.shard_files_[si]);
+    idx.shards_.push_back(fname);
+    H5Handle file = model.open(idx.shard_files_[si]);
     if (!h5_exists(file, "/layers")) continue;  // an empty shard is allowed
     for (const std::string& ls : h5_children(file, "/layers")) {
       int64_t l;
@@ -88,14 +83,26 @@ ExpertShardIndex ExpertShardIndex::build(const std::string& model_dir, const Mod
         }
         if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
         loc.shard = fname;
+        loc.shard_index = static_cast<int>(si);
         loc.xxh64 = *sum;
+        if (model.remote()) {
+          // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
+          // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
+          loc.raw_chunks = true;
+          const char* names[3] = {"/w1", "/w3", "/w2"};
+          for (int m = 0; m < 3 && loc.raw_chunks; ++m) {
+            const auto ext = h5_single_chunk(file, gp + names[m]);
+            loc.raw_chunks = ext && ext->size == each && ext->filter_mask == 0 && h5_filter_count(file, gp + names[m]) == 0;
+            if (loc.raw_chunks) loc.offset[m] = ext->address;
+          }
+        }
       }
     }
   }
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e)
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
-        fail(ErrorKind::BadInput, model_dir, ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
+        fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
   return idx;
 }
 
@@ -137,16 +144,55 @@ ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c) {
   return w;
 }
 
+namespace {
+// The byte span [first, end) that covers an expert's three chunks, and whether one GET of it is
+// worth it (adjacent, or gaps no larger than the expert itself) rather than three.
+struct ChunkSpan {
+  uint64_t first = 0, end = 0;
+  bool one_request = false;
+};
+ChunkSpan chunk_span(const ExpertLocation& loc, std::size_t each) {
+  ChunkSpan s;
+  s.first = std::min({loc.offset[0], loc.offset[1], loc.offset[2]});
+  s.end = std::max({loc.offset[0], loc.offset[1], loc.offset[2]}) + each;
+  s.one_request = s.end - s.first <= 6 * static_cast<uint64_t>(each);
+  return s;
+}
+}  // namespace
+
+int ExpertShardIndex::requests_per_expert(int64_t layer, int64_t expert) const {
+  const ExpertLocation& loc = locate(layer, expert);
+  if (!model_.remote()) return 0;
+  if (!loc.raw_chunks) return -1;  // through HDF5: depends on its metadata cache
+  return chunk_span(loc, expert_raw_bytes(config_) / 3).one_request ? 1 : 3;
+}
+
 AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
   const ExpertLocation& loc = locate(layer, expert);
   const ModelConfig& c = config_;
-  const std::string gp = expert_group_path(layer, expert);
-  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   const std::size_t each = expert_raw_bytes(c) / 3;
   AlignedBuffer raw(3 * each);
+  if (loc.raw_chunks) {
+    const S3Url url = model_.url(shard_files_[static_cast<std::size_t>(loc.shard_index)]);
+    const ChunkSpan span = chunk_span(loc, each);
+    if (span.first == loc.offset[0] && loc.offset[1] == loc.offset[0] + each && loc.offset[2] == loc.offset[1] + each) {
+      model_.store()->read(url, span.first, 3 * each, raw.data());
+    } else if (span.one_request) {
+      AlignedBuffer all(span.end - span.first);
+      model_.store()->read(url, span.first, all.size(), all.data());
+      for (int m = 0; m < 3; ++m)
+        std::memcpy(raw.as<unsigned char>() + m * each, all.as<unsigned char>() + (loc.offset[m] - span.first), each);
+    } else {
+      for (int m = 0; m < 3; ++m) model_.store()->read(url, loc.offset[m], each, raw.as<unsigned char>() + m * each);
+    }
+    return raw;
+  }
+  const std::string gp = expert_group_path(layer, expert);
+  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   auto& handle = open_files_[loc.shard];
-  if (!handle) handle = std::make_shared<H5Handle>(h5_open_file(loc.shard, H5Mode::ReadOnly));
+  if (!handle)
+    handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
   h5_read(*handle, gp + "/w1", mem, raw.data());
   h5_read(*handle, gp + "/w3", mem, raw.as<unsigned char>() + each);
   h5_read(*handle, gp + "/w2", mem, raw.as<unsigned char>() + 2 * each);

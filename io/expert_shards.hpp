@@ -11,6 +11,7 @@
 #include "base/matmul.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
+#include "io/model_location.hpp"
 
 namespace moerun::io {
 
@@ -20,8 +21,13 @@ struct ExpertWeights {
 };
 
 struct ExpertLocation {
-  std::string shard;  // path of the shard file
-  uint64_t xxh64 = 0; // expected checksum of w1‖w3‖w2 bytes
+  std::string shard;   // path or s3:// URL of the shard file
+  int shard_index = -1;
+  uint64_t xxh64 = 0;  // expected checksum of w1‖w3‖w2 bytes
+  // File offsets of the w1, w3, w2 chunks when each is one unfiltered chunk (the DESIGN layout):
+  // remote shards are then read by ranged GETs instead of through HDF5.
+  bool raw_chunks = false;
+  uint64_t offset[3] = {0, 0, 0};
 };
 
 // Where an expert's raw bytes come from (the L3 tier): local shards, or an object store. The raw
@@ -46,12 +52,15 @@ ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c);
 
 class ExpertShardIndex : public ExpertSource {
  public:
-  // Scans DIR/experts-*.h5 and checks: every (layer, expert) in exactly one shard, group names plain
-  // decimal integers in range, w1/w3/w2 present with the right shape and dtype, xxh64 attribute set.
-  static ExpertShardIndex build(const std::string& model_dir, const ModelConfig& config);
+  // Scans the model's experts-*.h5 and checks: every (layer, expert) in exactly one shard, group
+  // names plain decimal integers in range, w1/w3/w2 present with the right shape and dtype, xxh64
+  // attribute set.
+  static ExpertShardIndex build(const ModelLocation& model, const ModelConfig& config);
 
   const ExpertLocation& locate(int64_t layer, int64_t expert) const;
   const std::vector<std::string>& shards() const { return shards_; }
+  // Requests one remote expert read takes (1 when its three chunks are adjacent); 0 for local.
+  int requests_per_expert(int64_t layer, int64_t expert) const;
 
   // Reads one expert and verifies its checksum (BadInput naming shard and group on mismatch).
   ExpertWeights load(int64_t layer, int64_t expert, bool check_finite) const;
@@ -63,7 +72,9 @@ class ExpertShardIndex : public ExpertSource {
 
  private:
   ModelConfig config_;
-  std::vector<std::string> shards_;
+  ModelLocation model_{std::string()};
+  std::vector<std::string> shards_;       // display names (paths or URLs)
+  std::vector<std::string> shard_files_;  // names inside the model location
   std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
   mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;  // guarded by hdf5_mutex()
 };

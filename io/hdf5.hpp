@@ -68,6 +68,13 @@ enum class H5Mode { ReadOnly, ReadWrite, Create };
 // (truncated, wrong format) is ErrorKind::BadInput. Messages start with `path`.
 H5Handle h5_open_file(const std::string& path, H5Mode mode);
 
+// Read-only access to an HDF5 file in an S3 object store through HDF5's ros3 driver (SigV4).
+struct H5S3Access {
+  std::string region, access_key_id, secret_access_key;
+};
+// `http_url`: endpoint/bucket/key; `name` is how messages call the file (its s3:// URL).
+H5Handle h5_open_s3_file(const std::string& http_url, const std::string& name, const H5S3Access& access);
+
 // Element class of a dataset or attribute, as far as the format cares.
 struct H5TypeInfo {
   H5T_class_t cls = H5T_NO_CLASS;
@@ -92,6 +99,16 @@ void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out);
 void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
               hid_t mem_type, const void* data, bool one_chunk);
 H5Handle h5_create_group(hid_t loc, const std::string& path);
+
+// Where the single chunk of a one-chunk dataset lies in the file (address and stored size, and
+// the filters skipped for it); nullopt when the dataset is not stored as exactly one chunk.
+struct H5ChunkExtent {
+  uint64_t address = 0, size = 0;
+  unsigned filter_mask = 0;
+};
+std::optional<H5ChunkExtent> h5_single_chunk(hid_t loc, const std::string& path);
+// Filters in the dataset's pipeline (compression); 0 when its chunks are stored as raw bytes.
+int h5_filter_count(hid_t loc, const std::string& path);
 
 // Attributes. Readers accept any integer / float type and variable- or fixed-length strings;
 // they return nullopt when the attribute is missing and throw when its type does not fit.

@@ -86,12 +86,10 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
   }
 }
 
-ModelConfig read_model_config(const std::string& model_dir) {
-  std::error_code ec;
-  if (!std::filesystem::is_directory(model_dir, ec))
-    fail(ErrorKind::Io, model_dir, ": model directory does not exist");
-  const std::string fname = model_h5_path(model_dir);
-  H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+ModelConfig read_model_config(const ModelLocation& model) {
+  model.check_exists();
+  const std::string fname = model.file("model.h5");
+  H5Handle file = model.open("model.h5");
   try {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
@@ -126,12 +124,12 @@ ModelConfig read_model_config(const std::string& model_dir) {
   }
 }
 
-DenseWeights load_dense_weights(const std::string& model_dir, bool check) {
+DenseWeights load_dense_weights(const ModelLocation& model, bool check) {
   DenseWeights w;
-  w.config = read_model_config(model_dir);
+  w.config = read_model_config(model);
   const ModelConfig& c = w.config;
-  const std::string fname = model_h5_path(model_dir);
-  H5Handle file = h5_open_file(fname, H5Mode::ReadOnly);
+  const std::string fname = model.file("model.h5");
+  H5Handle file = model.open("model.h5");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, check);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, check);

@@ -7,6 +7,7 @@
 #include "base/matmul.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
+#include "io/model_location.hpp"
 
 namespace moerun::io {
 
@@ -27,10 +28,10 @@ struct DenseWeights {
 
 std::string model_h5_path(const std::string& model_dir);
 
-// Reads and validates the root attributes of DIR/model.h5.
-ModelConfig read_model_config(const std::string& model_dir);
+// Reads and validates the root attributes of model.h5 (a directory's or an object-store prefix's).
+ModelConfig read_model_config(const ModelLocation& model);
 // Reads every dense tensor; `check_finite` scans each for NaN/Inf and names the first found.
-DenseWeights load_dense_weights(const std::string& model_dir, bool check_finite);
+DenseWeights load_dense_weights(const ModelLocation& model, bool check_finite);
 
 // "[64,256]"
 std::string shape_str(const std::vector<int64_t>& shape);

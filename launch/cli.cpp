@@ -1,6 +1,8 @@
 // Option parsing helpers.
 #include "launch/cli.hpp"
 
+#include <cstdlib>
+
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -52,6 +54,27 @@ void CacheOptions::finish(runtime::InferConfig& c) const {
   if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
     fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
   c.cache.validate();
+}
+
+void ObjectStoreOptions::add(po::options_description& o) {
+  o.add_options()
+    ("s3-retries", po::value(&s3.retries)->default_value(s3.retries), "s3:// model: retries of a failed request (5xx, timeout, reset), with exponential backoff")
+    ("s3-timeout", po::value(&s3.timeout_s)->default_value(s3.timeout_s), "s3:// model: seconds one request may take");
+}
+
+io::S3Config ObjectStoreOptions::finish() const {
+  io::S3Config c = s3;
+  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  c.endpoint = env("AWS_ENDPOINT_URL");
+  c.region = env("AWS_REGION");
+  if (c.region.empty()) c.region = env("AWS_DEFAULT_REGION");
+  if (c.region.empty()) c.region = "us-east-1";
+  c.access_key_id = env("AWS_ACCESS_KEY_ID");
+  c.secret_access_key = env("AWS_SECRET_ACCESS_KEY");
+  c.session_token = env("AWS_SESSION_TOKEN");
+  if (c.retries < 0) fail(ErrorKind::Usage, "--s3-retries must be >= 0");
+  if (!(c.timeout_s > 0)) fail(ErrorKind::Usage, "--s3-timeout must be > 0");
+  return c;
 }
 
 int64_t parse_bytes(const std::string& s, const std::string& option) {

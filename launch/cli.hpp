@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "io/model_config.hpp"
+#include "io/object_store.hpp"
 #include "runtime/infer.hpp"
 #include <string>
 #include <vector>
@@ -28,6 +29,15 @@ struct CacheOptions {
   std::string l1 = "0", l2 = "16G", prefetch = "lru";
   void add(po::options_description& o, runtime::InferConfig& c);
   void finish(runtime::InferConfig& c) const;
+};
+
+// Object-store options (infer, inspect): --s3-retries, --s3-timeout. finish() reads the standard
+// AWS_* variables (AWS_ENDPOINT_URL, AWS_REGION or AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN).
+struct ObjectStoreOptions {
+  io::S3Config s3;
+  void add(po::options_description& o);
+  io::S3Config finish() const;
 };
 
 // "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024); Usage error naming the option.

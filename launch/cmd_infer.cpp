@@ -16,7 +16,7 @@ int cmd_infer(int argc, char** argv) {
   std::string overflow = "reroute";
   po::options_description o("infer options");
   o.add_options()
-    ("model", po::value(&c.model_dir)->required(), "model directory (model.h5 + experts-*.h5)")
+    ("model", po::value(&c.model_dir)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
     ("input", po::value(&c.input)->required(), "requests, JSON Lines")
     ("output", po::value(&c.output)->required(), "results, JSON Lines (written atomically at the end)")
     ("resume", po::bool_switch(&c.resume), "skip requests already in OUTPUT.journal")
@@ -45,11 +45,14 @@ int cmd_infer(int argc, char** argv) {
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
   CacheOptions cache;
   cache.add(o, c);
+  ObjectStoreOptions object_store;
+  object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
   cache.finish(c);
+  c.s3 = object_store.finish();
   if (c.ranks_per_node == 0) {
     if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
   }

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "io/model_file.hpp"
+#include "io/model_location.hpp"
 #include "launch/cli.hpp"
 #include "runtime/memory_plan.hpp"
 
@@ -12,7 +13,7 @@ int cmd_inspect(int argc, char** argv) {
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
   o.add_options()
-    ("model", po::value(&model)->required(), "model directory")
+    ("model", po::value(&model)->required(), "model: a directory or s3://bucket/prefix")
     ("batch", po::value(&p.batch)->default_value(p.batch), "sequences in flight per router rank")
     ("context", po::value(&p.context)->default_value(p.context), "context length per sequence (0: max_position)")
     ("experts-per-rank", po::value(&p.experts_per_rank)->default_value(p.experts_per_rank),
@@ -23,9 +24,11 @@ int cmd_inspect(int argc, char** argv) {
     ("ranks-per-node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (1 node x 1 rank: one process)")
     ("routers-per-node", po::value(&p.routers_per_node)->default_value(p.routers_per_node), "router ranks per node")
     ("device-bytes", po::value(&p.device_bytes)->default_value(p.device_bytes), "memory per rank to check against (0: no check)");
+  ObjectStoreOptions object_store;
+  object_store.add(o);
   po::variables_map vm;
-  if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR [options]", o, vm)) return 0;
-  const io::ModelConfig c = io::read_model_config(model);
+  if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX [options]", o, vm)) return 0;
+  const io::ModelConfig c = io::read_model_config(io::model_location(model, object_store.finish()));
   std::cout << runtime::inspect_report(c, p, model);
   return 0;
 }

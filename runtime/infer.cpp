@@ -157,7 +157,8 @@ std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>&
 InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelConfig& mc,
                       const std::vector<io::Request>& requests, const comm::Topology& topo,
                       const experts::Placement& placement, const std::optional<io::DenseWeights>& dense,
-                      const std::unique_ptr<experts::ExpertStore>& store, Matmul& mm) {
+                      const std::unique_ptr<experts::ExpertStore>& store, const io::ObjectStore* object_store,
+                      Matmul& mm) {
   const int rank = comm::rank_of(world), size = comm::size_of(world);
   const bool distributed = size > 1;
   InferReport rep;
@@ -275,6 +276,15 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   }
   rep.seconds = progress.elapsed();
   gather_cache_counters(dynamic_cast<const experts::ExpertCache*>(store.get()), world, rep);
+  if (object_store) {
+    // Requests this rank sent itself (HEADs, listings, expert GETs); HDF5's ros3 reads of model.h5
+    // and of the shard metadata are not counted here.
+    const io::ObjectStoreStats st = object_store->stats();
+    std::vector<int64_t> v{static_cast<int64_t>(st.requests), static_cast<int64_t>(st.retries), static_cast<int64_t>(st.bytes)};
+    if (distributed) comm::reduce_sum_to_root(v, world);
+    rep.object_store = {static_cast<uint64_t>(v[0]), static_cast<uint64_t>(v[1]), static_cast<uint64_t>(v[2])};
+    rep.remote_model = true;
+  }
 
   // 3. Gather: statistics and phase times to rank 0, then the final output.
   if (distributed) {
@@ -314,6 +324,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
     if (!cfg.quiet) std::fputs(stats.summary(tps).c_str(), stderr);
     if (rep.cache_on && !cfg.quiet) log::info(cache_summary(rep.cache));
+    if (rep.remote_model && !cfg.quiet)
+      log::info("object store: ", rep.object_store.requests, " requests, ", rep.object_store.retries, " retries, ",
+                rep.object_store.bytes >> 20, " MiB");
     if (!cfg.stats_json.empty()) {
       nlohmann::json j = nlohmann::json::parse(stats.to_json(tps, rep.seconds));
       if (rep.cache_on) {
@@ -322,6 +335,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         for (const auto& [r, c] : rep.cache_per_rank) per[std::to_string(r)] = cache_json(c);
         j["cache_per_rank"] = per;
       }
+      if (rep.remote_model)
+        j["object_store"] = {{"requests", rep.object_store.requests},
+                             {"retries", rep.object_store.retries},
+                             {"bytes", rep.object_store.bytes}};
       io::write_file_atomically(cfg.stats_json, {j.dump(2)});
     }
   }
@@ -336,6 +353,7 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   comm::Topology topo;
   experts::Placement placement;
   std::optional<io::DenseWeights> dense;
+  std::optional<io::ModelLocation> model;
   std::unique_ptr<io::ExpertShardIndex> source;  // L3 for the cache
   std::optional<io::AffinityGraph> graph;
   std::unique_ptr<experts::ExpertStore> store;
@@ -354,7 +372,8 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   });
   agreed(world, [&] {
     cfg.validate();
-    mc = io::read_model_config(cfg.model_dir);
+    model = io::model_location(cfg.model_dir, cfg.s3);
+    mc = io::read_model_config(*model);
     requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
     placement = experts::make_placement(distributed ? cfg.placement : "round-robin", mc.num_layers, mc.num_experts, topo);
     if (topo.is_router(rank)) {
@@ -362,10 +381,10 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
       if (!cfg.stats_json.empty()) io::check_writable(cfg.stats_json);
       if (!cfg.trace.empty()) io::check_writable(cfg.trace);
       if (!cfg.logits_out.empty()) io::check_writable(cfg.logits_out);
-      dense = io::load_dense_weights(cfg.model_dir, cfg.check_weights);
+      dense = io::load_dense_weights(*model, cfg.check_weights);
     }
     if (topo.is_expert(rank)) {
-      source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(cfg.model_dir, mc));
+      source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*model, mc));
       auto owns = [&placement, rank](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; };
       if (cfg.cache.l1_bytes > 0) {
         if (!cfg.affinity.empty()) graph = io::read_affinity_graph(cfg.affinity);
@@ -390,7 +409,7 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   // After set-up a failure on one rank cannot be agreed on (the others are inside collectives):
   // report it with the rank and end the whole job with its exit code, within seconds.
   try {
-    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, mm);
+    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, model->store(), mm);
   } catch (const Error& e) {
     if (!distributed) throw;
     std::fprintf(stderr, "moerun: error: rank %d: %s\n", rank, e.what());

@@ -12,6 +12,7 @@
 
 #include "experts/expert_cache.hpp"
 #include "io/requests.hpp"
+#include "io/object_store.hpp"
 #include "router/router_config.hpp"
 #include "runtime/scheduler.hpp"
 
@@ -39,6 +40,7 @@ struct InferConfig {
   std::string a2a = "auto";        // mpi | hier | auto
   experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
   std::string affinity;            // affinity graph for --prefetch affinity
+  io::S3Config s3;                 // for --model s3://bucket/prefix
 
   void validate() const;  // Usage errors naming the option
 };
@@ -56,6 +58,9 @@ struct InferReport {
   bool cache_on = false;
   experts::CacheCounters cache;
   std::map<int, experts::CacheCounters> cache_per_rank;
+  // Object-store requests (rank 0, summed) when the model is at s3://.
+  bool remote_model = false;
+  io::ObjectStoreStats object_store;
 };
 
 InferReport run_infer(const InferConfig& cfg, MPI_Comm world);
