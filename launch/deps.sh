@@ -5,7 +5,8 @@ MOERUN_DEBIAN_PACKAGES=(
   libopenmpi-dev openmpi-bin libucx-dev libhdf5-dev libboost-program-options-dev libgtest-dev
   libdnnl-dev nlohmann-json3-dev libcurl4-openssl-dev libxxhash-dev iproute2
 )
-MOERUN_TEST_PACKAGES=(python3 python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib slurm-wlm munge)
+MOERUN_TEST_PACKAGES=(python3 python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib slurm-wlm munge
+  swift-proxy swift-object swift-container swift-account memcached curl)
 
 moerun_install_packages() {
   local missing=()

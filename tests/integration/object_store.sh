@@ -1,0 +1,86 @@
+#!/bin/bash
+# The L3 object-store tier against a real S3 server: cluster/objectstore/start.sh brings up Swift
+# with s3api and SigV4 on loopback and uploads a synthetic model. Then:
+#   - the client tests (test_object_store: listings, ranged reads, round trips against ros3, errors);
+#   - `infer --model s3://…` gives the same tokens as the local model (one process, and np 3 with a
+#     small L1 so experts stream from the store during the run);
+#   - a wrong secret fails with exit 4 and an access-denied message that does not print the secret;
+#   - the server stopped mid-run: retries, then exit 4 naming the store, no output file;
+#   - the server stopped and back within the retry budget: the run finishes with the same tokens.
+source "$(dirname "$0")/common.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
+export MOERUN_OBJECTSTORE_DIR=$WORK/objectstore MOERUN_S3_PORT=${MOERUN_S3_PORT:-18089}
+trap '"$ROOT/cluster/objectstore/stop.sh" > /dev/null 2>&1; rm -rf "$WORK"' EXIT
+
+synth_model "$WORK/m"   # 3 layers x 8 experts, 2 shards; one expert = 73728 bytes
+EXPERT=73728
+requests "$WORK/reqs.jsonl" 12 12
+requests "$WORK/long.jsonl" 24 24   # long enough (several seconds at np 3) to lose the server in the middle
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/long.jsonl" --output "$WORK/long-ref.jsonl" --quiet
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet
+
+eval "$("$ROOT/cluster/objectstore/start.sh" --bucket moerun-test --upload "$WORK/m" models/tiny)"
+code=$(curl -s -o /dev/null -w '%{http_code}' "$AWS_ENDPOINT_URL/moerun-test/models/tiny/model.h5")
+check "the object store is up and refuses an unsigned request (HTTP $code)" test "${code:0:1}" = 4
+URL=s3://moerun-test/models/tiny
+
+status=0
+MOERUN_S3_MODEL=$URL MOERUN_S3_LOCAL_MODEL=$WORK/m MOERUN_OBJECTSTORE_LOG=$MOERUN_OBJECTSTORE_DIR/log/proxy.log \
+  "${MOERUN_OBJECT_STORE_TEST_BIN:?}" > "$WORK/client.txt" 2>&1 || status=$?
+check "client tests against the real server" test $status -eq 0
+grep -E "^one expert|FAILED|Failure" "$WORK/client.txt" || true
+
+check "inspect --model s3://" bash -c "'$MOERUN' inspect --model $URL | grep -q 'num_experts 8'"
+
+"$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/s3.jsonl" --stats-json "$WORK/s3.stats" 2> "$WORK/s3.err"
+check "one process, --model s3://: same tokens as the local model" cmp -s "$WORK/ref.jsonl" "$WORK/s3.jsonl"
+check "the summary and --stats-json count object-store requests" bash -c \
+  "grep -q 'object store: .* requests, 0 retries' '$WORK/s3.err' &&
+   '$PY' -c 'import json,sys; o=json.load(open(sys.argv[1]))[\"object_store\"]; assert o[\"requests\"] >= 24 and o[\"bytes\"] >= 24*$EXPERT, o' '$WORK/s3.stats'"
+
+# np 3: 1 router, 2 expert ranks with 12 experts each; L1 holds 3 (25%), no L2: experts stream from
+# the store throughout the run.
+$MPI -np 3 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/s3-np3.jsonl" --quiet \
+  --l1-bytes $((3 * EXPERT)) --prefetch lru --stats-json "$WORK/s3-np3.stats"
+check "np 3, L1 = 25%, --model s3://: same tokens as the local model" cmp -s "$WORK/ref.jsonl" "$WORK/s3-np3.jsonl"
+
+status=0
+AWS_SECRET_ACCESS_KEY=not-the-secret-q7 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" \
+  --output "$WORK/bad.jsonl" > "$WORK/bad.err" 2>&1 || status=$?
+check "wrong secret: exit 4" test $status -eq 4
+check "wrong secret: one clear line naming the object and the cause" \
+  grep -q "access denied by the object store (HTTP 403 SignatureDoesNotMatch)" "$WORK/bad.err"
+check "wrong secret: the secret is not printed, no output" bash -c \
+  "! grep -q not-the-secret-q7 '$WORK/bad.err' && [ ! -e '$WORK/bad.jsonl' ]"
+
+status=0
+AWS_ENDPOINT_URL=http://127.0.0.1:9 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/unr.jsonl" \
+  --s3-retries 2 > "$WORK/unr.err" 2>&1 || status=$?
+check "unreachable store: exit 4 after 3 attempts" bash -c \
+  "[ $status -eq 4 ] && grep -q 'unreachable after 3 attempts' '$WORK/unr.err' && [ \$(grep -c 'retry [12]/2' '$WORK/unr.err') -eq 2 ]"
+
+# The server goes away in the middle of a run (after set-up: the model line is printed once the
+# weights are loaded and the shards indexed).
+run_with_outage() {  # run_with_outage NAME RETRIES DOWN_SECONDS(-1: stays down)
+  local name=$1 retries=$2 down=$3
+  $MPI -np 3 "$MOERUN" infer --model $URL --input "$WORK/long.jsonl" --output "$WORK/$name.jsonl" \
+    --l1-bytes $((2 * EXPERT)) --prefetch off --s3-retries "$retries" > "$WORK/$name.err" 2>&1 < /dev/null &
+  local pid=$!
+  for _ in $(seq 1 300); do grep -q "info: model s3://" "$WORK/$name.err" 2> /dev/null && break; sleep 0.05; done
+  "$ROOT/cluster/objectstore/proxy.sh" stop
+  if [ "$down" -ge 0 ]; then sleep "$down"; "$ROOT/cluster/objectstore/proxy.sh" start; fi
+  status=0
+  wait $pid || status=$?
+  [ "$down" -ge 0 ] || "$ROOT/cluster/objectstore/proxy.sh" start
+}
+run_with_outage outage-down 3 -1
+check "server stopped mid-run: retries logged" grep -q "retry 1/3" "$WORK/outage-down.err"
+grep "error" "$WORK/outage-down.err" | head -3
+check "server stopped mid-run: exit 4, the store named, no output" bash -c \
+  "[ $status -eq 4 ] && grep -q 'unreachable after 4 attempts' '$WORK/outage-down.err' && [ ! -e '$WORK/outage-down.jsonl' ]"
+run_with_outage outage-back 8 2
+check "server back within the retry budget: the run finishes" test $status -eq 0
+check "server back within the retry budget: retries logged, same tokens" bash -c \
+  "grep -q 'retry 1/8' '$WORK/outage-back.err' && cmp -s '$WORK/long-ref.jsonl' '$WORK/outage-back.jsonl'"
+finish
