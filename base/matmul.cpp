@@ -187,12 +187,11 @@ void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) 
   impl_->run_chunked(impl_->x_bf16.data(), M, W, y, DType::F32, Epilogue::None, nullptr, 0);
 }
 
-void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
-  if (W.packed) return;
-  const ShapeKey lkey{0, W.cols, W.rows, W.dtype, DType::F32, Epilogue::None, nullptr};
+std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
+  const ShapeKey lkey{0, cols, rows, t, DType::F32, Epilogue::None, nullptr};
   auto& layout = impl_->layouts[lkey];
   if (!layout) {
-    dnnl::memory::desc any({W.cols, W.rows}, to_dnnl(W.dtype), tag::any);
+    dnnl::memory::desc any({cols, rows}, to_dnnl(t), tag::any);
     ShapeKey key = lkey;
     key.m = typical_rows;
     auto pd = DNNL_CHECK(impl_->make_pd(key, any));
@@ -200,14 +199,40 @@ void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
     l->desc = pd.weights_desc();
     layout = l;
   }
-  const dnnl::memory::desc plain = plain_weights(W.cols, W.rows, W.dtype);
-  if (layout->desc == plain) return;
-  AlignedBuffer out(layout->desc.get_size());
-  dnnl::memory from(plain, impl_->engine, W.data.data()), to(layout->desc, impl_->engine, out.data());
+  if (layout->desc == plain_weights(cols, rows, t)) return nullptr;  // the plain layout is the preferred one
+  return layout;
+}
+
+std::size_t Matmul::packed_bytes(DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
+  const std::size_t plain = static_cast<std::size_t>(rows * cols) * dtype_size(t);
+  const auto layout = layout_for(t, rows, cols, typical_rows);
+  return layout ? std::max(plain, layout->desc.get_size()) : plain;
+}
+
+void Matmul::pack_from(const void* plain, DType t, int64_t rows, int64_t cols, WeightMatrix& W, int64_t typical_rows) {
+  const auto layout = layout_for(t, rows, cols, typical_rows);
+  W.dtype = t;
+  W.rows = rows;
+  W.cols = cols;
+  W.packed = layout;
+  if (!layout) {
+    W.data.resize(W.bytes());
+    std::memcpy(W.data.data(), plain, W.bytes());
+    return;
+  }
+  W.data.resize(layout->desc.get_size());
+  dnnl::memory from(plain_weights(cols, rows, t), impl_->engine, const_cast<void*>(plain));
+  dnnl::memory to(layout->desc, impl_->engine, W.data.data());
   DNNL_CHECK(dnnl::reorder(from, to).execute(impl_->stream, from, to));
   impl_->stream.wait();
-  W.data = std::move(out);
-  W.packed = layout;
+}
+
+void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
+  if (W.packed) return;
+  if (!layout_for(W.dtype, W.rows, W.cols, typical_rows)) return;
+  const AlignedBuffer plain = std::move(W.data);
+  W.data = AlignedBuffer();
+  pack_from(plain.data(), W.dtype, W.rows, W.cols, W, typical_rows);
 }
 
 const char* Matmul::isa_name() {

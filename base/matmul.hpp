@@ -65,11 +65,19 @@ class Matmul {
   // rows (for bf16 on AMX this avoids re-blocking the weights on every call). Call after the
   // checksum was verified; a no-op if the preferred layout is the plain one.
   void pack(WeightMatrix& W, int64_t typical_rows);
+  // The same from plain row-major [rows, cols] bytes of dtype `t` straight into W, reusing W's
+  // buffer when it is big enough (the expert cache packs every load into a preallocated slot).
+  void pack_from(const void* plain, DType t, int64_t rows, int64_t cols, WeightMatrix& W, int64_t typical_rows);
+  // Bytes such a packed matrix takes (at least its plain size).
+  std::size_t packed_bytes(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();
 
  private:
+  // The packed layout for such a matrix; null when oneDNN prefers the plain one.
+  std::shared_ptr<const PackedLayout> layout_for(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

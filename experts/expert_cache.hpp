@@ -35,6 +35,7 @@ struct ExpertCacheConfig {
   int64_t l1_bytes = 0;        // 0: no cache, every owned expert resident
   std::string l2_dir;          // empty: no L2
   int64_t l2_bytes = int64_t{16} << 30;
+  bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
   PrefetchPolicy prefetch = PrefetchPolicy::Lru;
   int io_threads = 2;
   bool check_finite = false;
@@ -51,6 +52,8 @@ struct CacheCounters {
   int64_t evictions = 0;
   int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
   double stall_s = 0;                   // compute waiting for weights
+  // Where load time goes, summed over I/O threads: reading (L2 or L3), checksums, packing.
+  double read_s = 0, verify_s = 0, pack_s = 0;
 
   double l1_hit_rate() const;
   double l2_hit_rate() const;
@@ -89,7 +92,7 @@ class ExpertCache : public ExpertStore {
     int pins = 0;
     uint64_t last_use = 0;
     bool prefetched = false, used = false;
-    io::ExpertWeights w;
+    io::ExpertWeights w;  // preallocated once; every load packs into it
     std::exception_ptr error;
   };
   enum class TaskKind { Demand, Prefetch, WarmL2 };
@@ -105,7 +108,8 @@ class ExpertCache : public ExpertStore {
   int choose_victim_locked(const Task& t) const;
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
-  io::ExpertWeights load_from_tiers(int64_t key);
+  // The expert's raw bytes, verified, from L2 or else L3 (then written to L2), into `raw`.
+  void read_verified(int64_t key, AlignedBuffer& raw);
 
   ExpertCacheConfig cfg_;
   const io::ExpertSource& source_;

@@ -19,13 +19,6 @@ ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::Mo
   log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB)");
 }
 
-void pack_expert(Matmul& mm, io::ExpertWeights& w) {
-  // Experts see a few dozen to a few hundred rows per call; pack for that regime.
-  mm.pack(w.w1, 128);
-  mm.pack(w.w3, 128);
-  mm.pack(w.w2, 128);
-}
-
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {
   return weights_.count(layer * num_experts_ + expert) > 0;
 }

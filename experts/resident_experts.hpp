@@ -9,13 +9,11 @@
 
 #include "base/matmul.hpp"
 
+#include "experts/expert_packing.hpp"
 #include "experts/expert_store.hpp"
 #include "io/expert_shards.hpp"
 
 namespace moerun::experts {
-
-// Packs an expert's matrices into oneDNN's preferred layout (after its checksum was verified).
-void pack_expert(Matmul& mm, io::ExpertWeights& w);
 
 class ResidentExperts : public ExpertStore {
  public:

@@ -25,14 +25,14 @@ uint64_t round_up(uint64_t n) { return (n + kPage - 1) / kPage * kPage; }
 
 }  // namespace
 
-BlobStore::BlobStore(const std::string& dir, int64_t max_bytes)
+BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, bool direct)
     : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), max_bytes_(max_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(ErrorKind::Io, dir, ": cannot create the L2 directory: ", ec.message());
   fd_ = ::open(blob_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) fail(ErrorKind::Io, blob_path_, ": cannot open: ", std::strerror(errno));
-  direct_fd_ = ::open(blob_path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // tmpfs and some others refuse
+  if (direct) direct_fd_ = ::open(blob_path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // tmpfs and some others refuse
   direct_ = direct_fd_ >= 0;
   const off_t file_size = ::lseek(fd_, 0, SEEK_END);
   std::ifstream in(index_path_);
@@ -64,15 +64,15 @@ BlobStore::~BlobStore() {
   if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
-std::optional<AlignedBuffer> BlobStore::get(int64_t layer, int64_t expert, uint64_t expected) {
+bool BlobStore::read(int64_t layer, int64_t expert, uint64_t expected, AlignedBuffer& buf) {
   BlobEntry b;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find({layer, expert});
-    if (it == index_.end()) return std::nullopt;
+    if (it == index_.end()) return false;
     b = it->second;
   }
-  AlignedBuffer buf(b.size);
+  buf.resize(b.size);
   // O_DIRECT needs page-aligned offset, length and memory: entries start on pages, the buffer is
   // page-aligned with page-multiple capacity (AlignedBuffer), and the length is rounded up.
   const bool direct = direct_ && buf.capacity() >= round_up(b.size) &&
@@ -93,9 +93,9 @@ std::optional<AlignedBuffer> BlobStore::get(int64_t layer, int64_t expert, uint6
     ++corrupt_;
     log::warn(blob_path_, ": L2 entry for /layers/", layer, "/experts/", expert, " is corrupt; dropped, refetching");
     write_index_locked();
-    return std::nullopt;
+    return false;
   }
-  return buf;
+  return true;
 }
 
 bool BlobStore::put(int64_t layer, int64_t expert, const void* data, std::size_t size, uint64_t xxh64) {

@@ -26,15 +26,17 @@ struct BlobEntry {
 class BlobStore {
  public:
   // Opens (or creates) DIR/experts.blob and DIR/index.json; entries that reach past the end of the
-  // blob file are dropped. `max_bytes` bounds the blob file.
-  BlobStore(const std::string& dir, int64_t max_bytes);
+  // blob file are dropped. `max_bytes` bounds the blob file. `direct`: read with O_DIRECT where the
+  // filesystem allows (false: through the page cache).
+  BlobStore(const std::string& dir, int64_t max_bytes, bool direct = true);
   ~BlobStore();
   BlobStore(const BlobStore&) = delete;
   BlobStore& operator=(const BlobStore&) = delete;
 
-  // The expert's bytes if present and intact (xxh64 equal to the index's and to `expected`);
-  // otherwise nullopt (a corrupt entry is dropped from the index and counted).
-  std::optional<AlignedBuffer> get(int64_t layer, int64_t expert, uint64_t expected_xxh64);
+  // Reads the expert's bytes into `into` (its allocation is reused when big enough) and returns true
+  // if present and intact (xxh64 equal to the index's and to `expected`); false otherwise (a
+  // corrupt entry is dropped from the index and counted).
+  bool read(int64_t layer, int64_t expert, uint64_t expected_xxh64, AlignedBuffer& into);
   // Adds an entry; false when it does not fit (budget, disk full), after one warning.
   bool put(int64_t layer, int64_t expert, const void* data, std::size_t size, uint64_t xxh64);
 

@@ -42,6 +42,7 @@ void CacheOptions::add(po::options_description& o, runtime::InferConfig& c) {
     ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: every owned expert resident)")
     ("l2-dir", po::value(&c.cache.l2_dir), "expert cache: L2 directory on local disk (kept across runs; one subdirectory per rank)")
     ("l2-bytes", po::value(&l2)->default_value(l2), "expert cache: L2 budget per expert rank")
+    ("l2-io", po::value(&l2_io)->default_value(l2_io), "expert cache: L2 reads direct (O_DIRECT where the filesystem allows) or buffered (page cache)")
     ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru or affinity (needs --affinity)")
     ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
     ("io-threads", po::value(&c.cache.io_threads)->default_value(c.cache.io_threads), "expert cache: loader threads per expert rank");
@@ -51,6 +52,8 @@ void CacheOptions::finish(runtime::InferConfig& c) const {
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);
+  if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered, not \"", l2_io, "\"");
+  c.cache.l2_direct = l2_io == "direct";
   if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
     fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
   c.cache.validate();

@@ -102,6 +102,7 @@ int bench_infer(int argc, char** argv) {
   SweepOptions sweep;
   bool cache_compare = false;
   double l1_fraction = 0.25;
+  std::string l2_io = "direct";
   po::options_description o("bench infer options");
   add_model_options(o, m, dtype);
   o.add_options()
@@ -119,7 +120,9 @@ int bench_infer(int argc, char** argv) {
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
     ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
     ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru vs affinity with a small L1, in one job")
-    ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts");
+    ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
+    ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
+    ("io-threads", po::value(&c.infer.cache.io_threads)->default_value(c.infer.cache.io_threads), "cache-compare: loader threads per expert rank");
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
@@ -136,6 +139,8 @@ int bench_infer(int argc, char** argv) {
   if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
   if (cache_compare) {
     if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
+    if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered");
+    c.infer.cache.l2_direct = l2_io == "direct";
     c.infer.model_dir = c.infer.input = c.infer.output = "-";
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);

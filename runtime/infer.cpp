@@ -95,7 +95,7 @@ nlohmann::json cache_json(const experts::CacheCounters& c) {
           {"l3_reads", c.l3_reads}, {"l2_bytes_read", c.l2_bytes_read}, {"l3_bytes_read", c.l3_bytes_read},
           {"l2_bytes_written", c.l2_bytes_written}, {"l2_corrupt", c.l2_corrupt}, {"prefetch_issued", c.prefetch_issued},
           {"prefetch_used", c.prefetch_used}, {"prefetch_wasted", c.prefetch_wasted}, {"demand_loads", c.demand_loads},
-          {"evictions", c.evictions}};
+          {"evictions", c.evictions}, {"load_read_s", c.read_s}, {"load_verify_s", c.verify_s}, {"load_pack_s", c.pack_s}};
 }
 
 std::string cache_summary(const experts::CacheCounters& c) {

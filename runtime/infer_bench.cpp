@@ -161,19 +161,26 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
   const std::vector<CacheBenchRow>& rows = res.rows;
   std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.ranks, " rank(s), model ", m.num_layers,
                       " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
-                      "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
+                      "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk (",
+                      cfg.infer.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.infer.cache.io_threads,
+                      " I/O threads per rank; ", dtype_name(m.dtype), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
                       ", new ", cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-",
                       res.top2_share_max, " of its routed slots (trace run)\n");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s\n", "mode", "tokens/s", "ratio", "L1 hit", "L2 hit",
-                "stall(s)", "precision", "recall", "L3 MiB");
+  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s %7s\n", "mode", "tokens/s", "ratio",
+                "L1 hit", "L2 hit", "stall(s)", "precision", "recall", "L3 MiB", "loads", "read_ms", "hash_ms", "pack_ms");
   s += buf;
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
     const auto& c = r.report.cache;
-    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld\n", r.mode.c_str(), r.tokens_per_s,
-                  base > 0 ? r.tokens_per_s / base : 0.0, r.report.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s,
-                  c.prefetch_precision(), c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20));
+    // Per-load means of the I/O threads' time: reading (L2 or L3), checksums, packing.
+    const int64_t loads = c.l2_hits + c.l3_reads;
+    const double per = loads > 0 ? 1e3 / static_cast<double>(loads) : 0.0;
+    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f\n",
+                  r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 0.0,
+                  r.report.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s, c.prefetch_precision(),
+                  c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20), static_cast<long long>(loads),
+                  c.read_s * per, c.verify_s * per, c.pack_s * per);
     s += buf;
   }
   return s;
@@ -193,7 +200,8 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
     arr.push_back({{"mode", r.mode}, {"tokens_per_s", r.tokens_per_s}, {"ratio_vs_all_resident", base > 0 ? r.tokens_per_s / base : 0.0},
                    {"l1_hit_rate", r.report.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
                    {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
-                   {"l3_bytes_read", c.l3_bytes_read}});
+                   {"l3_bytes_read", c.l3_bytes_read}, {"loads", c.l2_hits + c.l3_reads}, {"read_s", c.read_s},
+                   {"verify_s", c.verify_s}, {"pack_s", c.pack_s}});
   }
   j["rows"] = arr;
   return j.dump(2);

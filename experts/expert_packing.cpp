@@ -1,0 +1,30 @@
+// Expert weight packing.
+#include "experts/expert_packing.hpp"
+
+#include <cstring>
+
+namespace moerun::experts {
+
+void pack_expert(Matmul& mm, io::ExpertWeights& w) {
+  mm.pack(w.w1, kExpertTypicalRows);
+  mm.pack(w.w3, kExpertTypicalRows);
+  mm.pack(w.w2, kExpertTypicalRows);
+}
+
+void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, io::ExpertWeights& into) {
+  const auto* b = static_cast<const unsigned char*>(raw);
+  const std::size_t each = io::expert_raw_bytes(c) / 3;
+  mm.pack_from(b, c.dtype, c.intermediate_size, c.hidden_size, into.w1, kExpertTypicalRows);
+  mm.pack_from(b + each, c.dtype, c.intermediate_size, c.hidden_size, into.w3, kExpertTypicalRows);
+  mm.pack_from(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, into.w2, kExpertTypicalRows);
+}
+
+void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w) {
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
+    m->data.resize(mm.packed_bytes(c.dtype, rows, cols, kExpertTypicalRows));
+    std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
+  }
+}
+
+}  // namespace moerun::experts

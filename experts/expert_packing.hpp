@@ -1,0 +1,20 @@
+// Expert weights in the layout the GEMMs want: oneDNN's preferred blocked layout for the row counts
+// experts see (a few dozen to a few hundred per call). Packing happens after the checksum was
+// verified on the raw bytes.
+#pragma once
+#include "base/matmul.hpp"
+#include "io/expert_shards.hpp"
+
+namespace moerun::experts {
+
+// Rows per GEMM call the packed layouts are chosen for.
+constexpr int64_t kExpertTypicalRows = 128;
+
+// Packs loaded (plain) matrices in place.
+void pack_expert(Matmul& mm, io::ExpertWeights& w);
+// Packs an expert straight from its raw form (w1‖w3‖w2 as stored) into `into`, reusing its buffers.
+void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, io::ExpertWeights& into);
+// Sizes (and touches) `w`'s buffers for one packed expert, so loads into it never allocate.
+void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w);
+
+}  // namespace moerun::experts
