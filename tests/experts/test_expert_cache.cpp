@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "base/error.hpp"
 #include "experts/expert_cache.hpp"
+#include "experts/expert_packing.hpp"
 #include "io/hdf5.hpp"
 #include "io/synthetic_model.hpp"
 
@@ -89,6 +91,31 @@ TEST_F(ExpertCacheTest, NeverHoldsMoreThanItsBudget) {
     EXPECT_GT(k.l1_hits + k.l1_misses, 0);
     EXPECT_GT(k.evictions, 0);
   }
+}
+
+// L1 is allocated once: every load packs into one of the slots' buffers, so however many experts
+// pass through, the weights live at no more distinct addresses than there are slots, and they are
+// the right weights (equal to a fresh load from L3, packed the same way).
+TEST_F(ExpertCacheTest, LoadsReuseThePreallocatedSlots) {
+  auto c = make(cfg(2));
+  std::set<const void*> addresses;
+  Matmul mm;
+  for (int round = 0; round < 3; ++round)
+    for (int64_t layer = 0; layer < 2; ++layer)
+      for (int64_t e = 0; e < 4; ++e) {
+        std::vector<int64_t> rows(4, 0);
+        rows[static_cast<std::size_t>(e)] = 1;
+        c->begin_layer(layer, rows);
+        const io::ExpertWeights& w = c->acquire(layer, e);
+        addresses.insert(w.w1.data.data());
+        io::ExpertWeights ref = index_->load(layer, e, false);
+        pack_expert(mm, ref);
+        ASSERT_EQ(w.w2.data.size(), ref.w2.data.size());
+        EXPECT_EQ(std::memcmp(w.w2.data.data(), ref.w2.data.data(), ref.w2.data.size()), 0) << layer << "/" << e;
+        c->release(layer, e);
+      }
+  EXPECT_LE(addresses.size(), 2u);
+  EXPECT_EQ(c->counters().evictions, 22);  // 24 loads into 2 slots
 }
 
 TEST_F(ExpertCacheTest, BudgetBelowOneExpertIsAUsageError) {
