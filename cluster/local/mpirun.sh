@@ -5,7 +5,12 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PMIX_MCA_gds=hash  # the shared-memory datastore complains inside containers
-exec mpirun --hostfile "$RUN_DIR/hostfile" --mca plm_rsh_agent "$HERE/rsh-agent.sh" \
+# rtc_hwloc_vmhole none: a remote orted shares its hwloc topology through shared memory mapped into
+# the "biggest" hole of its address space; under ASLR that write sometimes lands on the stack and
+# orted segfaults in hwloc_shmem_topology_write (3 of 12 launches here). A daemonized orted dies
+# silently and mpirun then hangs, so also --leave-session-attached: a failed daemon is reported.
+exec mpirun --hostfile "$RUN_DIR/hostfile" --mca plm_rsh_agent "$HERE/rsh-agent.sh" --leave-session-attached \
+  --mca rtc_hwloc_vmhole none \
   --mca oob_tcp_if_include "$SUBNET_PREFIX.0/24" --mca btl_tcp_if_include "$SUBNET_PREFIX.0/24" \
   --mca btl self,tcp --mca pml ob1 --mca plm_rsh_no_tree_spawn 1 \
   --oversubscribe --bind-to none "$@"
