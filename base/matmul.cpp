@@ -227,6 +227,22 @@ void Matmul::pack_from(const void* plain, DType t, int64_t rows, int64_t cols, W
   impl_->stream.wait();
 }
 
+void Matmul::shape_packed(WeightMatrix& W, DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
+  W.dtype = t;
+  W.rows = rows;
+  W.cols = cols;
+  W.packed = layout_for(t, rows, cols, typical_rows);
+  W.data.resize(W.packed ? W.packed->desc.get_size() : W.bytes());
+}
+
+std::string Matmul::packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
+  const dnnl_version_t* v = dnnl_version();
+  return std::string("onednn-") + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + "/" + isa_name() + "/" + dtype_name(t) + "/" + std::to_string(rows) + "x" +
+         std::to_string(cols) + "/m" + std::to_string(typical_rows) + (layout_for(t, rows, cols, typical_rows) ? "/packed-" : "/plain-") +
+         std::to_string(packed_bytes(t, rows, cols, typical_rows));
+}
+
 void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
   if (W.packed) return;
   if (!layout_for(W.dtype, W.rows, W.cols, typical_rows)) return;

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "base/aligned_buffer.hpp"
 #include "base/dtype.hpp"
@@ -70,6 +71,12 @@ class Matmul {
   void pack_from(const void* plain, DType t, int64_t rows, int64_t cols, WeightMatrix& W, int64_t typical_rows);
   // Bytes such a packed matrix takes (at least its plain size).
   std::size_t packed_bytes(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
+  // Makes W such a packed matrix without filling it: shape, layout and a buffer of the packed size
+  // (for bytes that were packed before, e.g. read back from the L2 cache).
+  void shape_packed(WeightMatrix& W, DType t, int64_t rows, int64_t cols, int64_t typical_rows);
+  // A name for the packed layout that changes whenever its bytes could (library version, ISA,
+  // dtype, shape, size): what a stored packed matrix must match to be read back.
+  std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();

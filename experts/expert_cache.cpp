@@ -12,6 +12,7 @@
 #include "base/log.hpp"
 #include "experts/affinity_graph.hpp"
 #include "experts/resident_experts.hpp"
+#include "io/model_file.hpp"
 
 namespace moerun::experts {
 namespace {
@@ -98,12 +99,11 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
   if (n < 1)
     fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_, " bytes");
   slots_.resize(static_cast<std::size_t>(n));
-  {
-    Matmul mm;  // only for the packed sizes
-    for (Slot& slot : slots_) preallocate_expert(mm, source_.config(), slot.w);
-  }
+  Matmul mm;  // for the packed sizes and the layout's name
+  for (Slot& slot : slots_) preallocate_expert(mm, source_.config(), slot.w);
   last_needed_.resize(static_cast<std::size_t>(num_layers_));
-  if (!cfg_.l2_dir.empty()) l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, cfg_.l2_direct);
+  if (!cfg_.l2_dir.empty())
+    l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, expert_layout_name(mm, source_.config()), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
@@ -289,40 +289,73 @@ void ExpertCache::release(int64_t layer, int64_t expert) {
   cv_.notify_all();
 }
 
-void ExpertCache::read_verified(int64_t k, AlignedBuffer& raw) {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// An expert's packed matrices as L2 parts (w1, w3, w2).
+std::vector<io::ConstBlobPart> blob_parts(const io::ExpertWeights& w) {
+  return {{w.w1.data.data(), w.w1.data.size()}, {w.w3.data.data(), w.w3.data.size()}, {w.w2.data.data(), w.w2.data.size()}};
+}
+std::vector<io::BlobPart> blob_parts(io::ExpertWeights& w) {
+  std::vector<io::BlobPart> parts;
+  for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
+  return parts;
+}
+
+}  // namespace
+
+void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& into) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
-  const io::ModelConfig& mc = source_.config();
   const uint64_t want = source_.checksum(l, e);
-  using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  if (l2_ && l2_->read(l, e, want, raw)) {  // the blob store checks xxh64 itself
-    const double read = std::chrono::duration<double>(clock::now() - t0).count();
-    t0 = clock::now();
-    if (cfg_.check_finite) verify_expert(raw.data(), mc, want, true, l2_->dir(), l, e);
-    const double verify = std::chrono::duration<double>(clock::now() - t0).count();
-    std::lock_guard<std::mutex> lock(mu_);
-    ++c_.l2_hits;
-    c_.l2_bytes_read += slot_bytes_;
-    c_.read_s += read;
-    c_.verify_s += verify;
-    return;
-  }
-  t0 = clock::now();
+  auto t0 = Clock::now();
   raw = source_.read_raw(l, e);
-  const double read = std::chrono::duration<double>(clock::now() - t0).count();
-  t0 = clock::now();
-  io::verify_expert(raw.data(), mc, want, cfg_.check_finite, source_.where(l, e), l, e);
-  const double verify = std::chrono::duration<double>(clock::now() - t0).count();
-  bool stored = false;
-  if (l2_) stored = l2_->put(l, e, raw.data(), raw.size(), want);
+  const double read = since(t0);
+  t0 = Clock::now();
+  io::verify_expert(raw.data(), source_.config(), want, cfg_.check_finite, source_.where(l, e), l, e);
+  const double verify = since(t0);
+  t0 = Clock::now();
+  pack_expert_from_raw(mm, raw.data(), source_.config(), into);
+  const double pack = since(t0);
+  // L2 keeps the packed form: a later hit reads it straight into a slot, with no pack.
+  const bool stored = l2_ && l2_->put(l, e, blob_parts(static_cast<const io::ExpertWeights&>(into)), want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
   c_.l3_bytes_read += slot_bytes_;
   c_.read_s += read;
   c_.verify_s += verify;
-  if (l2_) ++c_.l2_misses;
+  c_.pack_s += pack;
   if (stored) c_.l2_bytes_written += slot_bytes_;
   if (l2_) c_.l2_corrupt = l2_->corrupt_dropped();
+}
+
+void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& slot) {
+  const int64_t l = k / num_experts_, e = k % num_experts_;
+  if (l2_) {
+    const auto t0 = Clock::now();
+    if (l2_->read(l, e, source_.checksum(l, e), blob_parts(slot))) {  // checksummed by the blob store
+      const double read = since(t0);
+      const auto t1 = Clock::now();
+      if (cfg_.check_finite) {
+        // The packed form has the same elements (plus zero padding): a NaN scan still finds any.
+        const std::string gp = io::expert_group_path(l, e);
+        for (auto [m, name] : {std::pair{&slot.w1, "/w1"}, std::pair{&slot.w3, "/w3"}, std::pair{&slot.w2, "/w2"}})
+          io::check_finite(m->data.data(), m->dtype, 1, static_cast<int64_t>(m->data.size() / dtype_size(m->dtype)),
+                           l2_->dir(), gp + name + " (packed, in L2)");
+      }
+      const double verify = since(t1);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++c_.l2_hits;
+      c_.l2_bytes_read += slot_bytes_;
+      c_.read_s += read;
+      c_.verify_s += verify;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ++c_.l2_misses;
+  }
+  fetch_from_l3(k, mm, raw, slot);
 }
 
 void ExpertCache::worker() {
@@ -331,6 +364,7 @@ void ExpertCache::worker() {
   omp_set_num_threads(1);
   thread_local Matmul mm;  // packing uses oneDNN reorders; one engine per thread
   AlignedBuffer raw;       // this thread's read buffer, reused by every load
+  io::ExpertWeights warm;  // where L2 warm-ups are packed (they fill no slot)
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
@@ -342,17 +376,11 @@ void ExpertCache::worker() {
       ++running_;
       lock.unlock();
       try {
-        const int64_t l = t.key / num_experts_, e = t.key % num_experts_;
-        AlignedBuffer raw = source_.read_raw(l, e);
-        io::verify_expert(raw.data(), source_.config(), source_.checksum(l, e), false, source_.where(l, e), l, e);
-        const bool stored = l2_->put(l, e, raw.data(), raw.size(), source_.checksum(l, e));
-        lock.lock();
-        ++c_.l3_reads;
-        c_.l3_bytes_read += slot_bytes_;
-        if (stored) c_.l2_bytes_written += slot_bytes_;
+        fetch_from_l3(t.key, mm, raw, warm);
       } catch (...) {
-        lock.lock();  // a failed warm-up is retried on demand, where the error is reported
+        // a failed warm-up is retried on demand, where the error is reported
       }
+      lock.lock();
       --running_;
       cv_.notify_all();
       continue;
@@ -389,18 +417,13 @@ void ExpertCache::worker() {
     // The slot is Loading: no reader touches its weights and no other load can pick it, so they
     // are written without the lock.
     std::exception_ptr err;
-    double pack_s = 0;
     try {
-      read_verified(t.key, raw);
-      const auto t0 = std::chrono::steady_clock::now();
-      pack_expert_from_raw(mm, raw.data(), source_.config(), slots_[static_cast<std::size_t>(victim)].w);
-      pack_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      load_into(t.key, mm, raw, slots_[static_cast<std::size_t>(victim)].w);
     } catch (...) {
       err = std::current_exception();
     }
     lock.lock();
     --running_;
-    c_.pack_s += pack_s;
     Slot& done = slots_[static_cast<std::size_t>(victim)];
     done.error = err;
     done.state = err ? State::Failed : State::Ready;

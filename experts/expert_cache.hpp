@@ -1,7 +1,8 @@
 // ExpertCache: the three-tier expert weight cache of an expert rank (DESIGN §5). L1 is a budget of
 // --l1-bytes of expert slots in host memory (device memory on a GPU backend); L2 an on-disk blob
 // store (io::BlobStore); L3 the model's shards or object store (io::ExpertSource). I/O threads load
-// experts L3 -> L2 -> L1, verify every load against its xxh64 and pack it for the GEMM. Prefetch:
+// experts L3 -> L2 -> L1: an expert from L3 is verified against its xxh64 and packed for the GEMM,
+// and L2 keeps the packed form, so an L2 hit is one read per matrix into the slot. Prefetch:
 // when a layer's needs are known, the experts the next layer will likely need are loaded into L1
 // (lru: those the next layer used last time; affinity: predicted from the affinity graph), and for
 // affinity their likeliest successors into L2. Eviction never touches an expert in use or still
@@ -108,8 +109,11 @@ class ExpertCache : public ExpertStore {
   int choose_victim_locked(const Task& t) const;
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
-  // The expert's raw bytes, verified, from L2 or else L3 (then written to L2), into `raw`.
-  void read_verified(int64_t key, AlignedBuffer& raw);
+  // Loads an expert into a slot's preallocated weights: from L2 (stored packed, read straight into
+  // them) or else from L3 (fetch_from_l3).
+  void load_into(int64_t key, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& slot);
+  // From L3 into `into`: read into `raw`, verify, pack, and store the packed form in L2.
+  void fetch_from_l3(int64_t key, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& into);
 
   ExpertCacheConfig cfg_;
   const io::ExpertSource& source_;

@@ -2,6 +2,7 @@
 #include "experts/expert_packing.hpp"
 
 #include <cstring>
+#include <tuple>
 
 namespace moerun::experts {
 
@@ -22,9 +23,15 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
-    m->data.resize(mm.packed_bytes(c.dtype, rows, cols, kExpertTypicalRows));
+    mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
   }
+}
+
+std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +
+         mm.packed_layout_name(c.dtype, d, ff, kExpertTypicalRows);
 }
 
 }  // namespace moerun::experts

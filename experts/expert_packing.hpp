@@ -14,7 +14,10 @@ constexpr int64_t kExpertTypicalRows = 128;
 void pack_expert(Matmul& mm, io::ExpertWeights& w);
 // Packs an expert straight from its raw form (w1‖w3‖w2 as stored) into `into`, reusing its buffers.
 void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, io::ExpertWeights& into);
-// Sizes (and touches) `w`'s buffers for one packed expert, so loads into it never allocate.
+// Shapes `w` as one packed expert and sizes (and touches) its buffers, so loads into it never
+// allocate, and bytes packed before can be read straight into it.
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w);
+// The packed layout of an expert of this model on this machine (see Matmul::packed_layout_name).
+std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c);
 
 }  // namespace moerun::experts

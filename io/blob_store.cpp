@@ -1,4 +1,4 @@
-// L2 blob store: packed blob file + atomically rewritten JSON index.
+// L2 blob store: one blob file of page-aligned parts + an atomically rewritten JSON index.
 #include "io/blob_store.hpp"
 
 #include <fcntl.h>
@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -20,13 +19,33 @@ namespace moerun::io {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+constexpr int kIndexVersion = 2;  // 1: one raw part per expert, no layout
 
 uint64_t round_up(uint64_t n) { return (n + kPage - 1) / kPage * kPage; }
 
+// pread until `n` bytes or the end of the file; the bytes read.
+uint64_t pread_full(int fd, void* dst, uint64_t n, uint64_t offset) {
+  uint64_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(dst) + got, n - got, static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // short file (torn entry) or an I/O error: treated as corrupt by the caller
+    got += static_cast<uint64_t>(r);
+  }
+  return got;
+}
+
 }  // namespace
 
-BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, bool direct)
-    : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), max_bytes_(max_bytes) {
+uint64_t BlobEntry::span() const {
+  uint64_t s = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) s = (i + 1 < parts.size() ? s + round_up(parts[i]) : s + parts[i]);
+  return s;
+}
+
+BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::string& layout, bool direct)
+    : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), layout_(layout),
+      max_bytes_(max_bytes) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(ErrorKind::Io, dir, ": cannot create the L2 directory: ", ec.message());
@@ -36,27 +55,36 @@ BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, bool direct)
   direct_ = direct_fd_ >= 0;
   const off_t file_size = ::lseek(fd_, 0, SEEK_END);
   std::ifstream in(index_path_);
-  if (in) {
-    int64_t dropped = 0;
-    try {
-      const nlohmann::json j = nlohmann::json::parse(in);
-      for (const auto& e : j.at("entries")) {
-        BlobEntry b{e.at("offset").get<uint64_t>(), e.at("size").get<uint64_t>(), e.at("xxh64").get<uint64_t>()};
-        if (b.offset % kPage != 0 || b.offset + b.size > static_cast<uint64_t>(file_size)) {
-          ++dropped;
-          continue;
-        }
-        index_[{e.at("layer").get<int64_t>(), e.at("expert").get<int64_t>()}] = b;
-        end_ = std::max(end_, round_up(b.offset + b.size));
-      }
-    } catch (const std::exception& e) {
-      log::warn(index_path_, ": unreadable L2 index (", e.what(), "); starting the L2 cache empty");
-      index_.clear();
-      end_ = 0;
+  if (!in) return;
+  int64_t dropped = 0;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("format_version", 0) != kIndexVersion || j.value("layout", std::string()) != layout_) {
+      log::info(index_path_, ": L2 holds another layout (", j.value("layout", std::string("format 1")), "); starting it empty");
+      if (::ftruncate(fd_, 0) != 0) { /* the empty index does not cover the old bytes either way */ }
+      write_index_locked();
+      return;
     }
-    if (dropped) log::warn(index_path_, ": dropped ", dropped, " L2 entries past the end of ", blob_path_);
-    corrupt_ += dropped;
+    for (const auto& e : j.at("entries")) {
+      BlobEntry b;
+      b.offset = e.at("offset").get<uint64_t>();
+      b.parts = e.at("parts").get<std::vector<uint64_t>>();
+      b.xxh64 = e.at("xxh64").get<uint64_t>();
+      b.source_xxh64 = e.at("source_xxh64").get<uint64_t>();
+      if (b.offset % kPage != 0 || b.parts.empty() || b.offset + b.span() > static_cast<uint64_t>(file_size)) {
+        ++dropped;
+        continue;
+      }
+      end_ = std::max(end_, round_up(b.offset + b.span()));
+      index_[{e.at("layer").get<int64_t>(), e.at("expert").get<int64_t>()}] = std::move(b);
+    }
+  } catch (const std::exception& e) {
+    log::warn(index_path_, ": unreadable L2 index (", e.what(), "); starting the L2 cache empty");
+    index_.clear();
+    end_ = 0;
   }
+  if (dropped) log::warn(index_path_, ": dropped ", dropped, " L2 entries past the end of ", blob_path_);
+  corrupt_ += dropped;
 }
 
 BlobStore::~BlobStore() {
@@ -64,7 +92,15 @@ BlobStore::~BlobStore() {
   if (direct_fd_ >= 0) ::close(direct_fd_);
 }
 
-bool BlobStore::read(int64_t layer, int64_t expert, uint64_t expected, AlignedBuffer& buf) {
+bool BlobStore::drop_locked(int64_t layer, int64_t expert, const char* why) {
+  index_.erase({layer, expert});
+  ++corrupt_;
+  log::warn(blob_path_, ": L2 entry for /layers/", layer, "/experts/", expert, " is ", why, "; dropped, refetching");
+  write_index_locked();
+  return false;
+}
+
+bool BlobStore::read(int64_t layer, int64_t expert, uint64_t source_xxh64, const std::vector<BlobPart>& into) {
   BlobEntry b;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -72,55 +108,75 @@ bool BlobStore::read(int64_t layer, int64_t expert, uint64_t expected, AlignedBu
     if (it == index_.end()) return false;
     b = it->second;
   }
-  buf.resize(b.size);
-  // O_DIRECT needs page-aligned offset, length and memory: entries start on pages, the buffer is
-  // page-aligned with page-multiple capacity (AlignedBuffer), and the length is rounded up.
-  const bool direct = direct_ && buf.capacity() >= round_up(b.size) &&
-                      reinterpret_cast<uintptr_t>(buf.data()) % kPage == 0;
-  const int fd = direct ? direct_fd_ : fd_;
-  const uint64_t want = direct ? round_up(b.size) : b.size;
-  uint64_t got = 0;
-  while (got < want) {
-    const ssize_t n = ::pread(fd, static_cast<char*>(buf.data()) + got, want - got, static_cast<off_t>(b.offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // short file (torn entry) or an I/O error: treated as corrupt below
-    got += static_cast<uint64_t>(n);
+  if (b.source_xxh64 != source_xxh64 || b.parts.size() != into.size()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return drop_locked(layer, expert, "from another model");
   }
-  const bool intact = got >= b.size && b.xxh64 == expected && XXH64(buf.data(), b.size, 0) == expected;
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  bool complete = true;
+  uint64_t off = b.offset;
+  for (std::size_t i = 0; i < into.size() && complete; ++i) {
+    const BlobPart& p = into[i];
+    if (p.size != b.parts[i]) {
+      complete = false;
+      break;
+    }
+    // O_DIRECT needs page-aligned offset, length and memory: parts start on pages, and the length
+    // is rounded up when the buffer has room; otherwise this part goes through the page cache.
+    const bool direct = direct_ && p.capacity >= round_up(p.size) && reinterpret_cast<uintptr_t>(p.data) % kPage == 0;
+    const uint64_t want = direct ? round_up(p.size) : p.size;
+    complete = pread_full(direct ? direct_fd_ : fd_, p.data, want, off) >= p.size;
+    if (complete) XXH64_update(st, p.data, p.size);
+    off += round_up(p.size);
+  }
+  const bool intact = complete && XXH64_digest(st) == b.xxh64;
+  XXH64_freeState(st);
   if (!intact) {
     std::lock_guard<std::mutex> lock(mu_);
-    index_.erase({layer, expert});
-    ++corrupt_;
-    log::warn(blob_path_, ": L2 entry for /layers/", layer, "/experts/", expert, " is corrupt; dropped, refetching");
-    write_index_locked();
-    return false;
+    return drop_locked(layer, expert, "corrupt");
   }
   return true;
 }
 
-bool BlobStore::put(int64_t layer, int64_t expert, const void* data, std::size_t size, uint64_t xxh64) {
+bool BlobStore::put(int64_t layer, int64_t expert, const std::vector<ConstBlobPart>& parts, uint64_t source_xxh64) {
+  BlobEntry b;
+  b.source_xxh64 = source_xxh64;
+  XXH64_state_t* st = XXH64_createState();
+  XXH64_reset(st, 0);
+  for (const ConstBlobPart& p : parts) {
+    b.parts.push_back(p.size);
+    XXH64_update(st, p.data, p.size);
+  }
+  b.xxh64 = XXH64_digest(st);
+  XXH64_freeState(st);
+
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.count({layer, expert})) return true;
-  const uint64_t off = end_;
+  b.offset = end_;
   const auto fail_once = [&](const std::string& why) {
     if (!full_warned_) log::warn(dir_, ": L2 cache not growing (", why, "); experts beyond it come from L3");
     full_warned_ = true;
     return false;
   };
-  if (static_cast<int64_t>(off + size) > max_bytes_) return fail_once("--l2-bytes reached");
-  uint64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pwrite(fd_, static_cast<const char*>(data) + done, size - done, static_cast<off_t>(off + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      if (::ftruncate(fd_, static_cast<off_t>(off)) != 0) { /* the index does not cover it either way */ }
-      return fail_once(std::strerror(err));
+  if (static_cast<int64_t>(b.offset + b.span()) > max_bytes_) return fail_once("--l2-bytes reached");
+  uint64_t off = b.offset;
+  for (const ConstBlobPart& p : parts) {
+    uint64_t done = 0;
+    while (done < p.size) {
+      const ssize_t n = ::pwrite(fd_, static_cast<const char*>(p.data) + done, p.size - done, static_cast<off_t>(off + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const int err = errno;
+        if (::ftruncate(fd_, static_cast<off_t>(b.offset)) != 0) { /* the index does not cover it either way */ }
+        return fail_once(std::strerror(err));
+      }
+      done += static_cast<uint64_t>(n);
     }
-    done += static_cast<uint64_t>(n);
+    off += round_up(p.size);
   }
-  index_[{layer, expert}] = {off, size, xxh64};
-  end_ = round_up(off + size);
+  end_ = round_up(b.offset + b.span());
+  index_[{layer, expert}] = std::move(b);
   write_index_locked();
   return true;
 }
@@ -128,8 +184,9 @@ bool BlobStore::put(int64_t layer, int64_t expert, const void* data, std::size_t
 void BlobStore::write_index_locked() {
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [k, b] : index_)
-    entries.push_back({{"layer", k.first}, {"expert", k.second}, {"offset", b.offset}, {"size", b.size}, {"xxh64", b.xxh64}});
-  nlohmann::json j{{"format", "moerun-l2-index"}, {"format_version", 1}, {"entries", entries}};
+    entries.push_back({{"layer", k.first}, {"expert", k.second}, {"offset", b.offset}, {"parts", b.parts},
+                       {"xxh64", b.xxh64}, {"source_xxh64", b.source_xxh64}});
+  nlohmann::json j{{"format", "moerun-l2-index"}, {"format_version", kIndexVersion}, {"layout", layout_}, {"entries", entries}};
   try {
     write_file_atomically(index_path_, {j.dump()});
   } catch (const Error& e) {

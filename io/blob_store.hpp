@@ -1,44 +1,56 @@
-// The L2 tier (DESIGN §5): expert raw bytes in one packed blob file on local disk plus an index
-// (expert -> offset, size, xxh64), in --l2-dir. Entries are page-aligned and read with pread,
-// O_DIRECT where the filesystem allows it (bypassing the page cache, as on NVMe). The index is
-// rewritten atomically after each added entry, so a restart finds every complete entry and starts
-// warm; a torn or corrupt entry fails its checksum on read, is dropped and counted, and the caller
-// refetches it from L3. When the budget or the disk is full, puts stop (one warning) and the run
-// continues from L3.
+// The L2 tier (DESIGN §5): experts in one blob file on local disk plus an index (expert -> offset,
+// part sizes, xxh64), in --l2-dir. The cache stores experts in the form L1 uses (packed for the
+// GEMMs), as parts (one per matrix) that each start on a page, so an L2 hit reads every part straight
+// into its L1 buffer with pread, with O_DIRECT where the filesystem allows it (bypassing the page
+// cache, as on NVMe). The index records the layout of the stored form; a store opened with another
+// layout (another oneDNN, CPU or model shape) starts empty. The index is rewritten atomically after
+// each added entry, so a restart finds every complete entry and starts warm; a torn or corrupt
+// entry fails its checksum on read, is dropped and counted, and the caller refetches it from L3.
+// When the budget or the disk is full, puts stop (one warning) and the run continues from L3.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <utility>
-
-#include "base/aligned_buffer.hpp"
+#include <vector>
 
 namespace moerun::io {
 
 struct BlobEntry {
   uint64_t offset = 0;
-  uint64_t size = 0;
-  uint64_t xxh64 = 0;
+  std::vector<uint64_t> parts;  // bytes of each part; part i starts on the page after part i-1
+  uint64_t xxh64 = 0;           // of the parts' bytes, in order
+  uint64_t source_xxh64 = 0;    // the expert's checksum in the model (ties the entry to the model)
+  uint64_t span() const;        // bytes from offset to the end of the last part
+};
+
+struct BlobPart {
+  void* data;
+  std::size_t size;  // bytes to read; `data` must have room for size rounded up to a page for O_DIRECT
+  std::size_t capacity;
+};
+struct ConstBlobPart {
+  const void* data;
+  std::size_t size;
 };
 
 class BlobStore {
  public:
-  // Opens (or creates) DIR/experts.blob and DIR/index.json; entries that reach past the end of the
-  // blob file are dropped. `max_bytes` bounds the blob file. `direct`: read with O_DIRECT where the
-  // filesystem allows (false: through the page cache).
-  BlobStore(const std::string& dir, int64_t max_bytes, bool direct = true);
+  // Opens (or creates) DIR/experts.blob and DIR/index.json. Entries of another `layout`, or that
+  // reach past the end of the blob file, are dropped. `max_bytes` bounds the blob file. `direct`:
+  // read with O_DIRECT where the filesystem allows (false: through the page cache).
+  BlobStore(const std::string& dir, int64_t max_bytes, const std::string& layout, bool direct = true);
   ~BlobStore();
   BlobStore(const BlobStore&) = delete;
   BlobStore& operator=(const BlobStore&) = delete;
 
-  // Reads the expert's bytes into `into` (its allocation is reused when big enough) and returns true
-  // if present and intact (xxh64 equal to the index's and to `expected`); false otherwise (a
-  // corrupt entry is dropped from the index and counted).
-  bool read(int64_t layer, int64_t expert, uint64_t expected_xxh64, AlignedBuffer& into);
+  // Reads the expert's parts into `into` (same count and sizes as stored) and returns true if present
+  // and intact (xxh64 of what was read equal to the index's, and the entry made from the model
+  // expert whose checksum is `source_xxh64`); false otherwise (a corrupt entry is dropped and counted).
+  bool read(int64_t layer, int64_t expert, uint64_t source_xxh64, const std::vector<BlobPart>& into);
   // Adds an entry; false when it does not fit (budget, disk full), after one warning.
-  bool put(int64_t layer, int64_t expert, const void* data, std::size_t size, uint64_t xxh64);
+  bool put(int64_t layer, int64_t expert, const std::vector<ConstBlobPart>& parts, uint64_t source_xxh64);
 
   bool has(int64_t layer, int64_t expert) const;
   int64_t entries() const;
@@ -48,8 +60,9 @@ class BlobStore {
 
  private:
   void write_index_locked();
+  bool drop_locked(int64_t layer, int64_t expert, const char* why);
 
-  std::string dir_, blob_path_, index_path_;
+  std::string dir_, blob_path_, index_path_, layout_;
   int64_t max_bytes_;
   int fd_ = -1;         // buffered, for writes (and reads when O_DIRECT is refused)
   int direct_fd_ = -1;  // O_DIRECT, for reads

@@ -234,6 +234,43 @@ TEST_F(ExpertCacheTest, L2SurvivesARestart) {
   EXPECT_EQ(k.l3_reads, 0);
   EXPECT_EQ(k.l2_hits, 8);
   EXPECT_DOUBLE_EQ(k.l2_hit_rate(), 1.0);
+  EXPECT_EQ(k.pack_s, 0.0) << "L2 holds the packed form: a hit packs nothing";
+}
+
+// L2 entries are packed weights: read back into a slot they equal a fresh L3 load packed the same
+// way; an L2 written for another layout (another oneDNN, CPU or shape) is not read, but starts empty.
+TEST_F(ExpertCacheTest, L2HoldsThePackedFormOfItsLayoutOnly) {
+  { auto c = make(cfg(1, PrefetchPolicy::Off, true)); for (int64_t e = 0; e < 4; ++e) run_layer(*c, 1, {e}); }
+  Matmul mm;
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    for (int64_t e = 0; e < 4; ++e) {
+      std::vector<int64_t> rows(4, 0);
+      rows[static_cast<std::size_t>(e)] = 1;
+      c->begin_layer(1, rows);
+      const io::ExpertWeights& w = c->acquire(1, e);
+      io::ExpertWeights ref = index_->load(1, e, false);
+      pack_expert(mm, ref);
+      for (auto [a, b] : {std::pair{&w.w1, &ref.w1}, std::pair{&w.w3, &ref.w3}, std::pair{&w.w2, &ref.w2}}) {
+        ASSERT_EQ(a->data.size(), b->data.size());
+        EXPECT_EQ(std::memcmp(a->data.data(), b->data.data(), b->data.size()), 0) << "expert " << e;
+        EXPECT_EQ(a->packed != nullptr, b->packed != nullptr);
+      }
+      c->release(1, e);
+    }
+    EXPECT_EQ(c->counters().l2_hits, 4);
+  }
+  const fs::path index = dir_ / "l2" / "index.json";
+  std::ifstream in(index);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find("onednn-");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, 7, "othlib-");
+  std::ofstream(index) << text;
+  auto c = make(cfg(1, PrefetchPolicy::Off, true));
+  for (int64_t e = 0; e < 4; ++e) run_layer(*c, 1, {e});
+  EXPECT_EQ(c->counters().l2_hits, 0);
+  EXPECT_EQ(c->counters().l3_reads, 4);
 }
 
 TEST_F(ExpertCacheTest, FlippedByteInL2IsDetectedAndHealed) {
@@ -285,7 +322,16 @@ TEST_F(ExpertCacheTest, UnreadableL2IndexStartsEmptyAndRebuilds) {
 
 TEST_F(ExpertCacheTest, FullL2KeepsRunningFromL3) {
   ExpertCacheConfig k = cfg(1, PrefetchPolicy::Off, true);
-  k.l2_bytes = slot_ + slot_ / 2;  // room for one expert
+  int64_t entry = 0;  // what one stored expert takes (packed parts, each starting on a page)
+  {
+    ExpertCacheConfig probe = k;
+    probe.l2_dir = (dir_ / "l2-probe").string();
+    auto p = make(probe);
+    run_layer(*p, 0, {0});
+    entry = static_cast<int64_t>(fs::file_size(dir_ / "l2-probe" / "experts.blob"));
+  }
+  ASSERT_GE(entry, slot_);
+  k.l2_bytes = entry + entry / 2;  // room for one expert
   auto c = make(k);
   for (int64_t e = 0; e < 4; ++e) run_layer(*c, 0, {e});
   for (int64_t e = 0; e < 4; ++e) run_layer(*c, 0, {e});
