@@ -43,22 +43,27 @@ if [ ! -s /etc/swift/swift.conf ]; then
     $sudo tee /etc/swift/swift.conf > /dev/null
 fi
 
+server_defaults() {  # server_defaults PORT: the [DEFAULT] section every server's config shares
+  cat <<CONF
+[DEFAULT]
+devices = $OS_DIR/srv
+mount_check = false
+bind_ip = 127.0.0.1
+bind_port = $1
+workers = 0
+user = $user
+swift_dir = $OS_DIR/etc
+log_level = INFO
+CONF
+}
+
 cd "$OS_DIR/etc"
 for ring in account:$OS_ACCOUNT_PORT container:$OS_CONTAINER_PORT object:$OS_OBJECT_PORT; do
   name=${ring%%:*} port=${ring##*:}
   swift-ring-builder "$name.builder" create 8 1 1 > /dev/null
   swift-ring-builder "$name.builder" add "r1z1-127.0.0.1:$port/d1" 100 > /dev/null
   swift-ring-builder "$name.builder" rebalance > /dev/null 2>&1 || true
-  cat > "$name-server.conf" <<CONF
-[DEFAULT]
-devices = $OS_DIR/srv
-mount_check = false
-bind_ip = 127.0.0.1
-bind_port = $port
-workers = 0
-user = $user
-swift_dir = $OS_DIR/etc
-log_level = INFO
+  { server_defaults "$port"; cat <<CONF
 
 [pipeline:main]
 pipeline = $name-server
@@ -66,16 +71,10 @@ pipeline = $name-server
 [app:$name-server]
 use = egg:swift#$name
 CONF
+  } > "$name-server.conf"
 done
 
-cat > proxy-server.conf <<CONF
-[DEFAULT]
-bind_ip = 127.0.0.1
-bind_port = $OS_PORT
-workers = 0
-user = $user
-swift_dir = $OS_DIR/etc
-log_level = INFO
+{ server_defaults "$OS_PORT"; cat <<CONF
 
 [pipeline:main]
 pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats s3api tempauth proxy-logging proxy-server
@@ -111,6 +110,7 @@ use = egg:swift#proxy_logging
 [filter:listing_formats]
 use = egg:swift#listing_formats
 CONF
+} > proxy-server.conf
 
 memcached -d -u "$user" -l 127.0.0.1 -p "$OS_MEMCACHED_PORT" -P "$OS_DIR/run/memcached.pid"
 for s in account container object proxy; do

@@ -58,6 +58,19 @@ int logged_requests(const S3Url& u) {
   return n;
 }
 
+// The message of the moerun::Error `f` throws, after checking its kind ("" and a failure if none).
+template <typename F>
+std::string error_of(F f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
 class ObjectStoreTest : public ::testing::Test {
  protected:
   ObjectStoreTest()
@@ -146,38 +159,22 @@ TEST_F(ObjectStoreTest, WrongSecretIsAnAccessDeniedErrorThatDoesNotPrintTheSecre
   S3Config bad = config_from_env();
   bad.secret_access_key = "wrong-secret-x9";
   ObjectStore s(bad);
-  try {
-    s.size_of(prefix_.child("model.h5"));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Io);
-    const std::string m = e.what();
-    EXPECT_NE(m.find("access denied"), std::string::npos) << m;
-    EXPECT_NE(m.find("SignatureDoesNotMatch"), std::string::npos) << m;
-    EXPECT_NE(m.find(prefix_.child("model.h5").str()), std::string::npos) << m;
-    EXPECT_EQ(m.find("wrong-secret-x9"), std::string::npos) << m;
-  }
+  const std::string m = error_of([&] { s.size_of(prefix_.child("model.h5")); }, ErrorKind::Io);
+  EXPECT_NE(m.find("access denied"), std::string::npos) << m;
+  EXPECT_NE(m.find("SignatureDoesNotMatch"), std::string::npos) << m;
+  EXPECT_NE(m.find(prefix_.child("model.h5").str()), std::string::npos) << m;
+  EXPECT_EQ(m.find("wrong-secret-x9"), std::string::npos) << m;
   EXPECT_EQ(s.stats().retries, 0u);  // an answer, not a transient failure
 }
 
 TEST_F(ObjectStoreTest, MissingObjectAndRangePastTheEnd) {
-  try {
-    store_->size_of(prefix_.child("no-such.h5"));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Io);
-    EXPECT_NE(std::string(e.what()).find("no such object"), std::string::npos) << e.what();
-  }
+  const std::string missing = error_of([&] { store_->size_of(prefix_.child("no-such.h5")); }, ErrorKind::Io);
+  EXPECT_NE(missing.find("no such object"), std::string::npos) << missing;
   const S3Url m = prefix_.child("model.h5");
   const uint64_t size = store_->size_of(m);
   std::vector<char> b(100);
-  try {
-    store_->read(m, size - 10, b.size(), b.data());
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
-    EXPECT_NE(std::string(e.what()).find("past the object's end"), std::string::npos) << e.what();
-  }
+  const std::string past = error_of([&] { store_->read(m, size - 10, b.size(), b.data()); }, ErrorKind::BadInput);
+  EXPECT_NE(past.find("past the object's end"), std::string::npos) << past;
 }
 
 TEST_F(ObjectStoreTest, UnreachableEndpointIsRetriedThenNamed) {
@@ -187,15 +184,9 @@ TEST_F(ObjectStoreTest, UnreachableEndpointIsRetriedThenNamed) {
   c.backoff_s = 0.05;
   ObjectStore s(c);
   const auto t0 = std::chrono::steady_clock::now();
-  try {
-    s.size_of(prefix_.child("model.h5"));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Io);
-    const std::string m = e.what();
-    EXPECT_NE(m.find("unreachable after 4 attempts"), std::string::npos) << m;
-    EXPECT_NE(m.find("http://127.0.0.1:9"), std::string::npos) << m;
-  }
+  const std::string m = error_of([&] { s.size_of(prefix_.child("model.h5")); }, ErrorKind::Io);
+  EXPECT_NE(m.find("unreachable after 4 attempts"), std::string::npos) << m;
+  EXPECT_NE(m.find("http://127.0.0.1:9"), std::string::npos) << m;
   const double s_taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(s.stats().retries, 3u);
   EXPECT_EQ(s.stats().requests, 4u);
