@@ -59,7 +59,8 @@ std::vector<std::string> ModelLocation::shard_names() const {
 
 ModelLocation model_location(const std::string& uri, const S3Config& s3) {
   if (!is_s3_url(uri)) return ModelLocation(uri);
-  return ModelLocation(parse_s3_url(uri), std::make_shared<const ObjectStore>(s3));
+  const S3Url url = parse_s3_url(uri);  // a malformed URL is reported before missing credentials
+  return ModelLocation(url, std::make_shared<const ObjectStore>(s3));
 }
 
 }  // namespace moerun::io

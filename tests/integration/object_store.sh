@@ -55,6 +55,15 @@ check "wrong secret: the secret is not printed, no output" bash -c \
   "! grep -q not-the-secret-q7 '$WORK/bad.err' && [ ! -e '$WORK/bad.jsonl' ]"
 
 status=0
+env -u AWS_SECRET_ACCESS_KEY "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/nocred.jsonl" \
+  > "$WORK/nocred.err" 2>&1 || status=$?
+check "no credentials: exit 2 naming the variables" bash -c \
+  "[ $status -eq 2 ] && grep -q 'set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY' '$WORK/nocred.err'"
+status=0
+"$MOERUN" infer --model s3://Bad_Bucket/x --input "$WORK/reqs.jsonl" --output "$WORK/badurl.jsonl" > "$WORK/badurl.err" 2>&1 || status=$?
+check "malformed s3:// URL: exit 2 naming the bucket" bash -c "[ $status -eq 2 ] && grep -q 'bucket name \"Bad_Bucket\"' '$WORK/badurl.err'"
+
+status=0
 AWS_ENDPOINT_URL=http://127.0.0.1:9 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/unr.jsonl" \
   --s3-retries 2 > "$WORK/unr.err" 2>&1 || status=$?
 check "unreachable store: exit 4 after 3 attempts" bash -c \
