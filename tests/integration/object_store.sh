@@ -3,7 +3,8 @@
 # with s3api and SigV4 on loopback and uploads a synthetic model. Then:
 #   - the client tests (test_object_store: listings, ranged reads, round trips against ros3, errors);
 #   - `infer --model s3://…` gives the same tokens as the local model (one process, and np 3 with a
-#     small L1 so experts stream from the store during the run);
+#     small L1 so experts stream from the store during the run); with an L2 directory a second run
+#     reads no expert from the store;
 #   - a wrong secret fails with exit 4 and an access-denied message that does not print the secret;
 #   - the server stopped mid-run: retries, then exit 4 naming the store, no output file;
 #   - the server stopped and back within the retry budget: the run finishes with the same tokens.
@@ -44,6 +45,22 @@ check "the summary and --stats-json count object-store requests" bash -c \
 $MPI -np 3 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/s3-np3.jsonl" --quiet \
   --l1-bytes $((3 * EXPERT)) --prefetch lru --stats-json "$WORK/s3-np3.stats"
 check "np 3, L1 = 25%, --model s3://: same tokens as the local model" cmp -s "$WORK/ref.jsonl" "$WORK/s3-np3.jsonl"
+
+# The tiers together: a first run fills L2 from the store, a second run on the same --l2-dir reads
+# no expert from the store (only the start-up requests: HEADs and the listing).
+for run in cold warm; do
+  "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/l2-$run.jsonl" --quiet \
+    --l1-bytes $((6 * EXPERT)) --l2-dir "$WORK/l2" --stats-json "$WORK/l2-$run.stats"
+done
+check "s3:// with L2: the second run reads every expert from L2, none from the store, same tokens" "$PY" - \
+  "$WORK/l2-cold.stats" "$WORK/l2-warm.stats" "$WORK/ref.jsonl" "$WORK/l2-warm.jsonl" <<'PY'
+import json, sys
+cold, warm = (json.load(open(f)) for f in sys.argv[1:3])
+assert cold["cache"]["l3_reads"] >= 24 and warm["cache"]["l3_reads"] == 0, (cold["cache"], warm["cache"])
+assert warm["cache"]["l2_hits"] > 0
+assert warm["object_store"]["requests"] < 8 and warm["object_store"]["bytes"] < 73728, warm["object_store"]
+assert open(sys.argv[3]).read() == open(sys.argv[4]).read()
+PY
 
 status=0
 AWS_SECRET_ACCESS_KEY=not-the-secret-q7 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" \
