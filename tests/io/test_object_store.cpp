@@ -2,9 +2,13 @@
 // started by tests/integration/object_store.sh, which passes the model's URL, its local copy and the
 // proxy's log through the environment): listings and sizes, ranged reads byte-equal to the local
 // files, one request per expert, ranged GET against HDF5's ros3 driver in round trips, and the
-// error wording for a wrong secret, a missing object, a range past the end and an unreachable
-// endpoint (with its retries counted).
+// error wording for a wrong secret, a missing object, a range past the end, an unreachable endpoint
+// and one that never answers (with their retries counted).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -193,6 +197,36 @@ TEST_F(ObjectStoreTest, UnreachableEndpointIsRetriedThenNamed) {
   // Backoff 0.05, 0.1, 0.2 s with jitter in [d/2, d]: between 0.175 and 0.35 s of waiting.
   EXPECT_GE(s_taken, 0.17);
   EXPECT_LT(s_taken, 5.0);
+}
+
+// A server that takes the connection but never answers: each attempt ends at --s3-timeout and is
+// retried like any transient failure. (A listening socket that never accepts: the kernel completes
+// the handshake from the backlog, and the request waits for an answer that does not come.)
+TEST_F(ObjectStoreTest, SilentServerTimesOutAndIsRetried) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 8), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  S3Config c = config_from_env();
+  c.endpoint = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  c.retries = 1;
+  c.timeout_s = 0.3;
+  c.backoff_s = 0.01;
+  ObjectStore s(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string m = error_of([&] { s.size_of(prefix_.child("model.h5")); }, ErrorKind::Io);
+  const double taken = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_NE(m.find("unreachable after 2 attempts"), std::string::npos) << m;
+  EXPECT_NE(m.find("Timeout"), std::string::npos) << m;
+  EXPECT_EQ(s.stats().retries, 1u);
+  EXPECT_GE(taken, 0.6);  // two attempts of 0.3 s
+  EXPECT_LT(taken, 5.0);
 }
 
 TEST(S3Url, ParsesAndRejects) {
