@@ -20,6 +20,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$UPLOAD_DIR" ] && [ -z "$BUCKET" ] && BUCKET=moerun
+if [ -n "$UPLOAD_DIR" ] && [ ! -f "$UPLOAD_DIR/model.h5" ]; then
+  echo "objectstore/start.sh: $UPLOAD_DIR/model.h5: no such file (--upload takes a model directory)" >&2; exit 2
+fi
 
 missing=()
 for p in swift-proxy swift-object swift-container swift-account memcached curl; do
