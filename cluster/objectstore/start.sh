@@ -20,8 +20,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$UPLOAD_DIR" ] && [ -z "$BUCKET" ] && BUCKET=moerun
-if [ -n "$UPLOAD_DIR" ] && [ ! -f "$UPLOAD_DIR/model.h5" ]; then
-  echo "objectstore/start.sh: $UPLOAD_DIR/model.h5: no such file (--upload takes a model directory)" >&2; exit 2
+if [ -n "$UPLOAD_DIR" ]; then
+  if [ ! -f "$UPLOAD_DIR/model.h5" ]; then
+    echo "objectstore/start.sh: $UPLOAD_DIR/model.h5: no such file (--upload takes a model directory)" >&2; exit 2
+  fi
+  UPLOAD_DIR=$(cd "$UPLOAD_DIR" && pwd)  # the script changes directory below
 fi
 
 missing=()
@@ -142,7 +145,7 @@ if [ -n "$BUCKET" ]; then
 fi
 if [ -n "$UPLOAD_DIR" ]; then
   for f in "$UPLOAD_DIR"/model.h5 "$UPLOAD_DIR"/experts-*.h5; do
-    [ -f "$f" ] && s3 PUT "$BUCKET/$UPLOAD_PREFIX/$(basename "$f")" -T "$f" -o /dev/null
+    s3 PUT "$BUCKET/$UPLOAD_PREFIX/$(basename "$f")" -T "$f" -o /dev/null
   done
   echo "# uploaded $UPLOAD_DIR to s3://$BUCKET/$UPLOAD_PREFIX" >&2
 fi
