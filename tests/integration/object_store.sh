@@ -21,7 +21,8 @@ requests "$WORK/long.jsonl" 24 24   # long enough (several seconds at np 3) to l
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/long.jsonl" --output "$WORK/long-ref.jsonl" --quiet
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet
 
-eval "$("$ROOT/cluster/objectstore/start.sh" --bucket moerun-test --upload "$WORK/m" models/tiny)"
+# A relative model directory, as in the README's example.
+eval "$(cd "$WORK" && "$ROOT/cluster/objectstore/start.sh" --bucket moerun-test --upload m models/tiny)"
 code=$(curl -s -o /dev/null -w '%{http_code}' "$AWS_ENDPOINT_URL/moerun-test/models/tiny/model.h5")
 check "the object store is up and refuses an unsigned request (HTTP $code)" test "${code:0:1}" = 4
 URL=s3://moerun-test/models/tiny
