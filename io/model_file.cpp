@@ -86,10 +86,9 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
   }
 }
 
-ModelConfig read_model_config(const ModelLocation& model) {
-  model.check_exists();
-  const std::string fname = model.file("model.h5");
-  H5Handle file = model.open("model.h5");
+namespace {
+// The root attributes of an open model.h5 (`fname` names it in messages).
+ModelConfig read_model_config(hid_t file, const std::string& fname) {
   try {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
@@ -123,13 +122,20 @@ ModelConfig read_model_config(const ModelLocation& model) {
     throw Error(e.kind(), fname + ": " + msg);
   }
 }
+}  // namespace
+
+ModelConfig read_model_config(const ModelLocation& model) {
+  model.check_exists();
+  return read_model_config(model.open("model.h5"), model.file("model.h5"));
+}
 
 DenseWeights load_dense_weights(const ModelLocation& model, bool check) {
+  model.check_exists();
   DenseWeights w;
-  w.config = read_model_config(model);
-  const ModelConfig& c = w.config;
   const std::string fname = model.file("model.h5");
-  H5Handle file = model.open("model.h5");
+  H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
+  w.config = read_model_config(file, fname);
+  const ModelConfig& c = w.config;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, check);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, check);

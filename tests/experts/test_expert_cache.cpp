@@ -57,6 +57,19 @@ class ExpertCacheTest : public ::testing::Test {
   std::unique_ptr<ExpertCache> make(const ExpertCacheConfig& c, const io::AffinityGraph* g = nullptr) {
     return std::make_unique<ExpertCache>(c, *index_, [](int64_t, int64_t) { return true; }, g);
   }
+  // A graph over this model's 2 layers x 4 experts with no edges; tests set what they need.
+  static io::AffinityGraph empty_graph(int64_t top_k) {
+    io::AffinityGraph g;
+    g.num_layers = 2;
+    g.num_experts = 4;
+    g.top_k = top_k;
+    g.tokens = 100;
+    g.next.assign(4 * 4, 0.0);
+    g.next_counts.assign(4 * 4, 0);
+    g.coactivation.assign(2 * 4 * 4, 0.0);
+    g.coactivation_counts.assign(2 * 4 * 4, 0);
+    return g;
+  }
   // One layer's work for `experts`: announce, then acquire and release each in the cache's order.
   static void run_layer(ExpertCache& c, int64_t layer, const std::vector<int64_t>& experts) {
     std::vector<int64_t> rows(4, 0);
@@ -167,15 +180,7 @@ TEST_F(ExpertCacheTest, LruEvictsTheLeastRecentlyUsed) {
 TEST_F(ExpertCacheTest, AffinityEvictsTheLowestPredictedUse) {
   // A graph in which expert 0 of layer 0 is used by 90% of tokens and expert 1 by 10%; no
   // next-layer edges, so nothing is prefetched.
-  io::AffinityGraph g;
-  g.num_layers = 2;
-  g.num_experts = 4;
-  g.top_k = 2;
-  g.tokens = 100;
-  g.next.assign(4 * 4, 0.0);
-  g.next_counts.assign(4 * 4, 0);
-  g.coactivation.assign(2 * 4 * 4, 0.0);
-  g.coactivation_counts.assign(2 * 4 * 4, 0);
+  io::AffinityGraph g = empty_graph(2);
   g.frequency = {0.9, 0.1, 0.5, 0.5, 0, 0, 0, 0};
   auto c = make(cfg(2, PrefetchPolicy::Affinity), &g);
   run_layer(*c, 0, {0});
@@ -196,16 +201,8 @@ TEST_F(ExpertCacheTest, AffinityEvictsTheLowestPredictedUse) {
 }
 
 TEST_F(ExpertCacheTest, AffinityPrefetchLoadsThePredictedNextLayer) {
-  io::AffinityGraph g;
-  g.num_layers = 2;
-  g.num_experts = 4;
-  g.top_k = 1;
-  g.tokens = 100;
-  g.next.assign(4 * 4, 0.0);
-  g.next_counts.assign(4 * 4, 0);
+  io::AffinityGraph g = empty_graph(1);
   g.next[0 * 4 + 3] = 1.0;  // expert 0 at layer 0 -> expert 3 at layer 1, always
-  g.coactivation.assign(2 * 4 * 4, 0.0);
-  g.coactivation_counts.assign(2 * 4 * 4, 0);
   g.frequency = {1, 0, 0, 0, 0, 0, 0, 1};
   auto c = make(cfg(2, PrefetchPolicy::Affinity), &g);
   run_layer(*c, 0, {0});

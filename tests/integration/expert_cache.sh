@@ -68,6 +68,9 @@ expect_fail 2 "an L1 smaller than one expert" "--l1-bytes" --l1-bytes 1000
 expect_fail 2 "an unknown policy" "--prefetch" --l1-bytes 1M --prefetch mru
 expect_fail 2 "a size with a bad unit" "--l1-bytes" --l1-bytes 12X
 expect_fail 2 "--l2-dir without an L1 budget" "--l1-bytes" --l2-dir "$WORK/l2-x"
+expect_fail 2 "an unknown L2 I/O mode" "--l2-io" --l1-bytes 1M --l2-dir "$WORK/l2-y" --l2-io mmap
+expect_fail 2 "negative --s3-retries" "--s3-retries" --s3-retries -1
+expect_fail 2 "a zero --s3-timeout" "--s3-timeout" --s3-timeout 0
 expect_fail 4 "a missing affinity file" "$WORK/none.h5" --l1-bytes 1M --prefetch affinity --affinity "$WORK/none.h5"
 # A graph built from another model's traces (4 experts, not 8).
 "$MOERUN" synth --out "$WORK/m4" --layers 3 --experts 4 --top-k 2 --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 \
