@@ -4,8 +4,11 @@ MOERUN_DEBIAN_PACKAGES=(
   build-essential cmake ccache pkg-config git
   libopenmpi-dev openmpi-bin libucx-dev libhdf5-dev libboost-program-options-dev libgtest-dev
   libdnnl-dev nlohmann-json3-dev libcurl4-openssl-dev libxxhash-dev iproute2
+  # libdnnl-dev's CMake config calls find_package(OpenCL); the package is only a Recommends,
+  # which --no-install-recommends skips, so configure fails on a fresh machine without it.
+  ocl-icd-opencl-dev
 )
-MOERUN_TEST_PACKAGES=(python3 python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib slurm-wlm munge
+MOERUN_TEST_PACKAGES=(python3 ca-certificates python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib slurm-wlm munge
   swift-proxy swift-object swift-container swift-account memcached curl)
 
 moerun_install_packages() {
@@ -26,7 +29,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 moerun_build() {  # moerun_build ROOT BUILD_DIR TARGET [extra cmake args...]   (TARGET: all, moerun, ...)
   local root=$1 build=$2 target=$3; shift 3
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOERUN_BUILD_TESTS=ON "$@" > "$build.configure.log" 2>&1 || {
-    cat "$build.configure.log" >&2; return 1; }
+  mkdir -p "$build"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMOERUN_BUILD_TESTS=ON "$@" > "$build/configure.log" 2>&1 || {
+    cat "$build/configure.log" >&2; return 1; }
   cmake --build "$build" --target "$target" -j "${MOERUN_BUILD_JOBS:-2}"
 }

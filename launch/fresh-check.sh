@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Runs both README commands the way a new user's machine would: builds a Debian 12 minbase root with
+# debootstrap, copies this checkout in (tracked and untracked files, no build outputs), and runs
+# launch/demo.sh and then launch/test.sh inside it with /proc, /sys and /dev bind-mounted. Not run
+# in CI (it downloads a whole distribution); run it before resolving anything that touches
+# dependencies. Needs root and about 10 GB free under the root directory.
+#
+# Usage: launch/fresh-check.sh [--root DIR] [--keep] [--only demo|test] [-- extra launch/test.sh args]
+#   --root DIR   where to build the root (default /var/tmp/moerun-fresh-root; must not exist,
+#                unless --reuse)
+#   --reuse      reuse an existing root made by an earlier run (skips debootstrap; the checkout is
+#                copied anew)
+#   --keep       keep the root afterwards (default: unmount and delete it)
+#   --only W     run only demo.sh or only test.sh
+#   --ref REF    copy the committed tree of REF (e.g. HEAD) instead of the working tree
+# Output: the log of each command under $ROOT_DIR.logs/ (next to the root), a summary on stdout.
+# Exit status: 0 when both commands passed.
+set -euo pipefail
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT_DIR=/var/tmp/moerun-fresh-root
+KEEP=0 REUSE=0 ONLY="" REF=""
+TEST_ARGS=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --root) ROOT_DIR=$2; shift 2 ;;
+    --keep) KEEP=1; shift ;;
+    --reuse) REUSE=1; shift ;;
+    --only) ONLY=$2; shift 2 ;;
+    --ref) REF=$2; shift 2 ;;
+    --) shift; TEST_ARGS=("$@"); break ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "fresh-check: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $ONLY in ""|demo|test) ;; *) echo "fresh-check: --only takes demo or test" >&2; exit 2 ;; esac
+[ "$(id -u)" -eq 0 ] || { echo "fresh-check: needs root (debootstrap, chroot, bind mounts)" >&2; exit 2; }
+case $ROOT_DIR in /|/tmp|/var/tmp|"") echo "fresh-check: refusing --root $ROOT_DIR" >&2; exit 2 ;; esac
+LOGS=$ROOT_DIR.logs
+mkdir -p "$LOGS"
+
+MOUNTS=(proc sys dev)
+unmount_all() {
+  # Bind mounts go before the root does: deleting through a live /dev bind would delete the host's.
+  for m in "${MOUNTS[@]}"; do
+    if mountpoint -q "$ROOT_DIR/$m"; then umount -R "$ROOT_DIR/$m" || umount -R -l "$ROOT_DIR/$m"; fi
+  done
+}
+cleanup() {
+  unmount_all
+  for m in "${MOUNTS[@]}"; do
+    if mountpoint -q "$ROOT_DIR/$m"; then echo "fresh-check: $ROOT_DIR/$m still mounted; not deleting the root" >&2; return; fi
+  done
+  if [ "$KEEP" -eq 0 ] && [ -d "$ROOT_DIR" ]; then rm -rf --one-file-system "$ROOT_DIR"; fi
+}
+trap cleanup EXIT
+
+if [ "$REUSE" -eq 1 ] && [ -x "$ROOT_DIR/bin/bash" ]; then
+  echo "== reusing $ROOT_DIR" >&2
+else
+  [ -e "$ROOT_DIR" ] && { echo "fresh-check: $ROOT_DIR exists (remove it, or pass --reuse)" >&2; trap - EXIT; exit 2; }
+  command -v debootstrap > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap > /dev/null; }
+  echo "== debootstrap --variant=minbase bookworm $ROOT_DIR" >&2
+  debootstrap --variant=minbase bookworm "$ROOT_DIR" http://deb.debian.org/debian > "$LOGS/debootstrap.log" 2>&1 || {
+    tail -20 "$LOGS/debootstrap.log" >&2; exit 1; }
+fi
+
+# The machine's package-index settings (what a fresh machine of this kind would have): Debian's
+# suites with security updates, apt's Acquire settings, pip's configuration and certificates.
+cat > "$ROOT_DIR/etc/apt/sources.list" <<'EOF'
+deb http://deb.debian.org/debian bookworm main
+deb http://deb.debian.org/debian bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+EOF
+for f in /etc/apt/apt.conf.d/*; do
+  grep -q '^Acquire' "$f" 2>/dev/null && cp "$f" "$ROOT_DIR/etc/apt/apt.conf.d/"
+done
+[ -f /etc/pip.conf ] && cp /etc/pip.conf "$ROOT_DIR/etc/pip.conf"
+cp /etc/resolv.conf "$ROOT_DIR/etc/resolv.conf" 2>/dev/null || true
+cp /etc/hosts "$ROOT_DIR/etc/hosts"
+PASS_ENV=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb)
+while IFS='=' read -r k v; do PASS_ENV+=("$k=$v"); done < <(env | grep -E '^(PIP_|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)' || true)
+
+# The checkout as git sees it: tracked and untracked-but-not-ignored files, so build outputs stay out.
+rm -rf "$ROOT_DIR/src/moerun"
+mkdir -p "$ROOT_DIR/src/moerun"
+if [ -n "$REF" ]; then
+  git -C "$SRC" archive --format=tar "$REF" | tar -xf - -C "$ROOT_DIR/src/moerun"
+else
+  (cd "$SRC" && git ls-files -co --exclude-standard -z | tar --null --ignore-failed-read -T - -cf - 2> /dev/null) |
+    tar -xf - -C "$ROOT_DIR/src/moerun"
+fi
+# A git repository inside, as a clean clone has (some scripts ask git for the tree).
+cp -a "$SRC/.git" "$ROOT_DIR/src/moerun/.git"
+
+mount --bind /proc "$ROOT_DIR/proc"
+mount --rbind /sys "$ROOT_DIR/sys" && mount --make-rslave "$ROOT_DIR/sys"
+mount --rbind /dev "$ROOT_DIR/dev" && mount --make-rslave "$ROOT_DIR/dev"
+
+run_in_root() {  # run_in_root NAME COMMAND...
+  local name=$1; shift
+  echo "== $name (log: $LOGS/$name.log)" >&2
+  local t0=$SECONDS rc=0
+  chroot "$ROOT_DIR" /usr/bin/env -i "${PASS_ENV[@]}" bash -c 'cd /src/moerun && "$@"' bash "$@" > "$LOGS/$name.log" 2>&1 || rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$LOGS/summary.txt"
+  [ "$rc" -eq 0 ] || tail -40 "$LOGS/$name.log" >&2
+  return "$rc"
+}
+: > "$LOGS/summary.txt"
+status=0
+if [ "$ONLY" != test ]; then run_in_root demo launch/demo.sh || status=1; fi
+if [ "$ONLY" != demo ]; then run_in_root test launch/test.sh "${TEST_ARGS[@]}" || status=1; fi
+grep -E "tests passed|tests failed|Total Test time" "$LOGS/test.log" 2>/dev/null | tee -a "$LOGS/summary.txt" || true
+echo "fresh-check: $( [ $status -eq 0 ] && echo PASSED || echo FAILED ) (logs in $LOGS)"
+exit $status
