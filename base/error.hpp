@@ -16,9 +16,37 @@ enum class ErrorKind : int {
   Comm = 5,      // communication failure between ranks
 };
 
+// `s` with every byte that is not part of a printable UTF-8 character written as \xNN: messages
+// quote names and values read from input files, and a corrupt file must not put control bytes,
+// line breaks or broken UTF-8 into the one error line.
+inline std::string printable(const std::string& s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const std::size_t n = s.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool ok = len > 0 && i + len <= n && (len > 1 || (c >= 0x20 && c != 0x7f));
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xc0) == 0x80;
+    if (ok && len == 2) ok = c >= 0xc2;  // no overlong forms
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+      ++i;
+    }
+  }
+  return out;
+}
+
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Error(ErrorKind kind, const std::string& what) : std::runtime_error(printable(what)), kind_(kind) {}
   ErrorKind kind() const { return kind_; }
   int exit_code() const { return static_cast<int>(kind_); }
 

@@ -1,6 +1,8 @@
 // All-to-all benchmark.
 #include "comm/alltoallv_bench.hpp"
 
+#include "base/host.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -57,8 +59,17 @@ double measure_memcpy(MPI_Comm world) {
 
 void A2aBenchConfig::validate() const {
   if (min_bytes < 4 || max_bytes < min_bytes) fail(ErrorKind::Usage, "bench a2a: need 4 <= --min-bytes <= --max-bytes");
+  // Each rank holds a send and a receive buffer of --max-bytes (and hier its node window): bounded
+  // here, so that a typo is a usage error and not a process killed for memory.
+  const int64_t mem = host_memory_bytes();
+  const int64_t limit = std::min<int64_t>(int64_t{1} << 32, mem > 0 ? mem / 8 : int64_t{1} << 32);
+  if (max_bytes > limit)
+    fail(ErrorKind::Usage, "--max-bytes ", max_bytes, " is more than this benchmark can hold (at most ", limit,
+         ": 4 GiB, or an eighth of this host's memory)");
   if (step_factor < 2) fail(ErrorKind::Usage, "--step-factor must be >= 2");
-  if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
+  if (iters < 1 || warmup < 0) fail(ErrorKind::Usage, "--iters must be >= 1 and --warmup >= 0");
+  if (!(skew >= 0 && skew <= 100)) fail(ErrorKind::Usage, "--skew must be in [0, 100], not ", skew);
+  if (!(timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
   for (const auto& p : patterns)
     if (p != "uniform" && p != "zipf" && p != "m2n") fail(ErrorKind::Usage, "--patterns: \"", p, "\" is not uniform, zipf or m2n");
   for (const auto& a : algos)

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cmath>
 #include <omp.h>
-#include <xxhash.h>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -313,7 +312,7 @@ void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::E
   raw = source_.read_raw(l, e);
   const double read = since(t0);
   t0 = Clock::now();
-  io::verify_expert(raw.data(), source_.config(), want, cfg_.check_finite, source_.where(l, e), l, e);
+  io::verify_expert(raw.data(), source_.config(), want, source_.where(l, e), l, e);
   const double verify = since(t0);
   t0 = Clock::now();
   pack_expert_from_raw(mm, raw.data(), source_.config(), into);
@@ -337,8 +336,9 @@ void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::Exper
     if (l2_->read(l, e, source_.checksum(l, e), blob_parts(slot))) {  // checksummed by the blob store
       const double read = since(t0);
       const auto t1 = Clock::now();
-      if (cfg_.check_finite) {
-        // The packed form has the same elements (plus zero padding): a NaN scan still finds any.
+      {
+        // The packed form has the same elements (plus zero padding): a NaN scan still finds any,
+        // e.g. in an L2 written before loads were scanned.
         const std::string gp = io::expert_group_path(l, e);
         for (auto [m, name] : {std::pair{&slot.w1, "/w1"}, std::pair{&slot.w3, "/w3"}, std::pair{&slot.w2, "/w2"}})
           io::check_finite(m->data.data(), m->dtype, 1, static_cast<int64_t>(m->data.size() / dtype_size(m->dtype)),

@@ -39,7 +39,6 @@ struct ExpertCacheConfig {
   bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
   PrefetchPolicy prefetch = PrefetchPolicy::Lru;
   int io_threads = 2;
-  bool check_finite = false;
   void validate() const;
 };
 

@@ -3,16 +3,25 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
+#include "base/host.hpp"
 
 namespace moerun::experts {
 
 ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& c,
-                                 const std::function<bool(int64_t, int64_t)>& owns, bool check_finite, Matmul& mm)
+                                 const std::function<bool(int64_t, int64_t)>& owns, Matmul& mm)
     : num_experts_(c.num_experts) {
+  int64_t owned = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
+  const int64_t need = owned * c.bytes_per_expert(), have = host_memory_bytes();
+  if (have > 0 && need > have)
+    fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
+         " experts need ", need >> 20, " MiB in memory, more than this host's ", have >> 20,
+         " MiB; use more expert ranks or the expert cache (--l1-bytes)");
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) {
       if (!owns(l, e)) continue;
-      io::ExpertWeights w = index.load(l, e, check_finite);
+      io::ExpertWeights w = index.load(l, e);
       pack_expert(mm, w);
       weights_.emplace(l * c.num_experts + e, std::move(w));
     }

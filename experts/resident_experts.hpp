@@ -20,7 +20,7 @@ class ResidentExperts : public ExpertStore {
   explicit ResidentExperts(int64_t num_experts) : num_experts_(num_experts) {}
   // Loads every (layer, expert) for which `owns` is true and packs it for `mm` (see Matmul::pack).
   ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& config,
-                  const std::function<bool(int64_t, int64_t)>& owns, bool check_finite, Matmul& mm);
+                  const std::function<bool(int64_t, int64_t)>& owns, Matmul& mm);
 
   void insert(int64_t layer, int64_t expert, io::ExpertWeights w) { weights_[layer * num_experts_ + expert] = std::move(w); }
   const io::ExpertWeights& get(int64_t layer, int64_t expert) const;

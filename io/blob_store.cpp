@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <cerrno>
 #include <cstring>
@@ -14,7 +13,8 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
-#include "io/result_journal.hpp"
+#include "base/xxh64.hpp"
+#include "io/output_file.hpp"
 
 namespace moerun::io {
 namespace {
@@ -135,11 +135,10 @@ bool BlobStore::read(int64_t layer, int64_t expert, uint64_t source_xxh64, const
     // The last part's padding may lie past the end of the file (buffered reads only).
     vectored = got >= 0 && static_cast<uint64_t>(got) >= total - (round_up(b.parts.back()) - b.parts.back());
   }
-  XXH64_state_t* st = XXH64_createState();
-  XXH64_reset(st, 0);
+  Xxh64 sum;
   bool complete = sizes_match;
   if (vectored) {
-    for (const BlobPart& p : into) XXH64_update(st, p.data, p.size);
+    for (const BlobPart& p : into) sum.bytes(p.data, p.size);
   }
   uint64_t off = b.offset;
   for (std::size_t i = 0; i < into.size() && complete && !vectored; ++i) {
@@ -153,11 +152,10 @@ bool BlobStore::read(int64_t layer, int64_t expert, uint64_t source_xxh64, const
     const bool direct = direct_ && p.capacity >= round_up(p.size) && reinterpret_cast<uintptr_t>(p.data) % kPage == 0;
     const uint64_t want = direct ? round_up(p.size) : p.size;
     complete = pread_full(direct ? direct_fd_ : fd_, p.data, want, off) >= p.size;
-    if (complete) XXH64_update(st, p.data, p.size);
+    if (complete) sum.bytes(p.data, p.size);
     off += round_up(p.size);
   }
-  const bool intact = complete && XXH64_digest(st) == b.xxh64;
-  XXH64_freeState(st);
+  const bool intact = complete && sum.digest() == b.xxh64;
   if (!intact) {
     std::lock_guard<std::mutex> lock(mu_);
     return drop_locked(layer, expert, "corrupt");
@@ -168,14 +166,12 @@ bool BlobStore::read(int64_t layer, int64_t expert, uint64_t source_xxh64, const
 bool BlobStore::put(int64_t layer, int64_t expert, const std::vector<ConstBlobPart>& parts, uint64_t source_xxh64) {
   BlobEntry b;
   b.source_xxh64 = source_xxh64;
-  XXH64_state_t* st = XXH64_createState();
-  XXH64_reset(st, 0);
+  Xxh64 sum;
   for (const ConstBlobPart& p : parts) {
     b.parts.push_back(p.size);
-    XXH64_update(st, p.data, p.size);
+    sum.bytes(p.data, p.size);
   }
-  b.xxh64 = XXH64_digest(st);
-  XXH64_freeState(st);
+  b.xxh64 = sum.digest();
 
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.count({layer, expert})) return true;

@@ -4,10 +4,10 @@
 #include <cstring>
 #include <mutex>
 
-#include <xxhash.h>
 
 #include <algorithm>
 
+#include "base/xxh64.hpp"
 #include "io/model_file.hpp"
 
 namespace moerun::io {
@@ -33,14 +33,7 @@ std::string shard_file_name(int index) {
 }
 
 uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_w13_each, std::size_t bytes_w2) {
-  XXH64_state_t* st = XXH64_createState();
-  XXH64_reset(st, 0);
-  XXH64_update(st, w1, bytes_w13_each);
-  XXH64_update(st, w3, bytes_w13_each);
-  XXH64_update(st, w2, bytes_w2);
-  uint64_t h = XXH64_digest(st);
-  XXH64_freeState(st);
-  return h;
+  return Xxh64().bytes(w1, bytes_w13_each).bytes(w3, bytes_w13_each).bytes(w2, bytes_w2).digest();
 }
 
 ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const ModelConfig& c) {
@@ -57,47 +50,49 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
     const std::string fname = model.file(idx.shard_files_[si]);
     idx.shards_.push_back(fname);
     H5Handle file = model.open(idx.shard_files_[si]);
-    if (!h5_exists(file, "/layers")) continue;  // an empty shard is allowed
-    for (const std::string& ls : h5_children(file, "/layers")) {
-      int64_t l;
-      if (!parse_index(ls, c.num_layers, &l))
-        fail(ErrorKind::BadInput, fname, ": group /layers/", ls, " is not a layer index in [0, ", c.num_layers, ")");
-      const std::string lp = "/layers/" + ls + "/experts";
-      if (!h5_exists(file, lp)) continue;
-      for (const std::string& es : h5_children(file, lp)) {
-        int64_t e;
-        if (!parse_index(es, c.num_experts, &e))
-          fail(ErrorKind::BadInput, fname, ": group ", lp, "/", es, " is not an expert index in [0, ", c.num_experts, ")");
-        const std::string gp = expert_group_path(l, e);
-        ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
-        if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
-        expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
-        expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
-        expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
-        H5Handle group = h5_open_object(file, gp);
-        std::optional<uint64_t> sum;
-        try {
-          sum = h5_attr_uint64(group, "xxh64");
-        } catch (const Error& err) {
-          fail(ErrorKind::BadInput, fname, ": ", gp, ": ", err.what());
-        }
-        if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
-        loc.shard = fname;
-        loc.shard_index = static_cast<int>(si);
-        loc.xxh64 = *sum;
-        if (model.remote()) {
-          // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
-          // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
-          loc.raw_chunks = true;
-          const char* names[3] = {"/w1", "/w3", "/w2"};
-          for (int m = 0; m < 3 && loc.raw_chunks; ++m) {
-            const auto ext = h5_single_chunk(file, gp + names[m]);
-            loc.raw_chunks = ext && ext->size == each && ext->filter_mask == 0 && h5_filter_count(file, gp + names[m]) == 0;
-            if (loc.raw_chunks) loc.offset[m] = ext->address;
+    h5_reading(fname, [&] {
+      if (!h5_exists(file, "/layers")) return;  // an empty shard is allowed
+      for (const std::string& ls : h5_children(file, "/layers")) {
+        int64_t l;
+        if (!parse_index(ls, c.num_layers, &l))
+          fail(ErrorKind::BadInput, fname, ": group /layers/", ls, " is not a layer index in [0, ", c.num_layers, ")");
+        const std::string lp = "/layers/" + ls + "/experts";
+        if (!h5_exists(file, lp)) continue;
+        for (const std::string& es : h5_children(file, lp)) {
+          int64_t e;
+          if (!parse_index(es, c.num_experts, &e))
+            fail(ErrorKind::BadInput, fname, ": group ", lp, "/", es, " is not an expert index in [0, ", c.num_experts, ")");
+          const std::string gp = expert_group_path(l, e);
+          ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
+          if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
+          expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
+          expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
+          expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
+          H5Handle group = h5_open_object(file, gp);
+          std::optional<uint64_t> sum;
+          try {
+            sum = h5_attr_uint64(group, "xxh64");
+          } catch (const Error& err) {
+            fail(ErrorKind::BadInput, fname, ": ", gp, ": ", err.what());
+          }
+          if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
+          loc.shard = fname;
+          loc.shard_index = static_cast<int>(si);
+          loc.xxh64 = *sum;
+          if (model.remote()) {
+            // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
+            // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
+            loc.raw_chunks = true;
+            const char* names[3] = {"/w1", "/w3", "/w2"};
+            for (int m = 0; m < 3 && loc.raw_chunks; ++m) {
+              const auto ext = h5_single_chunk(file, gp + names[m]);
+              loc.raw_chunks = ext && ext->size == each && ext->filter_mask == 0 && h5_filter_count(file, gp + names[m]) == 0;
+              if (loc.raw_chunks) loc.offset[m] = ext->address;
+            }
           }
         }
       }
-    }
+    });
   }
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e)
@@ -116,17 +111,15 @@ std::size_t expert_raw_bytes(const ModelConfig& c) {
   return static_cast<std::size_t>(3 * c.intermediate_size * c.hidden_size) * dtype_size(c.dtype);
 }
 
-void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, bool check, const std::string& where, int64_t layer,
+void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
                    int64_t expert) {
   const std::string gp = expert_group_path(layer, expert);
   const std::size_t each = expert_raw_bytes(c) / 3;
   const auto* b = static_cast<const unsigned char*>(raw);
-  // The NaN scan (when asked) comes first: it names the tensor and element, the checksum cannot.
-  if (check) {
-    check_finite(b, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w1");
-    check_finite(b + each, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w3");
-    check_finite(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, where, gp + "/w2");
-  }
+  // The NaN scan comes first: it names the tensor and element, the checksum cannot.
+  check_finite(b, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w1");
+  check_finite(b + each, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w3");
+  check_finite(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, where, gp + "/w2");
   const uint64_t sum = expert_checksum(b, b + each, b + 2 * each, each, each);
   if (sum != expected)
     fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
@@ -193,15 +186,17 @@ AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
   auto& handle = open_files_[loc.shard];
   if (!handle)
     handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
-  h5_read(*handle, gp + "/w1", mem, raw.data());
-  h5_read(*handle, gp + "/w3", mem, raw.as<unsigned char>() + each);
-  h5_read(*handle, gp + "/w2", mem, raw.as<unsigned char>() + 2 * each);
+  h5_reading(loc.shard, [&] {
+    h5_read(*handle, gp + "/w1", mem, raw.data());
+    h5_read(*handle, gp + "/w3", mem, raw.as<unsigned char>() + each);
+    h5_read(*handle, gp + "/w2", mem, raw.as<unsigned char>() + 2 * each);
+  });
   return raw;
 }
 
-ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert, bool check) const {
+ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert) const {
   const AlignedBuffer raw = read_raw(layer, expert);
-  verify_expert(raw.data(), config_, checksum(layer, expert), check, where(layer, expert), layer, expert);
+  verify_expert(raw.data(), config_, checksum(layer, expert), where(layer, expert), layer, expert);
   return expert_from_raw(raw.data(), config_);
 }
 

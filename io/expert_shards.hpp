@@ -44,8 +44,8 @@ class ExpertSource {
 
 // Bytes of one expert's raw form.
 std::size_t expert_raw_bytes(const ModelConfig& c);
-// BadInput naming `where` and the expert's group on a NaN/Inf (when check_finite) or a checksum mismatch.
-void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected_xxh64, bool check_finite, const std::string& where,
+// BadInput naming `where` and the expert's group on a NaN/Inf or a checksum mismatch.
+void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected_xxh64, const std::string& where,
                    int64_t layer, int64_t expert);
 // The weights from the raw form (copied; not packed).
 ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c);
@@ -63,7 +63,7 @@ class ExpertShardIndex : public ExpertSource {
   int requests_per_expert(int64_t layer, int64_t expert) const;
 
   // Reads one expert and verifies its checksum (BadInput naming shard and group on mismatch).
-  ExpertWeights load(int64_t layer, int64_t expert, bool check_finite) const;
+  ExpertWeights load(int64_t layer, int64_t expert) const;
 
   const ModelConfig& config() const override { return config_; }
   AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;

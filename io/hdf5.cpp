@@ -4,6 +4,7 @@
 #ifdef H5_HAVE_ROS3_VFD
 #include <H5FDros3.h>
 #endif
+#include <algorithm>
 #include <cstring>
 
 #include <filesystem>
@@ -43,6 +44,13 @@ H5TypeInfo type_info(hid_t type) {
 
 void h5_fail(const char* call, const char* file, int line) {
   throw Error(ErrorKind::Io, str("HDF5: ", call, " failed: ", error_stack_message(), " (", file, ":", line, ")"));
+}
+
+void h5_rethrow_in_file(const Error& e, const std::string& fname) {
+  const std::string msg = e.what();
+  if (msg.rfind("HDF5: ", 0) == 0) throw Error(ErrorKind::BadInput, fname + ": corrupt HDF5 metadata: " + msg);
+  if (msg.rfind(fname, 0) == 0) throw e;
+  throw Error(e.kind(), fname + ": " + msg);
 }
 
 void h5_quiet() {
@@ -216,13 +224,28 @@ void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& sh
 
 namespace {
 
+// Opens an attribute that must hold one value: a scalar, or a simple dataspace of exactly one
+// element (what some writers make of a length-1 array). Anything else would be read into a
+// single value's buffer, so it is BadInput here, before any read.
 std::optional<H5Handle> open_attr(hid_t obj, const std::string& name) {
   htri_t e = H5Aexists(obj, name.c_str());
-  if (e <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return std::nullopt;
+  if (e < 0) fail(ErrorKind::BadInput, "attribute ", name, ": cannot be looked up (corrupt metadata?): ", error_stack_message());
+  if (e == 0) return std::nullopt;
+  H5Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0) fail(ErrorKind::BadInput, "attribute ", name, ": cannot be opened (corrupt metadata?): ", error_stack_message());
+  H5Handle space(H5Aget_space(a), H5Sclose);
+  if (space.get() < 0) fail(ErrorKind::BadInput, "attribute ", name, ": unreadable dataspace: ", error_stack_message());
+  const H5S_class_t cls = H5Sget_simple_extent_type(space);
+  const hssize_t points = H5Sget_simple_extent_npoints(space);
+  if (cls == H5S_NULL || points != 1) {
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space))));
+    if (!dims.empty()) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    std::string shape = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? "," : "") + std::to_string(dims[i]);
+    fail(ErrorKind::BadInput, "attribute ", name, " has shape ", cls == H5S_NULL ? "null" : shape + "]",
+         ", expected a single value");
   }
-  return H5Handle(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  return a;
 }
 
 H5TypeInfo attr_type(hid_t attr) {
@@ -284,6 +307,7 @@ std::optional<std::string> h5_attr_string(hid_t obj, const std::string& name) {
     return out;
   }
   std::size_t n = H5Tget_size(ftype);
+  if (n == 0 || n > (1u << 20)) fail(ErrorKind::BadInput, "attribute ", name, " is a string of ", n, " bytes, expected 1 B to 1 MiB");
   std::string buf(n, '\0');
   H5_CHECK(H5Aread(*a, ftype, buf.data()));
   auto end = buf.find('\0');
@@ -310,6 +334,94 @@ void h5_set_attr(hid_t obj, const std::string& name, const std::string& value) {
   H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose);
   H5Handle a(H5_CHECK(H5Acreate2(obj, name.c_str(), t, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
   H5_CHECK(H5Awrite(a, t, &p));
+}
+
+namespace {
+
+struct MetadataWalk {
+  std::string object;  // the object being walked, for messages
+  std::string error;
+};
+
+// Attribute values up to this size are read (so their storage is touched); larger ones only sized.
+constexpr std::size_t kWalkAttrBytes = 16u << 20;
+
+herr_t walk_attribute(hid_t loc, const char* name, const H5A_info_t*, void* data) {
+  auto* w = static_cast<MetadataWalk*>(data);
+  auto bad = [&](const char* what) {
+    w->error = str(w->object, ": attribute ", name, ": ", what, ": ", error_stack_message());
+    return herr_t{-1};
+  };
+  if (H5Aexists(loc, name) <= 0) return bad("lookup by name failed");
+  H5Handle a(H5Aopen(loc, name, H5P_DEFAULT), H5Aclose);
+  if (a.get() < 0) return bad("cannot be opened");
+  H5Handle type(H5Aget_type(a), H5Tclose);
+  H5Handle space(H5Aget_space(a), H5Sclose);
+  if (type.get() < 0 || space.get() < 0) return bad("unreadable type or dataspace");
+  const hssize_t n = H5Sget_simple_extent_npoints(space);
+  const std::size_t size = H5Tget_size(type);
+  if (n < 0 || size == 0) return bad("invalid dataspace or type size");
+  if (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0) {
+    if (static_cast<std::size_t>(n) > kWalkAttrBytes / sizeof(char*)) return 0;
+    std::vector<char*> strings(static_cast<std::size_t>(n), nullptr);
+    H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));  // no conversion between ASCII and UTF-8
+    const herr_t rc = H5Aread(a, mem, strings.data());
+    for (char* p : strings) H5free_memory(p);
+    return rc < 0 ? bad("value unreadable") : 0;
+  }
+  if (H5Tdetect_class(type, H5T_VLEN) > 0 || H5Tdetect_class(type, H5T_REFERENCE) > 0) return 0;
+  if (static_cast<std::size_t>(n) > kWalkAttrBytes / size) return 0;
+  std::vector<unsigned char> buf(static_cast<std::size_t>(n) * size);
+  return H5Aread(a, type, buf.data()) < 0 ? bad("value unreadable") : 0;
+}
+
+herr_t walk_object(hid_t root, const char* name, const H5O_info_t* info, void* data) {
+  auto* w = static_cast<MetadataWalk*>(data);
+  w->object = std::string(name[0] == '.' && name[1] == 0 ? "/" : name);
+  if (H5Aiterate_by_name(root, name, H5_INDEX_NAME, H5_ITER_INC, nullptr, walk_attribute, w, H5P_DEFAULT) < 0) {
+    if (w->error.empty()) w->error = str(w->object, ": attributes unreadable: ", error_stack_message());
+    return -1;
+  }
+  if (info->type != H5O_TYPE_DATASET) return 0;
+  auto bad = [&](const char* what) {
+    w->error = str(w->object, ": ", what, ": ", error_stack_message());
+    return herr_t{-1};
+  };
+  H5Handle d(H5Dopen2(root, name, H5P_DEFAULT), H5Dclose);
+  if (d.get() < 0) return bad("dataset cannot be opened");
+  H5Handle space(H5Dget_space(d), H5Sclose), type(H5Dget_type(d), H5Tclose), plist(H5Dget_create_plist(d), H5Pclose);
+  if (space.get() < 0 || type.get() < 0 || plist.get() < 0) return bad("dataspace, type or creation properties unreadable");
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0 || rank > 32) return bad("invalid dataspace rank");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0) return bad("dimensions unreadable");
+  if (H5Pget_nfilters(plist) < 0) return bad("filter pipeline unreadable");
+  if (H5Pget_layout(plist) == H5D_CHUNKED) {
+    hsize_t chunks = 0;
+    if (H5Dget_num_chunks(d, space, &chunks) < 0) return bad("chunk index unreadable");
+    // The chunk index (a B-tree) is walked for a bounded number of entries: enough to touch
+    // every node of the one-chunk-per-matrix layout, and not a scan of a huge sparse dataset.
+    for (hsize_t i = 0; i < std::min<hsize_t>(chunks, 4096); ++i) {
+      unsigned mask = 0;
+      haddr_t addr = 0;
+      hsize_t size = 0;
+      if (H5Dget_chunk_info(d, space, i, nullptr, &mask, &addr, &size) < 0) return bad("chunk index unreadable");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void h5_walk_metadata(const std::string& path) {
+  H5Handle f = h5_open_file(path, H5Mode::ReadOnly);
+  MetadataWalk w;
+  if (H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, walk_object, &w, H5O_INFO_BASIC) < 0) {
+    if (w.error.empty()) w.error = str(w.object.empty() ? "/" : w.object, ": object headers unreadable: ", error_stack_message());
+    fail(ErrorKind::BadInput, path, ": corrupt HDF5 metadata: ", w.error);
+  }
 }
 
 }  // namespace moerun::io

@@ -59,6 +59,18 @@ class H5Handle {
   Closer close_ = nullptr;
 };
 
+// Runs `read` on the open file named `fname`. A failure gets the file's name in front (once), and a
+// failed HDF5 call counts as bad input: the file opened, so its metadata did not parse.
+[[noreturn]] void h5_rethrow_in_file(const Error& e, const std::string& fname);
+template <typename F>
+auto h5_reading(const std::string& fname, F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    h5_rethrow_in_file(e, fname);
+  }
+}
+
 // Silence HDF5's automatic error printing (we report errors ourselves); idempotent.
 void h5_quiet();
 
@@ -122,6 +134,12 @@ void h5_set_attr(hid_t obj, const std::string& name, double value);
 void h5_set_attr(hid_t obj, const std::string& name, const std::string& value);
 
 H5Handle h5_open_object(hid_t loc, const std::string& path);
+
+// Reads the whole metadata of a file: every object reachable from the root, every attribute (by
+// index and by name, values included), every dataset's dataspace, type, layout and chunk index.
+// BadInput naming the file and object on an error. Run by the HDF5 probe in a child process
+// (io/hdf5_probe.hpp), where a crash inside libhdf5 cannot take the command down with it.
+void h5_walk_metadata(const std::string& path);
 // Removes the link at `path` (dataset, group or attribute holder); used by tools and tests.
 void h5_delete(hid_t loc, const std::string& path);
 void h5_delete_attr(hid_t obj, const std::string& name);

@@ -27,6 +27,31 @@ void ModelConfig::validate(const std::string& where) const {
   positive("num_experts", num_experts);
   positive("top_k", top_k);
   positive("max_position", max_position);
+  // Upper bounds, checked before anything is sized from these values: a corrupt or hostile file
+  // must not overflow the arithmetic below or allocate before it is rejected. Each bound is far
+  // above any published MoE model (vocab 256k, d 16k, 256 experts, 128 layers).
+  auto at_most = [&](const char* name, int64_t v, int64_t limit) {
+    if (v > limit) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected <= ", limit);
+  };
+  at_most("vocab_size", vocab_size, kMaxVocab);
+  at_most("hidden_size", hidden_size, kMaxHidden);
+  at_most("num_layers", num_layers, kMaxLayers);
+  at_most("num_heads", num_heads, kMaxHeads);
+  at_most("num_kv_heads", num_kv_heads, kMaxHeads);
+  at_most("head_dim", head_dim, kMaxHeadDim);
+  at_most("intermediate_size", intermediate_size, kMaxIntermediate);
+  at_most("num_experts", num_experts, kMaxExperts);
+  at_most("max_position", max_position, kMaxPosition);
+  at_most("top_k", top_k, kMaxTopK);
+  // Products: every weight matrix, the expert count of the model, the parameters in total. With
+  // the bounds above none of these overflows int64 (at most 2^17 * 2^24 = 2^41 for one matrix).
+  auto product_at_most = [&](const char* what, int64_t a, int64_t b, int64_t limit) {
+    if (a * b > limit) fail(ErrorKind::BadInput, where, ": ", what, " is ", a, " x ", b, ", more than ", limit);
+  };
+  product_at_most("embed_tokens/lm_head [vocab_size, hidden_size]", vocab_size, hidden_size, kMaxMatrixElements);
+  product_at_most("wq [num_heads*head_dim, hidden_size]", num_heads * head_dim, hidden_size, kMaxMatrixElements);
+  product_at_most("w1 [intermediate_size, hidden_size]", intermediate_size, hidden_size, kMaxMatrixElements);
+  product_at_most("the expert table num_layers x num_experts", num_layers, num_experts, kMaxExpertTable);
   if (num_heads % num_kv_heads != 0)
     fail(ErrorKind::BadInput, where, ": attribute num_kv_heads (", num_kv_heads, ") does not divide num_heads (", num_heads, ")");
   if (head_dim % 2 != 0) fail(ErrorKind::BadInput, where, ": attribute head_dim is ", head_dim, ", expected even (RoPE rotates pairs)");

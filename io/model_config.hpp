@@ -8,6 +8,19 @@
 
 namespace moerun::io {
 
+// Bounds that validate() enforces before anything is sized from a model's attributes.
+inline constexpr int64_t kMaxVocab = int64_t{1} << 24;
+inline constexpr int64_t kMaxHidden = int64_t{1} << 17;
+inline constexpr int64_t kMaxLayers = int64_t{1} << 12;
+inline constexpr int64_t kMaxHeads = int64_t{1} << 12;
+inline constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+inline constexpr int64_t kMaxIntermediate = int64_t{1} << 20;
+inline constexpr int64_t kMaxExperts = int64_t{1} << 14;
+inline constexpr int64_t kMaxTopK = 256;
+inline constexpr int64_t kMaxPosition = int64_t{1} << 26;
+inline constexpr int64_t kMaxMatrixElements = int64_t{1} << 34;  // 64 GiB in float32
+inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x experts
+
 struct ModelConfig {
   std::string architecture = "mixtral";
   int64_t vocab_size = 0;

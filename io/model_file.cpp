@@ -5,11 +5,13 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/host.hpp"
+
 namespace moerun::io {
 namespace {
 
 std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
-                                   const std::vector<int64_t>& shape, DType dtype, bool check) {
+                                   const std::vector<int64_t>& shape, DType dtype) {
   expect_dataset(file, fname, path, shape, dtype);
   int64_t n = 1;
   for (auto s : shape) n *= s;
@@ -21,17 +23,17 @@ std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const s
     h5_read(file, path, H5T_NATIVE_UINT16, raw.data());
     bf16_to_f32(raw.data(), out.data(), raw.size());
   }
-  if (check) check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
+  check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
   return out;
 }
 
 WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows,
-                         int64_t cols, DType dtype, bool check) {
+                         int64_t cols, DType dtype) {
   expect_dataset(file, fname, path, {rows, cols}, dtype);
   WeightMatrix m;
   m.allocate(dtype, rows, cols);
   h5_read(file, path, dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, m.data.data());
-  if (check) check_finite(m.data.data(), dtype, rows, cols, fname, path);
+  check_finite(m.data.data(), dtype, rows, cols, fname, path);
   return m;
 }
 
@@ -68,28 +70,35 @@ std::string model_h5_path(const std::string& model_dir) {
   return (std::filesystem::path(model_dir) / "model.h5").string();
 }
 
+namespace {
+// True when any element's exponent bits are all ones (Inf or NaN). Branch-free over the bits so it
+// vectorises: a full scan costs about as much as a memcpy, cheap enough to do on every load.
+template <typename Bits, Bits kExponent>
+bool any_not_finite(const Bits* p, int64_t n) {
+  Bits bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<Bits>((p[i] & kExponent) == kExponent);
+  return bad != 0;
+}
+}  // namespace
+
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
                   const std::string& tensor) {
   const int64_t n = rows * cols;
+  const bool bad = dtype == DType::F32 ? any_not_finite<uint32_t, 0x7f800000u>(static_cast<const uint32_t*>(data), n)
+                                       : any_not_finite<uint16_t, 0x7f80>(static_cast<const uint16_t*>(data), n);
+  if (!bad) return;
   for (int64_t i = 0; i < n; ++i) {
-    bool bad;
-    if (dtype == DType::F32) {
-      bad = !std::isfinite(static_cast<const float*>(data)[i]);
-    } else {
-      bad = (static_cast<const uint16_t*>(data)[i] & 0x7f80) == 0x7f80;
-    }
-    if (bad) {
-      float v = dtype == DType::F32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", i / cols,
-           ",", i % cols, "]");
-    }
+    const float v = dtype == DType::F32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    if (!std::isfinite(v))
+      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", i / cols, ",",
+           i % cols, "]");
   }
 }
 
 namespace {
 // The root attributes of an open model.h5 (`fname` names it in messages).
 ModelConfig read_model_config(hid_t file, const std::string& fname) {
-  try {
+  return h5_reading(fname, [&] {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
@@ -115,12 +124,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     c.eos_token_id = i("eos_token_id");
     c.validate(fname);
     return c;
-  } catch (const Error& e) {
-    // Attribute-level errors from the HDF5 layer do not know the file; add it once.
-    std::string msg = e.what();
-    if (msg.rfind(fname, 0) == 0) throw;
-    throw Error(e.kind(), fname + ": " + msg);
-  }
+  });
 }
 }  // namespace
 
@@ -129,32 +133,45 @@ ModelConfig read_model_config(const ModelLocation& model) {
   return read_model_config(model.open("model.h5"), model.file("model.h5"));
 }
 
-DenseWeights load_dense_weights(const ModelLocation& model, bool check) {
-  model.check_exists();
+namespace {
+DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
   DenseWeights w;
-  const std::string fname = model.file("model.h5");
-  H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
   w.config = read_model_config(file, fname);
   const ModelConfig& c = w.config;
+  // Checked before allocating: a file whose (sparse, chunked) datasets claim tens of GiB would
+  // otherwise get this process killed for memory instead of a clear error.
+  const int64_t need = c.dense_params() * static_cast<int64_t>(sizeof(float));
+  const int64_t have = host_memory_bytes();
+  if (have > 0 && need > have)
+    fail(ErrorKind::BadInput, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than this host's ",
+         have >> 20, " MiB (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", num_layers ", c.num_layers, ")");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, check);
-  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, check);
-  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype, check);
+  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype);
+  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype);
+  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "/layers/" + std::to_string(l) + "/";
     DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, check);
-    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, check);
-    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, check);
-    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, check);
-    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype, check);
-    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, check);
-    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, check);
+    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype);
+    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype);
+    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype);
+    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype);
+    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype);
+    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype);
+    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype);
     L.gate.allocate(DType::F32, c.num_experts, d);
     std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
   }
   return w;
+}
+}  // namespace
+
+DenseWeights load_dense_weights(const ModelLocation& model) {
+  model.check_exists();
+  const std::string fname = model.file("model.h5");
+  H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
+  return h5_reading(fname, [&] { return read_dense_weights(file, fname); });
 }
 
 void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,

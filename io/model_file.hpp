@@ -30,8 +30,9 @@ std::string model_h5_path(const std::string& model_dir);
 
 // Reads and validates the root attributes of model.h5 (a directory's or an object-store prefix's).
 ModelConfig read_model_config(const ModelLocation& model);
-// Reads every dense tensor; `check_finite` scans each for NaN/Inf and names the first found.
-DenseWeights load_dense_weights(const ModelLocation& model, bool check_finite);
+// Reads every dense tensor and scans each for NaN/Inf (BadInput naming the first found): a NaN
+// weight would otherwise turn every token into 0 without an error.
+DenseWeights load_dense_weights(const ModelLocation& model);
 
 // "[64,256]"
 std::string shape_str(const std::vector<int64_t>& shape);

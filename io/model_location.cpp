@@ -57,6 +57,22 @@ std::vector<std::string> ModelLocation::shard_names() const {
   return names;
 }
 
+std::vector<std::string> ModelLocation::local_files() const {
+  std::vector<std::string> files;
+  if (remote()) return files;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(name_, ec)) return files;
+  if (std::filesystem::exists(file("model.h5"), ec)) files.push_back(file("model.h5"));
+  std::vector<std::string> shards;
+  for (const auto& entry : std::filesystem::directory_iterator(name_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::regex_match(name, shard_pattern())) shards.push_back(file(name));
+  }
+  std::sort(shards.begin(), shards.end());
+  files.insert(files.end(), shards.begin(), shards.end());
+  return files;
+}
+
 ModelLocation model_location(const std::string& uri, const S3Config& s3) {
   if (!is_s3_url(uri)) return ModelLocation(uri);
   const S3Url url = parse_s3_url(uri);  // a malformed URL is reported before missing credentials

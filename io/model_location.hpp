@@ -28,6 +28,9 @@ class ModelLocation {
   H5Handle open(const std::string& name) const;
   // Names of the expert shards (experts-NNNNN.h5), sorted; BadInput when there are none.
   std::vector<std::string> shard_names() const;
+  // Local: the paths of model.h5 and every shard that exist (for the HDF5 probe and the check that
+  // no output overwrites the model). Remote: none.
+  std::vector<std::string> local_files() const;
 
   const ObjectStore* store() const { return store_.get(); }
   S3Url url(const std::string& name) const { return prefix_.child(name); }

@@ -1,59 +1,80 @@
 // JSONL request parsing and validation, result serialisation.
 #include "io/requests.hpp"
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
 #include "base/error.hpp"
+#include "base/xxh64.hpp"
 
 namespace moerun::io {
 namespace {
 
 using nlohmann::json;
 
-// Validates one line; throws std::string-ish messages via Error(BadInput) without the file prefix.
-Request parse_line(const std::string& text, int64_t line_no, const RequestDefaults& d, const RequestLimits& lim) {
+// The id of a line, when the line is a JSON object with a usable id (even if other fields are bad):
+// with --skip-invalid an invalid line's result keeps the id its author gave it.
+std::string id_of(const json& j) {
+  if (!j.is_object() || !j.contains("id")) return "";
+  const json& id = j["id"];
+  if (id.is_string()) return id.get<std::string>();
+  if (id.is_number_unsigned()) return std::to_string(id.get<uint64_t>());
+  if (id.is_number_integer()) return std::to_string(id.get<int64_t>());
+  return "";
+}
+
+// An integer field's value as text, exact for the whole uint64/int64 range (a get<int64_t> of
+// 18446744073709551615 would read -1).
+std::string int_text(const json& v) {
+  return v.is_number_unsigned() ? std::to_string(v.get<uint64_t>()) : std::to_string(v.get<int64_t>());
+}
+bool fits_int64(const json& v) {
+  return !v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+}
+
+// Validates one parsed line; throws Error(BadInput) without the file and line prefix.
+Request parse_object(const json& j, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
-  r.line = line_no;
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(ErrorKind::BadInput, "not valid JSON (", e.what(), ")");
-  }
   if (!j.is_object()) fail(ErrorKind::BadInput, "expected a JSON object");
-  if (j.contains("id")) {
-    if (j["id"].is_string()) r.id = j["id"].get<std::string>();
-    else if (j["id"].is_number_integer()) r.id = std::to_string(j["id"].get<int64_t>());
-    else fail(ErrorKind::BadInput, "field id must be a string");
-  }
+  if (j.contains("id") && !j["id"].is_string() && !j["id"].is_number_integer())
+    fail(ErrorKind::BadInput, "field id must be a string");
+  r.id = id_of(j);
   if (r.id.empty()) fail(ErrorKind::BadInput, "field id is missing or empty");
   if (!j.contains("prompt_tokens") || !j["prompt_tokens"].is_array())
     fail(ErrorKind::BadInput, "field prompt_tokens is missing or not an array");
   const json& toks = j["prompt_tokens"];
   if (toks.empty()) fail(ErrorKind::BadInput, "field prompt_tokens is empty");
+  if (static_cast<int64_t>(toks.size()) >= lim.max_position)
+    fail(ErrorKind::BadInput, "prompt of ", toks.size(), " tokens does not fit max_position ", lim.max_position);
+  r.prompt_tokens.reserve(toks.size());
   for (std::size_t i = 0; i < toks.size(); ++i) {
     if (!toks[i].is_number_integer()) fail(ErrorKind::BadInput, "prompt_tokens[", i, "] is not an integer");
-    const int64_t t = toks[i].get<int64_t>();
-    if (t < 0 || t >= lim.vocab_size)
-      fail(ErrorKind::BadInput, "prompt_tokens[", i, "] = ", t, " is out of range [0, ", lim.vocab_size, ")");
-    r.prompt_tokens.push_back(static_cast<int32_t>(t));
+    if (!fits_int64(toks[i]) || toks[i].get<int64_t>() < 0 || toks[i].get<int64_t>() >= lim.vocab_size)
+      fail(ErrorKind::BadInput, "prompt_tokens[", i, "] = ", int_text(toks[i]), " is out of range [0, ", lim.vocab_size, ")");
+    r.prompt_tokens.push_back(static_cast<int32_t>(toks[i].get<int64_t>()));
   }
-  if (static_cast<int64_t>(r.prompt_tokens.size()) >= lim.max_position)
-    fail(ErrorKind::BadInput, "prompt of ", r.prompt_tokens.size(), " tokens does not fit max_position ", lim.max_position);
   r.max_new_tokens = d.max_new_tokens;
   if (j.contains("max_new_tokens") && !j["max_new_tokens"].is_null()) {
-    if (!j["max_new_tokens"].is_number_integer()) fail(ErrorKind::BadInput, "field max_new_tokens is not an integer");
-    r.max_new_tokens = j["max_new_tokens"].get<int64_t>();
+    const json& v = j["max_new_tokens"];
+    if (!v.is_number_integer()) fail(ErrorKind::BadInput, "field max_new_tokens is not an integer");
+    if (!fits_int64(v)) fail(ErrorKind::BadInput, "field max_new_tokens is ", int_text(v), ", expected at most ", INT64_MAX);
+    r.max_new_tokens = v.get<int64_t>();
   }
   if (r.max_new_tokens < 0) fail(ErrorKind::BadInput, "field max_new_tokens is ", r.max_new_tokens, ", expected >= 0");
+  // Generation stops at max_position anyway: the effective budget, so that no later sum of
+  // prompt and budget can overflow.
+  r.max_new_tokens = std::min(r.max_new_tokens, lim.max_position - static_cast<int64_t>(r.prompt_tokens.size()));
   r.temperature = d.temperature;
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     if (!j["temperature"].is_number()) fail(ErrorKind::BadInput, "field temperature is not a number");
     r.temperature = j["temperature"].get<double>();
   }
-  if (!(r.temperature >= 0)) fail(ErrorKind::BadInput, "field temperature is ", r.temperature, ", expected >= 0");
+  if (!(r.temperature >= 0 && std::isfinite(r.temperature)))
+    fail(ErrorKind::BadInput, "field temperature is ", r.temperature, ", expected a finite number >= 0");
   r.top_p = d.top_p;
   if (j.contains("top_p") && !j["top_p"].is_null()) {
     if (!j["top_p"].is_number()) fail(ErrorKind::BadInput, "field top_p is not a number");
@@ -68,40 +89,90 @@ Request parse_line(const std::string& text, int64_t line_no, const RequestDefaul
   return r;
 }
 
+// Parses one line. Returns the request, or (with `error` set) the id found, if any, and why the
+// line is invalid. Never throws for the line's content.
+Request parse_line(const std::string& text, int64_t line_no, const RequestDefaults& d, const RequestLimits& lim) {
+  Request r;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for numbers beyond double ("temperature": 1e999).
+    r.error = str("not valid JSON (", e.what(), ")");
+  }
+  if (r.error.empty()) {
+    try {
+      r = parse_object(j, d, lim);
+    } catch (const Error& e) {
+      r = Request{};
+      r.id = id_of(j);
+      r.error = e.what();
+    } catch (const json::exception& e) {
+      r = Request{};
+      r.id = id_of(j);
+      r.error = str("unreadable field (", e.what(), ")");
+    }
+  }
+  r.line = line_no;
+  if (!r.error.empty()) r.prompt_tokens.clear();
+  return r;
+}
+
 }  // namespace
+
+uint64_t request_fingerprint(const Request& r) {
+  // Everything that decides a request's result besides the model and the routing options.
+  return Xxh64()
+      .text(r.id)
+      .vec(r.prompt_tokens)
+      .value(r.max_new_tokens)
+      .value(r.temperature)
+      .value(r.top_p)
+      .value(r.seed)
+      .text(r.error)
+      .digest();
+}
 
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& d, const RequestLimits& lim,
                                    bool skip_invalid) {
   std::ifstream in(path);
   if (!in) fail(ErrorKind::Io, path, ": cannot open input file");
   std::vector<Request> out;
-  std::unordered_map<std::string, int64_t> seen;
+  std::unordered_map<std::string, int64_t> claimed;  // id -> the line that has it (first in input order)
   std::string text;
   int64_t line_no = 0;
   while (std::getline(in, text)) {
     ++line_no;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
-    Request r;
-    try {
-      r = parse_line(text, line_no, d, lim);
-      auto [it, inserted] = seen.emplace(r.id, line_no);
-      if (!inserted) fail(ErrorKind::BadInput, "id \"", r.id, "\" repeats line ", it->second);
-    } catch (const Error& e) {
-      if (!skip_invalid) fail(ErrorKind::BadInput, path, ": line ", line_no, ": ", e.what());
-      if (r.id.empty() || (seen.count(r.id) && seen[r.id] != line_no)) r.id = "line:" + std::to_string(line_no);
-      r.line = line_no;
-      r.error = e.what();
-      r.prompt_tokens.clear();
+    Request r = parse_line(text, line_no, d, lim);
+    if (!r.id.empty()) {
+      auto [it, inserted] = claimed.emplace(r.id, line_no);
+      if (!inserted) {
+        if (r.error.empty()) r.error = str("id \"", r.id, "\" repeats line ", it->second);
+        r.id.clear();  // the id belongs to the earlier line
+        r.prompt_tokens.clear();
+      }
     }
+    if (!r.error.empty() && !skip_invalid) fail(ErrorKind::BadInput, path, ": line ", line_no, ": ", r.error);
     out.push_back(std::move(r));
   }
   if (in.bad()) fail(ErrorKind::Io, path, ": read error");
+  // Invalid lines without an id of their own get "line:N", made unique against every id in the
+  // file, so that no two results ever share an id.
+  for (Request& r : out) {
+    if (!r.id.empty()) continue;
+    std::string id = "line:" + std::to_string(r.line);
+    for (int k = 2; claimed.count(id); ++k) id = "line:" + std::to_string(r.line) + "#" + std::to_string(k);
+    claimed.emplace(id, r.line);
+    r.id = id;
+  }
   return out;
 }
 
-std::string result_to_json(const Result& r) {
+std::string result_to_json(const Result& r, bool with_key) {
   json j;
   j["id"] = r.id;
+  if (with_key && !r.key.empty()) j["key"] = r.key;
   if (!r.error.empty()) {
     j["error"] = r.error;
     return j.dump();
@@ -117,6 +188,10 @@ bool result_from_json(const std::string& line, Result* out) {
   if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j["id"].is_string()) return false;
   Result r;
   r.id = j["id"].get<std::string>();
+  if (j.contains("key")) {
+    if (!j["key"].is_string()) return false;
+    r.key = j["key"].get<std::string>();
+  }
   if (j.contains("error")) {
     if (!j["error"].is_string()) return false;
     r.error = j["error"].get<std::string>();

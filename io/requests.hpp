@@ -31,8 +31,17 @@ struct RequestLimits {
   int64_t max_position = 0;
 };
 
+// Every line of `path`, in order. Ids are claimed in input order: a later line repeating an id is
+// invalid. With skip_invalid, invalid lines come back with `error` set and keep their own id when
+// it parsed and is unclaimed, else "line:N" (made unique); without, the first one throws BadInput
+// naming the file and line. max_new_tokens is capped at max_position - prompt length (where
+// generation stops anyway).
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults,
                                    const RequestLimits& limits, bool skip_invalid);
+
+// xxh64 of everything in the request that decides its result (id, prompt, budget, sampling):
+// journal entries carry it so that --resume never takes a result made for another request.
+uint64_t request_fingerprint(const Request& r);
 
 struct Result {
   std::string id;
@@ -40,9 +49,11 @@ struct Result {
   std::string finish_reason;  // "length" | "eos"
   int64_t prompt_len = 0;
   std::string error;          // set for requests rejected with --skip-invalid
+  std::string key{};          // journal entries only: what the result was computed from (JournalKeys)
 };
 
-std::string result_to_json(const Result& r);
+// One JSON line; `key` is written only when with_key (journals; the output format has no key).
+std::string result_to_json(const Result& r, bool with_key = false);
 // Parses one result line; returns false on a malformed (e.g. torn) line.
 bool result_from_json(const std::string& line, Result* out);
 

@@ -80,6 +80,14 @@ io::S3Config ObjectStoreOptions::finish() const {
   return c;
 }
 
+void check_output_files(const std::vector<io::PathUse>& outputs, const std::vector<io::PathUse>& inputs) {
+  std::vector<io::PathUse> given;
+  for (const auto& o : outputs)
+    if (!o.path.empty()) given.push_back(o);
+  for (const auto& o : given) io::check_output_target(o.path, o.option);
+  io::check_distinct_paths(inputs, given);
+}
+
 int64_t parse_bytes(const std::string& s, const std::string& option) {
   std::size_t used = 0;
   double v = 0;

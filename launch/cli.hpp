@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "io/model_config.hpp"
 #include "io/object_store.hpp"
+#include "io/output_file.hpp"
 #include "runtime/infer.hpp"
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct ObjectStoreOptions {
   void add(po::options_description& o);
   io::S3Config finish() const;
 };
+
+// Outputs given on the command line (empty paths skipped): each a regular file or new, none equal
+// to an input or to another output (io/output_file.hpp).
+void check_output_files(const std::vector<io::PathUse>& outputs, const std::vector<io::PathUse>& inputs = {});
 
 // "64M", "1.5G", "4096" -> bytes (K/M/G/T are powers of 1024); Usage error naming the option.
 int64_t parse_bytes(const std::string& s, const std::string& option);

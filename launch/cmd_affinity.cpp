@@ -4,7 +4,8 @@
 
 #include "experts/affinity_graph.hpp"
 #include "io/affinity_file.hpp"
-#include "io/result_journal.hpp"
+#include "io/hdf5_probe.hpp"
+#include "io/output_file.hpp"
 #include "io/routing_trace.hpp"
 #include "launch/cli.hpp"
 
@@ -20,7 +21,10 @@ int affinity_build(int argc, char** argv) {
     ("out", po::value(&out)->required(), "the graph, HDF5 (written atomically)");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun affinity build --trace trace.h5 [--trace …] --out affinity.h5", o, vm)) return 0;
-  io::check_writable(out);
+  std::vector<io::PathUse> inputs;
+  for (const auto& t : traces) inputs.push_back({t, "--trace"});
+  check_output_files({{out, "--out"}}, inputs);
+  io::default_hdf5_probe().check(traces);
   std::vector<io::RoutingTrace> loaded;
   for (const auto& t : traces) loaded.push_back(io::read_routing_trace(t));
   const io::AffinityGraph g = experts::build_affinity_graph(loaded, traces);
@@ -44,6 +48,9 @@ int affinity_show(int argc, char** argv) {
   pos.add("graph", 1);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun affinity show [--graph] affinity.h5 [--top N]", o, vm, &pos)) return 0;
+  if (top < 0) fail(ErrorKind::Usage, "--top must be >= 0, not ", top);
+  if (min_count < 0) fail(ErrorKind::Usage, "--min-count must be >= 0, not ", min_count);
+  io::default_hdf5_probe().check({graph});
   const io::AffinityGraph g = io::read_affinity_graph(graph);
   std::printf("# %s: %lld tokens, %lld layers x %lld experts, top-%lld\n", graph.c_str(), static_cast<long long>(g.tokens),
               static_cast<long long>(g.num_layers), static_cast<long long>(g.num_experts), static_cast<long long>(g.top_k));

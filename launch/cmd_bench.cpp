@@ -2,7 +2,7 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "io/result_journal.hpp"
+#include "io/output_file.hpp"
 #include "launch/cli.hpp"
 #include "comm/alltoallv_bench.hpp"
 #include "comm/mpi.hpp"
@@ -39,8 +39,7 @@ int run_sweep_command(runtime::SweepConfig& c, const SweepOptions& so, const std
   so.fill(c);
   comm::MpiSession mpi(argc, argv);
   if (mpi.rank() == 0) {
-    if (!json.empty()) io::check_writable(json);
-    if (!csv.empty()) io::check_writable(csv);
+    check_output_files({{json, "--json"}, {csv, "--csv"}});
   }
   const auto r = runtime::run_sweep(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {
@@ -74,7 +73,7 @@ int bench_layer(int argc, char** argv) {
     else if (d == "bf16" || d == "bfloat16") c.dtypes.push_back(DType::BF16);
     else fail(ErrorKind::Usage, "--dtype: \"", d, "\" is not fp32 or bf16");
   }
-  if (!json.empty()) io::check_writable(json);
+  check_output_files({{json, "--json"}});
   const auto rows = runtime::run_layer_bench(c);
   std::cout << runtime::layer_bench_table(c, rows);
   if (!json.empty()) io::write_file_atomically(json, {runtime::layer_bench_json(c, rows)});
@@ -143,7 +142,7 @@ int bench_infer(int argc, char** argv) {
     c.infer.cache.l2_direct = l2_io == "direct";
     c.infer.model_dir = c.infer.input = c.infer.output = "-";
     comm::MpiSession mpi(&argc, &argv);
-    if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
+    if (mpi.rank() == 0) check_output_files({{json, "--json"}});
     const auto r = runtime::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
       std::cout << runtime::cache_bench_table(c, l1_fraction, r);
@@ -153,7 +152,7 @@ int bench_infer(int argc, char** argv) {
   }
   c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
   comm::MpiSession mpi(&argc, &argv);
-  if (mpi.rank() == 0 && !json.empty()) io::check_writable(json);
+  if (mpi.rank() == 0) check_output_files({{json, "--json"}});
   const auto r = runtime::run_infer_bench(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {
     std::cout << runtime::infer_bench_table(c, r);
@@ -202,8 +201,7 @@ int bench_a2a(int argc, char** argv) {
   }
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0) {
-    if (!json.empty()) io::check_writable(json);
-    if (!csv.empty()) io::check_writable(csv);
+    check_output_files({{json, "--json"}, {csv, "--csv"}});
   }
   const auto r = comm::run_a2a_bench(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {

@@ -31,7 +31,7 @@ int cmd_infer(int argc, char** argv) {
     ("overflow", po::value(&overflow)->default_value(overflow), "reroute|drop when an expert is full")
     ("load-penalty", po::value(&c.router.load_penalty)->default_value(c.router.load_penalty), "λ in score - λ·load")
     ("router-temperature", po::value(&c.router.temperature)->default_value(c.router.temperature), "gate softmax temperature")
-    ("check-weights", po::bool_switch(&c.check_weights), "scan every weight for NaN/Inf at load")
+    ("check-weights", po::bool_switch(), "accepted for old scripts: every weight is now checked for NaN/Inf as it loads")
     ("stats-json", po::value(&c.stats_json), "write routing statistics as JSON")
     ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
     ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
@@ -53,6 +53,7 @@ int cmd_infer(int argc, char** argv) {
   c.router.overflow = router::parse_overflow(overflow);
   cache.finish(c);
   c.s3 = object_store.finish();
+  c.hdf5_probe = io::default_hdf5_probe();
   if (c.ranks_per_node == 0) {
     if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
   }

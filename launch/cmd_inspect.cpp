@@ -1,6 +1,7 @@
 // `moerun inspect`: config, parameter counts, memory per rank.
 #include <iostream>
 
+#include "io/hdf5_probe.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
 #include "launch/cli.hpp"
@@ -28,7 +29,10 @@ int cmd_inspect(int argc, char** argv) {
   object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX [options]", o, vm)) return 0;
-  const io::ModelConfig c = io::read_model_config(io::model_location(model, object_store.finish()));
+  const io::ModelLocation location = io::model_location(model, object_store.finish());
+  if (!location.remote()) io::default_hdf5_probe().check({location.file("model.h5")});
+  p.validate();
+  const io::ModelConfig c = io::read_model_config(location);
   std::cout << runtime::inspect_report(c, p, model);
   return 0;
 }

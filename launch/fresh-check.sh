@@ -65,7 +65,8 @@ else
 fi
 
 # The machine's package-index settings (what a fresh machine of this kind would have): Debian's
-# suites with security updates, apt's Acquire settings, pip's configuration and certificates.
+# suites with security updates, apt's Acquire settings, pip's configuration, local certificate
+# authorities, name resolution.
 cat > "$ROOT_DIR/etc/apt/sources.list" <<'EOF'
 deb http://deb.debian.org/debian bookworm main
 deb http://deb.debian.org/debian bookworm-updates main
@@ -75,6 +76,12 @@ for f in /etc/apt/apt.conf.d/*; do
   grep -q '^Acquire' "$f" 2>/dev/null && cp "$f" "$ROOT_DIR/etc/apt/apt.conf.d/"
 done
 [ -f /etc/pip.conf ] && cp /etc/pip.conf "$ROOT_DIR/etc/pip.conf"
+# Local certificate authorities (a site's proxy): ca-certificates adds them to the bundle when the
+# project's scripts install it.
+if [ -d /usr/local/share/ca-certificates ]; then
+  mkdir -p "$ROOT_DIR/usr/local/share/ca-certificates"
+  cp -r /usr/local/share/ca-certificates/. "$ROOT_DIR/usr/local/share/ca-certificates/"
+fi
 cp /etc/resolv.conf "$ROOT_DIR/etc/resolv.conf" 2>/dev/null || true
 cp /etc/hosts "$ROOT_DIR/etc/hosts"
 PASS_ENV=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb)

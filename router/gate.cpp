@@ -16,20 +16,28 @@ Overflow parse_overflow(const std::string& s) {
 }
 
 void RouterConfig::validate() const {
-  if (!(capacity_factor >= 0)) fail(ErrorKind::Usage, "--capacity-factor must be >= 0 (0 = no limit)");
-  if (!(load_penalty >= 0)) fail(ErrorKind::Usage, "--load-penalty must be >= 0");
-  if (!(temperature > 0)) fail(ErrorKind::Usage, "--router-temperature must be > 0");
+  // Finite ranges: inf or 1e300 would overflow the capacity's float->int conversion, and a
+  // temperature below float's range divides logits into inf.
+  if (!(capacity_factor >= 0 && capacity_factor <= kMaxCapacityFactor))
+    fail(ErrorKind::Usage, "--capacity-factor must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", capacity_factor);
+  if (!(load_penalty >= 0 && load_penalty <= kMaxLoadPenalty))
+    fail(ErrorKind::Usage, "--load-penalty must be in [0, ", kMaxLoadPenalty, "], not ", load_penalty);
+  if (!(temperature >= kMinTemperature && temperature <= kMaxTemperature))
+    fail(ErrorKind::Usage, "--router-temperature must be in [", kMinTemperature, ", ", kMaxTemperature, "], not ", temperature);
 }
 
 void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, float* probs) {
   for (int64_t t = 0; t < T; ++t) {
     const float* l = logits + t * E;
     float* p = probs + t * E;
-    float mx = l[0] / temperature;
-    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e] / temperature);
+    // Shift by the largest logit before dividing: (l - max) / T is <= 0 for any T > 0, so exp
+    // never overflows and a tiny T gives an arg-max instead of inf - inf = NaN. Identical to
+    // l/T - max(l/T) when T = 1.
+    float mx = l[0];
+    for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e]);
     float sum = 0;
     for (int64_t e = 0; e < E; ++e) {
-      p[e] = std::exp(l[e] / temperature - mx);
+      p[e] = std::exp((l[e] - mx) / temperature);
       sum += p[e];
     }
     for (int64_t e = 0; e < E; ++e) p[e] /= sum;
@@ -72,7 +80,10 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
   std::vector<uint8_t> moved(static_cast<std::size_t>(T * k), 0);
   const std::vector<int32_t> original(ids, ids + T * k);
   if (cfg.capacity_factor > 0) {
-    const int64_t cap = static_cast<int64_t>(std::ceil(cfg.capacity_factor * static_cast<double>(T * k) / static_cast<double>(E)));
+    // Never more than every slot of the group: larger factors mean no limit, and the double stays
+    // within int64 range before the conversion.
+    const double want = std::ceil(cfg.capacity_factor * static_cast<double>(T * k) / static_cast<double>(E));
+    const int64_t cap = static_cast<int64_t>(std::min(want, static_cast<double>(T * k)));
     std::vector<int64_t> count(static_cast<std::size_t>(E), 0);
     std::vector<int32_t> order(static_cast<std::size_t>(E));
     for (int64_t j = 0; j < k; ++j) {

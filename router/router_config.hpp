@@ -7,6 +7,13 @@ namespace moerun::router {
 
 enum class Overflow { Reroute, Drop };
 
+// Ranges validate() accepts. Outside them the arithmetic is no longer meaningful (a capacity
+// factor beyond num_experts already means "no limit").
+inline constexpr double kMaxCapacityFactor = 1e6;
+inline constexpr double kMaxLoadPenalty = 1e6;
+inline constexpr double kMinTemperature = 1e-6;
+inline constexpr double kMaxTemperature = 1e6;
+
 struct RouterConfig {
   double capacity_factor = 0.0;  // 0: no capacity limit; else capacity = ceil(F * tokens * k / experts)
   Overflow overflow = Overflow::Reroute;

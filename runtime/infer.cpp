@@ -23,12 +23,14 @@
 #include "experts/resident_experts.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
+#include "io/output_file.hpp"
 #include "io/result_journal.hpp"
 #include "io/routing_trace.hpp"
 #include "runtime/distributed_moe.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/progress.hpp"
+#include "runtime/resume_keys.hpp"
 #include "runtime/routing_stats.hpp"
 
 namespace moerun::runtime {
@@ -108,13 +110,48 @@ std::string per_router(const std::string& path, int router) {
   return router == 0 ? path : path + "." + std::to_string(router);
 }
 
-void write_logits(std::ofstream& out, const std::vector<std::string>& ids, const std::vector<float>& logits, int64_t V) {
+void write_logits(io::AtomicFile& out, const std::vector<std::string>& ids, const std::vector<float>& logits, int64_t V) {
+  std::string text;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     nlohmann::json j;
     j["id"] = ids[i];
     j["logits"] = std::vector<float>(logits.begin() + static_cast<int64_t>(i) * V, logits.begin() + static_cast<int64_t>(i + 1) * V);
-    out << j.dump() << '\n';
+    text += j.dump();
+    text += '\n';
   }
+  out.write(text);
+}
+
+// Rank 0 walks the local HDF5 inputs in a child process (io/hdf5_probe.hpp) while the others
+// sleep; a corrupt file then fails the set-up as bad input instead of crashing a rank in libhdf5.
+void probe_inputs(const InferConfig& cfg, MPI_Comm world) {
+  std::exception_ptr failed;
+  if (comm::rank_of(world) == 0) {
+    try {
+      std::vector<std::string> files;
+      if (!io::is_s3_url(cfg.model_dir)) files = io::ModelLocation(cfg.model_dir).local_files();
+      if (!cfg.affinity.empty()) files.push_back(cfg.affinity);
+      cfg.hdf5_probe.check(files);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  comm::idle_barrier(world);
+  if (failed) std::rethrow_exception(failed);
+}
+
+// Every output is a regular file (or new), and none of them is an input or another output.
+void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
+  std::vector<io::PathUse> outputs{{cfg.output, "--output"}};
+  if (!cfg.stats_json.empty()) outputs.push_back({cfg.stats_json, "--stats-json"});
+  if (!cfg.trace.empty()) outputs.push_back({cfg.trace, "--trace"});
+  if (!cfg.logits_out.empty()) outputs.push_back({cfg.logits_out, "--logits-out"});
+  for (const auto& o : outputs) io::check_output_target(o.path, o.option);
+  std::vector<io::PathUse> inputs{{cfg.input, "--input"}};
+  for (const auto& f : model.local_files()) inputs.push_back({f, "--model"});
+  if (!cfg.affinity.empty()) inputs.push_back({cfg.affinity, "--affinity"});
+  if (cfg.placement != "round-robin") inputs.push_back({cfg.placement, "--placement"});
+  io::check_distinct_paths(inputs, outputs);
 }
 
 }  // namespace
@@ -158,7 +195,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
                       const std::vector<io::Request>& requests, const comm::Topology& topo,
                       const experts::Placement& placement, const std::optional<io::DenseWeights>& dense,
                       const std::unique_ptr<experts::ExpertStore>& store, const io::ObjectStore* object_store,
-                      Matmul& mm) {
+                      const io::JournalKeys& keys, Matmul& mm) {
   const int rank = comm::rank_of(world), size = comm::size_of(world);
   const bool distributed = size > 1;
   InferReport rep;
@@ -186,7 +223,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   Progress progress(rep.requests, cfg.quiet || rank != 0);
   if (router_role) {
     const int ri = topo.router_index(rank);
-    io::ResultJournal journal(cfg.output, ri, cfg.resume);
+    io::ResultJournal journal(cfg.output, ri, cfg.resume, keys);
     std::vector<int64_t> pending;
     int64_t already = 0;
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -221,8 +258,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       journal.append(r);
       ++done_local;
     }
-    std::ofstream logits_file;
-    if (!cfg.logits_out.empty()) logits_file.open(per_router(cfg.logits_out, ri) + ".tmp");
+    journal.sync();
+    std::optional<io::AtomicFile> logits_file;
+    if (!cfg.logits_out.empty()) logits_file.emplace(per_router(cfg.logits_out, ri));
     std::vector<float> logits, logits_log;
     std::vector<std::string> logits_ids;
     int64_t done_total = already, tokens_total = 0, tokens_delta = 0, generated_local = 0;
@@ -245,14 +283,14 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         journal.append(r);
         ++done_local;
       }
-      if (logits_file.is_open()) write_logits(logits_file, logits_ids, logits_log, mc.vocab_size);
+      journal.sync();  // group commit: one fdatasync per step, before the step counts as done
+      if (logits_file) write_logits(*logits_file, logits_ids, logits_log, mc.vocab_size);
     }
     progress.finish(done_total, tokens_total);
     journal.close();
-    if (logits_file.is_open()) {
-      logits_file.close();
-      std::rename((per_router(cfg.logits_out, ri) + ".tmp").c_str(), per_router(cfg.logits_out, ri).c_str());
-    }
+    rep.journaled = journal.appended();
+    rep.journal_syncs = journal.syncs();
+    if (logits_file) logits_file->commit();
     if (!cfg.trace.empty()) io::write_routing_trace(per_router(cfg.trace, ri), stats.trace());
     const DensePhaseTimes& dt = model.times();
     const MoePhaseTimes& mt = moe->times();
@@ -291,9 +329,11 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     std::vector<int64_t> counters = router_role ? stats.counters() : std::vector<int64_t>(stats.counters().size(), 0);
     comm::reduce_sum_to_root(counters, world);
     if (rank == 0) stats.set_counters(counters);
-    std::vector<int64_t> gen{rep.generated_tokens};
+    std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs};
     comm::reduce_sum_to_root(gen, world);
     rep.generated_tokens = gen[0];
+    rep.journaled = gen[1];
+    rep.journal_syncs = gen[2];
     for (const char* role : {"router", "expert"}) {
       static const std::vector<std::string> names{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
                                                   "combine", "head", "idle"};
@@ -311,7 +351,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.phases["router"] = my_phases;
   }
   if (rank == 0) {
-    const auto finished = io::read_journals(cfg.output);
+    const auto finished = io::read_journals(cfg.output, keys);
     std::vector<std::string> lines;
     lines.reserve(requests.size());
     for (const io::Request& r : requests) {
@@ -335,6 +375,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         for (const auto& [r, c] : rep.cache_per_rank) per[std::to_string(r)] = cache_json(c);
         j["cache_per_rank"] = per;
       }
+      j["journal"] = {{"results", rep.journaled}, {"syncs", rep.journal_syncs}};
       if (rep.remote_model)
         j["object_store"] = {{"requests", rep.object_store.requests},
                              {"retries", rep.object_store.retries},
@@ -357,6 +398,7 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   std::unique_ptr<io::ExpertShardIndex> source;  // L3 for the cache
   std::optional<io::AffinityGraph> graph;
   std::unique_ptr<experts::ExpertStore> store;
+  io::JournalKeys keys;
   Matmul mm;
 
   // 1. Set-up. Everything that can be validated is, before any output file is written. The steps
@@ -370,35 +412,48 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
     if (distributed && !std::getenv("OMP_NUM_THREADS"))
       omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
   });
+  agreed(world, [&] { cfg.validate(); });
+  agreed(world, [&] { probe_inputs(cfg, world); });  // a sleeping barrier inside: every rank reaches it
+  uint64_t dense_fp = 0, experts_fp = 0;
   agreed(world, [&] {
-    cfg.validate();
     model = io::model_location(cfg.model_dir, cfg.s3);
     mc = io::read_model_config(*model);
     requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
     placement = experts::make_placement(distributed ? cfg.placement : "round-robin", mc.num_layers, mc.num_experts, topo);
     if (topo.is_router(rank)) {
-      io::check_writable(cfg.output);
-      if (!cfg.stats_json.empty()) io::check_writable(cfg.stats_json);
-      if (!cfg.trace.empty()) io::check_writable(cfg.trace);
-      if (!cfg.logits_out.empty()) io::check_writable(cfg.logits_out);
-      dense = io::load_dense_weights(*model, cfg.check_weights);
+      check_outputs(cfg, *model);
+      dense = io::load_dense_weights(*model);
+      dense_fp = dense_fingerprint(*dense);
     }
     if (topo.is_expert(rank)) {
       source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*model, mc));
+      experts_fp = experts_fingerprint(*source, mc);
       auto owns = [&placement, rank](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; };
       if (cfg.cache.l1_bytes > 0) {
         if (!cfg.affinity.empty()) graph = io::read_affinity_graph(cfg.affinity);
         experts::ExpertCacheConfig cc = cfg.cache;
         // Ranks sharing a host (or a shared directory) each keep their own blob file.
         if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
-        cc.check_finite = cfg.check_weights;
         store = std::make_unique<experts::ExpertCache>(cc, *source, owns, graph ? &*graph : nullptr);
       } else {
-        store = std::make_unique<experts::ResidentExperts>(*source, mc, owns, cfg.check_weights, mm);
+        store = std::make_unique<experts::ResidentExperts>(*source, mc, owns, mm);
       }
     }
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
   });
+  {
+    // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both
+    // (as 32-bit halves, so that a max over ranks that hold 0 recovers them).
+    std::vector<uint64_t> parts;
+    for (uint64_t fp : {dense_fp, experts_fp}) {
+      const int64_t hi = distributed ? comm::allreduce_max(static_cast<int64_t>(fp >> 32), world) : static_cast<int64_t>(fp >> 32);
+      const int64_t lo = distributed ? comm::allreduce_max(static_cast<int64_t>(fp & 0xffffffffu), world)
+                                     : static_cast<int64_t>(fp & 0xffffffffu);
+      parts.push_back(static_cast<uint64_t>(hi) << 32 | static_cast<uint64_t>(lo));
+    }
+    parts.push_back(routing_fingerprint(cfg.router));
+    keys = journal_keys(requests, combine_fingerprints(parts));
+  }
   if (rank == 0 && !cfg.quiet) {
     log::info("model ", cfg.model_dir, ": ", mc.num_layers, " layers, ", mc.num_experts, " experts (top-", mc.top_k,
               "), d=", mc.hidden_size, ", ", dtype_name(mc.dtype), ", ",
@@ -409,7 +464,7 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
   // After set-up a failure on one rank cannot be agreed on (the others are inside collectives):
   // report it with the rank and end the whole job with its exit code, within seconds.
   try {
-    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, model->store(), mm);
+    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, model->store(), keys, mm);
   } catch (const Error& e) {
     if (!distributed) throw;
     std::fprintf(stderr, "moerun: error: rank %d: %s\n", rank, e.what());

@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "experts/expert_cache.hpp"
+#include "io/hdf5_probe.hpp"
 #include "io/requests.hpp"
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
@@ -25,7 +26,6 @@ struct InferConfig {
   bool resume = false;
   bool skip_invalid = false;
   bool quiet = false;
-  bool check_weights = false;
   std::string stats_json;   // optional
   std::string trace;        // optional routing trace (HDF5); router N > 0 writes TRACE.N
   std::string logits_out;   // optional: JSONL of the logits behind every emitted token (testing)
@@ -41,6 +41,7 @@ struct InferConfig {
   experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
   std::string affinity;            // affinity graph for --prefetch affinity
   io::S3Config s3;                 // for --model s3://bucket/prefix
+  io::Hdf5Probe hdf5_probe;        // walks local HDF5 inputs in a child process first (off when empty)
 
   void validate() const;  // Usage errors naming the option
 };
@@ -58,6 +59,9 @@ struct InferReport {
   bool cache_on = false;
   experts::CacheCounters cache;
   std::map<int, experts::CacheCounters> cache_per_rank;
+  // Results journaled and fdatasyncs of the journals (rank 0, summed over routers): one sync per
+  // step, not per result (group commit).
+  int64_t journaled = 0, journal_syncs = 0;
   // Object-store requests (rank 0, summed) when the model is at s3://.
   bool remote_model = false;
   io::ObjectStoreStats object_store;

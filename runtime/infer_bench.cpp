@@ -65,19 +65,25 @@ double tokens_per_second(const InferReport& r) {
   return r.seconds > 0 ? static_cast<double>(r.processed_tokens) / r.seconds : 0;
 }
 
-std::string make_bench_dir(const std::string& work_dir, MPI_Comm world) {
-  std::string dir = work_dir;
-  if (comm::rank_of(world) == 0 && dir.empty()) {
+BenchDir::BenchDir(const std::string& work_dir, MPI_Comm world) : dir_(work_dir) {
+  if (comm::rank_of(world) == 0 && dir_.empty()) {
     char tmpl[] = "/tmp/moerun-bench-XXXXXX";
     if (!mkdtemp(tmpl)) fail(ErrorKind::Io, "cannot create a temporary directory in /tmp");
-    dir = tmpl;
+    dir_ = tmpl;
+    owned_ = true;
   }
-  return comm::broadcast_string(dir, world);
+  dir_ = comm::broadcast_string(dir_, world);
+}
+
+BenchDir::~BenchDir() {
+  std::error_code ec;
+  if (owned_) std::filesystem::remove_all(dir_, ec);
 }
 
 InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   const int rank = comm::rank_of(world);
-  const std::string dir = make_bench_dir(cfg.work_dir, world);
+  const BenchDir bench_dir(cfg.work_dir, world);
+  const std::string& dir = bench_dir.path();
   if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
   InferBenchResult r;
   r.distributed = run_infer_bench_point(cfg, dir, world);
@@ -93,14 +99,14 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
     }
     comm::idle_barrier(world);
   }
-  if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
   return r;
 }
 
 CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world) {
   CacheBenchResult res;
   const int rank = comm::rank_of(world), P = comm::size_of(world);
-  const std::string dir = make_bench_dir(cfg.work_dir, world);
+  const BenchDir bench_dir(cfg.work_dir, world);
+  const std::string& dir = bench_dir.path();
   const io::ModelConfig& m = cfg.model.model;
   if (rank == 0) {
     io::write_synthetic_model(dir + "/model", cfg.model, true);
@@ -152,7 +158,6 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     rows.push_back(std::move(row));
     comm::idle_barrier(world);
   }
-  if (rank == 0 && cfg.work_dir.empty()) std::filesystem::remove_all(dir);
   return res;
 }
 

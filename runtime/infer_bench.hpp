@@ -48,9 +48,22 @@ struct InferBenchResult {
 };
 
 InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world);
-// The pieces, for the scaling sweep: a bench directory (work_dir, or a fresh one in /tmp, the same
-// on every rank), one run of the requests of `cfg` on `comm` with the model already in DIR/model.
-std::string make_bench_dir(const std::string& work_dir, MPI_Comm world);
+// The pieces, for the scaling sweep. The benchmark's files: --work-dir (kept), or a fresh temp dir,
+// the same on every rank, that rank 0 removes when the benchmark ends, by an error too (the
+// destructor runs while the exception unwinds). Collective.
+class BenchDir {
+ public:
+  BenchDir(const std::string& work_dir, MPI_Comm world);
+  ~BenchDir();
+  BenchDir(const BenchDir&) = delete;
+  BenchDir& operator=(const BenchDir&) = delete;
+  const std::string& path() const { return dir_; }
+
+ private:
+  std::string dir_;
+  bool owned_ = false;
+};
+// One run of the requests of `cfg` on `comm` with the model already in DIR/model.
 InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm);
 double tokens_per_second(const InferReport& r);
 

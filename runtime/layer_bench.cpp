@@ -1,6 +1,8 @@
 // MoE layer benchmark.
 #include "runtime/layer_bench.hpp"
 
+#include "base/host.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -38,8 +40,15 @@ double median(std::vector<double> v) {
 void LayerBenchConfig::validate() const {
   if (hidden < 1 || experts < 1 || intermediate < 1 || top_k < 1 || top_k > experts)
     fail(ErrorKind::Usage, "bench layer: sizes must be positive and --top-k <= --experts");
+  if (hidden > (1 << 16) || intermediate > (1 << 18) || experts > 1024)
+    fail(ErrorKind::Usage, "bench layer: at most --hidden 65536, --intermediate 262144, --experts 1024");
   if (tokens.empty() || dtypes.empty()) fail(ErrorKind::Usage, "bench layer: --tokens and --dtype need values");
-  if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
+  for (int64_t t : tokens)
+    if (t < 1 || t > (1 << 20)) fail(ErrorKind::Usage, "--tokens: ", t, " is not in [1, 1048576]");
+  if (iters < 1 || warmup < 0) fail(ErrorKind::Usage, "--iters must be >= 1 and --warmup >= 0");
+  const int64_t weights = 3 * hidden * intermediate * experts * 4, mem = host_memory_bytes();
+  if (mem > 0 && weights > mem / 2)
+    fail(ErrorKind::Usage, "bench layer: the experts take ", weights >> 20, " MiB, more than half this host's ", mem >> 20, " MiB");
 }
 
 std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {

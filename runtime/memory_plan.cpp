@@ -24,6 +24,19 @@ std::string human(int64_t bytes) {
 void MemoryPlanConfig::validate() const {
   if (batch < 1 || max_batch_tokens < 1 || micro_batches < 1) fail(ErrorKind::Usage, "--batch, --max-batch-tokens, --micro-batches must be >= 1");
   if (nodes < 1 || ranks_per_node < 1) fail(ErrorKind::Usage, "--nodes and --ranks-per-node must be >= 1");
+  // Upper bounds keep the plan's arithmetic inside int64 (the KV cache is checked on its own).
+  auto at_most = [](const char* option, int64_t v, int64_t limit) {
+    if (v > limit) fail(ErrorKind::Usage, option, " is ", v, ", at most ", limit);
+  };
+  at_most("--batch", batch, int64_t{1} << 16);
+  at_most("--context", context, io::kMaxPosition);
+  at_most("--max-batch-tokens", max_batch_tokens, int64_t{1} << 20);
+  at_most("--micro-batches", micro_batches, 256);
+  at_most("--nodes", nodes, int64_t{1} << 12);
+  at_most("--ranks-per-node", ranks_per_node, int64_t{1} << 10);
+  at_most("--experts-per-rank", experts_per_rank, io::kMaxExpertTable);
+  at_most("--device-bytes", device_bytes, int64_t{1} << 60);
+  if (context < 0 || experts_per_rank < 0) fail(ErrorKind::Usage, "--context and --experts-per-rank must be >= 0");
   if (nodes * ranks_per_node > 1 && (routers_per_node < 1 || routers_per_node >= ranks_per_node))
     fail(ErrorKind::Usage, "--routers-per-node must be in [1, --ranks-per-node) so that every node has expert ranks");
   if (device_bytes < 0 || !(margin >= 0)) fail(ErrorKind::Usage, "--device-bytes and the margin must be >= 0");
@@ -44,7 +57,10 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q);
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
-  m.kv_bytes = p.batch * context * c.kv_bytes_per_token();
+  int64_t kv_cache = 0;
+  if (__builtin_mul_overflow(p.batch * context, c.kv_bytes_per_token(), &kv_cache) || kv_cache > (int64_t{1} << 60))
+    fail(ErrorKind::Usage, "--batch ", p.batch, " x --context ", context, " needs a KV cache beyond 2^60 bytes");
+  m.kv_bytes = kv_cache;
   const int64_t T = p.max_batch_tokens;
   m.activation_bytes = 4 * T * (4 * d + 2 * q + 2 * kv + c.num_experts) + 4 * p.batch * c.vocab_size;
   const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back

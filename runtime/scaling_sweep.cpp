@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "base/error.hpp"
@@ -146,9 +147,10 @@ SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
   const int rank = comm::rank_of(world);
   SweepResult res;
   res.job_ranks = comm::size_of(world);
+  std::optional<BenchDir> bench_dir;
   std::string dir;
   if (cfg.bench == "infer") {
-    dir = make_bench_dir(cfg.infer.work_dir, world);
+    dir = bench_dir.emplace(cfg.infer.work_dir, world).path();
     if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.infer.model, true);
   }
   const int saved_threads = omp_get_max_threads();
@@ -187,7 +189,6 @@ SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
     if (!base_tp.count(key)) base_tp[key] = per_rank_throughput(row);
     row.efficiency = base_tp[key] > 0 ? per_rank_throughput(row) / base_tp[key] : 0;
   }
-  if (rank == 0 && cfg.infer.work_dir.empty() && !dir.empty()) std::filesystem::remove_all(dir);
   return res;
 }
 

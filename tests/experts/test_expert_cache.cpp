@@ -121,7 +121,7 @@ TEST_F(ExpertCacheTest, LoadsReuseThePreallocatedSlots) {
         c->begin_layer(layer, rows);
         const io::ExpertWeights& w = c->acquire(layer, e);
         addresses.insert(w.w1.data.data());
-        io::ExpertWeights ref = index_->load(layer, e, false);
+        io::ExpertWeights ref = index_->load(layer, e);
         pack_expert(mm, ref);
         ASSERT_EQ(w.w2.data.size(), ref.w2.data.size());
         EXPECT_EQ(std::memcmp(w.w2.data.data(), ref.w2.data.data(), ref.w2.data.size()), 0) << layer << "/" << e;
@@ -246,7 +246,7 @@ TEST_F(ExpertCacheTest, L2HoldsThePackedFormOfItsLayoutOnly) {
       rows[static_cast<std::size_t>(e)] = 1;
       c->begin_layer(1, rows);
       const io::ExpertWeights& w = c->acquire(1, e);
-      io::ExpertWeights ref = index_->load(1, e, false);
+      io::ExpertWeights ref = index_->load(1, e);
       pack_expert(mm, ref);
       for (auto [a, b] : {std::pair{&w.w1, &ref.w1}, std::pair{&w.w3, &ref.w3}, std::pair{&w.w2, &ref.w2}}) {
         ASSERT_EQ(a->data.size(), b->data.size());

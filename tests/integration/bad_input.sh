@@ -34,10 +34,26 @@ with h5py.File('$WORK/nan/experts-00001.h5', 'r+') as f:
     g = f['layers/2/experts/5']; w = g['w3'][()]; w[7, 3] = np.nan; del g['w3']
     g.create_dataset('w3', data=w, chunks=w.shape)
 "
-expect "NaN weight found by --check-weights" 3 "experts-00001.h5: /layers/2/experts/5/w3 contains NaN at \[7,3\]" -- \
-  $(infer "$WORK/nan" "$WORK/good.jsonl") --check-weights
-# Without the scan the checksum still catches the changed bytes.
-expect "changed weight bytes fail the checksum" 3 "checksum mismatch" -- $(infer "$WORK/nan" "$WORK/good.jsonl")
+# Always scanned as experts load (--check-weights is accepted but no longer needed).
+expect "NaN expert weight" 3 "experts-00001.h5: /layers/2/experts/5/w3 contains NaN at \[7,3\]" -- \
+  $(infer "$WORK/nan" "$WORK/good.jsonl")
+expect "NaN expert weight, loaded through the cache" 3 "experts-00001.h5: /layers/2/experts/5/w3 contains NaN at \[7,3\]" -- \
+  $(infer "$WORK/nan" "$WORK/good.jsonl") --l1-bytes 200K
+cp -r "$WORK/m" "$WORK/changed"
+"$PY" -c "
+import h5py, numpy as np
+with h5py.File('$WORK/changed/experts-00001.h5', 'r+') as f:
+    g = f['layers/2/experts/5']; w = g['w3'][()]; w[7, 3] += 0.5; del g['w3']
+    g.create_dataset('w3', data=w, chunks=w.shape)
+"
+expect "changed weight bytes fail the checksum" 3 "checksum mismatch" -- $(infer "$WORK/changed" "$WORK/good.jsonl")
+cp -r "$WORK/m" "$WORK/densenan"
+"$PY" -c "
+import h5py, numpy as np
+with h5py.File('$WORK/densenan/model.h5', 'r+') as f:
+    w = f['layers/1/wo'][()]; w[2, 5] = np.inf; f['layers/1/wo'][...] = w
+"
+expect "Inf in a dense weight (always checked)" 3 "model.h5: /layers/1/wo contains Inf at \[2,5\]" -- $(infer "$WORK/densenan" "$WORK/good.jsonl")
 
 printf '{"id": "a", "prompt_tokens": [1, 2]}\n{"id": "b", "prompt_tokens": [1, \n' > "$WORK/broken.jsonl"
 expect "broken JSONL line" 3 "broken.jsonl: line 2: not valid JSON" -- $(infer "$WORK/m" "$WORK/broken.jsonl")

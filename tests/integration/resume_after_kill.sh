@@ -16,8 +16,34 @@ kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 before=$(wc -l < "$WORK/out.jsonl.journal")
 check "killed before the end: journal has results, no final file" bash -c "[ $before -ge 5 ] && [ $before -lt 40 ] && [ ! -e '$WORK/out.jsonl' ]"
+cp "$WORK/out.jsonl.journal" "$WORK/killed.journal"
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/out.jsonl" --max-batch-size 2 --resume 2> "$WORK/resume.log"
 check "resume reports the finished requests it skips" grep -q "resume: $before finished request" "$WORK/resume.log"
 check "resumed output equals the uninterrupted run" cmp -s "$WORK/full.jsonl" "$WORK/out.jsonl"
 check "every id exactly once" bash -c "[ \$(grep -o '\"id\":\"[^\"]*\"' '$WORK/out.jsonl' | sort | uniq -d | wc -l) -eq 0 ] && [ \$(wc -l < '$WORK/out.jsonl') -eq 40 ]"
+check "the output carries no journal keys" bash -c "! grep -q '\"key\"' '$WORK/out.jsonl'"
+
+# The killed run's journal, offered to a run that differs: each journaled result carries the key of
+# its request, model and routing options, so none of them may end up in the other run's output.
+# resume_other NAME FULL_OUTPUT -- infer args...: resumes from the killed journal, compares.
+resume_other() {
+  local name=$1 full=$2; shift 3
+  rm -f "$WORK/other.jsonl"
+  cp "$WORK/killed.journal" "$WORK/other.jsonl.journal"
+  "$MOERUN" infer "$@" --output "$WORK/other.jsonl" --max-batch-size 2 --resume 2> "$WORK/other.log"
+  check "$name: the stale journal is recomputed with a warning and the output equals a fresh run" \
+    bash -c "grep -q 'journaled result(s) were made for other requests' '$WORK/other.log' && cmp -s '$full' '$WORK/other.jsonl'"
+}
+# Same ids, other prompts.
+sed 's/"prompt_tokens": \[1, /"prompt_tokens": [2, /' "$WORK/reqs.jsonl" > "$WORK/reqs2.jsonl"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs2.jsonl" --output "$WORK/full2.jsonl" --quiet --max-batch-size 2
+check "the second input gives other tokens (so the check below can fail)" bash -c "! cmp -s '$WORK/full.jsonl' '$WORK/full2.jsonl'"
+resume_other "other input, same ids" "$WORK/full2.jsonl" -- --model "$WORK/m" --input "$WORK/reqs2.jsonl"
+# Other routing options.
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/full-t.jsonl" --quiet --max-batch-size 2 --router-temperature 0.3
+resume_other "other routing options" "$WORK/full-t.jsonl" -- --model "$WORK/m" --input "$WORK/reqs.jsonl" --router-temperature 0.3
+# Another model with the same shapes (another seed).
+SYNTH_SEED=12 SYNTH_HIDDEN=256 SYNTH_HEAD_DIM=64 SYNTH_FF=512 synth_model "$WORK/m2"
+"$MOERUN" infer --model "$WORK/m2" --input "$WORK/reqs.jsonl" --output "$WORK/full-m2.jsonl" --quiet --max-batch-size 2
+resume_other "another model" "$WORK/full-m2.jsonl" -- --model "$WORK/m2" --input "$WORK/reqs.jsonl"
 finish

@@ -45,10 +45,10 @@ class ModelFormat : public ::testing::Test {
   }
   void load_all() {
     ModelConfig c = read_model_config(dir);
-    load_dense_weights(dir, true);
+    load_dense_weights(dir);
     ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
     for (int64_t l = 0; l < c.num_layers; ++l)
-      for (int64_t e = 0; e < c.num_experts; ++e) idx.load(l, e, true);
+      for (int64_t e = 0; e < c.num_experts; ++e) idx.load(l, e);
   }
   std::string shard(int i) { return dir + "/" + shard_file_name(i); }
   std::string dir;
@@ -58,14 +58,14 @@ TEST_F(ModelFormat, RoundTrip) {
   ModelConfig c = read_model_config(dir);
   EXPECT_EQ(c.num_layers, 2);
   EXPECT_EQ(c.intermediate_size, 24);
-  DenseWeights w = load_dense_weights(dir, true);
+  DenseWeights w = load_dense_weights(dir);
   auto embed = synth_tensor(1, "/embed_tokens", 50 * 16, 1.0f);
   EXPECT_EQ(w.embed_tokens, embed);
   ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
   EXPECT_EQ(idx.shards().size(), 2u);
   EXPECT_EQ(idx.locate(0, 0).shard, shard(0));
   EXPECT_EQ(idx.locate(1, 3).shard, shard(1));
-  ExpertWeights ew = idx.load(1, 2, true);
+  ExpertWeights ew = idx.load(1, 2);
   auto w3 = synth_tensor(1, expert_group_path(1, 2) + "/w3", 24 * 16, 1.0f / 4);
   EXPECT_TRUE(std::equal(w3.begin(), w3.end(), ew.w3.data.as<float>()));
   // Shards are one chunk per matrix.
@@ -118,7 +118,7 @@ TEST_F(ModelFormat, WrongShape) {
     std::vector<float> z(4 * 16, 0.0f);
     h5_write(f, "/layers/1/wk", {4, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, z.data(), false);
   }
-  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: /layers/1/wk has shape [4,16], expected [8,16]"});
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /layers/1/wk has shape [4,16], expected [8,16]"});
 }
 
 TEST_F(ModelFormat, WrongDtype) {
@@ -128,12 +128,12 @@ TEST_F(ModelFormat, WrongDtype) {
     std::vector<int32_t> z(16, 1);
     h5_write(f, "/final_norm", {16}, H5T_STD_I32LE, H5T_NATIVE_INT32, z.data(), false);
   }
-  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: /final_norm has type int32, expected float32"});
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /final_norm has type int32, expected float32"});
 }
 
 TEST_F(ModelFormat, MissingDataset) {
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete(f, "/layers/0/gate"); }
-  expect_error([&] { load_dense_weights(dir, false); }, ErrorKind::BadInput, {"model.h5: dataset /layers/0/gate is missing"});
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: dataset /layers/0/gate is missing"});
 }
 
 TEST_F(ModelFormat, ExpertInNoShard) {
@@ -175,8 +175,19 @@ TEST_F(ModelFormat, NanWeightNamedByCheck) {
     h5_delete(f, "/layers/1/wq");
     h5_write(f, "/layers/1/wq", {16, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.data(), false);
   }
-  EXPECT_NO_THROW(load_dense_weights(dir, false));
-  expect_error([&] { load_dense_weights(dir, true); }, ErrorKind::BadInput, {"model.h5: /layers/1/wq contains NaN at [3,5]"});
+  // Always scanned (not only on request): a NaN weight would silently turn every token into 0.
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /layers/1/wq contains NaN at [3,5]"});
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    std::vector<float> q(256, 0.1f);
+    h5_delete(f, "/layers/1/wq");
+    h5_write(f, "/layers/1/wq", {16, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, q.data(), false);
+    std::vector<float> n(16, 1.0f);
+    n[9] = -INFINITY;
+    h5_delete(f, "/final_norm");
+    h5_write(f, "/final_norm", {16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, n.data(), false);
+  }
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /final_norm contains Inf at [9,0]"});
 }
 
 TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {

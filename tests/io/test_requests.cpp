@@ -3,10 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <functional>
+#include <set>
 
 #include "base/error.hpp"
 #include "io/requests.hpp"
+#include "io/output_file.hpp"
 #include "io/result_journal.hpp"
 
 namespace moerun::io {
@@ -68,7 +75,7 @@ TEST_F(Requests, EachBadLineNamesItsLineAndField) {
   EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"top_p\":0}").find("top_p"), std::string::npos);
 }
 
-TEST_F(Requests, SkipInvalidKeepsTheErrorAsAResult) {
+TEST_F(Requests, SkipInvalidKeepsTheErrorAsAResult) {  // (ids: SkipInvalidKeepsRealIdsAndNeverRepeatsOne)
   auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1]}\nnot json\n"), {}, {100, 64}, true);
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_TRUE(rs[0].error.empty());
@@ -97,38 +104,195 @@ TEST_F(Requests, ResultJsonRoundTrip) {
 
 TEST_F(Requests, JournalResumesAfterTornLine) {
   const std::string out = (dir / "out.jsonl").string();
+  const JournalKeys keys{{"a", "ka"}, {"b", "kb"}, {"c", "kc"}};
   {
-    ResultJournal j(out, 0, false);
+    ResultJournal j(out, 0, false, keys);
     j.append({"a", {1}, "length", 1, ""});
     j.append({"b", {2}, "length", 1, ""});
+    j.sync();
   }
   { std::ofstream(out + ".journal", std::ios::app) << "{\"id\":\"c\",\"outp"; }  // killed mid-write
   {
-    ResultJournal j(out, 0, true);
+    ResultJournal j(out, 0, true, keys);
     EXPECT_EQ(j.finished().size(), 2u);
     j.append({"c", {3}, "eos", 1, ""});
-  }
-  ResultJournal j(out, 0, true);
+  }  // closed without an explicit sync: close() syncs
+  ResultJournal j(out, 0, true, keys);
   EXPECT_EQ(j.finished().size(), 3u);
   EXPECT_EQ(j.finished().at("c").finish_reason, "eos");
+  EXPECT_EQ(j.finished().at("c").key, "kc");
   // Without --resume the journal starts empty.
-  ResultJournal fresh(out, 0, false);
+  ResultJournal fresh(out, 0, false, keys);
   EXPECT_TRUE(fresh.finished().empty());
+}
+
+// A journal written for other requests (same ids, other prompts), another model or other options
+// carries other keys: its entries are not taken as this run's results.
+TEST_F(Requests, JournalEntriesWithAnotherKeyAreNotFinished) {
+  const std::string out = (dir / "out.jsonl").string();
+  {
+    const JournalKeys old_keys{{"a", "old-a"}, {"b", "kb"}};
+    ResultJournal j(out, 0, false, old_keys);
+    j.append({"a", {1}, "length", 1, ""});
+    j.append({"b", {2}, "length", 1, ""});
+  }
+  { std::ofstream(out + ".journal", std::ios::app) << "{\"id\":\"c\",\"output_tokens\":[1],\"finish_reason\":\"eos\",\"prompt_len\":1}\n"; }
+  const JournalKeys keys{{"a", "new-a"}, {"b", "kb"}, {"c", "kc"}};
+  JournalReadStats st;
+  const auto got = read_journals(out, keys, &st);
+  EXPECT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got.count("b"));
+  EXPECT_EQ(st.stale, 2);  // "a" (other key) and "c" (no key: a journal from before keys)
+  ResultJournal j(out, 0, true, keys);
+  EXPECT_EQ(j.finished().size(), 1u);
+  // The recomputed "a" is taken after the stale one, from the same file.
+  j.append({"a", {9}, "eos", 1, ""});
+  j.close();
+  EXPECT_EQ(read_journals(out, keys).at("a").output_tokens, std::vector<int32_t>{9});
+}
+
+TEST_F(Requests, RequestFingerprintCoversPromptAndSampling) {
+  auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1,2]}\n{\"id\":\"b\",\"prompt_tokens\":[1,3]}\n"
+                                "{\"id\":\"c\",\"prompt_tokens\":[1,2],\"seed\":4}\n{\"id\":\"d\",\"prompt_tokens\":[1,2],\"max_new_tokens\":3}\n"),
+                          {}, {100, 64}, false);
+  Request same = rs[0];
+  EXPECT_EQ(request_fingerprint(same), request_fingerprint(rs[0]));
+  same.id = "b";
+  EXPECT_NE(request_fingerprint(same), request_fingerprint(rs[1]));  // same id, other prompt
+  same = rs[0];
+  same.id = "c";
+  EXPECT_NE(request_fingerprint(same), request_fingerprint(rs[2]));  // other seed
+  same.id = "d";
+  EXPECT_NE(request_fingerprint(same), request_fingerprint(rs[3]));  // other budget
 }
 
 TEST_F(Requests, AtomicWriteLeavesNoTempFile) {
   const std::string out = (dir / "o.jsonl").string();
   write_file_atomically(out, {"a", "b"});
+  write_file_atomically(out, {"c"});
   std::ifstream in(out);
   std::string all((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_EQ(all, "a\nb\n");
-  EXPECT_FALSE(fs::exists(out + ".tmp"));
+  EXPECT_EQ(all, "c\n");
+  for (const auto& e : fs::directory_iterator(dir)) EXPECT_EQ(e.path().filename(), "o.jsonl");
   try {
-    check_writable((dir / "missing" / "x.jsonl").string());
+    check_output_target((dir / "missing" / "x.jsonl").string(), "--output");
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Io);
   }
+}
+
+// A stale or planted OUT.tmp (here a symlink to another file) is never written through.
+TEST_F(Requests, AtomicWriteIgnoresAPlantedTempName) {
+  const std::string out = (dir / "o.jsonl").string(), victim = (dir / "victim").string();
+  std::ofstream(victim) << "keep\n";
+  fs::create_symlink(victim, out + ".tmp");
+  write_file_atomically(out, {"x"});
+  std::ifstream in(victim);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(all, "keep\n");
+}
+
+// Devices, FIFOs and directories are refused as outputs (Usage); a symlink is followed, and the file
+// it points at is replaced while the link stays.
+TEST_F(Requests, OutputTargetsMustBeRegularFiles) {
+  const std::string fifo = (dir / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  auto usage = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, wanted " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  usage([&] { check_output_target(fifo, "--output"); }, "--output " + fifo + ": is a FIFO");
+  usage([&] { write_file_atomically(fifo, {"x"}); }, "is a FIFO");
+  EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
+  usage([&] { check_output_target(dir.string(), "--stats-json"); }, "is a directory");
+  if (::geteuid() == 0) {  // mknod needs root; CI runs as root. A stand-in for /dev/null, in our temp dir.
+    const std::string null = (dir / "null").string();
+    ASSERT_EQ(::mknod(null.c_str(), S_IFCHR | 0666, ::makedev(1, 3)), 0);
+    usage([&] { check_output_target(null, "--trace"); }, "is a character device");
+    usage([&] { write_file_atomically(null, {"x"}); }, "is a character device");
+    EXPECT_EQ(fs::status(null).type(), fs::file_type::character);
+  }
+  const std::string real = (dir / "real.jsonl").string(), link = (dir / "link.jsonl").string();
+  std::ofstream(real) << "old\n";
+  fs::create_symlink("real.jsonl", link);
+  check_output_target(link, "--output");
+  write_file_atomically(link, {"new"});
+  EXPECT_TRUE(fs::is_symlink(link));
+  std::ifstream in(real);
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(all, "new\n");
+  fs::create_symlink(fifo, dir / "link-to-fifo");
+  usage([&] { check_output_target((dir / "link-to-fifo").string(), "--output"); }, "is a FIFO");
+}
+
+TEST_F(Requests, OutputsMustNotBeInputsOrEachOther) {
+  const std::string in = write("{}\n");
+  auto usage = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, wanted " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  usage([&] { check_distinct_paths({{in, "--input"}}, {{in, "--output"}}); }, "--output " + in + " is the --input file");
+  // The same file under another spelling, and through a hard link.
+  const std::string other = (dir / "." / "in.jsonl").string();
+  usage([&] { check_distinct_paths({{in, "--input"}}, {{other, "--output"}}); }, "is the --input file");
+  fs::create_hard_link(in, dir / "hard.jsonl");
+  usage([&] { check_distinct_paths({{in, "--input"}}, {{(dir / "hard.jsonl").string(), "--output"}}); }, "is the --input file");
+  // Outputs that do not exist yet compare by spelling.
+  const std::string out = (dir / "out.jsonl").string();
+  usage([&] { check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out, "--stats-json"}}); },
+        "--stats-json and --output name the same file");
+  // Side files: OUT.journal is written next to the output, TRACE.1 by router 1.
+  usage([&] { check_distinct_paths({{out + ".journal", "--input"}}, {{out, "--output"}}); }, "would be overwritten by a side file");
+  usage([&] { check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out + ".1", "--trace"}}); }, "name the same file");
+  EXPECT_NO_THROW(check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out + ".stats", "--stats-json"}}));
+}
+
+TEST_F(Requests, SkipInvalidKeepsRealIdsAndNeverRepeatsOne) {
+  // Line 2 is invalid but has its own id; line 3 repeats line 1's id; line 4 has no id and its
+  // "line:4" is taken by line 5's real id; line 6 overflows a double.
+  auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1]}\n"
+                                "{\"id\":\"b\",\"prompt_tokens\":[]}\n"
+                                "{\"id\":\"a\",\"prompt_tokens\":[2]}\n"
+                                "not json\n"
+                                "{\"id\":\"line:4\",\"prompt_tokens\":[3]}\n"
+                                "{\"id\":\"t\",\"prompt_tokens\":[1],\"temperature\":1e999}\n"),
+                          {}, {100, 64}, true);
+  ASSERT_EQ(rs.size(), 6u);
+  EXPECT_EQ(rs[0].id, "a");
+  EXPECT_TRUE(rs[0].error.empty());
+  EXPECT_EQ(rs[1].id, "b");
+  EXPECT_NE(rs[1].error.find("prompt_tokens is empty"), std::string::npos);
+  EXPECT_EQ(rs[2].id, "line:3");
+  EXPECT_NE(rs[2].error.find("id \"a\" repeats line 1"), std::string::npos);
+  EXPECT_EQ(rs[3].id, "line:4#2");
+  EXPECT_EQ(rs[4].id, "line:4");
+  EXPECT_TRUE(rs[4].error.empty());
+  EXPECT_EQ(rs[5].id, "line:6");  // not valid JSON at all: its id cannot be read
+  EXPECT_NE(rs[5].error.find("not valid JSON"), std::string::npos);
+  std::set<std::string> ids;
+  for (const auto& r : rs) EXPECT_TRUE(ids.insert(r.id).second) << r.id;
+}
+
+TEST_F(Requests, NumbersBeyondTheirTypeNameTheLine) {
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"temperature\":1e999}").find("line 2: not valid JSON"), std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[18446744073709551615]}").find("prompt_tokens[0] = 18446744073709551615 is out of range"),
+            std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"max_new_tokens\":18446744073709551615}").find("max_new_tokens is 18446744073709551615"),
+            std::string::npos);
+  // A budget near INT64_MAX is capped where generation stops anyway (max_position).
+  auto rs = read_requests(write("{\"id\":\"x\",\"prompt_tokens\":[1,2],\"max_new_tokens\":9223372036854775807}\n"), {}, {100, 64}, false);
+  EXPECT_EQ(rs[0].max_new_tokens, 62);
 }
 
 }  // namespace

@@ -1,0 +1,11 @@
+// What this host has, for checks made before large allocations (a model whose files claim more
+// than the machine holds fails with a clear message instead of being killed for memory).
+#pragma once
+#include <cstdint>
+
+namespace moerun {
+
+// Physical memory in bytes (0 when unknown).
+int64_t host_memory_bytes();
+
+}  // namespace moerun

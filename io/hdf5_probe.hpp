@@ -1,0 +1,31 @@
+// Guarding a command against libhdf5 itself. Corrupt metadata can crash or hang the library
+// (1.10.8 has heap overflows on malformed object headers, found by our fuzz test through
+// H5Aexists), where no error return helps and range checks come too late. So before a command opens
+// the local HDF5 files it was given, a child process walks their whole metadata
+// (h5_walk_metadata); a crash or a hang there becomes a one-line BadInput error naming the file,
+// and the command never opens it. Object-store files are not probed (each probe would re-read
+// their metadata over the network).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace moerun::io {
+
+struct Hdf5Probe {
+  std::string program;     // executable that takes `__probe-hdf5 FILE...`; empty: probing is off
+  double timeout_s = 60;   // a walk that takes longer counts as a hang (a local walk takes well under 1 s)
+
+  // BadInput naming the first file whose walk failed, crashed (naming the signal) or timed out;
+  // Io when the probe cannot be started. Missing files are left to the readers to report.
+  void check(const std::vector<std::string>& files) const;
+};
+
+// This executable as the probe (/proc/self/exe), unless MOERUN_HDF5_PROBE=0; the timeout from
+// MOERUN_HDF5_PROBE_TIMEOUT (seconds).
+Hdf5Probe default_hdf5_probe();
+
+// The child's side (`moerun __probe-hdf5 FILE...`): walks each file; prints one error line and
+// returns 3 (4 for an unreadable file) at the first bad one, 0 when all are fine.
+int hdf5_probe_main(int argc, char** argv);
+
+}  // namespace moerun::io

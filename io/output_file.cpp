@@ -1,0 +1,177 @@
+// Output target checks and atomic replacement (POSIX: mkstemp, fsync, rename).
+#include "io/output_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "base/error.hpp"
+
+namespace moerun::io {
+namespace fs = std::filesystem;
+namespace {
+
+const char* kind_of(mode_t m) {
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a directory";
+  return "not a regular file";
+}
+
+// The file a write to `path` ends up replacing: symlinks followed (a dangling link's target).
+std::string resolve(const std::string& path) {
+  std::error_code ec;
+  fs::path p(path);
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return p.string();
+}
+
+struct FileId {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  std::string spelling;  // absolute, normalised, symlinks resolved where they exist
+};
+
+FileId file_id(const std::string& path) {
+  FileId id;
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  id.spelling = ec ? fs::absolute(path).lexically_normal().string() : canon.string();
+  struct stat sb{};
+  if (::stat(path.c_str(), &sb) == 0) {
+    id.exists = true;
+    id.dev = sb.st_dev;
+    id.ino = sb.st_ino;
+  }
+  return id;
+}
+
+bool same_file(const FileId& a, const FileId& b) {
+  if (a.exists && b.exists) return a.dev == b.dev && a.ino == b.ino;
+  return a.spelling == b.spelling;
+}
+
+// Is `p` one of the side files written next to output `o`: o.journal, o.journal.N, o.N, o.tmp*?
+bool is_side_file(const std::string& o, const std::string& p) {
+  if (p.size() <= o.size() + 1 || p.compare(0, o.size(), o) != 0 || p[o.size()] != '.') return false;
+  const std::string rest = p.substr(o.size() + 1);
+  auto digits = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
+  if (digits(rest) || rest == "journal" || rest.rfind("tmp", 0) == 0) return true;
+  return rest.rfind("journal.", 0) == 0 && digits(rest.substr(8));
+}
+
+}  // namespace
+
+void check_output_target(const std::string& path, const std::string& option) {
+  const std::string target = resolve(path);
+  struct stat sb{};
+  if (::stat(target.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+    fail(ErrorKind::Usage, option, " ", path, ": is ", kind_of(sb.st_mode), "; outputs are written as new regular files, refusing to replace it");
+  const std::string dir = parent_dir(target);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, path, ": output directory ", dir, " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) fail(ErrorKind::Io, path, ": output directory ", dir, " is not writable");
+}
+
+void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs) {
+  std::vector<FileId> out_ids;
+  for (const auto& o : outputs) out_ids.push_back(file_id(o.path));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (const auto& in : inputs) {
+      const FileId id = file_id(in.path);
+      if (same_file(id, out_ids[i]))
+        fail(ErrorKind::Usage, outputs[i].option, " ", outputs[i].path, " is the ", in.option, " file; writing it would destroy the input");
+      if (is_side_file(out_ids[i].spelling, id.spelling))
+        fail(ErrorKind::Usage, in.option, " ", in.path, " would be overwritten by a side file of ", outputs[i].option, " ",
+             outputs[i].path);
+    }
+    for (std::size_t j = 0; j < i; ++j)
+      if (same_file(out_ids[i], out_ids[j]) || is_side_file(out_ids[j].spelling, out_ids[i].spelling) ||
+          is_side_file(out_ids[i].spelling, out_ids[j].spelling))
+        fail(ErrorKind::Usage, outputs[i].option, " and ", outputs[j].option, " name the same file (", outputs[i].path, ")");
+  }
+}
+
+AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(resolve(path)) {
+  struct stat sb{};
+  if (::lstat(target_.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+    fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; refusing to replace it with a regular file");
+  tmp_ = target_ + ".tmp.XXXXXX";
+  fd_ = ::mkstemp(tmp_.data());
+  if (fd_ < 0) fail(ErrorKind::Io, path, ": cannot create a temporary file next to it: ", std::strerror(errno));
+  ::fchmod(fd_, 0644);
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const std::string& data) { write_fully(fd_, data, tmp_); }
+
+void AtomicFile::commit() {
+  // Through a fresh descriptor: a writer that opened the temp file by name (HDF5) wrote there.
+  int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || ::fsync(fd) != 0) fail(ErrorKind::Io, tmp_, ": fsync failed: ", std::strerror(errno));
+  ::close(fd);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(ErrorKind::Io, path_, ": rename failed: ", std::strerror(errno));
+  committed_ = true;
+  int dfd = ::open(parent_dir(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+void replace_file_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
+  AtomicFile f(path);
+  write(f.temp_path());
+  f.commit();
+}
+
+void write_file_atomically(const std::string& path, const std::vector<std::string>& lines) {
+  AtomicFile f(path);
+  std::string buf;
+  for (const auto& l : lines) {
+    buf += l;
+    buf += '\n';
+    if (buf.size() > (1 << 20)) {
+      f.write(buf);
+      buf.clear();
+    }
+  }
+  f.write(buf);
+  f.commit();
+}
+
+std::string parent_dir(const std::string& path) {
+  auto p = fs::path(path).parent_path();
+  return p.empty() ? "." : p.string();
+}
+
+void write_fully(int fd, const std::string& data, const std::string& path) {
+  const char* p = data.data();
+  std::size_t left = data.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ErrorKind::Io, path, ": write failed: ", std::strerror(errno));
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace moerun::io

@@ -1,0 +1,73 @@
+// Resume keys: xxh64 fingerprints of requests, model bytes and routing options.
+#include "runtime/resume_keys.hpp"
+
+#include "base/xxh64.hpp"
+
+#include <cstdio>
+
+namespace moerun::runtime {
+namespace {
+
+void hash_matrix(Xxh64& h, const WeightMatrix& m) {
+  h.value(m.rows).value(m.cols).bytes(m.data.data(), m.bytes());
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+uint64_t dense_fingerprint(const io::DenseWeights& w) {
+  Xxh64 h;
+  const io::ModelConfig& c = w.config;
+  h.text(c.architecture);
+  for (int64_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                    c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype)})
+    h.value(v);
+  h.value(c.rope_theta);
+  h.value(c.rms_norm_eps);
+  h.vec(w.embed_tokens);
+  h.vec(w.final_norm);
+  hash_matrix(h, w.lm_head);
+  for (const auto& l : w.layers) {
+    h.vec(l.attn_norm);
+    h.vec(l.ffn_norm);
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) hash_matrix(h, *m);
+  }
+  return h.digest();
+}
+
+uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const io::ModelConfig& c) {
+  Xxh64 h;
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    for (int64_t e = 0; e < c.num_experts; ++e) h.value(index.checksum(l, e));
+  return h.digest();
+}
+
+uint64_t routing_fingerprint(const router::RouterConfig& r) {
+  Xxh64 h;
+  h.value(r.capacity_factor);
+  h.value(static_cast<int>(r.overflow));
+  h.value(r.load_penalty);
+  h.value(r.temperature);
+  return h.digest();
+}
+
+uint64_t combine_fingerprints(const std::vector<uint64_t>& parts) {
+  Xxh64 h;
+  h.vec(parts);
+  return h.digest();
+}
+
+io::JournalKeys journal_keys(const std::vector<io::Request>& requests, uint64_t run_fingerprint) {
+  io::JournalKeys keys;
+  keys.reserve(requests.size());
+  const std::string run = hex(run_fingerprint);
+  for (const io::Request& r : requests) keys[r.id] = hex(io::request_fingerprint(r)) + "-" + run;
+  return keys;
+}
+
+}  // namespace moerun::runtime
