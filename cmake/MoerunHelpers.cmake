@@ -32,6 +32,9 @@ function(moerun_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  if("unit" IN_LIST ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY MOERUN_UNIT_TEST_TARGETS ${exe})
+  endif()
   if(ARG_MPI_RANKS)
     add_test(NAME ${name} COMMAND ${MPIEXEC_EXECUTABLE} ${MOERUN_MPIEXEC_FLAGS} -np ${ARG_MPI_RANKS}
              $<TARGET_FILE:${exe}> ${ARG_ARGS})
@@ -40,6 +43,11 @@ function(moerun_add_test name)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${MOERUN_TEST_ENV};${ARG_ENV}"
                        LABELS "${ARG_LABELS}")
+  # A test that needs hardware this machine lacks (label gpu) skips itself with GTEST_SKIP and a
+  # reason; ctest must then say "Skipped", not "Passed".
+  if("gpu" IN_LIST ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endif()
 endfunction()
 
 # moerun_add_script_test(name COMMAND ... [TIMEOUT s] [LABELS ...]): a test that drives the moerun

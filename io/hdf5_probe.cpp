@@ -128,9 +128,10 @@ void Hdf5Probe::check(const std::vector<std::string>& files) const {
     const std::string prefix = "moerun: error: ";
     fail(static_cast<ErrorKind>(code), line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : line);
   }
+  // Anything else is a crash the child's runtime caught (a sanitizer's report ends with exit 1).
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail(ErrorKind::BadInput, current, ": corrupt HDF5 metadata (the probe exited with ", WEXITSTATUS(status), ": ",
-         first_line(out), ")");
+    fail(ErrorKind::BadInput, current, ": corrupt HDF5 metadata (reading it crashed libhdf5: the probe exited with ",
+         WEXITSTATUS(status), ": ", first_line(out), ")");
 }
 
 int hdf5_probe_main(int argc, char** argv) {

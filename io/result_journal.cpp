@@ -37,6 +37,8 @@ std::vector<std::string> journal_files(const std::string& output_path) {
     if (!n.empty() && std::all_of(n.begin(), n.end(), ::isdigit)) files.push_back(e.path().string());
   }
   std::sort(files.begin(), files.end());
+  // Read and removed by name: a FIFO or a device here would block the read or lose the device.
+  for (const auto& f : files) check_output_target(f, "journal");
   return files;
 }
 

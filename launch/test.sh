@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing (Debian packages; a Python venv with transformers for
-# the Hugging Face reference test), builds everything, runs every ctest test (each with a timeout).
-# Usage: launch/test.sh [extra ctest args, e.g. -L unit]
+# the Hugging Face reference test), builds everything, runs every ctest test (each with a timeout),
+# then the unit, bad-input and fuzz tests again in a sanitizer build.
+# Usage: launch/test.sh [extra ctest args, e.g. -L unit: the release build only]
+# Environment: MOERUN_SANITIZE=0 skips the sanitizer pass; MOERUN_FUZZ_SECONDS (default 90) per fuzz test there.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
@@ -18,5 +20,19 @@ if ! "$VENV/bin/python" -c "import transformers, torch, h5py, matplotlib" 2>/dev
 fi
 
 moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"
-cd "$BUILD"
-ctest --output-on-failure "$@"
+(cd "$BUILD" && ctest --output-on-failure "$@")
+
+# The sanitizer pass: an ASan + UBSan build, and in it the unit, bad-input and fuzz tests (the fuzz
+# tests longer than in the release run). Skipped when ctest arguments were given (a partial run) or
+# with MOERUN_SANITIZE=0. Leak checks are off: Open MPI, UCX and libhdf5 keep memory until exit.
+# UCX's own signal handler is off, so that a crash reaches the sanitizer's report.
+if [ "${MOERUN_SANITIZE:-1}" = 1 ] && [ $# -eq 0 ]; then
+  ASAN_BUILD=${MOERUN_ASAN_BUILD_DIR:-$ROOT/build-asan}
+  echo "== sanitizer pass (ASan + UBSan) in $ASAN_BUILD" >&2
+  moerun_build "$ROOT" "$ASAN_BUILD" sanitizer_targets -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="-O1 -g1" \
+    -DMOERUN_ASAN=ON -DMOERUN_UBSAN=ON \
+    -DMOERUN_PYTHON="$VENV/bin/python" -DMOERUN_FUZZ_SECONDS="${MOERUN_FUZZ_SECONDS:-90}"
+  (cd "$ASAN_BUILD" &&
+    ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:print_summary=1 UBSAN_OPTIONS=print_stacktrace=1 UCX_HANDLE_ERRORS=none \
+    ctest --output-on-failure -L 'unit|badinput|fuzz')
+fi

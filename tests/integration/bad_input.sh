@@ -73,9 +73,58 @@ check "unwritable output path: exit 4, names the path" bash -c "[ $rc -eq 4 ] &&
 expect "unknown option is a usage error" 2 "unrecognised option\|unrecognized option" -- infer --model "$WORK/m" --bogus 1
 expect "bad overflow policy is a usage error" 2 "--overflow must be reroute or drop" -- $(infer "$WORK/m" "$WORK/good.jsonl") --overflow spill
 
+# Routing options outside the range where their arithmetic means anything.
+expect "--capacity-factor 1e300" 2 "--capacity-factor must be in \[0, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor 1e300
+expect "--capacity-factor inf" 2 "--capacity-factor must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor inf
+expect "--router-temperature 1e-45" 2 "--router-temperature must be in \[1e-06, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --router-temperature 1e-45
+expect "--load-penalty nan" 2 "--load-penalty must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --load-penalty nan
+# The smallest temperature allowed still routes (argmax), with no NaN weights: the tokens are those
+# of an ordinary run whose top-1 expert takes all the weight, and the run is deterministic.
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/good.jsonl" --output "$WORK/cold1.jsonl" --quiet --router-temperature 1e-6 --stats-json "$WORK/cold.stats"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/good.jsonl" --output "$WORK/cold2.jsonl" --quiet --router-temperature 1e-6
+check "--router-temperature 1e-6 runs, deterministic, experts beyond 0 and 1 used" bash -c "cmp -s '$WORK/cold1.jsonl' '$WORK/cold2.jsonl' && \
+  '$PY' -c \"import json,sys; s=json.load(open('$WORK/cold.stats')); c=s['expert_usage'][0]; sys.exit(0 if sum(1 for x in c if x) > 2 else 1)\""
+
+# JSON numbers beyond their type: the line is named, and --skip-invalid can skip it.
+printf '{"id": "a", "prompt_tokens": [1, 2]}\n{"id": "b", "prompt_tokens": [1], "temperature": 1e999}\n' > "$WORK/overflow.jsonl"
+expect "temperature 1e999" 3 "overflow.jsonl: line 2: not valid JSON" -- $(infer "$WORK/m" "$WORK/overflow.jsonl")
+echo '{"id": "a", "prompt_tokens": [1, 18446744073709551615]}' > "$WORK/bigtok.jsonl"
+expect "token 2^64-1 reported as itself" 3 "line 1: prompt_tokens\[1\] = 18446744073709551615 is out of range" -- $(infer "$WORK/m" "$WORK/bigtok.jsonl")
+echo '{"id": "a", "prompt_tokens": [1, 2], "max_new_tokens": 9223372036854775807}' > "$WORK/budget.jsonl"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/budget.jsonl" --output "$WORK/budget.out" --quiet
+check "max_new_tokens near INT64_MAX runs to max_position" bash -c "'$PY' -c \"import json,sys; r=json.loads(open('$WORK/budget.out').read()); sys.exit(0 if r['finish_reason']=='eos' or len(r['output_tokens'])==256-2 else 1)\""
+
+# Options of the other commands: usage errors, not crashes, overflows or OOM kills.
+expect "inspect --context 2^62" 2 "--context is 4611686018427387904, at most" -- inspect --model "$WORK/m" --context 4611686018427387904
+expect "inspect --batch 2^62" 2 "--batch is 4611686018427387904, at most" -- inspect --model "$WORK/m" --batch 4611686018427387904
+expect "inspect --nodes 2^62" 2 "--nodes is 4611686018427387904, at most" -- inspect --model "$WORK/m" --nodes 4611686018427387904 --ranks-per-node 4
+expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --skew nan
+expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
+expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5
+expect "affinity show --top -1" 2 "--top must be >= 0" -- affinity show "$WORK/none.h5" --top -1
+before=$(find /tmp -maxdepth 1 -name 'moerun-bench-*' | wc -l)
+expect "bench infer with a bad option fails" 2 "--micro-batches must be >= 1" -- bench infer --micro-batches 0 --no-baseline --layers 1 --hidden 64 --intermediate 64 --vocab 64 --head-dim 16 --heads 4 --kv-heads 2
+check "a failed bench infer leaves no /tmp/moerun-bench-* behind" bash -c "[ \$(find /tmp -maxdepth 1 -name 'moerun-bench-*' | wc -l) -eq $before ]"
+
+# Group commit: 2000 one-token requests, one fdatasync of the journal per step (batches of 32).
+"$PY" -c "
+for i in range(2000): print('{\"id\": \"q%d\", \"prompt_tokens\": [1, %d], \"max_new_tokens\": 1}' % (i, i % 190 + 2))" > "$WORK/many.jsonl"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/many.jsonl" --output "$WORK/many.out" --quiet --stats-json "$WORK/many.stats" --max-batch-size 32
+check "2000 results journaled with at most one sync per step ($(grep -o '"syncs": [0-9]*' "$WORK/many.stats"))" \
+  bash -c "'$PY' -c \"import json,sys; j=json.load(open('$WORK/many.stats'))['journal']; sys.exit(0 if j['results']==2000 and 2000//32 <= j['syncs'] <= 2000//32+2 else 1)\" && [ \$(wc -l < '$WORK/many.out') -eq 2000 ]"
+
 # --skip-invalid turns bad lines into results carrying an error field.
 printf '{"id": "a", "prompt_tokens": [1, 2], "max_new_tokens": 2}\nnot json\n' > "$WORK/mixed.jsonl"
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/mixed.jsonl" --output "$WORK/mixed.out" --quiet --skip-invalid
 check "--skip-invalid reports the bad line as a result with an error" \
   bash -c "[ \$(wc -l < '$WORK/mixed.out') -eq 2 ] && sed -n 2p '$WORK/mixed.out' | grep -q '\"error\":\"line 2: not valid JSON'"
+# Invalid lines keep their own id when it parses; no two results ever share an id, even when a real
+# id looks like a generated one.
+printf '%s\n' '{"id": "a", "prompt_tokens": [1, 2], "max_new_tokens": 2}' '{"id": "b", "prompt_tokens": [1], "temperature": 1e999}' \
+  '{"id": "c", "prompt_tokens": []}' '{"id": "a", "prompt_tokens": [3]}' 'not json' '{"id": "line:5", "prompt_tokens": [4], "max_new_tokens": 1}' \
+  > "$WORK/ids.jsonl"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/ids.jsonl" --output "$WORK/ids.out" --quiet --skip-invalid
+check "--skip-invalid: ids kept where they parse, all unique ($(grep -o '"id":"[^"]*"' "$WORK/ids.out" | tr '\n' ' '))" \
+  bash -c "[ \"\$(grep -o '\"id\":\"[^\"]*\"' '$WORK/ids.out' | tr '\n' ' ')\" = '\"id\":\"a\" \"id\":\"line:2\" \"id\":\"c\" \"id\":\"line:4\" \"id\":\"line:5#2\" \"id\":\"line:5\" ' ] && \
+    sed -n 3p '$WORK/ids.out' | grep -q 'prompt_tokens is empty' && sed -n 4p '$WORK/ids.out' | grep -q 'repeats line 1'"
 finish
