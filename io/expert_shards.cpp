@@ -206,6 +206,8 @@ ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig&
   h5_set_attr(file_, "format_version", int64_t{1});
 }
 
+void ExpertShardWriter::set_attr(const std::string& name, const std::string& value) { h5_set_attr(file_, name, value); }
+
 void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
   const ModelConfig& c = config_;
   const std::string gp = expert_group_path(layer, expert);

@@ -91,6 +91,7 @@ class ExpertShardWriter {
   ExpertShardWriter(const std::string& path, const ModelConfig& config);
   // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff].
   void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
+  void set_attr(const std::string& name, const std::string& value);  // a root attribute
 
  private:
   ModelConfig config_;

@@ -11,12 +11,14 @@ DType parse_dtype(const std::string& name, const std::string& where) {
   fail(ErrorKind::BadInput, where, ": dtype is \"", name, "\", expected \"float32\" or \"bfloat16\"");
 }
 
+const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe"; }
+
 void ModelConfig::validate(const std::string& where) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected > 0");
   };
-  if (architecture != "mixtral")
-    fail(ErrorKind::BadInput, where, ": attribute architecture is \"", architecture, "\", expected \"mixtral\"");
+  if (architecture != "mixtral" && architecture != "qwen2_moe" && architecture != "olmoe")
+    fail(ErrorKind::BadInput, where, ": attribute architecture is \"", architecture, "\"; supported: ", supported_architectures());
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
   positive("num_layers", num_layers);
@@ -52,6 +54,11 @@ void ModelConfig::validate(const std::string& where) const {
   product_at_most("wq [num_heads*head_dim, hidden_size]", num_heads * head_dim, hidden_size, kMaxMatrixElements);
   product_at_most("w1 [intermediate_size, hidden_size]", intermediate_size, hidden_size, kMaxMatrixElements);
   product_at_most("the expert table num_layers x num_experts", num_layers, num_experts, kMaxExpertTable);
+  if (shared_expert_intermediate_size < 0)
+    fail(ErrorKind::BadInput, where, ": attribute shared_expert_intermediate_size is ", shared_expert_intermediate_size, ", expected >= 0");
+  at_most("shared_expert_intermediate_size", shared_expert_intermediate_size, kMaxIntermediate);
+  product_at_most("shared_expert/w1 [shared_expert_intermediate_size, hidden_size]", shared_expert_intermediate_size, hidden_size,
+                  kMaxMatrixElements);
   if (num_heads % num_kv_heads != 0)
     fail(ErrorKind::BadInput, where, ": attribute num_kv_heads (", num_kv_heads, ") does not divide num_heads (", num_heads, ")");
   if (head_dim % 2 != 0) fail(ErrorKind::BadInput, where, ": attribute head_dim is ", head_dim, ", expected even (RoPE rotates pairs)");
@@ -70,7 +77,10 @@ int64_t ModelConfig::dense_params() const {
   const int64_t d = hidden_size;
   const int64_t q = num_heads * head_dim;
   const int64_t kv = num_kv_heads * head_dim;
-  const int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/ + num_experts * d;
+  int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/ + num_experts * d;
+  if (attention_bias) per_layer += q + 2 * kv;
+  if (qk_norm) per_layer += q + kv;
+  if (shared_expert_intermediate_size > 0) per_layer += 3 * shared_expert_intermediate_size * d + d;
   return 2 * vocab_size * d + d + num_layers * per_layer;
 }
 

@@ -38,6 +38,12 @@ struct ModelConfig {
   DType dtype = DType::F32;
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 0;
+  // Architecture variants (docs/FORMATS.md). The defaults are Mixtral's; qwen2_moe and olmoe
+  // checkpoints converted from Hugging Face set them as their configs say.
+  bool norm_topk_prob = true;                   // renormalise the top-k weights to sum 1 (false: raw softmax probabilities)
+  int64_t shared_expert_intermediate_size = 0;  // > 0: a dense shared expert with a sigmoid gate on every token (qwen2_moe)
+  bool attention_bias = false;                  // biases on the q, k and v projections (qwen2_moe)
+  bool qk_norm = false;                         // RMSNorm over the whole q and k projections before RoPE (olmoe)
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
   void validate(const std::string& where) const;
@@ -55,5 +61,8 @@ struct ModelConfig {
 };
 
 DType parse_dtype(const std::string& name, const std::string& where);
+
+// The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe").
+const char* supported_architectures();
 
 }  // namespace moerun::io

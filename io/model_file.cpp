@@ -122,6 +122,16 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     c.dtype = parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
     c.bos_token_id = i("bos_token_id");
     c.eos_token_id = i("eos_token_id");
+    // Variant attributes are optional: a file without them is a Mixtral model.
+    auto flag = [&](const char* n, bool dflt) {
+      const auto v = h5_attr_int(file, n);
+      if (v && *v != 0 && *v != 1) fail(ErrorKind::BadInput, fname, ": attribute ", n, " is ", *v, ", expected 0 or 1");
+      return v ? *v == 1 : dflt;
+    };
+    c.norm_topk_prob = flag("norm_topk_prob", true);
+    c.attention_bias = flag("attention_bias", false);
+    c.qk_norm = flag("qk_norm", false);
+    c.shared_expert_intermediate_size = h5_attr_int(file, "shared_expert_intermediate_size").value_or(0);
     c.validate(fname);
     return c;
   });
@@ -162,6 +172,21 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype);
     L.gate.allocate(DType::F32, c.num_experts, d);
     std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
+    if (c.attention_bias) {
+      L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype);
+      L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype);
+      L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype);
+    }
+    if (c.qk_norm) {
+      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {q}, c.dtype);
+      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {kv}, c.dtype);
+    }
+    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
+      L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype);
+      L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype);
+      L.shared_expert.w2 = read_matrix(file, fname, p + "shared_expert/w2", d, sff, c.dtype);
+      L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype);
+    }
   }
   return w;
 }
@@ -187,11 +212,8 @@ void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>
   h5_write(loc, path, shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, bits.data(), one_chunk);
 }
 
-ModelFileWriter::ModelFileWriter(const std::string& model_dir, const ModelConfig& c) : config_(c) {
-  std::error_code ec;
-  std::filesystem::create_directories(model_dir, ec);
-  if (ec) fail(ErrorKind::Io, model_dir, ": cannot create directory: ", ec.message());
-  file_ = h5_open_file(model_h5_path(model_dir), H5Mode::Create);
+ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c) : config_(c) {
+  file_ = h5_open_file(path, H5Mode::Create);
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
   h5_set_attr(file_, "format_version", int64_t{1});
   h5_set_attr(file_, "architecture", c.architecture);
@@ -210,6 +232,10 @@ ModelFileWriter::ModelFileWriter(const std::string& model_dir, const ModelConfig
   h5_set_attr(file_, "dtype", std::string(dtype_name(c.dtype)));
   h5_set_attr(file_, "bos_token_id", c.bos_token_id);
   h5_set_attr(file_, "eos_token_id", c.eos_token_id);
+  h5_set_attr(file_, "norm_topk_prob", int64_t{c.norm_topk_prob ? 1 : 0});
+  h5_set_attr(file_, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);
+  h5_set_attr(file_, "attention_bias", int64_t{c.attention_bias ? 1 : 0});
+  h5_set_attr(file_, "qk_norm", int64_t{c.qk_norm ? 1 : 0});
 }
 
 void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {
@@ -217,5 +243,6 @@ void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_
 }
 
 void ModelFileWriter::set_attr(const std::string& name, int64_t value) { h5_set_attr(file_, name, value); }
+void ModelFileWriter::set_attr(const std::string& name, const std::string& value) { h5_set_attr(file_, name, value); }
 
 }  // namespace moerun::io

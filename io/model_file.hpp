@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
 #include "io/model_location.hpp"
@@ -16,6 +17,11 @@ struct DenseLayerWeights {
   std::vector<float> ffn_norm;   // [d]
   WeightMatrix wq, wk, wv, wo;   // stored dtype
   WeightMatrix gate;             // always float32: gate logits are computed in fp32
+  // Variants (empty unless the config turns them on).
+  std::vector<float> bq, bk, bv;            // attention_bias: [heads*hd], [kv*hd], [kv*hd]
+  std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd]
+  ExpertWeights shared_expert;              // shared expert: w1, w3 [sff, d], w2 [d, sff]
+  std::vector<float> shared_expert_gate;    // its gate [d] (one output row)
 };
 
 struct DenseWeights {
@@ -45,13 +51,14 @@ void expect_dataset(hid_t file, const std::string& fname, const std::string& pat
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
                   const std::string& tensor);
 
-// Writes model.h5 piece by piece (synth, convert). Float data is given as float32 and stored in
-// the config's dtype.
+// Writes a model.h5 at `path` piece by piece (synth, convert). Float data is given as float32 and
+// stored in the config's dtype.
 class ModelFileWriter {
  public:
-  ModelFileWriter(const std::string& model_dir, const ModelConfig& config);
+  ModelFileWriter(const std::string& path, const ModelConfig& config);
   void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
   void set_attr(const std::string& name, int64_t value);
+  void set_attr(const std::string& name, const std::string& value);
 
  private:
   ModelConfig config_;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <cstdio>
 
 #include "base/error.hpp"
@@ -53,12 +54,15 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   const uint64_t seed = cfg.seed;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
   const float sd = 1.0f / std::sqrt(static_cast<float>(d));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail(ErrorKind::Io, dir, ": cannot create directory: ", ec.message());
   if (cfg.config_only) {
-    ModelFileWriter w(dir, c);
+    ModelFileWriter w(model_h5_path(dir), c);
     return;
   }
   {
-    ModelFileWriter w(dir, c);
+    ModelFileWriter w(model_h5_path(dir), c);
     w.set_attr("num_expert_shards", cfg.shards);
     auto put = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
       int64_t n = 1;

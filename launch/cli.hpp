@@ -56,5 +56,6 @@ int cmd_synth(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_affinity(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 
 }  // namespace moerun::launch

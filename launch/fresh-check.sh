@@ -38,18 +38,23 @@ case $ROOT_DIR in /|/tmp|/var/tmp|"") echo "fresh-check: refusing --root $ROOT_D
 LOGS=$ROOT_DIR.logs
 mkdir -p "$LOGS"
 
-MOUNTS=(proc sys dev)
+# Every mount under the root (our binds, and what the tests mount there: /run/netns of the cluster
+# test, Slurm's, ...) goes before the root does: deleting through a live /dev bind would delete the
+# host's devices.
 unmount_all() {
-  # Bind mounts go before the root does: deleting through a live /dev bind would delete the host's.
-  for m in "${MOUNTS[@]}"; do
-    if mountpoint -q "$ROOT_DIR/$m"; then umount -R "$ROOT_DIR/$m" || umount -R -l "$ROOT_DIR/$m"; fi
+  local m
+  for _ in 1 2 3; do
+    for m in $(awk -v r="$ROOT_DIR" '$2 == r || index($2, r "/") == 1 {print $2}' /proc/mounts | sort -r); do
+      umount -R "$m" 2>/dev/null || umount -R -l "$m" 2>/dev/null || true
+    done
   done
 }
 cleanup() {
   unmount_all
-  for m in "${MOUNTS[@]}"; do
-    if mountpoint -q "$ROOT_DIR/$m"; then echo "fresh-check: $ROOT_DIR/$m still mounted; not deleting the root" >&2; return; fi
-  done
+  if awk -v r="$ROOT_DIR" '$2 == r || index($2, r "/") == 1 {found=1} END {exit !found}' /proc/mounts; then
+    echo "fresh-check: something is still mounted under $ROOT_DIR; not deleting the root" >&2
+    return
+  fi
   if [ "$KEEP" -eq 0 ] && [ -d "$ROOT_DIR" ]; then rm -rf --one-file-system "$ROOT_DIR"; fi
 }
 trap cleanup EXIT
@@ -99,6 +104,9 @@ fi
 # A git repository inside, as a clean clone has (some scripts ask git for the tree).
 cp -a "$SRC/.git" "$ROOT_DIR/src/moerun/.git"
 
+# The root bind-mounted onto itself: inside the chroot "/" is then a mount point, which `ip netns`
+# (the cluster test) needs for its mount --make-rslave /.
+mount --bind "$ROOT_DIR" "$ROOT_DIR"
 mount --bind /proc "$ROOT_DIR/proc"
 mount --rbind /sys "$ROOT_DIR/sys" && mount --make-rslave "$ROOT_DIR/sys"
 mount --rbind /dev "$ROOT_DIR/dev" && mount --make-rslave "$ROOT_DIR/dev"

@@ -19,6 +19,7 @@ const char* kUsage =
     "commands:\n"
     "  infer    batch offline inference of a JSONL file of requests\n"
     "  synth    write a synthetic moe-hdf5 model\n"
+    "  convert  a Hugging Face checkpoint (Mixtral, Qwen2-MoE, OLMoE safetensors) to moe-hdf5\n"
     "  inspect  model config, parameter counts and memory per rank\n"
     "  bench    benchmarks: layer (one MoE layer vs a plain matmul), infer, a2a (all-to-all)\n"
     "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);
     if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
     if (cmd == "affinity") return launch::cmd_affinity(argc - 1, argv + 1);
+    if (cmd == "convert") return launch::cmd_convert(argc - 1, argv + 1);
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
     return 2;
   } catch (const ReportedError& e) {

@@ -11,12 +11,14 @@ source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" "${MOERUN_TEST_PACKAGES[@]}"
 
 # Test Python: Debian's CPU torch, h5py and matplotlib (numpy 1.x, which torch 1.13 needs; PyPI's
-# matplotlib would pull numpy 2) plus an early-2024 transformers (Mixtral, torch 1.13 OK).
+# matplotlib would pull numpy 2) plus transformers 4.46 (Mixtral, Qwen2-MoE and OLMoE; the last
+# release that still runs on torch 1.13) with its tokenizers and safetensors.
 VENV=$BUILD/venv
+TRANSFORMERS=4.46.3
 mkdir -p "$BUILD"
-if ! "$VENV/bin/python" -c "import transformers, torch, h5py, matplotlib" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import torch, h5py, matplotlib, tokenizers, safetensors, transformers as t; assert t.__version__ == '$TRANSFORMERS'" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==4.36.2"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS"
 fi
 
 moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"

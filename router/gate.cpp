@@ -118,7 +118,7 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
   }
   // 3. Weights: the chosen experts' probabilities renormalised over the original top-k (so a
   //    dropped slot weighs 0 and the others keep their Mixtral weights), or, when a slot was
-  //    rerouted, over the final set of experts.
+  //    rerouted, over the final set of experts; without renormalisation, the probabilities as they are.
   for (int64_t t = 0; t < T; ++t) {
     const float* p = probs + t * E;
     bool any_rerouted = false;
@@ -130,7 +130,7 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
     }
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = ids[t * k + j];
-      wts[t * k + j] = e >= 0 && sum > 0 ? p[e] / sum : 0.0f;
+      wts[t * k + j] = e < 0 ? 0.0f : !cfg.renormalize ? p[e] : sum > 0 ? p[e] / sum : 0.0f;
     }
   }
 }

@@ -19,6 +19,9 @@ struct RouterConfig {
   Overflow overflow = Overflow::Reroute;
   double load_penalty = 0.0;     // λ in score - λ·load (load relative to the fair share T·k/E)
   double temperature = 1.0;      // gate softmax temperature
+  // Set from the model, not an option: renormalise the chosen experts' probabilities to sum 1
+  // (Mixtral), or keep them as they are (norm_topk_prob = false: Qwen2-MoE, OLMoE).
+  bool renormalize = true;
 
   // Throws ErrorKind::Usage naming the option.
   void validate() const;

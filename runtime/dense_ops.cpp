@@ -52,4 +52,18 @@ void add_inplace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
+void add_row_bias(float* y, int64_t T, int64_t n, const float* b) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < n; ++i) y[t * n + i] += b[i];
+}
+
+void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g, int64_t T, int64_t d) {
+  for (int64_t t = 0; t < T; ++t) {
+    float dot = 0;
+    for (int64_t i = 0; i < d; ++i) dot += x[t * d + i] * g[i];
+    const float gate = 1.0f / (1.0f + std::exp(-dot));
+    for (int64_t i = 0; i < d; ++i) y[t * d + i] += gate * s[t * d + i];
+  }
+}
+
 }  // namespace moerun::runtime

@@ -14,5 +14,10 @@ void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, f
 void rope_apply(float* x, int64_t T, int64_t heads, int64_t head_dim, const int32_t* positions, double theta);
 // y += x (n elements)
 void add_inplace(float* y, const float* x, int64_t n);
+// y[t, :] += b for T rows of n (the bias of a linear layer).
+void add_row_bias(float* y, int64_t T, int64_t n, const float* b);
+// y[t, :] += sigmoid(x[t, :] · g) * s[t, :] for T rows of d: a shared expert's output s, gated by a
+// one-output linear layer g over the expert's input x (Qwen2-MoE).
+void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g, int64_t T, int64_t d);
 
 }  // namespace moerun::runtime

@@ -19,6 +19,7 @@
 #include "comm/exchange_select.hpp"
 #include "comm/mpi.hpp"
 #include "comm/topology.hpp"
+#include "experts/expert_packing.hpp"
 #include "experts/placement.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/expert_shards.hpp"
@@ -296,6 +297,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     const MoePhaseTimes& mt = moe->times();
     my_phases = {{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
                  {"wait_experts", mt.wait}, {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
+    if (mc.shared_expert_intermediate_size > 0) my_phases["shared_expert"] = dt.shared_expert;
     rep.generated_tokens = generated_local;
     rep.processed_tokens = tokens_total;
   } else {
@@ -335,8 +337,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.journaled = gen[1];
     rep.journal_syncs = gen[2];
     for (const char* role : {"router", "expert"}) {
-      static const std::vector<std::string> names{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
-                                                  "combine", "head", "idle"};
+      static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
+                                                  "expert_compute", "combine", "head", "idle"};
       std::vector<double> v(names.size(), 0.0);
       const bool mine = (std::string(role) == "router") == router_role;
       if (mine)
@@ -423,7 +425,9 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
     if (topo.is_router(rank)) {
       check_outputs(cfg, *model);
       dense = io::load_dense_weights(*model);
-      dense_fp = dense_fingerprint(*dense);
+      dense_fp = dense_fingerprint(*dense);  // of the bytes as stored, before packing
+      for (auto& layer : dense->layers)
+        if (mc.shared_expert_intermediate_size > 0) experts::pack_expert(mm, layer.shared_expert);
     }
     if (topo.is_expert(rank)) {
       source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*model, mc));

@@ -53,8 +53,13 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t all_experts = c.num_layers * c.num_experts;
   m.experts_per_rank = p.experts_per_rank > 0 ? p.experts_per_rank : (all_experts + m.expert_ranks - 1) / m.expert_ranks;
   // Router rank. Embeddings, norms and the gate are held as fp32; projections and LM head stored dtype.
-  const int64_t fp32_elems = c.vocab_size * d + d + c.num_layers * (2 * d + c.num_experts * d);
-  const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q);
+  const int64_t sff = c.shared_expert_intermediate_size;
+  // Variants: biases, q/k norms and the shared expert's gate are fp32; the shared expert itself is
+  // held in the stored dtype like the other projections.
+  const int64_t fp32_per_layer = 2 * d + c.num_experts * d + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? q + kv : 0) +
+                                 (sff > 0 ? d : 0);
+  const int64_t fp32_elems = c.vocab_size * d + d + c.num_layers * fp32_per_layer;
+  const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q + 3 * sff * d);
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
@@ -98,6 +103,9 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
      << ", max_position " << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps
      << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id << "\n";
+  if (c.architecture != "mixtral")
+    os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
+       << ", attention_bias " << c.attention_bias << ", qk_norm " << c.qk_norm << "\n";
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";

@@ -39,7 +39,9 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
 
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                            int micro_batches)
-    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {}
+    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {
+  router_.renormalize = weights.config.norm_topk_prob;
+}
 
 void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
   const io::ModelConfig& c = w_.config;
@@ -60,6 +62,15 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
     mm_.linear(xn, n, L.wq, q);
     mm_.linear(xn, n, L.wk, k);
     mm_.linear(xn, n, L.wv, v);
+    if (c.attention_bias) {
+      add_row_bias(q, n, H * hd, L.bq.data());
+      add_row_bias(k, n, KV * hd, L.bk.data());
+      add_row_bias(v, n, KV * hd, L.bv.data());
+    }
+    if (c.qk_norm) {  // over the whole projection, before the heads are split (OLMoE)
+      rms_norm(q, n, H * hd, L.q_norm.data(), eps, q);
+      rms_norm(k, n, KV * hd, L.k_norm.data(), eps, k);
+    }
     rope_apply(q, n, H, hd, b.positions.data() + t0, c.rope_theta);
     rope_apply(k, n, KV, hd, b.positions.data() + t0, c.rope_theta);
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
@@ -83,9 +94,14 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
   }
   double s2 = now();
   moe_.start(l, index, xn, n, r);
+  double s3 = now();
+  // The shared expert runs while the routed experts work on this micro-batch; forward() adds it.
+  if (c.shared_expert_intermediate_size > 0 && n > 0)
+    experts::expert_ffn_forward(mm_, xn, n, L.shared_expert, shared_.as<float>() + t0 * d, shared_scratch_);
   times_.attention += s1 - s0;
   times_.gate += s2 - s1;
-  times_.moe += now() - s2;
+  times_.moe += s3 - s2;
+  times_.shared_expert += now() - s3;
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
@@ -99,6 +115,8 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   fbuf(v_, T * KV * hd);
   fbuf(attn_, T * H * hd);
   float* tmp = fbuf(tmp_, T * d);
+  const bool shared = c.shared_expert_intermediate_size > 0;
+  float* sh = shared ? fbuf(shared_, T * d) : nullptr;
   embed_tokens(w_.embed_tokens.data(), b.ids.data(), T, d, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -109,6 +127,9 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
       const MicroBatch& mb = mbs[static_cast<std::size_t>(i)];
       moe_.finish(i, tmp + mb.tok0 * d);
       add_inplace(h + mb.tok0 * d, tmp + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
+      if (shared)  // the gate reads the expert's input, still in xn
+        add_sigmoid_gated(h + mb.tok0 * d, sh + mb.tok0 * d, xn_.as<float>() + mb.tok0 * d,
+                          w_.layers[static_cast<std::size_t>(l)].shared_expert_gate.data(), mb.tok1 - mb.tok0, d);
     }
     times_.moe += now() - t0;
   }

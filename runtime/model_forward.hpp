@@ -7,6 +7,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
+#include "experts/cpu/expert_ffn.hpp"
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
@@ -40,6 +41,7 @@ struct DensePhaseTimes {
   double attention = 0;  // norms, QKV/O projections, RoPE, attention
   double gate = 0;
   double moe = 0;        // inside MoeLayer start/finish (see MoeLayer::times for its split)
+  double shared_expert = 0;  // the dense shared expert, where the model has one
   double head = 0;       // final norm + LM head
 };
 
@@ -55,6 +57,8 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
 class ModelForward {
  public:
+  // The architecture variants of `weights.config` apply (biases, q/k norms, a shared expert, the
+  // top-k renormalisation).
   ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                int micro_batches);
   // Fills logits [batch.emitting(), vocab] in chunk order.
@@ -68,7 +72,8 @@ class ModelForward {
   router::RouterConfig router_;
   int micro_batches_;
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
-  AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_;
+  AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
+  experts::ExpertScratch shared_scratch_;
   DensePhaseTimes times_;
 };
 

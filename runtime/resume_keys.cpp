@@ -25,7 +25,8 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   const io::ModelConfig& c = w.config;
   h.text(c.architecture);
   for (int64_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                    c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype)})
+                    c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype),
+                    int64_t{c.norm_topk_prob}, c.shared_expert_intermediate_size, int64_t{c.attention_bias}, int64_t{c.qk_norm}})
     h.value(v);
   h.value(c.rope_theta);
   h.value(c.rms_norm_eps);
@@ -36,6 +37,8 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
     h.vec(l.attn_norm);
     h.vec(l.ffn_norm);
     for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) hash_matrix(h, *m);
+    for (const auto* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.shared_expert_gate}) h.vec(*v);
+    for (const WeightMatrix* m : {&l.shared_expert.w1, &l.shared_expert.w3, &l.shared_expert.w2}) hash_matrix(h, *m);
   }
   return h.digest();
 }

@@ -1,0 +1,107 @@
+// Hugging Face checkpoint directory: config.json, the safetensors index, the files.
+#include "io/hf_checkpoint.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/error.hpp"
+#include "base/xxh64.hpp"
+
+namespace moerun::io {
+namespace fs = std::filesystem;
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, path, ": cannot open");
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+}  // namespace
+
+HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, dir, ": no such directory (a Hugging Face model directory)");
+  config_path_ = (fs::path(dir) / "config.json").string();
+  if (!fs::exists(config_path_, ec)) fail(ErrorKind::Io, config_path_, ": no such file (every Hugging Face model has one)");
+  config_text_ = read_text(config_path_);
+  Xxh64 h;
+  h.text(config_text_);
+
+  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+  const std::string single = (fs::path(dir) / "model.safetensors").string();
+  std::map<std::string, std::string> weight_map;  // tensor -> file name, when there is an index
+  std::vector<std::string> file_names;
+  if (fs::exists(index, ec)) {
+    nlohmann::json j = nlohmann::json::parse(read_text(index), nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+      fail(ErrorKind::BadInput, index, ": not a safetensors index (no weight_map object)");
+    std::set<std::string> names;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) fail(ErrorKind::BadInput, index, ": weight_map[", it.key(), "] is not a file name");
+      const std::string f = it.value().get<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        fail(ErrorKind::BadInput, index, ": weight_map[", it.key(), "] = \"", f, "\" is not a file in the directory");
+      weight_map[it.key()] = f;
+      names.insert(f);
+    }
+    file_names.assign(names.begin(), names.end());
+  } else if (fs::exists(single, ec)) {
+    file_names.push_back("model.safetensors");
+  } else {
+    fail(ErrorKind::Io, dir, ": no model.safetensors or model.safetensors.index.json (only safetensors weights are read)");
+  }
+  for (const auto& name : file_names) {
+    const std::string path = (fs::path(dir) / name).string();
+    if (!fs::exists(path, ec)) fail(ErrorKind::Io, path, ": no such file (listed in model.safetensors.index.json)");
+    files_.emplace_back(path);
+    const std::size_t fi = files_.size() - 1;
+    h.text(name);
+    for (const auto& [t, info] : files_[fi].tensors()) {
+      h.text(t).text(info.dtype).vec(info.shape).value(info.begin).value(info.end);
+      if (weight_map.empty() || weight_map.count(t)) {
+        if (where_.count(t))
+          fail(ErrorKind::BadInput, path, ": tensor ", t, " is also in ", files_[where_[t]].path());
+        where_[t] = fi;
+      }
+    }
+  }
+  for (const auto& [t, f] : weight_map)
+    if (!where_.count(t))
+      fail(ErrorKind::BadInput, (fs::path(dir) / f).string(), ": has no tensor ", t, " (model.safetensors.index.json says it does)");
+  fingerprint_ = h.digest();
+}
+
+const SafetensorInfo& HfCheckpoint::info(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  return files_[it->second].info(name);
+}
+
+std::string HfCheckpoint::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  return files_[it->second].path();
+}
+
+std::vector<float> HfCheckpoint::read_f32(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  return files_[it->second].read_f32(name);
+}
+
+std::vector<std::string> HfCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [t, f] : where_) out.push_back(t);
+  return out;
+}
+
+uint64_t HfCheckpoint::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [t, f] : where_) n += files_[f].info(t).end - files_[f].info(t).begin;
+  return n;
+}
+
+}  // namespace moerun::io

@@ -1,0 +1,39 @@
+// A Hugging Face model directory as `moerun convert` reads it: config.json, and the weights in
+// safetensors (one model.safetensors, or the shards that model.safetensors.index.json lists). Gives
+// each tensor by name from the file that holds it, one at a time. Every file named by the index
+// must exist and hold the tensors the index says it holds (BadInput naming the file and tensor).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.hpp"
+
+namespace moerun::io {
+
+class HfCheckpoint {
+ public:
+  explicit HfCheckpoint(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const std::string& config_path() const { return config_path_; }
+  const std::string& config_text() const { return config_text_; }  // config.json as read
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  const SafetensorInfo& info(const std::string& name) const;  // BadInput naming the tensor when absent
+  std::string file_of(const std::string& name) const;         // the safetensors file that holds it
+  std::vector<float> read_f32(const std::string& name) const;
+  std::vector<std::string> names() const;
+  uint64_t total_bytes() const;  // of every tensor
+  // xxh64 over config.json and every safetensors header: what a conversion was made from.
+  uint64_t fingerprint() const { return fingerprint_; }
+
+ private:
+  std::string dir_, config_path_, config_text_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, std::size_t> where_;  // tensor -> index in files_
+  uint64_t fingerprint_ = 0;
+};
+
+}  // namespace moerun::io

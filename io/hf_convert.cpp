@@ -1,0 +1,433 @@
+// Hugging Face checkpoint -> moe-hdf5: config mapping, tensor name maps per architecture, shard
+// plan, atomic and resumable file writes.
+#include "io/hf_convert.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "base/error.hpp"
+#include "base/log.hpp"
+#include "base/xxh64.hpp"
+#include "io/expert_shards.hpp"
+#include "io/hdf5.hpp"
+#include "io/hf_checkpoint.hpp"
+#include "io/model_file.hpp"
+#include "io/output_file.hpp"
+
+namespace moerun::io {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Where a field of config.json is, for messages.
+struct HfConfig {
+  const json& j;
+  std::string where;
+  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+  int64_t integer(const char* k) const {
+    if (!has(k)) fail(ErrorKind::BadInput, where, ": field ", k, " is missing");
+    if (!j[k].is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not an integer");
+    return j[k].get<int64_t>();
+  }
+  int64_t integer_or(const char* k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }
+  double number_or(const char* k, double dflt) const {
+    if (!has(k)) return dflt;
+    if (!j[k].is_number()) fail(ErrorKind::BadInput, where, ": field ", k, " is not a number");
+    return j[k].get<double>();
+  }
+  bool flag_or(const char* k, bool dflt) const {
+    if (!has(k)) return dflt;
+    if (!j[k].is_boolean()) fail(ErrorKind::BadInput, where, ": field ", k, " is not true or false");
+    return j[k].get<bool>();
+  }
+  // An id field that may be an integer, a list (the first is taken) or null.
+  std::optional<int64_t> token_id(const char* k) const {
+    if (!has(k)) return std::nullopt;
+    const json& v = j[k].is_array() && !j[k].empty() ? j[k][0] : j[k];
+    if (!v.is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
+    return v.get<int64_t>();
+  }
+};
+
+// The tensor names of one architecture (without the "model." prefix where HF has it).
+struct NameMap {
+  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate;
+  std::string expert_w1, expert_w3, expert_w2;  // with {e}
+  std::string shared_w1, shared_w3, shared_w2;
+};
+
+NameMap names_for(const std::string& arch) {
+  NameMap n;
+  n.attn_norm = "input_layernorm.weight";
+  n.ffn_norm = "post_attention_layernorm.weight";
+  n.q = "self_attn.q_proj";
+  n.k = "self_attn.k_proj";
+  n.v = "self_attn.v_proj";
+  n.o = "self_attn.o_proj";
+  if (arch == "mixtral") {
+    n.gate = "block_sparse_moe.gate.weight";
+    n.expert_w1 = "block_sparse_moe.experts.{e}.w1.weight";
+    n.expert_w3 = "block_sparse_moe.experts.{e}.w3.weight";
+    n.expert_w2 = "block_sparse_moe.experts.{e}.w2.weight";
+  } else {
+    n.gate = "mlp.gate.weight";
+    n.expert_w1 = "mlp.experts.{e}.gate_proj.weight";
+    n.expert_w3 = "mlp.experts.{e}.up_proj.weight";
+    n.expert_w2 = "mlp.experts.{e}.down_proj.weight";
+  }
+  n.q_norm = "self_attn.q_norm.weight";
+  n.k_norm = "self_attn.k_norm.weight";
+  n.shared_w1 = "mlp.shared_expert.gate_proj.weight";
+  n.shared_w3 = "mlp.shared_expert.up_proj.weight";
+  n.shared_w2 = "mlp.shared_expert.down_proj.weight";
+  n.shared_gate = "mlp.shared_expert_gate.weight";
+  return n;
+}
+
+std::string layer_name(int64_t l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
+  std::string s = pattern;
+  s.replace(s.find("{e}"), 3, std::to_string(e));
+  return layer_name(l, s);
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Reads one tensor after checking its shape against the config, and checks it is finite.
+class TensorReader {
+ public:
+  TensorReader(const HfCheckpoint& ckpt, uint64_t total, const std::function<void(uint64_t, uint64_t)>& progress)
+      : ckpt_(ckpt), total_(total), progress_(progress) {}
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
+    const SafetensorInfo& info = ckpt_.info(name);
+    if (info.shape != shape)
+      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape),
+           ", config.json says ", shape_str(shape));
+    std::vector<float> v = ckpt_.read_f32(name);
+    check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), name);
+    used_.insert(name);
+    done_ += info.end - info.begin;
+    if (progress_) progress_(done_, total_);
+    return v;
+  }
+  // Counts a tensor as done without reading it (its file was kept from an earlier run).
+  void skip(const std::string& name) {
+    const SafetensorInfo& info = ckpt_.info(name);
+    used_.insert(name);
+    done_ += info.end - info.begin;
+  }
+  const std::set<std::string>& used() const { return used_; }
+  uint64_t done() const { return done_; }
+
+ private:
+  const HfCheckpoint& ckpt_;
+  uint64_t total_, done_ = 0;
+  const std::function<void(uint64_t, uint64_t)>& progress_;
+  std::set<std::string> used_;
+};
+
+// Was `path` written by a conversion of exactly this input (its converted_from attribute)?
+bool finished_before(const std::string& path, const std::string& fingerprint) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  try {
+    H5Handle f = h5_open_file(path, H5Mode::ReadOnly);
+    const auto v = h5_attr_string(f, "converted_from");
+    return v && *v == fingerprint;
+  } catch (const Error&) {
+    return false;  // unreadable (e.g. cut short): made again
+  }
+}
+
+}  // namespace
+
+void ConvertConfig::validate() const {
+  if (from.empty()) fail(ErrorKind::Usage, "--from-hf is required");
+  if (out.empty()) fail(ErrorKind::Usage, "--out is required");
+  if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
+    fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
+  if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
+}
+
+ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
+                                 const std::string& generation_text) {
+  json j = json::parse(text, nullptr, false);
+  json gen = json::parse(generation_text.empty() ? "{}" : generation_text, nullptr, false);
+  const json* generation = gen.is_discarded() ? nullptr : &gen;
+  if (j.is_discarded() || !j.is_object()) fail(ErrorKind::BadInput, where, ": not a JSON object");
+  const HfConfig h{j, where};
+  if (!h.has("model_type") || !j["model_type"].is_string()) fail(ErrorKind::BadInput, where, ": field model_type is missing");
+  const std::string type = j["model_type"].get<std::string>();
+  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe")
+    fail(ErrorKind::BadInput, where, ": model_type \"", type, "\" is not supported; supported: ", supported_architectures());
+  auto note = [&](const std::string& s) {
+    if (notes) *notes += s + "\n";
+  };
+  ModelConfig c;
+  c.architecture = type;
+  c.vocab_size = h.integer("vocab_size");
+  c.hidden_size = h.integer("hidden_size");
+  c.num_layers = h.integer("num_hidden_layers");
+  c.num_heads = h.integer("num_attention_heads");
+  c.num_kv_heads = h.integer_or("num_key_value_heads", c.num_heads);
+  if (c.num_heads <= 0) fail(ErrorKind::BadInput, where, ": field num_attention_heads must be > 0");
+  c.head_dim = h.integer_or("head_dim", c.hidden_size / c.num_heads);
+  c.max_position = h.integer("max_position_embeddings");
+  c.rope_theta = h.number_or("rope_theta", 10000.0);
+  c.rms_norm_eps = h.number_or("rms_norm_eps", 1e-6);
+  c.dtype = dtype;
+  if (h.has("rope_scaling")) fail(ErrorKind::BadInput, where, ": field rope_scaling is set; only plain RoPE is supported");
+  if (h.has("hidden_act") && j["hidden_act"] != "silu")
+    fail(ErrorKind::BadInput, where, ": field hidden_act is ", j["hidden_act"].dump(), "; the experts are SwiGLU (silu)");
+  c.top_k = h.integer("num_experts_per_tok");
+  if (type == "mixtral") {
+    c.num_experts = h.integer("num_local_experts");
+    c.intermediate_size = h.integer("intermediate_size");
+    if (h.has("sliding_window") && h.integer("sliding_window") < c.max_position) {
+      // Within the window sliding-window attention is full attention: cap the context there.
+      note("sliding_window " + std::to_string(h.integer("sliding_window")) + " < max_position_embeddings " +
+           std::to_string(c.max_position) + ": max_position set to the window (attention beyond it is not implemented)");
+      c.max_position = h.integer("sliding_window");
+    }
+  } else if (type == "qwen2_moe") {
+    c.num_experts = h.integer("num_experts");
+    c.intermediate_size = h.integer("moe_intermediate_size");
+    c.shared_expert_intermediate_size = h.integer("shared_expert_intermediate_size");
+    c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
+    c.attention_bias = true;  // Qwen2 always has q, k, v biases
+    if (h.integer_or("decoder_sparse_step", 1) != 1)
+      fail(ErrorKind::BadInput, where, ": field decoder_sparse_step is not 1; dense MLP layers between MoE layers are not supported");
+    if (h.has("mlp_only_layers") && !j["mlp_only_layers"].empty())
+      fail(ErrorKind::BadInput, where, ": field mlp_only_layers is not empty; dense MLP layers are not supported");
+    if (h.flag_or("use_sliding_window", false)) fail(ErrorKind::BadInput, where, ": use_sliding_window is true; not supported");
+  } else {  // olmoe
+    c.num_experts = h.integer("num_experts");
+    c.intermediate_size = h.integer("intermediate_size");
+    c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
+    c.qk_norm = true;
+    if (h.flag_or("attention_bias", false))
+      fail(ErrorKind::BadInput, where, ": attention_bias is true; OLMoE's biases (o_proj too) are not supported");
+    if (h.has("clip_qkv")) fail(ErrorKind::BadInput, where, ": clip_qkv is set; not supported");
+  }
+  c.bos_token_id = h.token_id("bos_token_id").value_or(0);
+  auto eos = h.token_id("eos_token_id");
+  if (!eos && generation && generation->is_object()) {
+    eos = HfConfig{*generation, "generation_config.json"}.token_id("eos_token_id");
+    if (eos) note("eos_token_id from generation_config.json");
+  }
+  if (!eos) fail(ErrorKind::BadInput, where, ": field eos_token_id is missing, here and in generation_config.json (generation needs an end token)");
+  c.eos_token_id = *eos;
+  if (h.has("bos_token_id") && j["bos_token_id"].is_array()) note("bos_token_id is a list: the first is used");
+  if (h.has("eos_token_id") && j["eos_token_id"].is_array()) note("eos_token_id is a list: the first (" + std::to_string(*eos) + ") is used");
+  c.validate(where);
+  return c;
+}
+
+ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::function<void(uint64_t, uint64_t)>& progress) {
+  cfg.validate();
+  const HfCheckpoint ckpt(cfg.from);
+  ConvertReport rep;
+  // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32.
+  DType dtype = DType::F32;
+  if (cfg.dtype == "bfloat16") {
+    dtype = DType::BF16;
+  } else if (cfg.dtype == "keep") {
+    bool all_bf16 = true;
+    for (const auto& n : ckpt.names()) all_bf16 = all_bf16 && ckpt.info(n).dtype == "BF16";
+    dtype = all_bf16 ? DType::BF16 : DType::F32;
+  }
+  std::string generation;
+  {
+    std::ifstream g(fs::path(cfg.from) / "generation_config.json");
+    if (g) generation.assign(std::istreambuf_iterator<char>(g), {});
+  }
+  ModelConfig c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, generation);
+  rep.config = c;
+  const NameMap nm = names_for(c.architecture);
+  const bool tied = [&] {
+    json j = json::parse(ckpt.config_text(), nullptr, false);
+    return j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
+  }();
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  const int64_t total_experts = c.num_layers * c.num_experts;
+  const int64_t expert_bytes = c.bytes_per_expert();
+  const int shards = cfg.shards > 0 ? cfg.shards
+                                    : static_cast<int>(std::clamp<int64_t>((total_experts * expert_bytes + (int64_t{2} << 30) - 1) >> 31, 1,
+                                                                           std::min<int64_t>(total_experts, 100000)));
+  if (shards > total_experts) fail(ErrorKind::Usage, "--shards ", shards, " is more than the model's ", total_experts, " experts");
+  rep.shards = shards;
+  // What every output file is made from: the checkpoint, the target dtype and the shard plan.
+  const std::string fingerprint =
+      hex(Xxh64().value(ckpt.fingerprint()).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v1").digest());
+
+  std::error_code ec;
+  fs::create_directories(cfg.out, ec);
+  if (ec) fail(ErrorKind::Io, cfg.out, ": cannot create directory: ", ec.message());
+  if (::access(cfg.out.c_str(), W_OK) != 0) fail(ErrorKind::Io, cfg.out, ": directory is not writable");
+  // Shards of an earlier conversion with more shards would make experts appear twice: removed.
+  for (const auto& e : fs::directory_iterator(cfg.out, ec)) {
+    static const std::regex pat(R"(experts-(\d+)\.h5)");
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pat) && std::stoll(m[1].str()) >= shards) {
+      fs::remove(e.path(), ec);
+      rep.notes += "removed " + name + " (from an earlier conversion with more shards)\n";
+    }
+  }
+
+  // The dense tensors, in the order model.h5 gets them.
+  const std::string model_path = model_h5_path(cfg.out);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> dense;  // HF name, shape, in write order
+  std::vector<std::string> ours;
+  auto plan = [&](const std::string& hf, std::vector<int64_t> shape, const std::string& dataset) {
+    dense.emplace_back(hf, std::move(shape));
+    ours.push_back(dataset);
+  };
+  plan("model.embed_tokens.weight", {c.vocab_size, d}, "/embed_tokens");
+  plan("model.norm.weight", {d}, "/final_norm");
+  plan(tied ? "model.embed_tokens.weight" : "lm_head.weight", {c.vocab_size, d}, "/lm_head");
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "/layers/" + std::to_string(l) + "/";
+    plan(layer_name(l, nm.attn_norm), {d}, p + "attn_norm");
+    plan(layer_name(l, nm.q + ".weight"), {q, d}, p + "wq");
+    plan(layer_name(l, nm.k + ".weight"), {kv, d}, p + "wk");
+    plan(layer_name(l, nm.v + ".weight"), {kv, d}, p + "wv");
+    plan(layer_name(l, nm.o + ".weight"), {d, q}, p + "wo");
+    plan(layer_name(l, nm.ffn_norm), {d}, p + "ffn_norm");
+    plan(layer_name(l, nm.gate), {c.num_experts, d}, p + "gate");
+    if (c.attention_bias) {
+      plan(layer_name(l, nm.q + ".bias"), {q}, p + "bq");
+      plan(layer_name(l, nm.k + ".bias"), {kv}, p + "bk");
+      plan(layer_name(l, nm.v + ".bias"), {kv}, p + "bv");
+    }
+    if (c.qk_norm) {
+      plan(layer_name(l, nm.q_norm), {q}, p + "q_norm");
+      plan(layer_name(l, nm.k_norm), {kv}, p + "k_norm");
+    }
+    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
+      plan(layer_name(l, nm.shared_w1), {sff, d}, p + "shared_expert/w1");
+      plan(layer_name(l, nm.shared_w3), {sff, d}, p + "shared_expert/w3");
+      plan(layer_name(l, nm.shared_w2), {d, sff}, p + "shared_expert/w2");
+      plan(layer_name(l, nm.shared_gate), {1, d}, p + "shared_expert_gate");
+    }
+  }
+
+  // Before anything is written: every tensor the config implies is there with its shape, and the
+  // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
+  // and the tensor.
+  {
+    std::map<std::string, std::vector<int64_t>> expected;
+    for (const auto& [hf, shape] : dense) expected[hf] = shape;
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        expected[expert_name(l, e, nm.expert_w1)] = {ff, d};
+        expected[expert_name(l, e, nm.expert_w3)] = {ff, d};
+        expected[expert_name(l, e, nm.expert_w2)] = {d, ff};
+      }
+    for (const auto& [name, shape] : expected) {
+      if (!ckpt.has(name))
+        fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", name, ", which config.json implies (", c.architecture,
+             ", ", c.num_layers, " layers, ", c.num_experts, " experts)");
+      const SafetensorInfo& info = ckpt.info(name);
+      if (info.shape != shape)
+        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape), ", config.json says ",
+             shape_str(shape));
+      if (info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
+        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16");
+    }
+    for (const auto& n : ckpt.names()) {
+      if (expected.count(n) || n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n == "lm_head.weight")) continue;
+      fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
+           c.num_layers, " layers, ", c.num_experts, " experts)");
+    }
+  }
+
+  uint64_t total = ckpt.total_bytes();
+  if (tied && ckpt.has("lm_head.weight")) total -= ckpt.info("lm_head.weight").end - ckpt.info("lm_head.weight").begin;
+  TensorReader reader(ckpt, total, progress);
+
+  // 1. Expert shards: contiguous runs of the (layer, expert) order, as synth makes them.
+  for (int s = 0; s < shards; ++s) {
+    const int64_t begin = total_experts * s / shards, end = total_experts * (s + 1) / shards;
+    const std::string path = (fs::path(cfg.out) / shard_file_name(s)).string();
+    auto expert_tensors = [&](int64_t i) {
+      const int64_t l = i / c.num_experts, e = i % c.num_experts;
+      return std::array<std::string, 3>{expert_name(l, e, nm.expert_w1), expert_name(l, e, nm.expert_w3),
+                                         expert_name(l, e, nm.expert_w2)};
+    };
+    if (finished_before(path, fingerprint)) {
+      for (int64_t i = begin; i < end; ++i)
+        for (const auto& t : expert_tensors(i)) reader.skip(t);
+      ++rep.files_kept;
+      continue;
+    }
+    AtomicFile out(path);
+    {
+      ExpertShardWriter w(out.temp_path(), c);
+      for (int64_t i = begin; i < end; ++i) {
+        const auto names = expert_tensors(i);
+        const auto w1 = reader.read(names[0], {ff, d});
+        const auto w3 = reader.read(names[1], {ff, d});
+        const auto w2 = reader.read(names[2], {d, ff});
+        w.write(i / c.num_experts, i % c.num_experts, w1.data(), w3.data(), w2.data());
+      }
+      w.set_attr("converted_from", fingerprint);
+    }
+    out.commit();
+    ++rep.files_written;
+  }
+
+  // 2. model.h5, last: its presence means the conversion is complete.
+  if (finished_before(model_path, fingerprint)) {
+    std::set<std::string> seen;
+    for (const auto& [hf, shape] : dense)
+      if (seen.insert(hf).second) reader.skip(hf);
+    ++rep.files_kept;
+  } else {
+    AtomicFile out(model_path);
+    {
+      ModelFileWriter w(out.temp_path(), c);
+      for (std::size_t i = 0; i < dense.size(); ++i) {
+        const auto& [hf, shape] = dense[i];
+        const auto v = reader.read(hf, shape);
+        w.write(ours[i], shape, v.data());
+      }
+      w.set_attr("num_expert_shards", shards);
+      w.set_attr("converted_from", fingerprint);
+    }
+    out.commit();
+    ++rep.files_written;
+  }
+  if (tied) rep.notes += "tie_word_embeddings: lm_head is a copy of embed_tokens\n";
+
+  rep.bytes_read = reader.done();
+
+  // 3. The tokenizer and generation settings travel with the model, as they are.
+  for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"}) {
+    const fs::path src = fs::path(cfg.from) / name;
+    if (!fs::is_regular_file(src, ec)) continue;
+    replace_file_atomically((fs::path(cfg.out) / name).string(), [&](const std::string& tmp) {
+      fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
+      if (ec) fail(ErrorKind::Io, src.string(), ": cannot copy: ", ec.message());
+    });
+  }
+  return rep;
+}
+
+}  // namespace moerun::io

@@ -1,0 +1,41 @@
+// `moerun convert`: a Hugging Face checkpoint (config.json + safetensors) to a moe-hdf5 model.
+// Mixtral exactly; Qwen2-MoE and OLMoE as the architecture variants of the format (docs/FORMATS.md).
+// Tensors stream one at a time (memory bounded by the largest tensor). Every output file is
+// written atomically and carries the fingerprint of what it was made from, so a rerun after an
+// interruption keeps the files already finished and makes only the rest. The expert shards come
+// first and model.h5 last, so a partly converted directory is never taken for a model.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "io/model_config.hpp"
+
+namespace moerun::io {
+
+struct ConvertConfig {
+  std::string from;            // Hugging Face model directory
+  std::string out;             // moe-hdf5 model directory (created)
+  std::string dtype = "keep";  // keep | float32 | bfloat16 (keep: bf16 stays bf16, f32 and f16 become f32)
+  int shards = 0;              // expert shards; 0: about 2 GiB each
+  void validate() const;       // Usage errors naming the option
+};
+
+struct ConvertReport {
+  ModelConfig config;
+  int shards = 0;
+  int files_written = 0, files_kept = 0;  // kept: finished by an earlier, interrupted run
+  uint64_t bytes_read = 0;                // tensor bytes read from the checkpoint
+  std::string notes;                      // what the conversion changed or dropped, one line each
+};
+
+// The moe-hdf5 config of a Hugging Face config.json (BadInput naming the file and the field for
+// an unsupported architecture or setting). `dtype` is what the weights will be stored as; the end
+// token may come from generation_config.json (its text, or empty) when config.json has none.
+ModelConfig model_config_from_hf(const std::string& config_json, const std::string& where, DType dtype, std::string* notes,
+                                 const std::string& generation_config_json = "");
+
+// progress(done, total): tensor bytes processed so far, called after every tensor.
+ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::function<void(uint64_t, uint64_t)>& progress);
+
+}  // namespace moerun::io

@@ -1,0 +1,71 @@
+// `moerun convert`: options into io::ConvertConfig, a progress line, the summary.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "io/hf_convert.hpp"
+#include "launch/cli.hpp"
+
+namespace moerun::launch {
+namespace {
+
+// One line on stderr, rewritten in place on a terminal (a new line every 10 s otherwise).
+class ConvertProgress {
+ public:
+  explicit ConvertProgress(bool quiet) : quiet_(quiet), tty_(::isatty(STDERR_FILENO)), start_(Clock::now()), last_(start_) {}
+  void update(uint64_t done, uint64_t total) {
+    if (quiet_) return;
+    const auto now = Clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(tty_ ? 500 : 10000)) return;
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    const double rate = s > 0 ? static_cast<double>(done) / s : 0;
+    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+    std::fprintf(stderr, "%sconvert: %5.1f%%  %.2f / %.2f GiB  %.0f MB/s  ETA %.0f s%s", tty_ ? "\r" : "",
+                 total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0, static_cast<double>(done) / (1 << 30),
+                 static_cast<double>(total) / (1 << 30), rate / 1e6, eta, tty_ ? "   " : "\n");
+    shown_ = true;
+  }
+  void end() {
+    if (shown_ && tty_) std::fputc('\n', stderr);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool quiet_, tty_, shown_ = false;
+  Clock::time_point start_, last_;
+};
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv) {
+  io::ConvertConfig c;
+  bool quiet = false;
+  po::options_description o("convert options");
+  o.add_options()
+    ("from-hf", po::value(&c.from)->required(), "Hugging Face model directory: config.json and *.safetensors (Mixtral, Qwen2-MoE, OLMoE)")
+    ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished)")
+    ("dtype", po::value(&c.dtype)->default_value(c.dtype), "keep (bf16 stays bf16; f32 and f16 become f32), float32 or bfloat16")
+    ("shards", po::value(&c.shards)->default_value(c.shards), "expert shard files (0: about 2 GiB each)")
+    ("quiet", po::bool_switch(&quiet), "no progress line or summary");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun convert --from-hf HF_DIR --out MODEL_DIR [options]", o, vm)) return 0;
+  c.validate();
+  ConvertProgress progress(quiet);
+  const io::ConvertReport r = io::convert_hf_checkpoint(c, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+  progress.end();
+  if (!quiet) {
+    const io::ModelConfig& m = r.config;
+    std::fprintf(stderr, "moerun convert: %s -> %s: %s, %lld layers x %lld experts (top-%lld), %s, %lld parameters; %d file(s) written, %d kept from an earlier run, %.2f GiB read\n",
+                 c.from.c_str(), c.out.c_str(), m.architecture.c_str(), static_cast<long long>(m.num_layers),
+                 static_cast<long long>(m.num_experts), static_cast<long long>(m.top_k), dtype_name(m.dtype),
+                 static_cast<long long>(m.total_params()), r.files_written, r.files_kept,
+                 static_cast<double>(r.bytes_read) / (1 << 30));
+    if (!r.notes.empty()) std::fprintf(stderr, "notes:\n%s", r.notes.c_str());
+  }
+  return 0;
+}
+
+}  // namespace moerun::launch

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""`moerun convert` against Hugging Face transformers, for each supported family.
+
+For Mixtral, Qwen2-MoE and OLMoE: a tiny random model made with transformers (seeded, weights
+scaled so routing is not decided by ties), saved with save_pretrained as sharded safetensors,
+converted with `moerun convert`, run with `moerun infer --logits-out`. Every step's logits must agree
+with the Hugging Face model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal.
+Then a bf16 checkpoint converts losslessly (`--dtype keep`), and bad checkpoints fail with exit 3
+naming the file and tensor: a truncated safetensors file, a config that disagrees with the
+weights, an unsupported architecture.
+
+usage: hf_convert_reference.py MOERUN_BIN WORKDIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM)
+
+REL_TOL = 1e-4
+PROMPTS = [[1, 5, 9, 13], [3, 100, 7], [2, 64, 65, 66, 67, 68, 69, 70]]
+STEPS = 6
+COMMON = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              max_position_embeddings=64, rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=127,
+              tie_word_embeddings=False)
+
+
+def families():
+    return {
+        "mixtral": (MixtralForCausalLM, MixtralConfig(**COMMON, intermediate_size=96, num_local_experts=6, num_experts_per_tok=2,
+                                                      sliding_window=None)),
+        "qwen2_moe": (Qwen2MoeForCausalLM, Qwen2MoeConfig(**COMMON, intermediate_size=96, moe_intermediate_size=48,
+                                                          shared_expert_intermediate_size=80, num_experts=6,
+                                                          num_experts_per_tok=2, norm_topk_prob=False)),
+        "olmoe": (OlmoeForCausalLM, OlmoeConfig(**COMMON, intermediate_size=48, num_experts=6, num_experts_per_tok=2,
+                                                norm_topk_prob=False)),
+    }
+
+
+def make_model(cls, cfg, seed):
+    torch.manual_seed(seed)
+    model = cls(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            else:  # norms and biases: near their defaults, but not equal to them
+                p.copy_((1.0 if "norm" in name or "layernorm" in name else 0.0) + 0.1 * torch.randn_like(p))
+    return model
+
+
+def hf_greedy(model, prompt, steps):
+    ids = list(prompt)
+    logits = []
+    with torch.no_grad():
+        for _ in range(steps):
+            lg = model(torch.tensor([ids])).logits[0, -1].double().numpy()
+            logits.append(lg)
+            ids.append(int(np.argmax(lg)))
+    return ids[len(prompt):], logits
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def main():
+    moerun, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    failures = []
+
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            failures.append(what)
+
+    for fam, (cls, cfg) in families().items():
+        model = make_model(cls, cfg, seed=7)
+        hf_dir, out_dir = os.path.join(work, fam + "-hf"), os.path.join(work, fam + "-moe")
+        model.save_pretrained(hf_dir, max_shard_size="200KB", safe_serialization=True)
+        shards = [f for f in os.listdir(hf_dir) if f.endswith(".safetensors")]
+        r = run([moerun, "convert", "--from-hf", hf_dir, "--out", out_dir, "--shards", "3"])
+        check(r.returncode == 0, f"{fam}: convert {len(shards)} safetensors shards (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+        if r.returncode:
+            continue
+        with h5py.File(os.path.join(out_dir, "model.h5"), "r") as f:
+            arch = f.attrs["architecture"]
+            arch = arch.decode() if isinstance(arch, bytes) else arch
+            check(arch == fam, f"{fam}: architecture attribute {arch}")
+        reqs = os.path.join(work, fam + "-reqs.jsonl")
+        with open(reqs, "w") as f:
+            for i, p in enumerate(PROMPTS):
+                f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+        out, logits = os.path.join(work, fam + "-out.jsonl"), os.path.join(work, fam + "-logits.jsonl")
+        r = run([moerun, "infer", "--model", out_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
+        check(r.returncode == 0, f"{fam}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+        if r.returncode:
+            continue
+        ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
+        ours_logits = {}
+        for line in open(logits):
+            rec = json.loads(line)
+            ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+        worst = 0.0
+        for i, p in enumerate(PROMPTS):
+            toks, ref = hf_greedy(model, p, STEPS)
+            got = ours[f"p{i}"]["output_tokens"]
+            # The run ends at EOS; the reference continues: compare what moerun produced.
+            check(got == toks[:len(got)] and len(got) > 0, f"{fam}: prompt {i}: greedy tokens {got} vs Hugging Face {toks}")
+            for a, b in zip(ours_logits[f"p{i}"], ref):
+                worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+        check(worst <= REL_TOL, f"{fam}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
+        # Interrupted conversions: the files already finished are kept, the rest made again.
+        os.remove(os.path.join(out_dir, "experts-00002.h5"))
+        os.remove(os.path.join(out_dir, "model.h5"))
+        r = run([moerun, "convert", "--from-hf", hf_dir, "--out", out_dir, "--shards", "3"])
+        check(r.returncode == 0 and "2 file(s) written, 2 kept from an earlier run" in r.stderr,
+              f"{fam}: a rerun keeps the finished files ({r.stderr.strip().splitlines()[0] if r.stderr.strip() else r.returncode})")
+        r = run([moerun, "infer", "--model", out_dir, "--input", reqs, "--output", out + ".2", "--quiet"])
+        check(r.returncode == 0 and open(out).read() == open(out + ".2").read(), f"{fam}: the resumed conversion gives the same tokens")
+
+    # bf16 checkpoints stay bf16, bit for bit.
+    cls, cfg = families()["mixtral"]
+    model = make_model(cls, cfg, seed=3).to(torch.bfloat16)
+    hf_dir, out_dir = os.path.join(work, "bf16-hf"), os.path.join(work, "bf16-moe")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    r = run([moerun, "convert", "--from-hf", hf_dir, "--out", out_dir, "--quiet"])
+    check(r.returncode == 0, f"bf16: convert (exit {r.returncode}) {r.stderr.strip()}")
+    if r.returncode == 0:
+        sd = model.state_dict()
+        with h5py.File(os.path.join(out_dir, "model.h5"), "r") as f:
+            check(f.attrs["dtype"] in ("bfloat16", b"bfloat16"), "bf16: the model's dtype is bfloat16")
+            wq = f["layers/1/wq"][()]
+            want = sd["model.layers.1.self_attn.q_proj.weight"].view(torch.int16).numpy().view(np.uint16)
+            check(wq.dtype == np.uint16 and np.array_equal(wq, want), "bf16: wq bits equal the checkpoint's")
+        with h5py.File(os.path.join(out_dir, "experts-00000.h5"), "r") as f:
+            w2 = f["layers/0/experts/3/w2"][()]
+            want = sd["model.layers.0.block_sparse_moe.experts.3.w2.weight"].view(torch.int16).numpy().view(np.uint16)
+            check(np.array_equal(w2, want), "bf16: an expert's bits equal the checkpoint's")
+        r = run([moerun, "infer", "--model", out_dir, "--input", os.path.join(work, "mixtral-reqs.jsonl"), "--output",
+                 os.path.join(work, "bf16-out.jsonl"), "--quiet"])
+        check(r.returncode == 0, f"bf16: infer runs ({r.stderr.strip()[-200:]})")
+
+    # Bad checkpoints: exit 3, one line naming the file and the tensor, nothing written.
+    src = os.path.join(work, "mixtral-hf")
+
+    def bad_case(name, edit, pattern):
+        d = os.path.join(work, "bad-" + name)
+        shutil.copytree(src, d)
+        named = edit(d)
+        out = os.path.join(work, "bad-" + name + "-out")
+        r = run([moerun, "convert", "--from-hf", d, "--out", out, "--quiet"])
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
+              and not os.path.exists(os.path.join(out, "model.h5")))
+        check(ok, f"bad checkpoint, {name}: exit {r.returncode}: {r.stderr.strip()}")
+
+    def truncate(d):
+        index = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+        f = os.path.join(d, index["model.layers.1.block_sparse_moe.experts.5.w2.weight"])
+        os.truncate(f, os.path.getsize(f) - 100)
+        return os.path.basename(f)
+    bad_case("truncated safetensors", truncate, "(truncated?)")
+
+    def fewer_layers(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["num_hidden_layers"] = 1
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        return "model.layers.1."
+    bad_case("config with fewer layers than the weights", fewer_layers, "has no place in a mixtral model")
+
+    def more_experts(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["num_local_experts"] = 7
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        return "experts.6"
+    bad_case("config with more experts than the weights", more_experts, "the checkpoint has no tensor")
+
+    def wider(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["intermediate_size"] = 100
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        return ".safetensors: tensor model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [96,64], config.json says [100,64]"
+    bad_case("shape mismatch", wider, "config.json says")
+
+    def llama(d):
+        c = json.load(open(os.path.join(d, "config.json")))
+        c["model_type"] = "llama"
+        json.dump(c, open(os.path.join(d, "config.json"), "w"))
+        return "mixtral, qwen2_moe, olmoe"
+    bad_case("unsupported architecture", llama, "model_type \"llama\" is not supported")
+
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
