@@ -279,6 +279,9 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
   fs::create_directories(cfg.out, ec);
   if (ec) fail(ErrorKind::Io, cfg.out, ": cannot create directory: ", ec.message());
   if (::access(cfg.out.c_str(), W_OK) != 0) fail(ErrorKind::Io, cfg.out, ": directory is not writable");
+  // What a killed run left: its temp files (the files it finished stay and are checked below).
+  for (int s = 0; s < shards; ++s) remove_stale_temp_files((fs::path(cfg.out) / shard_file_name(s)).string());
+  remove_stale_temp_files(model_h5_path(cfg.out));
   // Shards of an earlier conversion with more shards would make experts appear twice: removed.
   for (const auto& e : fs::directory_iterator(cfg.out, ec)) {
     static const std::regex pat(R"(experts-(\d+)\.h5)");

@@ -136,6 +136,20 @@ void AtomicFile::commit() {
   }
 }
 
+int remove_stale_temp_files(const std::string& path) {
+  const fs::path target(resolve(path));
+  const std::string prefix = target.filename().string() + ".tmp.";
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent_dir(target.string()), ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!e.is_regular_file(ec)) continue;
+    if (fs::remove(e.path(), ec)) ++removed;
+  }
+  return removed;
+}
+
 void replace_file_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
   AtomicFile f(path);
   write(f.temp_path());

@@ -46,6 +46,10 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Removes the temp files an AtomicFile for `path` leaves when its process is killed
+// (PATH.tmp.XXXXXX); returns how many. Call before writing `path` again.
+int remove_stale_temp_files(const std::string& path);
+
 // `write` fills the temp file (its path given); then it is committed.
 void replace_file_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write);
 // Text lines (each followed by '\n'), replaced atomically.

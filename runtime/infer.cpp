@@ -444,6 +444,9 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
       }
     }
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
+    if (rank == 0)  // what a killed run's final writes left behind
+      for (const std::string* p : {&cfg.output, &cfg.stats_json, &cfg.trace, &cfg.logits_out})
+        if (!p->empty()) io::remove_stale_temp_files(*p);
   });
   {
     // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both
