@@ -36,6 +36,10 @@ bool fits_int64(const json& v) {
   return !v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
 }
 
+int64_t cap_budget(int64_t budget, std::size_t prompt, const RequestLimits& lim) {
+  return std::min(budget, lim.max_position - static_cast<int64_t>(prompt));
+}
+
 // Validates one parsed line; throws Error(BadInput) without the file and line prefix.
 Request parse_object(const json& j, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
@@ -44,18 +48,28 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
     fail(ErrorKind::BadInput, "field id must be a string");
   r.id = id_of(j);
   if (r.id.empty()) fail(ErrorKind::BadInput, "field id is missing or empty");
-  if (!j.contains("prompt_tokens") || !j["prompt_tokens"].is_array())
-    fail(ErrorKind::BadInput, "field prompt_tokens is missing or not an array");
-  const json& toks = j["prompt_tokens"];
-  if (toks.empty()) fail(ErrorKind::BadInput, "field prompt_tokens is empty");
-  if (static_cast<int64_t>(toks.size()) >= lim.max_position)
-    fail(ErrorKind::BadInput, "prompt of ", toks.size(), " tokens does not fit max_position ", lim.max_position);
-  r.prompt_tokens.reserve(toks.size());
-  for (std::size_t i = 0; i < toks.size(); ++i) {
-    if (!toks[i].is_number_integer()) fail(ErrorKind::BadInput, "prompt_tokens[", i, "] is not an integer");
-    if (!fits_int64(toks[i]) || toks[i].get<int64_t>() < 0 || toks[i].get<int64_t>() >= lim.vocab_size)
-      fail(ErrorKind::BadInput, "prompt_tokens[", i, "] = ", int_text(toks[i]), " is out of range [0, ", lim.vocab_size, ")");
-    r.prompt_tokens.push_back(static_cast<int32_t>(toks[i].get<int64_t>()));
+  const bool tokens = j.contains("prompt_tokens") && !j["prompt_tokens"].is_null();
+  const bool text = j.contains("prompt") && !j["prompt"].is_null();
+  if (tokens && text) fail(ErrorKind::BadInput, "give prompt_tokens or prompt (text), not both");
+  if (text) {
+    if (!j["prompt"].is_string()) fail(ErrorKind::BadInput, "field prompt is not a string");
+    r.prompt_text = j["prompt"].get<std::string>();
+    if (r.prompt_text.empty()) fail(ErrorKind::BadInput, "field prompt is empty");
+    r.has_text = true;
+  } else {
+    if (!tokens || !j["prompt_tokens"].is_array())
+      fail(ErrorKind::BadInput, "field prompt_tokens is missing or not an array (or give \"prompt\" text)");
+    const json& toks = j["prompt_tokens"];
+    if (toks.empty()) fail(ErrorKind::BadInput, "field prompt_tokens is empty");
+    if (static_cast<int64_t>(toks.size()) >= lim.max_position)
+      fail(ErrorKind::BadInput, "prompt of ", toks.size(), " tokens does not fit max_position ", lim.max_position);
+    r.prompt_tokens.reserve(toks.size());
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      if (!toks[i].is_number_integer()) fail(ErrorKind::BadInput, "prompt_tokens[", i, "] is not an integer");
+      if (!fits_int64(toks[i]) || toks[i].get<int64_t>() < 0 || toks[i].get<int64_t>() >= lim.vocab_size)
+        fail(ErrorKind::BadInput, "prompt_tokens[", i, "] = ", int_text(toks[i]), " is out of range [0, ", lim.vocab_size, ")");
+      r.prompt_tokens.push_back(static_cast<int32_t>(toks[i].get<int64_t>()));
+    }
   }
   r.max_new_tokens = d.max_new_tokens;
   if (j.contains("max_new_tokens") && !j["max_new_tokens"].is_null()) {
@@ -66,8 +80,8 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
   }
   if (r.max_new_tokens < 0) fail(ErrorKind::BadInput, "field max_new_tokens is ", r.max_new_tokens, ", expected >= 0");
   // Generation stops at max_position anyway: the effective budget, so that no later sum of
-  // prompt and budget can overflow.
-  r.max_new_tokens = std::min(r.max_new_tokens, lim.max_position - static_cast<int64_t>(r.prompt_tokens.size()));
+  // prompt and budget can overflow (text prompts: once they are tokenized).
+  if (!r.has_text) r.max_new_tokens = cap_budget(r.max_new_tokens, r.prompt_tokens.size(), lim);
   r.temperature = d.temperature;
   if (j.contains("temperature") && !j["temperature"].is_null()) {
     if (!j["temperature"].is_number()) fail(ErrorKind::BadInput, "field temperature is not a number");
@@ -120,11 +134,50 @@ Request parse_line(const std::string& text, int64_t line_no, const RequestDefaul
 
 }  // namespace
 
+bool any_text_prompt(const std::vector<Request>& requests) {
+  for (const Request& r : requests)
+    if (r.has_text && r.error.empty()) return true;
+  return false;
+}
+
+void tokenize_prompts(std::vector<Request>& requests, const std::string& path, const RequestLimits& lim, bool skip_invalid,
+                      const std::function<std::vector<std::vector<int32_t>>(const std::vector<std::string>&)>& encode) {
+  std::vector<Request*> todo;
+  std::vector<std::string> texts;
+  for (Request& r : requests)
+    if (r.has_text && r.error.empty()) {
+      todo.push_back(&r);
+      texts.push_back(r.prompt_text);
+    }
+  if (todo.empty()) return;
+  const auto ids = encode(texts);
+  if (ids.size() != todo.size()) fail(ErrorKind::Internal, "the tokenizer returned ", ids.size(), " prompts for ", todo.size());
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    Request& r = *todo[i];
+    std::string why;
+    if (ids[i].empty()) why = "prompt is empty after tokenization";
+    else if (static_cast<int64_t>(ids[i].size()) >= lim.max_position)
+      why = str("prompt of ", ids[i].size(), " tokens does not fit max_position ", lim.max_position);
+    for (std::size_t k = 0; k < ids[i].size() && why.empty(); ++k)
+      if (ids[i][k] < 0 || ids[i][k] >= lim.vocab_size)
+        why = str("the tokenizer gives token ", ids[i][k], ", outside the model's vocabulary [0, ", lim.vocab_size, ")");
+    if (!why.empty()) {
+      if (!skip_invalid) fail(ErrorKind::BadInput, path, ": line ", r.line, ": ", why);
+      r.error = why;
+      continue;
+    }
+    r.prompt_tokens = ids[i];
+    r.max_new_tokens = cap_budget(r.max_new_tokens, r.prompt_tokens.size(), lim);
+  }
+}
+
 uint64_t request_fingerprint(const Request& r) {
   // Everything that decides a request's result besides the model and the routing options.
   return Xxh64()
       .text(r.id)
       .vec(r.prompt_tokens)
+      .value(r.has_text)
+      .text(r.prompt_text)
       .value(r.max_new_tokens)
       .value(r.temperature)
       .value(r.top_p)
@@ -175,12 +228,14 @@ std::string result_to_json(const Result& r, bool with_key) {
   if (with_key && !r.key.empty()) j["key"] = r.key;
   if (!r.error.empty()) {
     j["error"] = r.error;
-    return j.dump();
+    return j.dump(-1, ' ', false, json::error_handler_t::replace);
   }
   j["output_tokens"] = r.output_tokens;
+  if (r.has_text) j["text"] = r.text;
   j["finish_reason"] = r.finish_reason;
   j["prompt_len"] = r.prompt_len;
-  return j.dump();
+  // A tokenizer may decode to invalid UTF-8 (a cut multi-byte character): replaced, not thrown.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 bool result_from_json(const std::string& line, Result* out) {

@@ -3,6 +3,7 @@
 // its error, reported as a result with an "error" field.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,9 @@ namespace moerun::io {
 
 struct Request {
   std::string id;
-  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> prompt_tokens;  // given, or (has_text) from tokenize_prompts
+  bool has_text = false;               // the request gave "prompt" text; its result gets "text"
+  std::string prompt_text;
   int64_t max_new_tokens = 0;
   double temperature = 0.0;
   double top_p = 1.0;
@@ -39,6 +42,13 @@ struct RequestLimits {
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults,
                                    const RequestLimits& limits, bool skip_invalid);
 
+// Fills prompt_tokens of the requests that gave "prompt" text (`encode` takes all texts at once),
+// then checks them as given tokens are checked (range, max_position) and caps their budget. A
+// failure is BadInput naming `path` and the line, or, with skip_invalid, that request's error.
+void tokenize_prompts(std::vector<Request>& requests, const std::string& path, const RequestLimits& limits, bool skip_invalid,
+                      const std::function<std::vector<std::vector<int32_t>>(const std::vector<std::string>&)>& encode);
+bool any_text_prompt(const std::vector<Request>& requests);
+
 // xxh64 of everything in the request that decides its result (id, prompt, budget, sampling):
 // journal entries carry it so that --resume never takes a result made for another request.
 uint64_t request_fingerprint(const Request& r);
@@ -50,6 +60,8 @@ struct Result {
   int64_t prompt_len = 0;
   std::string error;          // set for requests rejected with --skip-invalid
   std::string key{};          // journal entries only: what the result was computed from (JournalKeys)
+  bool has_text = false;      // the output line carries "text" (the output tokens decoded)
+  std::string text{};
 };
 
 // One JSON line; `key` is written only when with_key (journals; the output format has no key).

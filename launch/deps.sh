@@ -7,8 +7,10 @@ MOERUN_DEBIAN_PACKAGES=(
   # libdnnl-dev's CMake config calls find_package(OpenCL); the package is only a Recommends,
   # which --no-install-recommends skips, so configure fails on a fresh machine without it.
   ocl-icd-opencl-dev
+  libsentencepiece-dev  # tokenizer.model (SentencePiece) for text prompts
 )
-MOERUN_TEST_PACKAGES=(python3 ca-certificates python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib slurm-wlm munge
+MOERUN_TEST_PACKAGES=(python3 ca-certificates python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib
+  python3-sentencepiece slurm-wlm munge
   swift-proxy swift-object swift-container swift-account memcached curl)
 
 moerun_install_packages() {

@@ -141,6 +141,18 @@ void probe_inputs(const InferConfig& cfg, MPI_Comm world) {
   if (failed) std::rethrow_exception(failed);
 }
 
+// The model directory's tokenizer, for text prompts and text results.
+std::unique_ptr<io::Tokenizer> open_model_tokenizer(const InferConfig& cfg) {
+  if (io::is_s3_url(cfg.model_dir))
+    fail(ErrorKind::Usage, cfg.input, ": requests with \"prompt\" text need a local model directory with its tokenizer (",
+         cfg.model_dir, " is in an object store); give prompt_tokens");
+  auto tok = io::open_tokenizer(cfg.model_dir, cfg.tokenizer);
+  if (!tok)
+    fail(ErrorKind::BadInput, cfg.input, ": requests give \"prompt\" text, but ", cfg.model_dir,
+         " has no tokenizer (tokenizer.json or tokenizer.model; moerun convert copies them from a Hugging Face directory)");
+  return tok;
+}
+
 // Every output is a regular file (or new), and none of them is an input or another output.
 void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
   std::vector<io::PathUse> outputs{{cfg.output, "--output"}};
@@ -353,14 +365,28 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.phases["router"] = my_phases;
   }
   if (rank == 0) {
-    const auto finished = io::read_journals(cfg.output, keys);
-    std::vector<std::string> lines;
-    lines.reserve(requests.size());
+    auto finished = io::read_journals(cfg.output, keys);
+    // Requests that gave text get their output as text too, decoded here in one batch.
+    std::vector<io::Result*> texts;
+    std::vector<std::vector<int32_t>> text_ids;
     for (const io::Request& r : requests) {
       auto it = finished.find(r.id);
       if (it == finished.end()) fail(ErrorKind::Internal, "request ", r.id, " has no result");
-      lines.push_back(io::result_to_json(it->second));
+      if (r.has_text && it->second.error.empty()) {
+        texts.push_back(&it->second);
+        text_ids.push_back(it->second.output_tokens);
+      }
     }
+    if (!texts.empty()) {
+      const std::vector<std::string> decoded = open_model_tokenizer(cfg)->decode(text_ids);
+      for (std::size_t i = 0; i < texts.size(); ++i) {
+        texts[i]->has_text = true;
+        texts[i]->text = decoded.at(i);
+      }
+    }
+    std::vector<std::string> lines;
+    lines.reserve(requests.size());
+    for (const io::Request& r : requests) lines.push_back(io::result_to_json(finished.at(r.id)));
     io::write_file_atomically(cfg.output, lines);
     io::remove_journals(cfg.output);
     const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
@@ -421,6 +447,12 @@ InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
     model = io::model_location(cfg.model_dir, cfg.s3);
     mc = io::read_model_config(*model);
     requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
+    // Text prompts: routers tokenize them (expert ranks never look at prompts).
+    if (topo.is_router(rank) && io::any_text_prompt(requests)) {
+      const auto tok = open_model_tokenizer(cfg);
+      io::tokenize_prompts(requests, cfg.input, {mc.vocab_size, mc.max_position}, cfg.skip_invalid,
+                           [&](const std::vector<std::string>& t) { return tok->encode(t); });
+    }
     placement = experts::make_placement(distributed ? cfg.placement : "round-robin", mc.num_layers, mc.num_experts, topo);
     if (topo.is_router(rank)) {
       check_outputs(cfg, *model);

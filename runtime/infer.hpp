@@ -12,6 +12,7 @@
 
 #include "experts/expert_cache.hpp"
 #include "io/hdf5_probe.hpp"
+#include "io/tokenizer.hpp"
 #include "io/requests.hpp"
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
@@ -42,6 +43,7 @@ struct InferConfig {
   std::string affinity;            // affinity graph for --prefetch affinity
   io::S3Config s3;                 // for --model s3://bucket/prefix
   io::Hdf5Probe hdf5_probe;        // walks local HDF5 inputs in a child process first (off when empty)
+  io::TokenizerConfig tokenizer;   // for requests with "prompt" text (the model directory's tokenizer)
 
   void validate() const;  // Usage errors naming the option
 };

@@ -1,0 +1,123 @@
+// Tokenizers: SentencePiece in process, `tokenizers` through the Python helper.
+#include "io/tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "io/child_process.hpp"
+#include "io/tokenizer_helper_source.hpp"  // kTokenizerHelperSource, generated from tokenizer_helper.py
+
+namespace moerun::io {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  SentencePieceTokenizer(const std::string& model, bool add_bos) : path_(model), add_bos_(add_bos) {
+    const auto st = sp_.Load(model);
+    if (!st.ok()) fail(ErrorKind::BadInput, model, ": not a SentencePiece model: ", st.ToString());
+  }
+  std::vector<std::vector<int32_t>> encode(const std::vector<std::string>& texts) override {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& t : texts) {
+      std::vector<int> ids;
+      const auto st = sp_.Encode(t, &ids);
+      if (!st.ok()) fail(ErrorKind::BadInput, path_, ": cannot encode: ", st.ToString());
+      std::vector<int32_t> v;
+      if (add_bos_ && sp_.bos_id() >= 0) v.push_back(sp_.bos_id());
+      v.insert(v.end(), ids.begin(), ids.end());
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+  std::vector<std::string> decode(const std::vector<std::vector<int32_t>>& ids) override {
+    std::vector<std::string> out;
+    for (const auto& v : ids) {
+      std::vector<int> in;
+      for (int32_t id : v)  // ids beyond the tokenizer's vocabulary (a larger model vocab) are skipped
+        if (id >= 0 && id < sp_.GetPieceSize()) in.push_back(id);
+      std::string text;
+      const auto st = sp_.Decode(in, &text);
+      if (!st.ok()) fail(ErrorKind::BadInput, path_, ": cannot decode: ", st.ToString());
+      out.push_back(std::move(text));
+    }
+    return out;
+  }
+  std::string describe() const override { return "sentencepiece " + path_; }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+  std::string path_;
+  bool add_bos_;
+};
+
+class PythonTokenizer : public Tokenizer {
+ public:
+  PythonTokenizer(const std::string& json_path, const TokenizerConfig& cfg)
+      : path_(json_path), cfg_(cfg), child_({cfg.python, "-c", kTokenizerHelperSource, json_path}, true, true) {
+    std::string first;
+    try {
+      first = child_.read_line(cfg.timeout_s, json_path);
+    } catch (const Error& e) {
+      fail(ErrorKind::Usage, json_path, ": the tokenizer helper did not start with ", cfg.python, " (", e.what(),
+           "); tokenizer.json needs Python with the tokenizers package: pip install tokenizers, and MOERUN_PYTHON=that python");
+    }
+    const json j = json::parse(first, nullptr, false);
+    if (j.is_object() && j.contains("missing"))
+      fail(ErrorKind::Usage, json_path, ": ", cfg.python, " has no tokenizers package (", j["error"].get<std::string>(),
+           "); tokenizer.json needs it: pip install tokenizers, and MOERUN_PYTHON=that python");
+    if (j.is_discarded() || !j.is_object() || j.contains("error"))
+      fail(ErrorKind::BadInput, json_path, ": the tokenizers library cannot load it: ",
+           j.is_object() && j.contains("error") ? j["error"].dump() : first);
+  }
+  std::vector<std::vector<int32_t>> encode(const std::vector<std::string>& texts) override {
+    const json r = call({{"op", "encode"}, {"texts", texts}});
+    return r.at("ids").get<std::vector<std::vector<int32_t>>>();
+  }
+  std::vector<std::string> decode(const std::vector<std::vector<int32_t>>& ids) override {
+    const json r = call({{"op", "decode"}, {"ids", ids}});
+    return r.at("texts").get<std::vector<std::string>>();
+  }
+  std::string describe() const override { return "tokenizers " + path_; }
+
+ private:
+  json call(const json& req) {
+    // Invalid UTF-8 in a request was caught by the JSON reader; replace, never throw, here.
+    child_.write_line(req.dump(-1, ' ', false, json::error_handler_t::replace));
+    const std::string line = child_.read_line(cfg_.timeout_s, path_);
+    json r = json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object()) fail(ErrorKind::Internal, path_, ": unreadable answer from the tokenizer helper");
+    if (r.contains("error")) fail(ErrorKind::BadInput, path_, ": ", r["error"].get<std::string>());
+    return r;
+  }
+  std::string path_;
+  TokenizerConfig cfg_;
+  ChildProcess child_;
+};
+
+// tokenizer_config.json's add_bos_token (Llama and Mistral tokenizers add BOS; default true).
+bool adds_bos(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / "tokenizer_config.json");
+  if (!in) return true;
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> open_tokenizer(const std::string& dir, const TokenizerConfig& cfg) {
+  std::error_code ec;
+  const fs::path js = fs::path(dir) / "tokenizer.json", sp = fs::path(dir) / "tokenizer.model";
+  if (fs::is_regular_file(js, ec)) return std::make_unique<PythonTokenizer>(js.string(), cfg);
+  if (fs::is_regular_file(sp, ec)) return std::make_unique<SentencePieceTokenizer>(sp.string(), adds_bos(dir));
+  return nullptr;
+}
+
+}  // namespace moerun::io
