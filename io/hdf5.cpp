@@ -73,7 +73,11 @@ std::string H5TypeInfo::describe() const {
 H5Handle h5_open_file(const std::string& path, H5Mode mode) {
   h5_quiet();
   if (mode == H5Mode::Create) {
-    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    // No modification times in object headers (here: the root group), so that the same content
+    // gives the same bytes (a converted model re-uploaded is recognised by its checksum).
+    H5Handle fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+    H5_CHECK(H5Pset_obj_track_times(fcpl, 0));
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT);
     if (f < 0) fail(ErrorKind::Io, path, ": cannot create HDF5 file: ", error_stack_message());
     return H5Handle(f, H5Fclose);
   }
@@ -205,7 +209,9 @@ int h5_filter_count(hid_t loc, const std::string& path) {
 H5Handle h5_create_group(hid_t loc, const std::string& path) {
   H5Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
   H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
-  return H5Handle(H5_CHECK(H5Gcreate2(loc, path.c_str(), lcpl, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+  H5Handle gcpl(H5_CHECK(H5Pcreate(H5P_GROUP_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(gcpl, 0));
+  return H5Handle(H5_CHECK(H5Gcreate2(loc, path.c_str(), lcpl, gcpl, H5P_DEFAULT)), H5Gclose);
 }
 
 void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
@@ -214,7 +220,11 @@ void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& sh
   H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
   H5Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
   H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+  // Parents made here rather than as intermediates, which would carry modification times.
+  for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+    if (!h5_exists(loc, path.substr(0, slash))) h5_create_group(loc, path.substr(0, slash));
   H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(dcpl, 0));
   bool empty = false;
   for (auto d : dims) empty |= d == 0;
   if (one_chunk && !empty) H5_CHECK(H5Pset_chunk(dcpl, static_cast<int>(dims.size()), dims.data()));

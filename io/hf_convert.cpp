@@ -102,6 +102,19 @@ std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
   return layer_name(l, s);
 }
 
+// xxh64 of a file's bytes, read in blocks.
+uint64_t file_xxh64(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(ErrorKind::Io, path, ": cannot open");
+  Xxh64 h;
+  std::vector<char> buf(8u << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h.bytes(buf.data(), static_cast<std::size_t>(in.gcount()));
+  }
+  return h.digest();
+}
+
 std::string hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -159,6 +172,8 @@ bool finished_before(const std::string& path, const std::string& fingerprint) {
 void ConvertConfig::validate() const {
   if (from.empty()) fail(ErrorKind::Usage, "--from-hf is required");
   if (out.empty()) fail(ErrorKind::Usage, "--out is required");
+  if (is_s3_url(out)) parse_s3_url(out);
+  else if (!staging.empty()) fail(ErrorKind::Usage, "--staging goes with an s3:// --out");
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
@@ -238,9 +253,66 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   return c;
 }
 
+namespace {
+
+// Sends a converted directory to an object-store prefix: shards first, model.h5 last (so a reader
+// never finds a model.h5 whose experts are missing), each file skipped when the object is there
+// with the same size and xxh64.
+void upload_model(const std::string& local, const std::string& out, const S3Config& s3, int shards, ConvertReport& rep) {
+  const ObjectStore store(s3);
+  const S3Url prefix = parse_s3_url(out);
+  std::vector<std::string> files;
+  for (int s = 0; s < shards; ++s) files.push_back(shard_file_name(s));
+  for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                           "generation_config.json"})
+    if (fs::exists(fs::path(local) / name)) files.push_back(name);
+  files.push_back("model.h5");
+  // Shards of an earlier conversion with more shards would make experts appear twice: removed.
+  static const std::regex pat(R"(experts-(\d+)\.h5)");
+  const std::string lead = prefix.key.empty() ? "" : prefix.key + "/";
+  for (const ObjectInfo& o : store.list(prefix)) {
+    const std::string name = o.key.substr(lead.size());
+    std::smatch m;
+    if (std::regex_match(name, m, pat) && std::stoll(m[1].str()) >= shards) {
+      store.remove(prefix.child(name));
+      rep.notes += "removed " + prefix.child(name).str() + " (from an earlier conversion with more shards)\n";
+    }
+  }
+  for (const auto& name : files) {
+    const std::string path = (fs::path(local) / name).string();
+    const std::string sum = hex(file_xxh64(path));
+    const auto there = store.head(prefix.child(name));
+    if (there && there->size == fs::file_size(path) && there->metadata.count("moerun-xxh64") && there->metadata.at("moerun-xxh64") == sum) {
+      ++rep.uploads_kept;
+      continue;
+    }
+    store.put_file(prefix.child(name), path, {{"moerun-xxh64", sum}});
+    ++rep.files_uploaded;
+  }
+}
+
+ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress);
+
+}  // namespace
+
 ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::function<void(uint64_t, uint64_t)>& progress) {
   cfg.validate();
   const HfCheckpoint ckpt(cfg.from);
+  if (!is_s3_url(cfg.out)) return convert_local(cfg, ckpt, progress);
+  ConvertConfig local = cfg;
+  const bool own_staging = cfg.staging.empty();
+  local.out = own_staging ? (fs::temp_directory_path() / ("moerun-convert-" + hex(ckpt.fingerprint()))).string() : cfg.staging;
+  ObjectStore(cfg.s3);  // credentials and endpoint checked before hours of conversion
+  ConvertReport rep = convert_local(local, ckpt, progress);
+  upload_model(local.out, cfg.out, cfg.s3, rep.shards, rep);
+  std::error_code ec;
+  if (own_staging) fs::remove_all(local.out, ec);
+  return rep;
+}
+
+namespace {
+
+ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress) {
   ConvertReport rep;
   // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32.
   DType dtype = DType::F32;
@@ -432,5 +504,7 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
   }
   return rep;
 }
+
+}  // namespace
 
 }  // namespace moerun::io

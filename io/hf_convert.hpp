@@ -3,19 +3,25 @@
 // Tensors stream one at a time (memory bounded by the largest tensor). Every output file is
 // written atomically and carries the fingerprint of what it was made from, so a rerun after an
 // interruption keeps the files already finished and makes only the rest. The expert shards come
-// first and model.h5 last, so a partly converted directory is never taken for a model.
+// first and model.h5 last, so a partly converted directory is never taken for a model. An s3://
+// output is made in a local staging directory, then uploaded file by file (model.h5 last); a
+// rerun skips the objects already there with the same xxh64 (x-amz-meta-moerun-xxh64).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "io/model_config.hpp"
+#include "io/object_store.hpp"
 
 namespace moerun::io {
 
 struct ConvertConfig {
   std::string from;            // Hugging Face model directory
-  std::string out;             // moe-hdf5 model directory (created)
+  std::string out;             // moe-hdf5 model directory (created), or s3://bucket/prefix
+  S3Config s3;                 // for an s3:// output
+  std::string staging;         // s3:// output: the local directory it is made in first (default: in the
+                               // system temp directory, named by the checkpoint; removed after the upload)
   std::string dtype = "keep";  // keep | float32 | bfloat16 (keep: bf16 stays bf16, f32 and f16 become f32)
   int shards = 0;              // expert shards; 0: about 2 GiB each
   void validate() const;       // Usage errors naming the option
@@ -25,6 +31,7 @@ struct ConvertReport {
   ModelConfig config;
   int shards = 0;
   int files_written = 0, files_kept = 0;  // kept: finished by an earlier, interrupted run
+  int files_uploaded = 0, uploads_kept = 0;  // s3://: sent now, or already there with the same checksum
   uint64_t bytes_read = 0;                // tensor bytes read from the checkpoint
   std::string notes;                      // what the conversion changed or dropped, one line each
 };

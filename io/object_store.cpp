@@ -2,6 +2,9 @@
 #include "io/object_store.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -31,6 +34,7 @@ struct Sink {
   std::size_t written = 0;
   std::string text;          // used when dst is null, and for error bodies (first 4 KiB)
   long status = 0;           // from the status line, known before the body arrives
+  std::map<std::string, std::string> metadata;  // x-amz-meta-* response headers
 };
 
 std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
@@ -39,6 +43,21 @@ std::size_t on_header(char* data, std::size_t size, std::size_t n, void* user) {
   if (bytes > 9 && std::strncmp(data, "HTTP/", 5) == 0) {
     const char* sp = static_cast<const char*>(std::memchr(data, ' ', bytes));
     if (sp) s->status = std::strtol(sp + 1, nullptr, 10);
+    s->metadata.clear();  // a new response (after a redirect or 100-continue)
+    return bytes;
+  }
+  std::string line(data, bytes);
+  const std::string meta = "x-amz-meta-";
+  const auto colon = line.find(':');
+  if (colon != std::string::npos && colon > meta.size()) {
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (name.compare(0, meta.size(), meta) == 0) {
+      std::string value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ')) value.erase(0, 1);
+      while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) value.pop_back();
+      s->metadata[name.substr(meta.size())] = value;
+    }
   }
   return bytes;
 }
@@ -126,7 +145,10 @@ S3Url parse_s3_url(const std::string& s) {
 }
 
 struct ObjectStore::Request {
-  enum class Method { Head, Get } method = Method::Get;
+  enum class Method { Head, Get, Put, Delete } method = Method::Get;
+  std::string upload;       // Put: the local file sent as the body
+  std::map<std::string, std::string> metadata;  // Put: x-amz-meta-* headers
+  bool allow_404 = false;   // a 404 is an answer (head()), not an error
   S3Url url;
   std::string query;  // canonical (sorted, escaped), without '?'
   uint64_t offset = 0;
@@ -138,6 +160,7 @@ struct ObjectStore::Response {
   long status = 0;
   std::string text;
   uint64_t content_length = 0;
+  std::map<std::string, std::string> metadata;
 };
 
 ObjectStore::ObjectStore(S3Config config) : config_(std::move(config)) {
@@ -183,7 +206,9 @@ ObjectStore::Response ObjectStore::attempt(const Request& req) const {
   const std::string url = http_url(req.url) + (req.query.empty() ? "" : "?" + req.query);
   const std::string sigv4 = "aws:amz:" + config_.region + ":s3";
   CurlHeaders headers;
-  headers.add(std::string("x-amz-content-sha256: ") + kEmptyPayloadSha256);
+  // An upload's body is not hashed into the signature (it can be GiBs); S3 allows that explicitly.
+  headers.add(std::string("x-amz-content-sha256: ") + (req.method == Request::Method::Put ? "UNSIGNED-PAYLOAD" : kEmptyPayloadSha256));
+  for (const auto& [k, v] : req.metadata) headers.add("x-amz-meta-" + k + ": " + v);
   if (!config_.session_token.empty()) headers.add("x-amz-security-token: " + config_.session_token);
   std::string range;
   if (req.length > 0) range = std::to_string(req.offset) + "-" + std::to_string(req.offset + req.length - 1);
@@ -204,6 +229,18 @@ ObjectStore::Response ObjectStore::attempt(const Request& req) const {
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_HEADERDATA, &sink));
   if (req.method == Request::Method::Head) CURL_CHECK(curl_easy_setopt(h, CURLOPT_NOBODY, 1L));
+  if (req.method == Request::Method::Delete) CURL_CHECK(curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE"));
+  std::unique_ptr<FILE, int (*)(FILE*)> body(nullptr, &std::fclose);
+  if (req.method == Request::Method::Put) {
+    body.reset(std::fopen(req.upload.c_str(), "rb"));  // per attempt: a retry starts from byte 0
+    if (!body) fail(ErrorKind::Io, req.upload, ": cannot open for upload: ", std::strerror(errno));
+    std::fseek(body.get(), 0, SEEK_END);
+    const long size = std::ftell(body.get());
+    std::rewind(body.get());
+    CURL_CHECK(curl_easy_setopt(h, CURLOPT_UPLOAD, 1L));
+    CURL_CHECK(curl_easy_setopt(h, CURLOPT_READDATA, body.get()));
+    CURL_CHECK(curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size)));
+  }
   if (!range.empty()) CURL_CHECK(curl_easy_setopt(h, CURLOPT_RANGE, range.c_str()));
 
   requests_.fetch_add(1);
@@ -220,6 +257,7 @@ ObjectStore::Response ObjectStore::attempt(const Request& req) const {
   r.content_length = cl < 0 ? 0 : static_cast<uint64_t>(cl);
   bytes_.fetch_add(sink.written);
   r.text = std::move(sink.text);
+  r.metadata = std::move(sink.metadata);
   if (req.dst && r.status / 100 == 2) {
     if (r.status == 200 && req.offset > 0) {
       r.status = 0;  // not a ranged answer: reported, not retried
@@ -242,7 +280,7 @@ ObjectStore::Response ObjectStore::perform(const Request& req) const {
   for (int tries = 0;; ++tries) {
     try {
       Response r = attempt(req);
-      if (r.status / 100 == 2) return r;
+      if (r.status / 100 == 2 || (r.status == 404 && req.allow_404)) return r;
       if (r.status / 100 == 4 && r.text.empty() && req.method == Request::Method::Head) {
         // A HEAD answer has no body to say why; one byte's GET carries the server's error code.
         Request probe;
@@ -282,6 +320,33 @@ uint64_t ObjectStore::size_of(const S3Url& url) const {
   req.method = Request::Method::Head;
   req.url = url;
   return perform(req).content_length;
+}
+
+std::optional<ObjectHead> ObjectStore::head(const S3Url& url) const {
+  Request req;
+  req.method = Request::Method::Head;
+  req.url = url;
+  req.allow_404 = true;
+  const Response r = perform(req);
+  if (r.status == 404) return std::nullopt;
+  return ObjectHead{r.content_length, r.metadata};
+}
+
+void ObjectStore::put_file(const S3Url& url, const std::string& path, const std::map<std::string, std::string>& metadata) const {
+  Request req;
+  req.method = Request::Method::Put;
+  req.url = url;
+  req.upload = path;
+  req.metadata = metadata;
+  perform(req);
+}
+
+void ObjectStore::remove(const S3Url& url) const {
+  Request req;
+  req.method = Request::Method::Delete;
+  req.url = url;
+  req.allow_404 = true;  // already gone
+  perform(req);
 }
 
 void ObjectStore::read(const S3Url& url, uint64_t offset, std::size_t length, void* dst) const {

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +49,12 @@ struct ObjectInfo {
   uint64_t size = 0;
 };
 
+// What a HEAD tells: the size and the user metadata (x-amz-meta-NAME: value, NAME lower-case).
+struct ObjectHead {
+  uint64_t size = 0;
+  std::map<std::string, std::string> metadata;
+};
+
 // Thread-safe: concurrent calls each take a connection of their own from a small pool.
 // Errors are moerun::Error, ErrorKind::Io, one line naming the s3:// URL: "access denied" (403,
 // with the server's code), "no such object" (404), or "unreachable after N attempts" with the last
@@ -58,6 +65,11 @@ class ObjectStore {
   ~ObjectStore();
 
   uint64_t size_of(const S3Url& url) const;  // HEAD
+  std::optional<ObjectHead> head(const S3Url& url) const;  // nullopt when there is no such object
+  // Uploads a local file as one object (one PUT, up to S3's 5 GiB), with user metadata. The body is
+  // sent unsigned (UNSIGNED-PAYLOAD); a retry sends the file again from its start.
+  void put_file(const S3Url& url, const std::string& path, const std::map<std::string, std::string>& metadata = {}) const;
+  void remove(const S3Url& url) const;  // DELETE; an object already gone is fine
   // Exactly `length` bytes from `offset` into dst (one ranged GET).
   void read(const S3Url& url, uint64_t offset, std::size_t length, void* dst) const;
   // The objects under url.key + "/" (one GET per 1000 keys).

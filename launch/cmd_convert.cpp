@@ -46,12 +46,16 @@ int cmd_convert(int argc, char** argv) {
   po::options_description o("convert options");
   o.add_options()
     ("from-hf", po::value(&c.from)->required(), "Hugging Face model directory: config.json and *.safetensors (Mixtral, Qwen2-MoE, OLMoE)")
-    ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished)")
+    ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished), or s3://bucket/prefix")
+    ("staging", po::value(&c.staging), "s3:// --out: local directory the model is made in before the upload (default: in the temp directory)")
     ("dtype", po::value(&c.dtype)->default_value(c.dtype), "keep (bf16 stays bf16; f32 and f16 become f32), float32 or bfloat16")
     ("shards", po::value(&c.shards)->default_value(c.shards), "expert shard files (0: about 2 GiB each)")
     ("quiet", po::bool_switch(&quiet), "no progress line or summary");
+  ObjectStoreOptions object_store;
+  object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun convert --from-hf HF_DIR --out MODEL_DIR [options]", o, vm)) return 0;
+  if (io::is_s3_url(c.out)) c.s3 = object_store.finish();
   c.validate();
   ConvertProgress progress(quiet);
   const io::ConvertReport r = io::convert_hf_checkpoint(c, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
@@ -63,6 +67,8 @@ int cmd_convert(int argc, char** argv) {
                  static_cast<long long>(m.num_experts), static_cast<long long>(m.top_k), dtype_name(m.dtype),
                  static_cast<long long>(m.total_params()), r.files_written, r.files_kept,
                  static_cast<double>(r.bytes_read) / (1 << 30));
+    if (io::is_s3_url(c.out))
+      std::fprintf(stderr, "moerun convert: %d object(s) uploaded to %s, %d already there\n", r.files_uploaded, c.out.c_str(), r.uploads_kept);
     if (!r.notes.empty()) std::fprintf(stderr, "notes:\n%s", r.notes.c_str());
   }
   return 0;

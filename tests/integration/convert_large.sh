@@ -6,44 +6,9 @@
 source "$(dirname "$0")/common.sh"
 HF=$WORK/hf
 mkdir -p "$HF"
-# The checkpoint, streamed to disk tensor by tensor (each a tiled random block: finite, not constant).
-"$PY" - "$HF" <<'EOF'
-import json, os, struct, sys
-import numpy as np
-d = sys.argv[1]
-V, D, L, H, KV, HD, FF, E = 1024, 1024, 4, 8, 4, 128, 3584, 8
-cfg = dict(model_type="mixtral", architectures=["MixtralForCausalLM"], vocab_size=V, hidden_size=D, num_hidden_layers=L,
-           num_attention_heads=H, num_key_value_heads=KV, intermediate_size=FF, num_local_experts=E, num_experts_per_tok=2,
-           max_position_embeddings=256, rms_norm_eps=1e-5, rope_theta=1e6, bos_token_id=1, eos_token_id=2,
-           tie_word_embeddings=False, hidden_act="silu", sliding_window=None)
-json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
-shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,), "lm_head.weight": (V, D)}
-for l in range(L):
-    p = f"model.layers.{l}."
-    shapes.update({p + "input_layernorm.weight": (D,), p + "post_attention_layernorm.weight": (D,),
-                   p + "self_attn.q_proj.weight": (H * HD, D), p + "self_attn.k_proj.weight": (KV * HD, D),
-                   p + "self_attn.v_proj.weight": (KV * HD, D), p + "self_attn.o_proj.weight": (D, H * HD),
-                   p + "block_sparse_moe.gate.weight": (E, D)})
-    for e in range(E):
-        for w, s in (("w1", (FF, D)), ("w3", (FF, D)), ("w2", (D, FF))):
-            shapes[p + f"block_sparse_moe.experts.{e}.{w}.weight"] = s
-header, off = {}, 0
-for name, s in shapes.items():
-    n = int(np.prod(s)) * 4
-    header[name] = {"dtype": "F32", "shape": list(s), "data_offsets": [off, off + n]}
-    off += n
-h = json.dumps(header).encode()
-h += b" " * (-len(h) % 8)
-rng = np.random.default_rng(5)
-block = (rng.standard_normal(1 << 16) / 32).astype(np.float32)
-with open(os.path.join(d, "model.safetensors"), "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for name, s in shapes.items():
-        n = int(np.prod(s))
-        v = np.ones(n, np.float32) if name.endswith("norm.weight") else np.resize(np.roll(block, hash(name) % 997), n)
-        f.write(v.tobytes())
-print(f"checkpoint: {off / 2**30:.2f} GiB of tensors")
-EOF
+# The checkpoint, streamed to disk tensor by tensor.
+"$PY" "$(dirname "$0")/make_hf_checkpoint.py" "$HF" --vocab 1024 --hidden 1024 --layers 4 --heads 8 --kv-heads 4 --head-dim 128 \
+  --intermediate 3584 --experts 8
 size=$(stat -c %s "$HF/model.safetensors")
 limit=$((512 << 20))
 check "the checkpoint ($((size >> 20)) MiB) is larger than the limit ($((limit >> 20)) MiB)" test "$size" -gt "$limit"

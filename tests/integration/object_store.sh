@@ -33,6 +33,20 @@ MOERUN_S3_MODEL=$URL MOERUN_S3_LOCAL_MODEL=$WORK/m MOERUN_OBJECTSTORE_LOG=$MOERU
 check "client tests against the real server" test $status -eq 0
 grep -E "^one expert|FAILED|Failure" "$WORK/client.txt" || true
 
+# convert --out s3://: a Hugging Face checkpoint straight into the store, then inferred from there
+# like its local conversion; a rerun uploads nothing (every object there with its xxh64).
+"$PY" "$(dirname "$0")/make_hf_checkpoint.py" "$WORK/hf" > /dev/null
+"$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/hf-local" --shards 2 --quiet
+"$MOERUN" convert --from-hf "$WORK/hf" --out s3://moerun-test/models/converted --shards 2 2> "$WORK/conv.err"
+check "convert --out s3:// uploads the model ($(grep -o '[0-9]* object(s) uploaded' "$WORK/conv.err"))" grep -q '3 object(s) uploaded' "$WORK/conv.err"
+echo '{"id": "a", "prompt_tokens": [1, 7, 9], "max_new_tokens": 4}' > "$WORK/conv.jsonl"
+"$MOERUN" infer --model "$WORK/hf-local" --input "$WORK/conv.jsonl" --output "$WORK/conv-local.jsonl" --quiet
+"$MOERUN" infer --model s3://moerun-test/models/converted --input "$WORK/conv.jsonl" --output "$WORK/conv-s3.jsonl" --quiet
+check "the uploaded conversion infers like the local one" cmp -s "$WORK/conv-local.jsonl" "$WORK/conv-s3.jsonl"
+"$MOERUN" convert --from-hf "$WORK/hf" --out s3://moerun-test/models/converted --shards 2 2> "$WORK/conv2.err"
+check "a second convert to the same prefix uploads nothing" grep -q '0 object(s) uploaded .* 3 already there' "$WORK/conv2.err"
+check "the staging directory is gone" bash -c "! ls -d \${TMPDIR:-/tmp}/moerun-convert-* 2>/dev/null | grep -q ."
+
 check "inspect --model s3://" bash -c "'$MOERUN' inspect --model $URL | grep -q 'num_experts 8'"
 
 "$MOERUN" infer --model $URL --input "$WORK/reqs.jsonl" --output "$WORK/s3.jsonl" --stats-json "$WORK/s3.stats" 2> "$WORK/s3.err"
