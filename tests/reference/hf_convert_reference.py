@@ -94,6 +94,10 @@ def main():
             arch = f.attrs["architecture"]
             arch = arch.decode() if isinstance(arch, bytes) else arch
             check(arch == fam, f"{fam}: architecture attribute {arch}")
+        r = run([moerun, "inspect", "--model", out_dir])
+        total = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
+        hf_total = sum(p.numel() for p in model.parameters())
+        check(total == hf_total, f"{fam}: inspect counts {total} parameters, transformers {hf_total}")
         reqs = os.path.join(work, fam + "-reqs.jsonl")
         with open(reqs, "w") as f:
             for i, p in enumerate(PROMPTS):
