@@ -45,6 +45,16 @@ class Requests : public ::testing::Test {
     ADD_FAILURE() << "no error for " << line;
     return "";
   }
+  // f() must fail with a usage error whose message contains `want`.
+  static void usage(const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, wanted " << want;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
   fs::path dir;
 };
 
@@ -198,15 +208,6 @@ TEST_F(Requests, AtomicWriteIgnoresAPlantedTempName) {
 TEST_F(Requests, OutputTargetsMustBeRegularFiles) {
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  auto usage = [](const std::function<void()>& f, const std::string& want) {
-    try {
-      f();
-      ADD_FAILURE() << "no error, wanted " << want;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
   usage([&] { check_output_target(fifo, "--output"); }, "--output " + fifo + ": is a FIFO");
   usage([&] { write_file_atomically(fifo, {"x"}); }, "is a FIFO");
   EXPECT_EQ(fs::status(fifo).type(), fs::file_type::fifo);
@@ -233,15 +234,6 @@ TEST_F(Requests, OutputTargetsMustBeRegularFiles) {
 
 TEST_F(Requests, OutputsMustNotBeInputsOrEachOther) {
   const std::string in = write("{}\n");
-  auto usage = [](const std::function<void()>& f, const std::string& want) {
-    try {
-      f();
-      ADD_FAILURE() << "no error, wanted " << want;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::Usage) << e.what();
-      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-    }
-  };
   usage([&] { check_distinct_paths({{in, "--input"}}, {{in, "--output"}}); }, "--output " + in + " is the --input file");
   // The same file under another spelling, and through a hard link.
   const std::string other = (dir / "." / "in.jsonl").string();

@@ -173,33 +173,22 @@ def main():
         return os.path.basename(f)
     bad_case("truncated safetensors", truncate, "(truncated?)")
 
-    def fewer_layers(d):
-        c = json.load(open(os.path.join(d, "config.json")))
-        c["num_hidden_layers"] = 1
-        json.dump(c, open(os.path.join(d, "config.json"), "w"))
-        return "model.layers.1."
-    bad_case("config with fewer layers than the weights", fewer_layers, "has no place in a mixtral model")
-
-    def more_experts(d):
-        c = json.load(open(os.path.join(d, "config.json")))
-        c["num_local_experts"] = 7
-        json.dump(c, open(os.path.join(d, "config.json"), "w"))
-        return "experts.6"
-    bad_case("config with more experts than the weights", more_experts, "the checkpoint has no tensor")
-
-    def wider(d):
-        c = json.load(open(os.path.join(d, "config.json")))
-        c["intermediate_size"] = 100
-        json.dump(c, open(os.path.join(d, "config.json"), "w"))
-        return ".safetensors: tensor model.layers.0.block_sparse_moe.experts.0.w1.weight has shape [96,64], config.json says [100,64]"
-    bad_case("shape mismatch", wider, "config.json says")
-
-    def llama(d):
-        c = json.load(open(os.path.join(d, "config.json")))
-        c["model_type"] = "llama"
-        json.dump(c, open(os.path.join(d, "config.json"), "w"))
-        return "mixtral, qwen2_moe, olmoe"
-    bad_case("unsupported architecture", llama, "model_type \"llama\" is not supported")
+    def config_edit(field, value, named):
+        """An edit of config.json; the error must contain `named`."""
+        def edit(d):
+            c = json.load(open(os.path.join(d, "config.json")))
+            c[field] = value
+            json.dump(c, open(os.path.join(d, "config.json"), "w"))
+            return named
+        return edit
+    bad_case("config with fewer layers than the weights", config_edit("num_hidden_layers", 1, "model.layers.1."),
+             "has no place in a mixtral model")
+    bad_case("config with more experts than the weights", config_edit("num_local_experts", 7, "experts.6"),
+             "the checkpoint has no tensor")
+    bad_case("shape mismatch", config_edit("intermediate_size", 100, ".safetensors: tensor model.layers.0.block_sparse_moe.experts.0"
+                                           ".w1.weight has shape [96,64], config.json says [100,64]"), "config.json says")
+    bad_case("unsupported architecture", config_edit("model_type", "llama", "mixtral, qwen2_moe, olmoe"),
+             "model_type \"llama\" is not supported")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
