@@ -1,7 +1,13 @@
-// Helpers shared by the unit tests: reproducible random tensors and weight matrices.
+// Helpers shared by the unit tests: reproducible random tensors and weight matrices, scratch
+// directories.
 #pragma once
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/matmul.hpp"
@@ -23,6 +29,17 @@ inline WeightMatrix make_weight(const std::vector<float>& w, int64_t rows, int64
   if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
   else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
   return m;
+}
+
+// A fresh, empty directory for the running test: TMPDIR/moerun-PREFIX-PID-TESTNAME (removed first
+// if an earlier run left it).
+inline std::filesystem::path scratch_dir(const std::string& prefix) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("moerun-" + prefix + "-" + std::to_string(::getpid()) + "-" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 }  // namespace moerun::testing

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "tests/test_support.hpp"
 #include "experts/expert_cache.hpp"
 #include "experts/expert_packing.hpp"
 #include "io/hdf5.hpp"
@@ -24,9 +25,7 @@ namespace fs = std::filesystem;
 class ExpertCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("moerun-cache-test-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = moerun::testing::scratch_dir("cache-test");
     io::SynthConfig s;
     s.model.vocab_size = 32;
     s.model.hidden_size = 16;

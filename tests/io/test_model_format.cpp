@@ -3,6 +3,8 @@
 // the offending attribute or dataset.
 #include <gtest/gtest.h>
 
+#include "tests/test_support.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,9 +22,7 @@ namespace fs = std::filesystem;
 class ModelFormat : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = (fs::temp_directory_path() / ("moerun-fmt-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name())).string();
-    fs::remove_all(dir);
+    dir = moerun::testing::scratch_dir("fmt").string();
     SynthConfig s;
     ModelConfig& m = s.model;
     m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;

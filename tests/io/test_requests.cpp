@@ -12,6 +12,7 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "tests/test_support.hpp"
 #include "io/requests.hpp"
 #include "io/output_file.hpp"
 #include "io/result_journal.hpp"
@@ -24,10 +25,7 @@ namespace fs = std::filesystem;
 class Requests : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("moerun-req-" + std::to_string(::getpid()) + "-" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
+    dir = moerun::testing::scratch_dir("req");
   }
   void TearDown() override { fs::remove_all(dir); }
   std::string write(const std::string& text) {

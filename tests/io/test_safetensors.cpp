@@ -12,6 +12,7 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "tests/test_support.hpp"
 #include "io/safetensors.hpp"
 
 namespace moerun::io {
@@ -22,9 +23,7 @@ namespace fs = std::filesystem;
 class Safetensors : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir = fs::temp_directory_path() / ("moerun-st-" + std::to_string(::getpid()) + "-" +
-                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir);
+    dir = moerun::testing::scratch_dir("st");
   }
   void TearDown() override { fs::remove_all(dir); }
   // A file with this header (padded to 8) and these data bytes.
