@@ -2,6 +2,11 @@
 // with a deadline (SIGKILL on expiry).
 #include "io/hdf5_probe.hpp"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -40,17 +45,17 @@ Hdf5Probe default_hdf5_probe() {
 
 void Hdf5Probe::check(const std::vector<std::string>& files) const {
   if (program.empty()) return;
-  std::vector<std::string> args{program, "__probe-hdf5"};
+  std::vector<std::string> args{program, "__probe-hdf5", "--timeout", std::to_string(timeout_s)};
   std::error_code ec;
   for (const auto& f : files)
     if (std::filesystem::is_regular_file(f, ec)) args.push_back(f);
-  if (args.size() == 2) return;
+  if (args.size() == 4) return;
   ChildProcess child(args, false, false);
   const ChildProcess::Exit e = child.wait(timeout_s);
   const std::string& out = e.err;
 
   // The child names the file it is on before walking it ("moerun-probe: FILE").
-  std::string current = args[2];
+  std::string current = args[4];
   const std::string marker = "moerun-probe: ";
   for (std::size_t pos = 0; (pos = out.find(marker, pos)) != std::string::npos;) {
     const auto end = out.find('\n', pos);
@@ -75,8 +80,17 @@ void Hdf5Probe::check(const std::vector<std::string>& files) const {
 }
 
 int hdf5_probe_main(int argc, char** argv) {
+  // A walk stuck in libhdf5 must not outlive the command that started it (killed, say, by a job
+  // scheduler): it dies with its parent, and in any case soon after the parent's own deadline.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) return 4;  // the parent is already gone
+  int first = 1;
+  if (argc > 2 && std::string(argv[1]) == "--timeout") {
+    ::alarm(static_cast<unsigned>(std::max(1.0, std::atof(argv[2]))) + 10);
+    first = 3;
+  }
   h5_quiet();
-  for (int i = 1; i < argc; ++i) {
+  for (int i = first; i < argc; ++i) {
     // Before the walk: if libhdf5 dies, the parent knows which file it was on.
     std::cerr << "moerun-probe: " << argv[i] << std::endl;
     try {
