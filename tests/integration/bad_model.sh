@@ -96,11 +96,11 @@ MOERUN_HDF5_PROBE_TIMEOUT=3 run "shard metadata that makes libhdf5 loop" 3 "loop
 MOERUN_HDF5_PROBE_TIMEOUT=77 "$MOERUN" infer --model "$WORK/loop" --input "$WORK/small.jsonl" --output "$WORK/out.jsonl" --quiet \
   2> /dev/null &
 pid=$!
-for _ in $(seq 1 200); do pgrep -f "__probe-hdf5 --timeout 77" > /dev/null && break; sleep 0.02; done
+for _ in $(seq 1 200); do pgrep -f "__probe-hdf5 --timeout [7]7" > /dev/null && break; sleep 0.02; done
 kill -9 "$pid"
 wait "$pid" 2> /dev/null || true
 sleep 0.5
-check "the probe dies with the command that started it" bash -c "! pgrep -f '__probe-hdf5 --timeout 77' > /dev/null"
+check "the probe dies with the command that started it" bash -c "! pgrep -f '__probe-hdf5 --timeout [7]7' > /dev/null"
 # A bad affinity graph or trace file is probed the same way.
 cp "$WORK/segv/model.h5" "$WORK/graph.h5"
 run "affinity show on a corrupt file" 3 "graph.h5: corrupt HDF5 metadata" 20 -- affinity show "$WORK/graph.h5"
