@@ -108,7 +108,7 @@ int bench_infer(int argc, char** argv) {
     ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
     ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
     ("new-tokens", po::value(&c.new_tokens)->default_value(c.new_tokens), "generated tokens per request")
-    ("micro-batches", po::value(&c.infer.micro_batches)->default_value(c.infer.micro_batches), "micro-batches per step")
+    ("micro-batches", po::value(&c.infer.micro_batches)->default_value(c.infer.micro_batches), "micro-batches per step (0: 1 in one process, 2 distributed)")
     ("routers-per-node", po::value(&c.infer.routers_per_node)->default_value(c.infer.routers_per_node), "router ranks per node")
     ("ranks-per-node", po::value(&c.infer.ranks_per_node)->default_value(c.infer.ranks_per_node), "virtual node size (0: from MPI)")
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")

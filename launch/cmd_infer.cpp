@@ -39,7 +39,8 @@ int cmd_infer(int argc, char** argv) {
     ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
      "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
     ("placement", po::value(&c.placement)->default_value(c.placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
-    ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches), "micro-batches per step (attention of one overlaps the experts of another)")
+    ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
+     "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
     ("a2a", po::value(&c.a2a)->default_value(c.a2a), "all-to-all: mpi (flat), hier (shared memory + UCX), auto")
     ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");

@@ -75,6 +75,10 @@ void agreed(MPI_Comm world, F&& f) {
   throw ReportedError(kind);
 }
 
+// The step control reduction (every rank, every step): routers still busy, requests finished,
+// tokens processed, tokens generated, prompt tokens processed. Expert ranks send zeros.
+constexpr std::size_t kStepControlFields = 5;
+
 // Every rank's cache counters (zeros without a cache) to rank 0: summed and per expert rank.
 void gather_cache_counters(const experts::ExpertCache* cache, MPI_Comm world, InferReport& rep) {
   std::vector<double> mine = cache ? cache->counters().to_vector() : experts::CacheCounters{}.to_vector();
@@ -176,7 +180,7 @@ void InferConfig::validate() const {
   if (defaults.max_new_tokens < 0) fail(ErrorKind::Usage, "--max-new-tokens must be >= 0");
   if (!(defaults.temperature >= 0)) fail(ErrorKind::Usage, "--temperature must be >= 0");
   if (!(defaults.top_p > 0 && defaults.top_p <= 1)) fail(ErrorKind::Usage, "--top-p must be in (0, 1]");
-  if (micro_batches < 1) fail(ErrorKind::Usage, "--micro-batches must be >= 1");
+  if (micro_batches < 0 || micro_batches > 64) fail(ErrorKind::Usage, "--micro-batches must be in [1, 64], or 0 for the default");
   if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
   if (ranks_per_node < 0) fail(ErrorKind::Usage, "--ranks-per-node must be >= 1 (or 0: from the MPI library)");
   if (!(comm_timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
@@ -233,7 +237,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
 
   // 2. The loops. Every step starts with one small allreduce: are any routers still busy, and how
   //    far are they (rank 0's progress line).
-  Progress progress(rep.requests, cfg.quiet || rank != 0);
+  Progress progress(rep.requests, 0, true);  // routers start their own, with the token budget
   if (router_role) {
     const int ri = topo.router_index(rank);
     io::ResultJournal journal(cfg.output, ri, cfg.resume, keys);
@@ -276,19 +280,32 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     if (!cfg.logits_out.empty()) logits_file.emplace(per_router(cfg.logits_out, ri));
     std::vector<float> logits, logits_log;
     std::vector<std::string> logits_ids;
-    int64_t done_total = already, tokens_total = 0, tokens_delta = 0, generated_local = 0;
-    progress = Progress(rep.requests, cfg.quiet || rank != 0);
+    int64_t done_total = already, tokens_total = 0, tokens_delta = 0, generated_local = 0, generated_delta = 0;
+    int64_t generated_total = 0, prompt_total = 0, prompt_delta = 0;
+    int64_t budget = 0;
+    for (int64_t i : pending) {
+      const io::Request& r = requests[static_cast<std::size_t>(i)];
+      budget += static_cast<int64_t>(r.prompt_tokens.size()) + r.max_new_tokens;
+    }
+    progress = Progress(rep.requests, budget, cfg.quiet || rank != 0);
     while (true) {
-      std::vector<int64_t> ctl{sched.done() ? 0 : 1, done_local, tokens_delta};
+      std::vector<int64_t> ctl{sched.done() ? 0 : 1, done_local, tokens_delta, generated_delta, prompt_delta};
+      static_assert(kStepControlFields == 5);
       if (distributed) comm::allreduce_sum_timed(ctl, world, cfg.comm_timeout_s, "step control");
       done_total += ctl[1];
       tokens_total += ctl[2];
-      done_local = tokens_delta = 0;
-      progress.update(done_total, tokens_total);
+      generated_total += ctl[3];
+      prompt_total += ctl[4];
+      done_local = tokens_delta = generated_delta = prompt_delta = 0;
+      progress.update(done_total, prompt_total, generated_total);
       if (ctl[0] == 0) break;
       StepBatch batch = sched.done() ? StepBatch{} : sched.next_step();
+      const auto step_start = std::chrono::steady_clock::now();
       model.forward(batch, logits, &stats);
+      const int64_t prompt_tokens = batch.tokens() - batch.decode_tokens();
       tokens_delta = batch.tokens();
+      prompt_delta = prompt_tokens;         // the progress line: prompt tokens processed,
+      generated_delta = batch.emitting();   // and tokens generated
       generated_local += batch.emitting();
       logits_log.clear();
       logits_ids.clear();
@@ -298,8 +315,16 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       }
       journal.sync();  // group commit: one fdatasync per step, before the step counts as done
       if (logits_file) write_logits(*logits_file, logits_ids, logits_log, mc.vocab_size);
+      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      if (prompt_tokens > 0) {
+        rep.prefill_seconds += step_s;
+        rep.prefill_tokens += prompt_tokens;
+      } else if (batch.tokens() > 0) {
+        rep.decode_seconds += step_s;
+        rep.decode_tokens += batch.tokens();
+      }
     }
-    progress.finish(done_total, tokens_total);
+    progress.finish(done_total, prompt_total, generated_total);
     journal.close();
     rep.journaled = journal.appended();
     rep.journal_syncs = journal.syncs();
@@ -316,7 +341,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
     while (true) {
-      std::vector<int64_t> ctl{0, 0, 0};
+      std::vector<int64_t> ctl(kStepControlFields, 0);  // expert ranks contribute zeros
       const auto t0 = std::chrono::steady_clock::now();
       comm::allreduce_sum_timed(ctl, world, cfg.comm_timeout_s, "step control");
       idle += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -343,11 +368,17 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     std::vector<int64_t> counters = router_role ? stats.counters() : std::vector<int64_t>(stats.counters().size(), 0);
     comm::reduce_sum_to_root(counters, world);
     if (rank == 0) stats.set_counters(counters);
-    std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs};
+    std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs, rep.prefill_tokens, rep.decode_tokens};
     comm::reduce_sum_to_root(gen, world);
     rep.generated_tokens = gen[0];
     rep.journaled = gen[1];
     rep.journal_syncs = gen[2];
+    rep.prefill_tokens = gen[3];
+    rep.decode_tokens = gen[4];
+    std::vector<double> secs{rep.prefill_seconds, rep.decode_seconds};
+    comm::reduce_max_to_root(secs, world);
+    rep.prefill_seconds = secs[0];
+    rep.decode_seconds = secs[1];
     for (const char* role : {"router", "expert"}) {
       static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
                                                   "expert_compute", "combine", "head", "idle"};
@@ -391,6 +422,11 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     io::remove_journals(cfg.output);
     const double tps = rep.seconds > 0 ? static_cast<double>(rep.processed_tokens) / rep.seconds : 0;
     if (!cfg.quiet) std::fputs(stats.summary(tps).c_str(), stderr);
+    if (!cfg.quiet && rep.prefill_tokens + rep.decode_tokens > 0)
+      log::info("throughput: prefill ", rep.prefill_tokens, " prompt tokens in ", rep.prefill_seconds, " s (",
+                rep.prefill_seconds > 0 ? static_cast<double>(rep.prefill_tokens) / rep.prefill_seconds : 0.0,
+                " tokens/s), decode ", rep.decode_tokens, " tokens in ", rep.decode_seconds, " s (",
+                rep.decode_seconds > 0 ? static_cast<double>(rep.decode_tokens) / rep.decode_seconds : 0.0, " tokens/s)");
     if (rep.cache_on && !cfg.quiet) log::info(cache_summary(rep.cache));
     if (rep.remote_model && !cfg.quiet)
       log::info("object store: ", rep.object_store.requests, " requests, ", rep.object_store.retries, " retries, ",
@@ -414,9 +450,14 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   return rep;
 }
 
-InferReport run_infer(const InferConfig& cfg, MPI_Comm world) {
+InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   const int rank = comm::rank_of(world), size = comm::size_of(world);
   const bool distributed = size > 1;
+  // Micro-batches overlap a router's attention with the experts of another rank: in one process
+  // there is nothing to overlap, and a second micro-batch only reads the experts twice per step
+  // (19-34% of decode time, issue 11). Distributed, 2 is what bench infer measured best.
+  InferConfig cfg = given;
+  if (cfg.micro_batches == 0) cfg.micro_batches = distributed ? 2 : 1;
   io::ModelConfig mc;
   std::vector<io::Request> requests;
   comm::Topology topo;

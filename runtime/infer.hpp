@@ -36,7 +36,7 @@ struct InferConfig {
   int routers_per_node = 1;
   int ranks_per_node = 0;          // 0: nodes from MPI_Comm_split_type
   std::string placement = "round-robin";
-  int micro_batches = 2;
+  int micro_batches = 0;           // 0: 1 in one process (nothing to overlap), 2 when distributed (measured)
   double comm_timeout_s = 300;
   std::string a2a = "auto";        // mpi | hier | auto
   experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
@@ -53,6 +53,10 @@ struct InferReport {
   int64_t generated_tokens = 0;   // all routers (rank 0)
   int64_t processed_tokens = 0;   // all routers (rank 0)
   double seconds = 0;             // the inference loop, without loading
+  // Steps with prompt tokens (prefill) and steps with generated tokens only (decode): tokens and
+  // seconds, summed over routers (tokens) and their maximum (seconds) (rank 0).
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
   int ranks = 1;
   int routers = 1;
   // Seconds per phase and role, the maximum over the ranks of that role (rank 0).

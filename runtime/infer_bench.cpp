@@ -61,6 +61,10 @@ InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string
   return run_infer(ic, comm);
 }
 
+namespace {
+double rate(int64_t tokens, double seconds) { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+}  // namespace
+
 double tokens_per_second(const InferReport& r) {
   return r.seconds > 0 ? static_cast<double>(r.processed_tokens) / r.seconds : 0;
 }
@@ -80,6 +84,29 @@ BenchDir::~BenchDir() {
   if (owned_) std::filesystem::remove_all(dir_, ec);
 }
 
+double decode_weight_bytes_per_token(const io::ModelConfig& m) {
+  const double es = static_cast<double>(dtype_size(m.dtype));
+  const double d = static_cast<double>(m.hidden_size), q = static_cast<double>(m.num_heads * m.head_dim),
+               kv = static_cast<double>(m.num_kv_heads * m.head_dim);
+  const double per_layer = es * (2 * q * d + 2 * kv * d) + 4.0 * static_cast<double>(m.num_experts) * d +
+                           static_cast<double>(m.top_k) * static_cast<double>(m.bytes_per_expert()) +
+                           es * 3.0 * static_cast<double>(m.shared_expert_intermediate_size) * d;
+  return static_cast<double>(m.num_layers) * per_layer + es * static_cast<double>(m.vocab_size) * d;
+}
+
+double stream_copy_gbps(int threads) {
+  const std::size_t n = std::size_t{32} << 20;  // doubles: 256 MiB per array
+  std::vector<double> a(n, 1.0), b(n, 2.0);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::size_t i = 0; i < n; ++i) b[i] = a[i];
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(n * sizeof(double)) / best / 1e9;  // STREAM counts read + write
+}
+
 InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   const int rank = comm::rank_of(world);
   const BenchDir bench_dir(cfg.work_dir, world);
@@ -88,6 +115,12 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   InferBenchResult r;
   r.distributed = run_infer_bench_point(cfg, dir, world);
   r.tokens_per_s = tokens_per_second(r.distributed);
+  if (comm::size_of(world) == 1 && cfg.batch == 1 && r.distributed.decode_seconds > 0) {
+    r.copy_gbps = stream_copy_gbps(omp_get_max_threads());
+    r.decode_weight_bytes_per_step = decode_weight_bytes_per_token(cfg.model.model);
+    r.decode_stream_gbps = r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.decode_tokens) /
+                           r.distributed.decode_seconds / 1e9;
+  }
   comm::idle_barrier(world);
   if (cfg.baseline && comm::size_of(world) > 1) {
     if (rank == 0) {
@@ -218,7 +251,7 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
   std::string s = str("# moerun bench infer: ", d.ranks, " rank(s) (", d.routers, " router(s), ", d.ranks - d.routers > 0 ? d.ranks - d.routers : 1,
                       " expert rank(s)), model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_experts,
                       " experts x ", m.intermediate_size, " top-", m.top_k, " ", dtype_name(m.dtype), "; batch ", cfg.batch,
-                      ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ", cfg.infer.micro_batches, "\n");
+                      ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ", cfg.infer.micro_batches ? std::to_string(cfg.infer.micro_batches) : std::string("auto"), "\n");
   char buf[512];
   std::snprintf(buf, sizeof buf, "#%-7s", "role");
   s += buf;
@@ -240,6 +273,15 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
   std::snprintf(buf, sizeof buf, "# router loop %.3f s, %lld tokens, %.1f tokens/s\n", d.seconds,
                 static_cast<long long>(d.processed_tokens), r.tokens_per_s);
   s += buf;
+  std::snprintf(buf, sizeof buf, "# prefill %lld tokens in %.3f s: %.1f tokens/s; decode %lld tokens in %.3f s: %.1f tokens/s\n",
+                static_cast<long long>(d.prefill_tokens), d.prefill_seconds, rate(d.prefill_tokens, d.prefill_seconds),
+                static_cast<long long>(d.decode_tokens), d.decode_seconds, rate(d.decode_tokens, d.decode_seconds));
+  s += buf;
+  if (r.decode_stream_gbps > 0) {
+    std::snprintf(buf, sizeof buf, "# decode streams %.1f MB of weights per token: %.1f GB/s, %.2f of this machine's copy bandwidth (%.1f GB/s)\n",
+                  r.decode_weight_bytes_per_step / 1e6, r.decode_stream_gbps, r.decode_stream_gbps / r.copy_gbps, r.copy_gbps);
+    s += buf;
+  }
   if (r.single_tokens_per_s > 0) {
     std::snprintf(buf, sizeof buf, "# single process (rank 0 alone, same job): %.1f tokens/s; ratio distributed/single %.3f\n",
                   r.single_tokens_per_s, r.tokens_per_s / r.single_tokens_per_s);
@@ -262,12 +304,22 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["routers"] = r.distributed.routers;
   j["seconds"] = r.distributed.seconds;
   j["tokens"] = r.distributed.processed_tokens;
+  j["prefill"] = {{"tokens", r.distributed.prefill_tokens}, {"seconds", r.distributed.prefill_seconds},
+                  {"tokens_per_s", rate(r.distributed.prefill_tokens, r.distributed.prefill_seconds)}};
+  j["decode"] = {{"tokens", r.distributed.decode_tokens}, {"seconds", r.distributed.decode_seconds},
+                 {"tokens_per_s", rate(r.distributed.decode_tokens, r.distributed.decode_seconds)}};
   j["phases"] = r.distributed.phases;
   j["single_process_tokens_per_s"] = r.single_tokens_per_s;
   j["ratio_vs_single_process"] = r.single_tokens_per_s > 0 ? r.tokens_per_s / r.single_tokens_per_s : 0.0;
   j["batch"] = cfg.batch;
   j["hidden"] = cfg.model.model.hidden_size;
   j["micro_batches"] = cfg.infer.micro_batches;
+  if (r.decode_stream_gbps > 0) {
+    j["copy_gbps"] = r.copy_gbps;
+    j["decode_weight_bytes_per_step"] = r.decode_weight_bytes_per_step;
+    j["decode_stream_gbps"] = r.decode_stream_gbps;
+    j["decode_stream_fraction"] = r.decode_stream_gbps / r.copy_gbps;
+  }
   return j.dump(2);
 }
 

@@ -45,7 +45,18 @@ struct InferBenchResult {
   InferReport single;        // zero when no baseline
   double tokens_per_s = 0;
   double single_tokens_per_s = 0;
+  // Weight streaming at batch 1 in one process: every decode step reads the dense matrices, the LM
+  // head and top_k experts per layer; against a STREAM-like copy on this machine (OpenMP threads).
+  double copy_gbps = 0;
+  double decode_weight_bytes_per_step = 0;  // batch 1
+  double decode_stream_gbps = 0;            // batch 1, one process; else 0
 };
+
+// Bytes of weights one decode step of a single sequence reads (dense matrices, LM head, gates,
+// top_k experts per layer).
+double decode_weight_bytes_per_token(const io::ModelConfig& m);
+// Copy bandwidth (read + write bytes per second) of `threads` OpenMP threads over 256 MiB arrays.
+double stream_copy_gbps(int threads);
 
 InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world);
 // The pieces, for the scaling sweep. The benchmark's files: --work-dir (kept), or a fresh temp dir,

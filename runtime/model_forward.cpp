@@ -14,6 +14,12 @@ float* fbuf(AlignedBuffer& b, int64_t n) {
 }
 }  // namespace
 
+int64_t StepBatch::decode_tokens() const {
+  int64_t n = 0;
+  for (uint8_t p : is_prefill) n += p ? 0 : 1;
+  return n;
+}
+
 int64_t StepBatch::emitting() const {
   int64_t n = 0;
   for (const auto& c : chunks) n += c.emit;

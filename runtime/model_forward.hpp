@@ -33,6 +33,7 @@ struct StepBatch {
   std::vector<SeqChunk> chunks;
 
   int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
+  int64_t decode_tokens() const;  // generated tokens fed back (not prompt tokens)
   int64_t emitting() const;
 };
 

@@ -1,5 +1,6 @@
-// Progress line on stderr for long runs (requests done/total, tokens/s, ETA), at most once a second,
-// silenced by --quiet.
+// Progress on stderr for long runs: requests done/total, prompt and generated tokens/s, ETA. On a
+// terminal one line rewritten in place (twice a second); otherwise a line every 10 s. --quiet
+// silences it.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -8,17 +9,20 @@ namespace moerun::runtime {
 
 class Progress {
  public:
-  Progress(int64_t total_requests, bool quiet);
-  void update(int64_t done_requests, int64_t tokens);
-  void finish(int64_t done_requests, int64_t tokens);
+  // `token_budget`: prompt + max_new_tokens over all requests, the ETA's denominator (requests that
+  // end at EOS finish early; the ETA errs long, never short).
+  Progress(int64_t total_requests, int64_t token_budget, bool quiet);
+  void update(int64_t done_requests, int64_t prompt_tokens, int64_t generated_tokens);
+  void finish(int64_t done_requests, int64_t prompt_tokens, int64_t generated_tokens);
   double elapsed() const;
 
  private:
-  void print(int64_t done, int64_t tokens);
-  int64_t total_;
-  bool quiet_;
+  void print(int64_t done, int64_t prompt, int64_t generated, bool final);
+  int64_t total_, budget_;
+  bool quiet_, tty_;
   std::chrono::steady_clock::time_point start_, last_;
   int64_t last_done_ = -1, last_tokens_ = -1;
+  bool shown_ = false;
 };
 
 }  // namespace moerun::runtime

@@ -103,7 +103,7 @@ expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than t
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5
 expect "affinity show --top -1" 2 "--top must be >= 0" -- affinity show "$WORK/none.h5" --top -1
 before=$(find /tmp -maxdepth 1 -name 'moerun-bench-*' | wc -l)
-expect "bench infer with a bad option fails" 2 "--micro-batches must be >= 1" -- bench infer --micro-batches 0 --no-baseline --layers 1 --hidden 64 --intermediate 64 --vocab 64 --head-dim 16 --heads 4 --kv-heads 2
+expect "bench infer with a bad option fails" 2 "--micro-batches must be in \[1, 64\]" -- bench infer --micro-batches -1 --no-baseline --layers 1 --hidden 64 --intermediate 64 --vocab 64 --head-dim 16 --heads 4 --kv-heads 2
 check "a failed bench infer leaves no /tmp/moerun-bench-* behind" bash -c "[ \$(find /tmp -maxdepth 1 -name 'moerun-bench-*' | wc -l) -eq $before ]"
 
 # Group commit: 2000 one-token requests, one fdatasync of the journal per step (batches of 32).

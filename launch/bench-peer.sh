@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# moerun against llama.cpp on the same CPU, the same weights and the same threads (issue 11).
+# Builds llama.cpp from the llama-cpp-python source package on PyPI (it vendors llama.cpp; pinned
+# version, checksum verified), writes a GGUF of a synthetic Mixtral-shaped moe-hdf5 model with the
+# vendored gguf-py (arch llama, q/k permuted, experts stacked), checks that both give the same
+# greedy tokens, then runs both at each batch size, interleaved, and prints prefill, decode and
+# total tokens/s (min / median / max over the runs) and the ratio of the medians.
+#
+# Usage: launch/bench-peer.sh [--dtypes float32,bfloat16] [--batches 1,8,32] [--runs 3] [--threads 2]
+#                             [--prompt 128] [--new 128] [--out DIR]
+# Output: the table on stdout; DIR/peer.json and DIR/peer.txt (default build/peer/results).
+# Takes about 10 minutes to build llama.cpp once on 2 cores (kept in build/peer), then minutes per run.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
+PEER=$BUILD/peer
+LLAMA_CPP_PYTHON=0.3.36  # llama-cpp-python release whose vendored llama.cpp is the peer
+ARGS=("$@")
+for a in "$@"; do [ "$a" = -h ] || [ "$a" = --help ] && { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }; done
+
+source "$ROOT/launch/deps.sh"
+moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 python3-numpy python3-h5py curl ca-certificates
+moerun_build "$ROOT" "$BUILD" moerun
+
+# 1. llama.cpp, from the source package (no git, no network beyond PyPI).
+SRC=$PEER/llama-cpp-python-$LLAMA_CPP_PYTHON
+LLAMA=$SRC/vendor/llama.cpp
+if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ]; then
+  mkdir -p "$PEER/bin"
+  if [ ! -d "$LLAMA" ]; then
+    echo "== llama-cpp-python $LLAMA_CPP_PYTHON source package from PyPI" >&2
+    # The package index's simple page (PEP 503, what pip reads): the file's URL and its sha256.
+    index=${PIP_INDEX_URL:-https://pypi.org/simple}
+    page="${index%/}/llama-cpp-python/"
+    read -r url sha < <(curl -sSfL "$page" | python3 -c '
+import re, sys, urllib.parse
+m = re.search(r"href=\"([^\"]*llama_cpp_python-" + sys.argv[2] + r"\.tar\.gz)#sha256=([0-9a-f]{64})", sys.stdin.read())
+if not m: sys.exit("llama_cpp_python-" + sys.argv[2] + ".tar.gz is not on " + sys.argv[1])
+print(urllib.parse.urljoin(sys.argv[1], m.group(1)), m.group(2))' "$page" "$LLAMA_CPP_PYTHON")
+    curl -sSfL -o "$PEER/sdist.tar.gz" "$url"
+    echo "$sha  $PEER/sdist.tar.gz" | sha256sum -c --quiet -
+    mkdir -p "$SRC" && tar xzf "$PEER/sdist.tar.gz" -C "$SRC" --strip-components=1 && rm "$PEER/sdist.tar.gz"
+  fi
+  echo "== building llama.cpp (GGML_NATIVE, static)" >&2
+  cmake -S "$LLAMA" -B "$PEER/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CCACHE=OFF > "$PEER/configure.log" 2>&1 ||
+    { tail -30 "$PEER/configure.log" >&2; exit 1; }
+  cmake --build "$PEER/build" --target llama-batched-bench llama -j "${MOERUN_BUILD_JOBS:-2}" > "$PEER/build.log" 2>&1 ||
+    { tail -30 "$PEER/build.log" >&2; exit 1; }
+  cp "$PEER/build/bin/llama-batched-bench" "$PEER/bin/"
+  libs=$(find "$PEER/build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
+  g++ -O2 -std=c++17 -I"$LLAMA/include" -I"$LLAMA/ggml/include" "$ROOT/launch/peer/llama_greedy.cpp" -o "$PEER/bin/llama_greedy" \
+    -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+fi
+
+# 2. The runs, the check and the table.
+export PYTHONPATH=$LLAMA/gguf-py${PYTHONPATH:+:$PYTHONPATH}
+# Debian's interpreter: its numpy and h5py come from the packages installed above.
+exec /usr/bin/python3 "$ROOT/launch/peer/bench_peer.py" --moerun "$BUILD/launch/moerun" --peer-bin "$PEER/bin" \
+  --work "$PEER/work" --out "$PEER/results" "${ARGS[@]}"

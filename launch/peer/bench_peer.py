@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The runs of launch/bench-peer.sh: moerun and llama.cpp side by side (issue 11).
+
+For each dtype: a synthetic Mixtral-shaped model (moerun synth) and its GGUF (moe_to_gguf.py); a
+greedy-token check (moerun infer against llama_greedy on the same prompts); then for each run and
+each batch size N, one `moerun bench infer` and one `llama-batched-bench`, interleaved so that
+drift of the machine hits both alike. Prints an nccl-tests-style table of prefill, decode and total
+tokens/s (min / median / max) and the ratio of the medians, and moerun's decode weight streaming
+at N=1 as a fraction of the machine's copy bandwidth (measured by moerun bench infer).
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODEL = ["--layers", "4", "--experts", "8", "--top-k", "2", "--hidden", "1024", "--intermediate", "3584", "--heads", "8",
+         "--kv-heads", "4", "--head-dim", "128", "--vocab", "32000", "--max-position", "4096", "--shards", "2", "--seed", "1"]
+
+
+def sh(cmd, env=None, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+    if r.returncode:
+        sys.exit(f"bench_peer: {' '.join(cmd[:3])} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    return r
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("--moerun", required=True)
+    a.add_argument("--peer-bin", required=True)
+    a.add_argument("--work", required=True)
+    a.add_argument("--out", required=True)
+    a.add_argument("--dtypes", default="float32,bfloat16")
+    a.add_argument("--batches", default="1,8,32")
+    a.add_argument("--runs", type=int, default=3)
+    a.add_argument("--threads", type=int, default=2)
+    a.add_argument("--prompt", type=int, default=128)
+    a.add_argument("--new", type=int, default=128)
+    o = a.parse_args()
+    os.makedirs(o.work, exist_ok=True)
+    os.makedirs(o.out, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(o.threads), MOERUN_LOG="warn")
+    batches = [int(x) for x in o.batches.split(",")]
+    results, checks = [], {}
+    for dt in o.dtypes.split(","):
+        model, gguf = os.path.join(o.work, f"model-{dt}"), os.path.join(o.work, f"model-{dt}.gguf")
+        if not os.path.exists(os.path.join(model, "model.h5")):
+            sh([o.moerun, "synth", "--out", model, "--dtype", dt, "--quiet"] + MODEL)
+        if not os.path.exists(gguf):
+            sh([sys.executable, os.path.join(HERE, "moe_to_gguf.py"), model, gguf])
+        # Greedy tokens: the same prompts through both.
+        rng = random.Random(7)
+        prompts = [[1] + [rng.randrange(3, 32000) for _ in range(15)] for _ in range(6)]
+        reqs = os.path.join(o.work, "check.jsonl")
+        with open(reqs, "w") as f:
+            for i, p in enumerate(prompts):
+                f.write(json.dumps({"id": f"c{i}", "prompt_tokens": p, "max_new_tokens": 24}) + "\n")
+        sh([o.moerun, "infer", "--model", model, "--input", reqs, "--output", reqs + ".out", "--quiet"], env=env)
+        ours = [json.loads(l)["output_tokens"] for l in open(reqs + ".out")]
+        peer_in = "".join(f"c{i} 24 {' '.join(map(str, p))}\n" for i, p in enumerate(prompts))
+        r = sh([os.path.join(o.peer_bin, "llama_greedy"), gguf, str(o.threads)], input=peer_in)
+        theirs = [[int(t) for t in line.split()[1:]] for line in r.stdout.splitlines()]
+        equal = sum(1 for x, y in zip(ours, theirs) if x == y)
+        checks[dt] = f"{equal}/{len(prompts)}"
+        print(f"# {dt}: greedy tokens equal for {equal} of {len(prompts)} prompts (24 new tokens each)", flush=True)
+        for run in range(o.runs):
+            for n in batches:
+                js = os.path.join(o.work, "moerun.json")
+                # new + 1: the first generated token comes out of the prefill step, as llama.cpp's PP.
+                sh([o.moerun, "bench", "infer", "--batch", str(n), "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
+                    "--no-baseline", "--json", js, "--dtype", dt] + MODEL[:-4], env=env)
+                m = json.load(open(js))
+                pt, dtk = m["prefill"], m["decode"]
+                results.append({"dtype": dt, "n": n, "run": run, "who": "moerun", "prefill": pt["tokens_per_s"],
+                                "decode": dtk["tokens_per_s"],
+                                "total": (pt["tokens"] + dtk["tokens"]) / (pt["seconds"] + dtk["seconds"]),
+                                "stream_fraction": m.get("decode_stream_fraction"), "copy_gbps": m.get("copy_gbps")})
+                ctx = n * (o.prompt + o.new) + 64
+                r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb", str(o.threads),
+                        "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
+                        "--output-format", "jsonl"], env=env)
+                line = next(l for l in (r.stdout + r.stderr).splitlines() if l.startswith("{") and '"speed_tg"' in l)
+                b = json.loads(line)
+                results.append({"dtype": dt, "n": n, "run": run, "who": "llama.cpp", "prefill": b["speed_pp"],
+                                "decode": b["speed_tg"], "total": b["speed"]})
+                print(f"#   run {run + 1}/{o.runs}, N={n}: moerun decode {results[-2]['decode']:.1f}, "
+                      f"llama.cpp {results[-1]['decode']:.1f} tokens/s", flush=True)
+    lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build): {o.threads} threads, prompt {o.prompt}, "
+             f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max",
+             f"#{'dtype':>9} {'N':>3} {'who':>9} {'prefill':>23} {'decode':>23} {'total':>23}"]
+    ratios = []
+    for dt in o.dtypes.split(","):
+        for n in batches:
+            med = {}
+            for who in ("moerun", "llama.cpp"):
+                rs = [r for r in results if r["dtype"] == dt and r["n"] == n and r["who"] == who]
+                cols = []
+                for k in ("prefill", "decode", "total"):
+                    v = [r[k] for r in rs]
+                    med[(who, k)] = statistics.median(v)
+                    cols.append(f"{min(v):7.1f}/{statistics.median(v):7.1f}/{max(v):7.1f}")
+                lines.append(f" {dt:>9} {n:>3} {who:>9} " + " ".join(f"{c:>23}" for c in cols))
+            ratio = {k: med[("moerun", k)] / med[("llama.cpp", k)] for k in ("prefill", "decode", "total")}
+            ratios.append({"dtype": dt, "n": n, **ratio})
+            lines.append(f" {dt:>9} {n:>3} {'ratio':>9} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
+    stream = [r for r in results if r["who"] == "moerun" and r["n"] == 1 and r.get("stream_fraction")]
+    for dt in o.dtypes.split(","):
+        v = [r["stream_fraction"] for r in stream if r["dtype"] == dt]
+        if v:
+            lines.append(f"# {dt}, N=1: moerun's decode streams weights at {statistics.median(v):.2f} of the machine's copy "
+                         f"bandwidth ({stream[0]['copy_gbps']:.1f} GB/s, median of {len(v)} runs)")
+    lines.append("# greedy tokens equal: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
+    worst = min(min(r["decode"], r["total"]) for r in ratios)
+    lines.append(f"# verdict: decode and total >= 1.0x llama.cpp at every N and dtype: {'yes' if worst >= 1.0 else 'no'} "
+                 f"(lowest {worst:.2f}); prefill >= 2x: {'yes' if min(r['prefill'] for r in ratios) >= 2 else 'no'}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    open(os.path.join(o.out, "peer.txt"), "w").write(text)
+    json.dump({"results": results, "ratios": ratios, "greedy_equal": checks, "args": vars(o)},
+              open(os.path.join(o.out, "peer.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

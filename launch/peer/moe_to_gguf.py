@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""A moe-hdf5 model (Mixtral architecture) as a GGUF file for llama.cpp, for the side-by-side
+benchmark (launch/bench-peer.sh). The weights are the same bytes: float32 stays float32, bfloat16
+stays bfloat16 (GGUF BF16). As llama.cpp's own converter does:
+- architecture "llama" with n_expert / n_expert_used;
+- q and k rows permuted from the rotate_half RoPE convention (ours, Hugging Face's) to llama.cpp's
+  interleaved one;
+- experts stacked per layer into ffn_{gate,up,down}_exps [E, ...].
+
+The vocabulary is a placeholder ("<t0>", "<t1>", ...): the benchmark feeds token ids, never text.
+
+usage: moe_to_gguf.py MODEL_DIR OUT.gguf   (needs numpy, h5py, and gguf-py on PYTHONPATH)
+"""
+import glob
+import os
+import sys
+
+import h5py
+import numpy as np
+import gguf
+
+
+def attr(a, k):
+    v = a[k]
+    return v.decode() if isinstance(v, bytes) else (v.item() if hasattr(v, "item") else v)
+
+
+def permute(w, n_head):
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def main():
+    model_dir, out = sys.argv[1], sys.argv[2]
+    mf = h5py.File(os.path.join(model_dir, "model.h5"), "r")
+    a = mf.attrs
+    arch = attr(a, "architecture")
+    if arch != "mixtral":
+        sys.exit(f"moe_to_gguf: {model_dir}: architecture {arch}: only mixtral models map to llama.cpp's llama arch here")
+    V, d, L = attr(a, "vocab_size"), attr(a, "hidden_size"), attr(a, "num_layers")
+    H, KV, hd = attr(a, "num_heads"), attr(a, "num_kv_heads"), attr(a, "head_dim")
+    ff, E, k = attr(a, "intermediate_size"), attr(a, "num_experts"), attr(a, "top_k")
+    bf16 = attr(a, "dtype") == "bfloat16"
+    qtype = gguf.GGMLQuantizationType.BF16 if bf16 else gguf.GGMLQuantizationType.F32
+
+    w = gguf.GGUFWriter(out, "llama")
+    w.add_context_length(int(attr(a, "max_position")))
+    w.add_embedding_length(int(d))
+    w.add_block_count(int(L))
+    w.add_feed_forward_length(int(ff))
+    w.add_head_count(int(H))
+    w.add_head_count_kv(int(KV))
+    w.add_key_length(int(hd))
+    w.add_value_length(int(hd))
+    w.add_rope_dimension_count(int(hd))
+    w.add_rope_freq_base(float(attr(a, "rope_theta")))
+    w.add_layer_norm_rms_eps(float(attr(a, "rms_norm_eps")))
+    w.add_expert_count(int(E))
+    w.add_expert_used_count(int(k))
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list([f"<t{i}>".encode() for i in range(V)])
+    w.add_token_scores([0.0] * V)
+    types = [gguf.TokenType.NORMAL] * V
+    bos, eos = int(attr(a, "bos_token_id")), int(attr(a, "eos_token_id"))
+    types[bos] = types[eos] = gguf.TokenType.CONTROL
+    w.add_token_types(types)
+    w.add_bos_token_id(bos)
+    w.add_eos_token_id(eos)
+    w.add_add_bos_token(False)
+
+    def put(name, arr, stored=True):
+        """Matrices in the model's dtype (as stored: uint16 bits for bf16); norms and the gate f32."""
+        arr = np.ascontiguousarray(arr)
+        if stored and bf16:
+            w.add_tensor(name, arr.astype(np.uint16), raw_shape=arr.shape, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor(name, arr.astype(np.float32) if arr.dtype != np.uint16 else bf16_to_f32(arr))
+
+    def bf16_to_f32(bits):
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+
+    def vec(ds):  # norms and the gate: llama.cpp computes them in f32
+        v = ds[()]
+        return bf16_to_f32(v) if v.dtype == np.uint16 else v.astype(np.float32)
+
+    put("token_embd.weight", mf["embed_tokens"][()])
+    put("output_norm.weight", vec(mf["final_norm"]), stored=False)
+    put("output.weight", mf["lm_head"][()])
+    for l in range(L):
+        g = mf[f"layers/{l}"]
+        p = f"blk.{l}."
+        put(p + "attn_norm.weight", vec(g["attn_norm"]), stored=False)
+        put(p + "ffn_norm.weight", vec(g["ffn_norm"]), stored=False)
+        put(p + "attn_q.weight", permute(g["wq"][()], H))
+        put(p + "attn_k.weight", permute(g["wk"][()], KV))
+        put(p + "attn_v.weight", g["wv"][()])
+        put(p + "attn_output.weight", g["wo"][()])
+        put(p + "ffn_gate_inp.weight", vec(g["gate"]), stored=False)
+    # Experts, stacked per layer, from whichever shard holds each.
+    experts = {}
+    for shard in sorted(glob.glob(os.path.join(model_dir, "experts-*.h5"))):
+        f = h5py.File(shard, "r")
+        for l in f["layers"]:
+            for e in f[f"layers/{l}/experts"]:
+                experts[(int(l), int(e))] = f[f"layers/{l}/experts/{e}"]
+    for l in range(L):
+        for ours, theirs in (("w1", "ffn_gate_exps"), ("w3", "ffn_up_exps"), ("w2", "ffn_down_exps")):
+            put(f"blk.{l}.{theirs}.weight", np.stack([experts[(l, e)][ours][()] for e in range(E)]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
