@@ -6,10 +6,12 @@
 #include <dnnl.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <unordered_map>
 
 #include "base/error.hpp"
+#include "base/small_m_matmul.hpp"
 
 namespace moerun {
 namespace {
@@ -55,7 +57,26 @@ dnnl::memory::desc plain_weights(int64_t k, int64_t n, DType t) { return dnnl::m
 
 struct PackedLayout {
   dnnl::memory::desc desc;
+  BlockedLayout blocked = BlockedLayout::None;  // when the small-M kernels can read it
 };
+
+namespace {
+// Is `d` (logical weights [K, N]) one of the layouts the small-M kernels read (exactly, strides
+// included)?
+BlockedLayout classify(const dnnl::memory::desc& d, int64_t K) {
+  const dnnl_memory_desc_t& m = d.data;
+  if (m.format_kind != dnnl_blocked || m.ndims != 2 || m.offset0 != 0) return BlockedLayout::None;
+  const auto& b = m.format_desc.blocking;
+  auto kpad = [&](int64_t block) { return (K + block - 1) / block * block; };
+  if (m.data_type == dnnl_f32 && b.inner_nblks == 2 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 && b.inner_blks[1] == 64 &&
+      b.inner_idxs[1] == 1 && b.strides[0] == 16 * 64 && b.strides[1] == kpad(16) * 64)
+    return BlockedLayout::F32_16a64b;
+  if (m.data_type == dnnl_bf16 && b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 && b.inner_blks[1] == 64 &&
+      b.inner_idxs[1] == 1 && b.inner_blks[2] == 2 && b.inner_idxs[2] == 0 && b.strides[0] == 32 * 64 && b.strides[1] == kpad(32) * 64)
+    return BlockedLayout::BF16_16a64b2a;
+  return BlockedLayout::None;
+}
+}  // namespace
 
 struct Matmul::Impl {
   static constexpr int64_t kChunk = 512;
@@ -65,7 +86,7 @@ struct Matmul::Impl {
   std::unordered_map<ShapeKey, dnnl::matmul, ShapeKeyHash> cache;
   // One layout object per (K, N, dtype), shared by every matrix packed alike (one cache entry).
   std::unordered_map<ShapeKey, std::shared_ptr<const PackedLayout>, ShapeKeyHash> layouts;
-  AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad;
+  AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out;
 
   static int64_t pad_chunk(int64_t m) {
     if (m <= 16) return m;
@@ -100,9 +121,30 @@ struct Matmul::Impl {
     }
   }
 
+  // A few rows on a layout the small-M kernels read: they stream the weights faster than oneDNN's
+  // brgemm does at such M (issue 11). The epilogue and the output dtype are applied here.
+  bool run_small(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
+    if (!Matmul::uses_small_m(W, M)) return false;
+    const int64_t N = W.rows;
+    float* acc = static_cast<float*>(y);
+    if (out != DType::F32) {
+      small_out.resize(static_cast<std::size_t>(M * N) * 4);
+      acc = small_out.as<float>();
+    }
+    small_m_matmul(W.packed->blocked, x, M, W.cols, N, W.data.data(), acc);
+    const int64_t n = M * N;
+    if (ep == Epilogue::Silu)
+      for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / (1.0f + std::exp(-acc[i]));
+    else if (ep == Epilogue::MulBy)
+      for (int64_t i = 0; i < n; ++i) acc[i] *= other[i];
+    if (out != DType::F32) f32_to_bf16(acc, static_cast<uint16_t*>(y), static_cast<std::size_t>(n));
+    return true;
+  }
+
   // One primitive execution on exactly M rows.
   void run(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     if (M == 0) return;
+    if (run_small(x, M, W, y, out, ep, other)) return;
     ShapeKey key{M, W.cols, W.rows, W.dtype, out, ep, W.packed.get()};
     dnnl::matmul* prim = get(key);
     dnnl::memory::desc wdesc = W.packed ? W.packed->desc : plain_weights(W.cols, W.rows, W.dtype);
@@ -162,6 +204,10 @@ struct Matmul::Impl {
   }
 };
 
+bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
+  return M >= 1 && M <= kSmallM && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
+}
+
 Matmul::Matmul() : impl_(std::make_unique<Impl>()) {}
 Matmul::~Matmul() = default;
 
@@ -197,6 +243,7 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
     auto pd = DNNL_CHECK(impl_->make_pd(key, any));
     auto l = std::make_shared<PackedLayout>();
     l->desc = pd.weights_desc();
+    l->blocked = classify(l->desc, cols);
     layout = l;
   }
   if (layout->desc == plain_weights(cols, rows, t)) return nullptr;  // the plain layout is the preferred one

@@ -78,6 +78,10 @@ class Matmul {
   // dtype, shape, size): what a stored packed matrix must match to be read back.
   std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
+  // Whether a GEMM of M rows on W runs in the small-M kernels (base/small_m_matmul.hpp) rather than
+  // in oneDNN: W packed in a layout they read, this CPU's ISA, M <= kSmallM.
+  static bool uses_small_m(const WeightMatrix& W, int64_t M);
+
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();
 

@@ -440,6 +440,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         j["cache_per_rank"] = per;
       }
       j["journal"] = {{"results", rep.journaled}, {"syncs", rep.journal_syncs}};
+      j["throughput"] = {{"prefill_tokens", rep.prefill_tokens}, {"prefill_seconds", rep.prefill_seconds},
+                         {"decode_tokens", rep.decode_tokens}, {"decode_seconds", rep.decode_seconds}};
       if (rep.remote_model)
         j["object_store"] = {{"requests", rep.object_store.requests},
                              {"retries", rep.object_store.retries},

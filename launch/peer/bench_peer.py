@@ -45,7 +45,7 @@ def main():
     os.makedirs(o.out, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(o.threads), MOERUN_LOG="warn")
     batches = [int(x) for x in o.batches.split(",")]
-    results, checks = [], {}
+    results, checks, streams = [], {}, {}
     for dt in o.dtypes.split(","):
         model, gguf = os.path.join(o.work, f"model-{dt}"), os.path.join(o.work, f"model-{dt}.gguf")
         if not os.path.exists(os.path.join(model, "model.h5")):
@@ -67,18 +67,23 @@ def main():
         equal = sum(1 for x, y in zip(ours, theirs) if x == y)
         checks[dt] = f"{equal}/{len(prompts)}"
         print(f"# {dt}: greedy tokens equal for {equal} of {len(prompts)} prompts (24 new tokens each)", flush=True)
+        # The requests of each batch size: N prompts of the same length, as batched-bench's.
+        for n in batches:
+            with open(os.path.join(o.work, f"bench-{n}.jsonl"), "w") as f:
+                for i in range(n):
+                    p = [1] + [rng.randrange(3, 32000) for _ in range(o.prompt - 1)]
+                    # new + 1: the first generated token comes out of the prefill step, as after llama.cpp's PP.
+                    f.write(json.dumps({"id": f"b{i}", "prompt_tokens": p, "max_new_tokens": o.new + 1}) + "\n")
         for run in range(o.runs):
             for n in batches:
-                js = os.path.join(o.work, "moerun.json")
-                # new + 1: the first generated token comes out of the prefill step, as llama.cpp's PP.
-                sh([o.moerun, "bench", "infer", "--batch", str(n), "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
-                    "--no-baseline", "--json", js, "--dtype", dt] + MODEL[:-4], env=env)
-                m = json.load(open(js))
-                pt, dtk = m["prefill"], m["decode"]
-                results.append({"dtype": dt, "n": n, "run": run, "who": "moerun", "prefill": pt["tokens_per_s"],
-                                "decode": dtk["tokens_per_s"],
-                                "total": (pt["tokens"] + dtk["tokens"]) / (pt["seconds"] + dtk["seconds"]),
-                                "stream_fraction": m.get("decode_stream_fraction"), "copy_gbps": m.get("copy_gbps")})
+                stats = os.path.join(o.work, "stats.json")
+                sh([o.moerun, "infer", "--model", model, "--input", os.path.join(o.work, f"bench-{n}.jsonl"), "--output",
+                    os.path.join(o.work, "bench.out"), "--stats-json", stats, "--quiet", "--max-batch-size", str(n)], env=env)
+                t = json.load(open(stats))["throughput"]
+                results.append({"dtype": dt, "n": n, "run": run, "who": "moerun",
+                                "prefill": t["prefill_tokens"] / t["prefill_seconds"],
+                                "decode": t["decode_tokens"] / t["decode_seconds"],
+                                "total": (t["prefill_tokens"] + t["decode_tokens"]) / (t["prefill_seconds"] + t["decode_seconds"])})
                 ctx = n * (o.prompt + o.new) + 64
                 r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb", str(o.threads),
                         "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
@@ -87,8 +92,14 @@ def main():
                 b = json.loads(line)
                 results.append({"dtype": dt, "n": n, "run": run, "who": "llama.cpp", "prefill": b["speed_pp"],
                                 "decode": b["speed_tg"], "total": b["speed"]})
-                print(f"#   run {run + 1}/{o.runs}, N={n}: moerun decode {results[-2]['decode']:.1f}, "
+                print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {results[-2]['decode']:.1f}, "
                       f"llama.cpp {results[-1]['decode']:.1f} tokens/s", flush=True)
+        # Weight streaming at N=1 against this machine's copy bandwidth (moerun bench infer measures both).
+        js = os.path.join(o.work, "stream.json")
+        sh([o.moerun, "bench", "infer", "--batch", "1", "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
+            "--no-baseline", "--json", js, "--dtype", dt] + MODEL[:-4], env=env)
+        m = json.load(open(js))
+        streams[dt] = (m.get("decode_stream_fraction", 0.0), m.get("copy_gbps", 0.0), m.get("decode_stream_gbps", 0.0))
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build): {o.threads} threads, prompt {o.prompt}, "
              f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max",
              f"#{'dtype':>9} {'N':>3} {'who':>9} {'prefill':>23} {'decode':>23} {'total':>23}"]
@@ -107,12 +118,9 @@ def main():
             ratio = {k: med[("moerun", k)] / med[("llama.cpp", k)] for k in ("prefill", "decode", "total")}
             ratios.append({"dtype": dt, "n": n, **ratio})
             lines.append(f" {dt:>9} {n:>3} {'ratio':>9} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
-    stream = [r for r in results if r["who"] == "moerun" and r["n"] == 1 and r.get("stream_fraction")]
-    for dt in o.dtypes.split(","):
-        v = [r["stream_fraction"] for r in stream if r["dtype"] == dt]
-        if v:
-            lines.append(f"# {dt}, N=1: moerun's decode streams weights at {statistics.median(v):.2f} of the machine's copy "
-                         f"bandwidth ({stream[0]['copy_gbps']:.1f} GB/s, median of {len(v)} runs)")
+    for dt, (frac, copy, gbps) in streams.items():
+        lines.append(f"# {dt}, N=1: moerun's decode streams weights at {gbps:.1f} GB/s, {frac:.2f} of this machine's copy "
+                     f"bandwidth ({copy:.1f} GB/s, read + write, measured in the same bench infer run)")
     lines.append("# greedy tokens equal: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
     worst = min(min(r["decode"], r["total"]) for r in ratios)
     lines.append(f"# verdict: decode and total >= 1.0x llama.cpp at every N and dtype: {'yes' if worst >= 1.0 else 'no'} "

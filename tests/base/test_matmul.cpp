@@ -87,6 +87,49 @@ TEST(Matmul, SiluAndMulEpilogues) {
   }
 }
 
+// The small-M kernels (M <= 4 on oneDNN's blocked layouts) against fp64: the model's own shapes,
+// and K and N that are not multiples of the 16/32 x 64 blocks (padding in the layout), with both
+// epilogues and a bf16 output. Skipped with the reason where the CPU lacks AVX-512 (BF16).
+TEST(Matmul, SmallMKernelsMatchFp64) {
+  struct Shape {
+    int64_t K, N;
+  };
+  int checked = 0;
+  for (DType dt : {DType::F32, DType::BF16})
+    for (Shape s : {Shape{1024, 3584}, Shape{3584, 1024}, Shape{100, 70}, Shape{33, 130}, Shape{64, 64}})
+      for (int64_t M = 1; M <= 4; ++M) {
+        auto x = randv(static_cast<std::size_t>(M * s.K), 10 + static_cast<uint32_t>(M)),
+             w = randv(static_cast<std::size_t>(s.N * s.K), 20), w3 = randv(static_cast<std::size_t>(s.N * s.K), 21);
+        Matmul mm;
+        WeightMatrix W = make_weight(w, s.N, s.K, dt), W3 = make_weight(w3, s.N, s.K, dt);
+        mm.pack(W, 32);
+        mm.pack(W3, 32);
+        if (!Matmul::uses_small_m(W, M)) continue;  // this CPU, or oneDNN chose another layout for the shape
+        ++checked;
+        std::vector<float> y(static_cast<std::size_t>(M * s.N));
+        mm.linear(x.data(), M, W, y.data());
+        const auto ref = reference(x, w, M, s.K, s.N, dt == DType::BF16);
+        expect_close(y, ref, 1e-5);
+        std::vector<uint16_t> xb(x.size());
+        f32_to_bf16(x.data(), xb.data(), x.size());
+        const void* xin = dt == DType::F32 ? static_cast<const void*>(x.data()) : xb.data();
+        std::vector<float> g(y.size());
+        mm.gemm(xin, M, W, g.data(), DType::F32, Epilogue::Silu);
+        std::vector<uint16_t> a(y.size());
+        mm.gemm(xin, M, W3, a.data(), DType::BF16, Epilogue::MulBy, g.data());
+        const auto ref3 = reference(x, w3, M, s.K, s.N, dt == DType::BF16);
+        std::vector<float> got(a.size());
+        std::vector<double> want(a.size());
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          got[i] = bf16_to_f32(a[i]);
+          want[i] = ref[i] / (1 + std::exp(-ref[i])) * ref3[i];
+        }
+        expect_close(got, want, 1e-2);  // the output is rounded to bf16
+      }
+  if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: the small-M kernels are not used here";
+  EXPECT_GE(checked, 20);  // the model's shapes at least, in both dtypes
+}
+
 TEST(Dtype, Bf16RoundsToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   // 1 + 2^-8 is exactly halfway between bf16 1.0 and 1.0078125: ties to even (1.0).

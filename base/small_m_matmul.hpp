@@ -1,0 +1,27 @@
+// Matmul for a few rows (decode: one to a few tokens per weight) on the blocked weight layouts
+// oneDNN packs into, streaming the weights once at memory bandwidth. oneDNN's brgemm reaches about
+// 20 GB/s at M = 1 on the 2-core VMs measured, these loops about 28 GB/s (issue 11). Kernel-facing
+// functions over raw spans; Matmul picks them when the layout is one of the two below, the machine
+// has the ISA, and M is small. Results agree with oneDNN's to rounding (another summation order).
+#pragma once
+#include <cstdint>
+
+namespace moerun {
+
+// The weight layouts these kernels read, as oneDNN describes them on logical weights [K, N]:
+//   F32_16a64b:     [ceil(N/64)][ceil(K/16)][16 k][64 n] float32
+//   BF16_16a64b2a:  [ceil(N/64)][ceil(K/32)][16 k-pairs][64 n][2 k] bfloat16 (VNNI pairs)
+// Padding (beyond K or N) is zero, as oneDNN's reorder leaves it.
+enum class BlockedLayout { None, F32_16a64b, BF16_16a64b2a };
+
+// Rows up to which Matmul uses these kernels.
+constexpr int64_t kSmallM = 4;
+
+// Whether this CPU runs the kernel for `layout` (AVX-512F; AVX512_BF16 for bf16).
+bool small_m_supported(BlockedLayout layout);
+
+// y[m, n] = sum_k x[m, k] * W[k, n] for m < M <= kSmallM, n < N: x float32 [M, K] (F32) or bf16 bits
+// [M, K] (BF16), y float32 [M, N] (row stride N). Threads: the OpenMP team, over 64-column blocks.
+void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, float* y);
+
+}  // namespace moerun
