@@ -27,12 +27,29 @@ int64_t KvCache::bytes() const {
   return b;
 }
 
+namespace {
+// The two inner loops, built for the machine's vector ISA (the rest of the build targets baseline
+// x86-64): a decode step's attention is one query against the whole context.
+__attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < n; ++c) s += a[c] * b[c];
+  return s;
+}
+__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float w, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) y[c] += w * x[c];
+}
+}  // namespace
+
 void attention_forward(const float* q, const float* kc, const float* vc, int64_t pos0, int64_t n, int64_t H,
                        int64_t KV, int64_t hd, float* out) {
   const int64_t group = H / KV;
   const int64_t kvd = KV * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel for collapse(2) schedule(dynamic) if (n * H > 8)
+  // Heads in parallel as soon as there is work for more than one thread: at decode (n = 1) the
+  // context makes the work, not the query count.
+#pragma omp parallel for collapse(2) schedule(dynamic) if (n * H > 1 && n * H * (pos0 + n) * hd > 32768)
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t h = 0; h < H; ++h) {
       const int64_t len = pos0 + i + 1;
@@ -41,10 +58,7 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
       std::vector<float> s(static_cast<std::size_t>(len));
       float mx = -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        const float* kv = kc + j * kvd + g * hd;
-        float dot = 0;
-        for (int64_t c = 0; c < hd; ++c) dot += qv[c] * kv[c];
-        s[j] = dot * scale;
+        s[j] = dot(qv, kc + j * kvd + g * hd, hd) * scale;
         mx = std::max(mx, s[j]);
       }
       float sum = 0;
@@ -54,11 +68,7 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
       }
       float* o = out + i * H * hd + h * hd;
       std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
-        const float w = s[j] / sum;
-        const float* vv = vc + j * kvd + g * hd;
-        for (int64_t c = 0; c < hd; ++c) o[c] += w * vv[c];
-      }
+      for (int64_t j = 0; j < len; ++j) axpy(s[j] / sum, vc + j * kvd + g * hd, o, hd);
     }
   }
 }

@@ -501,8 +501,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
       check_outputs(cfg, *model);
       dense = io::load_dense_weights(*model);
       dense_fp = dense_fingerprint(*dense);  // of the bytes as stored, before packing
-      for (auto& layer : dense->layers)
-        if (mc.shared_expert_intermediate_size > 0) experts::pack_expert(mm, layer.shared_expert);
+      pack_dense_weights(mm, *dense);
     }
     if (topo.is_expert(rank)) {
       source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*model, mc));

@@ -3,6 +3,7 @@
 
 #include <chrono>
 
+#include "experts/expert_packing.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {
@@ -41,6 +42,17 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
     mb.chunk1 = c;
   }
   return out;
+}
+
+void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
+  // Packed for the row counts of decode steps (a batch of sequences); the same layout serves the
+  // larger prefill steps.
+  constexpr int64_t kTypicalRows = 32;
+  mm.pack(w.lm_head, kTypicalRows);
+  for (auto& l : w.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) mm.pack(*m, kTypicalRows);
+    if (w.config.shared_expert_intermediate_size > 0) experts::pack_expert(mm, l.shared_expert);
+  }
 }
 
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,

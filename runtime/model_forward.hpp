@@ -56,6 +56,10 @@ struct MicroBatch {
 // be empty). Every rank runs exactly `m` per layer, so the count, not the content, is global.
 std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
+// Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
+// weights: a third of decode time, issue 11). Call after the weights were fingerprinted.
+void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
+
 class ModelForward {
  public:
   // The architecture variants of `weights.config` apply (biases, q/k norms, a shared expert, the
