@@ -78,9 +78,10 @@ run_case "np 6, 2 nodes x (1 router + 2 experts), --a2a hier" 6 --ranks-per-node
 run_case "np 4, one node, --a2a hier" 4 --a2a hier
 MOERUN_INTERNODE=mpi run_case "np 5, --ranks-per-node 2, --a2a hier over MPI" 5 --ranks-per-node 2 --a2a hier -x MOERUN_INTERNODE
 
-# Capacity: the single-process run with the same options is the reference.
+# Capacity: the single-process run with the same options is the reference. Capacity is per
+# micro-batch, and the defaults differ (1 in one process, 2 distributed): both get 2 explicitly.
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet --logits-out "$WORK/ref.logits" \
-  --capacity-factor 1.0 --overflow reroute --stats-json "$WORK/cap1.json"
-run_case "np 4, --capacity-factor 1.0 --overflow reroute" 4 --capacity-factor 1.0 --overflow reroute
+  --capacity-factor 1.0 --overflow reroute --stats-json "$WORK/cap1.json" --micro-batches 2
+run_case "np 4, --capacity-factor 1.0 --overflow reroute" 4 --capacity-factor 1.0 --overflow reroute --micro-batches 2
 check "capacity 1.0 rerouted some slots" "$PY" -c "import json,sys; sys.exit(0 if json.load(open('$WORK/cap1.json'))['rerouted_fraction'] > 0 else 1)"
 finish
