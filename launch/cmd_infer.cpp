@@ -10,6 +10,19 @@
 #include "runtime/infer.hpp"
 
 namespace moerun::launch {
+namespace {
+
+// --capacity-factor sets both phases; a per-phase option overrides it. Given alone, a per-phase
+// option switches capacity on and the other phase takes its default (prefill 1.0, decode 1.25).
+void resolve_capacity(const po::variables_map& vm, router::RouterConfig& r) {
+  const bool both = vm.count("capacity-factor") > 0;
+  const bool prefill = vm.count("capacity-factor-prefill") > 0, decode = vm.count("capacity-factor-decode") > 0;
+  const double f = both ? vm["capacity-factor"].as<double>() : 0.0;
+  r.capacity_factor_prefill = prefill ? vm["capacity-factor-prefill"].as<double>() : both || !decode ? f : router::kDefaultCapacityPrefill;
+  r.capacity_factor_decode = decode ? vm["capacity-factor-decode"].as<double>() : both || !prefill ? f : router::kDefaultCapacityDecode;
+}
+
+}  // namespace
 
 int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
@@ -27,7 +40,13 @@ int cmd_infer(int argc, char** argv) {
     ("seed", po::value(&c.defaults.seed)->default_value(c.defaults.seed), "default sampling seed")
     ("max-batch-size", po::value(&c.scheduler.max_batch_size)->default_value(c.scheduler.max_batch_size), "sequences in flight")
     ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens), "tokens per step")
-    ("capacity-factor", po::value(&c.router.capacity_factor)->default_value(c.router.capacity_factor), "expert capacity factor (0: unlimited)")
+    ("capacity-factor", po::value<double>(), "expert capacity factor of both phases (0: unlimited, the default)")
+    ("capacity-factor-prefill", po::value<double>(),
+     "capacity factor of prompt tokens (default: --capacity-factor, else 1.0 when --capacity-factor-decode is given)")
+    ("capacity-factor-decode", po::value<double>(),
+     "capacity factor of generated tokens (default: --capacity-factor, else 1.25 when --capacity-factor-prefill is given)")
+    ("top-p-experts", po::value(&c.router.top_p_experts)->default_value(c.router.top_p_experts),
+     "dynamic top-k: per token, the fewest of its top-k experts whose gate mass reaches P (1: all k)")
     ("overflow", po::value(&overflow)->default_value(overflow), "reroute|drop when an expert is full")
     ("load-penalty", po::value(&c.router.load_penalty)->default_value(c.router.load_penalty), "λ in score - λ·load")
     ("router-temperature", po::value(&c.router.temperature)->default_value(c.router.temperature), "gate softmax temperature")
@@ -52,6 +71,7 @@ int cmd_infer(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
+  resolve_capacity(vm, c.router);
   cache.finish(c);
   c.s3 = object_store.finish();
   c.hdf5_probe = io::default_hdf5_probe();

@@ -18,8 +18,12 @@ Overflow parse_overflow(const std::string& s) {
 void RouterConfig::validate() const {
   // Finite ranges: inf or 1e300 would overflow the capacity's float->int conversion, and a
   // temperature below float's range divides logits into inf.
-  if (!(capacity_factor >= 0 && capacity_factor <= kMaxCapacityFactor))
-    fail(ErrorKind::Usage, "--capacity-factor must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", capacity_factor);
+  for (auto [f, name] : {std::pair{capacity_factor_prefill, "--capacity-factor-prefill"},
+                         std::pair{capacity_factor_decode, "--capacity-factor-decode"}})
+    if (!(f >= 0 && f <= kMaxCapacityFactor))
+      fail(ErrorKind::Usage, name, " (or --capacity-factor) must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", f);
+  if (!(top_p_experts > 0 && top_p_experts <= 1))
+    fail(ErrorKind::Usage, "--top-p-experts must be in (0, 1], not ", top_p_experts);
   if (!(load_penalty >= 0 && load_penalty <= kMaxLoadPenalty))
     fail(ErrorKind::Usage, "--load-penalty must be in [0, ", kMaxLoadPenalty, "], not ", load_penalty);
   if (!(temperature >= kMinTemperature && temperature <= kMaxTemperature))
@@ -58,8 +62,8 @@ void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
   }
 }
 
-void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, int64_t t0,
-                 RoutingDecision* out) {
+void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
+                 int64_t t0, RoutingDecision* out) {
   int32_t* ids = out->expert.data() + t0 * k;
   float* wts = out->weight.data() + t0 * k;
   // 1. Choice: plain top-k of p, or sequential load-aware top-k of p - λ·load.
@@ -76,19 +80,39 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
   } else {
     for (int64_t t = 0; t < T; ++t) top_k_desc(probs + t * E, E, k, ids + t * k);
   }
+  // 1b. Dynamic top-k: keep the most probable of the chosen experts until their mass reaches P.
+  //     Pruned slots are empty (-1) from here on, so capacity never counts them.
+  if (cfg.top_p_experts < 1) {
+    std::vector<int32_t> by_prob(static_cast<std::size_t>(k));
+    for (int64_t t = 0; t < T; ++t) {
+      int32_t* slot = ids + t * k;
+      const float* p = probs + t * E;
+      by_prob.assign(slot, slot + k);
+      std::stable_sort(by_prob.begin(), by_prob.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+      double mass = 0;
+      int64_t keep = 0;
+      while (keep < k && mass < cfg.top_p_experts) mass += p[by_prob[static_cast<std::size_t>(keep++)]];
+      for (int64_t j = 0; j < k; ++j)
+        if (std::find(by_prob.begin(), by_prob.begin() + keep, slot[j]) == by_prob.begin() + keep) {
+          slot[j] = -1;
+          ++out->pruned;
+        }
+    }
+  }
   // 2. Capacity: slot-major priority (every token's first choice before any second choice).
   std::vector<uint8_t> moved(static_cast<std::size_t>(T * k), 0);
   const std::vector<int32_t> original(ids, ids + T * k);
-  if (cfg.capacity_factor > 0) {
+  if (capacity_factor > 0) {
     // Never more than every slot of the group: larger factors mean no limit, and the double stays
     // within int64 range before the conversion.
-    const double want = std::ceil(cfg.capacity_factor * static_cast<double>(T * k) / static_cast<double>(E));
+    const double want = std::ceil(capacity_factor * static_cast<double>(T * k) / static_cast<double>(E));
     const int64_t cap = static_cast<int64_t>(std::min(want, static_cast<double>(T * k)));
     std::vector<int64_t> count(static_cast<std::size_t>(E), 0);
     std::vector<int32_t> order(static_cast<std::size_t>(E));
     for (int64_t j = 0; j < k; ++j) {
       for (int64_t t = 0; t < T; ++t) {
         int32_t& slot = ids[t * k + j];
+        if (slot < 0) continue;  // pruned by dynamic top-k
         if (count[slot] < cap) {
           ++count[slot];
           continue;
@@ -142,8 +166,8 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
   mm.linear(x, T, gate_w, logits.data());
   gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
   RoutingDecision d = RoutingDecision::empty(T, top_k);
-  if (cfg.capacity_factor <= 0 && cfg.load_penalty <= 0) {
-    route_group(probs.data(), T, E, top_k, cfg, 0, &d);
+  if (!cfg.capacity_on() && cfg.load_penalty <= 0) {
+    route_group(probs.data(), T, E, top_k, cfg, 0.0, 0, &d);
     return d;
   }
   // Capacity and load are per group: gather prefill and decode tokens separately.
@@ -156,7 +180,7 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
     std::vector<float> gp(static_cast<std::size_t>(n * E));
     for (int64_t i = 0; i < n; ++i) std::copy_n(probs.data() + rows[i] * E, E, gp.data() + i * E);
     RoutingDecision g = RoutingDecision::empty(n, top_k);
-    route_group(gp.data(), n, E, top_k, cfg, 0, &g);
+    route_group(gp.data(), n, E, top_k, cfg, group ? cfg.capacity_factor_prefill : cfg.capacity_factor_decode, 0, &g);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < top_k; ++j) {
         d.expert[rows[i] * top_k + j] = g.expert[i * top_k + j];
@@ -164,6 +188,7 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
       }
     d.rerouted += g.rerouted;
     d.dropped += g.dropped;
+    d.pruned += g.pruned;
   }
   return d;
 }

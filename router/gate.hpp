@@ -10,7 +10,7 @@
 
 namespace moerun::router {
 
-// Decisions for T tokens: slot (t, k) -> expert id (-1 when dropped) and combine weight.
+// Decisions for T tokens: slot (t, k) -> expert id (-1 when dropped or pruned) and combine weight.
 struct RoutingDecision {
   int64_t tokens = 0;
   int64_t top_k = 0;
@@ -18,6 +18,7 @@ struct RoutingDecision {
   std::vector<float> weight;    // [T * k]
   int64_t rerouted = 0;         // slots moved to another expert by capacity
   int64_t dropped = 0;          // slots dropped by capacity
+  int64_t pruned = 0;           // slots left empty by dynamic top-k (--top-p-experts)
 
   // T tokens, k slots each, every slot unassigned (-1, weight 0).
   static RoutingDecision empty(int64_t T, int64_t k) {
@@ -36,9 +37,9 @@ void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, 
 // Indices of the k largest of scores[0..E), descending, ties to the lower index.
 void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out);
 
-// Routes one group of tokens (one micro-batch's prefill or decode tokens) given their probabilities.
-// Writes slots [t0*k, (t0+T)*k) of `out`.
-void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+// Routes one group of tokens (one micro-batch's prefill or decode tokens) given their probabilities,
+// with that group's capacity factor (0: no limit). Writes slots [t0*k, (t0+T)*k) of `out`.
+void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
                  int64_t t0, RoutingDecision* out);
 
 // The gate network of one layer: fp32 logits through Matmul, then routing. `is_prefill[t]` splits

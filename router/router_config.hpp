@@ -13,16 +13,27 @@ inline constexpr double kMaxCapacityFactor = 1e6;
 inline constexpr double kMaxLoadPenalty = 1e6;
 inline constexpr double kMinTemperature = 1e-6;
 inline constexpr double kMaxTemperature = 1e6;
+// Per-phase capacity defaults when capacity is switched on by a per-phase option alone.
+inline constexpr double kDefaultCapacityPrefill = 1.0;
+inline constexpr double kDefaultCapacityDecode = 1.25;
 
 struct RouterConfig {
-  double capacity_factor = 0.0;  // 0: no capacity limit; else capacity = ceil(F * tokens * k / experts)
+  // Capacity per group of a step (prefill tokens, decode tokens): 0 is no limit, else
+  // capacity = ceil(F * tokens * k / experts). Decode groups are small, so ceil() already rounds
+  // up there; a larger default (1.25) keeps decode from dropping what prefill would keep.
+  double capacity_factor_prefill = 0.0;
+  double capacity_factor_decode = 0.0;
   Overflow overflow = Overflow::Reroute;
   double load_penalty = 0.0;     // λ in score - λ·load (load relative to the fair share T·k/E)
   double temperature = 1.0;      // gate softmax temperature
+  // Dynamic top-k: per token, the fewest of its top-k experts (in probability order) whose gate
+  // probabilities sum to at least P; 1 keeps all k.
+  double top_p_experts = 1.0;
   // Set from the model, not an option: renormalise the chosen experts' probabilities to sum 1
   // (Mixtral), or keep them as they are (norm_topk_prob = false: Qwen2-MoE, OLMoE).
   bool renormalize = true;
 
+  bool capacity_on() const { return capacity_factor_prefill > 0 || capacity_factor_decode > 0; }
   // Throws ErrorKind::Usage naming the option.
   void validate() const;
 };

@@ -52,7 +52,9 @@ uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const io::ModelC
 
 uint64_t routing_fingerprint(const router::RouterConfig& r) {
   Xxh64 h;
-  h.value(r.capacity_factor);
+  h.value(r.capacity_factor_prefill);
+  h.value(r.capacity_factor_decode);
+  h.value(r.top_p_experts);
   h.value(static_cast<int>(r.overflow));
   h.value(r.load_penalty);
   h.value(r.temperature);

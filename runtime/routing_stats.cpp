@@ -27,6 +27,7 @@ void RoutingStats::record(int64_t layer, const router::RoutingDecision& d, const
   slots_ += d.tokens * d.top_k;
   rerouted_ += d.rerouted;
   dropped_ += d.dropped;
+  pruned_ += d.pruned;
   for (int32_t e : d.expert)
     if (e >= 0) {
       ++usage_[layer][e];
@@ -36,7 +37,7 @@ void RoutingStats::record(int64_t layer, const router::RoutingDecision& d, const
 }
 
 std::vector<int64_t> RoutingStats::counters() const {
-  std::vector<int64_t> v{tokens_, slots_, used_slots_, rerouted_, dropped_};
+  std::vector<int64_t> v{tokens_, slots_, used_slots_, rerouted_, dropped_, pruned_};
   for (const auto& l : usage_) v.insert(v.end(), l.begin(), l.end());
   return v;
 }
@@ -47,7 +48,8 @@ void RoutingStats::set_counters(const std::vector<int64_t>& v) {
   used_slots_ = v[2];
   rerouted_ = v[3];
   dropped_ = v[4];
-  std::size_t i = 5;
+  pruned_ = v[5];
+  std::size_t i = 6;
   for (auto& l : usage_)
     for (auto& c : l) c = v[i++];
 }
@@ -67,6 +69,10 @@ double RoutingStats::activation_rate() const {
 
 double RoutingStats::rerouted_fraction() const { return slots_ ? static_cast<double>(rerouted_) / static_cast<double>(slots_) : 0; }
 double RoutingStats::dropped_fraction() const { return slots_ ? static_cast<double>(dropped_) / static_cast<double>(slots_) : 0; }
+double RoutingStats::pruned_fraction() const { return slots_ ? static_cast<double>(pruned_) / static_cast<double>(slots_) : 0; }
+double RoutingStats::experts_per_token() const {
+  return tokens_ ? static_cast<double>(used_slots_) / static_cast<double>(tokens_ * config_.num_layers) : 0;
+}
 
 std::string RoutingStats::to_json(double tokens_per_s, double seconds) const {
   nlohmann::json j;
@@ -76,6 +82,8 @@ std::string RoutingStats::to_json(double tokens_per_s, double seconds) const {
   j["expert_usage"] = usage_;
   j["rerouted_fraction"] = rerouted_fraction();
   j["dropped_fraction"] = dropped_fraction();
+  j["pruned_fraction"] = pruned_fraction();
+  j["experts_per_token"] = experts_per_token();
   j["tokens_per_s"] = tokens_per_s;
   j["seconds"] = seconds;
   return j.dump(2);
@@ -88,6 +96,9 @@ std::string RoutingStats::summary(double tokens_per_s) const {
   os << "  activation rate " << 100 * activation_rate() << "% of all parameters per token ("
      << 100 * expert_activation_rate() << "% of expert parameters), rerouted " << 100 * rerouted_fraction()
      << "%, dropped " << 100 * dropped_fraction() << "%\n";
+  if (pruned_ > 0)
+    os << "  dynamic top-k: " << experts_per_token() << " of " << config_.top_k << " experts per token and layer ("
+       << 100 * pruned_fraction() << "% of slots pruned)\n";
   os << "  expert usage (share of slots per layer):\n";
   for (std::size_t l = 0; l < usage_.size(); ++l) {
     int64_t total = 0;

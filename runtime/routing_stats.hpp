@@ -27,6 +27,8 @@ class RoutingStats {
   double expert_activation_rate() const;  // expert params used per token / all expert params
   double rerouted_fraction() const;
   double dropped_fraction() const;
+  double pruned_fraction() const;    // slots left empty by dynamic top-k
+  double experts_per_token() const;  // experts used per token and layer (top_k without pruning or drops)
   const std::vector<std::vector<int64_t>>& usage() const { return usage_; }
   const io::RoutingTrace& trace() const { return trace_; }
 
@@ -43,6 +45,7 @@ class RoutingStats {
   int64_t used_slots_ = 0;
   int64_t rerouted_ = 0;
   int64_t dropped_ = 0;
+  int64_t pruned_ = 0;
   std::vector<std::vector<int64_t>> usage_;  // [layer][expert]
   io::RoutingTrace trace_;
 };

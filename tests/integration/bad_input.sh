@@ -74,9 +74,11 @@ expect "unknown option is a usage error" 2 "unrecognised option\|unrecognized op
 expect "bad overflow policy is a usage error" 2 "--overflow must be reroute or drop" -- $(infer "$WORK/m" "$WORK/good.jsonl") --overflow spill
 
 # Routing options outside the range where their arithmetic means anything.
-expect "--capacity-factor 1e300" 2 "--capacity-factor must be in \[0, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor 1e300
-expect "--capacity-factor inf" 2 "--capacity-factor must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor inf
+expect "--capacity-factor 1e300" 2 "--capacity-factor-prefill (or --capacity-factor) must be in \[0, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor 1e300
+expect "--capacity-factor inf" 2 "--capacity-factor-prefill (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor inf
 expect "--router-temperature 1e-45" 2 "--router-temperature must be in \[1e-06, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --router-temperature 1e-45
+expect "--top-p-experts 0" 2 "--top-p-experts must be in (0, 1\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --top-p-experts 0
+expect "--capacity-factor-decode -1" 2 "--capacity-factor-decode (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor-decode -1
 expect "--load-penalty nan" 2 "--load-penalty must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --load-penalty nan
 # The smallest temperature allowed still routes (argmax), with no NaN weights: the tokens are those
 # of an ordinary run whose top-1 expert takes all the weight, and the run is deterministic.

@@ -61,6 +61,56 @@ c = json.load(open(sys.argv[1])); d = json.load(open(sys.argv[2]))
 assert c["rerouted_fraction"] > 0 and d["dropped_fraction"] > 0 and d["rerouted_fraction"] == 0
 PY
 
+# Per-phase capacity: drops land only in the phase that has a limit (trace: position < prompt_len
+# is a prompt token).
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/capd.jsonl" --quiet --overflow drop \
+  --capacity-factor-prefill 0 --capacity-factor-decode 0.3 --trace "$WORK/capd.h5" --stats-json "$WORK/capd.json"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/capp.jsonl" --quiet --overflow drop \
+  --capacity-factor-prefill 0.3 --capacity-factor-decode 0 --trace "$WORK/capp.h5"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/capdef.jsonl" --quiet --overflow drop \
+  --capacity-factor-decode 1.25 --stats-json "$WORK/capdef.json"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/capdef2.jsonl" --quiet --overflow drop \
+  --capacity-factor-prefill 1.0 --capacity-factor-decode 1.25 --stats-json "$WORK/capdef2.json"
+check "per-phase capacity drops only where it is set; a per-phase option alone defaults the other (prefill 1.0)" \
+  "$PY" - "$WORK/reqs.jsonl" "$WORK/capd.h5" "$WORK/capp.h5" "$WORK/capdef.json" "$WORK/capdef2.json" "$WORK/capdef.jsonl" "$WORK/capdef2.jsonl" <<'PY'
+import json, sys, h5py, numpy as np
+reqs = [json.loads(l) for l in open(sys.argv[1])]
+plen = np.array([len(r["prompt_tokens"]) for r in reqs])
+for path, phase in ((sys.argv[2], "decode"), (sys.argv[3], "prefill")):
+    t = h5py.File(path, "r")
+    prefill = t["tokens/position"][()] < plen[t["tokens/request"][()] - 1]
+    dropped = np.zeros(len(prefill), bool)
+    for l in range(3):
+        dropped |= (t[f"layers/{l}/experts"][()] < 0).any(axis=1)
+    assert dropped.any(), path
+    assert not (dropped & (prefill if phase == "decode" else ~prefill)).any(), (path, phase)
+a, b = json.load(open(sys.argv[4])), json.load(open(sys.argv[5]))
+assert a["dropped_fraction"] == b["dropped_fraction"] and a["expert_usage"] == b["expert_usage"]
+assert open(sys.argv[6]).read() == open(sys.argv[7]).read()
+PY
+
+# Dynamic top-k: P = 1 is plain top-k; a small P keeps one expert per token and layer; in between
+# the activation rate falls between the two.
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/p1.jsonl" --quiet --top-p-experts 1
+check "--top-p-experts 1 changes nothing" cmp -s "$WORK/a.jsonl" "$WORK/p1.jsonl"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/plo.jsonl" --quiet --top-p-experts 0.01 \
+  --stats-json "$WORK/plo.json" --trace "$WORK/plo.h5"
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/pmid.jsonl" --quiet --top-p-experts 0.4 \
+  --stats-json "$WORK/pmid.json"
+check "dynamic top-k reports the experts per token and the activation rate it reaches" \
+  "$PY" - "$WORK/stats.json" "$WORK/plo.json" "$WORK/pmid.json" "$WORK/plo.h5" <<'PY'
+import json, sys, h5py, numpy as np
+full, lo, mid = (json.load(open(p)) for p in sys.argv[1:4])
+assert full["experts_per_token"] == 2 and full["pruned_fraction"] == 0
+assert lo["experts_per_token"] == 1 and lo["pruned_fraction"] == 0.5, lo
+assert 1 < mid["experts_per_token"] < 2 and 0 < mid["pruned_fraction"] < 0.5, mid
+assert lo["expert_activation_rate"] < mid["expert_activation_rate"] < full["expert_activation_rate"]
+t = h5py.File(sys.argv[4], "r")
+for l in range(3):
+    e = t[f"layers/{l}/experts"][()]
+    assert ((e >= 0).sum(axis=1) == 1).all() and (e[:, 0] >= 0).all()
+PY
+
 synth_model "$WORK/mb" --dtype bfloat16
 "$MOERUN" infer --model "$WORK/mb" --input "$WORK/reqs.jsonl" --output "$WORK/bf.jsonl" --quiet
 check "bfloat16 model runs and returns every request" test "$(wc -l < "$WORK/bf.jsonl")" -eq 9

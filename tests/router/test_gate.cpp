@@ -2,6 +2,8 @@
 // load penalty, on cases small enough to derive by hand.
 #include <gtest/gtest.h>
 
+#include "base/error.hpp"
+
 #include <cmath>
 
 #include "router/gate.hpp"
@@ -34,9 +36,10 @@ TEST(Gate, TopKTiesGoToLowerId) {
   EXPECT_EQ(out[2], 4);
 }
 
-RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg) {
+RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+                    double capacity = 0) {
   RoutingDecision d = RoutingDecision::empty(T, k);
-  route_group(probs.data(), T, E, k, cfg, 0, &d);
+  route_group(probs.data(), T, E, k, cfg, capacity, 0, &d);
   return d;
 }
 
@@ -54,9 +57,8 @@ const std::vector<float> kCrowded = {0.9f, 0.1f, 0.8f, 0.2f, 0.7f, 0.3f, 0.6f, 0
 
 TEST(Gate, CapacityRerouteMovesOverflowToNextBest) {
   RouterConfig cfg;
-  cfg.capacity_factor = 1.0;
   cfg.overflow = Overflow::Reroute;
-  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg);
+  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg, 1.0);
   EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, 1, 1}));
   EXPECT_EQ(d.rerouted, 2);
   EXPECT_EQ(d.dropped, 0);
@@ -66,9 +68,8 @@ TEST(Gate, CapacityRerouteMovesOverflowToNextBest) {
 
 TEST(Gate, CapacityDropZeroesOverflow) {
   RouterConfig cfg;
-  cfg.capacity_factor = 1.0;
   cfg.overflow = Overflow::Drop;
-  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg);
+  const RoutingDecision d = run(kCrowded, 4, 2, 1, cfg, 1.0);
   EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, -1, -1}));
   EXPECT_EQ(d.dropped, 2);
   EXPECT_FLOAT_EQ(d.weight[2], 0.0f);
@@ -80,9 +81,7 @@ TEST(Gate, CapacityFirstChoicesHavePriorityOverSecond) {
   // Token 0 prefers 0 then 1; token 1 prefers 1 then 0. First choices fit; second choices are full
   // (0 and 1 taken), so both reroute to expert 2 in token order: token 0 gets it, token 1 drops.
   const std::vector<float> p = {0.6f, 0.3f, 0.1f, 0.3f, 0.6f, 0.1f};
-  RouterConfig cfg;
-  cfg.capacity_factor = 0.75;
-  const RoutingDecision d = run(p, 2, 3, 2, cfg);
+  const RoutingDecision d = run(p, 2, 3, 2, {}, 0.75);
   EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 2, 1, -1}));
   EXPECT_EQ(d.rerouted, 1);
   EXPECT_EQ(d.dropped, 1);
@@ -113,11 +112,77 @@ TEST(Gate, RouteSplitsPrefillAndDecodeGroups) {
   w[0] = 1; w[1] = 0; w[2] = 0; w[3] = 0;  // logit_0 = x0, logit_1 = 0
   const std::vector<float> x = {1, 0, 1, 0, 1, 0, 1, 0};
   RouterConfig cfg;
-  cfg.capacity_factor = 1.0;
+  cfg.capacity_factor_prefill = cfg.capacity_factor_decode = 1.0;
   cfg.overflow = Overflow::Drop;
   const RoutingDecision d = route(mm, x.data(), 4, g, 1, cfg, {1, 0, 1, 0});
   // Group prefill = tokens {0, 2}, decode = {1, 3}: each group's first token gets expert 0.
   EXPECT_EQ(d.expert, (std::vector<int32_t>{0, 0, -1, -1}));
+
+  // Per-phase factors: prefill 1.0 keeps capacity 1; decode 2.0 gives ceil(2 * 2 / 2) = 2, so both
+  // decode tokens keep expert 0.
+  cfg.capacity_factor_decode = 2.0;
+  const RoutingDecision p = route(mm, x.data(), 4, g, 1, cfg, {1, 0, 1, 0});
+  EXPECT_EQ(p.expert, (std::vector<int32_t>{0, 0, -1, 0}));
+  EXPECT_EQ(p.dropped, 1);
+  // Capacity on decode only: prefill is unlimited.
+  cfg.capacity_factor_prefill = 0;
+  cfg.capacity_factor_decode = 1.0;
+  const RoutingDecision q = route(mm, x.data(), 4, g, 1, cfg, {1, 0, 1, 0});
+  EXPECT_EQ(q.expert, (std::vector<int32_t>{0, 0, 0, -1}));
+}
+
+TEST(Gate, DynamicTopKKeepsFewestExpertsReachingMass) {
+  // Top-3 of 4. Token 0: 0.7 alone reaches P = 0.6. Token 1: 0.4 + 0.35 = 0.75 reaches it with 2.
+  // Token 2: 0.3 + 0.25 + 0.25 = 0.8 needs all 3 (capped at k).
+  const std::vector<float> p = {0.7f, 0.1f, 0.15f, 0.05f,  //
+                                0.1f, 0.4f, 0.15f, 0.35f,  //
+                                0.3f, 0.25f, 0.25f, 0.2f};
+  RouterConfig cfg;
+  cfg.top_p_experts = 0.6;
+  const RoutingDecision d = run(p, 3, 4, 3, cfg);
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, -1, -1, 1, 3, -1, 0, 1, 2}));
+  EXPECT_EQ(d.pruned, 3);
+  // Renormalised over the experts kept.
+  EXPECT_FLOAT_EQ(d.weight[0], 1.0f);
+  EXPECT_NEAR(d.weight[3], 0.4 / 0.75, 1e-6);
+  EXPECT_NEAR(d.weight[4], 0.35 / 0.75, 1e-6);
+  EXPECT_NEAR(d.weight[6], 0.3 / 0.8, 1e-6);
+  EXPECT_FLOAT_EQ(d.weight[1], 0.0f);
+  // Without renormalisation the kept experts keep their probabilities.
+  cfg.renormalize = false;
+  const RoutingDecision raw = run(p, 3, 4, 3, cfg);
+  EXPECT_FLOAT_EQ(raw.weight[0], 0.7f);
+  EXPECT_FLOAT_EQ(raw.weight[4], 0.35f);
+  // P = 1 is plain top-k: nothing pruned.
+  cfg.top_p_experts = 1.0;
+  EXPECT_EQ(run(p, 3, 4, 3, cfg).pruned, 0);
+}
+
+TEST(Gate, DynamicTopKPrunedSlotsNeverTakeCapacity) {
+  // 4 tokens, 2 experts, top-2, capacity ceil(0.5 * 4 * 2 / 2) = 2. Every token's first choice is
+  // expert 0 with 0.9, so P = 0.8 prunes every second slot: expert 0 would take 4 first choices,
+  // 2 fit, 2 reroute to expert 1 (which has room because the pruned slots did not count).
+  const std::vector<float> p = {0.9f, 0.1f, 0.9f, 0.1f, 0.9f, 0.1f, 0.9f, 0.1f};
+  RouterConfig cfg;
+  cfg.top_p_experts = 0.8;
+  const RoutingDecision d = run(p, 4, 2, 2, cfg, 0.5);
+  EXPECT_EQ(d.expert, (std::vector<int32_t>{0, -1, 0, -1, 1, -1, 1, -1}));
+  EXPECT_EQ(d.pruned, 4);
+  EXPECT_EQ(d.rerouted, 2);
+  EXPECT_EQ(d.dropped, 0);
+}
+
+TEST(Gate, RouterOptionRanges) {
+  RouterConfig cfg;
+  cfg.top_p_experts = 0;
+  EXPECT_THROW(cfg.validate(), Error);
+  cfg.top_p_experts = 1.5;
+  EXPECT_THROW(cfg.validate(), Error);
+  cfg.top_p_experts = 0.5;
+  cfg.capacity_factor_decode = -1;
+  EXPECT_THROW(cfg.validate(), Error);
+  cfg.capacity_factor_decode = 1.25;
+  EXPECT_NO_THROW(cfg.validate());
 }
 
 }  // namespace
