@@ -27,6 +27,7 @@ void resolve_capacity(const po::variables_map& vm, router::RouterConfig& r) {
 int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
   std::string overflow = "reroute";
+  double prefix_mb = 0;
   po::options_description o("infer options");
   o.add_options()
     ("model", po::value(&c.model_dir)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
@@ -40,6 +41,10 @@ int cmd_infer(int argc, char** argv) {
     ("seed", po::value(&c.defaults.seed)->default_value(c.defaults.seed), "default sampling seed")
     ("max-batch-size", po::value(&c.scheduler.max_batch_size)->default_value(c.scheduler.max_batch_size), "sequences in flight")
     ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens), "tokens per step")
+    ("prefix-cache-mb", po::value(&prefix_mb)->default_value(prefix_mb),
+     "MiB of prompt-prefix K/V kept for requests sharing a prefix (0: off)")
+    ("prefix-cache-block", po::value(&c.prefix_cache.block_tokens)->default_value(c.prefix_cache.block_tokens),
+     "tokens per prefix-cache block (prefixes are reused in whole blocks)")
     ("capacity-factor", po::value<double>(), "expert capacity factor of both phases (0: unlimited, the default)")
     ("capacity-factor-prefill", po::value<double>(),
      "capacity factor of prompt tokens (default: --capacity-factor, else 1.0 when --capacity-factor-decode is given)")
@@ -72,6 +77,8 @@ int cmd_infer(int argc, char** argv) {
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
   resolve_capacity(vm, c.router);
+  if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
+  c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
   cache.finish(c);
   c.s3 = object_store.finish();
   c.hdf5_probe = io::default_hdf5_probe();

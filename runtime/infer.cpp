@@ -186,6 +186,7 @@ void InferConfig::validate() const {
   if (!(comm_timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
   comm::parse_a2a(a2a);
   scheduler.validate();
+  prefix_cache.validate();
   router.validate();
 }
 
@@ -270,7 +271,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
                                                   moe_exchange_patterns(topo, rank));
     else moe = std::make_unique<LocalMoeLayer>(mm, *store, mc.hidden_size, mc.num_experts);
     ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
-    Scheduler sched(cfg.scheduler, mc, requests, runnable);
+    std::optional<PrefixCache> prefix;
+    if (cfg.prefix_cache.max_bytes > 0) prefix.emplace(cfg.prefix_cache, mc.num_layers, mc.num_kv_heads * mc.head_dim, mc.top_k);
+    Scheduler sched(cfg.scheduler, mc, requests, runnable, prefix ? &*prefix : nullptr);
     for (const io::Result& r : sched.take_trivial()) {
       journal.append(r);
       ++done_local;
@@ -281,7 +284,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     std::vector<float> logits, logits_log;
     std::vector<std::string> logits_ids;
     int64_t done_total = already, tokens_total = 0, tokens_delta = 0, generated_local = 0, generated_delta = 0;
-    int64_t generated_total = 0, prompt_total = 0, prompt_delta = 0;
+    int64_t generated_total = 0, prompt_total = 0, prompt_delta = 0, skipped_seen = 0;
     int64_t budget = 0;
     for (int64_t i : pending) {
       const io::Request& r = requests[static_cast<std::size_t>(i)];
@@ -304,7 +307,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       model.forward(batch, logits, &stats);
       const int64_t prompt_tokens = batch.tokens() - batch.decode_tokens();
       tokens_delta = batch.tokens();
-      prompt_delta = prompt_tokens;         // the progress line: prompt tokens processed,
+      // The progress line: prompt tokens processed (or taken from the prefix cache),
+      const int64_t skipped = prefix ? prefix->counters().skipped_tokens : 0;
+      prompt_delta = prompt_tokens + skipped - std::exchange(skipped_seen, skipped);
       generated_delta = batch.emitting();   // and tokens generated
       generated_local += batch.emitting();
       logits_log.clear();
@@ -337,6 +342,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     if (mc.shared_expert_intermediate_size > 0) my_phases["shared_expert"] = dt.shared_expert;
     rep.generated_tokens = generated_local;
     rep.processed_tokens = tokens_total;
+    if (prefix) {
+      rep.prefix_on = true;
+      rep.prefix = prefix->counters();
+    }
   } else {
     ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
@@ -368,13 +377,16 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     std::vector<int64_t> counters = router_role ? stats.counters() : std::vector<int64_t>(stats.counters().size(), 0);
     comm::reduce_sum_to_root(counters, world);
     if (rank == 0) stats.set_counters(counters);
-    std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs, rep.prefill_tokens, rep.decode_tokens};
+    PrefixCacheCounters& pc = rep.prefix;
+    std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs, rep.prefill_tokens, rep.decode_tokens,
+                             pc.lookups, pc.hits, pc.skipped_tokens, pc.inserted_blocks, pc.evicted_blocks, pc.bytes};
     comm::reduce_sum_to_root(gen, world);
     rep.generated_tokens = gen[0];
     rep.journaled = gen[1];
     rep.journal_syncs = gen[2];
     rep.prefill_tokens = gen[3];
     rep.decode_tokens = gen[4];
+    pc = {gen[5], gen[6], gen[7], gen[8], gen[9], gen[10]};
     std::vector<double> secs{rep.prefill_seconds, rep.decode_seconds};
     comm::reduce_max_to_root(secs, world);
     rep.prefill_seconds = secs[0];
@@ -428,6 +440,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
                 " tokens/s), decode ", rep.decode_tokens, " tokens in ", rep.decode_seconds, " s (",
                 rep.decode_seconds > 0 ? static_cast<double>(rep.decode_tokens) / rep.decode_seconds : 0.0, " tokens/s)");
     if (rep.cache_on && !cfg.quiet) log::info(cache_summary(rep.cache));
+    if (rep.prefix_on && !cfg.quiet)
+      log::info("prefix cache: ", rep.prefix.hits, " of ", rep.prefix.lookups, " prompts reused a prefix, ",
+                rep.prefix.skipped_tokens, " prompt tokens not recomputed; ", rep.prefix.bytes >> 20, " MiB held, ",
+                rep.prefix.evicted_blocks, " blocks evicted");
     if (rep.remote_model && !cfg.quiet)
       log::info("object store: ", rep.object_store.requests, " requests, ", rep.object_store.retries, " retries, ",
                 rep.object_store.bytes >> 20, " MiB");
@@ -440,6 +456,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         j["cache_per_rank"] = per;
       }
       j["journal"] = {{"results", rep.journaled}, {"syncs", rep.journal_syncs}};
+      if (rep.prefix_on)
+        j["prefix_cache"] = {{"lookups", rep.prefix.lookups}, {"hits", rep.prefix.hits},
+                             {"skipped_prefill_tokens", rep.prefix.skipped_tokens}, {"inserted_blocks", rep.prefix.inserted_blocks},
+                             {"evicted_blocks", rep.prefix.evicted_blocks}, {"bytes", rep.prefix.bytes}};
       j["throughput"] = {{"prefill_tokens", rep.prefill_tokens}, {"prefill_seconds", rep.prefill_seconds},
                          {"decode_tokens", rep.decode_tokens}, {"decode_seconds", rep.decode_seconds}};
       if (rep.remote_model)

@@ -16,6 +16,7 @@
 #include "io/requests.hpp"
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
+#include "runtime/prefix_cache.hpp"
 #include "runtime/scheduler.hpp"
 
 namespace moerun::runtime {
@@ -32,6 +33,7 @@ struct InferConfig {
   std::string logits_out;   // optional: JSONL of the logits behind every emitted token (testing)
   io::RequestDefaults defaults;
   SchedulerConfig scheduler;
+  PrefixCacheConfig prefix_cache;  // max_bytes 0: off
   router::RouterConfig router;
   int routers_per_node = 1;
   int ranks_per_node = 0;          // 0: nodes from MPI_Comm_split_type
@@ -68,6 +70,9 @@ struct InferReport {
   // Results journaled and fdatasyncs of the journals (rank 0, summed over routers): one sync per
   // step, not per result (group commit).
   int64_t journaled = 0, journal_syncs = 0;
+  // Prefix cache counters (rank 0, summed over routers).
+  bool prefix_on = false;
+  PrefixCacheCounters prefix;
   // Object-store requests (rank 0, summed) when the model is at s3://.
   bool remote_model = false;
   io::ObjectStoreStats object_store;

@@ -105,6 +105,12 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
   double s1 = now();
   const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
   router::RoutingDecision r = router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill);
+  for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+    const SeqChunk& ch = b.chunks[ci];
+    if (!ch.routing) continue;
+    const auto first = r.expert.begin() + (ch.first - t0) * c.top_k;
+    (*ch.routing)[static_cast<std::size_t>(l)].insert((*ch.routing)[static_cast<std::size_t>(l)].end(), first, first + ch.count * c.top_k);
+  }
   if (stats) {
     const std::vector<int64_t> req(b.request.begin() + t0, b.request.begin() + t0 + n);
     const std::vector<int32_t> pos(b.positions.begin() + t0, b.positions.begin() + t0 + n);

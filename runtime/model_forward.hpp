@@ -23,6 +23,8 @@ struct SeqChunk {
   int64_t count = 0;
   int64_t pos0 = 0;    // position of its first token
   bool emit = false;   // produce logits for its last token
+  // Prompt chunks: their expert slots are appended here, per layer ([layer][token * top_k + j]).
+  std::vector<std::vector<int32_t>>* routing = nullptr;
 };
 
 struct StepBatch {

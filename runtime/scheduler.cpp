@@ -14,8 +14,8 @@ void SchedulerConfig::validate() const {
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
-                     std::vector<int64_t> pending)
-    : cfg_(cfg), model_(model), requests_(requests) {
+                     std::vector<int64_t> pending, PrefixCache* prefix)
+    : cfg_(cfg), model_(model), requests_(requests), prefix_(prefix) {
   for (int64_t i : pending) {
     const io::Request& r = requests_[static_cast<std::size_t>(i)];
     if (r.max_new_tokens == 0) {
@@ -28,6 +28,12 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, c
 
 std::vector<io::Result> Scheduler::take_trivial() { return std::exchange(trivial_, {}); }
 
+bool Scheduler::computing_first_block(uint64_t key) const {
+  for (const Sequence& s : active_)
+    if (s.first_block == key && s.cached_upto < prefix_->block_tokens()) return true;
+  return false;
+}
+
 StepBatch Scheduler::next_step() {
   StepBatch b;
   emitted_.clear();
@@ -39,6 +45,7 @@ StepBatch Scheduler::next_step() {
     ch.count = n;
     ch.pos0 = s.processed;
     ch.emit = s.processed + n == static_cast<int64_t>(s.tokens.size());
+    if (s.processed < s.prompt_len) ch.routing = &s.routing;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = s.processed + i;
       b.ids.push_back(s.tokens[static_cast<std::size_t>(p)]);
@@ -58,16 +65,24 @@ StepBatch Scheduler::next_step() {
     if (s.processed < s.prompt_len && budget > 0) add_chunk(s, std::min(budget, s.prompt_len - s.processed));
   while (!queue_.empty() && budget > 0 && static_cast<int64_t>(active_.size()) < cfg_.max_batch_size) {
     const int64_t idx = queue_.front();
-    queue_.pop_front();
     const io::Request& r = requests_[static_cast<std::size_t>(idx)];
+    const uint64_t key = prefix_ ? prefix_->first_block_key(r.prompt_tokens) : 0;
+    // A request whose first block another sequence is computing right now waits until that block
+    // is cached (in input order: the queue stops here), instead of computing it a second time.
+    if (key != 0 && prefix_->can_store() && !prefix_->has_first_block(r.prompt_tokens) && computing_first_block(key)) break;
+    queue_.pop_front();
     Sequence& s = active_.emplace_back();
     s.request = &r;
     s.index = idx;
     s.tokens = r.prompt_tokens;
     s.prompt_len = static_cast<int64_t>(r.prompt_tokens.size());
+    s.first_block = key;
     const int64_t reserve = std::min(model_.max_position, s.prompt_len + r.max_new_tokens);
     s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve);
-    add_chunk(s, std::min(budget, s.prompt_len));
+    // At least the last prompt token is computed: its logits give the first generated token.
+    if (prefix_) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
+    else s.routing.assign(static_cast<std::size_t>(model_.num_layers), {});
+    add_chunk(s, std::min(budget, s.prompt_len - s.processed));
   }
   return b;
 }
@@ -76,6 +91,15 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
                                                  std::vector<std::string>* logits_ids) {
   std::vector<io::Result> finished;
   const int64_t V = model_.vocab_size;
+  if (prefix_) {
+    // Prompt blocks completed by this step become reusable.
+    for (Sequence& s : active_) {
+      const int64_t done = std::min(s.processed, s.prompt_len);
+      if (done - s.cached_upto < prefix_->block_tokens()) continue;
+      prefix_->insert(s.tokens, done, s.kv, s.routing);
+      s.cached_upto = done / prefix_->block_tokens() * prefix_->block_tokens();
+    }
+  }
   std::vector<const Sequence*> done_seqs;
   for (std::size_t i = 0; i < emitted_.size(); ++i) {
     Sequence& s = *emitted_[i];

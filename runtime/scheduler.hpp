@@ -13,6 +13,7 @@
 #include "io/requests.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/model_forward.hpp"
+#include "runtime/prefix_cache.hpp"
 
 namespace moerun::runtime {
 
@@ -29,13 +30,16 @@ struct Sequence {
   int64_t prompt_len = 0;
   int64_t processed = 0;           // tokens whose K/V are in the cache
   KvCache kv;
+  PromptRouting routing;           // expert slots of its prompt tokens so far
+  uint64_t first_block = 0;        // PrefixCache::first_block_key of the prompt
+  int64_t cached_upto = 0;         // prompt tokens offered to the prefix cache
 };
 
 class Scheduler {
  public:
-  // `pending`: indices into `requests` to run, in order.
+  // `pending`: indices into `requests` to run, in order. `prefix`: optional prefix cache.
   Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
-            std::vector<int64_t> pending);
+            std::vector<int64_t> pending, PrefixCache* prefix = nullptr);
 
   bool done() const { return active_.empty() && queue_.empty(); }
   // Builds the next step (call only when !done()).
@@ -55,6 +59,9 @@ class Scheduler {
   std::list<Sequence> active_;
   std::vector<Sequence*> emitted_;  // emitting sequences of the last step, in chunk order
   std::vector<io::Result> trivial_;
+  PrefixCache* prefix_ = nullptr;
+  // Whether an active sequence is still computing the first prompt block keyed `key`.
+  bool computing_first_block(uint64_t key) const;
 };
 
 }  // namespace moerun::runtime

@@ -1,0 +1,124 @@
+// Block-chained prefix cache of K/V rows and routing.
+#include "runtime/prefix_cache.hpp"
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "base/xxh64.hpp"
+
+namespace moerun::runtime {
+
+void PrefixCacheConfig::validate() const {
+  if (max_bytes < 0) fail(ErrorKind::Usage, "--prefix-cache-mb must be >= 0 (0: off)");
+  if (block_tokens < 1 || block_tokens > 4096) fail(ErrorKind::Usage, "--prefix-cache-block must be in [1, 4096], not ", block_tokens);
+}
+
+PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t kv_dim, int64_t top_k)
+    : cfg_(cfg), layers_(layers), kv_dim_(kv_dim), top_k_(top_k) {}
+
+uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t start) const {
+  Xxh64 h;
+  h.value(parent);
+  h.value(start);
+  h.bytes(tokens, static_cast<std::size_t>(cfg_.block_tokens) * sizeof(int32_t));
+  const uint64_t k = h.digest();
+  return k == 0 ? 1 : k;  // 0 is "no parent"
+}
+
+int64_t PrefixCache::block_bytes() const {
+  const int64_t B = cfg_.block_tokens;
+  return B * static_cast<int64_t>(sizeof(int32_t)) +
+         layers_ * B * (2 * kv_dim_ * static_cast<int64_t>(sizeof(float)) + top_k_ * static_cast<int64_t>(sizeof(int32_t)));
+}
+
+uint64_t PrefixCache::first_block_key(const std::vector<int32_t>& prompt) const {
+  if (static_cast<int64_t>(prompt.size()) < cfg_.block_tokens) return 0;
+  return block_key(0, prompt.data(), 0);
+}
+
+bool PrefixCache::has_first_block(const std::vector<int32_t>& prompt) const {
+  const uint64_t k = first_block_key(prompt);
+  return k != 0 && blocks_.count(k) > 0;
+}
+
+int64_t PrefixCache::reuse(const std::vector<int32_t>& prompt, int64_t max_tokens, KvCache& kv, PromptRouting& routing) {
+  ++c_.lookups;
+  const int64_t B = cfg_.block_tokens;
+  routing.assign(static_cast<std::size_t>(layers_), {});
+  uint64_t parent = 0;
+  int64_t n = 0;
+  std::vector<uint64_t> used;
+  while (n + B <= max_tokens) {
+    const uint64_t key = block_key(parent, prompt.data() + n, n);
+    auto it = blocks_.find(key);
+    // The stored tokens and parent are compared too: a hash collision must not pass for a hit.
+    if (it == blocks_.end() || it->second.parent != parent ||
+        !std::equal(it->second.tokens.begin(), it->second.tokens.end(), prompt.begin() + n))
+      break;
+    Block& b = it->second;
+    for (int64_t l = 0; l < layers_; ++l) {
+      kv.append(l, b.k[l].data(), b.v[l].data(), B);
+      routing[l].insert(routing[l].end(), b.experts[l].begin(), b.experts[l].end());
+    }
+    used.push_back(key);
+    parent = key;
+    n += B;
+  }
+  touch(used);
+  if (n > 0) ++c_.hits;
+  c_.skipped_tokens += n;
+  return n;
+}
+
+void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const KvCache& kv, const PromptRouting& routing) {
+  const int64_t B = cfg_.block_tokens;
+  if (cfg_.max_bytes < block_bytes()) return;
+  uint64_t parent = 0;
+  std::vector<uint64_t> chain;
+  for (int64_t start = 0; start + B <= n; start += B) {
+    const uint64_t key = block_key(parent, prompt.data() + start, start);
+    chain.push_back(key);
+    if (blocks_.find(key) == blocks_.end()) {
+      Block b;
+      b.parent = parent;
+      b.tokens.assign(prompt.begin() + start, prompt.begin() + start + B);
+      b.k.resize(static_cast<std::size_t>(layers_));
+      b.v.resize(static_cast<std::size_t>(layers_));
+      b.experts.resize(static_cast<std::size_t>(layers_));
+      for (int64_t l = 0; l < layers_; ++l) {
+        const auto rows = [&](const std::vector<float>& m) {
+          return std::vector<float>(m.begin() + start * kv_dim_, m.begin() + (start + B) * kv_dim_);
+        };
+        b.k[l] = rows(kv.k[l]);
+        b.v[l] = rows(kv.v[l]);
+        b.experts[l].assign(routing[l].begin() + start * top_k_, routing[l].begin() + (start + B) * top_k_);
+      }
+      lru_.push_front(key);
+      b.lru = lru_.begin();
+      blocks_.emplace(key, std::move(b));
+      ++c_.inserted_blocks;
+      c_.bytes += block_bytes();
+    }
+    parent = key;
+  }
+  touch(chain);
+  evict_to_fit();
+}
+
+void PrefixCache::touch(const std::vector<uint64_t>& chain) {
+  // Deepest block first, so that every parent ends up more recent than its children.
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) lru_.splice(lru_.begin(), lru_, blocks_.at(*it).lru);
+}
+
+void PrefixCache::evict_to_fit() {
+  // touch() keeps every parent more recent than its children: the least recent blocks are the
+  // ends of chains, and no block outlives its parent.
+  while (c_.bytes > cfg_.max_bytes && !lru_.empty()) {
+    blocks_.erase(lru_.back());
+    lru_.pop_back();
+    c_.bytes -= block_bytes();
+    ++c_.evicted_blocks;
+  }
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,114 @@
+// PrefixCache on hand-made K/V: reuse of whole blocks only, keys that depend on position and on
+// everything before a block, routing carried along, and LRU eviction that never strands a child.
+#include <gtest/gtest.h>
+
+#include "runtime/prefix_cache.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+constexpr int64_t kLayers = 2, kKvDim = 3, kTopK = 2, kB = 4;
+
+// K/V rows whose values name (layer, position, token), and routing slots naming (layer, position).
+void fill(const std::vector<int32_t>& prompt, KvCache& kv, PromptRouting& routing) {
+  kv.init(kLayers, kKvDim, static_cast<int64_t>(prompt.size()));
+  routing.assign(kLayers, {});
+  for (int64_t l = 0; l < kLayers; ++l)
+    for (std::size_t p = 0; p < prompt.size(); ++p) {
+      std::vector<float> k(kKvDim), v(kKvDim);
+      for (int64_t i = 0; i < kKvDim; ++i) {
+        k[i] = static_cast<float>(l * 100000 + static_cast<int64_t>(p) * 1000 + prompt[p] + i);
+        v[i] = -k[i];
+      }
+      kv.append(l, k.data(), v.data(), 1);
+      routing[l].push_back(static_cast<int32_t>(l * 10 + static_cast<int64_t>(p)));
+      routing[l].push_back(static_cast<int32_t>(-1));
+    }
+}
+
+TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
+  PrefixCache cache({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  KvCache kv;
+  PromptRouting routing;
+  fill(a, kv, routing);
+  cache.insert(a, 10, kv, routing);  // blocks [0, 4) and [4, 8)
+  EXPECT_EQ(cache.counters().inserted_blocks, 2);
+
+  const std::vector<int32_t> b = {1, 2, 3, 4, 5, 6, 7, 8, 42, 43, 44};
+  KvCache got;
+  got.init(kLayers, kKvDim, 11);
+  PromptRouting r;
+  EXPECT_EQ(cache.reuse(b, 10, got, r), 8);
+  KvCache want;
+  PromptRouting want_r;
+  fill(b, want, want_r);
+  for (int64_t l = 0; l < kLayers; ++l) {
+    EXPECT_EQ(got.k[l], std::vector<float>(want.k[l].begin(), want.k[l].begin() + 8 * kKvDim));
+    EXPECT_EQ(got.v[l], std::vector<float>(want.v[l].begin(), want.v[l].begin() + 8 * kKvDim));
+    EXPECT_EQ(r[l], std::vector<int32_t>(want_r[l].begin(), want_r[l].begin() + 8 * kTopK));
+  }
+  // max_tokens below a block boundary stops at the block before it.
+  KvCache kv2;
+  kv2.init(kLayers, kKvDim, 8);
+  EXPECT_EQ(cache.reuse(b, 7, kv2, r), 4);
+  EXPECT_EQ(cache.counters().skipped_tokens, 12);
+}
+
+TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
+  PrefixCache cache({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 0};
+  KvCache kv;
+  PromptRouting routing;
+  fill(a, kv, routing);
+  cache.insert(a, 8, kv, routing);
+  KvCache out;
+  PromptRouting r;
+  // Block [5..8] of a, but at position 0: not the same K/V.
+  out.init(kLayers, kKvDim, 8);
+  EXPECT_EQ(cache.reuse({5, 6, 7, 8, 1, 2, 3, 4, 0}, 8, out, r), 0);
+  // Same second block after another first block: not reusable either.
+  out.init(kLayers, kKvDim, 8);
+  EXPECT_EQ(cache.reuse({9, 2, 3, 4, 5, 6, 7, 8, 0}, 8, out, r), 0);
+  // Same first block, other second block: the first only.
+  out.init(kLayers, kKvDim, 8);
+  EXPECT_EQ(cache.reuse({1, 2, 3, 4, 5, 6, 7, 9, 0}, 8, out, r), 4);
+  EXPECT_EQ(cache.first_block_key({1, 2, 3, 4, 77}), cache.first_block_key(a));
+  EXPECT_EQ(cache.first_block_key({1, 2, 3}), 0u);
+}
+
+TEST(PrefixCache, EvictsLeastRecentChainEndsWithinBudget) {
+  // Room for 3 blocks.
+  PrefixCache probe({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  const std::vector<int32_t> a = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 0};
+  KvCache kv;
+  PromptRouting routing;
+  fill(a, kv, routing);
+  probe.insert(a, 12, kv, routing);
+  const int64_t block = probe.counters().bytes / 3;
+  PrefixCache cache({3 * block, kB}, kLayers, kKvDim, kTopK);
+  cache.insert(a, 12, kv, routing);
+  EXPECT_EQ(cache.counters().evicted_blocks, 0);
+  // A second prompt sharing the first block adds one block: the end of a's chain goes.
+  const std::vector<int32_t> b = {1, 1, 1, 1, 5, 5, 5, 5, 0};
+  KvCache kvb;
+  PromptRouting rb;
+  fill(b, kvb, rb);
+  cache.insert(b, 8, kvb, rb);
+  EXPECT_EQ(cache.counters().evicted_blocks, 1);
+  EXPECT_LE(cache.counters().bytes, 3 * block);
+  KvCache out;
+  PromptRouting r;
+  out.init(kLayers, kKvDim, 12);
+  EXPECT_EQ(cache.reuse(a, 12, out, r), 8);  // a's first two blocks are still there
+  out.init(kLayers, kKvDim, 12);
+  EXPECT_EQ(cache.reuse(b, 8, out, r), 8);
+  // A budget below one block stores nothing.
+  PrefixCache none({block - 1, kB}, kLayers, kKvDim, kTopK);
+  EXPECT_FALSE(none.can_store());
+  none.insert(a, 12, kv, routing);
+  EXPECT_EQ(none.counters().bytes, 0);
+}
+
+}  // namespace
+}  // namespace moerun::runtime
