@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <omp.h>
 
 #include "base/error.hpp"
@@ -23,6 +24,10 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 // comes true costs a load and may evict something useful).
 constexpr double kMinPrefetchShare = 0.02;
 
+// Per-step decay of the hotness count: the last ~10 steps dominate, so the ranking follows the
+// requests in flight rather than the first few prompts.
+constexpr double kHotDecay = 0.9;
+
 }  // namespace
 
 PrefetchPolicy parse_prefetch(const std::string& s) {
@@ -36,7 +41,19 @@ const char* prefetch_name(PrefetchPolicy p) {
   return p == PrefetchPolicy::Off ? "off" : p == PrefetchPolicy::Lru ? "lru" : "affinity";
 }
 
+WarmupPolicy parse_warmup(const std::string& s) {
+  if (s == "none") return WarmupPolicy::None;
+  if (s == "id-order") return WarmupPolicy::IdOrder;
+  if (s == "hotness") return WarmupPolicy::Hotness;
+  fail(ErrorKind::Usage, "--warmup: \"", s, "\" is not none, id-order or hotness");
+}
+
+const char* warmup_name(WarmupPolicy p) {
+  return p == WarmupPolicy::None ? "none" : p == WarmupPolicy::IdOrder ? "id-order" : "hotness";
+}
+
 void ExpertCacheConfig::validate() const {
+  if (warmup_requests < 0) fail(ErrorKind::Usage, "--warmup-requests must be >= 0");
   if (l1_bytes < 0) fail(ErrorKind::Usage, "--l1-bytes must be >= 0");
   if (l2_bytes < 0) fail(ErrorKind::Usage, "--l2-bytes must be >= 0");
   if (io_threads < 1 || io_threads > 64) fail(ErrorKind::Usage, "--io-threads must be in [1, 64]");
@@ -58,14 +75,15 @@ std::vector<double> CacheCounters::to_vector() const {
           static_cast<double>(l2_misses), static_cast<double>(l3_reads), static_cast<double>(l2_bytes_read),
           static_cast<double>(l3_bytes_read), static_cast<double>(l2_bytes_written), static_cast<double>(l2_corrupt),
           static_cast<double>(prefetch_issued), static_cast<double>(prefetch_used), static_cast<double>(prefetch_wasted),
-          static_cast<double>(evictions), static_cast<double>(demand_loads), stall_s, read_s, verify_s, pack_s};
+          static_cast<double>(evictions), static_cast<double>(demand_loads), static_cast<double>(warmup_loads),
+          static_cast<double>(warmup_used), stall_s, read_s, verify_s, pack_s};
 }
 
 CacheCounters CacheCounters::from_vector(const std::vector<double>& v) {
   CacheCounters c;
   int64_t* f[] = {&c.l1_hits, &c.l1_misses, &c.l2_hits, &c.l2_misses, &c.l3_reads, &c.l2_bytes_read, &c.l3_bytes_read,
                   &c.l2_bytes_written, &c.l2_corrupt, &c.prefetch_issued, &c.prefetch_used, &c.prefetch_wasted,
-                  &c.evictions, &c.demand_loads};
+                  &c.evictions, &c.demand_loads, &c.warmup_loads, &c.warmup_used};
   for (std::size_t i = 0; i < std::size(f) && i < v.size(); ++i) *f[i] = std::llround(v[i]);
   double* d[] = {&c.stall_s, &c.read_s, &c.verify_s, &c.pack_s};
   for (std::size_t i = 0; i < std::size(d) && std::size(f) + i < v.size(); ++i) *d[i] = v[std::size(f) + i];
@@ -101,11 +119,13 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
   Matmul mm;  // for the packed sizes and the layout's name
   for (Slot& slot : slots_) preallocate_expert(mm, source_.config(), slot.w);
   last_needed_.resize(static_cast<std::size_t>(num_layers_));
+  hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
+  warming_ = cfg_.warmup == WarmupPolicy::Hotness && cfg_.warmup_requests > 0;
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, expert_layout_name(mm, source_.config()), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes for ", owned, " experts, prefetch ",
-             prefetch_name(cfg_.prefetch), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
+             prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
 }
 
 ExpertCache::~ExpertCache() {
@@ -125,7 +145,8 @@ bool ExpertCache::owns(int64_t layer, int64_t expert) const {
 double ExpertCache::keep_score_locked(int64_t k) const {
   // How much keeping this expert is worth: its predicted share of the next layer (affinity), or
   // the layer's marginal frequency discounted by how many layers away its next use is.
-  if (cfg_.prefetch != PrefetchPolicy::Affinity) return 0.0;
+  if (cfg_.prefetch != PrefetchPolicy::Affinity)
+    return cfg_.warmup == WarmupPolicy::Hotness ? hot_[static_cast<std::size_t>(k)] : 0.0;  // coldest first; else LRU
   const int64_t l = k / num_experts_, e = k % num_experts_;
   auto it = predicted_.find(k);
   if (it != predicted_.end()) return 1.0 + it->second;
@@ -150,8 +171,10 @@ int ExpertCache::choose_victim_locked(const Task& t) const {
       best_use = s.last_use;
     }
   }
-  // A prefetch only displaces something worth less than what it brings.
+  // A prefetch only displaces something worth less than what it brings; a warm-up load only a
+  // colder expert.
   if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Affinity && best_score >= 1.0 + t.score) return -1;
+  if (best >= 0 && t.kind == TaskKind::Fill && best_score >= t.score) return -1;
   return best;
 }
 
@@ -202,6 +225,50 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
   }
 }
 
+void ExpertCache::queue_settle_locked() {
+  std::vector<std::pair<double, int64_t>> hottest;
+  for (int64_t k = 0; k < num_layers_ * num_experts_; ++k)
+    if (hot_[static_cast<std::size_t>(k)] > 0 && owns_(k / num_experts_, k % num_experts_))
+      hottest.push_back({hot_[static_cast<std::size_t>(k)], k});
+  const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(static_cast<int64_t>(slots_.size()), static_cast<int64_t>(hottest.size())));
+  std::partial_sort(hottest.begin(), hottest.begin() + n, hottest.end(), [](auto& a, auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  // Hottest first, behind demands and prefetches: the settle uses loaders that would otherwise idle.
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    const auto& [score, k] = hottest[static_cast<std::size_t>(i)];
+    if (where_.count(k)) continue;
+    auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::WarmL2; });
+    tasks_.insert(pos, {k, TaskKind::Fill, generation_, score});
+  }
+}
+
+void ExpertCache::warm_up() {
+  if (cfg_.warmup != WarmupPolicy::IdOrder) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    int64_t left = static_cast<int64_t>(slots_.size());
+    for (int64_t k = 0; k < num_layers_ * num_experts_ && left > 0; ++k)
+      if (owns_(k / num_experts_, k % num_experts_)) {
+        tasks_.push_back({k, TaskKind::Fill, generation_, std::numeric_limits<double>::infinity()});
+        --left;
+      }
+  }
+  cv_.notify_all();
+  drain();
+  // A failed load is reported when a layer needs that expert (as for any prefetch).
+}
+
+void ExpertCache::requests_finished(int64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!warming_ || n < cfg_.warmup_requests) return;
+    warming_ = false;
+    queue_settle_locked();
+  }
+  cv_.notify_all();
+}
+
 std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<int64_t>& rows) {
   std::vector<int64_t> ready, waiting;
   {
@@ -233,6 +300,11 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
       }
     }
     queue_prefetch_locked(layer, rows);
+    // Hotness: every expert of this layer decays, the ones with rows gain them.
+    for (int64_t e = 0; e < num_experts_ && e < static_cast<int64_t>(rows.size()); ++e) {
+      double& h = hot_[static_cast<std::size_t>(key(layer, e))];
+      h = h * kHotDecay + static_cast<double>(std::max<int64_t>(rows[static_cast<std::size_t>(e)], 0));
+    }
   }
   cv_.notify_all();
   ready.insert(ready.end(), waiting.begin(), waiting.end());
@@ -265,6 +337,7 @@ const io::ExpertWeights& ExpertCache::acquire(int64_t layer, int64_t expert) {
         if (waited) c_.stall_s += now() - t0;
         ++s.pins;
         if (s.prefetched && !s.used) ++c_.prefetch_used;
+        if (s.warmed && !s.used) ++c_.warmup_used;
         s.used = true;
         return s.w;
       }
@@ -387,9 +460,9 @@ void ExpertCache::worker() {
     }
     if (where_.count(t.key)) continue;
     if (t.kind == TaskKind::Prefetch && t.generation != generation_) continue;
-    int victim = choose_victim_locked(t);
+    const int victim = choose_victim_locked(t);
     if (victim < 0) {
-      if (t.kind == TaskKind::Prefetch) continue;
+      if (t.kind == TaskKind::Prefetch || t.kind == TaskKind::Fill) continue;
       // A demand load waits for a slot to come free (a release), ahead of everything else.
       tasks_.push_front(t);
       cv_.wait(lock);
@@ -405,11 +478,13 @@ void ExpertCache::worker() {
     s.pins = 0;
     s.last_use = 0;
     s.used = false;
+    s.warmed = t.kind == TaskKind::Fill;
     s.error = nullptr;
     s.key = t.key;
     s.state = State::Loading;
     s.prefetched = t.kind == TaskKind::Prefetch;
     if (s.prefetched) ++c_.prefetch_issued;
+    else if (s.warmed) ++c_.warmup_loads;
     else ++c_.demand_loads;
     where_[t.key] = victim;
     ++running_;

@@ -32,12 +32,23 @@ enum class PrefetchPolicy { Off, Lru, Affinity };
 PrefetchPolicy parse_prefetch(const std::string& s);  // Usage error naming --prefetch
 const char* prefetch_name(PrefetchPolicy p);
 
+// How L1 warms up. None: by demand and prefetch only, least recently used evicted first. IdOrder:
+// every slot is loaded in (layer, expert) order before serving starts (the first token waits for
+// it). Hotness: serving starts at once; a decaying count of each expert's rows ranks the experts,
+// eviction takes the coldest, and once the first --warmup-requests requests have finished, idle
+// loaders bring in the hottest experts not yet in L1 (hottest first) in place of colder ones.
+enum class WarmupPolicy { None, IdOrder, Hotness };
+WarmupPolicy parse_warmup(const std::string& s);  // Usage error naming --warmup
+const char* warmup_name(WarmupPolicy p);
+
 struct ExpertCacheConfig {
   int64_t l1_bytes = 0;        // 0: no cache, every owned expert resident
   std::string l2_dir;          // empty: no L2
   int64_t l2_bytes = int64_t{16} << 30;
   bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
   PrefetchPolicy prefetch = PrefetchPolicy::Lru;
+  WarmupPolicy warmup = WarmupPolicy::Hotness;
+  int64_t warmup_requests = 16;  // Hotness: the requests counted before L1 settles on the hottest experts
   int io_threads = 2;
   void validate() const;
 };
@@ -51,6 +62,8 @@ struct CacheCounters {
   int64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
   int64_t evictions = 0;
   int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
+  int64_t warmup_loads = 0;             // loads by the warm-up (id order, or the hotness settle)
+  int64_t warmup_used = 0;              // of those, experts a layer then used
   double stall_s = 0;                   // compute waiting for weights
   // Where load time goes, summed over I/O threads: reading (L2 or L3), checksums, packing.
   double read_s = 0, verify_s = 0, pack_s = 0;
@@ -83,6 +96,10 @@ class ExpertCache : public ExpertStore {
   bool in_l1(int64_t layer, int64_t expert) const;  // loaded and ready
   // Blocks until no load is queued or running (tests, and clean counters at the end).
   void drain();
+  // Start of serving: WarmupPolicy::IdOrder loads every slot here and returns when they are loaded.
+  void warm_up();
+  // Requests finished so far in the whole job: at warmup_requests the hotness warm-up settles.
+  void requests_finished(int64_t n);
 
  private:
   enum class State { Empty, Loading, Ready, Failed };
@@ -91,11 +108,11 @@ class ExpertCache : public ExpertStore {
     State state = State::Empty;
     int pins = 0;
     uint64_t last_use = 0;
-    bool prefetched = false, used = false;
+    bool prefetched = false, used = false, warmed = false;
     io::ExpertWeights w;  // preallocated once; every load packs into it
     std::exception_ptr error;
   };
-  enum class TaskKind { Demand, Prefetch, WarmL2 };
+  enum class TaskKind { Demand, Prefetch, Fill, WarmL2 };  // Fill: warm-up, displaces only colder experts
   struct Task {
     int64_t key;
     TaskKind kind;
@@ -108,6 +125,7 @@ class ExpertCache : public ExpertStore {
   int choose_victim_locked(const Task& t) const;
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
+  void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
   // Loads an expert into a slot's preallocated weights: from L2 (stored packed, read straight into
   // them) or else from L3 (fetch_from_l3).
   void load_into(int64_t key, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& slot);
@@ -133,6 +151,8 @@ class ExpertCache : public ExpertStore {
   std::unordered_set<int64_t> needed_now_, done_now_;
   std::unordered_map<int64_t, double> predicted_;    // key -> predicted share of the next layer's tokens
   std::vector<std::vector<int64_t>> last_needed_;    // [layer]: experts it needed the last time (lru prefetch)
+  std::vector<double> hot_;                          // key -> decaying count of rows (hotness warm-up)
+  bool warming_ = false;
   CacheCounters c_;
   std::vector<std::thread> workers_;
 };

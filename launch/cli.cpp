@@ -45,6 +45,11 @@ void CacheOptions::add(po::options_description& o, runtime::InferConfig& c) {
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "expert cache: L2 reads direct (O_DIRECT where the filesystem allows) or buffered (page cache)")
     ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru or affinity (needs --affinity)")
     ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
+    ("warmup", po::value(&warmup)->default_value(warmup),
+     "expert cache: fill the empty L1 by hotness (in the background, hottest experts of the first requests first), "
+     "id-order (all of L1 before the first step), or none (demand and prefetch only)")
+    ("warmup-requests", po::value(&c.cache.warmup_requests)->default_value(c.cache.warmup_requests),
+     "expert cache: requests whose expert use drives the hotness warm-up")
     ("io-threads", po::value(&c.cache.io_threads)->default_value(c.cache.io_threads), "expert cache: loader threads per expert rank");
 }
 
@@ -52,6 +57,7 @@ void CacheOptions::finish(runtime::InferConfig& c) const {
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);
+  c.cache.warmup = experts::parse_warmup(warmup);
   if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered, not \"", l2_io, "\"");
   c.cache.l2_direct = l2_io == "direct";
   if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))

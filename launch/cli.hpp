@@ -27,7 +27,7 @@ void apply_model_dtype(const std::string& dtype, io::ModelConfig& m);
 
 // The expert cache options (infer, bench infer). Call finish() after parsing.
 struct CacheOptions {
-  std::string l1 = "0", l2 = "16G", prefetch = "lru", l2_io = "direct";
+  std::string l1 = "0", l2 = "16G", prefetch = "lru", l2_io = "direct", warmup = "hotness";
   void add(po::options_description& o, runtime::InferConfig& c);
   void finish(runtime::InferConfig& c) const;
 };

@@ -102,13 +102,14 @@ nlohmann::json cache_json(const experts::CacheCounters& c) {
           {"l3_reads", c.l3_reads}, {"l2_bytes_read", c.l2_bytes_read}, {"l3_bytes_read", c.l3_bytes_read},
           {"l2_bytes_written", c.l2_bytes_written}, {"l2_corrupt", c.l2_corrupt}, {"prefetch_issued", c.prefetch_issued},
           {"prefetch_used", c.prefetch_used}, {"prefetch_wasted", c.prefetch_wasted}, {"demand_loads", c.demand_loads},
-          {"evictions", c.evictions}, {"load_read_s", c.read_s}, {"load_verify_s", c.verify_s}, {"load_pack_s", c.pack_s}};
+          {"evictions", c.evictions}, {"warmup_loads", c.warmup_loads}, {"warmup_used", c.warmup_used}, {"load_read_s", c.read_s}, {"load_verify_s", c.verify_s}, {"load_pack_s", c.pack_s}};
 }
 
 std::string cache_summary(const experts::CacheCounters& c) {
   return str("expert cache: L1 hit rate ", c.l1_hit_rate(), " (", c.l1_hits, "/", c.l1_hits + c.l1_misses, "), L2 hit rate ",
              c.l2_hit_rate(), ", L3 reads ", c.l3_reads, " (", c.l3_bytes_read >> 20, " MiB), stall ", c.stall_s,
-             " s, prefetch precision ", c.prefetch_precision(), " recall ", c.prefetch_recall(), ", L2 corrupt ", c.l2_corrupt);
+             " s, prefetch precision ", c.prefetch_precision(), " recall ", c.prefetch_recall(), ", warm-up loads ", c.warmup_loads,
+             " (", c.warmup_used, " used), L2 corrupt ", c.l2_corrupt);
 }
 
 std::string per_router(const std::string& path, int router) {
@@ -235,6 +236,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   RoutingStats stats(mc, !cfg.trace.empty());
   std::map<std::string, double> my_phases;
   const bool router_role = topo.is_router(rank);
+  // Time to first token counts from here, before the warm-up: an id-order warm-up delays it.
+  const auto serve_start = std::chrono::steady_clock::now();
+  auto* cache = dynamic_cast<experts::ExpertCache*>(store.get());
+  if (cache) cache->warm_up();
 
   // 2. The loops. Every step starts with one small allreduce: are any routers still busy, and how
   //    far are they (rank 0's progress line).
@@ -301,6 +306,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       prompt_total += ctl[4];
       done_local = tokens_delta = generated_delta = prompt_delta = 0;
       progress.update(done_total, prompt_total, generated_total);
+      if (cache) cache->requests_finished(done_total);
       if (ctl[0] == 0) break;
       StepBatch batch = sched.done() ? StepBatch{} : sched.next_step();
       const auto step_start = std::chrono::steady_clock::now();
@@ -319,6 +325,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         ++done_local;
       }
       journal.sync();  // group commit: one fdatasync per step, before the step counts as done
+      if (rep.first_token_s < 0 && batch.emitting() > 0)
+        rep.first_token_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - serve_start).count();
       if (logits_file) write_logits(*logits_file, logits_ids, logits_log, mc.vocab_size);
       const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       if (prompt_tokens > 0) {
@@ -349,11 +357,14 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   } else {
     ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
+    int64_t done_total = 0;
     while (true) {
       std::vector<int64_t> ctl(kStepControlFields, 0);  // expert ranks contribute zeros
       const auto t0 = std::chrono::steady_clock::now();
       comm::allreduce_sum_timed(ctl, world, cfg.comm_timeout_s, "step control");
       idle += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      done_total += ctl[1];
+      if (cache) cache->requests_finished(done_total);
       if (ctl[0] == 0) break;
       for (int64_t l = 0; l < mc.num_layers; ++l) server.serve_layer(l, cfg.micro_batches);
     }
@@ -387,10 +398,12 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.prefill_tokens = gen[3];
     rep.decode_tokens = gen[4];
     pc = {gen[5], gen[6], gen[7], gen[8], gen[9], gen[10]};
-    std::vector<double> secs{rep.prefill_seconds, rep.decode_seconds};
+    // The job's first token is the earliest over routers: a max of negated times.
+    std::vector<double> secs{rep.prefill_seconds, rep.decode_seconds, rep.first_token_s >= 0 ? -rep.first_token_s : -1e300};
     comm::reduce_max_to_root(secs, world);
     rep.prefill_seconds = secs[0];
     rep.decode_seconds = secs[1];
+    rep.first_token_s = secs[2] > -1e299 ? -secs[2] : -1;
     for (const char* role : {"router", "expert"}) {
       static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
                                                   "expert_compute", "combine", "head", "idle"};
@@ -438,7 +451,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       log::info("throughput: prefill ", rep.prefill_tokens, " prompt tokens in ", rep.prefill_seconds, " s (",
                 rep.prefill_seconds > 0 ? static_cast<double>(rep.prefill_tokens) / rep.prefill_seconds : 0.0,
                 " tokens/s), decode ", rep.decode_tokens, " tokens in ", rep.decode_seconds, " s (",
-                rep.decode_seconds > 0 ? static_cast<double>(rep.decode_tokens) / rep.decode_seconds : 0.0, " tokens/s)");
+                rep.decode_seconds > 0 ? static_cast<double>(rep.decode_tokens) / rep.decode_seconds : 0.0, " tokens/s), first token after ",
+                rep.first_token_s, " s");
     if (rep.cache_on && !cfg.quiet) log::info(cache_summary(rep.cache));
     if (rep.prefix_on && !cfg.quiet)
       log::info("prefix cache: ", rep.prefix.hits, " of ", rep.prefix.lookups, " prompts reused a prefix, ",
@@ -461,7 +475,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
                              {"skipped_prefill_tokens", rep.prefix.skipped_tokens}, {"inserted_blocks", rep.prefix.inserted_blocks},
                              {"evicted_blocks", rep.prefix.evicted_blocks}, {"bytes", rep.prefix.bytes}};
       j["throughput"] = {{"prefill_tokens", rep.prefill_tokens}, {"prefill_seconds", rep.prefill_seconds},
-                         {"decode_tokens", rep.decode_tokens}, {"decode_seconds", rep.decode_seconds}};
+                         {"decode_tokens", rep.decode_tokens}, {"decode_seconds", rep.decode_seconds},
+                         {"time_to_first_token_s", rep.first_token_s}};
       if (rep.remote_model)
         j["object_store"] = {{"requests", rep.object_store.requests},
                              {"retries", rep.object_store.retries},

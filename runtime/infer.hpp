@@ -59,6 +59,7 @@ struct InferReport {
   // seconds, summed over routers (tokens) and their maximum (seconds) (rank 0).
   int64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
+  double first_token_s = -1;      // from the start of serving (warm-up included) to the first generated token; -1: none
   int ranks = 1;
   int routers = 1;
   // Seconds per phase and role, the maximum over the ranks of that role (rank 0).

@@ -49,6 +49,7 @@ class ExpertCacheTest : public ::testing::Test {
     ExpertCacheConfig c;
     c.l1_bytes = slots * slot_;
     c.prefetch = p;
+    c.warmup = WarmupPolicy::None;  // least recently used first, unless a test says otherwise
     c.io_threads = 1;
     if (l2) c.l2_dir = (dir_ / "l2").string();
     return c;
@@ -174,6 +175,60 @@ TEST_F(ExpertCacheTest, LruEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(k.l1_hits, 1);
   EXPECT_EQ(k.l1_misses, 3);
   EXPECT_EQ(k.l3_reads, 3);
+}
+
+TEST_F(ExpertCacheTest, HotnessEvictsTheColdest) {
+  ExpertCacheConfig k = cfg(2);
+  k.warmup = WarmupPolicy::Hotness;
+  auto c = make(k);
+  for (int i = 0; i < 3; ++i) run_layer(*c, 0, {0});
+  run_layer(*c, 0, {1});  // 0 is the least recently used, but used three times as often
+  run_layer(*c, 0, {2});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_FALSE(c->in_l1(0, 1));
+  EXPECT_TRUE(c->in_l1(0, 2));
+}
+
+TEST_F(ExpertCacheTest, IdOrderWarmUpFillsEverySlotBeforeServing) {
+  ExpertCacheConfig k = cfg(3);
+  k.warmup = WarmupPolicy::IdOrder;
+  auto c = make(k);
+  c->warm_up();  // returns when the slots are loaded
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_TRUE(c->in_l1(0, 1));
+  EXPECT_TRUE(c->in_l1(0, 2));
+  EXPECT_FALSE(c->in_l1(0, 3));
+  run_layer(*c, 0, {1});
+  const CacheCounters n = c->counters();
+  EXPECT_EQ(n.warmup_loads, 3);
+  EXPECT_EQ(n.warmup_used, 1);
+  EXPECT_EQ(n.l1_hits, 1);
+  EXPECT_EQ(n.demand_loads, 0);
+}
+
+TEST_F(ExpertCacheTest, HotnessSettlesOnTheHottestAfterTheWarmUpRequests) {
+  ExpertCacheConfig k = cfg(2);
+  k.warmup = WarmupPolicy::Hotness;
+  k.warmup_requests = 5;
+  auto c = make(k);
+  for (int i = 0; i < 3; ++i) run_layer(*c, 0, {0, 1});  // the hot pair
+  run_layer(*c, 1, {0, 1});  // needs both slots: the hot pair goes, though it is hotter
+  c->drain();
+  EXPECT_FALSE(c->in_l1(0, 0));
+  c->requests_finished(4);  // still warming up: nothing moves
+  c->drain();
+  EXPECT_FALSE(c->in_l1(0, 0));
+  EXPECT_EQ(c->counters().warmup_loads, 0);
+  c->requests_finished(5);  // L1 settles on the hottest experts, displacing colder ones
+  c->drain();
+  EXPECT_TRUE(c->in_l1(0, 0));
+  EXPECT_TRUE(c->in_l1(0, 1));
+  EXPECT_FALSE(c->in_l1(1, 0));
+  EXPECT_EQ(c->counters().warmup_loads, 2);
+  c->requests_finished(6);  // once only
+  c->drain();
+  EXPECT_EQ(c->counters().warmup_loads, 2);
 }
 
 TEST_F(ExpertCacheTest, AffinityEvictsTheLowestPredictedUse) {
