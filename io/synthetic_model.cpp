@@ -30,6 +30,9 @@ uint64_t fnv1a(const std::string& s) {
 
 void SynthConfig::validate() const {
   model.validate("synth");
+  if (gate_topics < 0 || gate_topics > model.vocab_size)
+    fail(ErrorKind::Usage, "--gate-topics must be in [0, vocab size ", model.vocab_size, "], not ", gate_topics);
+  if (gate_topics > 0 && !(gate_skew > 0)) fail(ErrorKind::Usage, "--gate-topics needs --gate-skew > 0");
   if (shards < 1) fail(ErrorKind::Usage, "--shards must be >= 1");
   if (shards > model.num_layers * model.num_experts)
     fail(ErrorKind::Usage, "--shards ", shards, " exceeds the number of experts (", model.num_layers * model.num_experts, ")");
@@ -70,23 +73,42 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
       std::vector<float> t = synth_tensor(seed, name, n, scale, offset);
       w.write(name, shape, t.data());
     };
-    std::vector<float> dir;
-    if (cfg.gate_skew > 0) {
-      dir = synth_tensor(seed, "/skew_direction", d, 1.0f);
+    // Skew directions: one shared by every token, or one per topic. A token's topic is its share of
+    // the vocabulary.
+    const int64_t topics = cfg.gate_skew > 0 ? std::max<int64_t>(cfg.gate_topics, 1) : 0;
+    std::vector<std::vector<float>> dirs;
+    for (int64_t t = 0; t < topics; ++t) {
+      std::vector<float> dir = synth_tensor(seed, cfg.gate_topics > 0 ? "/topic_direction/" + std::to_string(t) : "/skew_direction", d, 1.0f);
       double norm = 0;
       for (float x : dir) norm += static_cast<double>(x) * x;
       for (float& x : dir) x = static_cast<float>(x / std::sqrt(norm));
+      dirs.push_back(std::move(dir));
+    }
+    auto topic_of = [&](int64_t v) { return v * topics / c.vocab_size; };
+    if (topics > 0) {
       std::vector<float> emb = synth_tensor(seed, "/embed_tokens", c.vocab_size * d, 1.0f);
       // The shared component as large as a row's random part, so it survives RMSNorm.
       const float amp = std::sqrt(static_cast<float>(d)) * 0.5f;
       for (int64_t v = 0; v < c.vocab_size; ++v)
-        for (int64_t i = 0; i < d; ++i) emb[static_cast<std::size_t>(v * d + i)] += amp * dir[static_cast<std::size_t>(i)];
+        for (int64_t i = 0; i < d; ++i)
+          emb[static_cast<std::size_t>(v * d + i)] += amp * dirs[static_cast<std::size_t>(topic_of(v))][static_cast<std::size_t>(i)];
       w.write("/embed_tokens", {c.vocab_size, d}, emb.data());
     } else {
       put("/embed_tokens", {c.vocab_size, d}, 1.0f);
     }
     put("/final_norm", {d}, 0.05f, 1.0f);
-    put("/lm_head", {c.vocab_size, d}, sd);
+    if (cfg.gate_topics > 0) {
+      // Each token's row leans towards its topic's direction, which the residual stream carries:
+      // generated tokens stay in the prompt's topic (a logit lift of a few units).
+      std::vector<float> head = synth_tensor(seed, "/lm_head", c.vocab_size * d, sd);
+      const float lift = 8.0f / std::sqrt(static_cast<float>(d));
+      for (int64_t v = 0; v < c.vocab_size; ++v)
+        for (int64_t i = 0; i < d; ++i)
+          head[static_cast<std::size_t>(v * d + i)] += lift * dirs[static_cast<std::size_t>(topic_of(v))][static_cast<std::size_t>(i)];
+      w.write("/lm_head", {c.vocab_size, d}, head.data());
+    } else {
+      put("/lm_head", {c.vocab_size, d}, sd);
+    }
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const std::string p = "/layers/" + std::to_string(l) + "/";
       put(p + "attn_norm", {d}, 0.05f, 1.0f);
@@ -95,17 +117,22 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
       put(p + "wv", {kv, d}, sd);
       put(p + "wo", {d, q}, 1.0f / std::sqrt(static_cast<float>(q)));
       put(p + "ffn_norm", {d}, 0.05f, 1.0f);
-      if (cfg.gate_skew > 0) {
+      if (topics > 0) {
         std::vector<float> g = synth_tensor(seed, p + "gate", c.num_experts * d, sd);
-        // A seeded ranking per layer (different hot experts per layer), as a bias along `dir`.
-        std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
-        for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
-        std::vector<float> key = synth_tensor(seed, p + "gate_rank", c.num_experts, 1.0f);
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
-        for (int64_t r = 0; r < c.num_experts; ++r) {
-          const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
-          const int64_t e = order[static_cast<std::size_t>(r)];
-          for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
+        // A seeded ranking per layer and topic (different hot experts per layer), as a bias along
+        // the topic's direction.
+        for (int64_t t = 0; t < topics; ++t) {
+          std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
+          for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
+          std::vector<float> key = synth_tensor(seed, cfg.gate_topics > 0 ? p + "gate_rank/" + std::to_string(t) : p + "gate_rank",
+                                                c.num_experts, 1.0f);
+          std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
+          const std::vector<float>& dir = dirs[static_cast<std::size_t>(t)];
+          for (int64_t r = 0; r < c.num_experts; ++r) {
+            const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
+            const int64_t e = order[static_cast<std::size_t>(r)];
+            for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
+          }
         }
         w.write(p + "gate", {c.num_experts, d}, g.data());
       } else {

@@ -18,7 +18,12 @@ struct SynthConfig {
   // > 0: skewed expert usage, as in real Mixtral traffic: every embedding shares a direction and
   // each layer's gate favours a seeded ranking of experts along it, the r-th by -gate_skew*ln(r+1)
   // in the logit (0: the plain random gate, bitwise as before).
-  double gate_skew = 0;  // model.h5 with the attributes only (capacity planning of large models)
+  double gate_skew = 0;
+  // > 0 (with gate_skew): the vocabulary splits into this many contiguous topics, each with its own
+  // direction in the embeddings, its own expert ranking in every gate, and a bias in the LM head
+  // towards its own tokens, so a request drawn from one topic keeps routing to that topic's experts
+  // (a workload for expert-similarity batching).
+  int64_t gate_topics = 0;
   void validate() const;
 };
 

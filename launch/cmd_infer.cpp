@@ -28,6 +28,7 @@ int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
   std::string overflow = "reroute";
   double prefix_mb = 0;
+  std::string batching = "fifo";
   po::options_description o("infer options");
   o.add_options()
     ("model", po::value(&c.model_dir)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
@@ -41,6 +42,14 @@ int cmd_infer(int argc, char** argv) {
     ("seed", po::value(&c.defaults.seed)->default_value(c.defaults.seed), "default sampling seed")
     ("max-batch-size", po::value(&c.scheduler.max_batch_size)->default_value(c.scheduler.max_batch_size), "sequences in flight")
     ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens), "tokens per step")
+    ("batching", po::value(&batching)->default_value(batching),
+     "fifo, or minhash: decode together the requests whose prompts used similar experts (MinHash of the expert sets)")
+    ("batching-threshold", po::value(&c.scheduler.similarity_threshold)->default_value(c.scheduler.similarity_threshold),
+     "minhash: estimated Jaccard similarity a request needs to join a decode batch")
+    ("batching-pool", po::value(&c.scheduler.pool)->default_value(c.scheduler.pool),
+     "minhash: requests prefilled ahead to choose from (0: 4 x --max-batch-size)")
+    ("batching-max-wait", po::value(&c.scheduler.max_wait_steps)->default_value(c.scheduler.max_wait_steps),
+     "minhash: steps a prefilled request may wait before it seeds the next batch")
     ("prefix-cache-mb", po::value(&prefix_mb)->default_value(prefix_mb),
      "MiB of prompt-prefix K/V kept for requests sharing a prefix (0: off)")
     ("prefix-cache-block", po::value(&c.prefix_cache.block_tokens)->default_value(c.prefix_cache.block_tokens),
@@ -77,6 +86,7 @@ int cmd_infer(int argc, char** argv) {
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
   resolve_capacity(vm, c.router);
+  c.scheduler.batching = runtime::parse_batching(batching);
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
   c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
   cache.finish(c);

@@ -30,6 +30,8 @@ int cmd_synth(int argc, char** argv) {
     ("shards", po::value(&s.shards)->default_value(s.shards), "number of expert shard files")
     ("seed", po::value(&s.seed)->default_value(s.seed), "random seed (same seed, same model)")
     ("gate-skew", po::value(&s.gate_skew)->default_value(s.gate_skew), "skewed expert usage: r-th expert of a layer favoured by -s*ln(r+1) (0: uniform random gate)")
+    ("gate-topics", po::value(&s.gate_topics)->default_value(s.gate_topics),
+     "with --gate-skew: split the vocabulary into N topics, each with its own hot experts (0: one skew for all tokens)")
     ("config-only", po::bool_switch(&s.config_only), "write only model.h5's attributes (for inspect)")
     ("quiet", po::bool_switch(&quiet), "no progress lines");
   po::variables_map vm;

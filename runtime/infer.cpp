@@ -354,6 +354,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       rep.prefix_on = true;
       rep.prefix = prefix->counters();
     }
+    rep.batching = sched.batching();
   } else {
     ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
@@ -390,7 +391,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     if (rank == 0) stats.set_counters(counters);
     PrefixCacheCounters& pc = rep.prefix;
     std::vector<int64_t> gen{rep.generated_tokens, rep.journaled, rep.journal_syncs, rep.prefill_tokens, rep.decode_tokens,
-                             pc.lookups, pc.hits, pc.skipped_tokens, pc.inserted_blocks, pc.evicted_blocks, pc.bytes};
+                             pc.lookups, pc.hits, pc.skipped_tokens, pc.inserted_blocks, pc.evicted_blocks, pc.bytes,
+                             rep.batching.batches, rep.batching.joined_similar, rep.batching.forced};
     comm::reduce_sum_to_root(gen, world);
     rep.generated_tokens = gen[0];
     rep.journaled = gen[1];
@@ -398,6 +400,12 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     rep.prefill_tokens = gen[3];
     rep.decode_tokens = gen[4];
     pc = {gen[5], gen[6], gen[7], gen[8], gen[9], gen[10]};
+    rep.batching.batches = gen[11];
+    rep.batching.joined_similar = gen[12];
+    rep.batching.forced = gen[13];
+    std::vector<double> sim{rep.batching.similarity_sum};
+    comm::reduce_sum_to_root(sim, world);
+    rep.batching.similarity_sum = sim[0];
     // The job's first token is the earliest over routers: a max of negated times.
     std::vector<double> secs{rep.prefill_seconds, rep.decode_seconds, rep.first_token_s >= 0 ? -rep.first_token_s : -1e300};
     comm::reduce_max_to_root(secs, world);
@@ -470,6 +478,12 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
         j["cache_per_rank"] = per;
       }
       j["journal"] = {{"results", rep.journaled}, {"syncs", rep.journal_syncs}};
+      if (cfg.scheduler.batching == Batching::MinHash) {
+        const BatchingCounters& bc = rep.batching;
+        j["batching"] = {{"policy", "minhash"}, {"batches", bc.batches}, {"joined_similar", bc.joined_similar},
+                         {"forced", bc.forced},
+                         {"mean_similarity", bc.joined_similar ? bc.similarity_sum / static_cast<double>(bc.joined_similar) : 0.0}};
+      }
       if (rep.prefix_on)
         j["prefix_cache"] = {{"lookups", rep.prefix.lookups}, {"hits", rep.prefix.hits},
                              {"skipped_prefill_tokens", rep.prefix.skipped_tokens}, {"inserted_blocks", rep.prefix.inserted_blocks},

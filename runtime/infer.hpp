@@ -71,6 +71,7 @@ struct InferReport {
   // Results journaled and fdatasyncs of the journals (rank 0, summed over routers): one sync per
   // step, not per result (group commit).
   int64_t journaled = 0, journal_syncs = 0;
+  BatchingCounters batching;      // --batching minhash (rank 0, summed over routers)
   // Prefix cache counters (rank 0, summed over routers).
   bool prefix_on = false;
   PrefixCacheCounters prefix;

@@ -8,9 +8,19 @@
 
 namespace moerun::runtime {
 
+Batching parse_batching(const std::string& s) {
+  if (s == "fifo") return Batching::Fifo;
+  if (s == "minhash") return Batching::MinHash;
+  fail(ErrorKind::Usage, "--batching: \"", s, "\" is not fifo or minhash");
+}
+
 void SchedulerConfig::validate() const {
   if (max_batch_size < 1) fail(ErrorKind::Usage, "--max-batch-size must be >= 1");
   if (max_batch_tokens < 1) fail(ErrorKind::Usage, "--max-batch-tokens must be >= 1");
+  if (!(similarity_threshold >= 0 && similarity_threshold <= 1))
+    fail(ErrorKind::Usage, "--batching-threshold must be in [0, 1], not ", similarity_threshold);
+  if (pool < 0) fail(ErrorKind::Usage, "--batching-pool must be >= 0 (0: 4 x --max-batch-size)");
+  if (max_wait_steps < 1) fail(ErrorKind::Usage, "--batching-max-wait must be >= 1");
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
@@ -37,6 +47,10 @@ bool Scheduler::computing_first_block(uint64_t key) const {
 StepBatch Scheduler::next_step() {
   StepBatch b;
   emitted_.clear();
+  ++step_;
+  const bool minhash = cfg_.batching == Batching::MinHash;
+  // In flight: FIFO admits up to the batch size; minhash prefills ahead up to the pool.
+  const int64_t in_flight = !minhash ? cfg_.max_batch_size : cfg_.pool > 0 ? cfg_.pool : 4 * cfg_.max_batch_size;
   int64_t budget = cfg_.max_batch_tokens;
   auto add_chunk = [&](Sequence& s, int64_t n) {
     SeqChunk ch;
@@ -60,10 +74,10 @@ StepBatch Scheduler::next_step() {
   };
   // Decode tokens first (one each), so generation never starves behind long prompts.
   for (Sequence& s : active_)
-    if (s.processed >= s.prompt_len && budget > 0) add_chunk(s, 1);
+    if (s.processed >= s.prompt_len && s.decoding && budget > 0) add_chunk(s, 1);
   for (Sequence& s : active_)
     if (s.processed < s.prompt_len && budget > 0) add_chunk(s, std::min(budget, s.prompt_len - s.processed));
-  while (!queue_.empty() && budget > 0 && static_cast<int64_t>(active_.size()) < cfg_.max_batch_size) {
+  while (!queue_.empty() && budget > 0 && static_cast<int64_t>(active_.size()) < in_flight) {
     const int64_t idx = queue_.front();
     const io::Request& r = requests_[static_cast<std::size_t>(idx)];
     const uint64_t key = prefix_ ? prefix_->first_block_key(r.prompt_tokens) : 0;
@@ -101,8 +115,10 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
     }
   }
   std::vector<const Sequence*> done_seqs;
+  std::vector<Sequence*> prefilled;  // sequences whose prompt ended this step
   for (std::size_t i = 0; i < emitted_.size(); ++i) {
     Sequence& s = *emitted_[i];
+    if (static_cast<int64_t>(s.tokens.size()) == s.prompt_len) prefilled.push_back(&s);
     const io::Request& r = *s.request;
     const float* lg = logits.data() + static_cast<int64_t>(i) * V;
     if (logits_log) {
@@ -125,9 +141,63 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
     finished.push_back(std::move(res));
     done_seqs.push_back(&s);
   }
+  prefilled.erase(std::remove_if(prefilled.begin(), prefilled.end(),
+                                 [&](Sequence* s) { return std::find(done_seqs.begin(), done_seqs.end(), s) != done_seqs.end(); }),
+                  prefilled.end());
   active_.remove_if([&](const Sequence& s) { return std::find(done_seqs.begin(), done_seqs.end(), &s) != done_seqs.end(); });
   emitted_.clear();
+  if (cfg_.batching == Batching::MinHash) form_decode_batch(prefilled);
   return finished;
+}
+
+void Scheduler::form_decode_batch(const std::vector<Sequence*>& prefilled) {
+  for (Sequence* s : prefilled) {
+    s->decoding = false;
+    s->parked_at = step_;
+    s->signature = minhash_of(expert_set(s->routing, model_.num_experts));
+  }
+  std::vector<Sequence*> batch, parked;
+  for (Sequence& s : active_) {
+    if (s.processed < s.prompt_len) continue;  // still prefilling
+    (s.decoding ? batch : parked).push_back(&s);
+  }
+  if (parked.empty()) return;
+  // Oldest first (then input order): the seed of a new batch, and the order of ties.
+  std::stable_sort(parked.begin(), parked.end(), [](const Sequence* a, const Sequence* b) {
+    return a->parked_at < b->parked_at || (a->parked_at == b->parked_at && a->index < b->index);
+  });
+  const bool starving = step_ - parked.front()->parked_at >= cfg_.max_wait_steps;
+  if (batch.empty()) {
+    parked.front()->decoding = true;
+    batch.push_back(parked.front());
+    parked.erase(parked.begin());
+    ++batching_.batches;
+    if (starving) ++batching_.forced;
+  } else if (starving) {
+    return;  // the batch drains, and the one that waited seeds the next
+  }
+  // Pairwise similarity to the batch's oldest member (its seed, or the oldest left): a union of the
+  // members' experts would grow with every joiner and look less and less like any one request.
+  const Sequence* anchor = *std::min_element(batch.begin(), batch.end(), [](const Sequence* a, const Sequence* b) {
+    return a->parked_at < b->parked_at || (a->parked_at == b->parked_at && a->index < b->index);
+  });
+  while (static_cast<int64_t>(batch.size()) < cfg_.max_batch_size && !parked.empty()) {
+    auto best = parked.end();
+    double best_j = -1;
+    for (auto it = parked.begin(); it != parked.end(); ++it) {
+      const double j = estimated_jaccard((*it)->signature, anchor->signature);
+      if (j > best_j) {
+        best_j = j;
+        best = it;
+      }
+    }
+    if (best_j < cfg_.similarity_threshold) break;
+    (*best)->decoding = true;
+    batch.push_back(*best);
+    parked.erase(best);
+    ++batching_.joined_similar;
+    batching_.similarity_sum += best_j;
+  }
 }
 
 }  // namespace moerun::runtime

@@ -3,10 +3,20 @@
 // --max-batch-tokens allow (long prompts are prefilled in chunks across steps). After the forward
 // pass it samples the emitted tokens and retires finished sequences (max_new_tokens, EOS, or
 // max_position), so new requests join as others finish.
+//
+// Expert-similarity batching (--batching minhash): up to --batching-pool requests are prefilled
+// ahead; a prefilled sequence parks with a MinHash signature of the experts its prompt used. The
+// decode batch (at most --max-batch-size sequences) is seeded with the oldest parked sequence and
+// takes parked ones whose estimated Jaccard similarity to the batch's experts reaches
+// --batching-threshold, most similar first; the experts a decode step needs then overlap, and a
+// small L1 holds more of them. A parked sequence that waited --batching-max-wait steps stops the
+// batch from taking others until it has drained, so no request starves.
+#include "runtime/minhash.hpp"
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <string>
 #include <vector>
 
 #include "io/model_config.hpp"
@@ -17,9 +27,16 @@
 
 namespace moerun::runtime {
 
+enum class Batching { Fifo, MinHash };
+Batching parse_batching(const std::string& s);  // Usage error naming --batching
+
 struct SchedulerConfig {
-  int64_t max_batch_size = 32;     // sequences in flight
+  int64_t max_batch_size = 32;     // sequences in flight (minhash: sequences decoding together)
   int64_t max_batch_tokens = 1024; // tokens per step (prefill chunks + decode tokens)
+  Batching batching = Batching::Fifo;
+  double similarity_threshold = 0.7;  // minhash: estimated Jaccard a sequence needs to join the batch
+  int64_t pool = 0;                   // minhash: sequences prefilled or parked at most (0: 4 x max_batch_size)
+  int64_t max_wait_steps = 64;        // minhash: parked this long, a sequence is next
   void validate() const;           // Usage error naming the option
 };
 
@@ -33,6 +50,16 @@ struct Sequence {
   PromptRouting routing;           // expert slots of its prompt tokens so far
   uint64_t first_block = 0;        // PrefixCache::first_block_key of the prompt
   int64_t cached_upto = 0;         // prompt tokens offered to the prefix cache
+  bool decoding = true;            // minhash: in the decode batch (false: parked after its prefill)
+  int64_t parked_at = 0;           // minhash: step it parked at
+  MinHashSignature signature;      // minhash: of its prompt's experts
+};
+
+struct BatchingCounters {
+  int64_t batches = 0;             // decode batches seeded
+  int64_t joined_similar = 0;      // sequences that joined a batch by similarity
+  int64_t forced = 0;              // batches seeded for a sequence that waited too long
+  double similarity_sum = 0;       // estimated Jaccard of the joiners to their batch, summed
 };
 
 class Scheduler {
@@ -50,6 +77,7 @@ class Scheduler {
   // Results of requests that need no compute (max_new_tokens == 0); taken once.
   std::vector<io::Result> take_trivial();
   int64_t active() const { return static_cast<int64_t>(active_.size()); }
+  const BatchingCounters& batching() const { return batching_; }
 
  private:
   SchedulerConfig cfg_;
@@ -60,6 +88,10 @@ class Scheduler {
   std::vector<Sequence*> emitted_;  // emitting sequences of the last step, in chunk order
   std::vector<io::Result> trivial_;
   PrefixCache* prefix_ = nullptr;
+  int64_t step_ = 0;
+  BatchingCounters batching_;
+  // minhash: parks sequences whose prefill just ended, then fills the decode batch.
+  void form_decode_batch(const std::vector<Sequence*>& prefilled);
   // Whether an active sequence is still computing the first prompt block keyed `key`.
   bool computing_first_block(uint64_t key) const;
 };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/infer.hpp"
+#include "runtime/minhash.hpp"
 #include "runtime/scheduler.hpp"
 
 namespace moerun::runtime {
@@ -129,6 +130,100 @@ TEST(SplitRequests, BalancesByCostNotCount) {
   for (const auto& p : three) merged.insert(merged.end(), p.begin(), p.end());
   std::sort(merged.begin(), merged.end());
   EXPECT_EQ(merged, all);
+}
+
+TEST(MinHash, EstimatesJaccard) {
+  std::vector<int64_t> a, b;
+  for (int64_t i = 0; i < 100; ++i) a.push_back(i);
+  for (int64_t i = 50; i < 150; ++i) b.push_back(i);  // |a & b| / |a | b| = 50 / 150
+  EXPECT_NEAR(estimated_jaccard(minhash_of(a), minhash_of(b)), 1.0 / 3.0, 0.15);
+  EXPECT_EQ(estimated_jaccard(minhash_of(a), minhash_of(a)), 1.0);
+  std::vector<int64_t> c;
+  for (int64_t i = 1000; i < 1100; ++i) c.push_back(i);
+  EXPECT_LT(estimated_jaccard(minhash_of(a), minhash_of(c)), 0.1);
+  EXPECT_EQ(estimated_jaccard(minhash_of({}), minhash_of({})), 0.0);
+  // Layer-major elements; empty slots do not count.
+  EXPECT_EQ(expert_set({{3, -1, 3, 1}, {0, 2}}, 4), (std::vector<int64_t>{1, 3, 4, 6}));
+}
+
+// Prompt tokens of "topic" t (first token t) route every layer to experts 2t and 2t+1.
+void topic_forward(const StepBatch& b) {
+  for (const auto& ch : b.chunks) {
+    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->kv_dim), 0.0f);
+    ch.kv->append(0, z.data(), z.data(), ch.count);
+    if (!ch.routing) continue;
+    const int32_t topic = b.ids[static_cast<std::size_t>(ch.first)] == 1 ? 0 : 1;
+    ch.routing->resize(1);
+    for (int64_t i = 0; i < ch.count; ++i) {
+      (*ch.routing)[0].push_back(2 * topic);
+      (*ch.routing)[0].push_back(2 * topic + 1);
+    }
+  }
+}
+
+TEST(Scheduler, MinHashBatchesSimilarRequestsTogether) {
+  io::ModelConfig m = tiny();
+  m.max_position = 64;
+  m.num_experts = 4;
+  // a, c: topic 0 (prompts start with 1); b, d: topic 1 (start with 2).
+  std::vector<io::Request> rs = {req("a", {1, 1, 1}, 3), req("b", {2, 2}, 3), req("c", {1, 1}, 3), req("d", {2, 2, 2}, 3)};
+  SchedulerConfig cfg;
+  cfg.max_batch_size = 2;
+  cfg.batching = Batching::MinHash;
+  Scheduler s(cfg, m, rs, {0, 1, 2, 3});
+  // Step 1: every prompt is prefilled (the pool is 4 x 2); each emits its first token.
+  StepBatch b = s.next_step();
+  EXPECT_EQ(b.tokens(), 10);
+  topic_forward(b);
+  EXPECT_TRUE(s.complete_step(logits_for({5, 5, 5, 5})).empty());
+  // Steps 2-3: the decode batch is a (the oldest) and c (same experts), not b.
+  for (int step = 0; step < 2; ++step) {
+    b = s.next_step();
+    ASSERT_EQ(b.chunks.size(), 2u);
+    EXPECT_EQ(b.ids, (std::vector<int32_t>{5, 5}));
+    EXPECT_EQ(b.chunks[0].pos0, 3 + step);  // a: prompt 3
+    EXPECT_EQ(b.chunks[1].pos0, 2 + step);  // c: prompt 2
+    topic_forward(b);
+    const auto done = s.complete_step(logits_for({5, 5}));
+    if (step == 1) {
+      ASSERT_EQ(done.size(), 2u);
+      EXPECT_EQ(done[0].id, "a");
+      EXPECT_EQ(done[1].id, "c");
+    }
+  }
+  // Then b and d.
+  b = s.next_step();
+  ASSERT_EQ(b.chunks.size(), 2u);
+  EXPECT_EQ(b.chunks[0].pos0, 2);  // b
+  EXPECT_EQ(b.chunks[1].pos0, 3);  // d
+  EXPECT_EQ(s.batching().batches, 2);
+  EXPECT_EQ(s.batching().joined_similar, 2);
+}
+
+TEST(Scheduler, MinHashWaitingTooLongSeedsTheNextBatch) {
+  io::ModelConfig m = tiny();
+  m.max_position = 64;
+  m.num_experts = 4;
+  // a, c, e: topic 0 with long generations; b: topic 1. Batch size 2; b may wait 2 steps only.
+  std::vector<io::Request> rs = {req("a", {1}, 4), req("b", {2}, 2), req("c", {1}, 4), req("e", {1}, 4)};
+  SchedulerConfig cfg;
+  cfg.max_batch_size = 2;
+  cfg.batching = Batching::MinHash;
+  cfg.max_wait_steps = 2;
+  Scheduler s(cfg, m, rs, {0, 1, 2, 3});
+  StepBatch b = s.next_step();
+  topic_forward(b);
+  s.complete_step(logits_for({5, 5, 5, 5}));
+  std::vector<std::string> order;
+  for (int step = 0; step < 20 && !s.done(); ++step) {
+    b = s.next_step();
+    topic_forward(b);
+    for (const auto& r : s.complete_step(logits_for(std::vector<int32_t>(b.chunks.size(), 5)))) order.push_back(r.id);
+  }
+  // a and c decode first; when a slot frees, e (similar) would join, but b has waited too long:
+  // the batch drains and b runs before e.
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "c", "b", "e"}));
+  EXPECT_EQ(s.batching().forced, 2);  // b's batch, and then e's (it waited as long)
 }
 
 }  // namespace
