@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <omp.h>
 
@@ -380,12 +381,23 @@ std::vector<io::BlobPart> blob_parts(io::ExpertWeights& w) {
 
 void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& into) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
-  const uint64_t want = source_.checksum(l, e);
+  std::shared_ptr<const Swapped> swapped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = swapped_.find(k);
+    if (it != swapped_.end()) swapped = it->second;
+  }
+  const uint64_t want = swapped ? swapped->xxh64 : source_.checksum(l, e);
   auto t0 = Clock::now();
-  raw = source_.read_raw(l, e);
+  if (swapped) {
+    raw.resize(swapped->raw.size());
+    std::memcpy(raw.data(), swapped->raw.data(), raw.size());
+  } else {
+    raw = source_.read_raw(l, e);
+  }
   const double read = since(t0);
   t0 = Clock::now();
-  io::verify_expert(raw.data(), source_.config(), want, source_.where(l, e), l, e);
+  io::verify_expert(raw.data(), source_.config(), want, swapped ? swapped->where : source_.where(l, e), l, e);
   const double verify = since(t0);
   t0 = Clock::now();
   pack_expert_from_raw(mm, raw.data(), source_.config(), into);
@@ -406,7 +418,12 @@ void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::Exper
   const int64_t l = k / num_experts_, e = k % num_experts_;
   if (l2_) {
     const auto t0 = Clock::now();
-    if (l2_->read(l, e, source_.checksum(l, e), blob_parts(slot))) {  // checksummed by the blob store
+    uint64_t want;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      want = source_checksum_locked(k);
+    }
+    if (l2_->read(l, e, want, blob_parts(slot))) {  // checksummed by the blob store
       const double read = since(t0);
       const auto t1 = Clock::now();
       {
@@ -503,6 +520,39 @@ void ExpertCache::worker() {
     done.error = err;
     done.state = err ? State::Failed : State::Ready;
     cv_.notify_all();
+  }
+}
+
+uint64_t ExpertCache::source_checksum_locked(int64_t k) const {
+  auto it = swapped_.find(k);
+  return it != swapped_.end() ? it->second->xxh64 : source_.checksum(k / num_experts_, k % num_experts_);
+}
+
+void ExpertCache::replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) {
+  const int64_t k = key(layer, expert);
+  auto sw = std::make_shared<Swapped>();
+  sw->raw = AlignedBuffer(io::expert_raw_bytes(source_.config()));
+  std::memcpy(sw->raw.data(), raw, sw->raw.size());
+  sw->xxh64 = xxh64;
+  sw->where = where;
+  thread_local Matmul mm;
+  std::unique_lock<std::mutex> lock(mu_);
+  // A load of the old weights in flight finishes first; then its slot is rewritten.
+  cv_.wait(lock, [&] {
+    auto it = where_.find(k);
+    return it == where_.end() || slots_[static_cast<std::size_t>(it->second)].state != State::Loading;
+  });
+  swapped_[k] = sw;
+  if (l2_) l2_->forget(layer, expert);
+  auto it = where_.find(k);
+  if (it == where_.end()) return;
+  Slot& s = slots_[static_cast<std::size_t>(it->second)];
+  if (s.pins > 0) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, ") while it is in use");
+  if (s.state == State::Ready) {
+    pack_expert_from_raw(mm, sw->raw.data(), source_.config(), s.w);
+  } else {  // Failed: forget it, the next need loads the new weights
+    where_.erase(it);
+    s = Slot{};
   }
 }
 

@@ -88,6 +88,9 @@ class ExpertCache : public ExpertStore {
   std::vector<int64_t> begin_layer(int64_t layer, const std::vector<int64_t>& rows) override;
   const io::ExpertWeights& acquire(int64_t layer, int64_t expert) override;
   void release(int64_t layer, int64_t expert) override;
+  // The new weights become this expert's L3 (kept in memory); an L1 copy is re-packed in place and
+  // an L2 copy forgotten.
+  void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
 
   CacheCounters counters() const;
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
@@ -154,6 +157,14 @@ class ExpertCache : public ExpertStore {
   std::vector<double> hot_;                          // key -> decaying count of rows (hotness warm-up)
   bool warming_ = false;
   CacheCounters c_;
+  // Hot-swapped experts: their raw weights and checksum replace the source's.
+  struct Swapped {
+    AlignedBuffer raw;
+    uint64_t xxh64 = 0;
+    std::string where;
+  };
+  std::unordered_map<int64_t, std::shared_ptr<const Swapped>> swapped_;
+  uint64_t source_checksum_locked(int64_t key) const;
   std::vector<std::thread> workers_;
 };
 

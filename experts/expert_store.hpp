@@ -4,6 +4,7 @@
 // around each expert's FFN; an acquired expert stays in memory until released.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "io/expert_shards.hpp"
@@ -24,6 +25,9 @@ class ExpertStore {
   }
   virtual const io::ExpertWeights& acquire(int64_t layer, int64_t expert) = 0;
   virtual void release(int64_t layer, int64_t expert) { (void)layer, (void)expert; }
+  // Hot swap, between steps (nothing acquired): an owned expert's new weights in raw form (w1‖w3‖w2
+  // as stored, verified against `xxh64`), from `where`. Later acquires see only the new weights.
+  virtual void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) = 0;
 };
 
 }  // namespace moerun::experts

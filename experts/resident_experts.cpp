@@ -9,7 +9,7 @@ namespace moerun::experts {
 
 ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& c,
                                  const std::function<bool(int64_t, int64_t)>& owns, Matmul& mm)
-    : num_experts_(c.num_experts) {
+    : num_experts_(c.num_experts), config_(c), mm_(&mm) {
   int64_t owned = 0;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
@@ -26,6 +26,14 @@ ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::Mo
       weights_.emplace(l * c.num_experts + e, std::move(w));
     }
   log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB)");
+}
+
+void ResidentExperts::replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) {
+  (void)xxh64, (void)where;  // verified by the caller
+  if (!mm_ || !has(layer, expert)) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, "), not held here");
+  io::ExpertWeights w = io::expert_from_raw(raw, config_);
+  pack_expert(*mm_, w);
+  std::swap(weights_[layer * num_experts_ + expert], w);
 }
 
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {

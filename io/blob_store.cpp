@@ -101,6 +101,11 @@ bool BlobStore::drop_locked(int64_t layer, int64_t expert, const char* why) {
   return false;
 }
 
+void BlobStore::forget(int64_t layer, int64_t expert) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.erase({layer, expert})) write_index_locked();
+}
+
 bool BlobStore::read(int64_t layer, int64_t expert, uint64_t source_xxh64, const std::vector<BlobPart>& into) {
   BlobEntry b;
   {

@@ -52,6 +52,8 @@ class BlobStore {
   // Adds an entry; false when it does not fit (budget, disk full), after one warning.
   bool put(int64_t layer, int64_t expert, const std::vector<ConstBlobPart>& parts, uint64_t source_xxh64);
 
+  // Removes an entry whose expert has new weights (a hot swap); no warning, not counted as corrupt.
+  void forget(int64_t layer, int64_t expert);
   bool has(int64_t layer, int64_t expert) const;
   int64_t entries() const;
   int64_t corrupt_dropped() const;

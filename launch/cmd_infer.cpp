@@ -50,6 +50,9 @@ int cmd_infer(int argc, char** argv) {
      "minhash: requests prefilled ahead to choose from (0: 4 x --max-batch-size)")
     ("batching-max-wait", po::value(&c.scheduler.max_wait_steps)->default_value(c.scheduler.max_wait_steps),
      "minhash: steps a prefilled request may wait before it seeds the next batch")
+    ("swap-control", po::value(&c.swap_control),
+     "hot swap: a JSON file {\"swaps\": [{\"shard\": FILE, \"experts\": [[layer, expert], ...] or \"all\"}]} read "
+     "between steps whenever it changes; the experts are verified, then replaced")
     ("prefix-cache-mb", po::value(&prefix_mb)->default_value(prefix_mb),
      "MiB of prompt-prefix K/V kept for requests sharing a prefix (0: off)")
     ("prefix-cache-block", po::value(&c.prefix_cache.block_tokens)->default_value(c.prefix_cache.block_tokens),

@@ -28,6 +28,7 @@
 #include "io/result_journal.hpp"
 #include "io/routing_trace.hpp"
 #include "runtime/distributed_moe.hpp"
+#include "runtime/hot_swap.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/progress.hpp"
@@ -240,6 +241,8 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   const auto serve_start = std::chrono::steady_clock::now();
   auto* cache = dynamic_cast<experts::ExpertCache*>(store.get());
   if (cache) cache->warm_up();
+  std::optional<HotSwap> swap;
+  if (store && !cfg.swap_control.empty()) swap.emplace(cfg.swap_control, mc, cfg.hdf5_probe, cfg.quiet);
 
   // 2. The loops. Every step starts with one small allreduce: are any routers still busy, and how
   //    far are they (rank 0's progress line).
@@ -308,6 +311,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       progress.update(done_total, prompt_total, generated_total);
       if (cache) cache->requests_finished(done_total);
       if (ctl[0] == 0) break;
+      if (swap) swap->poll(*store);  // between steps: the last one finished on the old weights
       StepBatch batch = sched.done() ? StepBatch{} : sched.next_step();
       const auto step_start = std::chrono::steady_clock::now();
       model.forward(batch, logits, &stats);
@@ -367,12 +371,22 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       done_total += ctl[1];
       if (cache) cache->requests_finished(done_total);
       if (ctl[0] == 0) break;
+      if (swap) swap->poll(*store);
       for (int64_t l = 0; l < mc.num_layers; ++l) server.serve_layer(l, cfg.micro_batches);
     }
     const MoePhaseTimes& mt = server.times();
     my_phases = {{"pack", mt.pack}, {"exchange", mt.exchange}, {"expert_compute", mt.experts}, {"idle", idle}};
   }
   rep.seconds = progress.elapsed();
+  if (swap) rep.hot_swap = swap->counters();
+  if (distributed) {
+    HotSwapCounters& h = rep.hot_swap;
+    std::vector<double> mx{static_cast<double>(h.applied), h.max_ms_per_expert};
+    std::vector<double> sum{static_cast<double>(h.experts), static_cast<double>(h.failed), h.seconds};
+    comm::reduce_max_to_root(mx, world);
+    comm::reduce_sum_to_root(sum, world);
+    h = {static_cast<int64_t>(mx[0]), static_cast<int64_t>(sum[0]), static_cast<int64_t>(sum[1]), sum[2], mx[1]};
+  }
   gather_cache_counters(dynamic_cast<const experts::ExpertCache*>(store.get()), world, rep);
   if (object_store) {
     // Requests this rank sent itself (HEADs, listings, expert GETs); HDF5's ros3 reads of model.h5
@@ -484,6 +498,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
                          {"forced", bc.forced},
                          {"mean_similarity", bc.joined_similar ? bc.similarity_sum / static_cast<double>(bc.joined_similar) : 0.0}};
       }
+      if (!cfg.swap_control.empty())
+        j["hot_swap"] = {{"applied", rep.hot_swap.applied}, {"experts", rep.hot_swap.experts}, {"failed", rep.hot_swap.failed},
+                         {"seconds", rep.hot_swap.seconds}, {"ms_per_expert", rep.hot_swap.ms_per_expert()},
+                         {"max_ms_per_expert", rep.hot_swap.max_ms_per_expert}};
       if (rep.prefix_on)
         j["prefix_cache"] = {{"lookups", rep.prefix.lookups}, {"hits", rep.prefix.hits},
                              {"skipped_prefill_tokens", rep.prefix.skipped_tokens}, {"inserted_blocks", rep.prefix.inserted_blocks},

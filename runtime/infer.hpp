@@ -16,6 +16,7 @@
 #include "io/requests.hpp"
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
+#include "runtime/hot_swap.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/scheduler.hpp"
 
@@ -46,6 +47,7 @@ struct InferConfig {
   io::S3Config s3;                 // for --model s3://bucket/prefix
   io::Hdf5Probe hdf5_probe;        // walks local HDF5 inputs in a child process first (off when empty)
   io::TokenizerConfig tokenizer;   // for requests with "prompt" text (the model directory's tokenizer)
+  std::string swap_control;        // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
 
   void validate() const;  // Usage errors naming the option
 };
@@ -71,7 +73,8 @@ struct InferReport {
   // Results journaled and fdatasyncs of the journals (rank 0, summed over routers): one sync per
   // step, not per result (group commit).
   int64_t journaled = 0, journal_syncs = 0;
-  BatchingCounters batching;      // --batching minhash (rank 0, summed over routers)
+  BatchingCounters batching;
+  HotSwapCounters hot_swap;       // --swap-control (rank 0: experts, failures and seconds summed; applied and max_ms the maximum)      // --batching minhash (rank 0, summed over routers)
   // Prefix cache counters (rank 0, summed over routers).
   bool prefix_on = false;
   PrefixCacheCounters prefix;
