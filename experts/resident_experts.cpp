@@ -31,9 +31,9 @@ ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::Mo
 void ResidentExperts::replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) {
   (void)xxh64, (void)where;  // verified by the caller
   if (!mm_ || !has(layer, expert)) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, "), not held here");
-  io::ExpertWeights w = io::expert_from_raw(raw, config_);
-  pack_expert(*mm_, w);
-  std::swap(weights_[layer * num_experts_ + expert], w);
+  // Packed straight into the old expert's buffers: no allocation, no page faults, and nothing is
+  // reading them between steps.
+  pack_expert_from_raw(*mm_, raw, config_, weights_[layer * num_experts_ + expert]);
 }
 
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {

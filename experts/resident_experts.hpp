@@ -27,7 +27,7 @@ class ResidentExperts : public ExpertStore {
   bool has(int64_t layer, int64_t expert) const;
   bool owns(int64_t layer, int64_t expert) const override { return has(layer, expert); }
   const io::ExpertWeights& acquire(int64_t layer, int64_t expert) override { return get(layer, expert); }
-  // Packs the new weights beside the old ones, then swaps them in (needs the loading constructor).
+  // Packs the new weights into the old ones' buffers (needs the loading constructor).
   void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
   int64_t count() const { return static_cast<int64_t>(weights_.size()); }
   int64_t bytes() const;

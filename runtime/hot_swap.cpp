@@ -1,4 +1,4 @@
-// Polling the swap control file and swapping verified experts in.
+// Polling the swap control file, loading and verifying in the background, swapping in between steps.
 #include "runtime/hot_swap.hpp"
 
 #include <chrono>
@@ -7,44 +7,96 @@
 
 #include "base/error.hpp"
 #include "base/log.hpp"
-#include "io/expert_swap.hpp"
 
 namespace moerun::runtime {
+namespace {
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
 
 HotSwap::HotSwap(std::string control_file, const io::ModelConfig& config, io::Hdf5Probe probe, bool quiet)
     : path_(std::move(control_file)), config_(config), probe_(std::move(probe)), quiet_(quiet) {}
 
-void HotSwap::poll(experts::ExpertStore& store) {
+HotSwap::~HotSwap() {
+  if (loader_.joinable()) loader_.join();
+}
+
+bool HotSwap::changed() {
   struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) return;  // no request (yet)
+  if (::stat(path_.c_str(), &st) != 0) return false;  // no request (yet)
   const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_inode_) return;
+  if (mtime == seen_mtime_ns_ && st.st_size == seen_size_ && st.st_ino == seen_inode_) return false;
   seen_mtime_ns_ = mtime;
   seen_size_ = st.st_size;
   seen_inode_ = st.st_ino;
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    const std::vector<io::ExpertSwap> swaps = io::read_swap_control(path_, config_);
-    std::set<std::string> files;
-    for (const auto& s : swaps) files.insert(s.shard);
-    probe_.check({files.begin(), files.end()});
-    const auto owned = [&store](int64_t l, int64_t e) { return store.owns(l, e); };
-    const std::vector<io::NewExpertWeights> fresh = io::read_swap_experts(swaps, config_, owned);
-    // Everything verified: now the swap itself, which cannot fail on bad input.
-    for (const io::NewExpertWeights& w : fresh) store.replace(w.layer, w.expert, w.raw.data(), w.xxh64, w.shard);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto n = static_cast<int64_t>(fresh.size());
-    ++c_.applied;
-    c_.experts += n;
-    c_.seconds += s;
-    if (n > 0) c_.max_ms_per_expert = std::max(c_.max_ms_per_expert, 1e3 * s / static_cast<double>(n));
-    if (!quiet_ && n > 0)
-      log::info("hot swap: ", n, " expert(s) from ", path_, " in ", 1e3 * s, " ms (", 1e3 * s / static_cast<double>(n),
-                " ms per expert)");
-  } catch (const Error& e) {
+  return true;
+}
+
+void HotSwap::launch(const experts::ExpertStore& store) {
+  loading_ = true;
+  loaded_ = false;
+  fresh_.clear();
+  error_ = nullptr;
+  loader_ = std::thread([this, &store] {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const std::vector<io::ExpertSwap> swaps = io::read_swap_control(path_, config_);
+      std::set<std::string> files;
+      for (const auto& s : swaps) files.insert(s.shard);
+      probe_.check({files.begin(), files.end()});
+      fresh_ = io::read_swap_experts(swaps, config_, [&store](int64_t l, int64_t e) { return store.owns(l, e); });
+    } catch (...) {
+      error_ = std::current_exception();
+      fresh_.clear();
+    }
+    load_s_ = since(t0);
+    loaded_ = true;
+  });
+}
+
+void HotSwap::finish(experts::ExpertStore& store) {
+  loader_.join();
+  loading_ = false;
+  c_.load_seconds += load_s_;
+  if (error_) {
     ++c_.failed;
-    log::warn("hot swap refused, the old weights stay: ", e.what());
+    try {
+      std::rethrow_exception(error_);
+    } catch (const Error& e) {
+      log::warn("hot swap refused, the old weights stay: ", e.what());
+    } catch (const std::exception& e) {
+      log::warn("hot swap refused, the old weights stay: ", e.what());
+    }
+    return;
   }
+  // Everything was verified: the swap itself cannot fail on bad input.
+  const auto t0 = std::chrono::steady_clock::now();
+  for (io::NewExpertWeights& w : fresh_) store.replace(w.layer, w.expert, w.raw.data(), w.xxh64, w.shard);
+  const double pause = since(t0);
+  const auto n = static_cast<int64_t>(fresh_.size());
+  fresh_.clear();
+  ++c_.applied;
+  c_.experts += n;
+  c_.pause_seconds += pause;
+  if (n > 0) c_.max_pause_ms_per_expert = std::max(c_.max_pause_ms_per_expert, 1e3 * pause / static_cast<double>(n));
+  if (!quiet_ && n > 0)
+    log::info("hot swap: ", n, " expert(s) from ", path_, ": read and verified in ", 1e3 * load_s_, " ms, swapped in ", 1e3 * pause,
+              " ms (", 1e3 * pause / static_cast<double>(n), " ms per expert)");
+}
+
+void HotSwap::start(experts::ExpertStore& store) {
+  if (!changed()) return;
+  launch(store);
+  finish(store);
+}
+
+void HotSwap::poll(experts::ExpertStore& store) {
+  if (loading_) {
+    if (!loaded_) return;  // still reading: the steps go on with the old weights
+    finish(store);
+  }
+  if (changed()) launch(store);
 }
 
 }  // namespace moerun::runtime

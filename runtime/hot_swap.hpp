@@ -1,15 +1,21 @@
 // HotSwap: replaces experts while a run goes on (`infer --swap-control FILE`, io/expert_swap.hpp).
-// Every rank that holds experts looks at the control file at each step boundary (one stat); when it
-// is new or changed, the rank reads the listed experts it owns, verifies them all (HDF5 probe,
-// shapes, NaN scan, xxh64), and only then swaps them in, before the next step: a step in flight
-// finishes on the old weights, and no request is lost or run twice. A control file that fails any
+// Every rank that holds experts looks at the control file at each step boundary (one stat). When it
+// is new or changed, a background thread reads the listed experts this rank owns and verifies them
+// all (HDF5 probe, shapes, NaN scan, xxh64) while steps go on; at the first step boundary after
+// that, the verified weights are packed into place, so a step in flight finishes on the old weights
+// and no request is lost or run twice. The pause is the packing only. A control file that fails any
 // check changes nothing on that rank and is reported in one warning; it is not retried until it
-// changes again.
+// changes again. A control file present at the start is applied before the first step.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "experts/expert_store.hpp"
+#include "io/expert_swap.hpp"
 #include "io/hdf5_probe.hpp"
 #include "io/model_config.hpp"
 
@@ -19,20 +25,30 @@ struct HotSwapCounters {
   int64_t applied = 0;       // control files applied (on this rank; the maximum over ranks in the report)
   int64_t experts = 0;       // experts swapped
   int64_t failed = 0;        // control files refused
-  double seconds = 0;        // reading, verifying and swapping, in total
-  double max_ms_per_expert = 0;  // of one control file: its time divided by its experts
+  double load_seconds = 0;   // reading and verifying, in the background
+  double pause_seconds = 0;  // swapping in at step boundaries (serving waits for this)
+  double max_pause_ms_per_expert = 0;  // of one control file: its pause divided by its experts
 
-  double ms_per_expert() const { return experts ? 1e3 * seconds / static_cast<double>(experts) : 0.0; }
+  double pause_ms_per_expert() const { return experts ? 1e3 * pause_seconds / static_cast<double>(experts) : 0.0; }
 };
 
 class HotSwap {
  public:
   HotSwap(std::string control_file, const io::ModelConfig& config, io::Hdf5Probe probe, bool quiet);
+  ~HotSwap();
+  HotSwap(const HotSwap&) = delete;
+  HotSwap& operator=(const HotSwap&) = delete;
+  // Before the first step: a control file already there is read, verified and applied now.
+  void start(experts::ExpertStore& store);
   // At a step boundary, with nothing acquired from `store`.
   void poll(experts::ExpertStore& store);
   const HotSwapCounters& counters() const { return c_; }
 
  private:
+  bool changed();  // the control file exists and is not the version last looked at
+  void launch(const experts::ExpertStore& store);
+  void finish(experts::ExpertStore& store);  // joins the loader and applies (or reports) its result
+
   std::string path_;
   io::ModelConfig config_;
   io::Hdf5Probe probe_;
@@ -40,6 +56,13 @@ class HotSwap {
   // Identity of the version last looked at: modification time, size, inode.
   int64_t seen_mtime_ns_ = -1, seen_size_ = -1;
   uint64_t seen_inode_ = 0;
+  // The background load: its thread, and what it leaves (read once it has been joined).
+  std::thread loader_;
+  bool loading_ = false;
+  std::atomic<bool> loaded_{false};  // set by the loader as its last act (polled, then joined)
+  std::vector<io::NewExpertWeights> fresh_;
+  std::exception_ptr error_;
+  double load_s_ = 0;
   HotSwapCounters c_;
 };
 

@@ -242,7 +242,10 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   auto* cache = dynamic_cast<experts::ExpertCache*>(store.get());
   if (cache) cache->warm_up();
   std::optional<HotSwap> swap;
-  if (store && !cfg.swap_control.empty()) swap.emplace(cfg.swap_control, mc, cfg.hdf5_probe, cfg.quiet);
+  if (store && !cfg.swap_control.empty()) {
+    swap.emplace(cfg.swap_control, mc, cfg.hdf5_probe, cfg.quiet);
+    swap->start(*store);
+  }
 
   // 2. The loops. Every step starts with one small allreduce: are any routers still busy, and how
   //    far are they (rank 0's progress line).
@@ -381,11 +384,11 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   if (swap) rep.hot_swap = swap->counters();
   if (distributed) {
     HotSwapCounters& h = rep.hot_swap;
-    std::vector<double> mx{static_cast<double>(h.applied), h.max_ms_per_expert};
-    std::vector<double> sum{static_cast<double>(h.experts), static_cast<double>(h.failed), h.seconds};
+    std::vector<double> mx{static_cast<double>(h.applied), h.max_pause_ms_per_expert};
+    std::vector<double> sum{static_cast<double>(h.experts), static_cast<double>(h.failed), h.load_seconds, h.pause_seconds};
     comm::reduce_max_to_root(mx, world);
     comm::reduce_sum_to_root(sum, world);
-    h = {static_cast<int64_t>(mx[0]), static_cast<int64_t>(sum[0]), static_cast<int64_t>(sum[1]), sum[2], mx[1]};
+    h = {static_cast<int64_t>(mx[0]), static_cast<int64_t>(sum[0]), static_cast<int64_t>(sum[1]), sum[2], sum[3], mx[1]};
   }
   gather_cache_counters(dynamic_cast<const experts::ExpertCache*>(store.get()), world, rep);
   if (object_store) {
@@ -500,8 +503,9 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
       }
       if (!cfg.swap_control.empty())
         j["hot_swap"] = {{"applied", rep.hot_swap.applied}, {"experts", rep.hot_swap.experts}, {"failed", rep.hot_swap.failed},
-                         {"seconds", rep.hot_swap.seconds}, {"ms_per_expert", rep.hot_swap.ms_per_expert()},
-                         {"max_ms_per_expert", rep.hot_swap.max_ms_per_expert}};
+                         {"load_seconds", rep.hot_swap.load_seconds}, {"pause_seconds", rep.hot_swap.pause_seconds},
+                         {"pause_ms_per_expert", rep.hot_swap.pause_ms_per_expert()},
+                         {"max_pause_ms_per_expert", rep.hot_swap.max_pause_ms_per_expert}};
       if (rep.prefix_on)
         j["prefix_cache"] = {{"lookups", rep.prefix.lookups}, {"hits", rep.prefix.hits},
                              {"skipped_prefill_tokens", rep.prefix.skipped_tokens}, {"inserted_blocks", rep.prefix.inserted_blocks},
