@@ -7,17 +7,17 @@
 #include <cstdio>
 
 #include "base/error.hpp"
+#include "base/splitmix64.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
 
 namespace moerun::io {
 namespace {
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+uint64_t next(uint64_t& s) {
+  const uint64_t z = splitmix64(s);
+  s += kSplitmix64Gamma;
+  return z;
 }
 
 uint64_t fnv1a(const std::string& s) {
@@ -40,10 +40,10 @@ void SynthConfig::validate() const {
 
 std::vector<float> synth_tensor(uint64_t seed, const std::string& name, int64_t count, float scale, float offset) {
   std::vector<float> out(static_cast<std::size_t>(count));
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ fnv1a(name);
+  uint64_t s = seed * kSplitmix64Gamma ^ fnv1a(name);
   for (int64_t i = 0; i < count; i += 2) {
-    const double u1 = (static_cast<double>(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = static_cast<double>(splitmix64(s) >> 11) * 0x1.0p-53;
+    const double u1 = (static_cast<double>(next(s) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    const double u2 = static_cast<double>(next(s) >> 11) * 0x1.0p-53;
     const double r = std::sqrt(-2.0 * std::log(u1));
     out[i] = offset + scale * static_cast<float>(r * std::cos(2 * M_PI * u2));
     if (i + 1 < count) out[i + 1] = offset + scale * static_cast<float>(r * std::sin(2 * M_PI * u2));

@@ -4,15 +4,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/splitmix64.hpp"
+
 namespace moerun::runtime {
 namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 constexpr uint64_t kEmpty = std::numeric_limits<uint64_t>::max();
 
@@ -21,8 +16,8 @@ constexpr uint64_t kEmpty = std::numeric_limits<uint64_t>::max();
 MinHashSignature minhash_of(const std::vector<int64_t>& elements) {
   MinHashSignature sig(kMinHashSize, kEmpty);
   for (int64_t x : elements) {
-    const uint64_t base = mix(static_cast<uint64_t>(x));
-    for (int i = 0; i < kMinHashSize; ++i) sig[static_cast<std::size_t>(i)] = std::min(sig[static_cast<std::size_t>(i)], mix(base ^ mix(static_cast<uint64_t>(i) + 1)));
+    const uint64_t base = splitmix64(static_cast<uint64_t>(x));
+    for (int i = 0; i < kMinHashSize; ++i) sig[static_cast<std::size_t>(i)] = std::min(sig[static_cast<std::size_t>(i)], splitmix64(base ^ splitmix64(static_cast<uint64_t>(i) + 1)));
   }
   return sig;
 }

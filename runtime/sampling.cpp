@@ -6,17 +6,9 @@
 #include <numeric>
 #include <vector>
 
+#include "base/splitmix64.hpp"
+
 namespace moerun::runtime {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 double uniform01(uint64_t seed, int64_t step) {
   const uint64_t h = splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(step));
