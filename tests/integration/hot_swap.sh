@@ -22,11 +22,12 @@ cat > "$WORK/all.json" <<JSON
 JSON
 infer --model "$WORK/a" --output "$WORK/s1.jsonl" --swap-control "$WORK/all.json" --stats-json "$WORK/s1.json"
 check "swap before the first step: the output of the model with the new experts" cmp -s "$WORK/ab.jsonl" "$WORK/s1.jsonl"
-check "swap counters: 24 experts in one control file, under 200 ms per expert" "$PY" - "$WORK/s1.json" <<'PY'
+check "swap counters: 24 experts from one control file, pause and load reported" "$PY" - "$WORK/s1.json" <<'PY'
 import json, sys
 h = json.load(open(sys.argv[1]))["hot_swap"]
 print(f"hot swap: {h['experts']} experts, swapped in at {h['pause_ms_per_expert']:.3f} ms per expert (max {h['max_pause_ms_per_expert']:.3f}), read and verified in {h['load_seconds']:.3f} s")
-assert h["applied"] == 1 and h["experts"] == 24 and h["failed"] == 0 and 0 < h["max_pause_ms_per_expert"] < 200, h
+# Timings are printed, not asserted (DESIGN §9); launch/bench-serving.sh measures them.
+assert h["applied"] == 1 and h["experts"] == 24 and h["failed"] == 0 and h["max_pause_ms_per_expert"] > 0 and h["load_seconds"] > 0, h
 PY
 infer --model "$WORK/a" --output "$WORK/s2.jsonl" --swap-control "$WORK/all.json" --l1-bytes $((6 * EXPERT)) --l2-dir "$WORK/l2"
 check "swap with the expert cache (L1 25%, L2 on disk): the same" cmp -s "$WORK/ab.jsonl" "$WORK/s2.jsonl"
