@@ -170,6 +170,7 @@ void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
   for (const auto& f : model.local_files()) inputs.push_back({f, "--model"});
   if (!cfg.affinity.empty()) inputs.push_back({cfg.affinity, "--affinity"});
   if (cfg.placement != "round-robin") inputs.push_back({cfg.placement, "--placement"});
+  if (!cfg.swap_control.empty()) inputs.push_back({cfg.swap_control, "--swap-control"});
   io::check_distinct_paths(inputs, outputs);
 }
 

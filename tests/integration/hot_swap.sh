@@ -95,6 +95,9 @@ for bad in "bad-sum:checksum mismatch" "bad-file:no such shard file" "bad-range:
     $PY -c \"import json; h = json.load(open('$WORK/$name.stats'))['hot_swap']; assert h['failed'] == 1 and h['experts'] == 0, h\""
 done
 
+set +e; infer --model "$WORK/a" --output "$WORK/same.json" --swap-control "$WORK/same.json" 2> "$WORK/same.err"; rc=$?; set -e
+check "--swap-control may not be an output: exit 2" bash -c "[ $rc -eq 2 ] && grep -q -- '--swap-control' '$WORK/same.err'"
+
 # In the middle of a run: one request at a time; the control file appears (renamed into place)
 # once two results are journaled.
 requests "$WORK/long.jsonl" 64 32
