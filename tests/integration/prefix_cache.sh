@@ -2,7 +2,8 @@
 # Prefix cache (--prefix-cache-mb): requests that share a prompt prefix reuse its K/V and routing.
 # Outputs equal a run without the cache (one process and mpirun -np 3), the skipped prompt tokens
 # are exactly the block-aligned prefixes shared with an earlier request, a prefix at other positions
-# is not reused, and a budget too small for one block changes nothing.
+# is not reused, and a budget too small for one block changes nothing. With two routers, requests
+# that share a first block go to one router (in fair-sized pieces), so prefixes are still reused.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 synth_model "$WORK/m"
@@ -71,6 +72,10 @@ check "a small budget evicts blocks and still gives the same output" bash -c "cm
 $MPI -np 3 -x OMP_NUM_THREADS=1 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np3.jsonl" --quiet \
   --prefix-cache-mb 16 --prefix-cache-block $B --micro-batches 1 --stats-json "$WORK/np3.json"
 check "mpirun -np 3 with the prefix cache: the same output" cmp -s "$WORK/plain.jsonl" "$WORK/np3.jsonl"
+$MPI -np 4 -x OMP_NUM_THREADS=1 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4.jsonl" --quiet \
+  --prefix-cache-mb 16 --prefix-cache-block $B --micro-batches 1 --routers-per-node 2 --stats-json "$WORK/np4.json"
+check "mpirun -np 4 with 2 routers (requests split by prefix): the same output, prefixes reused" bash -c "cmp -s '$WORK/plain.jsonl' '$WORK/np4.jsonl' &&
+  $PY -c \"import json; p = json.load(open('$WORK/np4.json'))['prefix_cache']; assert p['skipped_prefill_tokens'] >= 160, p\""
 expect_usage() { local what=$1 pattern=$2; shift 2; set +e; run --output "$WORK/x.jsonl" "$@" 2> "$WORK/err"; local rc=$?; set -e
   check "$what" bash -c "[ $rc -eq 2 ] && grep -q -- '$pattern' '$WORK/err'"; }
 expect_usage "--prefix-cache-block 0 is a usage error" "--prefix-cache-block must be in" --prefix-cache-block 0

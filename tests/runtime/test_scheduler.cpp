@@ -3,6 +3,8 @@
 // token is chosen by the test (greedy picks the single 1.0).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "runtime/infer.hpp"
 #include "runtime/minhash.hpp"
 #include "runtime/scheduler.hpp"
@@ -130,6 +132,36 @@ TEST(SplitRequests, BalancesByCostNotCount) {
   for (const auto& p : three) merged.insert(merged.end(), p.begin(), p.end());
   std::sort(merged.begin(), merged.end());
   EXPECT_EQ(merged, all);
+}
+
+TEST(SplitRequests, PrefixGroupsStayTogetherInFairPieces) {
+  // Four prefixes (first block of 4 tokens: p, p, p, p), four requests each, same cost: with a
+  // prefix cache each prefix goes to one router, two per router.
+  std::vector<io::Request> rs;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> prompt(4, i % 4);
+    prompt.push_back(100 + i);
+    rs.push_back(req(str("q", i), prompt, 5));
+  }
+  std::vector<int64_t> all(rs.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  const auto parts = split_requests(rs, all, 2, 4);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].size(), 8u);
+  EXPECT_EQ(parts[1].size(), 8u);
+  for (const auto& p : parts) {
+    std::set<int32_t> prefixes;
+    for (int64_t i : p) prefixes.insert(rs[static_cast<std::size_t>(i)].prompt_tokens[0]);
+    EXPECT_EQ(prefixes.size(), 2u);  // whole groups
+    EXPECT_TRUE(std::is_sorted(p.begin(), p.end()));
+  }
+  // One prefix shared by all: cut into fair pieces, both routers busy.
+  std::vector<io::Request> same;
+  for (int i = 0; i < 8; ++i) same.push_back(req(str("s", i), {7, 7, 7, 7, i}, 5));
+  std::vector<int64_t> eight{0, 1, 2, 3, 4, 5, 6, 7};
+  const auto halves = split_requests(same, eight, 2, 4);
+  EXPECT_EQ(halves[0].size(), 4u);
+  EXPECT_EQ(halves[1].size(), 4u);
 }
 
 TEST(MinHash, EstimatesJaccard) {
