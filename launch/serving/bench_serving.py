@@ -12,6 +12,12 @@ reports medians from `--stats-json`; outputs that must be equal are compared. Se
 import argparse, json, os, random, statistics, subprocess, sys, time
 
 
+# Table columns several sections share: (key, header, format, getter from a run's stats).
+HIT = ("l1_hit_rate", "L1 hit rate", ".3f", lambda s: s["cache"]["l1_hit_rate"])
+STALL = ("stall_s", "stall (s)", ".3f", lambda s: s["cache"]["stall_s"])
+TOKENS = ("tokens_per_s", "tokens/s", ".0f", lambda s: s["tokens_per_s"])
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
@@ -72,6 +78,17 @@ class Bench:
     def med(runs, f):
         return statistics.median(f(s) for s in runs)
 
+    def table(self, first, width, got, cols):
+        """Prints a header and one row per variant: the median of each column over the runs.
+        cols: (key, header, format, getter from a run's stats). Returns {variant: {key: median}}."""
+        self.say(f"{first:<{width}}" + "".join(f"{h:>{len(h) + 2}}" for _, h, _, _ in cols))
+        rows = {}
+        for v, runs in got.items():
+            r = {k: self.med(runs, f) for k, _, _, f in cols}
+            rows[v] = r
+            self.say(f"{v:<{width}}" + "".join(f"{r[k]:>{len(h) + 2}{fmt}}" for k, h, fmt, _ in cols))
+        return rows
+
     # -- sections -------------------------------------------------------------------------------
     SKEWED = ["--layers", "4", "--experts", "16", "--top-k", "2", "--hidden", "512", "--heads", "8", "--kv-heads", "4",
               "--head-dim", "64", "--intermediate", "1024", "--vocab", "1000", "--max-position", "512", "--shards", "2"]
@@ -85,16 +102,9 @@ class Bench:
         got = self.compare(m, reqs, {w: common + ["--warmup", w] for w in ("id-order", "hotness", "none")})
         self.say("## warm-up: skewed model (4 layers x 16 experts of 6 MiB, gate skew 1.5), L1 = 16 experts (25%),")
         self.say(f"## 32 requests (prompt 8, 48 new), batch 8; median of {self.a.runs} interleaved runs")
-        self.say(f"{'warm-up':<10}{'first token (s)':>16}{'L1 hit rate':>13}{'stall (s)':>11}{'tokens/s':>10}{'warm-up loads':>15}")
-        row = {}
-        for w, runs in got.items():
-            r = {"ttft_s": self.med(runs, lambda s: s["throughput"]["time_to_first_token_s"]),
-                 "l1_hit_rate": self.med(runs, lambda s: s["cache"]["l1_hit_rate"]),
-                 "stall_s": self.med(runs, lambda s: s["cache"]["stall_s"]),
-                 "tokens_per_s": self.med(runs, lambda s: s["tokens_per_s"]),
-                 "warmup_loads": self.med(runs, lambda s: s["cache"]["warmup_loads"])}
-            row[w] = r
-            self.say(f"{w:<10}{r['ttft_s']:>16.3f}{r['l1_hit_rate']:>13.3f}{r['stall_s']:>11.3f}{r['tokens_per_s']:>10.0f}{r['warmup_loads']:>15.0f}")
+        row = self.table("warm-up", 10, got, [
+            ("ttft_s", "first token (s)", ".3f", lambda s: s["throughput"]["time_to_first_token_s"]), HIT, STALL, TOKENS,
+            ("warmup_loads", "warm-up loads", ".0f", lambda s: s["cache"]["warmup_loads"])])
         h, i = row["hotness"], row["id-order"]
         self.say(f"hotness / id-order: first token {h['ttft_s'] / i['ttft_s']:.2f}x the time, L1 hit rate "
                  f"{h['l1_hit_rate'] - i['l1_hit_rate']:+.3f}, tokens/s {h['tokens_per_s'] / i['tokens_per_s']:.2f}x")
@@ -113,16 +123,9 @@ class Bench:
         self.say()
         self.say("## batching: topic model (4 topics, each with its own hot experts), 64 requests of one topic each")
         self.say(f"## (prompt 16, 32 new), batch 8, L1 = 16 experts (25%); median of {self.a.runs} interleaved runs")
-        self.say(f"{'batching':<10}{'L1 hit rate':>13}{'stall (s)':>11}{'L3 reads':>10}{'tokens/s':>10}{'decode tok/s':>14}")
-        row = {}
-        for b, runs in got.items():
-            r = {"l1_hit_rate": self.med(runs, lambda s: s["cache"]["l1_hit_rate"]),
-                 "stall_s": self.med(runs, lambda s: s["cache"]["stall_s"]),
-                 "l3_reads": self.med(runs, lambda s: s["cache"]["l3_reads"]),
-                 "tokens_per_s": self.med(runs, lambda s: s["tokens_per_s"]),
-                 "decode_tokens_per_s": self.med(runs, lambda s: s["throughput"]["decode_tokens"] / s["throughput"]["decode_seconds"])}
-            row[b] = r
-            self.say(f"{b:<10}{r['l1_hit_rate']:>13.3f}{r['stall_s']:>11.2f}{r['l3_reads']:>10.0f}{r['tokens_per_s']:>10.0f}{r['decode_tokens_per_s']:>14.0f}")
+        row = self.table("batching", 10, got, [
+            HIT, STALL, ("l3_reads", "L3 reads", ".0f", lambda s: s["cache"]["l3_reads"]), TOKENS,
+            ("decode_tokens_per_s", "decode tok/s", ".0f", lambda s: s["throughput"]["decode_tokens"] / s["throughput"]["decode_seconds"])])
         f, mh = row["fifo"], row["minhash"]
         self.say(f"minhash / fifo: L1 hit rate {mh['l1_hit_rate'] - f['l1_hit_rate']:+.3f}, tokens/s {mh['tokens_per_s'] / f['tokens_per_s']:.2f}x")
         self.results["batching"] = row
@@ -136,16 +139,11 @@ class Bench:
         self.say()
         self.say("## prefix cache: 32 requests = one 192-token system prompt + 16 own tokens, 8 new each; skewed model,")
         self.say(f"## all experts resident; median of {self.a.runs} interleaved runs")
-        self.say(f"{'prefix':<8}{'prompt tokens computed':>24}{'skipped':>9}{'prefill (s)':>13}{'run (s)':>9}{'tokens/s':>10}")
-        row = {}
-        for v, runs in got.items():
-            r = {"prefill_tokens": self.med(runs, lambda s: s["throughput"]["prefill_tokens"]),
-                 "skipped": self.med(runs, lambda s: s.get("prefix_cache", {}).get("skipped_prefill_tokens", 0)),
-                 "prefill_s": self.med(runs, lambda s: s["throughput"]["prefill_seconds"]),
-                 "seconds": self.med(runs, lambda s: s["seconds"]),
-                 "tokens_per_s": self.med(runs, lambda s: s["tokens_per_s"])}
-            row[v] = r
-            self.say(f"{v:<8}{r['prefill_tokens']:>24.0f}{r['skipped']:>9.0f}{r['prefill_s']:>13.3f}{r['seconds']:>9.3f}{r['tokens_per_s']:>10.0f}")
+        row = self.table("prefix", 8, got, [
+            ("prefill_tokens", "prompt tokens computed", ".0f", lambda s: s["throughput"]["prefill_tokens"]),
+            ("skipped", "skipped", ".0f", lambda s: s.get("prefix_cache", {}).get("skipped_prefill_tokens", 0)),
+            ("prefill_s", "prefill (s)", ".3f", lambda s: s["throughput"]["prefill_seconds"]),
+            ("seconds", "run (s)", ".3f", lambda s: s["seconds"]), TOKENS])
         self.say(f"on / off: run time {row['on']['seconds'] / row['off']['seconds']:.2f}x, prefill time "
                  f"{row['on']['prefill_s'] / row['off']['prefill_s']:.2f}x")
         self.results["prefix"] = row
@@ -161,18 +159,12 @@ class Bench:
         self.say()
         self.say("## routing: dynamic top-k and per-phase capacity; skewed model, all experts resident,")
         self.say(f"## 32 requests (prompt 32, 32 new); median of {self.a.runs} interleaved runs")
-        self.say(f"{'routing':<20}{'experts/token':>14}{'expert act.':>12}{'dropped':>9}{'tokens/s':>10}{'vs top-2':>9}")
-        row = {}
-        base = None
-        for v, runs in got.items():
-            r = {"experts_per_token": self.med(runs, lambda s: s["experts_per_token"]),
-                 "expert_activation_rate": self.med(runs, lambda s: s["expert_activation_rate"]),
-                 "dropped_fraction": self.med(runs, lambda s: s["dropped_fraction"]),
-                 "tokens_per_s": self.med(runs, lambda s: s["tokens_per_s"])}
-            base = base or r["tokens_per_s"]
-            row[v] = r
-            self.say(f"{v:<20}{r['experts_per_token']:>14.3f}{r['expert_activation_rate']:>12.4f}{r['dropped_fraction']:>9.4f}"
-                     f"{r['tokens_per_s']:>10.0f}{r['tokens_per_s'] / base:>8.2f}x")
+        row = self.table("routing", 20, got, [
+            ("experts_per_token", "experts/token", ".3f", lambda s: s["experts_per_token"]),
+            ("expert_activation_rate", "expert act.", ".4f", lambda s: s["expert_activation_rate"]),
+            ("dropped_fraction", "dropped", ".4f", lambda s: s["dropped_fraction"]), TOKENS])
+        base = row["top-p 1.0"]["tokens_per_s"]
+        self.say("tokens/s against top-2: " + ", ".join(f"{v} {r['tokens_per_s'] / base:.2f}x" for v, r in row.items()))
         self.results["routing"] = row
 
     def swap(self):
