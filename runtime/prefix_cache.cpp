@@ -4,12 +4,16 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/host.hpp"
 #include "base/xxh64.hpp"
 
 namespace moerun::runtime {
 
 void PrefixCacheConfig::validate() const {
   if (max_bytes < 0) fail(ErrorKind::Usage, "--prefix-cache-mb must be >= 0 (0: off)");
+  // A budget beyond physical memory would end in the OOM killer instead of evictions.
+  if (const int64_t have = host_memory_bytes(); have > 0 && max_bytes > have)
+    fail(ErrorKind::Usage, "--prefix-cache-mb ", max_bytes >> 20, " is more than this host's memory (", have >> 20, " MiB)");
   if (block_tokens < 1 || block_tokens > 4096) fail(ErrorKind::Usage, "--prefix-cache-block must be in [1, 4096], not ", block_tokens);
 }
 

@@ -80,4 +80,5 @@ expect_usage() { local what=$1 pattern=$2; shift 2; set +e; run --output "$WORK/
   check "$what" bash -c "[ $rc -eq 2 ] && grep -q -- '$pattern' '$WORK/err'"; }
 expect_usage "--prefix-cache-block 0 is a usage error" "--prefix-cache-block must be in" --prefix-cache-block 0
 expect_usage "--prefix-cache-mb -1 is a usage error" "--prefix-cache-mb must be in" --prefix-cache-mb=-1
+expect_usage "--prefix-cache-mb beyond the host's memory is a usage error" "is more than this host" --prefix-cache-mb 1073741824
 finish
