@@ -118,7 +118,7 @@ int bench_infer(int argc, char** argv) {
     ("json", po::value(&json), "also write the results as JSON")
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
     ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
-    ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru vs affinity with a small L1, in one job")
+    ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru (LRU eviction) vs lru with --warmup hotness vs affinity with a small L1, in one job")
     ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
     ("io-threads", po::value(&c.infer.cache.io_threads)->default_value(c.infer.cache.io_threads), "cache-compare: loader threads per expert rank");

@@ -173,11 +173,14 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
   std::vector<CacheBenchRow>& rows = res.rows;
-  for (const std::string mode : {"all-resident", "lru", "affinity"}) {
+  // lru: LRU prefetch and eviction; hotness: LRU prefetch, coldest evicted first (--warmup hotness);
+  // affinity: the graph's predictions for both.
+  for (const std::string mode : {"all-resident", "lru", "hotness", "affinity"}) {
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
       bc.infer.cache.l1_bytes = slots * static_cast<int64_t>(io::expert_raw_bytes(m));
-      bc.infer.cache.prefetch = experts::parse_prefetch(mode);
+      bc.infer.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
+      bc.infer.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
       bc.infer.cache.l2_dir = dir + "/l2-" + mode;
       bc.infer.affinity = mode == "affinity" ? dir + "/affinity.h5" : "";
     } else {

@@ -26,10 +26,10 @@ assert j["single_process_tokens_per_s"] > 0
 PY
 $MPI -np 3 "$MOERUN" bench infer --cache-compare --gate-skew 1 --layers 3 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 \
   --head-dim 16 --batch 4 --prompt-len 4 --new-tokens 4 --json "$WORK/cache.json" > "$WORK/cache.txt"
-check "bench infer --cache-compare: all-resident, lru and affinity rows with cache counters" "$PY" - "$WORK/cache.json" <<'PY'
+check "bench infer --cache-compare: all-resident, lru, hotness and affinity rows with cache counters" "$PY" - "$WORK/cache.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert [r["mode"] for r in j["rows"]] == ["all-resident", "lru", "affinity"]
+assert [r["mode"] for r in j["rows"]] == ["all-resident", "lru", "hotness", "affinity"]
 assert j["rows"][0]["ratio_vs_all_resident"] == 1.0
 assert 0 < j["top2_share"]["min"] <= j["top2_share"]["max"] <= 1, j["top2_share"]
 for r in j["rows"][1:]:
