@@ -44,7 +44,7 @@ int cmd_infer(int argc, char** argv) {
     ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens), "tokens per step")
     ("batching", po::value(&batching)->default_value(batching),
      "fifo, or minhash: decode together the requests whose prompts used similar experts (MinHash of the expert sets)")
-    ("batching-threshold", po::value(&c.scheduler.similarity_threshold)->default_value(c.scheduler.similarity_threshold),
+    ("batching-threshold", po::value(&c.scheduler.similarity_threshold)->default_value(c.scheduler.similarity_threshold, "0.7"),
      "minhash: estimated Jaccard similarity a request needs to join a decode batch")
     ("batching-pool", po::value(&c.scheduler.pool)->default_value(c.scheduler.pool),
      "minhash: requests prefilled ahead to choose from (0: 4 x --max-batch-size)")
