@@ -101,8 +101,10 @@ void CacheCounters::add(const CacheCounters& o) {
 ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& source, std::function<bool(int64_t, int64_t)> owns,
                          const io::AffinityGraph* graph)
     : cfg_(cfg), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_layers),
-      num_experts_(source.config().num_experts),
-      slot_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
+      num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
+  Matmul mm;  // for the packed sizes and the layout's name
+  // The budget counts what a slot really takes: the packed form, padding included.
+  slot_bytes_ = packed_expert_bytes(mm, source_.config());
   cfg_.validate();
   if (cfg_.prefetch == PrefetchPolicy::Affinity && !graph_)
     fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
@@ -115,9 +117,9 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
     for (int64_t e = 0; e < num_experts_; ++e) owned += owns_(l, e) ? 1 : 0;
   const int64_t n = std::min(cfg_.l1_bytes / slot_bytes_, std::max<int64_t>(owned, 1));
   if (n < 1)
-    fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_, " bytes");
+    fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_,
+         " bytes packed for this machine (moerun inspect prints it)");
   slots_.resize(static_cast<std::size_t>(n));
-  Matmul mm;  // for the packed sizes and the layout's name
   for (Slot& slot : slots_) preallocate_expert(mm, source_.config(), slot.w);
   last_needed_.resize(static_cast<std::size_t>(num_layers_));
   hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
@@ -125,7 +127,7 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, expert_layout_name(mm, source_.config()), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
-  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes for ", owned, " experts, prefetch ",
+  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (packed; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
 }
 
@@ -406,7 +408,7 @@ void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::E
   const bool stored = l2_ && l2_->put(l, e, blob_parts(static_cast<const io::ExpertWeights&>(into)), want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
-  c_.l3_bytes_read += slot_bytes_;
+  c_.l3_bytes_read += raw_bytes_;
   c_.read_s += read;
   c_.verify_s += verify;
   c_.pack_s += pack;

@@ -94,7 +94,7 @@ class ExpertCache : public ExpertStore {
 
   CacheCounters counters() const;
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
-  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t slot_bytes() const { return slot_bytes_; }  // a slot's real size: one packed expert
   int64_t resident_bytes() const;  // experts now held in L1 (loaded or loading)
   bool in_l1(int64_t layer, int64_t expert) const;  // loaded and ready
   // Blocks until no load is queued or running (tests, and clean counters at the end).
@@ -139,7 +139,9 @@ class ExpertCache : public ExpertStore {
   const io::ExpertSource& source_;
   std::function<bool(int64_t, int64_t)> owns_;
   const io::AffinityGraph* graph_;
-  int64_t num_layers_, num_experts_, slot_bytes_;
+  int64_t num_layers_, num_experts_;
+  int64_t raw_bytes_;   // an expert as stored (L3 reads)
+  int64_t slot_bytes_;  // an expert packed, as L1 and L2 hold it
   std::unique_ptr<io::BlobStore> l2_;
 
   mutable std::mutex mu_;

@@ -28,6 +28,17 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights&
   }
 }
 
+int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  int64_t total = 0;
+  io::ExpertWeights w;  // shaped only: the buffers are allocated, never touched
+  for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
+    mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
+    total += static_cast<int64_t>(m->data.capacity());
+  }
+  return total;
+}
+
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +

@@ -17,6 +17,9 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
 // Shapes `w` as one packed expert and sizes (and touches) its buffers, so loads into it never
 // allocate, and bytes packed before can be read straight into it.
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w);
+// Bytes one packed expert of this model really takes in memory on this machine (its buffers'
+// allocated sizes, padding included): what an L1 slot costs, and what --l1-bytes counts.
+int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c);
 // The packed layout of an expert of this model on this machine (see Matmul::packed_layout_name).
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c);
 

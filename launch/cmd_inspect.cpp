@@ -1,6 +1,7 @@
 // `moerun inspect`: config, parameter counts, memory per rank.
 #include <iostream>
 
+#include "experts/expert_packing.hpp"
 #include "io/hdf5_probe.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
@@ -33,6 +34,8 @@ int cmd_inspect(int argc, char** argv) {
   if (!location.remote()) io::default_hdf5_probe().check({location.file("model.h5")});
   p.validate();
   const io::ModelConfig c = io::read_model_config(location);
+  Matmul mm;
+  p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
   std::cout << runtime::inspect_report(c, p, model);
   return 0;
 }

@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "experts/affinity_graph.hpp"
+#include "experts/expert_packing.hpp"
 #include "experts/placement.hpp"
 #include "comm/topology.hpp"
 #include "io/affinity_file.hpp"
@@ -178,7 +179,8 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   for (const std::string mode : {"all-resident", "lru", "hotness", "affinity"}) {
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
-      bc.infer.cache.l1_bytes = slots * static_cast<int64_t>(io::expert_raw_bytes(m));
+      Matmul mm;
+      bc.infer.cache.l1_bytes = slots * experts::packed_expert_bytes(mm, m);
       bc.infer.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
       bc.infer.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
       bc.infer.cache.l2_dir = dir + "/l2-" + mode;

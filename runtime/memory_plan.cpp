@@ -74,7 +74,8 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   m.router_margin_bytes = static_cast<int64_t>(static_cast<double>(router_sum) * p.margin);
   m.router_bytes = router_sum + m.router_margin_bytes;
   // Expert rank.
-  m.expert_weight_bytes = m.experts_per_rank * c.bytes_per_expert();
+  // Experts are held packed for the GEMMs (padding included) once a machine's layout is known.
+  m.expert_weight_bytes = m.experts_per_rank * (p.packed_bytes_per_expert > 0 ? p.packed_bytes_per_expert : c.bytes_per_expert());
   m.expert_scratch_bytes = 4 * T * c.top_k * (2 * d + 3 * c.intermediate_size);
   m.expert_exchange_bytes = single ? 0 : (m.routers * T * c.top_k + m.expert_ranks - 1) / m.expert_ranks * (record + result);
   const int64_t expert_sum = m.expert_weight_bytes + m.expert_scratch_bytes + m.expert_exchange_bytes;
@@ -114,7 +115,11 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   os << std::fixed << std::setprecision(2);
   os << "  active per token " << c.active_params_per_token() << " ("
      << 100.0 * static_cast<double>(c.active_params_per_token()) / static_cast<double>(c.total_params()) << "% of all)\n";
-  os << "bytes per expert   " << c.bytes_per_expert() << " (" << human(c.bytes_per_expert()) << ")\n";
+  os << "bytes per expert   " << c.bytes_per_expert() << " (" << human(c.bytes_per_expert()) << ") as stored";
+  if (p.packed_bytes_per_expert > 0)
+    os << ", " << p.packed_bytes_per_expert << " (" << human(p.packed_bytes_per_expert)
+       << ") packed in memory on this machine (an L1 slot: what --l1-bytes counts)";
+  os << "\n";
   os << "KV cache per token " << c.kv_bytes_per_token() << " bytes\n";
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   os << "layout: " << p.nodes << " node(s) x " << p.ranks_per_node << " rank(s), " << m.routers << " router rank(s), "

@@ -21,6 +21,7 @@ struct MemoryPlanConfig {
   int64_t routers_per_node = 1;
   int64_t device_bytes = 0;     // memory per rank to check against (0: no check)
   double margin = 0.10;         // safety margin on top of the sum
+  int64_t packed_bytes_per_expert = 0;  // an expert in memory, packed for this machine (0: as stored)
   void validate() const;        // Usage errors naming the option
 };
 

@@ -41,7 +41,8 @@ class ExpertCacheTest : public ::testing::Test {
     io::write_synthetic_model((dir_ / "model").string(), s, true);
     config_ = s.model;
     index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build((dir_ / "model").string(), config_));
-    slot_ = static_cast<int64_t>(io::expert_raw_bytes(config_));
+    Matmul mm;
+    slot_ = packed_expert_bytes(mm, config_);  // what a slot really takes
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -19,6 +19,11 @@ synth_model() {
     --intermediate ${SYNTH_FF:-96} --vocab 200 --max-position 256 --eos 199 --shards 2 --seed ${SYNTH_SEED:-11} --quiet "$@"
 }
 
+# expert_slot_bytes MODEL_DIR: one expert packed for this machine, what an L1 slot takes (from inspect)
+expert_slot_bytes() {
+  "$MOERUN" inspect --model "$1" | sed -n 's/.*, \([0-9]*\) ([^)]*) packed in memory.*/\1/p'
+}
+
 # requests FILE N MAX_NEW: N requests with prompts of varied length, ids r0..r{N-1}
 requests() {
   local file=$1 n=$2 max_new=$3

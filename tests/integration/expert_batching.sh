@@ -4,8 +4,8 @@
 # and mpirun -np 4), and with an L1 of a quarter of the experts the hit rate goes up.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
-EXPERT=73728   # 3 x 64 x 96 x 4 bytes
 synth_model "$WORK/m" --gate-skew 2 --gate-topics 4
+EXPERT=$(expert_slot_bytes "$WORK/m")   # one L1 slot
 "$PY" - "$WORK/reqs.jsonl" <<'PY'
 import json, random, sys
 rng = random.Random(1)

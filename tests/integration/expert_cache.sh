@@ -5,8 +5,8 @@
 # routing trace; bad cache options fail with exit 2 naming the option.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
-synth_model "$WORK/m"   # 3 layers x 8 experts; one expert = 3 x 64 x 96 x 4 = 73728 bytes
-EXPERT=73728
+synth_model "$WORK/m"   # 3 layers x 8 experts
+EXPERT=$(expert_slot_bytes "$WORK/m")   # one L1 slot: 3 x 64 x 96 x 4 = 73728 bytes stored, more packed
 requests "$WORK/reqs.jsonl" 12 8
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet --trace "$WORK/trace.h5"
 

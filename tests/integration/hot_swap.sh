@@ -6,8 +6,8 @@
 # a missing shard or broken JSON is refused with one warning and the old weights stay.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
-EXPERT=73728
 synth_model "$WORK/a"
+EXPERT=$(expert_slot_bytes "$WORK/a")   # one L1 slot
 SYNTH_SEED=12 synth_model "$WORK/b"
 # The reference for "after the swap": a's dense weights with b's experts.
 mkdir "$WORK/ab" && cp "$WORK/a/model.h5" "$WORK/ab/" && cp "$WORK/b"/experts-*.h5 "$WORK/ab/"

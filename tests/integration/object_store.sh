@@ -14,8 +14,9 @@ MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 export MOERUN_OBJECTSTORE_DIR=$WORK/objectstore MOERUN_S3_PORT=${MOERUN_S3_PORT:-18089}
 trap '"$ROOT/cluster/objectstore/stop.sh" > /dev/null 2>&1; rm -rf "$WORK"' EXIT
 
-synth_model "$WORK/m"   # 3 layers x 8 experts, 2 shards; one expert = 73728 bytes
-EXPERT=73728
+synth_model "$WORK/m"   # 3 layers x 8 experts, 2 shards; one expert = 73728 bytes stored
+STORED=73728                          # one expert as stored: 3 x 64 x 96 x 4 bytes
+EXPERT=$(expert_slot_bytes "$WORK/m")   # one L1 slot (packed, padding included)
 requests "$WORK/reqs.jsonl" 12 12
 requests "$WORK/long.jsonl" 24 24   # long enough (several seconds at np 3) to lose the server in the middle
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/long.jsonl" --output "$WORK/long-ref.jsonl" --quiet
@@ -53,7 +54,7 @@ check "inspect --model s3://" bash -c "'$MOERUN' inspect --model $URL | grep -q 
 check "one process, --model s3://: same tokens as the local model" cmp -s "$WORK/ref.jsonl" "$WORK/s3.jsonl"
 check "the summary and --stats-json count object-store requests" bash -c \
   "grep -q 'object store: .* requests, 0 retries' '$WORK/s3.err' &&
-   '$PY' -c 'import json,sys; o=json.load(open(sys.argv[1]))[\"object_store\"]; assert o[\"requests\"] >= 24 and o[\"bytes\"] >= 24*$EXPERT, o' '$WORK/s3.stats'"
+   '$PY' -c 'import json,sys; o=json.load(open(sys.argv[1]))[\"object_store\"]; assert o[\"requests\"] >= 24 and o[\"bytes\"] >= 24*$STORED, o' '$WORK/s3.stats'"
 
 # np 3: 1 router, 2 expert ranks with 12 experts each; L1 holds 3 (25%), no L2: experts stream from
 # the store throughout the run.
