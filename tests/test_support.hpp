@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "io/synthetic_model.hpp"
 
 namespace moerun::testing {
 
@@ -40,6 +41,24 @@ inline std::filesystem::path scratch_dir(const std::string& prefix) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// A tiny synthetic model (2 layers x 4 experts of 16 x 24, top-2): small enough for unit tests that
+// write and read real shards.
+inline io::SynthConfig tiny_synth_config(int shards) {
+  io::SynthConfig s;
+  s.model.vocab_size = 32;
+  s.model.hidden_size = 16;
+  s.model.num_layers = 2;
+  s.model.num_heads = 2;
+  s.model.num_kv_heads = 1;
+  s.model.head_dim = 8;
+  s.model.intermediate_size = 24;
+  s.model.num_experts = 4;
+  s.model.top_k = 2;
+  s.model.max_position = 64;
+  s.shards = shards;
+  return s;
 }
 
 }  // namespace moerun::testing

@@ -26,18 +26,7 @@ class ExpertCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("cache-test");
-    io::SynthConfig s;
-    s.model.vocab_size = 32;
-    s.model.hidden_size = 16;
-    s.model.num_layers = 2;
-    s.model.num_heads = 2;
-    s.model.num_kv_heads = 1;
-    s.model.head_dim = 8;
-    s.model.intermediate_size = 24;
-    s.model.num_experts = 4;
-    s.model.top_k = 2;
-    s.model.max_position = 64;
-    s.shards = 2;
+    io::SynthConfig s = moerun::testing::tiny_synth_config(2);
     io::write_synthetic_model((dir_ / "model").string(), s, true);
     config_ = s.model;
     index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build((dir_ / "model").string(), config_));

@@ -22,18 +22,7 @@ class ExpertSwapTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("swap");
-    SynthConfig s;
-    s.model.vocab_size = 32;
-    s.model.hidden_size = 16;
-    s.model.num_layers = 2;
-    s.model.num_heads = 2;
-    s.model.num_kv_heads = 1;
-    s.model.head_dim = 8;
-    s.model.intermediate_size = 24;
-    s.model.num_experts = 4;
-    s.model.top_k = 2;
-    s.model.max_position = 64;
-    s.shards = 1;
+    SynthConfig s = moerun::testing::tiny_synth_config(1);
     write_synthetic_model((dir_ / "new").string(), s, true);
     config_ = s.model;
   }
