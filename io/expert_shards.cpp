@@ -36,6 +36,32 @@ uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::si
   return Xxh64().bytes(w1, bytes_w13_each).bytes(w3, bytes_w13_each).bytes(w2, bytes_w2).digest();
 }
 
+uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c) {
+  const std::string gp = expert_group_path(layer, expert);
+  expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
+  expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
+  expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
+  H5Handle group = h5_open_object(file, gp);
+  std::optional<uint64_t> sum;
+  try {
+    sum = h5_attr_uint64(group, "xxh64");
+  } catch (const Error& err) {
+    fail(ErrorKind::BadInput, fname, ": ", gp, ": ", err.what());
+  }
+  if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
+  return *sum;
+}
+
+void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw) {
+  const std::string gp = expert_group_path(layer, expert);
+  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+  const std::size_t each = expert_raw_bytes(c) / 3;
+  auto* b = static_cast<unsigned char*>(raw);
+  h5_read(file, gp + "/w1", mem, b);
+  h5_read(file, gp + "/w3", mem, b + each);
+  h5_read(file, gp + "/w2", mem, b + 2 * each);
+}
+
 ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const ModelConfig& c) {
   ExpertShardIndex idx;
   idx.config_ = c;
@@ -65,20 +91,9 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
           const std::string gp = expert_group_path(l, e);
           ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
           if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
-          expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
-          expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
-          expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
-          H5Handle group = h5_open_object(file, gp);
-          std::optional<uint64_t> sum;
-          try {
-            sum = h5_attr_uint64(group, "xxh64");
-          } catch (const Error& err) {
-            fail(ErrorKind::BadInput, fname, ": ", gp, ": ", err.what());
-          }
-          if (!sum) fail(ErrorKind::BadInput, fname, ": ", gp, " has no xxh64 attribute");
+          loc.xxh64 = check_expert_group(file, fname, l, e, c);
           loc.shard = fname;
           loc.shard_index = static_cast<int>(si);
-          loc.xxh64 = *sum;
           if (model.remote()) {
             // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
             // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
@@ -180,17 +195,11 @@ AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
     }
     return raw;
   }
-  const std::string gp = expert_group_path(layer, expert);
-  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   auto& handle = open_files_[loc.shard];
   if (!handle)
     handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
-  h5_reading(loc.shard, [&] {
-    h5_read(*handle, gp + "/w1", mem, raw.data());
-    h5_read(*handle, gp + "/w3", mem, raw.as<unsigned char>() + each);
-    h5_read(*handle, gp + "/w2", mem, raw.as<unsigned char>() + 2 * each);
-  });
+  h5_reading(loc.shard, [&] { read_expert_group(*handle, layer, expert, c, raw.data()); });
   return raw;
 }
 

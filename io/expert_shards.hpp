@@ -80,6 +80,11 @@ class ExpertShardIndex : public ExpertSource {
 };
 
 std::string expert_group_path(int64_t layer, int64_t expert);
+// In an open shard file `fname` (hdf5_mutex held): checks the group of (layer, expert) has w1, w3,
+// w2 of the model's shapes and dtype, and returns its xxh64 attribute; BadInput naming file and group.
+uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c);
+// Reads the group's w1‖w3‖w2 as stored into `raw` (expert_raw_bytes(c) bytes), without verifying.
+void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw);
 std::string shard_file_name(int index);  // "experts-00003.h5"
 
 // xxh64 over w1‖w3‖w2 raw bytes as stored (DESIGN §3).

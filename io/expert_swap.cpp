@@ -11,7 +11,6 @@
 #include "base/error.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
-#include "io/model_file.hpp"
 
 namespace moerun::io {
 
@@ -60,46 +59,49 @@ std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelCo
   return out;
 }
 
+namespace {
+
+// Appends to `out` the raw weights of the experts of one swap entry that this rank wants and has not
+// taken yet, read under the HDF5 lock (the cache's loaders share it); checked by the caller.
+void read_swap_entry(const ExpertSwap& sw, const ModelConfig& c, const std::function<bool(int64_t, int64_t)>& wanted,
+                     std::set<std::pair<int64_t, int64_t>>& seen, std::vector<NewExpertWeights>& out) {
+  std::lock_guard<std::mutex> lock(hdf5_mutex());
+  H5Handle file = h5_open_file(sw.shard, H5Mode::ReadOnly);
+  h5_reading(sw.shard, [&] {
+    std::vector<std::pair<int64_t, int64_t>> list = sw.experts;
+    if (sw.all)
+      for (int64_t l = 0; l < c.num_layers; ++l)
+        for (int64_t e = 0; e < c.num_experts; ++e)
+          if (h5_exists(file, expert_group_path(l, e))) list.push_back({l, e});
+    if (list.empty()) fail(ErrorKind::BadInput, sw.shard, ": holds no expert of this model (/layers/L/experts/E)");
+    for (auto [l, e] : list) {
+      if (!wanted(l, e) || !seen.insert({l, e}).second) continue;
+      if (!h5_exists(file, expert_group_path(l, e)))
+        fail(ErrorKind::BadInput, sw.shard, ": ", expert_group_path(l, e), " is not in this shard");
+      NewExpertWeights w;
+      w.layer = l;
+      w.expert = e;
+      w.xxh64 = check_expert_group(file, sw.shard, l, e, c);
+      w.shard = sw.shard;
+      w.raw = AlignedBuffer(expert_raw_bytes(c));
+      read_expert_group(file, l, e, c, w.raw.data());
+      out.push_back(std::move(w));
+    }
+  });
+}
+
+}  // namespace
+
 std::vector<NewExpertWeights> read_swap_experts(const std::vector<ExpertSwap>& swaps, const ModelConfig& c,
                                                 const std::function<bool(int64_t, int64_t)>& wanted) {
   std::vector<NewExpertWeights> out;
   std::set<std::pair<int64_t, int64_t>> seen;
-  const std::size_t each = expert_raw_bytes(c) / 3;
-  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   for (const ExpertSwap& sw : swaps) {
     if (!std::filesystem::is_regular_file(sw.shard)) fail(ErrorKind::BadInput, sw.shard, ": no such shard file");
-    std::lock_guard<std::mutex> lock(hdf5_mutex());
-    H5Handle file = h5_open_file(sw.shard, H5Mode::ReadOnly);
-    h5_reading(sw.shard, [&] {
-      std::vector<std::pair<int64_t, int64_t>> list = sw.experts;
-      if (sw.all)
-        for (int64_t l = 0; l < c.num_layers; ++l)
-          for (int64_t e = 0; e < c.num_experts; ++e)
-            if (h5_exists(file, expert_group_path(l, e))) list.push_back({l, e});
-      if (list.empty()) fail(ErrorKind::BadInput, sw.shard, ": holds no expert of this model (/layers/L/experts/E)");
-      for (auto [l, e] : list) {
-        if (!wanted(l, e) || !seen.insert({l, e}).second) continue;
-        const std::string gp = expert_group_path(l, e);
-        if (!h5_exists(file, gp)) fail(ErrorKind::BadInput, sw.shard, ": ", gp, " is not in this shard");
-        expect_dataset(file, sw.shard, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
-        expect_dataset(file, sw.shard, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
-        expect_dataset(file, sw.shard, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
-        const std::optional<uint64_t> sum = h5_attr_uint64(h5_open_object(file, gp), "xxh64");
-        if (!sum) fail(ErrorKind::BadInput, sw.shard, ": ", gp, " has no xxh64 attribute");
-        NewExpertWeights w;
-        w.layer = l;
-        w.expert = e;
-        w.xxh64 = *sum;
-        w.shard = sw.shard;
-        w.raw = AlignedBuffer(3 * each);
-        h5_read(file, gp + "/w1", mem, w.raw.data());
-        h5_read(file, gp + "/w3", mem, w.raw.as<unsigned char>() + each);
-        h5_read(file, gp + "/w2", mem, w.raw.as<unsigned char>() + 2 * each);
-        verify_expert(w.raw.data(), c, w.xxh64, sw.shard, l, e);
-        out.push_back(std::move(w));
-      }
-    });
+    read_swap_entry(sw, c, wanted, seen, out);
   }
+  // The checks (NaN scan, xxh64) outside the lock.
+  for (const NewExpertWeights& w : out) verify_expert(w.raw.data(), c, w.xxh64, w.shard, w.layer, w.expert);
   return out;
 }
 
