@@ -34,7 +34,6 @@ bool HotSwap::changed() {
 }
 
 void HotSwap::launch(const experts::ExpertStore& store) {
-  loading_ = true;
   loaded_ = false;
   fresh_.clear();
   error_ = nullptr;
@@ -57,7 +56,6 @@ void HotSwap::launch(const experts::ExpertStore& store) {
 
 void HotSwap::finish(experts::ExpertStore& store) {
   loader_.join();
-  loading_ = false;
   c_.load_seconds += load_s_;
   if (error_) {
     ++c_.failed;
@@ -92,7 +90,7 @@ void HotSwap::start(experts::ExpertStore& store) {
 }
 
 void HotSwap::poll(experts::ExpertStore& store) {
-  if (loading_) {
+  if (loader_.joinable()) {  // a load is running or done, not yet applied
     if (!loaded_) return;  // still reading: the steps go on with the old weights
     finish(store);
   }

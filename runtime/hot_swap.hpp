@@ -58,7 +58,6 @@ class HotSwap {
   uint64_t seen_inode_ = 0;
   // The background load: its thread, and what it leaves (read once it has been joined).
   std::thread loader_;
-  bool loading_ = false;
   std::atomic<bool> loaded_{false};  // set by the loader as its last act (polled, then joined)
   std::vector<io::NewExpertWeights> fresh_;
   std::exception_ptr error_;
