@@ -33,6 +33,12 @@ struct WeightMatrix {
   }
 };
 
+// A SwiGLU FFN's three matrices in host memory: w1, w3 [ff, d], w2 [d, ff] (an expert in the CPU
+// backend's form, or a model's dense shared expert).
+struct FfnWeights {
+  WeightMatrix w1, w3, w2;
+};
+
 // What is applied to the GEMM result before it is stored (fused into the oneDNN primitive).
 enum class Epilogue {
   None,

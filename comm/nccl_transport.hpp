@@ -1,7 +1,7 @@
 // NcclNodeExchange: the intra-node all-to-all-v for device buffers (DESIGN §4): one NCCL
 // communicator per node, built from an id broadcast over the node's MPI communicator; an exchange is
 // ncclGroupStart, ncclSend/ncclRecv per peer with data, ncclGroupEnd, stream synchronise. CUDA_CHECK
-// and NCCL_CHECK turn failures into moerun::Error(Comm). Built whenever the CUDA toolkit (with
+// and NCCL_CHECK (base/cuda_check.hpp) turn failures into moerun::Error. Built whenever the CUDA toolkit (with
 // NCCL) is found; selected only where a GPU is present.
 #pragma once
 #include <cstdint>
@@ -31,8 +31,5 @@ class NcclNodeExchange {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-// Number of CUDA devices this process can use (0 without a driver or a GPU).
-int cuda_device_count();
 
 }  // namespace moerun::comm

@@ -1,6 +1,5 @@
 // Three-tier expert cache: L1 slots, I/O threads, prefetch and eviction.
 #include "experts/expert_cache.hpp"
-#include "experts/expert_packing.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -98,13 +97,12 @@ void CacheCounters::add(const CacheCounters& o) {
   *this = from_vector(s);
 }
 
-ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& source, std::function<bool(int64_t, int64_t)> owns,
-                         const io::AffinityGraph* graph)
-    : cfg_(cfg), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_layers),
+ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
+                         std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph)
+    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_layers),
       num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
-  Matmul mm;  // for the packed sizes and the layout's name
-  // The budget counts what a slot really takes: the packed form, padding included.
-  slot_bytes_ = packed_expert_bytes(mm, source_.config());
+  // The budget counts what a slot really takes in the backend's memory, padding included.
+  slot_bytes_ = backend_.expert_bytes();
   cfg_.validate();
   if (cfg_.prefetch == PrefetchPolicy::Affinity && !graph_)
     fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
@@ -118,14 +116,14 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& s
   const int64_t n = std::min(cfg_.l1_bytes / slot_bytes_, std::max<int64_t>(owned, 1));
   if (n < 1)
     fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_,
-         " bytes packed for this machine (moerun inspect prints it)");
+         " bytes in ", backend_.describe(), " (moerun inspect prints the CPU figure)");
   slots_.resize(static_cast<std::size_t>(n));
-  for (Slot& slot : slots_) preallocate_expert(mm, source_.config(), slot.w);
+  for (Slot& slot : slots_) slot.w = backend_.allocate_expert();
   last_needed_.resize(static_cast<std::size_t>(num_layers_));
   hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
   warming_ = cfg_.warmup == WarmupPolicy::Hotness && cfg_.warmup_requests > 0;
   if (!cfg_.l2_dir.empty())
-    l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, expert_layout_name(mm, source_.config()), cfg_.l2_direct);
+    l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, backend_.stored_form_name(), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (packed; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
@@ -314,7 +312,7 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
   return ready;
 }
 
-const io::ExpertWeights& ExpertCache::acquire(int64_t layer, int64_t expert) {
+const ResidentExpert& ExpertCache::acquire(int64_t layer, int64_t expert) {
   const int64_t k = key(layer, expert);
   std::unique_lock<std::mutex> lock(mu_);
   const double t0 = now();
@@ -332,7 +330,7 @@ const io::ExpertWeights& ExpertCache::acquire(int64_t layer, int64_t expert) {
       if (s.state == State::Failed) {
         std::exception_ptr e = s.error;
         where_.erase(it);
-        s = Slot{};
+        s.clear();
         cv_.notify_all();
         std::rethrow_exception(e);
       }
@@ -342,7 +340,7 @@ const io::ExpertWeights& ExpertCache::acquire(int64_t layer, int64_t expert) {
         if (s.prefetched && !s.used) ++c_.prefetch_used;
         if (s.warmed && !s.used) ++c_.warmup_used;
         s.used = true;
-        return s.w;
+        return *s.w;
       }
     }
     waited = true;
@@ -369,19 +367,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// An expert's packed matrices as L2 parts (w1, w3, w2).
-std::vector<io::ConstBlobPart> blob_parts(const io::ExpertWeights& w) {
-  return {{w.w1.data.data(), w.w1.data.size()}, {w.w3.data.data(), w.w3.data.size()}, {w.w2.data.data(), w.w2.data.size()}};
-}
-std::vector<io::BlobPart> blob_parts(io::ExpertWeights& w) {
-  std::vector<io::BlobPart> parts;
-  for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
-  return parts;
+// Parts the L2 tier reads or writes: the backend's packed host form where it has one, else the raw form.
+std::vector<io::ConstBlobPart> const_parts(const std::vector<io::BlobPart>& parts) {
+  std::vector<io::ConstBlobPart> c;
+  for (const io::BlobPart& p : parts) c.push_back({p.data, p.size});
+  return c;
 }
 
 }  // namespace
 
-void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& into) {
+void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* into) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
   std::shared_ptr<const Swapped> swapped;
   {
@@ -402,21 +397,24 @@ void ExpertCache::fetch_from_l3(int64_t k, Matmul& mm, AlignedBuffer& raw, io::E
   io::verify_expert(raw.data(), source_.config(), want, swapped ? swapped->where : source_.where(l, e), l, e);
   const double verify = since(t0);
   t0 = Clock::now();
-  pack_expert_from_raw(mm, raw.data(), source_.config(), into);
+  if (into) backend_.load_expert(raw.data(), *into);
   const double pack = since(t0);
-  // L2 keeps the packed form: a later hit reads it straight into a slot, with no pack.
-  const bool stored = l2_ && l2_->put(l, e, blob_parts(static_cast<const io::ExpertWeights&>(into)), want);
+  // L2 keeps a CPU backend's packed form (a later hit reads it straight into a slot, with no pack),
+  // and for other backends the raw form.
+  const std::vector<io::ConstBlobPart> stored_form =
+      into && backend_.packs_on_host() ? const_parts(into->host_parts()) : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
+  const bool stored = l2_ && l2_->put(l, e, stored_form, want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
   c_.l3_bytes_read += raw_bytes_;
   c_.read_s += read;
   c_.verify_s += verify;
   c_.pack_s += pack;
-  if (stored) c_.l2_bytes_written += slot_bytes_;
+  if (stored) c_.l2_bytes_written += stored_bytes();
   if (l2_) c_.l2_corrupt = l2_->corrupt_dropped();
 }
 
-void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& slot) {
+void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
   if (l2_) {
     const auto t0 = Clock::now();
@@ -425,21 +423,38 @@ void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::Exper
       std::lock_guard<std::mutex> lock(mu_);
       want = source_checksum_locked(k);
     }
-    if (l2_->read(l, e, want, blob_parts(slot))) {  // checksummed by the blob store
+    const bool packed = backend_.packs_on_host();
+    std::vector<io::BlobPart> parts = packed ? slot.host_parts() : std::vector<io::BlobPart>{};
+    if (!packed) {
+      raw.resize(static_cast<std::size_t>(raw_bytes_));
+      parts.push_back({raw.data(), raw.size(), raw.capacity()});
+    }
+    if (l2_->read(l, e, want, parts)) {  // checksummed by the blob store
       const double read = since(t0);
-      const auto t1 = Clock::now();
-      {
+      auto t1 = Clock::now();
+      const DType dt = source_.config().dtype;
+      if (packed) {
         // The packed form has the same elements (plus zero padding): a NaN scan still finds any,
         // e.g. in an L2 written before loads were scanned.
         const std::string gp = io::expert_group_path(l, e);
-        for (auto [m, name] : {std::pair{&slot.w1, "/w1"}, std::pair{&slot.w3, "/w3"}, std::pair{&slot.w2, "/w2"}})
-          io::check_finite(m->data.data(), m->dtype, 1, static_cast<int64_t>(m->data.size() / dtype_size(m->dtype)),
-                           l2_->dir(), gp + name + " (packed, in L2)");
+        const char* names[] = {"/w1", "/w3", "/w2"};
+        for (std::size_t i = 0; i < parts.size() && i < 3; ++i)
+          io::check_finite(parts[i].data, dt, 1, static_cast<int64_t>(parts[i].size / dtype_size(dt)), l2_->dir(),
+                           gp + names[i] + " (packed, in L2)");
+      } else {
+        io::verify_expert(raw.data(), source_.config(), want, l2_->dir() + " (L2)", l, e);
       }
       const double verify = since(t1);
+      double pack = 0;  // a packed form is ready as read
+      if (!packed) {
+        t1 = Clock::now();
+        backend_.load_expert(raw.data(), slot);
+        pack = since(t1);
+      }
       std::lock_guard<std::mutex> lock(mu_);
       ++c_.l2_hits;
-      c_.l2_bytes_read += slot_bytes_;
+      c_.l2_bytes_read += stored_bytes();
+      c_.pack_s += pack;
       c_.read_s += read;
       c_.verify_s += verify;
       return;
@@ -447,16 +462,15 @@ void ExpertCache::load_into(int64_t k, Matmul& mm, AlignedBuffer& raw, io::Exper
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.l2_misses;
   }
-  fetch_from_l3(k, mm, raw, slot);
+  fetch_from_l3(k, raw, &slot);
 }
 
 void ExpertCache::worker() {
   // oneDNN's reorders run on OpenMP: an I/O thread's own team would fight the compute threads
   // (measured: 11 ms instead of 0.5 ms to pack a 0.75 MiB expert). Loads stay single-threaded.
   omp_set_num_threads(1);
-  thread_local Matmul mm;  // packing uses oneDNN reorders; one engine per thread
-  AlignedBuffer raw;       // this thread's read buffer, reused by every load
-  io::ExpertWeights warm;  // where L2 warm-ups are packed (they fill no slot)
+  AlignedBuffer raw;                     // this thread's read buffer, reused by every load
+  std::unique_ptr<ResidentExpert> warm;  // where L2 warm-ups are packed for a CPU backend (they fill no slot)
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
@@ -468,7 +482,8 @@ void ExpertCache::worker() {
       ++running_;
       lock.unlock();
       try {
-        fetch_from_l3(t.key, mm, raw, warm);
+        if (backend_.packs_on_host() && !warm) warm = backend_.allocate_expert();
+        fetch_from_l3(t.key, raw, warm.get());
       } catch (...) {
         // a failed warm-up is retried on demand, where the error is reported
       }
@@ -512,7 +527,7 @@ void ExpertCache::worker() {
     // are written without the lock.
     std::exception_ptr err;
     try {
-      load_into(t.key, mm, raw, slots_[static_cast<std::size_t>(victim)].w);
+      load_into(t.key, raw, *slots_[static_cast<std::size_t>(victim)].w);
     } catch (...) {
       err = std::current_exception();
     }
@@ -537,7 +552,6 @@ void ExpertCache::replace(int64_t layer, int64_t expert, const void* raw, uint64
   std::memcpy(sw->raw.data(), raw, sw->raw.size());
   sw->xxh64 = xxh64;
   sw->where = where;
-  thread_local Matmul mm;
   std::unique_lock<std::mutex> lock(mu_);
   // A load of the old weights in flight finishes first; then its slot is rewritten.
   cv_.wait(lock, [&] {
@@ -551,10 +565,10 @@ void ExpertCache::replace(int64_t layer, int64_t expert, const void* raw, uint64
   Slot& s = slots_[static_cast<std::size_t>(it->second)];
   if (s.pins > 0) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, ") while it is in use");
   if (s.state == State::Ready) {
-    pack_expert_from_raw(mm, sw->raw.data(), source_.config(), s.w);
+    backend_.load_expert(sw->raw.data(), *s.w);
   } else {  // Failed: forget it, the next need loads the new weights
     where_.erase(it);
-    s = Slot{};
+    s.clear();
   }
 }
 

@@ -1,8 +1,9 @@
 // ExpertCache: the three-tier expert weight cache of an expert rank (DESIGN §5). L1 is a budget of
-// --l1-bytes of expert slots in host memory (device memory on a GPU backend); L2 an on-disk blob
-// store (io::BlobStore); L3 the model's shards or object store (io::ExpertSource). I/O threads load
-// experts L3 -> L2 -> L1: an expert from L3 is verified against its xxh64 and packed for the GEMM,
-// and L2 keeps the packed form, so an L2 hit is one read per matrix into the slot. Prefetch:
+// --l1-bytes of expert slots in the ExpertBackend's memory (host for cpu, device for cuda); L2 an
+// on-disk blob store (io::BlobStore); L3 the model's shards or object store (io::ExpertSource). I/O
+// threads load experts L3 -> L2 -> L1: an expert from L3 is verified against its xxh64 and loaded
+// into the backend; L2 keeps the CPU backend's packed form, so an L2 hit is one read per matrix
+// into the slot (for other backends the raw form, verified again on the way back). Prefetch:
 // when a layer's needs are known, the experts the next layer will likely need are loaded into L1
 // (lru: those the next layer used last time; affinity: predicted from the affinity graph), and for
 // affinity their likeliest successors into L2. Eviction never touches an expert in use or still
@@ -25,6 +26,7 @@
 #include "experts/expert_store.hpp"
 #include "io/affinity_file.hpp"
 #include "io/blob_store.hpp"
+#include "io/expert_shards.hpp"
 
 namespace moerun::experts {
 
@@ -80,21 +82,22 @@ struct CacheCounters {
 class ExpertCache : public ExpertStore {
  public:
   // `owns(l, e)`: the experts of this rank. `graph` is required for PrefetchPolicy::Affinity.
-  ExpertCache(const ExpertCacheConfig& cfg, const io::ExpertSource& source, std::function<bool(int64_t, int64_t)> owns,
-              const io::AffinityGraph* graph);
+  // Slots are allocated and loaded by `backend` (which must outlive the cache).
+  ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
+              std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph);
   ~ExpertCache() override;
 
   bool owns(int64_t layer, int64_t expert) const override;
   std::vector<int64_t> begin_layer(int64_t layer, const std::vector<int64_t>& rows) override;
-  const io::ExpertWeights& acquire(int64_t layer, int64_t expert) override;
+  const ResidentExpert& acquire(int64_t layer, int64_t expert) override;
   void release(int64_t layer, int64_t expert) override;
-  // The new weights become this expert's L3 (kept in memory); an L1 copy is re-packed in place and
+  // The new weights become this expert's L3 (kept in memory); an L1 copy is reloaded in place and
   // an L2 copy forgotten.
   void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
 
   CacheCounters counters() const;
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }
-  int64_t slot_bytes() const { return slot_bytes_; }  // a slot's real size: one packed expert
+  int64_t slot_bytes() const { return slot_bytes_; }  // a slot's real size: one expert in the backend's memory
   int64_t resident_bytes() const;  // experts now held in L1 (loaded or loading)
   bool in_l1(int64_t layer, int64_t expert) const;  // loaded and ready
   // Blocks until no load is queued or running (tests, and clean counters at the end).
@@ -112,8 +115,14 @@ class ExpertCache : public ExpertStore {
     int pins = 0;
     uint64_t last_use = 0;
     bool prefetched = false, used = false, warmed = false;
-    io::ExpertWeights w;  // preallocated once; every load packs into it
+    std::unique_ptr<ResidentExpert> w;  // allocated once; every load goes into it
     std::exception_ptr error;
+    // Empty again, keeping the allocated weights.
+    void clear() {
+      std::unique_ptr<ResidentExpert> keep = std::move(w);
+      *this = Slot{};
+      w = std::move(keep);
+    }
   };
   enum class TaskKind { Demand, Prefetch, Fill, WarmL2 };  // Fill: warm-up, displaces only colder experts
   struct Task {
@@ -129,19 +138,23 @@ class ExpertCache : public ExpertStore {
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
   void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
-  // Loads an expert into a slot's preallocated weights: from L2 (stored packed, read straight into
-  // them) or else from L3 (fetch_from_l3).
-  void load_into(int64_t key, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& slot);
-  // From L3 into `into`: read into `raw`, verify, pack, and store the packed form in L2.
-  void fetch_from_l3(int64_t key, Matmul& mm, AlignedBuffer& raw, io::ExpertWeights& into);
+  // Loads an expert into a slot's weights: from L2 (a CPU backend's packed form read straight into
+  // them, or the raw form through `raw`) or else from L3 (fetch_from_l3).
+  void load_into(int64_t key, AlignedBuffer& raw, ResidentExpert& slot);
+  // From L3 into `into` (none: only into L2): read into `raw`, verify, load into the backend, and
+  // store the backend's stored form in L2.
+  void fetch_from_l3(int64_t key, AlignedBuffer& raw, ResidentExpert* into);
+  // Bytes of an expert's form in L2 as the counters count it (a slot for packed forms, else raw).
+  int64_t stored_bytes() const { return backend_.packs_on_host() ? slot_bytes_ : raw_bytes_; }
 
   ExpertCacheConfig cfg_;
+  ExpertBackend& backend_;
   const io::ExpertSource& source_;
   std::function<bool(int64_t, int64_t)> owns_;
   const io::AffinityGraph* graph_;
   int64_t num_layers_, num_experts_;
   int64_t raw_bytes_;   // an expert as stored (L3 reads)
-  int64_t slot_bytes_;  // an expert packed, as L1 and L2 hold it
+  int64_t slot_bytes_;  // an expert in the backend's memory, as an L1 slot holds it
   std::unique_ptr<io::BlobStore> l2_;
 
   mutable std::mutex mu_;

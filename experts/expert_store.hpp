@@ -1,13 +1,14 @@
 // ExpertStore: what the expert compute asks for weights. ResidentExperts (all in memory) and
 // ExpertCache (three tiers, prefetch) implement it. Per layer call: begin_layer with the experts
 // that have rows (it returns the order to run them in: ready ones first), then acquire/release
-// around each expert's FFN; an acquired expert stays in memory until released.
+// around each expert's FFN; an acquired expert stays in memory until released. The weights are in
+// the form of the store's ExpertBackend.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "io/expert_shards.hpp"
+#include "experts/backend.hpp"
 
 namespace moerun::experts {
 
@@ -23,7 +24,7 @@ class ExpertStore {
       if (rows[static_cast<std::size_t>(e)] > 0) order.push_back(e);
     return order;
   }
-  virtual const io::ExpertWeights& acquire(int64_t layer, int64_t expert) = 0;
+  virtual const ResidentExpert& acquire(int64_t layer, int64_t expert) = 0;
   virtual void release(int64_t layer, int64_t expert) { (void)layer, (void)expert; }
   // Hot swap, between steps (nothing acquired): an owned expert's new weights in raw form (w1‖w3‖w2
   // as stored, verified against `xxh64`), from `where`. Later acquires see only the new weights.

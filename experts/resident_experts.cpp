@@ -2,53 +2,59 @@
 #include "experts/resident_experts.hpp"
 
 #include "base/error.hpp"
-#include "base/log.hpp"
 #include "base/host.hpp"
+#include "base/log.hpp"
 
 namespace moerun::experts {
 
-ResidentExperts::ResidentExperts(const io::ExpertShardIndex& index, const io::ModelConfig& c,
-                                 const std::function<bool(int64_t, int64_t)>& owns, Matmul& mm)
-    : num_experts_(c.num_experts), config_(c), mm_(&mm) {
+ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const io::ModelConfig& c,
+                                 const std::function<bool(int64_t, int64_t)>& owns)
+    : backend_(backend), num_experts_(c.num_experts) {
   int64_t owned = 0;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
-  const int64_t need = owned * c.bytes_per_expert(), have = host_memory_bytes();
-  if (have > 0 && need > have)
-    fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
-         " experts need ", need >> 20, " MiB in memory, more than this host's ", have >> 20,
-         " MiB; use more expert ranks or the expert cache (--l1-bytes)");
+  if (backend.weight_memory() != MemoryKind::Device) {
+    const int64_t need = owned * c.bytes_per_expert(), have = host_memory_bytes();
+    if (have > 0 && need > have)
+      fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
+           " experts need ", need >> 20, " MiB in memory, more than this host's ", have >> 20,
+           " MiB; use more expert ranks or the expert cache (--l1-bytes)");
+  }
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) {
       if (!owns(l, e)) continue;
-      io::ExpertWeights w = index.load(l, e);
-      pack_expert(mm, w);
+      const AlignedBuffer raw = index.load_raw(l, e);
+      std::unique_ptr<ResidentExpert> w = backend.allocate_expert();
+      backend.load_expert(raw.data(), *w);
       weights_.emplace(l * c.num_experts + e, std::move(w));
     }
-  log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB)");
+  log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB, ", backend.describe(), ")");
+}
+
+void ResidentExperts::insert(int64_t layer, int64_t expert, std::unique_ptr<ResidentExpert> w) {
+  weights_[layer * num_experts_ + expert] = std::move(w);
 }
 
 void ResidentExperts::replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) {
   (void)xxh64, (void)where;  // verified by the caller
-  if (!mm_ || !has(layer, expert)) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, "), not held here");
-  // Packed straight into the old expert's buffers: no allocation, no page faults, and nothing is
-  // reading them between steps.
-  pack_expert_from_raw(*mm_, raw, config_, weights_[layer * num_experts_ + expert]);
+  if (!has(layer, expert)) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, "), not held here");
+  // Into the old expert's memory: no allocation, no page faults, and nothing reads it between steps.
+  backend_.load_expert(raw, *weights_[layer * num_experts_ + expert]);
 }
 
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {
   return weights_.count(layer * num_experts_ + expert) > 0;
 }
 
-const io::ExpertWeights& ResidentExperts::get(int64_t layer, int64_t expert) const {
+const ResidentExpert& ResidentExperts::get(int64_t layer, int64_t expert) const {
   auto it = weights_.find(layer * num_experts_ + expert);
   if (it == weights_.end()) fail(ErrorKind::Internal, "expert (", layer, ", ", expert, ") is not resident on this rank");
-  return it->second;
+  return *it->second;
 }
 
 int64_t ResidentExperts::bytes() const {
   int64_t b = 0;
-  for (const auto& [k, w] : weights_) b += static_cast<int64_t>(w.w1.data.size() + w.w3.data.size() + w.w2.data.size());
+  for (const auto& [k, w] : weights_) b += static_cast<int64_t>(w->buffer().allocated);
   return b;
 }
 

@@ -140,18 +140,6 @@ void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, con
     fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
 }
 
-ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c) {
-  ExpertWeights w;
-  w.w1.allocate(c.dtype, c.intermediate_size, c.hidden_size);
-  w.w3.allocate(c.dtype, c.intermediate_size, c.hidden_size);
-  w.w2.allocate(c.dtype, c.hidden_size, c.intermediate_size);
-  const auto* b = static_cast<const unsigned char*>(raw);
-  std::memcpy(w.w1.data.data(), b, w.w1.bytes());
-  std::memcpy(w.w3.data.data(), b + w.w1.bytes(), w.w3.bytes());
-  std::memcpy(w.w2.data.data(), b + w.w1.bytes() + w.w3.bytes(), w.w2.bytes());
-  return w;
-}
-
 namespace {
 // The byte span [first, end) that covers an expert's three chunks, and whether one GET of it is
 // worth it (adjacent, or gaps no larger than the expert itself) rather than three.
@@ -203,10 +191,10 @@ AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
   return raw;
 }
 
-ExpertWeights ExpertShardIndex::load(int64_t layer, int64_t expert) const {
-  const AlignedBuffer raw = read_raw(layer, expert);
+AlignedBuffer ExpertShardIndex::load_raw(int64_t layer, int64_t expert) const {
+  AlignedBuffer raw = read_raw(layer, expert);
   verify_expert(raw.data(), config_, checksum(layer, expert), where(layer, expert), layer, expert);
-  return expert_from_raw(raw.data(), config_);
+  return raw;
 }
 
 ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c)

@@ -8,17 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "base/matmul.hpp"
+#include "base/aligned_buffer.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
 #include "io/model_location.hpp"
 
 namespace moerun::io {
-
-// One expert's weights: w1, w3 [ff, d], w2 [d, ff].
-struct ExpertWeights {
-  WeightMatrix w1, w3, w2;
-};
 
 struct ExpertLocation {
   std::string shard;   // path or s3:// URL of the shard file
@@ -47,8 +42,6 @@ std::size_t expert_raw_bytes(const ModelConfig& c);
 // BadInput naming `where` and the expert's group on a NaN/Inf or a checksum mismatch.
 void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected_xxh64, const std::string& where,
                    int64_t layer, int64_t expert);
-// The weights from the raw form (copied; not packed).
-ExpertWeights expert_from_raw(const void* raw, const ModelConfig& c);
 
 class ExpertShardIndex : public ExpertSource {
  public:
@@ -62,8 +55,10 @@ class ExpertShardIndex : public ExpertSource {
   // Requests one remote expert read takes (1 when its three chunks are adjacent); 0 for local.
   int requests_per_expert(int64_t layer, int64_t expert) const;
 
-  // Reads one expert and verifies its checksum (BadInput naming shard and group on mismatch).
-  ExpertWeights load(int64_t layer, int64_t expert) const;
+  // Reads one expert's raw form (w1[ff, d] ‖ w3[ff, d] ‖ w2[d, ff] as stored) and verifies it (NaN
+  // scan and checksum; BadInput naming shard and group). Turning bytes into a resident form is the
+  // expert backend's business.
+  AlignedBuffer load_raw(int64_t layer, int64_t expert) const;
 
   const ModelConfig& config() const override { return config_; }
   AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;

@@ -20,7 +20,7 @@ struct DenseLayerWeights {
   // Variants (empty unless the config turns them on).
   std::vector<float> bq, bk, bv;            // attention_bias: [heads*hd], [kv*hd], [kv*hd]
   std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd]
-  ExpertWeights shared_expert;              // shared expert: w1, w3 [sff, d], w2 [d, sff]
+  FfnWeights shared_expert;                // shared expert: w1, w3 [sff, d], w2 [d, sff]
   std::vector<float> shared_expert_gate;    // its gate [d] (one output row)
 };
 

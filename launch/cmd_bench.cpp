@@ -5,6 +5,7 @@
 #include "io/output_file.hpp"
 #include "launch/cli.hpp"
 #include "comm/alltoallv_bench.hpp"
+#include "experts/backend.hpp"
 #include "comm/mpi.hpp"
 #include "runtime/infer_bench.hpp"
 #include "runtime/layer_bench.hpp"
@@ -52,7 +53,7 @@ int run_sweep_command(runtime::SweepConfig& c, const SweepOptions& so, const std
 
 int bench_layer(int argc, char** argv) {
   runtime::LayerBenchConfig c;
-  std::string tokens = "64,512", dtypes = "fp32,bf16", json;
+  std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu";
   po::options_description o("bench layer options");
   o.add_options()
     ("hidden", po::value(&c.hidden)->default_value(c.hidden), "hidden size")
@@ -63,9 +64,11 @@ int bench_layer(int argc, char** argv) {
     ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16")
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed iterations (median reported)")
     ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed iterations first")
+    ("device", po::value(&device)->default_value(device), "cpu (baseline oneDNN), or cuda (experts on the GPU, baseline cuBLAS)")
     ("json", po::value(&json), "also write the results as JSON");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench layer [options]", o, vm)) return 0;
+  c.device = experts::parse_device(device);
   c.tokens = parse_int_list(tokens, "tokens");
   c.dtypes.clear();
   for (const auto& d : parse_string_list(dtypes)) {
@@ -101,7 +104,7 @@ int bench_infer(int argc, char** argv) {
   SweepOptions sweep;
   bool cache_compare = false;
   double l1_fraction = 0.25;
-  std::string l2_io = "direct";
+  std::string l2_io = "direct", device = "cpu";
   po::options_description o("bench infer options");
   add_model_options(o, m, dtype);
   o.add_options()
@@ -112,6 +115,7 @@ int bench_infer(int argc, char** argv) {
     ("routers-per-node", po::value(&c.infer.routers_per_node)->default_value(c.infer.routers_per_node), "router ranks per node")
     ("ranks-per-node", po::value(&c.infer.ranks_per_node)->default_value(c.infer.ranks_per_node), "virtual node size (0: from MPI)")
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
+    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu or cuda")
     ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
     ("a2a", po::value(&c.infer.a2a)->default_value(c.infer.a2a), "exchange: mpi, hier or auto")
     ("comm-timeout", po::value(&c.infer.comm_timeout_s)->default_value(c.infer.comm_timeout_s), "seconds before a stalled exchange fails")
@@ -126,6 +130,7 @@ int bench_infer(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
   apply_model_dtype(dtype, m);
+  c.infer.device = experts::parse_device(device);
   m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
   if (sweep.on) {

@@ -5,6 +5,7 @@
 #include "base/log.hpp"
 
 #include "comm/mpi.hpp"
+#include "experts/backend.hpp"
 #include "launch/cli.hpp"
 #include "router/router_config.hpp"
 #include "runtime/infer.hpp"
@@ -26,7 +27,7 @@ void resolve_capacity(const po::variables_map& vm, router::RouterConfig& r) {
 
 int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
-  std::string overflow = "reroute";
+  std::string overflow = "reroute", device = "cpu";
   double prefix_mb = 0;
   std::string batching = "fifo";
   po::options_description o("infer options");
@@ -79,6 +80,7 @@ int cmd_infer(int argc, char** argv) {
      "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
     ("a2a", po::value(&c.a2a)->default_value(c.a2a), "all-to-all: mpi (flat), hier (shared memory + UCX), auto")
     ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
+    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
   CacheOptions cache;
   cache.add(o, c);
@@ -88,6 +90,7 @@ int cmd_infer(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.router.overflow = router::parse_overflow(overflow);
+  c.device = experts::parse_device(device);
   resolve_capacity(vm, c.router);
   c.scheduler.batching = runtime::parse_batching(batching);
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);

@@ -1,7 +1,7 @@
 // `moerun inspect`: config, parameter counts, memory per rank.
 #include <iostream>
 
-#include "experts/expert_packing.hpp"
+#include "experts/cpu/expert_packing.hpp"
 #include "io/hdf5_probe.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"

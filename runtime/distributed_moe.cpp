@@ -107,10 +107,10 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   times_.combine += now() - t1;
 }
 
-ExpertServer::ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm,
+ExpertServer::ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, experts::ExpertBackend& backend,
                            experts::ExpertStore& store, int64_t hidden, int64_t num_experts,
                            MoeExchangePatterns pattern)
-    : dispatch_(dispatch), combine_(combine), mm_(mm), store_(store), hidden_(hidden), num_experts_(num_experts),
+    : dispatch_(dispatch), combine_(combine), backend_(backend), store_(store), hidden_(hidden), num_experts_(num_experts),
       pattern_(std::move(pattern)) {}
 
 void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
@@ -153,7 +153,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
       std::memcpy(gathered_.as<float>() + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
                   static_cast<std::size_t>(d) * 4);
     double t2 = now();
-    run_local_experts(mm_, store_, layer, plan, gathered_.as<float>(), d, results_.as<float>(), scratch_);
+    run_local_experts(backend_, store_, layer, plan, gathered_.as<float>(), results_.as<float>());
     double t3 = now();
     rep.data.resize(static_cast<std::size_t>(rows * d));
     for (int64_t r = 0; r < rows; ++r)

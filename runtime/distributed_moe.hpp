@@ -54,7 +54,7 @@ class DistributedMoeLayer final : public MoeLayer {
 
 class ExpertServer {
  public:
-  ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, Matmul& mm, experts::ExpertStore& store,
+  ExpertServer(comm::AllToAllV& dispatch, comm::AllToAllV& combine, experts::ExpertBackend& backend, experts::ExpertStore& store,
                int64_t hidden, int64_t num_experts, MoeExchangePatterns pattern);
   // One layer: `micro_batches` exchanges in order, then waits for its replies to drain.
   void serve_layer(int64_t layer, int micro_batches);
@@ -68,13 +68,12 @@ class ExpertServer {
   };
   comm::AllToAllV& dispatch_;
   comm::AllToAllV& combine_;
-  Matmul& mm_;
+  experts::ExpertBackend& backend_;
   experts::ExpertStore& store_;
   int64_t hidden_;
   int64_t num_experts_;
   MoeExchangePatterns pattern_;
   AlignedBuffer gathered_, results_;
-  experts::ExpertScratch scratch_;
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
 };

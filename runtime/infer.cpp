@@ -20,7 +20,6 @@
 #include "comm/exchange_select.hpp"
 #include "comm/mpi.hpp"
 #include "comm/topology.hpp"
-#include "experts/expert_packing.hpp"
 #include "experts/placement.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/expert_shards.hpp"
@@ -256,8 +255,8 @@ std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>&
 InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelConfig& mc,
                       const std::vector<io::Request>& requests, const comm::Topology& topo,
                       const experts::Placement& placement, const std::optional<io::DenseWeights>& dense,
-                      const std::unique_ptr<experts::ExpertStore>& store, const io::ObjectStore* object_store,
-                      const io::JournalKeys& keys, Matmul& mm) {
+                      experts::ExpertBackend* backend, const std::unique_ptr<experts::ExpertStore>& store,
+                      const io::ObjectStore* object_store, const io::JournalKeys& keys, Matmul& mm) {
   const int rank = comm::rank_of(world), size = comm::size_of(world);
   const bool distributed = size > 1;
   InferReport rep;
@@ -323,7 +322,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     if (distributed)
       moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts,
                                                   moe_exchange_patterns(topo, rank));
-    else moe = std::make_unique<LocalMoeLayer>(mm, *store, mc.hidden_size, mc.num_experts);
+    else moe = std::make_unique<LocalMoeLayer>(*backend, *store, mc.hidden_size, mc.num_experts);
     ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
     std::optional<PrefixCache> prefix;
     if (cfg.prefix_cache.max_bytes > 0) prefix.emplace(cfg.prefix_cache, mc.num_layers, mc.num_kv_heads * mc.head_dim, mc.top_k);
@@ -406,7 +405,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     }
     rep.batching = sched.batching();
   } else {
-    ExpertServer server(*dispatch, *combine, mm, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
+    ExpertServer server(*dispatch, *combine, *backend, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
     double idle = 0;
     int64_t done_total = 0;
     while (true) {
@@ -582,6 +581,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   std::optional<io::ModelLocation> model;
   std::unique_ptr<io::ExpertShardIndex> source;  // L3 for the cache
   std::optional<io::AffinityGraph> graph;
+  std::unique_ptr<experts::ExpertBackend> backend;  // before the store, which uses it until destroyed
   std::unique_ptr<experts::ExpertStore> store;
   io::JournalKeys keys;
   Matmul mm;
@@ -621,14 +621,15 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
       source = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*model, mc));
       experts_fp = experts_fingerprint(*source, mc);
       auto owns = [&placement, rank](int64_t l, int64_t e) { return placement.owner_of(l, e) == rank; };
+      backend = experts::make_expert_backend(cfg.device, mc, mm, topo.ranks[static_cast<std::size_t>(rank)].local_rank);
       if (cfg.cache.l1_bytes > 0) {
         if (!cfg.affinity.empty()) graph = io::read_affinity_graph(cfg.affinity);
         experts::ExpertCacheConfig cc = cfg.cache;
         // Ranks sharing a host (or a shared directory) each keep their own blob file.
         if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
-        store = std::make_unique<experts::ExpertCache>(cc, *source, owns, graph ? &*graph : nullptr);
+        store = std::make_unique<experts::ExpertCache>(cc, *backend, *source, owns, graph ? &*graph : nullptr);
       } else {
-        store = std::make_unique<experts::ResidentExperts>(*source, mc, owns, mm);
+        store = std::make_unique<experts::ResidentExperts>(*backend, *source, mc, owns);
       }
     }
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
@@ -659,7 +660,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   // After set-up a failure on one rank cannot be agreed on (the others are inside collectives):
   // report it with the rank and end the whole job with its exit code, within seconds.
   try {
-    return run_loops(cfg, world, mc, requests, topo, placement, dense, store, model->store(), keys, mm);
+    return run_loops(cfg, world, mc, requests, topo, placement, dense, backend.get(), store, model->store(), keys, mm);
   } catch (const Error& e) {
     if (!distributed) throw;
     std::fprintf(stderr, "moerun: error: rank %d: %s\n", rank, e.what());

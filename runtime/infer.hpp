@@ -43,6 +43,7 @@ struct InferConfig {
   double comm_timeout_s = 300;
   std::string a2a = "auto";        // mpi | hier | auto
   experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
+  experts::DeviceKind device = experts::DeviceKind::Cpu;  // where expert ranks keep and compute experts
   std::string affinity;            // affinity graph for --prefetch affinity
   io::S3Config s3;                 // for --model s3://bucket/prefix
   io::Hdf5Probe hdf5_probe;        // walks local HDF5 inputs in a child process first (off when empty)

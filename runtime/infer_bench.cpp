@@ -12,7 +12,7 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "experts/affinity_graph.hpp"
-#include "experts/expert_packing.hpp"
+#include "experts/backend.hpp"
 #include "experts/placement.hpp"
 #include "comm/topology.hpp"
 #include "io/affinity_file.hpp"
@@ -180,7 +180,7 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
       Matmul mm;
-      bc.infer.cache.l1_bytes = slots * experts::packed_expert_bytes(mm, m);
+      bc.infer.cache.l1_bytes = slots * experts::make_expert_backend(bc.infer.device, m, mm)->expert_bytes();
       bc.infer.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
       bc.infer.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
       bc.infer.cache.l2_dir = dir + "/l2-" + mode;

@@ -21,12 +21,17 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// A random [rows, cols] matrix in `dt`, written at `out`.
+void random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt, void* out) {
+  auto v = io::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
+  if (dt == DType::F32) std::copy(v.begin(), v.end(), static_cast<float*>(out));
+  else f32_to_bf16(v.data(), static_cast<uint16_t*>(out), v.size());
+}
+
 WeightMatrix random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt) {
   WeightMatrix m;
   m.allocate(dt, rows, cols);
-  auto v = io::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
-  if (dt == DType::F32) std::copy(v.begin(), v.end(), m.data.as<float>());
-  else f32_to_bf16(v.data(), m.data.as<uint16_t>(), v.size());
+  random_matrix(seed, name, rows, cols, dt, m.data.data());
   return m;
 }
 
@@ -57,28 +62,31 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
   Matmul mm;
   const int64_t d = cfg.hidden, ff = cfg.intermediate, E = cfg.experts, k = cfg.top_k;
   for (DType dt : cfg.dtypes) {
-    experts::ResidentExperts store(E);
+    io::ModelConfig mc;
+    mc.hidden_size = d;
+    mc.intermediate_size = ff;
+    mc.num_experts = E;
+    mc.dtype = dt;
+    const auto backend = experts::make_expert_backend(cfg.device, mc, mm);
+    experts::ResidentExperts store(*backend, E);
+    AlignedBuffer raw(io::expert_raw_bytes(mc));  // w1‖w3‖w2 as a shard stores them
+    const std::size_t each = raw.size() / 3;
     for (int64_t e = 0; e < E; ++e) {
-      io::ExpertWeights w;
-      w.w1 = random_matrix(cfg.seed, "w1/" + std::to_string(e), ff, d, dt);
-      w.w3 = random_matrix(cfg.seed, "w3/" + std::to_string(e), ff, d, dt);
-      w.w2 = random_matrix(cfg.seed, "w2/" + std::to_string(e), d, ff, dt);
-      experts::pack_expert(mm, w);
+      random_matrix(cfg.seed, "w1/" + std::to_string(e), ff, d, dt, raw.as<char>());
+      random_matrix(cfg.seed, "w3/" + std::to_string(e), ff, d, dt, raw.as<char>() + each);
+      random_matrix(cfg.seed, "w2/" + std::to_string(e), d, ff, dt, raw.as<char>() + 2 * each);
+      std::unique_ptr<experts::ResidentExpert> w = backend->allocate_expert();
+      backend->load_expert(raw.data(), *w);
       store.insert(0, e, std::move(w));
     }
     WeightMatrix gate = random_matrix(cfg.seed, "gate", E, d, DType::F32);
-    // Baseline: the same expert FLOPs as one matmul [T*k, d] x [d, 3ff].
-    WeightMatrix flat = random_matrix(cfg.seed, "flat", 3 * ff, d, dt);
-    mm.pack(flat, 1024);
     for (int64_t T : cfg.tokens) {
       auto x = io::synth_tensor(cfg.seed, "x", T * d, 1.0f);
       std::vector<float> out(static_cast<std::size_t>(T * d));
       std::vector<uint8_t> prefill(static_cast<std::size_t>(T), 1);
       router::RouterConfig rc;
-      LocalMoeLayer layer(mm, store, d, E);
+      LocalMoeLayer layer(*backend, store, d, E);
       std::vector<double> lt, gt, pt, et, ct, mt;
-      std::vector<float> y(static_cast<std::size_t>(T * k * 3 * ff));
-      auto xb = io::synth_tensor(cfg.seed, "xb", T * k * d, 1.0f);
       // The layer and the baseline are timed in separate loops so neither evicts the other's
       // weights from cache between iterations.
       for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
@@ -96,11 +104,8 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
         et.push_back(layer.times().experts - before.experts);
         ct.push_back(layer.times().combine - before.combine);
       }
-      for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
-        double t0 = now();
-        mm.linear(xb.data(), T * k, flat, y.data());
-        if (it >= cfg.warmup) mt.push_back(now() - t0);
-      }
+      // Baseline: the same expert FLOPs as one matmul [T*k, d] x [d, 3ff] on the backend's GEMM.
+      mt = backend->dense_matmul_seconds(T * k, 3 * ff, d, cfg.warmup, cfg.iters);
       LayerBenchRow row;
       row.dtype = dt;
       row.tokens = T;
@@ -123,8 +128,8 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
 
 std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows) {
   std::string s = str("# moerun bench layer: hidden ", cfg.hidden, ", ", cfg.experts, " experts of intermediate ",
-                      cfg.intermediate, ", top-", cfg.top_k, ", isa ", Matmul::isa_name(), ", ", omp_get_max_threads(),
-                      " threads, median of ", cfg.iters, "\n");
+                      cfg.intermediate, ", top-", cfg.top_k, ", device ", experts::device_name(cfg.device), ", isa ",
+                      Matmul::isa_name(), ", ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %10s %10s %7s\n", "dtype", "tokens", "layer(ms)",
                 "layer", "gate(ms)", "perm(ms)", "comb(ms)", "matmul(ms)", "matmul", "ratio");
@@ -152,6 +157,7 @@ std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<Laye
   j["intermediate"] = cfg.intermediate;
   j["top_k"] = cfg.top_k;
   j["isa"] = Matmul::isa_name();
+  j["device"] = experts::device_name(cfg.device);
   j["threads"] = omp_get_max_threads();
   j["rows"] = nlohmann::json::array();
   for (const auto& r : rows) {

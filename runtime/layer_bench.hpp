@@ -1,11 +1,13 @@
 // `moerun bench layer`: one whole MoE layer (gate, permute, experts, combine) timed against one plain
-// oneDNN matmul of the same dtype and the same expert FLOPs, measured in the same run.
+// matmul of the same dtype and the same expert FLOPs, measured in the same run: oneDNN for the CPU
+// backend, cuBLAS for the CUDA one (experts in device memory, rows copied in and out per layer).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "experts/backend.hpp"
 
 namespace moerun::runtime {
 
@@ -19,6 +21,7 @@ struct LayerBenchConfig {
   int iters = 10;
   int warmup = 2;
   uint64_t seed = 1;
+  experts::DeviceKind device = experts::DeviceKind::Cpu;  // cuda: experts on the GPU, baseline cuBLAS
   void validate() const;
 };
 

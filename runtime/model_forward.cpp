@@ -3,7 +3,7 @@
 
 #include <chrono>
 
-#include "experts/expert_packing.hpp"
+#include "experts/cpu/expert_packing.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {

@@ -8,16 +8,17 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-void run_local_experts(Matmul& mm, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
-                       const float* gathered, int64_t d, float* results, experts::ExpertScratch& scratch) {
+void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer,
+                       const router::DispatchPlan& plan, const float* gathered, float* results) {
   std::vector<int64_t> rows(static_cast<std::size_t>(plan.num_experts));
   for (int64_t e = 0; e < plan.num_experts; ++e) rows[static_cast<std::size_t>(e)] = plan.rows_of(e);
+  backend.begin(gathered, plan.rows(), results);
   // The store orders the experts: those already in memory first, while the others load.
   for (int64_t e : store.begin_layer(layer, rows)) {
-    const int64_t off = plan.offset[e] * d;
-    experts::expert_ffn_forward(mm, gathered + off, rows[static_cast<std::size_t>(e)], store.acquire(layer, e), results + off, scratch);
+    backend.run({&store.acquire(layer, e), plan.offset[e], rows[static_cast<std::size_t>(e)]});
     store.release(layer, e);
   }
+  backend.finish();
 }
 
 void LocalMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) {
@@ -34,7 +35,7 @@ void LocalMoeLayer::finish(int mb, float* out) {
   results_.resize(gathered_.size());
   router::permute_rows(p.x, d, plan, gathered_.as<float>());
   double t1 = now();
-  run_local_experts(mm_, experts_, p.layer, plan, gathered_.as<float>(), d, results_.as<float>(), scratch_);
+  run_local_experts(backend_, experts_, p.layer, plan, gathered_.as<float>(), results_.as<float>());
   double t2 = now();
   router::combine_rows(results_.as<float>(), d, plan, p.r.weight.data(), out);
   double t3 = now();

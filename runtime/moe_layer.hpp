@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
-#include "base/matmul.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "experts/backend.hpp"
 #include "experts/expert_store.hpp"
 #include "router/dispatch_plan.hpp"
 #include "router/gate.hpp"
@@ -35,15 +34,15 @@ class MoeLayer {
   virtual const MoePhaseTimes& times() const = 0;
 };
 
-// Runs one expert's FFN over every block of rows routed to it.
-void run_local_experts(Matmul& mm, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
-                       const float* gathered, int64_t hidden, float* results, experts::ExpertScratch& scratch);
+// Runs each expert's FFN over the block of rows routed to it, on the store's backend.
+void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer,
+                       const router::DispatchPlan& plan, const float* gathered, float* results);
 
 // Single process: all experts in this process; the work happens in finish().
 class LocalMoeLayer final : public MoeLayer {
  public:
-  LocalMoeLayer(Matmul& mm, experts::ExpertStore& experts, int64_t hidden, int64_t num_experts)
-      : mm_(mm), experts_(experts), hidden_(hidden), num_experts_(num_experts) {}
+  LocalMoeLayer(experts::ExpertBackend& backend, experts::ExpertStore& experts, int64_t hidden, int64_t num_experts)
+      : backend_(backend), experts_(experts), hidden_(hidden), num_experts_(num_experts) {}
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
@@ -55,13 +54,12 @@ class LocalMoeLayer final : public MoeLayer {
     int64_t T = 0;
     router::RoutingDecision r;
   };
-  Matmul& mm_;
+  experts::ExpertBackend& backend_;
   experts::ExpertStore& experts_;
   int64_t hidden_;
   int64_t num_experts_;
   std::vector<Pending> pending_;
   AlignedBuffer gathered_, results_;
-  experts::ExpertScratch scratch_;
   MoePhaseTimes times_;
 };
 

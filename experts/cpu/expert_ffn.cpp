@@ -5,7 +5,7 @@
 
 namespace moerun::experts {
 
-void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const io::ExpertWeights& w, float* y,
+void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
                         ExpertScratch& s) {
   if (rows == 0) return;
   const int64_t d = w.w2.rows, ff = w.w2.cols;

@@ -6,7 +6,6 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
-#include "io/expert_shards.hpp"
 
 namespace moerun::experts {
 
@@ -18,7 +17,7 @@ struct ExpertScratch {
 };
 
 // x: [rows, d] float32; y: [rows, d] float32.
-void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const io::ExpertWeights& w, float* y,
+void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
                         ExpertScratch& scratch);
 
 }  // namespace moerun::experts

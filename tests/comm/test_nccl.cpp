@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "base/cuda_device.hpp"
 #include "comm/nccl_transport.hpp"
 
 namespace moerun::comm {

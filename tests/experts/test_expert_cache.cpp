@@ -13,7 +13,8 @@
 #include "base/error.hpp"
 #include "tests/test_support.hpp"
 #include "experts/expert_cache.hpp"
-#include "experts/expert_packing.hpp"
+#include "experts/cpu/cpu_backend.hpp"
+#include "experts/cpu/expert_packing.hpp"
 #include "io/hdf5.hpp"
 #include "io/synthetic_model.hpp"
 
@@ -30,8 +31,8 @@ class ExpertCacheTest : public ::testing::Test {
     io::write_synthetic_model((dir_ / "model").string(), s, true);
     config_ = s.model;
     index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build((dir_ / "model").string(), config_));
-    Matmul mm;
-    slot_ = packed_expert_bytes(mm, config_);  // what a slot really takes
+    backend_ = std::make_unique<CpuBackend>(config_, mm_);
+    slot_ = packed_expert_bytes(mm_, config_);  // what a slot really takes
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -45,7 +46,23 @@ class ExpertCacheTest : public ::testing::Test {
     return c;
   }
   std::unique_ptr<ExpertCache> make(const ExpertCacheConfig& c, const io::AffinityGraph* g = nullptr) {
-    return std::make_unique<ExpertCache>(c, *index_, [](int64_t, int64_t) { return true; }, g);
+    return std::make_unique<ExpertCache>(c, *backend_, *index_, [](int64_t, int64_t) { return true; }, g);
+  }
+  // An expert as the CPU backend holds it.
+  static const FfnWeights& weights(const ResidentExpert& e) { return static_cast<const CpuExpert&>(e).w; }
+  // The expert straight from its shard, packed independently of the cache.
+  FfnWeights reference(int64_t layer, int64_t expert) {
+    const AlignedBuffer raw = index_->load_raw(layer, expert);
+    const auto* b = raw.as<const char>();
+    const std::size_t each = raw.size() / 3;
+    FfnWeights w;
+    const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+    for (auto [m, rows, cols, off] : {std::tuple{&w.w1, ff, d, 0ul}, std::tuple{&w.w3, ff, d, each}, std::tuple{&w.w2, d, ff, 2 * each}}) {
+      m->allocate(config_.dtype, rows, cols);
+      std::memcpy(m->data.data(), b + off, m->bytes());
+    }
+    pack_expert(mm_, w);
+    return w;
   }
   // A graph over this model's 2 layers x 4 experts with no edges; tests set what they need.
   static io::AffinityGraph empty_graph(int64_t top_k) {
@@ -73,6 +90,8 @@ class ExpertCacheTest : public ::testing::Test {
   io::ModelConfig config_;
   std::unique_ptr<io::ExpertShardIndex> index_;
   int64_t slot_ = 0;
+  Matmul mm_;
+  std::unique_ptr<CpuBackend> backend_;
 };
 
 TEST_F(ExpertCacheTest, NeverHoldsMoreThanItsBudget) {
@@ -102,17 +121,15 @@ TEST_F(ExpertCacheTest, NeverHoldsMoreThanItsBudget) {
 TEST_F(ExpertCacheTest, LoadsReuseThePreallocatedSlots) {
   auto c = make(cfg(2));
   std::set<const void*> addresses;
-  Matmul mm;
   for (int round = 0; round < 3; ++round)
     for (int64_t layer = 0; layer < 2; ++layer)
       for (int64_t e = 0; e < 4; ++e) {
         std::vector<int64_t> rows(4, 0);
         rows[static_cast<std::size_t>(e)] = 1;
         c->begin_layer(layer, rows);
-        const io::ExpertWeights& w = c->acquire(layer, e);
+        const FfnWeights& w = weights(c->acquire(layer, e));
         addresses.insert(w.w1.data.data());
-        io::ExpertWeights ref = index_->load(layer, e);
-        pack_expert(mm, ref);
+        const FfnWeights ref = reference(layer, e);
         ASSERT_EQ(w.w2.data.size(), ref.w2.data.size());
         EXPECT_EQ(std::memcmp(w.w2.data.data(), ref.w2.data.data(), ref.w2.data.size()), 0) << layer << "/" << e;
         c->release(layer, e);
@@ -137,7 +154,7 @@ TEST_F(ExpertCacheTest, PinnedExpertIsNotEvicted) {
   auto c = make(cfg(2));
   std::vector<int64_t> rows{1, 0, 0, 0};
   c->begin_layer(0, rows);
-  const io::ExpertWeights& pinned = c->acquire(0, 0);  // held, not released
+  const FfnWeights& pinned = weights(c->acquire(0, 0));  // held, not released
   const void* data = pinned.w1.data.data();
   // The next layer needs two experts with only one free slot: the second must wait for the first
   // to be released, and must not take the pinned one's slot.
@@ -282,16 +299,14 @@ TEST_F(ExpertCacheTest, L2SurvivesARestart) {
 // way; an L2 written for another layout (another oneDNN, CPU or shape) is not read, but starts empty.
 TEST_F(ExpertCacheTest, L2HoldsThePackedFormOfItsLayoutOnly) {
   { auto c = make(cfg(1, PrefetchPolicy::Off, true)); for (int64_t e = 0; e < 4; ++e) run_layer(*c, 1, {e}); }
-  Matmul mm;
   {
     auto c = make(cfg(1, PrefetchPolicy::Off, true));
     for (int64_t e = 0; e < 4; ++e) {
       std::vector<int64_t> rows(4, 0);
       rows[static_cast<std::size_t>(e)] = 1;
       c->begin_layer(1, rows);
-      const io::ExpertWeights& w = c->acquire(1, e);
-      io::ExpertWeights ref = index_->load(1, e);
-      pack_expert(mm, ref);
+      const FfnWeights& w = weights(c->acquire(1, e));
+      const FfnWeights ref = reference(1, e);
       for (auto [a, b] : {std::pair{&w.w1, &ref.w1}, std::pair{&w.w3, &ref.w3}, std::pair{&w.w2, &ref.w2}}) {
         ASSERT_EQ(a->data.size(), b->data.size());
         EXPECT_EQ(std::memcmp(a->data.data(), b->data.data(), b->data.size()), 0) << "expert " << e;

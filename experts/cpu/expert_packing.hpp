@@ -1,9 +1,10 @@
-// Expert weights in the layout the GEMMs want: oneDNN's preferred blocked layout for the row counts
-// experts see (a few dozen to a few hundred per call). Packing happens after the checksum was
-// verified on the raw bytes.
+// The CPU backend's resident form of an expert: its matrices in oneDNN's preferred blocked layout
+// for the row counts experts see (a few dozen to a few hundred per call). Packing happens after the
+// checksum was verified on the raw bytes.
 #pragma once
 #include "base/matmul.hpp"
 #include "io/expert_shards.hpp"
+#include "io/model_config.hpp"
 
 namespace moerun::experts {
 
@@ -11,12 +12,12 @@ namespace moerun::experts {
 constexpr int64_t kExpertTypicalRows = 128;
 
 // Packs loaded (plain) matrices in place.
-void pack_expert(Matmul& mm, io::ExpertWeights& w);
+void pack_expert(Matmul& mm, FfnWeights& w);
 // Packs an expert straight from its raw form (w1‖w3‖w2 as stored) into `into`, reusing its buffers.
-void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, io::ExpertWeights& into);
+void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into);
 // Shapes `w` as one packed expert and sizes (and touches) its buffers, so loads into it never
 // allocate, and bytes packed before can be read straight into it.
-void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w);
+void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w);
 // Bytes one packed expert of this model really takes in memory on this machine (its buffers'
 // allocated sizes, padding included): what an L1 slot costs, and what --l1-bytes counts.
 int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c);

@@ -1,18 +1,18 @@
 // Expert weight packing.
-#include "experts/expert_packing.hpp"
+#include "experts/cpu/expert_packing.hpp"
 
 #include <cstring>
 #include <tuple>
 
 namespace moerun::experts {
 
-void pack_expert(Matmul& mm, io::ExpertWeights& w) {
+void pack_expert(Matmul& mm, FfnWeights& w) {
   mm.pack(w.w1, kExpertTypicalRows);
   mm.pack(w.w3, kExpertTypicalRows);
   mm.pack(w.w2, kExpertTypicalRows);
 }
 
-void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, io::ExpertWeights& into) {
+void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into) {
   const auto* b = static_cast<const unsigned char*>(raw);
   const std::size_t each = io::expert_raw_bytes(c) / 3;
   mm.pack_from(b, c.dtype, c.intermediate_size, c.hidden_size, into.w1, kExpertTypicalRows);
@@ -20,7 +20,7 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
   mm.pack_from(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, into.w2, kExpertTypicalRows);
 }
 
-void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights& w) {
+void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
     mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
@@ -31,7 +31,7 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, io::ExpertWeights&
 int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   int64_t total = 0;
-  io::ExpertWeights w;  // shaped only: the buffers are allocated, never touched
+  FfnWeights w;  // shaped only: the buffers are allocated, never touched
   for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
     mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());

@@ -1,0 +1,81 @@
+// The CPU expert backend.
+#include "experts/cpu/cpu_backend.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "base/error.hpp"
+#include "experts/cpu/expert_packing.hpp"
+
+namespace moerun::experts {
+
+BufferInfo CpuExpert::buffer() const {
+  BufferInfo b{MemoryKind::Host, 0, 0};
+  for (const WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) {
+    b.bytes += m->data.size();
+    b.allocated += m->data.capacity();
+  }
+  return b;
+}
+
+std::vector<io::BlobPart> CpuExpert::host_parts() {
+  std::vector<io::BlobPart> parts;
+  for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
+  return parts;
+}
+
+std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
+
+std::unique_ptr<ResidentExpert> CpuBackend::allocate_expert() {
+  auto e = std::make_unique<CpuExpert>();
+  preallocate_expert(mm_, config_, e->w);
+  return e;
+}
+
+void CpuBackend::load_expert(const void* raw, ResidentExpert& into) {
+  // Packing runs oneDNN reorders, and I/O threads call this concurrently: one engine per thread.
+  thread_local Matmul mm;
+  pack_expert_from_raw(mm, raw, config_, static_cast<CpuExpert&>(into).w);
+}
+
+std::unique_ptr<CpuExpert> CpuBackend::adopt(FfnWeights w) {
+  auto e = std::make_unique<CpuExpert>();
+  e->w = std::move(w);
+  pack_expert(mm_, e->w);
+  return e;
+}
+
+void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
+  (void)rows;
+  gathered_ = gathered;
+  results_ = results;
+}
+
+void CpuBackend::run(const ExpertRun& r) {
+  const int64_t d = config_.hidden_size;
+  expert_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
+                     scratch_);
+}
+
+std::vector<double> CpuBackend::dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f / std::sqrt(static_cast<float>(K)));
+  std::vector<float> w(static_cast<std::size_t>(N * K)), x(static_cast<std::size_t>(M * K)), y(static_cast<std::size_t>(M * N));
+  for (float& v : w) v = dist(rng);
+  for (float& v : x) v = dist(rng);
+  WeightMatrix W;
+  W.allocate(config_.dtype, N, K);
+  if (config_.dtype == DType::F32) std::copy(w.begin(), w.end(), W.data.as<float>());
+  else f32_to_bf16(w.data(), W.data.as<uint16_t>(), w.size());
+  mm_.pack(W, 1024);
+  std::vector<double> out;
+  for (int it = 0; it < warmup + iters; ++it) {
+    const auto t0 = std::chrono::steady_clock::now();
+    mm_.linear(x.data(), M, W, y.data());
+    if (it >= warmup) out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return out;
+}
+
+}  // namespace moerun::experts

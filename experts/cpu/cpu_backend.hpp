@@ -1,0 +1,48 @@
+// The CPU expert backend: experts packed for oneDNN in host memory (expert_packing), FFNs computed
+// one expert at a time on the calling thread (expert_ffn). Today's code behind the backend seam:
+// its results are the ones every other backend is tested against.
+#pragma once
+#include <memory>
+
+#include "experts/backend.hpp"
+#include "experts/cpu/expert_ffn.hpp"
+#include "experts/cpu/expert_packing.hpp"
+
+namespace moerun::experts {
+
+// An expert as the CPU backend holds it.
+class CpuExpert final : public ResidentExpert {
+ public:
+  FfnWeights w;
+  BufferInfo buffer() const override;
+  std::vector<io::BlobPart> host_parts() override;
+};
+
+class CpuBackend final : public ExpertBackend {
+ public:
+  CpuBackend(const io::ModelConfig& config, Matmul& compute) : config_(config), mm_(compute) {}
+  DeviceKind device() const override { return DeviceKind::Cpu; }
+  std::string describe() const override;
+  MemoryKind weight_memory() const override { return MemoryKind::Host; }
+  int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }
+  std::string stored_form_name() override { return expert_layout_name(mm_, config_); }
+  bool packs_on_host() const override { return true; }
+  std::unique_ptr<ResidentExpert> allocate_expert() override;
+  void load_expert(const void* raw, ResidentExpert& into) override;
+  void begin(const float* gathered, int64_t rows, float* results) override;
+  void run(const ExpertRun& r) override;
+  void finish() override {}
+  std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
+
+  // An expert from plain host matrices (benchmarks and tests that make weights in memory).
+  std::unique_ptr<CpuExpert> adopt(FfnWeights w);
+
+ private:
+  io::ModelConfig config_;
+  Matmul& mm_;
+  ExpertScratch scratch_;
+  const float* gathered_ = nullptr;
+  float* results_ = nullptr;
+};
+
+}  // namespace moerun::experts

@@ -1,0 +1,218 @@
+// The CUDA expert backend (see cuda_backend.hpp).
+#include "experts/cuda/cuda_backend.hpp"
+
+#include <cstring>
+#include <mutex>
+
+#include "base/cuda_check.hpp"
+#include "base/cuda_device.hpp"
+#include "base/cuda_handles.hpp"
+#include "base/error.hpp"
+#include "experts/cuda/cuda_kernels.cuh"
+
+namespace moerun::experts {
+namespace {
+
+struct CublasTraits {
+  using Type = cublasHandle_t;
+  static void destroy(cublasHandle_t h) { (void)cublasDestroy(h); }
+};
+using Cublas = moerun::cuda::Handle<CublasTraits>;
+
+Cublas make_cublas(cudaStream_t stream) {
+  cublasHandle_t h = nullptr;
+  CUBLAS_CHECK(cublasCreate(&h));
+  Cublas handle(h);
+  CUBLAS_CHECK(cublasSetStream(h, stream));
+  return handle;
+}
+
+cudaDataType cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// y[M, N] (fp32, row-major) = x[M, K] · W[N, K]ᵀ, both row-major in `t`. In cuBLAS's column-major
+// terms that is yᵀ[N, M] = W[N, K] (stored as Wᵀ, hence OP_T) · xᵀ[K, M].
+void linear(cublasHandle_t h, const void* x, int64_t M, const void* W, int64_t N, int64_t K, DType t, float* y) {
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &one, W,
+                            cuda_type(t), static_cast<int>(K), x, cuda_type(t), static_cast<int>(K), &zero, y, CUDA_R_32F,
+                            static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+constexpr std::size_t kCudaMallocAlign = 256;  // cudaMalloc's documented alignment
+
+class CudaExpert final : public ResidentExpert {
+ public:
+  cuda::DeviceBuffer weights;  // w1‖w3‖w2 as stored: row-major, the model's dtype
+  cuda::Event last_use;        // recorded on the compute stream after the GEMMs that read them
+  BufferInfo buffer() const override {
+    return {MemoryKind::Device, weights.bytes(), round_up(weights.bytes(), kCudaMallocAlign)};
+  }
+};
+
+// A loader thread's pinned staging buffer and copy stream (per thread: the cache's I/O threads load
+// concurrently).
+struct LoadStaging {
+  int device = -1;
+  cuda::PinnedBuffer pinned;
+  cuda::Stream stream;
+};
+
+class CudaBackend final : public ExpertBackend {
+ public:
+  CudaBackend(const io::ModelConfig& c, int local_rank) : config_(c) {
+    device_ = use_cuda_device(local_rank, "--device cuda");
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    name_ = prop.name;
+    memory_ = static_cast<int64_t>(prop.totalGlobalMem);
+    stream_ = cuda::make_stream();
+    cublas_ = make_cublas(stream_.get());
+    if (c.dtype != DType::F32 && c.dtype != DType::BF16) fail(ErrorKind::Usage, "--device cuda: experts must be float32 or bfloat16");
+  }
+  ~CudaBackend() override {
+    if (stream_) (void)cudaStreamSynchronize(stream_.get());
+  }
+
+  DeviceKind device() const override { return DeviceKind::Cuda; }
+  std::string describe() const override {
+    return str("cuda (device ", device_, ": ", name_, ", ", memory_ >> 30, " GiB, cuBLAS)");
+  }
+  MemoryKind weight_memory() const override { return MemoryKind::Device; }
+  int64_t expert_bytes() override { return static_cast<int64_t>(round_up(raw_bytes(), kCudaMallocAlign)); }
+  std::string stored_form_name() override { return str("raw;", dtype_name(config_.dtype)); }
+  bool packs_on_host() const override { return false; }
+
+  std::unique_ptr<ResidentExpert> allocate_expert() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    auto e = std::make_unique<CudaExpert>();
+    e->weights.resize(raw_bytes());
+    e->last_use = cuda::make_event();
+    return e;
+  }
+
+  void load_expert(const void* raw, ResidentExpert& into) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    thread_local LoadStaging staging;
+    if (staging.device != device_) {
+      staging.stream = cuda::make_stream();
+      staging.device = device_;
+    }
+    const std::size_t bytes = raw_bytes();
+    staging.pinned.resize(bytes);
+    std::memcpy(staging.pinned.get(), raw, bytes);
+    auto& e = static_cast<CudaExpert&>(into);
+    // The slot's old weights may still be read by an enqueued GEMM: the copy waits for it.
+    CUDA_CHECK(cudaStreamWaitEvent(staging.stream.get(), e.last_use.get(), 0));
+    CUDA_CHECK(cudaMemcpyAsync(e.weights.get(), staging.pinned.get(), bytes, cudaMemcpyHostToDevice, staging.stream.get()));
+    CUDA_CHECK(cudaStreamSynchronize(staging.stream.get()));
+  }
+
+  void begin(const float* gathered, int64_t rows, float* results) override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+    rows_ = rows;
+    results_ = results;
+    const std::size_t n = static_cast<std::size_t>(std::max<int64_t>(rows, 1));
+    x_.resize(n * d * 4);
+    y_.resize(n * d * 4);
+    g_.resize(n * ff * 4);
+    u_.resize(n * ff * 4);
+    act_.resize(n * ff * dtype_size(config_.dtype));
+    if (config_.dtype == DType::BF16) xb_.resize(n * d * 2);
+    if (rows == 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(x_.get(), gathered, static_cast<std::size_t>(rows * d) * 4, cudaMemcpyHostToDevice, stream_.get()));
+    if (config_.dtype == DType::BF16) kernels::f32_to_bf16(x_.as<float>(), xb_.as<uint16_t>(), rows * d, stream_.get());
+  }
+
+  void run(const ExpertRun& r) override {
+    if (r.rows == 0) return;
+    const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+    const DType t = config_.dtype;
+    const std::size_t es = dtype_size(t);
+    const auto& e = static_cast<const CudaExpert&>(*r.expert);
+    const char* w = e.weights.as<const char>();
+    const void* w1 = w;
+    const void* w3 = w + static_cast<std::size_t>(ff * d) * es;
+    const void* w2 = w + static_cast<std::size_t>(2 * ff * d) * es;
+    const char* x = t == DType::BF16 ? xb_.as<const char>() : x_.as<const char>();
+    x += static_cast<std::size_t>(r.offset * d) * es;
+    // G = x·W1ᵀ, U = x·W3ᵀ (fp32), A = silu(G) ⊙ U (rounded to the weights' dtype, as the CPU FFN
+    // stores it), Y = A·W2ᵀ into this expert's rows.
+    linear(cublas_.get(), x, r.rows, w1, ff, d, t, g_.as<float>());
+    linear(cublas_.get(), x, r.rows, w3, ff, d, t, u_.as<float>());
+    kernels::silu_mul(g_.as<float>(), u_.as<float>(), act_.get(), t == DType::BF16, r.rows * ff, stream_.get());
+    linear(cublas_.get(), act_.get(), r.rows, w2, d, ff, t, y_.as<float>() + r.offset * d);
+    CUDA_CHECK(cudaEventRecord(e.last_use.get(), stream_.get()));
+  }
+
+  std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
+
+  void finish() override {
+    if (rows_ > 0)
+      CUDA_CHECK(cudaMemcpyAsync(results_, y_.get(), static_cast<std::size_t>(rows_ * config_.hidden_size) * 4,
+                                 cudaMemcpyDeviceToHost, stream_.get()));
+    CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+  }
+
+ private:
+  // w1‖w3‖w2 as stored (io::expert_raw_bytes, which this library does not link).
+  std::size_t raw_bytes() const {
+    return static_cast<std::size_t>(3 * config_.intermediate_size * config_.hidden_size) * dtype_size(config_.dtype);
+  }
+
+  io::ModelConfig config_;
+  int device_ = 0;
+  std::string name_;
+  int64_t memory_ = 0;
+  cuda::Stream stream_;
+  Cublas cublas_;
+  // Per-layer device scratch, grown to the largest block seen.
+  cuda::DeviceBuffer x_, xb_, g_, u_, act_, y_;
+  int64_t rows_ = 0;
+  float* results_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, int local_rank) {
+  return std::make_unique<CudaBackend>(config, local_rank);
+}
+
+}  // namespace moerun::experts
+
+extern "C" moerun::experts::ExpertBackend* moerun_cuda_backend_create(const moerun::io::ModelConfig* config, int local_rank) {
+  return moerun::experts::make_cuda_backend(*config, local_rank).release();
+}
+
+namespace moerun::experts {
+namespace {
+
+std::vector<double> CudaBackend::dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) {
+  CUDA_CHECK(cudaSetDevice(device_));
+  const DType dt = config_.dtype;
+  const std::size_t es = dtype_size(dt);
+  cuda::DeviceBuffer x(static_cast<std::size_t>(M * K) * es), w(static_cast<std::size_t>(N * K) * es),
+      y(static_cast<std::size_t>(M * N) * 4);
+  // Values do not change a GEMM's speed; zeros avoid denormal or NaN surprises.
+  CUDA_CHECK(cudaMemset(x.get(), 0, x.bytes()));
+  CUDA_CHECK(cudaMemset(w.get(), 0, w.bytes()));
+  cuda::Stream stream = cuda::make_stream();
+  Cublas h = make_cublas(stream.get());
+  cuda::Event start = cuda::make_event(true), stop = cuda::make_event(true);
+  std::vector<double> out;
+  // Its own stream: the operands and this timing do not touch the expert path's state.
+  for (int it = 0; it < warmup + iters; ++it) {
+    CUDA_CHECK(cudaEventRecord(start.get(), stream.get()));
+    linear(h.get(), x.get(), M, w.get(), N, K, dt, y.as<float>());
+    CUDA_CHECK(cudaEventRecord(stop.get(), stream.get()));
+    CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    if (it >= warmup) out.push_back(ms * 1e-3);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace moerun::experts

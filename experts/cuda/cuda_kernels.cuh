@@ -1,0 +1,25 @@
+// The CUDA backend's elementwise and row kernels. Each launcher enqueues on `stream` and checks the
+// launch (CUDA_CHECK); they mirror CPU code bit for bit where the arithmetic allows:
+// - f32_to_bf16: round to nearest even, as base/dtype's f32_to_bf16;
+// - silu_mul: act = silu(g) * u, in float32, stored as float32 or rounded to bf16 (the CPU FFN's
+//   fused epilogues compute the same expression);
+// - permute_rows / combine_rows: router/dispatch_plan's permute and slot-order weighted combine.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace moerun::experts::kernels {
+
+void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream);
+void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream);
+// act[i] = silu(g[i]) * u[i]; `act` is float32 (bf16_out false) or bf16 bits.
+void silu_mul(const float* g, const float* u, void* act, bool bf16_out, int64_t n, cudaStream_t stream);
+// out[r] = x[row_token[r]] for r < rows; rows of d floats.
+void permute_rows(const float* x, const int32_t* row_token, int64_t rows, int64_t d, float* out, cudaStream_t stream);
+// out[t] = sum over k of weight[t*top_k + k] * results[slot_row[t*top_k + k]] (slot order; a
+// slot_row of -1 adds nothing), for t < tokens.
+void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k,
+                  int64_t d, float* out, cudaStream_t stream);
+
+}  // namespace moerun::experts::kernels
