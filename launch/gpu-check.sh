@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU check (issue 12), for a machine with an NVIDIA GPU such as the device tool's H200: every
+# GPU test (the CUDA backend against the CPU backend; --device cuda end to end where mpirun is
+# there) and `bench layer --device cuda` at Mixtral sizes (the layer against a cuBLAS dense matmul
+# of equal FLOPs), in under 8 minutes. Results: gpu-check.txt and layer-cuda.json in $OUT (or
+# build/gpu-check).
+#
+#   launch/gpu-check.sh                  build here (the Debian packages of launch/deps.sh), then check
+#   launch/gpu-check.sh --bundle DIR     on the CPU machine, after a build: pack the binaries and the
+#                                        libraries they load, except CUDA's, into DIR/gpu-bundle.tar.xz
+#   launch/gpu-check.sh --from DIR       check from such a bundle (a GPU machine without the packages)
+#
+# With the device tool: launch/gpu-check.sh --bundle .gpu-bundle here (.gpu-bundle is git-ignored),
+# then run `launch/gpu-check.sh --from .gpu-bundle` there with carry [".gpu-bundle"].
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
+BINARIES=(launch/moerun launch/libmoerun_cuda.so tests/test_cuda_backend)
+
+if [ "${1:-}" = --bundle ]; then
+  dir=${2:?--bundle DIR}
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/bin" "$stage/lib" "$dir"
+  for b in "${BINARIES[@]}"; do
+    [ -e "$BUILD/$b" ] || { echo "gpu-check: $BUILD/$b missing: build with CUDA first (launch/test.sh or cmake --build)" >&2; exit 1; }
+    cp "$BUILD/$b" "$stage/bin/"
+    # Libraries from the distribution, not the C runtime (the GPU machine has its own) nor CUDA's
+    # (the driver there decides which CUDA libraries work).
+    ldd "$BUILD/$b" | awk '/=> \//{print $3}' |
+      { grep -v -E '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so|cuda|cublas|nccl|libnvidia' || true; } |
+      while read -r lib; do cp -L -n "$lib" "$stage/lib/"; done
+  done
+  tar -C "$stage" -cJf "$dir/gpu-bundle.tar.xz" bin lib
+  echo "gpu-check: $(du -h "$dir/gpu-bundle.tar.xz" | cut -f1) bundle in $dir/gpu-bundle.tar.xz"
+  exit 0
+fi
+
+OUTDIR=${OUT:-$BUILD/gpu-check}
+mkdir -p "$OUTDIR"
+LOG=$OUTDIR/gpu-check.txt
+: > "$LOG"
+say() { echo "$*" | tee -a "$LOG"; }
+status=0
+
+if [ "${1:-}" = --from ]; then
+  unpack=$(mktemp -d)
+  tar -C "$unpack" -xJf "${2:?--from DIR}/gpu-bundle.tar.xz"
+  cuda_libs=$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$unpack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  MOERUN=$unpack/bin/moerun
+  TEST_BACKEND=$unpack/bin/test_cuda_backend
+  export MOERUN_CUDA_BACKEND=$unpack/bin/libmoerun_cuda.so
+else
+  source "$ROOT/launch/deps.sh"
+  moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}"
+  moerun_build "$ROOT" "$BUILD" all
+  MOERUN=$BUILD/launch/moerun
+  TEST_BACKEND=$BUILD/tests/test_cuda_backend
+fi
+
+say "# gpu-check $(date -u +%FT%TZ) on $(hostname)"
+nvidia-smi -L 2>&1 | tee -a "$LOG" || { say "gpu-check: no GPU here (nvidia-smi failed)"; exit 1; }
+
+# 1. The CUDA backend against the CPU backend. A skip here is a failure: this machine has a GPU.
+say "## test_cuda_backend"
+if timeout 300 "$TEST_BACKEND" 2>&1 | tee -a "$LOG" | grep -E '^\[  (PASSED|FAILED|SKIPPED) '; then :; fi
+if ! grep -q '^\[  PASSED  \]' "$LOG" || grep -q -E '^\[  (FAILED|SKIPPED) ' "$LOG"; then
+  say "gpu-check: test_cuda_backend did not pass every test"; status=1
+fi
+
+# 2. --device cuda end to end (needs mpirun and the test Python): where the build has them.
+if [ "${1:-}" != --from ] && command -v mpirun > /dev/null; then
+  say "## ctest -L gpu"
+  (cd "$BUILD" && timeout 300 ctest -L gpu --output-on-failure 2>&1) | tee -a "$LOG" | tail -5 || status=1
+fi
+
+# 3. The layer against cuBLAS at Mixtral sizes (hidden 4096, 8 experts of 14336, top-2).
+say "## bench layer --device cuda"
+if ! timeout 240 "$MOERUN" bench layer --device cuda --hidden 4096 --intermediate 14336 --experts 8 --top-k 2 \
+    --tokens 512,4096 --dtype bf16,fp32 --iters 10 --warmup 3 --json "$OUTDIR/layer-cuda.json" 2>&1 | tee -a "$LOG"; then
+  say "gpu-check: bench layer --device cuda failed"; status=1
+fi
+say "# gpu-check: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
+exit $status
