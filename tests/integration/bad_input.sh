@@ -78,6 +78,11 @@ expect "--capacity-factor 1e300" 2 "--capacity-factor-prefill (or --capacity-fac
 expect "--capacity-factor inf" 2 "--capacity-factor-prefill (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor inf
 expect "--router-temperature 1e-45" 2 "--router-temperature must be in \[1e-06, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --router-temperature 1e-45
 expect "--warmup-requests -1" 2 "--warmup-requests must be >= 0" -- $(infer "$WORK/m" "$WORK/good.jsonl") --l1-bytes 1M --warmup-requests -1
+expect "--device gpu" 2 "--device 'gpu': expected cpu or cuda" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device gpu
+# Without a GPU (or without CUDA in the build) --device cuda is a usage error saying which, never a crash.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
+  expect "--device cuda without a GPU" 2 "--device cuda" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device cuda
+fi
 expect "synth --gate-topics without --gate-skew" 2 "--gate-topics needs --gate-skew" -- synth --out "$WORK/topics" --gate-topics 4 --quiet
 expect "--top-p-experts 0" 2 "--top-p-experts must be in (0, 1\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --top-p-experts 0
 expect "--capacity-factor-decode -1" 2 "--capacity-factor-decode (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor-decode -1
