@@ -132,64 +132,66 @@ double worst_relative(const std::vector<float>& a, const std::vector<float>& b) 
   return worst / std::max(scale, 1e-30);
 }
 
-class CudaBackendLayer : public ::testing::TestWithParam<DType> {};
+// Experts of [ff, d] in the test's dtype, with a CPU and a CUDA backend for them.
+class CudaBackendLayer : public ::testing::TestWithParam<DType> {
+ protected:
+  void make(int64_t d, int64_t ff, int64_t experts) {
+    c_.hidden_size = d;
+    c_.intermediate_size = ff;
+    c_.num_experts = experts;
+    c_.dtype = GetParam();
+    cpu_ = std::make_unique<CpuBackend>(c_, mm_);
+    gpu_ = make_cuda_backend(c_, 0);
+  }
+  double tolerance() const { return c_.dtype == DType::F32 ? 1e-5 : 1e-2; }
+  io::ModelConfig c_;
+  Matmul mm_;
+  std::unique_ptr<CpuBackend> cpu_;
+  std::unique_ptr<ExpertBackend> gpu_;
+};
 
 TEST_P(CudaBackendLayer, GroupedExpertsMatchTheCpuBackend) {
   SKIP_WITHOUT_GPU();
-  io::ModelConfig c;
-  c.hidden_size = 64;
-  c.intermediate_size = 96;
-  c.num_experts = 4;
-  c.dtype = GetParam();
-  Matmul mm;
-  CpuBackend cpu(c, mm);
-  auto gpu = make_cuda_backend(c, 0);
-  EXPECT_EQ(gpu->weight_memory(), MemoryKind::Device);
+  make(64, 96, 4);
+  EXPECT_EQ(gpu_->weight_memory(), MemoryKind::Device);
   std::vector<std::unique_ptr<ResidentExpert>> ce, ge;
   for (uint32_t e = 0; e < 4; ++e) {
-    const auto raw = raw_expert(c, e + 1);
-    ce.push_back(cpu.allocate_expert());
-    cpu.load_expert(raw.data(), *ce.back());
-    ge.push_back(gpu->allocate_expert());
-    gpu->load_expert(raw.data(), *ge.back());
-    EXPECT_GE(ge.back()->buffer().allocated, static_cast<std::size_t>(3 * 64 * 96) * dtype_size(c.dtype));
+    const auto raw = raw_expert(c_, e + 1);
+    ce.push_back(cpu_->allocate_expert());
+    cpu_->load_expert(raw.data(), *ce.back());
+    ge.push_back(gpu_->allocate_expert());
+    gpu_->load_expert(raw.data(), *ge.back());
+    EXPECT_GE(ge.back()->buffer().allocated, static_cast<std::size_t>(3 * 64 * 96) * dtype_size(c_.dtype));
     EXPECT_EQ(ge.back()->buffer().kind, MemoryKind::Device);
   }
   // Row counts that cross the CPU's padded bf16 path, an expert with no rows, one row.
   const std::vector<int64_t> rows{53, 0, 1, 130};
   const auto x = random_normal(184 * 64, 9);
-  const auto want = run_grouped(cpu, {ce[0].get(), ce[1].get(), ce[2].get(), ce[3].get()}, rows, x, 64);
-  const auto got = run_grouped(*gpu, {ge[0].get(), ge[1].get(), ge[2].get(), ge[3].get()}, rows, x, 64);
+  const auto want = run_grouped(*cpu_, {ce[0].get(), ce[1].get(), ce[2].get(), ce[3].get()}, rows, x, 64);
+  const auto got = run_grouped(*gpu_, {ge[0].get(), ge[1].get(), ge[2].get(), ge[3].get()}, rows, x, 64);
   // fp32: summation order only. bf16: the activation's rounding to bf16 may land on the other side.
-  EXPECT_LE(worst_relative(got, want), c.dtype == DType::F32 ? 1e-5 : 1e-2);
+  EXPECT_LE(worst_relative(got, want), tolerance());
 }
 
 TEST_P(CudaBackendLayer, ReloadingASlotWaitsForTheComputeThatReadsIt) {
   SKIP_WITHOUT_GPU();
-  io::ModelConfig c;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_experts = 2;
-  c.dtype = GetParam();
-  Matmul mm;
-  CpuBackend cpu(c, mm);
-  auto gpu = make_cuda_backend(c, 0);
-  const auto a = raw_expert(c, 1), b = raw_expert(c, 2);
-  auto ca = cpu.allocate_expert(), cb = cpu.allocate_expert(), slot = gpu->allocate_expert();
-  cpu.load_expert(a.data(), *ca);
-  cpu.load_expert(b.data(), *cb);
+  make(256, 512, 2);
+  const auto a = raw_expert(c_, 1), b = raw_expert(c_, 2);
+  auto ca = cpu_->allocate_expert(), cb = cpu_->allocate_expert(), slot = gpu_->allocate_expert();
+  cpu_->load_expert(a.data(), *ca);
+  cpu_->load_expert(b.data(), *cb);
   const auto x = random_normal(2048 * 256, 3);
   std::vector<float> y(x.size());
   // Expert a's GEMMs are queued (not finished) when b's load into the same slot starts: the load
   // must wait for them, so the results are a's, and the next run sees b.
-  gpu->load_expert(a.data(), *slot);
-  gpu->begin(x.data(), 2048, y.data());
-  gpu->run({slot.get(), 0, 2048});
-  gpu->load_expert(b.data(), *slot);
-  gpu->finish();
-  const double tol = c.dtype == DType::F32 ? 1e-5 : 1e-2;
-  EXPECT_LE(worst_relative(y, run_grouped(cpu, {ca.get()}, {2048}, x, 256)), tol);
-  EXPECT_LE(worst_relative(run_grouped(*gpu, {slot.get()}, {2048}, x, 256), run_grouped(cpu, {cb.get()}, {2048}, x, 256)), tol);
+  gpu_->load_expert(a.data(), *slot);
+  gpu_->begin(x.data(), 2048, y.data());
+  gpu_->run({slot.get(), 0, 2048});
+  gpu_->load_expert(b.data(), *slot);
+  gpu_->finish();
+  const double tol = tolerance();
+  EXPECT_LE(worst_relative(y, run_grouped(*cpu_, {ca.get()}, {2048}, x, 256)), tol);
+  EXPECT_LE(worst_relative(run_grouped(*gpu_, {slot.get()}, {2048}, x, 256), run_grouped(*cpu_, {cb.get()}, {2048}, x, 256)), tol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendLayer, ::testing::Values(DType::F32, DType::BF16));
