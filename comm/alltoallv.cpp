@@ -44,6 +44,77 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
   }
 }
 
+int64_t ExchangePlan::send_total() const {
+  int64_t n = 0;
+  for (int64_t b : send_bytes) n += b;
+  return n;
+}
+
+int64_t ExchangePlan::recv_total() const {
+  int64_t n = 0;
+  for (int64_t b : recv_bytes) n += b;
+  return n;
+}
+
+ExchangePlan AllToAllV::plan(std::vector<int64_t> send_bytes, const std::string& what, const ExchangePattern& pattern) {
+  if (static_cast<int>(send_bytes.size()) != size())
+    fail(ErrorKind::Internal, what, ": ", send_bytes.size(), " send counts for ", size(), " ranks");
+  ExchangePlan p;
+  p.what = what;
+  p.send_bytes = std::move(send_bytes);
+  exchange_counts(p.send_bytes, p.recv_bytes, what, pattern);
+  return p;
+}
+
+std::unique_ptr<ExchangeHandle> AllToAllV::open(ExchangePlan plan, int slot, const void* send_from) {
+  const auto sn = static_cast<std::size_t>(plan.send_total()), rn = static_cast<std::size_t>(plan.recv_total());
+  void* send = send_from ? const_cast<void*>(send_from) : lent_send_buffer(sn);
+  void* recv = lent_recv_buffer(rn);
+  if (!send || !recv) {
+    if (slot < 0) fail(ErrorKind::Internal, plan.what, ": exchange slot ", slot);
+    if (static_cast<int>(slots_.size()) <= slot) slots_.resize(static_cast<std::size_t>(slot + 1));
+    SlotBuffers& b = slots_[static_cast<std::size_t>(slot)];
+    if (!send) {
+      b.send.resize(sn);
+      send = b.send.data();
+    }
+    if (!recv) {
+      b.recv.resize(rn);
+      recv = b.recv.data();
+    }
+  }
+  return std::unique_ptr<ExchangeHandle>(new ExchangeHandle(*this, std::move(plan), send, recv));
+}
+
+bool AllToAllV::test(PendingExchange& p) {
+  int done = 0;
+  MPI_CHECK(MPI_Testall(static_cast<int>(p.requests.size()), p.requests.data(), &done, MPI_STATUSES_IGNORE));
+  return done != 0;
+}
+
+void* ExchangeHandle::checked(void* p, int64_t bytes, std::size_t elem, const char* which) const {
+  if (bytes % static_cast<int64_t>(elem) != 0)
+    fail(ErrorKind::Internal, plan_.what, ": ", which, " buffer of ", bytes, " bytes is not whole elements of ", elem);
+  return p;
+}
+
+void ExchangeHandle::post() {
+  if (pending_) fail(ErrorKind::Internal, plan_.what, ": posted twice");
+  pending_ = a2a_.start(send_, plan_.send_bytes, recv_, plan_.recv_bytes, plan_.what);
+}
+
+bool ExchangeHandle::test() {
+  if (!pending_) fail(ErrorKind::Internal, plan_.what, ": tested before it was posted");
+  if (!done_) done_ = a2a_.test(*pending_);
+  return done_;
+}
+
+void ExchangeHandle::wait() {
+  if (!pending_) fail(ErrorKind::Internal, plan_.what, ": waited for before it was posted");
+  if (!done_) a2a_.wait(*pending_);
+  done_ = true;
+}
+
 MpiAllToAllV::MpiAllToAllV(MPI_Comm comm, double timeout_s) : comm_(OwnedComm::dup(comm)), timeout_s_(timeout_s) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));

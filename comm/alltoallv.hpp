@@ -1,10 +1,17 @@
 // AllToAllV: the exchange of DESIGN §4 — counts first, then payload — among all ranks of a
-// communicator (router and expert ranks alike; a rank with nothing to send sends zero counts).
+// communicator (router and expert ranks alike; a rank with nothing to send sends zero counts). An
+// exchange is plan -> handle -> post -> test/wait:
+//   ExchangePlan plan = a2a.plan(send_bytes, "dispatch of layer 3", pattern);  // the counts exchange
+//   auto h = a2a.open(std::move(plan), slot);  // buffers of the plan's sizes and memory kind
+//   fill h->send_as<T>(); h->post(); ... h->test() / h->wait(); read h->recv_as<T>().
+// Every rank plans the exchanges of one AllToAllV in the same order. Posted exchanges may stay in
+// flight (routers overlap them with compute); a handle's buffers are the transport's memory where
+// it lends some (hier: the node's shared window, no copy in or out) or the slot's own buffers
+// (kept per slot, so exchanges in flight together use different slots).
 // MpiAllToAllV moves counts and payload point-to-point (MPI_Isend/Irecv along the edges that carry
 // data), which is what MPI_Alltoallv does inside but lets a stalled peer be named when
 // --comm-timeout expires and sends no empty messages in M:N router->expert traffic; tests check it
-// against MPI_Alltoallv. Exchanges can be left in flight (start/wait) so routers overlap them with
-// compute.
+// against MPI_Alltoallv.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,6 +20,9 @@
 
 #include <mpi.h>
 
+#include "base/aligned_buffer.hpp"
+#include "base/error.hpp"
+#include "base/memory_kind.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -32,45 +42,93 @@ struct ExchangePattern {
   std::vector<uint8_t> receives_from;  // [peer] peer may send rows to this rank
 };
 
+// What one exchange moves: bytes to and from each peer, contiguous in peer order.
+struct ExchangePlan {
+  std::string what;                 // names the exchange in errors
+  std::vector<int64_t> send_bytes;  // [peer]
+  std::vector<int64_t> recv_bytes;  // [peer], from the counts exchange
+  int64_t send_total() const;
+  int64_t recv_total() const;
+};
+
+class AllToAllV;
+
+// One planned exchange and its buffers. Fill the send buffer, post(), then test() or wait(); the
+// receive buffer holds the data once complete and stays valid until the transport's next plan().
+// A posted exchange must complete before its handle goes away (a failing job aborts instead).
+class ExchangeHandle {
+ public:
+  const ExchangePlan& plan() const { return plan_; }
+  MemoryKind memory_kind() const { return MemoryKind::Host; }  // every transport here moves host memory
+  template <typename T> T* send_as() { return static_cast<T*>(checked(send_, plan_.send_total(), sizeof(T), "send")); }
+  template <typename T> const T* recv_as() const {
+    return static_cast<const T*>(checked(recv_, plan_.recv_total(), sizeof(T), "receive"));
+  }
+  void post();
+  bool test();  // true once the posted exchange completed
+  void wait();
+
+ private:
+  friend class AllToAllV;
+  ExchangeHandle(AllToAllV& a2a, ExchangePlan plan, void* send, void* recv)
+      : a2a_(a2a), plan_(std::move(plan)), send_(send), recv_(recv) {}
+  void* checked(void* p, int64_t bytes, std::size_t elem, const char* which) const;
+
+  AllToAllV& a2a_;
+  ExchangePlan plan_;
+  void* send_;
+  void* recv_;
+  std::unique_ptr<PendingExchange> pending_;
+  bool done_ = false;
+};
+
 class AllToAllV {
  public:
   virtual ~AllToAllV() = default;
-  // recv[p] = the count peer p sent to us. `what` names the exchange in timeout errors.
+  virtual int size() const = 0;
+
+  // The counts exchange: every peer learns what this rank sends it, this rank what each sends it.
+  ExchangePlan plan(std::vector<int64_t> send_bytes, const std::string& what, const ExchangePattern& pattern = {});
+  // Buffers for a planned exchange. `slot`: exchanges in flight at the same time use different
+  // slots (a slot's own buffers are reused by its next exchange). `send_from`: send from the
+  // caller's memory instead (kept unchanged until the exchange completes).
+  std::unique_ptr<ExchangeHandle> open(ExchangePlan plan, int slot = 0, const void* send_from = nullptr);
+
+ protected:
+  friend class ExchangeHandle;
+  // The transport: recv[p] = the count peer p sent to us; `what` names the exchange in timeout errors.
   virtual void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
-                               const ExchangePattern& pattern = {}) = 0;
+                               const ExchangePattern& pattern) = 0;
   // Starts moving send_bytes[p] bytes to each peer p (contiguous, peer order) and recv_bytes[p] from it.
   virtual std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                                  const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
   virtual void wait(PendingExchange& pending) = 0;
-  virtual int size() const = 0;
-
-  // Memory for the next exchange's data (call after exchange_counts; valid until the next one). A
-  // transport may hand out memory it shares (hier: the node's window), which saves a copy: data
-  // received there needs no copy out, data sent from there no copy in. A send buffer must not be
-  // reused before its exchange completed.
-  virtual void* send_buffer(std::size_t bytes) {
-    own_send_.resize(bytes);
-    return own_send_.data();
-  }
-  virtual void* recv_buffer(std::size_t bytes) {
-    own_recv_.resize(bytes);
-    return own_recv_.data();
-  }
+  // Whether the pending requests completed (a transport that completes in start() has none).
+  bool test(PendingExchange& pending);
+  // Memory the transport lends for the next exchange's data (after its counts; valid until the next
+  // one), or null: memory it shares (hier: the node's window) saves a copy in and out.
+  virtual void* lent_send_buffer(std::size_t bytes) { (void)bytes; return nullptr; }
+  virtual void* lent_recv_buffer(std::size_t bytes) { (void)bytes; return nullptr; }
 
  private:
-  std::vector<char> own_send_, own_recv_;
+  struct SlotBuffers {
+    AlignedBuffer send, recv;
+  };
+  std::vector<SlotBuffers> slots_;
 };
 
 class MpiAllToAllV final : public AllToAllV {
  public:
   // Duplicates `comm` (its traffic cannot mix with anyone else's). timeout_s <= 0: wait forever.
   MpiAllToAllV(MPI_Comm comm, double timeout_s);
+  int size() const override { return size_; }
+
+ protected:
   void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
-                       const ExchangePattern& pattern = {}) override;
+                       const ExchangePattern& pattern) override;
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange& pending) override;
-  int size() const override { return size_; }
 
  private:
   OwnedComm comm_;
@@ -84,12 +142,14 @@ class MpiAllToAllV final : public AllToAllV {
 class MpiCollectiveAllToAllV final : public AllToAllV {
  public:
   MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s);
+  int size() const override { return size_; }
+
+ protected:
   void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
-                       const ExchangePattern& pattern = {}) override;
+                       const ExchangePattern& pattern) override;
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange& pending) override;
-  int size() const override { return size_; }
 
  private:
   OwnedComm comm_;

@@ -130,17 +130,13 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
           // Timed: the counts exchange and the payload exchange. Untimed between them: writing the
           // payload into the transport's send buffer, as an application builds its rows in place.
           double t0 = now();
-          std::vector<int64_t> recv_counts;
-          a2a.exchange_counts(counts, recv_counts, "bench a2a");
-          int64_t total_recv = 0;
-          for (auto c : recv_counts) total_recv += c;
+          ExchangePlan plan = a2a.plan(counts, "bench a2a");
           double elapsed = now() - t0;
-          char* sbuf = static_cast<char*>(a2a.send_buffer(static_cast<std::size_t>(total_send)));
-          if (total_send) std::memcpy(sbuf, send.data(), static_cast<std::size_t>(total_send));
-          void* rbuf = a2a.recv_buffer(static_cast<std::size_t>(total_recv));
+          auto h = a2a.open(std::move(plan));
+          if (total_send) std::memcpy(h->send_as<char>(), send.data(), static_cast<std::size_t>(total_send));
           t0 = now();
-          auto p = a2a.start(sbuf, counts, rbuf, recv_counts, "bench a2a");
-          a2a.wait(*p);
+          h->post();
+          h->wait();
           elapsed += now() - t0;
           std::vector<double> dt{elapsed};
           reduce_max_to_root(dt, world);  // an exchange takes as long as its slowest rank

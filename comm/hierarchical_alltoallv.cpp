@@ -135,12 +135,12 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
   times_.counts += now() - t0;
 }
 
-void* HierarchicalAllToAllV::send_buffer(std::size_t bytes) {
+void* HierarchicalAllToAllV::lent_send_buffer(std::size_t bytes) {
   if (bytes > my_send_total_) fail(ErrorKind::Internal, "hier send_buffer larger than the counts exchanged");
   return data_shm_->region(local_);
 }
 
-void* HierarchicalAllToAllV::recv_buffer(std::size_t bytes) {
+void* HierarchicalAllToAllV::lent_recv_buffer(std::size_t bytes) {
   if (bytes > my_recv_total_) fail(ErrorKind::Internal, "hier recv_buffer larger than the counts exchanged");
   return data_shm_->region(local_) + recv_area_[static_cast<std::size_t>(local_)];
 }

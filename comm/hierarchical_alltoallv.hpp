@@ -6,11 +6,12 @@
 //      spread over the node's ranks rather than funnelled through one leader — sends ONE message
 //      gathered from all of node a's send areas (destination-major) to the gateway of node a on node
 //      b (local rank a mod L_b), which scatters it straight into node b's receive areas. No staging.
-//   3. Nothing: the data is in place. A caller that received into recv_buffer() reads it there;
-//      others get one copy out.
+//   3. Nothing: the data is in place. An exchange handle's buffers are the window's send and
+//      receive areas, so the caller writes and reads there (a handle sending from the caller's own
+//      memory gets one copy in).
 // Counts take the same path first (node matrix in shared memory, one block per node pair). The
 // payload of start() must follow exchange_counts() with the same send counts; the exchange is
-// complete when start() returns (wait() is free).
+// complete when it is posted (ExchangeHandle::post; test() is then true at once).
 #pragma once
 #include <memory>
 #include <vector>
@@ -35,17 +36,20 @@ class HierarchicalAllToAllV final : public AllToAllV {
  public:
   HierarchicalAllToAllV(MPI_Comm world, const Topology& topo, std::unique_ptr<PointToPoint> net, double timeout_s);
   ~HierarchicalAllToAllV() override;
-  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
-                       const ExchangePattern& pattern = {}) override;
-  std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
-                                         const std::vector<int64_t>& recv_bytes, const std::string& what) override;
-  void wait(PendingExchange&) override {}
   int size() const override { return topo_.world_size; }
-  void* send_buffer(std::size_t bytes) override;
-  void* recv_buffer(std::size_t bytes) override;
   const char* transport() const { return net_->name(); }
   const HierStageTimes& stage_times() const { return times_; }
   void reset_stage_times() { times_ = {}; }
+
+ protected:
+  void exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                       const ExchangePattern& pattern) override;
+  // Complete when it returns: the pending exchange has no requests, so test() is true at once.
+  std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                         const std::vector<int64_t>& recv_bytes, const std::string& what) override;
+  void wait(PendingExchange&) override {}
+  void* lent_send_buffer(std::size_t bytes) override;
+  void* lent_recv_buffer(std::size_t bytes) override;
 
  private:
   int out_gw(int a, int b) const;  // world rank on node a that sends a's rows for node b

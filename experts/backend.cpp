@@ -21,15 +21,6 @@ DeviceKind parse_device(const std::string& s) {
 
 const char* device_name(DeviceKind d) { return d == DeviceKind::Cuda ? "cuda" : "cpu"; }
 
-const char* memory_kind_name(MemoryKind k) {
-  switch (k) {
-    case MemoryKind::Host: return "host";
-    case MemoryKind::Pinned: return "pinned";
-    case MemoryKind::Device: return "device";
-  }
-  return "?";
-}
-
 namespace {
 
 using CreateCuda = ExpertBackend* (*)(const io::ModelConfig*, int);

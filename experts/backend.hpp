@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "base/memory_kind.hpp"
 #include "io/blob_store.hpp"
 #include "io/model_config.hpp"
 
@@ -19,9 +20,6 @@ namespace moerun::experts {
 enum class DeviceKind { Cpu, Cuda };
 DeviceKind parse_device(const std::string& s);  // Usage error naming --device
 const char* device_name(DeviceKind d);
-
-enum class MemoryKind { Host, Pinned, Device };
-const char* memory_kind_name(MemoryKind k);
 
 // One allocation of a backend: where it lives, the bytes asked for, the bytes really taken.
 struct BufferInfo {

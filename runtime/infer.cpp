@@ -264,13 +264,15 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
   rep.routers = static_cast<int>(topo.routers.size());
   rep.requests = static_cast<int64_t>(requests.size());
   std::unique_ptr<comm::AllToAllV> dispatch, combine;
+  std::unique_ptr<MoeExchangeProtocol> protocol;
   if (distributed) {
     // Bytes a router sends per exchange at a full step, spread over the ranks: what `auto` uses.
     const int64_t per_exchange = cfg.scheduler.max_batch_tokens / cfg.micro_batches * mc.top_k *
-                                 static_cast<int64_t>(dispatch_record_bytes(mc.hidden_size));
+                                 static_cast<int64_t>(MoeExchangeProtocol::dispatch_record_bytes(mc.hidden_size));
     const comm::A2aKind kind = comm::resolve_a2a(comm::parse_a2a(cfg.a2a), topo.nodes, per_exchange / size);
     dispatch = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
     combine = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
+    protocol = std::make_unique<MoeExchangeProtocol>(*dispatch, *combine, topo, rank, mc.hidden_size);
     if (rank == 0 && !cfg.quiet)
       log::info("all-to-all: ", comm::a2a_name(kind),
                 kind == comm::A2aKind::Hier ? str(" (shared memory in a node, ", comm::internode_transport(), " between nodes)") : "");
@@ -320,8 +322,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     }
     std::unique_ptr<MoeLayer> moe;
     if (distributed)
-      moe = std::make_unique<DistributedMoeLayer>(*dispatch, *combine, placement, mc.hidden_size, mc.num_experts,
-                                                  moe_exchange_patterns(topo, rank));
+      moe = std::make_unique<DistributedMoeLayer>(*protocol, placement, mc.num_experts);
     else moe = std::make_unique<LocalMoeLayer>(*backend, *store, mc.hidden_size, mc.num_experts);
     ModelForward model(*dense, mm, *moe, cfg.router, cfg.micro_batches);
     std::optional<PrefixCache> prefix;
@@ -405,7 +406,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     }
     rep.batching = sched.batching();
   } else {
-    ExpertServer server(*dispatch, *combine, *backend, *store, mc.hidden_size, mc.num_experts, moe_exchange_patterns(topo, rank));
+    ExpertServer server(*protocol, *backend, *store, mc.num_experts);
     double idle = 0;
     int64_t done_total = 0;
     while (true) {

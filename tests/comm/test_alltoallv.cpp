@@ -49,14 +49,12 @@ std::vector<uint8_t> reference(const std::vector<uint8_t>& send, const std::vect
 
 std::vector<uint8_t> ours(AllToAllV& a2a, const std::vector<uint8_t>& send, const std::vector<int64_t>& counts,
                           const ExchangePattern& pattern = {}) {
-  std::vector<int64_t> recv_counts;
-  a2a.exchange_counts(counts, recv_counts, "test", pattern);
-  int64_t total = 0;
-  for (auto c : recv_counts) total += c;
-  std::vector<uint8_t> recv(static_cast<std::size_t>(total));
-  auto p = a2a.start(send.data(), counts, recv.data(), recv_counts, "test");
-  a2a.wait(*p);
-  return recv;
+  auto h = a2a.open(a2a.plan(counts, "test", pattern), 0, send.data());
+  h->post();
+  h->wait();
+  EXPECT_TRUE(h->test());
+  const auto* r = h->recv_as<uint8_t>();
+  return std::vector<uint8_t>(r, r + h->plan().recv_total());
 }
 
 std::vector<uint8_t> payload(const std::vector<int64_t>& counts, uint32_t seed) {
@@ -96,6 +94,49 @@ void check_all_cases(AllToAllV& a2a) {
 TEST(AllToAllV, MatchesMpiAlltoallv) {
   MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
   check_all_cases(a2a);
+}
+
+// Two exchanges in flight together, each in its own slot (a router's micro-batches): each delivers
+// its own data, test() turns true by itself once they complete, and a slot's buffers are reused.
+TEST(AllToAllV, ExchangesInFlightTogetherKeepTheirSlots) {
+  MpiAllToAllV p2p(MPI_COMM_WORLD, 30);
+  MpiCollectiveAllToAllV coll(MPI_COMM_WORLD, 30);
+  const auto cases = test_cases();
+  for (AllToAllV* a2a : {static_cast<AllToAllV*>(&p2p), static_cast<AllToAllV*>(&coll)})
+    for (int round = 0; round < 2; ++round) {
+      std::vector<std::unique_ptr<ExchangeHandle>> h;
+      std::vector<std::vector<uint8_t>> sent;
+      for (int slot = 0; slot < 2; ++slot) {
+        const auto& counts = cases[static_cast<std::size_t>(slot * 2)];
+        sent.push_back(payload(counts, static_cast<uint32_t>(world().rank * 10 + slot + round)));
+        h.push_back(a2a->open(a2a->plan(counts, "in flight"), slot));
+        std::copy(sent.back().begin(), sent.back().end(), h.back()->send_as<uint8_t>());
+        h.back()->post();
+      }
+      for (auto& x : h)
+        while (!x->test()) {
+        }
+      for (int slot = 0; slot < 2; ++slot) {
+        const auto* r = h[static_cast<std::size_t>(slot)]->recv_as<uint8_t>();
+        EXPECT_EQ(std::vector<uint8_t>(r, r + h[static_cast<std::size_t>(slot)]->plan().recv_total()),
+                  reference(sent[static_cast<std::size_t>(slot)], cases[static_cast<std::size_t>(slot * 2)]))
+            << "slot " << slot << " round " << round;
+      }
+    }
+}
+
+TEST(AllToAllV, HandleMisuseIsAnInternalError) {
+  MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
+  auto h = a2a.open(a2a.plan(std::vector<int64_t>(static_cast<std::size_t>(world().size), 3), "misuse"));
+  EXPECT_THROW(h->test(), Error);   // not posted
+  struct Seven {
+    char c[7];
+  };
+  EXPECT_THROW(h->recv_as<Seven>(), Error);  // 3 bytes from each of 3..8 peers are not whole 7-byte records
+  h->post();
+  EXPECT_THROW(h->post(), Error);  // twice
+  h->wait();
+  EXPECT_TRUE(h->test());
 }
 
 // Between nodes: MPI, or UCX when MOERUN_TEST_TRANSPORT=ucx (ctest runs it with UCX_TLS=tcp,self
