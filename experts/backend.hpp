@@ -54,6 +54,9 @@ class ExpertBackend {
   virtual MemoryKind weight_memory() const = 0;
   // Real bytes one expert of the model takes in this backend's memory: what an L1 slot costs.
   virtual int64_t expert_bytes() = 0;
+  // Bytes this backend's weight memory can still take (host: physical memory; device: free memory
+  // now); 0 when unknown. Checked before allocating, so too many experts are a clear error.
+  virtual int64_t memory_bytes() = 0;
   // Name of the form L2 keeps for this backend; a stored form of another name is not read back.
   virtual std::string stored_form_name() = 0;
   // True when experts' host_parts() are the stored form (L2 then reads hits straight into them).

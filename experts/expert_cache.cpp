@@ -117,6 +117,9 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
   if (n < 1)
     fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_,
          " bytes in ", backend_.describe(), " (moerun inspect prints the CPU figure)");
+  if (const int64_t have = backend_.memory_bytes(); have > 0 && n * slot_bytes_ > have)
+    fail(ErrorKind::Usage, "--l1-bytes: ", n, " L1 slots of ", slot_bytes_, " bytes need ", (n * slot_bytes_) >> 20, " MiB, more than the ",
+         have >> 20, " MiB of ", memory_kind_name(backend_.weight_memory()), " memory in ", backend_.describe());
   slots_.resize(static_cast<std::size_t>(n));
   for (Slot& slot : slots_) slot.w = backend_.allocate_expert();
   last_needed_.resize(static_cast<std::size_t>(num_layers_));

@@ -2,7 +2,6 @@
 #include "experts/resident_experts.hpp"
 
 #include "base/error.hpp"
-#include "base/host.hpp"
 #include "base/log.hpp"
 
 namespace moerun::experts {
@@ -13,13 +12,11 @@ ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIn
   int64_t owned = 0;
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
-  if (backend.weight_memory() != MemoryKind::Device) {
-    const int64_t need = owned * c.bytes_per_expert(), have = host_memory_bytes();
-    if (have > 0 && need > have)
-      fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
-           " experts need ", need >> 20, " MiB in memory, more than this host's ", have >> 20,
-           " MiB; use more expert ranks or the expert cache (--l1-bytes)");
-  }
+  const int64_t need = owned * backend.expert_bytes(), have = backend.memory_bytes();
+  if (have > 0 && need > have)
+    fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
+         " experts need ", need >> 20, " MiB in ", memory_kind_name(backend.weight_memory()), " memory, more than the ",
+         have >> 20, " MiB there (", backend.describe(), "); use more expert ranks or the expert cache (--l1-bytes)");
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) {
       if (!owns(l, e)) continue;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "base/host.hpp"
 #include "experts/cpu/expert_packing.hpp"
 
 namespace moerun::experts {
@@ -24,6 +25,8 @@ std::vector<io::BlobPart> CpuExpert::host_parts() {
   for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
   return parts;
 }
+
+int64_t CpuBackend::memory_bytes() { return host_memory_bytes(); }
 
 std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
 

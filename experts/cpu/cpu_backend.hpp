@@ -25,6 +25,7 @@ class CpuBackend final : public ExpertBackend {
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }
+  int64_t memory_bytes() override;
   std::string stored_form_name() override { return expert_layout_name(mm_, config_); }
   bool packs_on_host() const override { return true; }
   std::unique_ptr<ResidentExpert> allocate_expert() override;

@@ -80,6 +80,12 @@ class CudaBackend final : public ExpertBackend {
   }
   MemoryKind weight_memory() const override { return MemoryKind::Device; }
   int64_t expert_bytes() override { return static_cast<int64_t>(round_up(raw_bytes(), kCudaMallocAlign)); }
+  int64_t memory_bytes() override {
+    CUDA_CHECK(cudaSetDevice(device_));
+    std::size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
+  }
   std::string stored_form_name() override { return str("raw;", dtype_name(config_.dtype)); }
   bool packs_on_host() const override { return false; }
 
