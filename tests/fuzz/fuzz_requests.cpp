@@ -129,9 +129,12 @@ int main(int argc, char** argv) {
           continue;
         }
         ++valid_lines;
-        bool ok = !r.prompt_tokens.empty() && static_cast<int64_t>(r.prompt_tokens.size()) < lim.max_position &&
-                  r.max_new_tokens >= 0 && r.max_new_tokens + static_cast<int64_t>(r.prompt_tokens.size()) <= lim.max_position &&
-                  r.temperature >= 0 && r.top_p > 0 && r.top_p <= 1;
+        // A text prompt is tokenized later (routers, io::tokenize_prompts), where its length and
+        // max_new_tokens are checked and capped; here it has its text and no tokens yet.
+        const bool tokens_ok = r.has_text ? r.prompt_tokens.empty() && !r.prompt_text.empty()
+                                          : !r.prompt_tokens.empty() && static_cast<int64_t>(r.prompt_tokens.size()) < lim.max_position &&
+                                                r.max_new_tokens + static_cast<int64_t>(r.prompt_tokens.size()) <= lim.max_position;
+        bool ok = tokens_ok && r.max_new_tokens >= 0 && r.temperature >= 0 && r.top_p > 0 && r.top_p <= 1;
         for (int32_t t : r.prompt_tokens) ok = ok && t >= 0 && t < lim.vocab_size;
         if (!ok) problem("skip: a valid request out of range: " + r.id, path);
       }
