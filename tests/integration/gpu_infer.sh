@@ -18,7 +18,7 @@ import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
 assert [r["id"] for r in a] == [r["id"] for r in b]
-bad = [r["id"] for r, s in zip(a, b) if r["tokens"] != s["tokens"]]
+bad = [r["id"] for r, s in zip(a, b) if r["output_tokens"] != s["output_tokens"]]
 assert not bad, bad
 PY
 }
