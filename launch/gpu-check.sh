@@ -46,8 +46,10 @@ status=0
 if [ "${1:-}" = --from ]; then
   unpack=$(mktemp -d)
   tar -C "$unpack" -xJf "${2:?--from DIR}/gpu-bundle.tar.xz"
-  cuda_libs=$(python3 -c 'import os, nvidia.cublas as c; print(os.path.join(list(c.__path__)[0], "lib"))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH="$unpack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # CUDA's libraries come from that machine: its toolkit, or the nvidia-* Python wheels of its image.
+  cuda_libs=$(python3 -c 'import glob, os, site; print(":".join(d for sp in site.getsitepackages() for d in glob.glob(os.path.join(sp, "nvidia", "*", "lib"))))' 2>/dev/null || true)
+  # bin/ too: the test binary loads libmoerun_cuda.so, which its build-tree RUNPATH cannot find there.
+  export LD_LIBRARY_PATH="$unpack/bin:$unpack/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${cuda_libs:+:$cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   MOERUN=$unpack/bin/moerun
   TEST_BACKEND=$unpack/bin/test_cuda_backend
   export MOERUN_CUDA_BACKEND=$unpack/bin/libmoerun_cuda.so
