@@ -42,13 +42,6 @@ void CpuBackend::load_expert(const void* raw, ResidentExpert& into) {
   pack_expert_from_raw(mm, raw, config_, static_cast<CpuExpert&>(into).w);
 }
 
-std::unique_ptr<CpuExpert> CpuBackend::adopt(FfnWeights w) {
-  auto e = std::make_unique<CpuExpert>();
-  e->w = std::move(w);
-  pack_expert(mm_, e->w);
-  return e;
-}
-
 void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
   (void)rows;
   gathered_ = gathered;

@@ -35,9 +35,6 @@ class CpuBackend final : public ExpertBackend {
   void finish() override {}
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
 
-  // An expert from plain host matrices (benchmarks and tests that make weights in memory).
-  std::unique_ptr<CpuExpert> adopt(FfnWeights w);
-
  private:
   io::ModelConfig config_;
   Matmul& mm_;
