@@ -81,6 +81,9 @@ class ExpertBackend {
   // (oneDNN, cuBLAS), operands already in its memory; one entry per timed iteration. The peak that
   // `bench layer` holds the MoE layer against.
   virtual std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) = 0;
+  // Seconds spent so far moving rows between host and device memory inside begin()/finish() (a
+  // backend computing in host memory moves none).
+  virtual double copy_seconds() const { return 0; }
 };
 
 // The backend for --device. `compute` is the compute thread's oneDNN context (CPU backend); a CUDA

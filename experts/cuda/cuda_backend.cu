@@ -68,6 +68,7 @@ class CudaBackend final : public ExpertBackend {
     memory_ = static_cast<int64_t>(prop.totalGlobalMem);
     stream_ = cuda::make_stream();
     cublas_ = make_cublas(stream_.get());
+    for (cuda::Event* e : {&in_start_, &in_end_, &out_start_, &out_end_}) *e = cuda::make_event(true);
     if (c.dtype != DType::F32 && c.dtype != DType::BF16) fail(ErrorKind::Usage, "--device cuda: experts must be float32 or bfloat16");
   }
   ~CudaBackend() override {
@@ -127,7 +128,9 @@ class CudaBackend final : public ExpertBackend {
     act_.resize(n * ff * dtype_size(config_.dtype));
     if (config_.dtype == DType::BF16) xb_.resize(n * d * 2);
     if (rows == 0) return;
+    CUDA_CHECK(cudaEventRecord(in_start_.get(), stream_.get()));
     CUDA_CHECK(cudaMemcpyAsync(x_.get(), gathered, static_cast<std::size_t>(rows * d) * 4, cudaMemcpyHostToDevice, stream_.get()));
+    CUDA_CHECK(cudaEventRecord(in_end_.get(), stream_.get()));
     if (config_.dtype == DType::BF16) kernels::f32_to_bf16(x_.as<float>(), xb_.as<uint16_t>(), rows * d, stream_.get());
   }
 
@@ -155,11 +158,21 @@ class CudaBackend final : public ExpertBackend {
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
 
   void finish() override {
-    if (rows_ > 0)
+    if (rows_ > 0) {
+      CUDA_CHECK(cudaEventRecord(out_start_.get(), stream_.get()));
       CUDA_CHECK(cudaMemcpyAsync(results_, y_.get(), static_cast<std::size_t>(rows_ * config_.hidden_size) * 4,
                                  cudaMemcpyDeviceToHost, stream_.get()));
+      CUDA_CHECK(cudaEventRecord(out_end_.get(), stream_.get()));
+    }
     CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+    if (rows_ > 0) {
+      float in_ms = 0, out_ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&in_ms, in_start_.get(), in_end_.get()));
+      CUDA_CHECK(cudaEventElapsedTime(&out_ms, out_start_.get(), out_end_.get()));
+      copy_s_ += (in_ms + out_ms) * 1e-3;
+    }
   }
+  double copy_seconds() const override { return copy_s_; }
 
  private:
   // w1‖w3‖w2 as stored (io::expert_raw_bytes, which this library does not link).
@@ -177,6 +190,8 @@ class CudaBackend final : public ExpertBackend {
   cuda::DeviceBuffer x_, xb_, g_, u_, act_, y_;
   int64_t rows_ = 0;
   float* results_ = nullptr;
+  cuda::Event in_start_, in_end_, out_start_, out_end_;  // around the row copies (timing)
+  double copy_s_ = 0;
 };
 
 }  // namespace
