@@ -39,6 +39,13 @@ class ResidentExpert {
   virtual std::vector<io::BlobPart> host_parts() { return {}; }
 };
 
+// Host memory for a layer's rows, of the kind this backend copies from fastest (pinned for a GPU).
+struct RowBuffers {
+  float* gathered = nullptr;  // [rows, d]: callers gather the rows here, then begin()
+  float* results = nullptr;   // [rows, d]: the experts' outputs after finish()
+  MemoryKind kind = MemoryKind::Host;
+};
+
 // The rows of one expert within a layer's block of gathered rows.
 struct ExpertRun {
   const ResidentExpert* expert = nullptr;
@@ -74,6 +81,9 @@ class ExpertBackend {
   // expert to its store: a backend that computes asynchronously guards the weights itself
   // (load_expert waits for the compute that reads them).
   virtual void begin(const float* gathered, int64_t rows, float* results) = 0;
+  // Buffers for `rows` rows owned by the backend (grown, never shrunk; valid until the next call).
+  // Any host memory works for begin(); these save a GPU backend a staging copy each way.
+  virtual RowBuffers row_buffers(int64_t rows) = 0;
   virtual void run(const ExpertRun& r) = 0;
   virtual void finish() = 0;
 

@@ -127,17 +127,16 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
         fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], ") which this rank does not hold");
     }
     const router::DispatchPlan plan = router::DispatchPlan::build(expert.data(), rows, 1, num_experts_);
-    gathered_.resize(static_cast<std::size_t>(rows * d) * 4);
-    results_.resize(gathered_.size());
+    const experts::RowBuffers io = backend_.row_buffers(rows);
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(gathered_.as<float>() + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
+      std::memcpy(io.gathered + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
                   static_cast<std::size_t>(d) * 4);
     double t2 = now();
-    run_local_experts(backend_, store_, layer, plan, gathered_.as<float>(), results_.as<float>());
+    run_local_experts(backend_, store_, layer, plan, io.gathered, io.results);
     double t3 = now();
     rep.data.resize(static_cast<std::size_t>(rows * d));
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(rep.data.data() + static_cast<int64_t>(plan.row_token[r]) * d, results_.as<float>() + r * d,
+      std::memcpy(rep.data.data() + static_cast<int64_t>(plan.row_token[r]) * d, io.results + r * d,
                   static_cast<std::size_t>(d) * 4);
     times_.exchange += t1 - t0;
     times_.pack += (t2 - t1) + (now() - t3);

@@ -59,7 +59,6 @@ class ExpertServer {
   experts::ExpertBackend& backend_;
   experts::ExpertStore& store_;
   int64_t num_experts_;
-  AlignedBuffer gathered_, results_;
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
 };

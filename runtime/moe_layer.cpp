@@ -31,13 +31,12 @@ void LocalMoeLayer::finish(int mb, float* out) {
   const int64_t d = hidden_;
   double t0 = now();
   const router::DispatchPlan plan = router::DispatchPlan::build(p.r.expert.data(), p.T, p.r.top_k, num_experts_);
-  gathered_.resize(static_cast<std::size_t>(plan.rows() * d) * sizeof(float));
-  results_.resize(gathered_.size());
-  router::permute_rows(p.x, d, plan, gathered_.as<float>());
+  const experts::RowBuffers rows = backend_.row_buffers(plan.rows());
+  router::permute_rows(p.x, d, plan, rows.gathered);
   double t1 = now();
-  run_local_experts(backend_, experts_, p.layer, plan, gathered_.as<float>(), results_.as<float>());
+  run_local_experts(backend_, experts_, p.layer, plan, rows.gathered, rows.results);
   double t2 = now();
-  router::combine_rows(results_.as<float>(), d, plan, p.r.weight.data(), out);
+  router::combine_rows(rows.results, d, plan, p.r.weight.data(), out);
   double t3 = now();
   times_.pack += t1 - t0;
   times_.experts += t2 - t1;

@@ -59,7 +59,6 @@ class LocalMoeLayer final : public MoeLayer {
   int64_t hidden_;
   int64_t num_experts_;
   std::vector<Pending> pending_;
-  AlignedBuffer gathered_, results_;
   MoePhaseTimes times_;
 };
 

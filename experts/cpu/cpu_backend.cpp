@@ -42,6 +42,13 @@ void CpuBackend::load_expert(const void* raw, ResidentExpert& into) {
   pack_expert_from_raw(mm, raw, config_, static_cast<CpuExpert&>(into).w);
 }
 
+RowBuffers CpuBackend::row_buffers(int64_t rows) {
+  const std::size_t bytes = static_cast<std::size_t>(rows * config_.hidden_size) * sizeof(float);
+  gathered_buf_.resize(bytes);
+  results_buf_.resize(bytes);
+  return {gathered_buf_.as<float>(), results_buf_.as<float>(), MemoryKind::Host};
+}
+
 void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
   (void)rows;
   gathered_ = gathered;

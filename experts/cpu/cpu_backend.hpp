@@ -31,6 +31,7 @@ class CpuBackend final : public ExpertBackend {
   std::unique_ptr<ResidentExpert> allocate_expert() override;
   void load_expert(const void* raw, ResidentExpert& into) override;
   void begin(const float* gathered, int64_t rows, float* results) override;
+  RowBuffers row_buffers(int64_t rows) override;
   void run(const ExpertRun& r) override;
   void finish() override {}
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
@@ -39,6 +40,7 @@ class CpuBackend final : public ExpertBackend {
   io::ModelConfig config_;
   Matmul& mm_;
   ExpertScratch scratch_;
+  AlignedBuffer gathered_buf_, results_buf_;
   const float* gathered_ = nullptr;
   float* results_ = nullptr;
 };

@@ -134,6 +134,14 @@ class CudaBackend final : public ExpertBackend {
     if (config_.dtype == DType::BF16) kernels::f32_to_bf16(x_.as<float>(), xb_.as<uint16_t>(), rows * d, stream_.get());
   }
 
+  RowBuffers row_buffers(int64_t rows) override {
+    const std::size_t bytes = static_cast<std::size_t>(std::max<int64_t>(rows, 1) * config_.hidden_size) * 4;
+    if (bytes > rows_in_.bytes()) CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // no copy reads the old ones
+    rows_in_.resize(bytes);
+    rows_out_.resize(bytes);
+    return {rows_in_.as<float>(), rows_out_.as<float>(), MemoryKind::Pinned};
+  }
+
   void run(const ExpertRun& r) override {
     if (r.rows == 0) return;
     const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
@@ -188,6 +196,7 @@ class CudaBackend final : public ExpertBackend {
   Cublas cublas_;
   // Per-layer device scratch, grown to the largest block seen.
   cuda::DeviceBuffer x_, xb_, g_, u_, act_, y_;
+  cuda::PinnedBuffer rows_in_, rows_out_;  // row_buffers(): page-locked, so the copies run at full speed
   int64_t rows_ = 0;
   float* results_ = nullptr;
   cuda::Event in_start_, in_end_, out_start_, out_end_;  // around the row copies (timing)
