@@ -2,7 +2,7 @@
 // communicator (router and expert ranks alike; a rank with nothing to send sends zero counts). An
 // exchange is plan -> handle -> post -> test/wait:
 //   ExchangePlan plan = a2a.plan(send_bytes, "dispatch of layer 3", pattern);  // the counts exchange
-//   auto h = a2a.open(std::move(plan), slot);  // buffers of the plan's sizes and memory kind
+//   auto h = a2a.open(std::move(plan), slot);  // host buffers of the plan's sizes
 //   fill h->send_as<T>(); h->post(); ... h->test() / h->wait(); read h->recv_as<T>().
 // Every rank plans the exchanges of one AllToAllV in the same order. Posted exchanges may stay in
 // flight (routers overlap them with compute); a handle's buffers are the transport's memory where
@@ -22,7 +22,6 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/error.hpp"
-#include "base/memory_kind.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -59,7 +58,6 @@ class AllToAllV;
 class ExchangeHandle {
  public:
   const ExchangePlan& plan() const { return plan_; }
-  MemoryKind memory_kind() const { return MemoryKind::Host; }  // every transport here moves host memory
   template <typename T> T* send_as() { return static_cast<T*>(checked(send_, plan_.send_total(), sizeof(T), "send")); }
   template <typename T> const T* recv_as() const {
     return static_cast<const T*>(checked(recv_, plan_.recv_total(), sizeof(T), "receive"));

@@ -43,7 +43,6 @@ class ResidentExpert {
 struct RowBuffers {
   float* gathered = nullptr;  // [rows, d]: callers gather the rows here, then begin()
   float* results = nullptr;   // [rows, d]: the experts' outputs after finish()
-  MemoryKind kind = MemoryKind::Host;
 };
 
 // The rows of one expert within a layer's block of gathered rows.
@@ -56,7 +55,6 @@ struct ExpertRun {
 class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
-  virtual DeviceKind device() const = 0;
   virtual std::string describe() const = 0;  // one line for logs and bench output
   virtual MemoryKind weight_memory() const = 0;
   // Real bytes one expert of the model takes in this backend's memory: what an L1 slot costs.

@@ -128,7 +128,7 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, backend_.stored_form_name(), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
-  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (packed; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
+  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
 }
 

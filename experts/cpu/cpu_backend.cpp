@@ -46,7 +46,7 @@ RowBuffers CpuBackend::row_buffers(int64_t rows) {
   const std::size_t bytes = static_cast<std::size_t>(rows * config_.hidden_size) * sizeof(float);
   gathered_buf_.resize(bytes);
   results_buf_.resize(bytes);
-  return {gathered_buf_.as<float>(), results_buf_.as<float>(), MemoryKind::Host};
+  return {gathered_buf_.as<float>(), results_buf_.as<float>()};
 }
 
 void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {

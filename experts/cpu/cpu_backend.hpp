@@ -18,10 +18,9 @@ class CpuExpert final : public ResidentExpert {
   std::vector<io::BlobPart> host_parts() override;
 };
 
-class CpuBackend final : public ExpertBackend {
+class CpuBackend : public ExpertBackend {
  public:
   CpuBackend(const io::ModelConfig& config, Matmul& compute) : config_(config), mm_(compute) {}
-  DeviceKind device() const override { return DeviceKind::Cpu; }
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }

@@ -75,7 +75,6 @@ class CudaBackend final : public ExpertBackend {
     if (stream_) (void)cudaStreamSynchronize(stream_.get());
   }
 
-  DeviceKind device() const override { return DeviceKind::Cuda; }
   std::string describe() const override {
     return str("cuda (device ", device_, ": ", name_, ", ", memory_ >> 30, " GiB, cuBLAS)");
   }
@@ -139,7 +138,7 @@ class CudaBackend final : public ExpertBackend {
     if (bytes > rows_in_.bytes()) CUDA_CHECK(cudaStreamSynchronize(stream_.get()));  // no copy reads the old ones
     rows_in_.resize(bytes);
     rows_out_.resize(bytes);
-    return {rows_in_.as<float>(), rows_out_.as<float>(), MemoryKind::Pinned};
+    return {rows_in_.as<float>(), rows_out_.as<float>()};
   }
 
   void run(const ExpertRun& r) override {

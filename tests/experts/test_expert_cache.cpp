@@ -15,6 +15,7 @@
 #include "experts/expert_cache.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 #include "experts/cpu/expert_packing.hpp"
+#include "experts/resident_experts.hpp"
 #include "io/hdf5.hpp"
 #include "io/synthetic_model.hpp"
 
@@ -146,6 +147,40 @@ TEST_F(ExpertCacheTest, BudgetBelowOneExpertIsAUsageError) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("--l1-bytes"), std::string::npos) << e.what();
+  }
+}
+
+// The CPU backend on a host with `limit` bytes of memory: a host this small cannot be had here,
+// so only its memory figure is a stand-in; allocation, loading and compute are the real backend's.
+class SmallHostBackend final : public CpuBackend {
+ public:
+  SmallHostBackend(const io::ModelConfig& c, Matmul& mm, int64_t limit) : CpuBackend(c, mm), limit_(limit) {}
+  int64_t memory_bytes() override { return limit_; }
+
+ private:
+  int64_t limit_;
+};
+
+// More L1 slots, or more resident experts, than the backend's memory holds: one clear error before
+// anything is allocated (a usage error for --l1-bytes, bad input for a model too large to keep).
+TEST_F(ExpertCacheTest, MoreExpertsThanTheBackendsMemoryAreRefusedUpFront) {
+  SmallHostBackend small(config_, mm_, 3 * slot_);
+  try {
+    ExpertCache c(cfg(4), small, *index_, [](int64_t, int64_t) { return true; }, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("--l1-bytes: 4 L1 slots"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MiB of host memory"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(ExpertCache(cfg(3), small, *index_, [](int64_t, int64_t) { return true; }, nullptr));
+  try {
+    ResidentExperts r(small, *index_, config_, [](int64_t, int64_t) { return true; });  // 8 experts
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    EXPECT_NE(std::string(e.what()).find("this rank's 8 experts need"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--l1-bytes"), std::string::npos) << e.what();
   }
 }

@@ -83,6 +83,13 @@ expect "--device gpu" 2 "--device 'gpu': expected cpu or cuda" -- $(infer "$WORK
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then
   expect "--device cuda without a GPU" 2 "--device cuda" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device cuda
 fi
+# The CUDA backend library named by MOERUN_CUDA_BACKEND: missing is a usage error, not a library
+# (a stand-in text file) an I/O error naming it; neither leaves an output.
+MOERUN_CUDA_BACKEND="$WORK/no-such-lib.so" expect "--device cuda, backend library missing" 2 \
+  "no-such-lib.so not found" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device cuda
+echo "not a shared library" > "$WORK/fake-backend.so"
+MOERUN_CUDA_BACKEND="$WORK/fake-backend.so" expect "--device cuda, backend library unloadable" 4 \
+  "cannot load .*fake-backend.so" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device cuda
 expect "synth --gate-topics without --gate-skew" 2 "--gate-topics needs --gate-skew" -- synth --out "$WORK/topics" --gate-topics 4 --quiet
 expect "--top-p-experts 0" 2 "--top-p-experts must be in (0, 1\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --top-p-experts 0
 expect "--capacity-factor-decode -1" 2 "--capacity-factor-decode (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor-decode -1
