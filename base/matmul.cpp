@@ -124,6 +124,14 @@ struct Matmul::Impl {
   // A few rows on a layout the small-M kernels read: they stream the weights faster than oneDNN's
   // brgemm does at such M (issue 11). The epilogue and the output dtype are applied here.
   bool run_small(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
+    if (Matmul::uses_panel(W, M)) {
+      PanelEpilogue pe;
+      pe.silu = ep == Epilogue::Silu;
+      pe.mul_by = ep == Epilogue::MulBy ? other : nullptr;
+      pe.bf16_out = out != DType::F32;
+      panel_matmul(static_cast<const float*>(x), M, W.cols, W.rows, W.data.as<float>(), y, pe);
+      return true;
+    }
     if (!Matmul::uses_small_m(W, M)) return false;
     const int64_t N = W.rows;
     float* acc = static_cast<float*>(y);
@@ -203,6 +211,10 @@ struct Matmul::Impl {
     }
   }
 };
+
+bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
+  return M >= kPanelMinM && M <= kPanelMaxM && W.packed && panel_supported(W.packed->blocked);
+}
 
 bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
   return M >= 1 && M <= kSmallM && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);

@@ -87,6 +87,9 @@ class Matmul {
   // Whether a GEMM of M rows on W runs in the small-M kernels (base/small_m_matmul.hpp) rather than
   // in oneDNN: W packed in a layout they read, this CPU's ISA, M <= kSmallM.
   static bool uses_small_m(const WeightMatrix& W, int64_t M);
+  // Whether it runs in the f32 panel kernel instead: W packed as F32_16a64b, AVX-512F,
+  // kPanelMinM <= M <= kPanelMaxM.
+  static bool uses_panel(const WeightMatrix& W, int64_t M);
 
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();

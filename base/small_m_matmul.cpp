@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/dtype.hpp"
 #include "base/error.hpp"
 
 namespace moerun {
@@ -134,7 +135,93 @@ const KernelSet<float> kF32{{f32_blocks<1, 2>, f32_blocks<2, 2>, f32_blocks<3, 2
 const KernelSet<uint16_t> kBF16{{bf16_blocks<1, 2>, bf16_blocks<2, 2>, bf16_blocks<3, 2>, bf16_blocks<4, 2>},
                                 {bf16_blocks<1, 1>, bf16_blocks<2, 1>, bf16_blocks<3, 1>, bf16_blocks<4, 1>}};
 
+// One panel: R <= kPanelRows rows of x against one 64-column block (k-rows 256 bytes apart), into
+// tile [R][64]. While it runs, it prefetches `pf_lines` cache lines from `pf` into L2, spread over k.
+constexpr int kPanelRows = 6;  // 24 accumulators + 4 weight vectors + a broadcast: 29 of 32 registers
+
+template <int R>
+__attribute__((target("avx512f"))) void f32_panel(const float* x, int64_t K, const float* wb, float* tile,
+                                                  const char* pf, int64_t pf_lines) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int64_t lines_per_k = pf ? ceil_div(pf_lines, K) : 0;
+  for (int64_t k = 0; k < K; ++k) {
+    for (int64_t l = k * lines_per_k; l < std::min(pf_lines, (k + 1) * lines_per_k); ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+    const float* row = wb + k * kNB;
+    const __m512 w0 = _mm512_loadu_ps(row), w1 = _mm512_loadu_ps(row + 16), w2 = _mm512_loadu_ps(row + 32),
+                 w3 = _mm512_loadu_ps(row + 48);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * K + k]);
+      acc[r][0] = _mm512_fmadd_ps(w0, xv, acc[r][0]);
+      acc[r][1] = _mm512_fmadd_ps(w1, xv, acc[r][1]);
+      acc[r][2] = _mm512_fmadd_ps(w2, xv, acc[r][2]);
+      acc[r][3] = _mm512_fmadd_ps(w3, xv, acc[r][3]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) _mm512_storeu_ps(tile + r * kNB + 16 * j, acc[r][j]);
+}
+
+using PanelKernel = void (*)(const float*, int64_t, const float*, float*, const char*, int64_t);
+const PanelKernel kPanels[kPanelRows] = {f32_panel<1>, f32_panel<2>, f32_panel<3>, f32_panel<4>, f32_panel<5>, f32_panel<6>};
+
+// exp(v) = 2^n · 2^f with n = round(v·log2 e), |f| <= 1/2, 2^f by its Taylor series to degree 7
+// (relative error below 2e-8 before rounding); scalef gives 0 and inf where exp under- or overflows.
+__attribute__((target("avx512f"))) __m512 exp_ps(__m512 v) {
+  const __m512 t = _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f));
+  // (The masked forms with an all-ones mask: GCC 12 warns of an uninitialised pass-through in the
+  // plain ones.)
+  const __m512 n = _mm512_mask_roundscale_ps(t, 0xffff, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 g = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));  // f·ln 2
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  for (float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(c));
+  return _mm512_mask_scalef_ps(p, 0xffff, p, n);
+}
+
+// The epilogue on one tile row (cols <= 64 valid columns), stored to y's row.
+__attribute__((target("avx512f"))) void store_row(float* t, int64_t cols, const PanelEpilogue& ep, const float* mul_row,
+                                                 void* y_row) {
+  for (int64_t j = 0; j < cols; j += 16) {
+    const __mmask16 mask = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
+    __m512 v = _mm512_loadu_ps(t + j);
+    if (ep.silu) v = _mm512_div_ps(v, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+    if (ep.mul_by) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, mul_row + j));
+    _mm512_storeu_ps(t + j, v);
+  }
+  if (ep.bf16_out)
+    f32_to_bf16(t, static_cast<uint16_t*>(y_row), static_cast<std::size_t>(cols));
+  else
+    std::memcpy(y_row, t, static_cast<std::size_t>(cols) * sizeof(float));
+}
+
 }  // namespace
+
+bool panel_supported(BlockedLayout layout) { return layout == BlockedLayout::F32_16a64b && small_m_supported(layout); }
+
+void panel_matmul(const float* x, int64_t M, int64_t K, int64_t N, const float* w, void* y, const PanelEpilogue& ep) {
+  if (M < kPanelMinM || M > kPanelMaxM)
+    fail(ErrorKind::Internal, "panel_matmul: M = ", M, " is not in [", kPanelMinM, ", ", kPanelMaxM, "]");
+  const int64_t nb_count = ceil_div(N, kNB), block_elems = ceil_div(K, 16) * 16 * kNB;
+  const int64_t passes = ceil_div(M, kPanelRows), block_lines = block_elems * 4 / 64;
+  const int64_t share = ceil_div(block_lines, passes);  // lines of the next block prefetched per pass
+  const std::size_t ys = ep.bf16_out ? 2 : 4;
+#pragma omp parallel for schedule(static)
+  for (int64_t nb = 0; nb < nb_count; ++nb) {
+    alignas(64) float tile[kPanelRows * kNB];
+    const float* wb = w + nb * block_elems;
+    const char* next = nb + 1 < nb_count ? reinterpret_cast<const char*>(wb + block_elems) : nullptr;
+    const int64_t n0 = nb * kNB, cols = std::min<int64_t>(kNB, N - n0);
+    for (int64_t p = 0; p < passes; ++p) {
+      const int64_t m0 = p * kPanelRows, R = std::min<int64_t>(kPanelRows, M - m0);
+      const int64_t first = p * share, lines = next ? std::max<int64_t>(0, std::min(share, block_lines - first)) : 0;
+      kPanels[R - 1](x + m0 * K, K, wb, tile, next ? next + 64 * first : nullptr, lines);
+      for (int64_t r = 0; r < R; ++r)
+        store_row(tile + r * kNB, cols, ep, ep.mul_by ? ep.mul_by + (m0 + r) * N + n0 : nullptr,
+                  static_cast<char*>(y) + static_cast<std::size_t>((m0 + r) * N + n0) * ys);
+    }
+  }
+}
 
 bool small_m_supported(BlockedLayout layout) {
   static const bool f32 = __builtin_cpu_supports("avx512f");

@@ -1,4 +1,4 @@
-// Matmul for a few rows (decode: one to a few tokens per weight) on the blocked weight layouts
+// Matmul for a few rows (decode: one to a few tokens per weight; prefill: tens) on the blocked weight layouts
 // oneDNN packs into, streaming the weights once at memory bandwidth. oneDNN's brgemm reaches about
 // 20 GB/s at M = 1 on the 2-core VMs measured, these loops about 28 GB/s (issue 11). Kernel-facing
 // functions over raw spans; Matmul picks them when the layout is one of the two below, the machine
@@ -14,8 +14,10 @@ namespace moerun {
 // Padding (beyond K or N) is zero, as oneDNN's reorder leaves it.
 enum class BlockedLayout { None, F32_16a64b, BF16_16a64b2a };
 
-// Rows up to which Matmul uses these kernels.
+// Rows up to which Matmul uses the streaming kernels (small_m_matmul).
 constexpr int64_t kSmallM = 4;
+// Rows for which Matmul uses the f32 panel kernel (panel_matmul) instead of oneDNN.
+constexpr int64_t kPanelMinM = 16, kPanelMaxM = 64;
 
 // Whether this CPU runs the kernel for `layout` (AVX-512F; AVX512_BF16 for bf16).
 bool small_m_supported(BlockedLayout layout);
@@ -23,5 +25,21 @@ bool small_m_supported(BlockedLayout layout);
 // y[m, n] = sum_k x[m, k] * W[k, n] for m < M <= kSmallM, n < N: x float32 [M, K] (F32) or bf16 bits
 // [M, K] (BF16), y float32 [M, N] (row stride N). Threads: the OpenMP team, over 64-column blocks.
 void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, float* y);
+
+// What panel_matmul applies to each result before storing it.
+struct PanelEpilogue {
+  bool silu = false;             // y = silu(x·W)
+  const float* mul_by = nullptr; // y = (x·W) ⊙ mul_by, float32 [M, N]
+  bool bf16_out = false;         // y is bf16 bits [M, N] instead of float32
+};
+
+// Whether this CPU runs panel_matmul on `layout` (F32_16a64b with AVX-512F).
+bool panel_supported(BlockedLayout layout);
+
+// y = epilogue(x·W) for kPanelMinM <= M <= kPanelMaxM on F32_16a64b: x float32 [M, K], y [M, N].
+// Expert GEMMs of a prefill step have about this many rows; the kernel computes 6-row panels of each
+// 64-column block while it sits in L2, and prefetches the thread's next block during them. It needs
+// no JIT per M, where oneDNN creates a primitive for every new row count (0.3-0.8 ms each).
+void panel_matmul(const float* x, int64_t M, int64_t K, int64_t N, const float* w, void* y, const PanelEpilogue& ep);
 
 }  // namespace moerun

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "base/small_m_matmul.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun {
@@ -87,25 +88,28 @@ TEST(Matmul, SiluAndMulEpilogues) {
   }
 }
 
-// The small-M kernels (M <= 4 on oneDNN's blocked layouts) against fp64: the model's own shapes,
-// and K and N that are not multiples of the 16/32 x 64 blocks (padding in the layout), with both
-// epilogues and a bf16 output. Skipped with the reason where the CPU lacks AVX-512 (BF16).
+// The small-M kernels (M <= 4 on oneDNN's blocked layouts) and the f32 panel kernel (16 <= M <= 64)
+// against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
+// (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
+// 6-row panel and an odd count of blocks. Skipped with the reason where the CPU lacks AVX-512 (BF16).
 TEST(Matmul, SmallMKernelsMatchFp64) {
   struct Shape {
     int64_t K, N;
   };
-  int checked = 0;
+  int checked = 0, panels = 0;
   for (DType dt : {DType::F32, DType::BF16})
     for (Shape s : {Shape{1024, 3584}, Shape{3584, 1024}, Shape{100, 70}, Shape{33, 130}, Shape{64, 64}})
-      for (int64_t M = 1; M <= 4; ++M) {
+      for (int64_t M : {1, 2, 3, 4, 16, 17, 64}) {
         auto x = randv(static_cast<std::size_t>(M * s.K), 10 + static_cast<uint32_t>(M)),
              w = randv(static_cast<std::size_t>(s.N * s.K), 20), w3 = randv(static_cast<std::size_t>(s.N * s.K), 21);
         Matmul mm;
         WeightMatrix W = make_weight(w, s.N, s.K, dt), W3 = make_weight(w3, s.N, s.K, dt);
         mm.pack(W, 32);
         mm.pack(W3, 32);
-        if (!Matmul::uses_small_m(W, M)) continue;  // this CPU, or oneDNN chose another layout for the shape
+        const bool kernel = M <= 4 ? Matmul::uses_small_m(W, M) : Matmul::uses_panel(W, M);
+        if (!kernel) continue;  // this CPU, or oneDNN chose another layout for the shape (bf16: no panel kernel)
         ++checked;
+        panels += M > 4;
         std::vector<float> y(static_cast<std::size_t>(M * s.N));
         mm.linear(x.data(), M, W, y.data());
         const auto ref = reference(x, w, M, s.K, s.N, dt == DType::BF16);
@@ -115,6 +119,9 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
         const void* xin = dt == DType::F32 ? static_cast<const void*>(x.data()) : xb.data();
         std::vector<float> g(y.size());
         mm.gemm(xin, M, W, g.data(), DType::F32, Epilogue::Silu);
+        std::vector<double> silu(ref.size());
+        for (std::size_t i = 0; i < ref.size(); ++i) silu[i] = ref[i] / (1 + std::exp(-ref[i]));
+        expect_close(g, silu, dt == DType::F32 ? 1e-5 : 1e-2);
         std::vector<uint16_t> a(y.size());
         mm.gemm(xin, M, W3, a.data(), DType::BF16, Epilogue::MulBy, g.data());
         const auto ref3 = reference(x, w3, M, s.K, s.N, dt == DType::BF16);
@@ -128,6 +135,26 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
       }
   if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: the small-M kernels are not used here";
   EXPECT_GE(checked, 20);  // the model's shapes at least, in both dtypes
+  EXPECT_GE(panels, 6);    // f32 panels on the model's shapes at least
+}
+
+// The panel kernel's SiLU (its own vector exp) over the whole range of pre-activations, exp's
+// under- and overflow included: a hand-made F32_16a64b block that copies x[m, n mod 16] to y[m, n].
+TEST(Matmul, PanelSiluMatchesFp64AcrossRange) {
+  if (!panel_supported(BlockedLayout::F32_16a64b)) GTEST_SKIP() << "this CPU has no AVX-512: no panel kernel";
+  const int64_t M = 20, K = 16, N = 64;
+  std::vector<float> w(static_cast<std::size_t>(K * N), 0.0f), x(static_cast<std::size_t>(M * K)), y(static_cast<std::size_t>(M * N));
+  for (int64_t n = 0; n < N; ++n) w[static_cast<std::size_t>((n % 16) * N + n)] = 1.0f;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = -120.0f + 240.0f * static_cast<float>(i) / static_cast<float>(x.size() - 1);
+  PanelEpilogue ep;
+  ep.silu = true;
+  panel_matmul(x.data(), M, K, N, w.data(), y.data(), ep);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const double v = x[static_cast<std::size_t>(m * K + n % 16)], want = v / (1 + std::exp(-v));
+      const float got = y[static_cast<std::size_t>(m * N + n)];
+      EXPECT_NEAR(got, want, 2e-6 * std::max(1.0, std::abs(want))) << "at x = " << v;
+    }
 }
 
 TEST(Dtype, Bf16RoundsToNearestEven) {
