@@ -87,6 +87,7 @@ struct Matmul::Impl {
   // One layout object per (K, N, dtype), shared by every matrix packed alike (one cache entry).
   std::unordered_map<ShapeKey, std::shared_ptr<const PackedLayout>, ShapeKeyHash> layouts;
   AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out;
+  bool hand_kernels = true;
 
   static int64_t pad_chunk(int64_t m) {
     if (m <= 16) return m;
@@ -124,6 +125,7 @@ struct Matmul::Impl {
   // A few rows on a layout the small-M kernels read: they stream the weights faster than oneDNN's
   // brgemm does at such M (issue 11). The epilogue and the output dtype are applied here.
   bool run_small(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
+    if (!hand_kernels) return false;
     if (Matmul::uses_panel(W, M)) {
       PanelEpilogue pe;
       pe.silu = ep == Epilogue::Silu;
@@ -220,7 +222,7 @@ bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
   return M >= 1 && M <= kSmallM && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
 }
 
-Matmul::Matmul() : impl_(std::make_unique<Impl>()) {}
+Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) { impl_->hand_kernels = hand_kernels; }
 Matmul::~Matmul() = default;
 
 int64_t Matmul::padded_rows(int64_t M) {

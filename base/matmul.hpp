@@ -48,7 +48,9 @@ enum class Epilogue {
 
 class Matmul {
  public:
-  Matmul();
+  // hand_kernels = false: every GEMM in oneDNN, never in base/small_m_matmul's kernels (the
+  // baseline of `moerun bench gemm`).
+  explicit Matmul(bool hand_kernels = true);
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;

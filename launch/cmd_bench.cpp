@@ -7,12 +7,24 @@
 #include "comm/alltoallv_bench.hpp"
 #include "experts/backend.hpp"
 #include "comm/mpi.hpp"
+#include "runtime/gemm_bench.hpp"
 #include "runtime/infer_bench.hpp"
 #include "runtime/layer_bench.hpp"
 #include "runtime/scaling_sweep.hpp"
 
 namespace moerun::launch {
 namespace {
+
+// --dtype of bench layer and bench gemm.
+std::vector<DType> parse_dtype_list(const std::string& list) {
+  std::vector<DType> out;
+  for (const auto& d : parse_string_list(list)) {
+    if (d == "fp32" || d == "float32") out.push_back(DType::F32);
+    else if (d == "bf16" || d == "bfloat16") out.push_back(DType::BF16);
+    else fail(ErrorKind::Usage, "--dtype: \"", d, "\" is not fp32 or bf16");
+  }
+  return out;
+}
 
 // --sweep and its options, shared by bench infer and bench a2a.
 struct SweepOptions {
@@ -51,6 +63,30 @@ int run_sweep_command(runtime::SweepConfig& c, const SweepOptions& so, const std
   return 0;
 }
 
+int bench_gemm(int argc, char** argv) {
+  runtime::GemmBenchConfig c;
+  std::string m = "1,2,4,16,32,64,128", dtypes = "fp32,bf16", json;
+  po::options_description o("bench gemm options");
+  o.add_options()
+    ("rows", po::value(&c.rows)->default_value(c.rows), "weight rows (output features; an expert's intermediate size)")
+    ("cols", po::value(&c.cols)->default_value(c.cols), "weight columns (input features; the hidden size)")
+    ("m", po::value(&m)->default_value(m), "comma-separated row counts of x (tokens an expert sees)")
+    ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16")
+    ("weight-mb", po::value(&c.weight_mb)->default_value(c.weight_mb), "MB of matrices per dtype (more than the caches hold)")
+    ("iters", po::value(&c.iters)->default_value(c.iters), "timed passes over all matrices (best reported)")
+    ("json", po::value(&json), "also write the results as JSON");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun bench gemm [options]", o, vm)) return 0;
+  c.m = parse_int_list(m, "m");
+  c.dtypes = parse_dtype_list(dtypes);
+  c.validate();
+  check_output_files({{json, "--json"}});
+  const auto r = runtime::run_gemm_bench(c);
+  std::cout << runtime::gemm_bench_table(c, r);
+  if (!json.empty()) io::write_file_atomically(json, {runtime::gemm_bench_json(c, r)});
+  return 0;
+}
+
 int bench_layer(int argc, char** argv) {
   runtime::LayerBenchConfig c;
   std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu";
@@ -70,12 +106,7 @@ int bench_layer(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun bench layer [options]", o, vm)) return 0;
   c.device = experts::parse_device(device);
   c.tokens = parse_int_list(tokens, "tokens");
-  c.dtypes.clear();
-  for (const auto& d : parse_string_list(dtypes)) {
-    if (d == "fp32" || d == "float32") c.dtypes.push_back(DType::F32);
-    else if (d == "bf16" || d == "bfloat16") c.dtypes.push_back(DType::BF16);
-    else fail(ErrorKind::Usage, "--dtype: \"", d, "\" is not fp32 or bf16");
-  }
+  c.dtypes = parse_dtype_list(dtypes);
   check_output_files({{json, "--json"}});
   const auto rows = runtime::run_layer_bench(c);
   std::cout << runtime::layer_bench_table(c, rows);
@@ -220,13 +251,14 @@ int bench_a2a(int argc, char** argv) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const char* usage = "usage: moerun bench <layer|infer|a2a> [options]   (moerun bench layer --help)";
+  const char* usage = "usage: moerun bench <layer|gemm|infer|a2a> [options]   (moerun bench layer --help)";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage << "\n";
     return argc < 2 ? 2 : 0;
   }
   const std::string what = argv[1];
   if (what == "layer") return bench_layer(argc - 1, argv + 1);
+  if (what == "gemm") return bench_gemm(argc - 1, argv + 1);
   if (what == "infer") return bench_infer(argc - 1, argv + 1);
   if (what == "a2a") return bench_a2a(argc - 1, argv + 1);
   fail(ErrorKind::Usage, "unknown benchmark \"", what, "\" (", usage, ")");

@@ -21,7 +21,7 @@ const char* kUsage =
     "  synth    write a synthetic moe-hdf5 model\n"
     "  convert  a Hugging Face checkpoint (Mixtral, Qwen2-MoE, OLMoE safetensors) to moe-hdf5\n"
     "  inspect  model config, parameter counts and memory per rank\n"
-    "  bench    benchmarks: layer (one MoE layer vs a plain matmul), infer, a2a (all-to-all)\n"
+    "  bench    benchmarks: layer (one MoE layer vs a plain matmul), gemm (kernels vs oneDNN), infer, a2a (all-to-all)\n"
     "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"

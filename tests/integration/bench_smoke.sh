@@ -14,6 +14,20 @@ for r in j["rows"]:
         assert k in r, k
     assert r["ratio"] > 0
 PY
+"$MOERUN" bench gemm --rows 256 --cols 128 --m 1,32,128 --weight-mb 2 --iters 1 --json "$WORK/gemm.json" > "$WORK/gemm.txt"
+check "bench gemm: rows per dtype and M, the kernel Matmul picks, read bandwidth and a verdict" "$PY" - "$WORK/gemm.json" "$WORK/gemm.txt" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); t = open(sys.argv[2]).read()
+assert "# verdict:" in t and j["read_gbps"] > 0 and j["matrices"] >= 2
+rows = {(r["dtype"], r["m"]): r for r in j["results"]}
+assert len(rows) == 6
+for r in rows.values():
+    assert r["moerun_s"] > 0 and r["onednn_s"] > 0 and r["speedup"] > 0
+avx512 = "avx512" in j["isa"]
+assert rows[("fp32", 1)]["kernel"] == ("small-m" if avx512 else "oneDNN")
+assert rows[("fp32", 32)]["kernel"] in (("panel", "oneDNN") if avx512 else ("oneDNN",))
+assert rows[("fp32", 128)]["kernel"] == "oneDNN" and rows[("bf16", 32)]["kernel"] == "oneDNN"
+PY
 $MPI -np 3 "$MOERUN" bench infer --layers 2 --hidden 128 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 \
   --batch 8 --prompt-len 4 --new-tokens 4 --json "$WORK/infer.json" > "$WORK/infer.txt"
 check "bench infer at np 3: tokens/s, ranks, routers and per-role phases" "$PY" - "$WORK/infer.json" <<'PY'
