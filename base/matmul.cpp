@@ -122,8 +122,10 @@ struct Matmul::Impl {
     }
   }
 
-  // A few rows on a layout the small-M kernels read: they stream the weights faster than oneDNN's
-  // brgemm does at such M (issue 11). The epilogue and the output dtype are applied here.
+  // The hand-written kernels (base/small_m_matmul), where W's layout, the CPU and M allow: the f32
+  // panel kernel for 16-64 rows (epilogue fused), or the streaming kernels for 1-4 rows, which
+  // read the weights faster than oneDNN's brgemm (issue 11; the epilogue and output dtype are
+  // applied here). False: oneDNN runs it.
   bool run_small(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     if (!hand_kernels) return false;
     if (Matmul::uses_panel(W, M)) {

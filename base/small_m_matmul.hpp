@@ -39,7 +39,8 @@ bool panel_supported(BlockedLayout layout);
 // y = epilogue(x·W) for kPanelMinM <= M <= kPanelMaxM on F32_16a64b: x float32 [M, K], y [M, N].
 // Expert GEMMs of a prefill step have about this many rows; the kernel computes 6-row panels of each
 // 64-column block while it sits in L2, and prefetches the thread's next block during them. It needs
-// no JIT per M, where oneDNN creates a primitive for every new row count (0.3-0.8 ms each).
+// no JIT per M, where oneDNN creates a primitive for every new row count (0.35-1.0 ms each in
+// `moerun bench gemm`).
 void panel_matmul(const float* x, int64_t M, int64_t K, int64_t N, const float* w, void* y, const PanelEpilogue& ep);
 
 }  // namespace moerun

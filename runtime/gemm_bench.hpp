@@ -15,7 +15,7 @@ namespace moerun::runtime {
 struct GemmBenchConfig {
   int64_t rows = 3584;  // W [rows, cols]: an expert's w1 at hidden 1024, intermediate 3584
   int64_t cols = 1024;
-  int64_t weight_mb = 512;  // per dtype: as many matrices as take this many MB (at least 2)
+  int64_t weight_mb = 512;  // per dtype: as many matrices as take this many MB (at least 2; at most half the host's memory)
   std::vector<int64_t> m{1, 2, 4, 16, 32, 64, 128};
   std::vector<DType> dtypes{DType::F32, DType::BF16};
   int iters = 5;  // passes over all matrices; the best is reported
@@ -26,15 +26,19 @@ struct GemmBenchRow {
   DType dtype;
   int64_t m;
   std::string kernel;  // what Matmul runs at this M: "small-m", "panel" or "oneDNN"
+  int64_t matrices;    // of this dtype, weight_mb / bytes of one
   double moerun_s;     // per matrix, best pass
   double onednn_s;
+  // The first call at this M less the next one (on another matrix): what a step pays the first time
+  // it meets M. oneDNN creates its primitive then. Measured for oneDNN first, so moerun's figure
+  // means something only where its own kernel runs (elsewhere oneDNN's primitive cache has it).
+  double moerun_first_extra_s, onednn_first_extra_s;
   double weight_gbps;  // weight bytes / moerun_s
   double moerun_gflops, onednn_gflops;
   double speedup;      // onednn_s / moerun_s
 };
 
 struct GemmBenchResult {
-  int64_t matrices = 0;
   double read_gbps = 0;  // a plain read of the same matrices, best pass
   std::vector<GemmBenchRow> rows;
 };
