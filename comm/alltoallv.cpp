@@ -18,6 +18,8 @@ constexpr int kCountsTag = 1;
 constexpr int kPayloadTag = 2;
 }  // namespace
 
+constexpr double kReportGraceS = 5.0;
+
 void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s, int self,
                        const std::string& what, int recv_count) {
   using clock = std::chrono::steady_clock;
@@ -28,7 +30,11 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
     MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
     if (done) return;
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
-    if (timeout_s > 0 && waited > timeout_s) {
+    // Rank 0 meets every rank in each step's control reduction, so it notices any stall and ends
+    // the job naming the stalled rank. Other ranks give it that long before they speak, so the
+    // job says who failed once rather than each waiting rank blaming the one it waits for.
+    const double grace = self != 0 ? kReportGraceS : 0.0;
+    if (timeout_s > 0 && waited > timeout_s + grace) {
       // Name the peers we still expect data from (pending sends only mirror them).
       std::set<int> missing;
       for (std::size_t i = 0; i < requests.size(); ++i)

@@ -1,6 +1,8 @@
 // Small checked collectives.
 #include "comm/collectives.hpp"
 
+#include <algorithm>
+
 #include "comm/alltoallv.hpp"
 #include "comm/mpi.hpp"
 
@@ -94,6 +96,52 @@ void idle_barrier(MPI_Comm comm) {
   std::vector<MPI_Request> req(1);
   MPI_CHECK(MPI_Ibarrier(comm, &req[0]));
   wait_with_timeout(req, {-1}, 0, rank_of(comm), "barrier");
+}
+
+void barrier_timed(MPI_Comm comm, double timeout_s, const std::string& what) {
+  std::vector<int64_t> none(1, 0);
+  allreduce_sum_timed(none, comm, timeout_s, what);
+}
+
+std::string broadcast_string_timed(const std::string& value, MPI_Comm comm, double timeout_s, const std::string& what) {
+  constexpr int kTag = 78;
+  constexpr int64_t kPiece = int64_t{1} << 30;  // MPI counts are int
+  const int rank = rank_of(comm), size = size_of(comm);
+  std::vector<int64_t> n(1, rank == 0 ? static_cast<int64_t>(value.size()) : 0);
+  allreduce_sum_timed(n, comm, timeout_s, what);  // rank 0's size, and everyone has arrived
+  std::string out = rank == 0 ? value : std::string(static_cast<std::size_t>(n[0]), '\0');
+  std::vector<MPI_Request> reqs;
+  std::vector<int> peers;
+  for (int64_t off = 0; off < n[0]; off += kPiece) {
+    const int count = static_cast<int>(std::min(kPiece, n[0] - off));
+    for (int p = rank == 0 ? 1 : 0; p < (rank == 0 ? size : 1); ++p) {
+      reqs.emplace_back();
+      peers.push_back(p);
+      if (rank == 0) MPI_CHECK(MPI_Isend(out.data() + off, count, MPI_CHAR, p, kTag, comm, &reqs.back()));
+      else MPI_CHECK(MPI_Irecv(out.data() + off, count, MPI_CHAR, 0, kTag, comm, &reqs.back()));
+    }
+  }
+  wait_with_timeout(reqs, peers, rank == 0 ? timeout_s : timeout_s + 1.0, rank, what);
+  return out;
+}
+
+FailureAgreement agree_on_failure(int64_t code, bool has_message, MPI_Comm comm, double timeout_s, const std::string& what) {
+  const int rank = rank_of(comm), size = size_of(comm);
+  // One slot per rank (a sum of vectors that are zero elsewhere is every rank's value): a few
+  // KiB even for thousands of ranks, and it goes through the timed reduction.
+  std::vector<int64_t> slots(static_cast<std::size_t>(size), 0);
+  slots[static_cast<std::size_t>(rank)] = code * 2 + (has_message ? 1 : 0);
+  allreduce_sum_timed(slots, comm, timeout_s, what);
+  FailureAgreement a;
+  for (int r = 0; r < size; ++r) {
+    const int64_t c = slots[static_cast<std::size_t>(r)] / 2;
+    a.code = std::max(a.code, c);
+    if (a.reporter < 0 && c != 0 && slots[static_cast<std::size_t>(r)] % 2 == 1) {
+      a.reporter = r;
+      a.reporter_code = c;
+    }
+  }
+  return a;
 }
 
 std::string broadcast_string(const std::string& value, MPI_Comm comm) {

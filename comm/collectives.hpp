@@ -28,4 +28,18 @@ void idle_barrier(MPI_Comm comm);
 // Rank 0's string on every rank.
 std::string broadcast_string(const std::string& value, MPI_Comm comm);
 
+// Set-up, where a stopped or dead rank must not hang the job: the same collectives with a
+// deadline (timeout_s > 0), point-to-point through rank 0 so that the error names the ranks that
+// did not arrive (ErrorKind::Comm, "... waiting for rank(s) N (--comm-timeout)").
+void barrier_timed(MPI_Comm comm, double timeout_s, const std::string& what);
+std::string broadcast_string_timed(const std::string& value, MPI_Comm comm, double timeout_s, const std::string& what);
+// Which rank reports a set-up failure: every rank gives its exit code (0: it did not fail) and
+// whether it has a message; all get the highest code and the lowest rank with a message (-1: none).
+struct FailureAgreement {
+  int64_t code = 0;
+  int reporter = -1;
+  int64_t reporter_code = 0;
+};
+FailureAgreement agree_on_failure(int64_t code, bool has_message, MPI_Comm comm, double timeout_s, const std::string& what);
+
 }  // namespace moerun::comm

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::experts {
 
@@ -47,9 +48,7 @@ Placement round_robin_placement(int64_t layers, int64_t experts, const comm::Top
 }
 
 Placement placement_from_json(const std::string& path, int64_t layers, int64_t experts, const comm::Topology& topo) {
-  std::ifstream in(path);
-  if (!in) fail(ErrorKind::Io, path, ": cannot open placement file");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json j = nlohmann::json::parse(io::read_regular_file(path, ErrorKind::Usage), nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail(ErrorKind::BadInput, path, ": not a JSON object {\"layer\": {\"expert\": rank}}");
   Placement p{layers, experts, std::vector<int>(static_cast<std::size_t>(layers * experts), -1)};
   for (auto& [ls, row] : j.items()) {

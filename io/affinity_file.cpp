@@ -15,18 +15,21 @@ void write_affinity_graph(const std::string& path, const AffinityGraph& g) {
   const int64_t L = g.num_layers, E = g.num_experts;
   replace_file_atomically(path, [&](const std::string& tmp) {
     H5Handle f = h5_open_file(tmp, H5Mode::Create);
-    h5_set_attr(f, "format", std::string("moe-affinity"));
-    h5_set_attr(f, "format_version", int64_t{1});
-    h5_set_attr(f, "num_layers", L);
-    h5_set_attr(f, "num_experts", E);
-    h5_set_attr(f, "top_k", g.top_k);
-    h5_set_attr(f, "tokens", g.tokens);
-    const int64_t Ln = std::max<int64_t>(L - 1, 0);
-    h5_write(f, "/next_counts", {Ln, E, E}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.next_counts.data(), false);
-    h5_write(f, "/next", {Ln, E, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.next.data(), false);
-    h5_write(f, "/coactivation_counts", {L, E, E}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.coactivation_counts.data(), false);
-    h5_write(f, "/coactivation", {L, E, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.coactivation.data(), false);
-    h5_write(f, "/frequency", {L, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.frequency.data(), false);
+    h5_writing(path, [&] {
+      h5_set_attr(f, "format", std::string("moe-affinity"));
+      h5_set_attr(f, "format_version", int64_t{1});
+      h5_set_attr(f, "num_layers", L);
+      h5_set_attr(f, "num_experts", E);
+      h5_set_attr(f, "top_k", g.top_k);
+      h5_set_attr(f, "tokens", g.tokens);
+      const int64_t Ln = std::max<int64_t>(L - 1, 0);
+      h5_write(f, "/next_counts", {Ln, E, E}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.next_counts.data(), false);
+      h5_write(f, "/next", {Ln, E, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.next.data(), false);
+      h5_write(f, "/coactivation_counts", {L, E, E}, H5T_STD_I64LE, H5T_NATIVE_INT64, g.coactivation_counts.data(), false);
+      h5_write(f, "/coactivation", {L, E, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.coactivation.data(), false);
+      h5_write(f, "/frequency", {L, E}, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, g.frequency.data(), false);
+    });
+    h5_close_written(f, path);
   });
 }
 

@@ -1,11 +1,9 @@
 // Expert shard index, loader and writer.
 #include "io/expert_shards.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
-
-
-#include <algorithm>
 
 #include "base/xxh64.hpp"
 #include "io/model_file.hpp"
@@ -62,6 +60,31 @@ void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelCon
   h5_read(file, gp + "/w2", mem, b + 2 * each);
 }
 
+uint64_t shard_identity(std::vector<ShardEntry> entries) {
+  std::sort(entries.begin(), entries.end(),
+            [](const ShardEntry& a, const ShardEntry& b) { return a.layer != b.layer ? a.layer < b.layer : a.expert < b.expert; });
+  Xxh64 h;
+  h.text("moe-hdf5 shard");
+  for (const ShardEntry& e : entries) h.value(e.layer).value(e.expert).value(e.xxh64);
+  return h.digest();
+}
+
+namespace {
+// Format version 2: every shard is the one model.h5 recorded (count and identity), so shards of
+// another model of the same shapes, or a changed shard, are refused by name.
+void check_shard_identities(const ExpertShardIndex& idx, const ModelLocation& model, const ModelConfig& c) {
+  if (c.shard_ids.empty()) return;
+  const auto& names = idx.shards();
+  if (names.size() != c.shard_ids.size())
+    fail(ErrorKind::BadInput, model.str(), ": has ", names.size(), " expert shard(s) (experts-*.h5), but ", model.file("model.h5"),
+         " records ", c.shard_ids.size(), " (a shard missing, or one left from another model)");
+  for (std::size_t s = 0; s < names.size(); ++s)
+    if (idx.shard_identities()[s] != c.shard_ids[s])
+      fail(ErrorKind::BadInput, names[s], ": is not the shard ", model.file("model.h5"), " was written with (its experts' xxh64 ",
+           "attributes differ from model.h5's record: a shard of another model, or a changed one)");
+}
+}  // namespace
+
 ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const ModelConfig& c) {
   ExpertShardIndex idx;
   idx.config_ = c;
@@ -76,6 +99,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
     const std::string fname = model.file(idx.shard_files_[si]);
     idx.shards_.push_back(fname);
     H5Handle file = model.open(idx.shard_files_[si]);
+    std::vector<ShardEntry> entries;
     h5_reading(fname, [&] {
       if (!h5_exists(file, "/layers")) return;  // an empty shard is allowed
       for (const std::string& ls : h5_children(file, "/layers")) {
@@ -92,6 +116,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
           ExpertLocation& loc = idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)];
           if (!loc.shard.empty()) fail(ErrorKind::BadInput, fname, ": ", gp, " is also in ", loc.shard);
           loc.xxh64 = check_expert_group(file, fname, l, e, c);
+          entries.push_back({l, e, loc.xxh64});
           loc.shard = fname;
           loc.shard_index = static_cast<int>(si);
           if (model.remote()) {
@@ -108,11 +133,13 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
         }
       }
     });
+    idx.identities_.push_back(shard_identity(std::move(entries)));
   }
   for (int64_t l = 0; l < c.num_layers; ++l)
     for (int64_t e = 0; e < c.num_experts; ++e)
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
         fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
+  check_shard_identities(idx, model, c);
   return idx;
 }
 
@@ -198,14 +225,21 @@ AlignedBuffer ExpertShardIndex::load_raw(int64_t layer, int64_t expert) const {
 }
 
 ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c)
-    : config_(c), file_(h5_open_file(path, H5Mode::Create)) {
+    : config_(c), path_(path), file_(h5_open_file(path, H5Mode::Create)) {
   h5_set_attr(file_, "format", std::string("moe-hdf5-experts"));
   h5_set_attr(file_, "format_version", int64_t{1});
 }
 
-void ExpertShardWriter::set_attr(const std::string& name, const std::string& value) { h5_set_attr(file_, name, value); }
+void ExpertShardWriter::set_attr(const std::string& name, const std::string& value) {
+  h5_writing(path_, [&] { h5_set_attr(file_, name, value); });
+}
+void ExpertShardWriter::close() { h5_close_written(file_, path_); }
 
 void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
+  h5_writing(path_, [&] { write_group(layer, expert, w1, w3, w2); });
+}
+
+void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
   const ModelConfig& c = config_;
   const std::string gp = expert_group_path(layer, expert);
   const int64_t ff = c.intermediate_size, d = c.hidden_size;

@@ -52,6 +52,8 @@ class ExpertShardIndex : public ExpertSource {
 
   const ExpertLocation& locate(int64_t layer, int64_t expert) const;
   const std::vector<std::string>& shards() const { return shards_; }
+  // Each shard's identity (shard_identity over the experts it holds), in shards() order.
+  const std::vector<uint64_t>& shard_identities() const { return identities_; }
   // Requests one remote expert read takes (1 when its three chunks are adjacent); 0 for local.
   int requests_per_expert(int64_t layer, int64_t expert) const;
 
@@ -71,6 +73,7 @@ class ExpertShardIndex : public ExpertSource {
   std::vector<std::string> shards_;       // display names (paths or URLs)
   std::vector<std::string> shard_files_;  // names inside the model location
   std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
+  std::vector<uint64_t> identities_;
   mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;  // guarded by hdf5_mutex()
 };
 
@@ -82,6 +85,15 @@ uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer,
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw);
 std::string shard_file_name(int index);  // "experts-00003.h5"
 
+// What binds a shard to its model (format version 2): xxh64 over the (layer, expert, xxh64
+// attribute) of every expert the shard holds, in (layer, expert) order. model.h5 records it per
+// shard; a shard of another model, or one whose experts changed, has another.
+struct ShardEntry {
+  int64_t layer = 0, expert = 0;
+  uint64_t xxh64 = 0;
+};
+uint64_t shard_identity(std::vector<ShardEntry> entries);
+
 // xxh64 over w1‖w3‖w2 raw bytes as stored (DESIGN §3).
 uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_each_w13,
                          std::size_t bytes_w2);
@@ -92,9 +104,12 @@ class ExpertShardWriter {
   // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff].
   void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
   void set_attr(const std::string& name, const std::string& value);  // a root attribute
+  void close();  // as ModelFileWriter::close
 
  private:
+  void write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
   ModelConfig config_;
+  std::string path_;
   H5Handle file_;
 };
 

@@ -11,17 +11,15 @@
 #include "base/error.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::io {
 
 std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelConfig& c) {
-  std::ifstream in(path);
-  if (!in) fail(ErrorKind::BadInput, path, ": cannot read the swap control file");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_regular_file(path, ErrorKind::Usage);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorKind::BadInput, path, ": not JSON (", e.what(), ")");
   }

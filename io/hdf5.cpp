@@ -1,6 +1,8 @@
 // HDF5 wrapper implementation: handles, error-stack capture, attribute type conversion.
 #include "io/hdf5.hpp"
 
+#include "io/input_file.hpp"
+
 #ifdef H5_HAVE_ROS3_VFD
 #include <H5FDros3.h>
 #endif
@@ -53,6 +55,20 @@ void h5_rethrow_in_file(const Error& e, const std::string& fname) {
   throw Error(e.kind(), fname + ": " + msg);
 }
 
+void h5_rethrow_writing(const Error& e, const std::string& fname) {
+  const std::string msg = e.what();
+  if (msg.rfind(fname, 0) == 0) throw e;
+  throw Error(msg.rfind("HDF5: ", 0) == 0 ? ErrorKind::Io : e.kind(), fname + ": writing failed (disk full?): " + msg);
+}
+
+void h5_close_written(H5Handle& file, const std::string& fname) {
+  const hid_t id = file.release();
+  if (id >= 0 && H5Fclose(id) < 0)
+    fail(ErrorKind::Io, fname, ": writing failed (disk full?): HDF5: H5Fclose failed: ", error_stack_message());
+}
+
+void h5_init() { H5dont_atexit(); }
+
 void h5_quiet() {
   static bool done = false;
   if (!done) {
@@ -81,9 +97,8 @@ H5Handle h5_open_file(const std::string& path, H5Mode mode) {
     if (f < 0) fail(ErrorKind::Io, path, ": cannot create HDF5 file: ", error_stack_message());
     return H5Handle(f, H5Fclose);
   }
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail(ErrorKind::Io, path, ": no such file");
-  if (std::filesystem::is_directory(path, ec)) fail(ErrorKind::Io, path, ": is a directory, expected an HDF5 file");
+  // A FIFO or a device would block libhdf5's open or read forever: refused before it sees them.
+  if (!check_regular_file(path)) fail(ErrorKind::Io, path, ": no such file");
   hid_t f = H5Fopen(path.c_str(), mode == H5Mode::ReadWrite ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
     std::string cause = error_stack_message();

@@ -52,6 +52,7 @@ class H5Handle {
     id_ = H5I_INVALID_HID;
   }
   hid_t get() const { return id_; }
+  hid_t release() { return std::exchange(id_, H5I_INVALID_HID); }  // the caller closes it
   operator hid_t() const { return id_; }
 
  private:
@@ -71,6 +72,25 @@ auto h5_reading(const std::string& fname, F&& read) -> decltype(read()) {
   }
 }
 
+// Runs `write` on a file being written (`fname`: its final name, for messages): a failed HDF5
+// call (a full disk, a quota) becomes an Io error naming the file.
+[[noreturn]] void h5_rethrow_writing(const Error& e, const std::string& fname);
+template <typename F>
+auto h5_writing(const std::string& fname, F&& write) -> decltype(write()) {
+  try {
+    return write();
+  } catch (const Error& e) {
+    h5_rethrow_writing(e, fname);
+  }
+}
+// Closes a file opened for writing, which flushes it: a failed flush is an Io error naming `fname`,
+// so that no caller renames a file that was never completely written into place.
+void h5_close_written(H5Handle& file, const std::string& fname);
+
+// Before any other HDF5 call (main): libhdf5 must not run its own clean-up at exit. After a failed
+// write (a full disk) its atexit handler closes the half-written file again and crashes
+// (H5F__close_cb in H5_term_library); every file is closed by its handle instead.
+void h5_init();
 // Silence HDF5's automatic error printing (we report errors ourselves); idempotent.
 void h5_quiet();
 

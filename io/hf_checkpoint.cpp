@@ -9,16 +9,13 @@
 
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::io {
 namespace fs = std::filesystem;
 
 namespace {
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::Io, path, ": cannot open");
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+std::string read_text(const std::string& path) { return read_regular_file(path); }
 }  // namespace
 
 HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
@@ -58,7 +55,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
     if (!fs::exists(path, ec)) fail(ErrorKind::Io, path, ": no such file (listed in model.safetensors.index.json)");
     files_.emplace_back(path);
     const std::size_t fi = files_.size() - 1;
-    h.text(name);
+    h.text(name).value(files_[fi].identity());  // the bytes too, not only the header
     for (const auto& [t, info] : files_[fi].tensors()) {
       h.text(t).text(info.dtype).vec(info.shape).value(info.begin).value(info.end);
       if (weight_map.empty() || weight_map.count(t)) {

@@ -26,7 +26,8 @@ class HfCheckpoint {
   std::vector<float> read_f32(const std::string& name) const;
   std::vector<std::string> names() const;
   uint64_t total_bytes() const;  // of every tensor
-  // xxh64 over config.json and every safetensors header: what a conversion was made from.
+  // xxh64 over config.json, every safetensors header and each file's identity (size, inode,
+  // modification and change times): what a conversion was made from.
   uint64_t fingerprint() const { return fingerprint_; }
 
  private:

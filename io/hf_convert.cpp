@@ -21,8 +21,10 @@
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/hf_checkpoint.hpp"
+#include "io/input_file.hpp"
 #include "io/model_file.hpp"
 #include "io/output_file.hpp"
+#include "io/private_dir.hpp"
 
 namespace moerun::io {
 namespace fs = std::filesystem;
@@ -38,6 +40,9 @@ struct HfConfig {
   int64_t integer(const char* k) const {
     if (!has(k)) fail(ErrorKind::BadInput, where, ": field ", k, " is missing");
     if (!j[k].is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not an integer");
+    // JSON's unsigned integers beyond int64 (2^64 - 1) would read back negative.
+    if (j[k].is_number_unsigned() && j[k].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(ErrorKind::BadInput, where, ": field ", k, " is ", j[k].get<uint64_t>(), ", too large");
     return j[k].get<int64_t>();
   }
   int64_t integer_or(const char* k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }
@@ -55,7 +60,8 @@ struct HfConfig {
   std::optional<int64_t> token_id(const char* k) const {
     if (!has(k)) return std::nullopt;
     const json& v = j[k].is_array() && !j[k].empty() ? j[k][0] : j[k];
-    if (!v.is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+      fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
     return v.get<int64_t>();
   }
 };
@@ -301,7 +307,16 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
   if (!is_s3_url(cfg.out)) return convert_local(cfg, ckpt, progress);
   ConvertConfig local = cfg;
   const bool own_staging = cfg.staging.empty();
-  local.out = own_staging ? (fs::temp_directory_path() / ("moerun-convert-" + hex(ckpt.fingerprint()))).string() : cfg.staging;
+  // Kept across a killed run (its finished files are reused), so it must be ours alone: under
+  // this user's private temp directory, or a --staging directory checked the same way.
+  if (own_staging) {
+    local.out = (fs::path(user_temp_directory()) / ("convert-" + hex(ckpt.fingerprint()))).string();
+    make_private_directory(local.out);
+  } else {
+    std::error_code ec;
+    if (fs::exists(cfg.staging, ec)) check_private_directory(cfg.staging, "--staging");
+    local.out = cfg.staging;
+  }
   ObjectStore(cfg.s3);  // credentials and endpoint checked before hours of conversion
   ConvertReport rep = convert_local(local, ckpt, progress);
   upload_model(local.out, cfg.out, cfg.s3, rep.shards, rep);
@@ -324,10 +339,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     dtype = all_bf16 ? DType::BF16 : DType::F32;
   }
   std::string generation;
-  {
-    std::ifstream g(fs::path(cfg.from) / "generation_config.json");
-    if (g) generation.assign(std::istreambuf_iterator<char>(g), {});
-  }
+  if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); check_regular_file(g))
+    generation = read_regular_file(g);
   ModelConfig c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, generation);
   rep.config = c;
   const NameMap nm = names_for(c.architecture);
@@ -345,7 +358,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   rep.shards = shards;
   // What every output file is made from: the checkpoint, the target dtype and the shard plan.
   const std::string fingerprint =
-      hex(Xxh64().value(ckpt.fingerprint()).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v1").digest());
+      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v2").digest());
 
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
@@ -462,6 +475,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
         w.write(i / c.num_experts, i % c.num_experts, w1.data(), w3.data(), w2.data());
       }
       w.set_attr("converted_from", fingerprint);
+      w.close();
     }
     out.commit();
     ++rep.files_written;
@@ -483,7 +497,9 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
         w.write(ours[i], shape, v.data());
       }
       w.set_attr("num_expert_shards", shards);
+      w.set_shard_identities(ExpertShardIndex::build(cfg.out, c).shard_identities());
       w.set_attr("converted_from", fingerprint);
+      w.close();
     }
     out.commit();
     ++rep.files_written;

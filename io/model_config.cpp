@@ -1,6 +1,8 @@
 // ModelConfig validation and size arithmetic.
 #include "io/model_config.hpp"
 
+#include <cmath>
+
 #include "base/error.hpp"
 
 namespace moerun::io {
@@ -64,7 +66,8 @@ void ModelConfig::validate(const std::string& where) const {
   if (head_dim % 2 != 0) fail(ErrorKind::BadInput, where, ": attribute head_dim is ", head_dim, ", expected even (RoPE rotates pairs)");
   if (top_k > num_experts)
     fail(ErrorKind::BadInput, where, ": attribute top_k (", top_k, ") exceeds num_experts (", num_experts, ")");
-  if (!(rope_theta > 0)) fail(ErrorKind::BadInput, where, ": attribute rope_theta is ", rope_theta, ", expected > 0");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+    fail(ErrorKind::BadInput, where, ": attribute rope_theta is ", rope_theta, ", expected a finite number > 0");
   if (!(rms_norm_eps > 0) || rms_norm_eps > 1)
     fail(ErrorKind::BadInput, where, ": attribute rms_norm_eps is ", rms_norm_eps, ", expected in (0, 1]");
   if (bos_token_id < 0 || bos_token_id >= vocab_size)

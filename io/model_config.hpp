@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/dtype.hpp"
 
@@ -44,6 +45,10 @@ struct ModelConfig {
   int64_t shared_expert_intermediate_size = 0;  // > 0: a dense shared expert with a sigmoid gate on every token (qwen2_moe)
   bool attention_bias = false;                  // biases on the q, k and v projections (qwen2_moe)
   bool qk_norm = false;                         // RMSNorm over the whole q and k projections before RoPE (olmoe)
+  // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
+  // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
+  int64_t format_version = 2;
+  std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
   void validate(const std::string& where) const;

@@ -6,34 +6,53 @@
 #include <sstream>
 
 #include "base/host.hpp"
+#include "base/xxh64.hpp"
 
 namespace moerun::io {
 namespace {
 
+// Format version 2: every dense dataset carries the xxh64 of its bytes as stored; checked after
+// the NaN scan (which can name the element). A flipped bit in model.h5 is then an error, not
+// different tokens.
+void verify_dense(hid_t file, const std::string& fname, const std::string& path, const void* stored, std::size_t bytes,
+                  int64_t format_version) {
+  if (format_version < 2) return;
+  const auto expected = h5_attr_uint64(h5_open_object(file, path), "xxh64");
+  if (!expected) fail(ErrorKind::BadInput, fname, ": ", path, " has no xxh64 attribute (format_version 2 needs one)");
+  const uint64_t sum = Xxh64().bytes(stored, bytes).digest();
+  if (sum != *expected)
+    fail(ErrorKind::BadInput, fname, ": ", path, " checksum mismatch (xxh64 attribute ", *expected, ", data ", sum,
+         "): the file changed after it was written");
+}
+
 std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
-                                   const std::vector<int64_t>& shape, DType dtype) {
+                                   const std::vector<int64_t>& shape, DType dtype, int64_t version) {
   expect_dataset(file, fname, path, shape, dtype);
   int64_t n = 1;
   for (auto s : shape) n *= s;
   std::vector<float> out(static_cast<std::size_t>(n));
   if (dtype == DType::F32) {
     h5_read(file, path, H5T_NATIVE_FLOAT, out.data());
+    check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
+    verify_dense(file, fname, path, out.data(), out.size() * sizeof(float), version);
   } else {
     std::vector<uint16_t> raw(out.size());
     h5_read(file, path, H5T_NATIVE_UINT16, raw.data());
     bf16_to_f32(raw.data(), out.data(), raw.size());
+    check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
+    verify_dense(file, fname, path, raw.data(), raw.size() * sizeof(uint16_t), version);
   }
-  check_finite(out.data(), DType::F32, shape[0], shape.size() > 1 ? shape[1] : 1, fname, path);
   return out;
 }
 
 WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows,
-                         int64_t cols, DType dtype) {
+                         int64_t cols, DType dtype, int64_t version) {
   expect_dataset(file, fname, path, {rows, cols}, dtype);
   WeightMatrix m;
   m.allocate(dtype, rows, cols);
   h5_read(file, path, dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, m.data.data());
   check_finite(m.data.data(), dtype, rows, cols, fname, path);
+  verify_dense(file, fname, path, m.data.data(), static_cast<std::size_t>(rows * cols) * dtype_size(dtype), version);
   return m;
 }
 
@@ -96,14 +115,28 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
 }
 
 namespace {
+// /expert_shards: uint64 [shards], each shard's identity (format version 2).
+std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
+  if (!h5_exists(file, "/expert_shards")) fail(ErrorKind::BadInput, fname, ": dataset /expert_shards is missing (format_version 2)");
+  const H5DatasetInfo info = h5_dataset_info(file, "/expert_shards");
+  if (info.shape.size() != 1 || info.shape[0] > 100000 || info.type.cls != H5T_INTEGER || info.type.size != 8 ||
+      info.type.is_signed)
+    fail(ErrorKind::BadInput, fname, ": /expert_shards must be uint64 [0..100000], is ", info.type.describe(), " ",
+         shape_str(info.shape));
+  std::vector<uint64_t> ids(static_cast<std::size_t>(info.shape[0]));
+  if (!ids.empty()) h5_read(file, "/expert_shards", H5T_NATIVE_UINT64, ids.data());
+  return ids;
+}
+
 // The root attributes of an open model.h5 (`fname` names it in messages).
 ModelConfig read_model_config(hid_t file, const std::string& fname) {
   return h5_reading(fname, [&] {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver != 1) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1");
+    if (ver != 1 && ver != 2) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 or 2");
     ModelConfig c;
+    c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
     auto i = [&](const char* n) { return require_attr(h5_attr_int(file, n), fname, n); };
     auto f = [&](const char* n) { return require_attr(h5_attr_double(file, n), fname, n); };
@@ -133,6 +166,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     c.qk_norm = flag("qk_norm", false);
     c.shared_expert_intermediate_size = h5_attr_int(file, "shared_expert_intermediate_size").value_or(0);
     c.validate(fname);
+    if (ver >= 2) c.shard_ids = read_shard_ids(file, fname);
     return c;
   });
 }
@@ -156,36 +190,36 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     fail(ErrorKind::BadInput, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than this host's ",
          have >> 20, " MiB (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", num_layers ", c.num_layers, ")");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype);
-  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype);
-  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype);
+  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, c.format_version);
+  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
+  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype, c.format_version);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "/layers/" + std::to_string(l) + "/";
     DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype);
-    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype);
-    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype);
-    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype);
-    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype);
-    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype);
-    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype);
+    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, c.format_version);
+    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, c.format_version);
+    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, c.format_version);
+    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, c.format_version);
+    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype, c.format_version);
+    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
+    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
     L.gate.allocate(DType::F32, c.num_experts, d);
     std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
     if (c.attention_bias) {
-      L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype);
-      L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype);
-      L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype);
+      L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype, c.format_version);
+      L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype, c.format_version);
+      L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype, c.format_version);
     }
     if (c.qk_norm) {
-      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {q}, c.dtype);
-      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {kv}, c.dtype);
+      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {q}, c.dtype, c.format_version);
+      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {kv}, c.dtype, c.format_version);
     }
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-      L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype);
-      L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype);
-      L.shared_expert.w2 = read_matrix(file, fname, p + "shared_expert/w2", d, sff, c.dtype);
-      L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype);
+      L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype, c.format_version);
+      L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype, c.format_version);
+      L.shared_expert.w2 = read_matrix(file, fname, p + "shared_expert/w2", d, sff, c.dtype, c.format_version);
+      L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype, c.format_version);
     }
   }
   return w;
@@ -199,23 +233,24 @@ DenseWeights load_dense_weights(const ModelLocation& model) {
   return h5_reading(fname, [&] { return read_dense_weights(file, fname); });
 }
 
-void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
-                  DType dtype, bool one_chunk) {
-  if (dtype == DType::F32) {
-    h5_write(loc, path, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, one_chunk);
-    return;
-  }
+uint64_t write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+                      DType dtype, bool one_chunk) {
   int64_t n = 1;
   for (auto s : shape) n *= s;
+  if (dtype == DType::F32) {
+    h5_write(loc, path, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, one_chunk);
+    return Xxh64().bytes(data, static_cast<std::size_t>(n) * sizeof(float)).digest();
+  }
   std::vector<uint16_t> bits(static_cast<std::size_t>(n));
   f32_to_bf16(data, bits.data(), bits.size());
   h5_write(loc, path, shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, bits.data(), one_chunk);
+  return Xxh64().bytes(bits.data(), bits.size() * sizeof(uint16_t)).digest();
 }
 
-ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c) : config_(c) {
+ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c) : config_(c), path_(path) {
   file_ = h5_open_file(path, H5Mode::Create);
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
-  h5_set_attr(file_, "format_version", int64_t{1});
+  h5_set_attr(file_, "format_version", int64_t{2});
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);
@@ -239,10 +274,24 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c) 
 }
 
 void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {
-  write_tensor(file_, dataset, shape, data, config_.dtype, false);
+  h5_writing(path_, [&] {
+    const uint64_t sum = write_tensor(file_, dataset, shape, data, config_.dtype, false);
+    h5_set_attr_uint64(h5_open_object(file_, dataset), "xxh64", sum);
+  });
 }
 
-void ModelFileWriter::set_attr(const std::string& name, int64_t value) { h5_set_attr(file_, name, value); }
-void ModelFileWriter::set_attr(const std::string& name, const std::string& value) { h5_set_attr(file_, name, value); }
+void ModelFileWriter::set_shard_identities(const std::vector<uint64_t>& ids) {
+  h5_writing(path_, [&] {
+    h5_write(file_, "/expert_shards", {static_cast<int64_t>(ids.size())}, H5T_STD_U64LE, H5T_NATIVE_UINT64, ids.data(), false);
+  });
+}
+
+void ModelFileWriter::set_attr(const std::string& name, int64_t value) {
+  h5_writing(path_, [&] { h5_set_attr(file_, name, value); });
+}
+void ModelFileWriter::set_attr(const std::string& name, const std::string& value) {
+  h5_writing(path_, [&] { h5_set_attr(file_, name, value); });
+}
+void ModelFileWriter::close() { h5_close_written(file_, path_); }
 
 }  // namespace moerun::io

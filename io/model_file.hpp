@@ -59,14 +59,21 @@ class ModelFileWriter {
   void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
   void set_attr(const std::string& name, int64_t value);
   void set_attr(const std::string& name, const std::string& value);
+  // /expert_shards: each shard's identity in name order (ExpertShardIndex::shard_identities).
+  void set_shard_identities(const std::vector<uint64_t>& ids);
+  // Flushes and closes the file (Io naming it when that fails, e.g. on a full disk); call before
+  // the file is committed. Without it the destructor closes quietly (an error path).
+  void close();
 
  private:
   ModelConfig config_;
+  std::string path_;
   H5Handle file_;
 };
 
-// Writes a float32 tensor as the given dtype into `loc` (float32, or bfloat16 bits as uint16).
-void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+// Writes a float32 tensor as the given dtype into `loc` (float32, or bfloat16 bits as uint16);
+// returns the xxh64 of the bytes as stored.
+uint64_t write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
                   DType dtype, bool one_chunk);
 
 }  // namespace moerun::io

@@ -2,6 +2,8 @@
 #include "io/object_store.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <set>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -140,7 +142,17 @@ S3Url parse_s3_url(const std::string& s) {
   static const std::regex bucket(R"([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])");
   if (!std::regex_match(u.bucket, bucket))
     fail(ErrorKind::Usage, s, ": bucket name \"", u.bucket, "\" is not valid (3-63 characters: a-z 0-9 . -)");
-  if (u.key.find("//") != std::string::npos) fail(ErrorKind::Usage, s, ": empty path segment");
+  // Every segment of the key non-empty and not . or .. (s3://bkt//x has an empty first one).
+  if (slash != std::string::npos) {
+    std::size_t start = 0;
+    for (;;) {
+      const std::size_t end = u.key.find('/', start);
+      const std::string seg = u.key.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (seg.empty() || seg == "." || seg == "..") fail(ErrorKind::Usage, s, ": empty, . or .. path segment");
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
   return u;
 }
 
@@ -222,7 +234,8 @@ ObjectStore::Response ObjectStore::attempt(const Request& req) const {
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_PASSWORD, config_.secret_access_key.c_str()));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.get()));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L));  // I/O threads: no SIGALRM for timeouts
-  CURL_CHECK(curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(config_.timeout_s * 1000)));
+  // Rounded up: libcurl takes 0 ms as no timeout at all.
+  CURL_CHECK(curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(std::ceil(config_.timeout_s * 1000)))));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.connect_timeout_s * 1000)));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body));
   CURL_CHECK(curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink));
@@ -362,6 +375,7 @@ void ObjectStore::read(const S3Url& url, uint64_t offset, std::size_t length, vo
 std::vector<ObjectInfo> ObjectStore::list(const S3Url& prefix) const {
   std::vector<ObjectInfo> out;
   std::string token;
+  std::set<std::string> seen;
   const std::string key_prefix = prefix.key.empty() ? "" : prefix.key + "/";
   do {
     Request req;
@@ -379,6 +393,13 @@ std::vector<ObjectInfo> ObjectStore::list(const S3Url& prefix) const {
       pos = end;
     }
     token = xml_field(r.text, "IsTruncated") == "true" ? xml_field(r.text, "NextContinuationToken") : "";
+    // A store that hands out the same token again (or none while truncated) would list forever.
+    if (!token.empty() && !seen.insert(token).second)
+      fail(ErrorKind::Io, prefix.str(), ": the object store's listing repeats its continuation token after ", seen.size(),
+           " page(s); it would never end (", config_.endpoint_url(), ")");
+    if (token.empty() && xml_field(r.text, "IsTruncated") == "true")
+      fail(ErrorKind::Io, prefix.str(), ": the object store's listing says it is truncated but gives no continuation token (",
+           config_.endpoint_url(), ")");
   } while (!token.empty());
   return out;
 }

@@ -10,21 +10,16 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <random>
 
 #include "base/error.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::io {
 namespace fs = std::filesystem;
 namespace {
 
-const char* kind_of(mode_t m) {
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  if (S_ISDIR(m)) return "a directory";
-  return "not a regular file";
-}
+const char* kind_of(mode_t m) { return file_type_name(m); }
 
 // The file a write to `path` ends up replacing: symlinks followed (a dangling link's target).
 std::string resolve(const std::string& path) {
@@ -69,7 +64,7 @@ bool is_side_file(const std::string& o, const std::string& p) {
   if (p.size() <= o.size() + 1 || p.compare(0, o.size(), o) != 0 || p[o.size()] != '.') return false;
   const std::string rest = p.substr(o.size() + 1);
   auto digits = [](const std::string& s) { return !s.empty() && std::all_of(s.begin(), s.end(), ::isdigit); };
-  if (digits(rest) || rest == "journal" || rest.rfind("tmp", 0) == 0) return true;
+  if (digits(rest) || rest == "journal" || rest == "lock" || rest.rfind("tmp", 0) == 0) return true;
   return rest.rfind("journal.", 0) == 0 && digits(rest.substr(8));
 }
 
@@ -84,6 +79,9 @@ void check_output_target(const std::string& path, const std::string& option) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, path, ": output directory ", dir, " does not exist");
   if (::access(dir.c_str(), W_OK) != 0) fail(ErrorKind::Io, path, ": output directory ", dir, " is not writable");
+  // The longest name a run makes next to it (OUT.tmp.XXXXXX, as long as OUT.journal.NN) is made
+  // and removed now, so a name too long for the file system fails before the run, not after it.
+  AtomicFile probe(path);
 }
 
 void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs) {
@@ -109,10 +107,25 @@ AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(resolve(p
   struct stat sb{};
   if (::lstat(target_.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
     fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; refusing to replace it with a regular file");
-  tmp_ = target_ + ".tmp.XXXXXX";
-  fd_ = ::mkstemp(tmp_.data());
+  const bool replacing = ::stat(target_.c_str(), &sb) == 0;
+  // Not mkstemp (always 0600): created 0666 so that the kernel applies the umask, as for any new
+  // file; a replaced file keeps its own mode.
+  std::random_device rd;
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+    tmp_ = target_ + ".tmp.";
+    for (int i = 0; i < 6; ++i) tmp_ += kChars[rd() % (sizeof kChars - 1)];
+    fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
   if (fd_ < 0) fail(ErrorKind::Io, path, ": cannot create a temporary file next to it: ", std::strerror(errno));
-  ::fchmod(fd_, 0644);
+  if (replacing && ::fchmod(fd_, sb.st_mode & 07777) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+    fd_ = -1;
+    fail(ErrorKind::Io, path, ": cannot give the new file the mode of the old one: ", std::strerror(err));
+  }
 }
 
 AtomicFile::~AtomicFile() {

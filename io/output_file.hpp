@@ -3,7 +3,7 @@
 // would turn a device, a FIFO or a symlink into a regular file and would silently destroy an
 // input given as an output. So an existing target must be a regular file (a symlink is followed:
 // the file it points at is replaced, the link stays), and no output may be an input or another
-// output, counting the side files an output makes (OUT.journal*, OUT.N per router).
+// output, counting the side files an output makes (OUT.journal*, OUT.N per router, OUT.lock).
 #pragma once
 #include <functional>
 #include <string>
@@ -17,8 +17,9 @@ struct PathUse {
   std::string option;  // "--output"
 };
 
-// Before any work: the directory exists and is writable (Io otherwise); an existing target is a
-// regular file after following symlinks (Usage otherwise).
+// Before any work: the directory exists and is writable, and a file with the longest side-file
+// name can be made there (Io otherwise); an existing target is a regular file after following
+// symlinks (Usage otherwise).
 void check_output_target(const std::string& path, const std::string& option);
 // Usage error naming both options when an output is an input, another output, or would be
 // overwritten by another output's side files. Paths are compared as files (device and inode) when

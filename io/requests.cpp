@@ -1,10 +1,17 @@
 // JSONL request parsing and validation, result serialisation.
 #include "io/requests.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <climits>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -108,11 +115,16 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
 Request parse_line(const std::string& text, int64_t line_no, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
   json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    // parse_error, and out_of_range for numbers beyond double ("temperature": 1e999).
-    r.error = str("not valid JSON (", e.what(), ")");
+  // The JSON parser stops at a NUL byte as at the end of its input: "{...}\0junk" would pass.
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    r.error = str("contains a NUL byte at column ", nul + 1);
+  } else {
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      // parse_error, and out_of_range for numbers beyond double ("temperature": 1e999).
+      r.error = str("not valid JSON (", e.what(), ")");
+    }
   }
   if (r.error.empty()) {
     try {
@@ -186,10 +198,39 @@ uint64_t request_fingerprint(const Request& r) {
       .digest();
 }
 
+std::string read_requests_text(const std::string& path) {
+  // Blocking open: a FIFO or a pipe (/dev/stdin) is read once, to its end, by the one caller.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::Io, path, ": cannot open input file: ", std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat input file: ", std::strerror(errno));
+  if (S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode))
+    fail(ErrorKind::Usage, "--input ", path, ": is ", S_ISDIR(sb.st_mode) ? "a directory" : "a block device",
+         ", expected a file of JSON lines");
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ErrorKind::Io, path, ": read error: ", std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+  }
+  return text;
+}
+
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& d, const RequestLimits& lim,
                                    bool skip_invalid) {
-  std::ifstream in(path);
-  if (!in) fail(ErrorKind::Io, path, ": cannot open input file");
+  return parse_requests(read_requests_text(path), path, d, lim, skip_invalid);
+}
+
+std::vector<Request> parse_requests(const std::string& all, const std::string& path, const RequestDefaults& d,
+                                    const RequestLimits& lim, bool skip_invalid) {
+  std::istringstream in(all);
   std::vector<Request> out;
   std::unordered_map<std::string, int64_t> claimed;  // id -> the line that has it (first in input order)
   std::string text;
@@ -209,7 +250,6 @@ std::vector<Request> read_requests(const std::string& path, const RequestDefault
     if (!r.error.empty() && !skip_invalid) fail(ErrorKind::BadInput, path, ": line ", line_no, ": ", r.error);
     out.push_back(std::move(r));
   }
-  if (in.bad()) fail(ErrorKind::Io, path, ": read error");
   // Invalid lines without an id of their own get "line:N", made unique against every id in the
   // file, so that no two results ever share an id.
   for (Request& r : out) {

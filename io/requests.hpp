@@ -41,6 +41,11 @@ struct RequestLimits {
 // generation stops anyway).
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults,
                                    const RequestLimits& limits, bool skip_invalid);
+// The two halves of read_requests, for a job where one rank reads the input (a FIFO or a pipe can
+// be read only once) and every rank parses the same text. `path` names the file in messages.
+std::string read_requests_text(const std::string& path);
+std::vector<Request> parse_requests(const std::string& text, const std::string& path, const RequestDefaults& defaults,
+                                    const RequestLimits& limits, bool skip_invalid);
 
 // Fills prompt_tokens of the requests that gave "prompt" text (`encode` takes all texts at once),
 // then checks them as given tokens are checked (range, max_position) and caps their budget. A

@@ -88,7 +88,7 @@ ResultJournal::ResultJournal(const std::string& output_path, int writer, bool re
                 "); recomputing them");
     }
   }
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | (resume ? 0 : O_TRUNC) | O_CLOEXEC, 0644);
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | (resume ? 0 : O_TRUNC) | O_CLOEXEC, 0666);
   if (fd_ < 0) fail(ErrorKind::Io, path_, ": cannot open journal: ", std::strerror(errno));
   struct stat sb{};
   if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {

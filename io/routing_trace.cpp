@@ -14,16 +14,19 @@ namespace moerun::io {
 void write_routing_trace(const std::string& path, const RoutingTrace& t) {
   replace_file_atomically(path, [&](const std::string& tmp) {
     H5Handle f = h5_open_file(tmp, H5Mode::Create);
-    h5_set_attr(f, "format", std::string("moe-trace"));
-    h5_set_attr(f, "format_version", int64_t{1});
-    h5_set_attr(f, "num_layers", t.num_layers);
-    h5_set_attr(f, "num_experts", t.num_experts);
-    h5_set_attr(f, "top_k", t.top_k);
-    for (int64_t l = 0; l < t.num_layers; ++l)
-      h5_write(f, "/layers/" + std::to_string(l) + "/experts", {t.tokens(), t.top_k}, H5T_STD_I32LE, H5T_NATIVE_INT32,
-               t.experts[static_cast<std::size_t>(l)].data(), false);
-    h5_write(f, "/tokens/request", {t.tokens()}, H5T_STD_I64LE, H5T_NATIVE_INT64, t.request.data(), false);
-    h5_write(f, "/tokens/position", {t.tokens()}, H5T_STD_I32LE, H5T_NATIVE_INT32, t.position.data(), false);
+    h5_writing(path, [&] {
+      h5_set_attr(f, "format", std::string("moe-trace"));
+      h5_set_attr(f, "format_version", int64_t{1});
+      h5_set_attr(f, "num_layers", t.num_layers);
+      h5_set_attr(f, "num_experts", t.num_experts);
+      h5_set_attr(f, "top_k", t.top_k);
+      for (int64_t l = 0; l < t.num_layers; ++l)
+        h5_write(f, "/layers/" + std::to_string(l) + "/experts", {t.tokens(), t.top_k}, H5T_STD_I32LE, H5T_NATIVE_INT32,
+                 t.experts[static_cast<std::size_t>(l)].data(), false);
+      h5_write(f, "/tokens/request", {t.tokens()}, H5T_STD_I64LE, H5T_NATIVE_INT64, t.request.data(), false);
+      h5_write(f, "/tokens/position", {t.tokens()}, H5T_STD_I32LE, H5T_NATIVE_INT32, t.position.data(), false);
+    });
+    h5_close_written(f, path);
   });
 }
 

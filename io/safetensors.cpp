@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "base/xxh64.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::io {
 namespace {
@@ -75,14 +78,23 @@ std::size_t safetensors_dtype_size(const std::string& d) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named model.safetensors must not wait for a writer (fstat refuses it).
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) fail(ErrorKind::Io, path, ": cannot open: ", std::strerror(errno));
   struct stat sb{};
   if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     ::close(fd_);
     fd_ = -1;
-    fail(ErrorKind::BadInput, path, ": not a regular file");
+    fail(ErrorKind::BadInput, path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
   }
+  identity_ = Xxh64()
+                  .value(static_cast<uint64_t>(sb.st_size))
+                  .value(static_cast<uint64_t>(sb.st_ino))
+                  .value(static_cast<int64_t>(sb.st_mtim.tv_sec))
+                  .value(static_cast<int64_t>(sb.st_mtim.tv_nsec))
+                  .value(static_cast<int64_t>(sb.st_ctim.tv_sec))
+                  .value(static_cast<int64_t>(sb.st_ctim.tv_nsec))
+                  .digest();
   try {
     const uint64_t size = static_cast<uint64_t>(sb.st_size);
     if (size < 8) fail(ErrorKind::BadInput, path, ": ", size, " bytes, too short for a safetensors file (truncated?)");
@@ -131,6 +143,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
             " (truncated?)");
       tensors_.emplace(name, std::move(info));
     }
+    // No two tensors may share bytes: an alias (w1 over w3) would convert silently into a wrong model.
+    std::vector<const SafetensorInfo*> by_offset;
+    for (const auto& [name, info] : tensors_)
+      if (info.end > info.begin) by_offset.push_back(&info);
+    std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
+    for (std::size_t i = 1; i < by_offset.size(); ++i)
+      if (by_offset[i]->begin < by_offset[i - 1]->end)
+        fail(ErrorKind::BadInput, path, ": tensor ", by_offset[i]->name, ": data_offsets [", by_offset[i]->begin, ", ",
+             by_offset[i]->end, ") overlap those of ", by_offset[i - 1]->name, " [", by_offset[i - 1]->begin, ", ",
+             by_offset[i - 1]->end, ")");
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -143,7 +165,11 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), data_start_(o.data_start_), tensors_(std::move(o.tensors_)) {}
+    : path_(std::move(o.path_)),
+      fd_(std::exchange(o.fd_, -1)),
+      data_start_(o.data_start_),
+      identity_(o.identity_),
+      tensors_(std::move(o.tensors_)) {}
 
 const SafetensorInfo& SafetensorsFile::info(const std::string& name) const {
   auto it = tensors_.find(name);

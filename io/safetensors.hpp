@@ -33,6 +33,10 @@ class SafetensorsFile {
   SafetensorsFile& operator=(SafetensorsFile&&) = delete;
 
   const std::string& path() const { return path_; }
+  // The file's identity as the file system sees it when opened: size, inode, modification and
+  // status-change times (the last is set by the kernel on every write and cannot be set back by
+  // `touch`). A file changed in place or replaced gets another; convert's fingerprint uses it.
+  uint64_t identity() const { return identity_; }
   const std::map<std::string, SafetensorInfo>& tensors() const { return tensors_; }
   const SafetensorInfo& info(const std::string& name) const;  // BadInput when absent
   // A floating-point tensor (F32, BF16 or F16) as float32.
@@ -44,6 +48,7 @@ class SafetensorsFile {
   std::string path_;
   int fd_ = -1;
   uint64_t data_start_ = 0;
+  uint64_t identity_ = 0;
   std::map<std::string, SafetensorInfo> tensors_;
 };
 

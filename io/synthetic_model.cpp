@@ -10,6 +10,7 @@
 #include "base/splitmix64.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
+#include "io/output_file.hpp"
 
 namespace moerun::io {
 namespace {
@@ -61,12 +62,38 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(ErrorKind::Io, dir, ": cannot create directory: ", ec.message());
   if (cfg.config_only) {
-    ModelFileWriter w(model_h5_path(dir), c);
+    AtomicFile out(model_h5_path(dir));
+    ModelFileWriter w(out.temp_path(), c);
+    w.set_shard_identities({});  // no shards to bind
+    w.close();
+    out.commit();
     return;
   }
+  // Experts: contiguous runs of the flattened (layer, expert) order per shard.
+  const int64_t total = c.num_layers * c.num_experts;
+  for (int s = 0; s < cfg.shards; ++s) {
+    const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
+    AtomicFile out(dir + "/" + shard_file_name(s));
+    ExpertShardWriter w(out.temp_path(), c);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t l = i / c.num_experts, e = i % c.num_experts;
+      const std::string p = expert_group_path(l, e);
+      auto w1 = synth_tensor(seed, p + "/w1", ff * d, sd);
+      auto w3 = synth_tensor(seed, p + "/w3", ff * d, sd);
+      auto w2 = synth_tensor(seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+      w.write(l, e, w1.data(), w3.data(), w2.data());
+    }
+    w.close();
+    out.commit();
+    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
+  }
+  // model.h5 last, binding the shards just written (their identities, in name order).
   {
-    ModelFileWriter w(model_h5_path(dir), c);
+    const ExpertShardIndex shards = ExpertShardIndex::build(dir, c);
+    AtomicFile out(model_h5_path(dir));
+    ModelFileWriter w(out.temp_path(), c);
     w.set_attr("num_expert_shards", cfg.shards);
+    w.set_shard_identities(shards.shard_identities());
     auto put = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
       int64_t n = 1;
       for (auto s : shape) n *= s;
@@ -139,21 +166,8 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
         put(p + "gate", {c.num_experts, d}, sd);
       }
     }
-  }
-  // Experts: contiguous runs of the flattened (layer, expert) order per shard.
-  const int64_t total = c.num_layers * c.num_experts;
-  for (int s = 0; s < cfg.shards; ++s) {
-    const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
-    ExpertShardWriter w(dir + "/" + shard_file_name(s), c);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t l = i / c.num_experts, e = i % c.num_experts;
-      const std::string p = expert_group_path(l, e);
-      auto w1 = synth_tensor(seed, p + "/w1", ff * d, sd);
-      auto w3 = synth_tensor(seed, p + "/w3", ff * d, sd);
-      auto w2 = synth_tensor(seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
-      w.write(l, e, w1.data(), w3.data(), w2.data());
-    }
-    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
+    w.close();
+    out.commit();
   }
 }
 

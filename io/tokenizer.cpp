@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "io/child_process.hpp"
+#include "io/input_file.hpp"
 #include "io/tokenizer_helper_source.hpp"  // kTokenizerHelperSource, generated from tokenizer_helper.py
 
 namespace moerun::io {
@@ -59,8 +60,10 @@ class SentencePieceTokenizer : public Tokenizer {
 
 class PythonTokenizer : public Tokenizer {
  public:
+  // -I (isolated): no working directory or script directory on sys.path, no user site, no PYTHON*
+  // variables, so a json.py or tokenizers.py where the command runs is never imported.
   PythonTokenizer(const std::string& json_path, const TokenizerConfig& cfg)
-      : path_(json_path), cfg_(cfg), child_({cfg.python, "-c", kTokenizerHelperSource, json_path}, true, true) {
+      : path_(json_path), cfg_(cfg), child_({cfg.python, "-I", "-c", kTokenizerHelperSource, json_path}, true, true) {
     std::string first;
     try {
       first = child_.read_line(cfg.timeout_s, json_path);
@@ -103,9 +106,9 @@ class PythonTokenizer : public Tokenizer {
 
 // tokenizer_config.json's add_bos_token (Llama and Mistral tokenizers add BOS; default true).
 bool adds_bos(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / "tokenizer_config.json");
-  if (!in) return true;
-  const json j = json::parse(in, nullptr, false);
+  const std::string path = (fs::path(dir) / "tokenizer_config.json").string();
+  if (!check_regular_file(path)) return true;
+  const json j = json::parse(read_regular_file(path), nullptr, false);
   if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
   return true;
 }

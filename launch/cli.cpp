@@ -1,6 +1,7 @@
 // Option parsing helpers.
 #include "launch/cli.hpp"
 
+#include <cmath>
 #include <cstdlib>
 
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::launch {
 
@@ -26,8 +28,7 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
     }
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
-      std::ifstream in(path);
-      if (!in) fail(ErrorKind::Io, path, ": cannot open config file");
+      std::istringstream in(io::read_regular_file(path, ErrorKind::Usage));
       po::store(po::parse_config_file(in, opts), vm);
     }
     po::notify(vm);
@@ -82,7 +83,9 @@ io::S3Config ObjectStoreOptions::finish() const {
   c.secret_access_key = env("AWS_SECRET_ACCESS_KEY");
   c.session_token = env("AWS_SESSION_TOKEN");
   if (c.retries < 0) fail(ErrorKind::Usage, "--s3-retries must be >= 0");
-  if (!(c.timeout_s > 0)) fail(ErrorKind::Usage, "--s3-timeout must be > 0");
+  // libcurl counts milliseconds, and 0 ms means no timeout at all.
+  if (!(c.timeout_s >= 0.001) || !std::isfinite(c.timeout_s))
+    fail(ErrorKind::Usage, "--s3-timeout must be a number of seconds >= 0.001, not ", c.timeout_s);
   return c;
 }
 
@@ -112,6 +115,8 @@ int64_t parse_bytes(const std::string& s, const std::string& option) {
   else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
   else if (!unit.empty()) fail(ErrorKind::Usage, "--", option, ": \"", s, "\" has an unknown unit (K, M, G, T)");
   if (!(v >= 0)) fail(ErrorKind::Usage, "--", option, " must be >= 0");
+  // 2^62 bytes: beyond any machine, and v * mult still fits int64_t (inf and 1e30 do not).
+  if (!(v * mult <= 0x1p62)) fail(ErrorKind::Usage, "--", option, ": \"", s, "\" is too large (at most 4 EiB)");
   return static_cast<int64_t>(v * mult);
 }
 

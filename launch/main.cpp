@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "comm/mpi.hpp"
+#include "io/hdf5.hpp"
 #include "io/hdf5_probe.hpp"
 #include "launch/cli.hpp"
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string cmd = argv[1];
+  io::h5_init();  // before any other HDF5 call
   // The HDF5 probe's child (io/hdf5_probe.hpp): no MPI, no options, its own exit codes.
   if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1);
   try {

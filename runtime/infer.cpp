@@ -2,6 +2,7 @@
 #include "runtime/infer.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "base/log.hpp"
 #include "comm/alltoallv.hpp"
+#include "comm/collective_deadline.hpp"
 #include "comm/collectives.hpp"
 #include "comm/exchange_select.hpp"
 #include "comm/mpi.hpp"
@@ -25,6 +27,7 @@
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
 #include "io/output_file.hpp"
+#include "io/output_lock.hpp"
 #include "io/result_journal.hpp"
 #include "io/routing_trace.hpp"
 #include "runtime/distributed_moe.hpp"
@@ -40,8 +43,10 @@ namespace {
 
 // Runs `f` on every rank; if any rank failed, the lowest failing rank throws its error (prefixed
 // with its rank when it is not rank 0) and every other rank throws ReportedError with that code.
+// The agreement has a deadline (timeout_s): a rank that never arrives (stopped, dead, or slower
+// than --comm-timeout) ends the job with a Comm error naming it. `what` names the step.
 template <typename F>
-void agreed(MPI_Comm world, F&& f) {
+void agreed(MPI_Comm world, double timeout_s, const char* what, F&& f) {
   int64_t code = 0;
   std::string msg;
   try {
@@ -62,17 +67,18 @@ void agreed(MPI_Comm world, F&& f) {
     if (code) throw Error(static_cast<ErrorKind>(code), msg);
     return;
   }
-  if (comm::allreduce_max(code, world) == 0) return;
+  const std::string step = str("set-up (", what, ")");
+  const comm::FailureAgreement a = comm::agree_on_failure(code, code && !msg.empty(), world, timeout_s, step);
+  if (a.code == 0) return;
   const int rank = comm::rank_of(world);
-  const int64_t reporter = comm::allreduce_min(code && !msg.empty() ? rank : INT64_MAX, world);
-  const int64_t rcode = comm::allreduce_max(rank == reporter ? code : 0, world);
-  const ErrorKind kind = static_cast<ErrorKind>(rcode ? rcode : 1);
+  const int64_t reporter = a.reporter;
+  const ErrorKind kind = static_cast<ErrorKind>(a.reporter_code ? a.reporter_code : 1);
   // The reporter prints before anyone exits: mpirun kills the job at the first non-zero exit.
   if (rank == reporter) {
     std::fprintf(stderr, "moerun: error: %s%s\n", rank == 0 ? "" : str("rank ", rank, ": ").c_str(), msg.c_str());
     std::fflush(stderr);
   }
-  comm::barrier(world);
+  comm::barrier_timed(world, timeout_s, step);
   throw ReportedError(kind);
 }
 
@@ -131,7 +137,7 @@ void write_logits(io::AtomicFile& out, const std::vector<std::string>& ids, cons
 
 // Rank 0 walks the local HDF5 inputs in a child process (io/hdf5_probe.hpp) while the others
 // sleep; a corrupt file then fails the set-up as bad input instead of crashing a rank in libhdf5.
-void probe_inputs(const InferConfig& cfg, MPI_Comm world) {
+void probe_inputs(const InferConfig& cfg, MPI_Comm world, double timeout_s) {
   std::exception_ptr failed;
   if (comm::rank_of(world) == 0) {
     try {
@@ -143,7 +149,7 @@ void probe_inputs(const InferConfig& cfg, MPI_Comm world) {
       failed = std::current_exception();
     }
   }
-  comm::idle_barrier(world);
+  comm::barrier_timed(world, timeout_s, "set-up (HDF5 probe)");
   if (failed) std::rethrow_exception(failed);
 }
 
@@ -181,7 +187,8 @@ void InferConfig::validate() const {
   if (input.empty()) fail(ErrorKind::Usage, "--input is required");
   if (output.empty()) fail(ErrorKind::Usage, "--output is required");
   if (defaults.max_new_tokens < 0) fail(ErrorKind::Usage, "--max-new-tokens must be >= 0");
-  if (!(defaults.temperature >= 0)) fail(ErrorKind::Usage, "--temperature must be >= 0");
+  if (!(defaults.temperature >= 0) || !std::isfinite(defaults.temperature))
+    fail(ErrorKind::Usage, "--temperature must be a finite number >= 0, not ", defaults.temperature);
   if (!(defaults.top_p > 0 && defaults.top_p <= 1)) fail(ErrorKind::Usage, "--top-p must be in (0, 1]");
   if (micro_batches < 0 || micro_batches > 64) fail(ErrorKind::Usage, "--micro-batches must be in [1, 64], or 0 for the default");
   if (routers_per_node < 1) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
@@ -270,6 +277,7 @@ InferReport run_loops(const InferConfig& cfg, MPI_Comm world, const io::ModelCon
     const int64_t per_exchange = cfg.scheduler.max_batch_tokens / cfg.micro_batches * mc.top_k *
                                  static_cast<int64_t>(MoeExchangeProtocol::dispatch_record_bytes(mc.hidden_size));
     const comm::A2aKind kind = comm::resolve_a2a(comm::parse_a2a(cfg.a2a), topo.nodes, per_exchange / size);
+    const comm::CollectiveDeadline deadline(cfg.comm_timeout_s, "set-up (exchanges)", rank);
     dispatch = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
     combine = comm::make_alltoallv(kind, world, topo, cfg.comm_timeout_s);
     protocol = std::make_unique<MoeExchangeProtocol>(*dispatch, *combine, topo, rank, mc.hidden_size);
@@ -590,7 +598,13 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   // 1. Set-up. Everything that can be validated is, before any output file is written. The steps
   // with collectives come first, in their own block: a rank that failed early would skip them and
   // leave the others in a mismatched collective.
-  agreed(world, [&] {
+  // Until --comm-timeout is validated, a sane one: set-up must never wait forever.
+  const double setup_timeout = cfg.comm_timeout_s > 0 && std::isfinite(cfg.comm_timeout_s) ? cfg.comm_timeout_s : 300.0;
+  std::optional<io::OutputLock> output_lock;
+  std::string request_text;
+  agreed(world, setup_timeout, "topology", [&] {
+    // MPI_Comm_split_type and friends cannot time out themselves.
+    const comm::CollectiveDeadline deadline(distributed ? setup_timeout : 0, "set-up (topology)", rank);
     topo = comm::build_topology(world, cfg.routers_per_node, cfg.ranks_per_node);  // throws only after its collectives
     // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
     // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
@@ -598,13 +612,23 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
     if (distributed && !std::getenv("OMP_NUM_THREADS"))
       omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
   });
-  agreed(world, [&] { cfg.validate(); });
-  agreed(world, [&] { probe_inputs(cfg, world); });  // a sleeping barrier inside: every rank reaches it
+  agreed(world, setup_timeout, "options", [&] {
+    cfg.validate();
+    // One run per output: taken before anything of the output's is touched (journals, temp files).
+    if (rank == 0) output_lock.emplace(cfg.output);
+  });
+  // One rank reads the requests (a FIFO or a pipe can be read only once), every rank parses them.
+  agreed(world, setup_timeout, "requests", [&] {
+    if (rank == 0) request_text = io::read_requests_text(cfg.input);
+  });
+  if (distributed) request_text = comm::broadcast_string_timed(request_text, world, setup_timeout, "set-up (requests)");
+  agreed(world, setup_timeout, "HDF5 probe", [&] { probe_inputs(cfg, world, setup_timeout); });  // a barrier inside: every rank reaches it
   uint64_t dense_fp = 0, experts_fp = 0;
-  agreed(world, [&] {
+  agreed(world, setup_timeout, "model and weights", [&] {
     model = io::model_location(cfg.model_dir, cfg.s3);
     mc = io::read_model_config(*model);
-    requests = io::read_requests(cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
+    requests = io::parse_requests(request_text, cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
+    request_text = std::string();
     // Text prompts: routers tokenize them (expert ranks never look at prompts).
     if (topo.is_router(rank) && io::any_text_prompt(requests)) {
       const auto tok = open_model_tokenizer(cfg);
@@ -639,6 +663,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
         if (!p->empty()) io::remove_stale_temp_files(*p);
   });
   {
+    const comm::CollectiveDeadline deadline(distributed ? setup_timeout : 0, "set-up (run fingerprint)", rank);
     // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both
     // (as 32-bit halves, so that a max over ranks that hold 0 recovers them).
     std::vector<uint64_t> parts;

@@ -1,0 +1,60 @@
+// Regular-file checks and whole-file reads (POSIX: open with O_NONBLOCK, fstat, read).
+#include "io/input_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace moerun::io {
+
+const char* file_type_name(mode_t m) {
+  if (S_ISREG(m)) return "a regular file";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISDIR(m)) return "a directory";
+  return "not a regular file";
+}
+
+bool check_regular_file(const std::string& path, ErrorKind not_regular) {
+  struct stat sb{};
+  if (::stat(path.c_str(), &sb) != 0) {
+    if (errno == ENOENT) return false;
+    fail(ErrorKind::Io, path, ": cannot stat: ", std::strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode)) fail(not_regular, path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
+  return true;
+}
+
+std::string read_regular_file(const std::string& path, ErrorKind not_regular) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EISDIR) fail(not_regular, path, ": is a directory, expected a regular file");
+    fail(ErrorKind::Io, path, ": cannot open: ", std::strerror(errno));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat: ", std::strerror(errno));
+  if (!S_ISREG(sb.st_mode)) fail(not_regular, path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
+  std::string out;
+  out.reserve(static_cast<std::size_t>(sb.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ErrorKind::Io, path, ": read failed: ", std::strerror(errno));
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace moerun::io

@@ -1,0 +1,24 @@
+// Input files: opened without blocking and refused unless they are regular files. A FIFO, a device
+// or a directory named where a model file, a config or a control file belongs would otherwise hang
+// the command (open(2) of a FIFO waits for a writer) or fail deep inside a library.
+#pragma once
+#include <sys/types.h>
+
+#include <string>
+
+#include "base/error.hpp"
+
+namespace moerun::io {
+
+// "a FIFO", "a directory", ... for messages.
+const char* file_type_name(mode_t mode);
+
+// Reads the whole regular file `path`. A missing or unreadable file is ErrorKind::Io; one that is
+// not a regular file is `not_regular` (BadInput for model files, Usage for files named by an
+// option). Messages start with `path`.
+std::string read_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);
+// The same checks without reading: true when `path` exists and is regular; false when it is
+// missing; throws `not_regular` naming it when it exists as anything else.
+bool check_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);
+
+}  // namespace moerun::io
