@@ -3,14 +3,12 @@
 
 #include "io/input_file.hpp"
 
-#ifdef H5_HAVE_ROS3_VFD
-#include <H5FDros3.h>
-#endif
 #include <algorithm>
 #include <cstring>
 
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 namespace moerun::io {
 
@@ -44,7 +42,25 @@ H5TypeInfo type_info(hid_t type) {
 
 }  // namespace
 
+namespace {
+thread_local std::exception_ptr pending_driver_error;
+}  // namespace
+
+void h5_keep_driver_error(std::exception_ptr e) {
+  if (!pending_driver_error) pending_driver_error = std::move(e);  // the first cause counts
+}
+
+void h5_rethrow_driver_error() {
+  if (!pending_driver_error) return;
+  std::exception_ptr e = std::exchange(pending_driver_error, nullptr);
+  H5Eclear2(H5E_DEFAULT);
+  std::rethrow_exception(e);
+}
+
+std::string h5_error_message() { return error_stack_message(); }
+
 void h5_fail(const char* call, const char* file, int line) {
+  h5_rethrow_driver_error();
   throw Error(ErrorKind::Io, str("HDF5: ", call, " failed: ", error_stack_message(), " (", file, ":", line, ")"));
 }
 
@@ -170,31 +186,6 @@ H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path) {
 void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out) {
   H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
   H5_CHECK(H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out));
-}
-
-H5Handle h5_open_s3_file(const std::string& http_url, const std::string& name, const H5S3Access& access) {
-  h5_quiet();
-#ifdef H5_HAVE_ROS3_VFD
-  H5FD_ros3_fapl_t fa{};
-  fa.version = H5FD_CURR_ROS3_FAPL_T_VERSION;
-  fa.authenticate = 1;
-  if (access.region.size() > H5FD_ROS3_MAX_REGION_LEN || access.access_key_id.size() > H5FD_ROS3_MAX_SECRET_ID_LEN ||
-      access.secret_access_key.size() > H5FD_ROS3_MAX_SECRET_KEY_LEN)
-    fail(ErrorKind::Usage, name, ": AWS region or credentials longer than HDF5's ros3 driver accepts");
-  std::strncpy(fa.aws_region, access.region.c_str(), H5FD_ROS3_MAX_REGION_LEN);
-  std::strncpy(fa.secret_id, access.access_key_id.c_str(), H5FD_ROS3_MAX_SECRET_ID_LEN);
-  std::strncpy(fa.secret_key, access.secret_access_key.c_str(), H5FD_ROS3_MAX_SECRET_KEY_LEN);
-  H5Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-  H5_CHECK(H5Pset_fapl_ros3(fapl, &fa));
-  hid_t f = H5Fopen(http_url.c_str(), H5F_ACC_RDONLY, fapl);
-  std::memset(&fa, 0, sizeof fa);  // no copy of the secret left on the stack
-  if (f < 0) fail(ErrorKind::BadInput, name, ": not a readable HDF5 file (truncated or corrupt?): ", error_stack_message());
-  return H5Handle(f, H5Fclose);
-#else
-  (void)http_url;
-  (void)access;
-  fail(ErrorKind::Usage, name, ": this HDF5 library was built without the read-only S3 (ros3) driver");
-#endif
 }
 
 std::optional<H5ChunkExtent> h5_single_chunk(hid_t loc, const std::string& path) {

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -100,12 +101,12 @@ enum class H5Mode { ReadOnly, ReadWrite, Create };
 // (truncated, wrong format) is ErrorKind::BadInput. Messages start with `path`.
 H5Handle h5_open_file(const std::string& path, H5Mode mode);
 
-// Read-only access to an HDF5 file in an S3 object store through HDF5's ros3 driver (SigV4).
-struct H5S3Access {
-  std::string region, access_key_id, secret_access_key;
-};
-// `http_url`: endpoint/bucket/key; `name` is how messages call the file (its s3:// URL).
-H5Handle h5_open_s3_file(const std::string& http_url, const std::string& name, const H5S3Access& access);
+// A virtual file driver's callback (called from C) cannot throw: it keeps its error here, and the
+// HDF5 call that failed because of it rethrows that error (H5_CHECK, and the openers below)
+// instead of HDF5's generic message. One pending error per thread.
+void h5_keep_driver_error(std::exception_ptr e);
+void h5_rethrow_driver_error();  // if one is pending (and clears it)
+std::string h5_error_message();  // HDF5's error stack, innermost cause first (and clears it)
 
 // Element class of a dataset or attribute, as far as the format cares.
 struct H5TypeInfo {

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "io/hdf5_object_store.hpp"
+
 namespace moerun::io {
 namespace {
 const std::regex& shard_pattern() {
@@ -31,9 +33,7 @@ void ModelLocation::check_exists() const {
 H5Handle ModelLocation::open(const std::string& name) const {
   if (!remote()) return h5_open_file(file(name), H5Mode::ReadOnly);
   const S3Url u = url(name);
-  store_->size_of(u);  // clear errors (404, 403, unreachable after retries) before HDF5's own
-  const S3Config& c = store_->config();
-  return h5_open_s3_file(store_->http_url(u), u.str(), {c.region, c.access_key_id, c.secret_access_key});
+  return h5_open_object_store_file(*store_, u);
 }
 
 std::vector<std::string> ModelLocation::shard_names() const {

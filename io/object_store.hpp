@@ -75,7 +75,7 @@ class ObjectStore {
   // The objects under url.key + "/" (one GET per 1000 keys).
   std::vector<ObjectInfo> list(const S3Url& prefix) const;
 
-  std::string http_url(const S3Url& url) const;  // endpoint/bucket/key, for HDF5's ros3 driver
+  std::string http_url(const S3Url& url) const;  // endpoint/bucket/key
   const S3Config& config() const { return config_; }
   ObjectStoreStats stats() const;
 

@@ -9,8 +9,10 @@ MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 synth_model "$WORK/a"
 EXPERT=$(expert_slot_bytes "$WORK/a")   # one L1 slot
 SYNTH_SEED=12 synth_model "$WORK/b"
-# The reference for "after the swap": a's dense weights with b's experts.
+# The reference for "after the swap": a's dense weights with b's experts. model.h5 binds its shards
+# (/expert_shards, format version 2), so its record is rewritten for the shards it now has.
 mkdir "$WORK/ab" && cp "$WORK/a/model.h5" "$WORK/ab/" && cp "$WORK/b"/experts-*.h5 "$WORK/ab/"
+"$PY" "$(dirname "$0")/rebind_shards.py" "$WORK/ab"
 requests "$WORK/reqs.jsonl" 10 8
 infer() { "$MOERUN" infer --input "$WORK/reqs.jsonl" --quiet "$@"; }
 infer --model "$WORK/a" --output "$WORK/a.jsonl"
@@ -56,6 +58,7 @@ for s in ("experts-00000.h5", "experts-00001.h5"):
                     src.copy(src[g], dst[f"layers/1/experts"], name=str(e))
 PY
 cp "$WORK/a/model.h5" "$WORK/part/"
+"$PY" "$(dirname "$0")/rebind_shards.py" "$WORK/part"
 infer --model "$WORK/part" --output "$WORK/part.jsonl"
 # Each of (1,2) and (1,5) is in one of b's shards: name each where it is.
 "$PY" - "$WORK" > "$WORK/two.json" <<'PY'
