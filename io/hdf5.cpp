@@ -16,31 +16,6 @@ std::mutex& hdf5_mutex() {
   static std::mutex m;
   return m;
 }
-namespace {
-
-herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {
-  auto* out = static_cast<std::string*>(data);
-  if (n == 0 && err->desc) *out = err->desc;  // innermost frame: the real cause
-  if (n > 0 && err->desc && out->empty()) *out = err->desc;
-  return 0;
-}
-
-std::string error_stack_message() {
-  std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
-  H5Eclear2(H5E_DEFAULT);
-  return msg.empty() ? "unknown HDF5 error" : msg;
-}
-
-H5TypeInfo type_info(hid_t type) {
-  H5TypeInfo t;
-  t.cls = H5Tget_class(type);
-  t.size = H5Tget_size(type);
-  if (t.cls == H5T_INTEGER) t.is_signed = H5Tget_sign(type) == H5T_SGN_2;
-  return t;
-}
-
-}  // namespace
 
 namespace {
 thread_local std::exception_ptr pending_driver_error;
@@ -56,6 +31,39 @@ void h5_rethrow_driver_error() {
   H5Eclear2(H5E_DEFAULT);
   std::rethrow_exception(e);
 }
+
+namespace {
+
+herr_t collect_error(unsigned n, const H5E_error2_t* err, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  if (n == 0 && err->desc) *out = err->desc;  // innermost frame: the real cause
+  if (n > 0 && err->desc && out->empty()) *out = err->desc;
+  return 0;
+}
+
+// Never throws: for callbacks that HDF5 (C) calls, which must not unwind through it.
+std::string error_stack_text() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_error, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "unknown HDF5 error" : msg;
+}
+
+std::string error_stack_message() {
+  // A driver's own error (the object store's, say) is the real cause: it is thrown instead.
+  h5_rethrow_driver_error();
+  return error_stack_text();
+}
+
+H5TypeInfo type_info(hid_t type) {
+  H5TypeInfo t;
+  t.cls = H5Tget_class(type);
+  t.size = H5Tget_size(type);
+  if (t.cls == H5T_INTEGER) t.is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  return t;
+}
+
+}  // namespace
 
 std::string h5_error_message() { return error_stack_message(); }
 
@@ -365,7 +373,7 @@ constexpr std::size_t kWalkAttrBytes = 16u << 20;
 herr_t walk_attribute(hid_t loc, const char* name, const H5A_info_t*, void* data) {
   auto* w = static_cast<MetadataWalk*>(data);
   auto bad = [&](const char* what) {
-    w->error = str(w->object, ": attribute ", name, ": ", what, ": ", error_stack_message());
+    w->error = str(w->object, ": attribute ", name, ": ", what, ": ", error_stack_text());
     return herr_t{-1};
   };
   if (H5Aexists(loc, name) <= 0) return bad("lookup by name failed");
@@ -397,12 +405,12 @@ herr_t walk_object(hid_t root, const char* name, const H5O_info_t* info, void* d
   auto* w = static_cast<MetadataWalk*>(data);
   w->object = std::string(name[0] == '.' && name[1] == 0 ? "/" : name);
   if (H5Aiterate_by_name(root, name, H5_INDEX_NAME, H5_ITER_INC, nullptr, walk_attribute, w, H5P_DEFAULT) < 0) {
-    if (w->error.empty()) w->error = str(w->object, ": attributes unreadable: ", error_stack_message());
+    if (w->error.empty()) w->error = str(w->object, ": attributes unreadable: ", error_stack_text());
     return -1;
   }
   if (info->type != H5O_TYPE_DATASET) return 0;
   auto bad = [&](const char* what) {
-    w->error = str(w->object, ": ", what, ": ", error_stack_message());
+    w->error = str(w->object, ": ", what, ": ", error_stack_text());
     return herr_t{-1};
   };
   H5Handle d(H5Dopen2(root, name, H5P_DEFAULT), H5Dclose);
@@ -431,10 +439,10 @@ herr_t walk_object(hid_t root, const char* name, const H5O_info_t* info, void* d
 
 }  // namespace
 
-void h5_walk_metadata(const std::string& path) {
-  H5Handle f = h5_open_file(path, H5Mode::ReadOnly);
+void h5_walk_metadata(hid_t f, const std::string& path) {
   MetadataWalk w;
   if (H5Ovisit2(f, H5_INDEX_NAME, H5_ITER_INC, walk_object, &w, H5O_INFO_BASIC) < 0) {
+    h5_rethrow_driver_error();  // the store failed, not the file
     if (w.error.empty()) w.error = str(w.object.empty() ? "/" : w.object, ": object headers unreadable: ", error_stack_message());
     fail(ErrorKind::BadInput, path, ": corrupt HDF5 metadata: ", w.error);
   }

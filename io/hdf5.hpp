@@ -160,7 +160,7 @@ H5Handle h5_open_object(hid_t loc, const std::string& path);
 // index and by name, values included), every dataset's dataspace, type, layout and chunk index.
 // BadInput naming the file and object on an error. Run by the HDF5 probe in a child process
 // (io/hdf5_probe.hpp), where a crash inside libhdf5 cannot take the command down with it.
-void h5_walk_metadata(const std::string& path);
+void h5_walk_metadata(hid_t file, const std::string& name);
 // Removes the link at `path` (dataset, group or attribute holder); used by tools and tests.
 void h5_delete(hid_t loc, const std::string& path);
 void h5_delete_attr(hid_t obj, const std::string& name);

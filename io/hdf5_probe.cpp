@@ -11,9 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "base/error.hpp"
 #include "io/child_process.hpp"
+#include "io/hdf5_object_store.hpp"
 #include "io/hdf5.hpp"
 
 namespace moerun::io {
@@ -45,17 +47,19 @@ Hdf5Probe default_hdf5_probe() {
 
 void Hdf5Probe::check(const std::vector<std::string>& files) const {
   if (program.empty()) return;
-  std::vector<std::string> args{program, "__probe-hdf5", "--timeout", std::to_string(timeout_s)};
+  std::vector<std::string> args{program, "__probe-hdf5", "--timeout", std::to_string(timeout_s),
+                                "--s3-retries", std::to_string(s3_retries), "--s3-timeout", std::to_string(s3_timeout_s)};
+  const std::size_t first_file = args.size();
   std::error_code ec;
   for (const auto& f : files)
-    if (std::filesystem::is_regular_file(f, ec)) args.push_back(f);
-  if (args.size() == 4) return;
+    if (is_s3_url(f) || std::filesystem::is_regular_file(f, ec)) args.push_back(f);
+  if (args.size() == first_file) return;
   ChildProcess child(args, false, false);
   const ChildProcess::Exit e = child.wait(timeout_s);
   const std::string& out = e.err;
 
   // The child names the file it is on before walking it ("moerun-probe: FILE").
-  std::string current = args[4];
+  std::string current = args[first_file];
   const std::string marker = "moerun-probe: ";
   for (std::size_t pos = 0; (pos = out.find(marker, pos)) != std::string::npos;) {
     const auto end = out.find('\n', pos);
@@ -79,22 +83,33 @@ void Hdf5Probe::check(const std::vector<std::string>& files) const {
          last_line(out), ")");
 }
 
-int hdf5_probe_main(int argc, char** argv) {
+int hdf5_probe_main(int argc, char** argv, const S3Config& s3) {
   // A walk stuck in libhdf5 must not outlive the command that started it (killed, say, by a job
   // scheduler): it dies with its parent, and in any case soon after the parent's own deadline.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() == 1) return 4;  // the parent is already gone
   int first = 1;
-  if (argc > 2 && std::string(argv[1]) == "--timeout") {
-    ::alarm(static_cast<unsigned>(std::max(1.0, std::atof(argv[2]))) + 10);
-    first = 3;
+  S3Config client = s3;
+  while (first + 1 < argc && std::string(argv[first]).rfind("--", 0) == 0) {
+    const std::string opt = argv[first], val = argv[first + 1];
+    if (opt == "--timeout") ::alarm(static_cast<unsigned>(std::max(1.0, std::atof(val.c_str()))) + 10);
+    else if (opt == "--s3-retries") client.retries = std::atoi(val.c_str());
+    else if (opt == "--s3-timeout") client.timeout_s = std::max(0.001, std::atof(val.c_str()));
+    first += 2;
   }
   h5_quiet();
+  std::unique_ptr<ObjectStore> store;
   for (int i = first; i < argc; ++i) {
     // Before the walk: if libhdf5 dies, the parent knows which file it was on.
     std::cerr << "moerun-probe: " << argv[i] << std::endl;
     try {
-      h5_walk_metadata(argv[i]);
+      if (is_s3_url(argv[i])) {
+        if (!store) store = std::make_unique<ObjectStore>(client);
+        H5Handle f = h5_open_object_store_file(*store, parse_s3_url(argv[i]));
+        h5_walk_metadata(f, argv[i]);
+      } else {
+        h5_walk_metadata(h5_open_file(argv[i], H5Mode::ReadOnly), argv[i]);
+      }
     } catch (const Error& e) {
       std::cerr << "moerun: error: " << e.what() << std::endl;
       return e.kind() == ErrorKind::Io ? 4 : 3;

@@ -73,6 +73,13 @@ std::vector<std::string> ModelLocation::local_files() const {
   return files;
 }
 
+std::vector<std::string> ModelLocation::probe_files() const {
+  if (!remote()) return local_files();
+  std::vector<std::string> files{file("model.h5")};
+  for (const std::string& name : shard_names()) files.push_back(file(name));
+  return files;
+}
+
 ModelLocation model_location(const std::string& uri, const S3Config& s3) {
   if (!is_s3_url(uri)) return ModelLocation(uri);
   const S3Url url = parse_s3_url(uri);  // a malformed URL is reported before missing credentials

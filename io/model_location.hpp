@@ -31,6 +31,9 @@ class ModelLocation {
   // Local: the paths of model.h5 and every shard that exist (for the HDF5 probe and the check that
   // no output overwrites the model). Remote: none.
   std::vector<std::string> local_files() const;
+  // What the HDF5 probe walks: local_files(), or in an object store the URLs of model.h5 and of
+  // every shard (one listing).
+  std::vector<std::string> probe_files() const;
 
   const ObjectStore* store() const { return store_.get(); }
   S3Url url(const std::string& name) const { return prefix_.child(name); }

@@ -73,7 +73,15 @@ void ObjectStoreOptions::add(po::options_description& o) {
 }
 
 io::S3Config ObjectStoreOptions::finish() const {
-  io::S3Config c = s3;
+  io::S3Config c = s3_from_environment(s3);
+  if (c.retries < 0) fail(ErrorKind::Usage, "--s3-retries must be >= 0");
+  // libcurl counts milliseconds, and 0 ms means no timeout at all.
+  if (!(c.timeout_s >= 0.001) || !std::isfinite(c.timeout_s))
+    fail(ErrorKind::Usage, "--s3-timeout must be a number of seconds >= 0.001, not ", c.timeout_s);
+  return c;
+}
+
+io::S3Config s3_from_environment(io::S3Config c) {
   auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
   c.endpoint = env("AWS_ENDPOINT_URL");
   c.region = env("AWS_REGION");
@@ -82,10 +90,6 @@ io::S3Config ObjectStoreOptions::finish() const {
   c.access_key_id = env("AWS_ACCESS_KEY_ID");
   c.secret_access_key = env("AWS_SECRET_ACCESS_KEY");
   c.session_token = env("AWS_SESSION_TOKEN");
-  if (c.retries < 0) fail(ErrorKind::Usage, "--s3-retries must be >= 0");
-  // libcurl counts milliseconds, and 0 ms means no timeout at all.
-  if (!(c.timeout_s >= 0.001) || !std::isfinite(c.timeout_s))
-    fail(ErrorKind::Usage, "--s3-timeout must be a number of seconds >= 0.001, not ", c.timeout_s);
   return c;
 }
 

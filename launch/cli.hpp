@@ -40,6 +40,8 @@ struct ObjectStoreOptions {
   void add(po::options_description& o);
   io::S3Config finish() const;
 };
+// `c` with the endpoint, region and credentials of the AWS_* variables.
+io::S3Config s3_from_environment(io::S3Config c);
 
 // Outputs given on the command line (empty paths skipped): each a regular file or new, none equal
 // to an input or to another output (io/output_file.hpp).

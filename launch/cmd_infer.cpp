@@ -98,6 +98,8 @@ int cmd_infer(int argc, char** argv) {
   cache.finish(c);
   c.s3 = object_store.finish();
   c.hdf5_probe = io::default_hdf5_probe();
+  c.hdf5_probe.s3_retries = c.s3.retries;
+  c.hdf5_probe.s3_timeout_s = c.s3.timeout_s;
   if (const char* py = std::getenv("MOERUN_PYTHON"); py && *py) c.tokenizer.python = py;
   if (c.ranks_per_node == 0) {
     if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);

@@ -30,8 +30,12 @@ int cmd_inspect(int argc, char** argv) {
   object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX [options]", o, vm)) return 0;
-  const io::ModelLocation location = io::model_location(model, object_store.finish());
-  if (!location.remote()) io::default_hdf5_probe().check({location.file("model.h5")});
+  const io::S3Config s3 = object_store.finish();
+  const io::ModelLocation location = io::model_location(model, s3);
+  io::Hdf5Probe probe = io::default_hdf5_probe();
+  probe.s3_retries = s3.retries;
+  probe.s3_timeout_s = s3.timeout_s;
+  probe.check({location.file("model.h5")});
   p.validate();
   const io::ModelConfig c = io::read_model_config(location);
   Matmul mm;

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   io::h5_init();  // before any other HDF5 call
   // The HDF5 probe's child (io/hdf5_probe.hpp): no MPI, no options, its own exit codes.
-  if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1);
+  if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1, launch::s3_from_environment({}));
   try {
     if (cmd == "infer") return launch::cmd_infer(argc - 1, argv + 1);
     if (cmd == "synth") return launch::cmd_synth(argc - 1, argv + 1);

@@ -142,7 +142,7 @@ void probe_inputs(const InferConfig& cfg, MPI_Comm world, double timeout_s) {
   if (comm::rank_of(world) == 0) {
     try {
       std::vector<std::string> files;
-      if (!io::is_s3_url(cfg.model_dir)) files = io::ModelLocation(cfg.model_dir).local_files();
+      files = io::model_location(cfg.model_dir, cfg.s3).probe_files();
       if (!cfg.affinity.empty()) files.push_back(cfg.affinity);
       cfg.hdf5_probe.check(files);
     } catch (...) {
