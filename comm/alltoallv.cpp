@@ -25,10 +25,14 @@ void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   Backoff backoff;
+  std::vector<int> indices;
   while (true) {
-    int done = 0;
-    MPI_CHECK(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
-    if (done) return;
+    // Testsome, not Testall: each finished request becomes MPI_REQUEST_NULL on its own, so a
+    // timeout names only the peers still missing, not every peer of the exchange.
+    int completed = 0;
+    indices.resize(requests.size());
+    MPI_CHECK(MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &completed, indices.data(), MPI_STATUSES_IGNORE));
+    if (completed == MPI_UNDEFINED) return;  // no active request left: all done
     const double waited = std::chrono::duration<double>(clock::now() - start).count();
     // Rank 0 meets every rank in each step's control reduction, so it notices any stall and ends
     // the job naming the stalled rank. Other ranks give it that long before they speak, so the

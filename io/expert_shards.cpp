@@ -224,10 +224,12 @@ AlignedBuffer ExpertShardIndex::load_raw(int64_t layer, int64_t expert) const {
   return raw;
 }
 
-ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c)
-    : config_(c), path_(path), file_(h5_open_file(path, H5Mode::Create)) {
-  h5_set_attr(file_, "format", std::string("moe-hdf5-experts"));
-  h5_set_attr(file_, "format_version", int64_t{1});
+ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c, const std::string& name)
+    : config_(c), path_(name.empty() ? path : name), file_(h5_open_file(path, H5Mode::Create)) {
+  h5_writing(path_, [&] {
+    h5_set_attr(file_, "format", std::string("moe-hdf5-experts"));
+    h5_set_attr(file_, "format_version", int64_t{1});
+  });
 }
 
 void ExpertShardWriter::set_attr(const std::string& name, const std::string& value) {

@@ -100,7 +100,7 @@ uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::si
 
 class ExpertShardWriter {
  public:
-  ExpertShardWriter(const std::string& path, const ModelConfig& config);
+  ExpertShardWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");  // name: as ModelFileWriter
   // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff].
   void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
   void set_attr(const std::string& name, const std::string& value);  // a root attribute

@@ -466,7 +466,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     }
     AtomicFile out(path);
     {
-      ExpertShardWriter w(out.temp_path(), c);
+      ExpertShardWriter w(out.temp_path(), c, path);
       for (int64_t i = begin; i < end; ++i) {
         const auto names = expert_tensors(i);
         const auto w1 = reader.read(names[0], {ff, d});
@@ -490,7 +490,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   } else {
     AtomicFile out(model_path);
     {
-      ModelFileWriter w(out.temp_path(), c);
+      ModelFileWriter w(out.temp_path(), c, model_path);
       for (std::size_t i = 0; i < dense.size(); ++i) {
         const auto& [hf, shape] = dense[i];
         const auto v = reader.read(hf, shape);

@@ -247,8 +247,14 @@ uint64_t write_tensor(hid_t loc, const std::string& path, const std::vector<int6
   return Xxh64().bytes(bits.data(), bits.size() * sizeof(uint16_t)).digest();
 }
 
-ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c) : config_(c), path_(path) {
+ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, const std::string& name)
+    : config_(c), path_(name.empty() ? path : name) {
   file_ = h5_open_file(path, H5Mode::Create);
+  h5_writing(path_, [&] { write_root_attributes(); });
+}
+
+void ModelFileWriter::write_root_attributes() {
+  const ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
   h5_set_attr(file_, "format_version", int64_t{2});
   h5_set_attr(file_, "architecture", c.architecture);

@@ -55,7 +55,8 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
 // stored in the config's dtype.
 class ModelFileWriter {
  public:
-  ModelFileWriter(const std::string& path, const ModelConfig& config);
+  // `name`: what messages call the file (its final name when `path` is a temp file).
+  ModelFileWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");
   void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
   void set_attr(const std::string& name, int64_t value);
   void set_attr(const std::string& name, const std::string& value);
@@ -66,6 +67,7 @@ class ModelFileWriter {
   void close();
 
  private:
+  void write_root_attributes();
   ModelConfig config_;
   std::string path_;
   H5Handle file_;

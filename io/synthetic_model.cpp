@@ -63,7 +63,7 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   if (ec) fail(ErrorKind::Io, dir, ": cannot create directory: ", ec.message());
   if (cfg.config_only) {
     AtomicFile out(model_h5_path(dir));
-    ModelFileWriter w(out.temp_path(), c);
+    ModelFileWriter w(out.temp_path(), c, model_h5_path(dir));
     w.set_shard_identities({});  // no shards to bind
     w.close();
     out.commit();
@@ -73,8 +73,9 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   const int64_t total = c.num_layers * c.num_experts;
   for (int s = 0; s < cfg.shards; ++s) {
     const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
-    AtomicFile out(dir + "/" + shard_file_name(s));
-    ExpertShardWriter w(out.temp_path(), c);
+    const std::string path = dir + "/" + shard_file_name(s);
+    AtomicFile out(path);
+    ExpertShardWriter w(out.temp_path(), c, path);
     for (int64_t i = begin; i < end; ++i) {
       const int64_t l = i / c.num_experts, e = i % c.num_experts;
       const std::string p = expert_group_path(l, e);
@@ -91,7 +92,7 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   {
     const ExpertShardIndex shards = ExpertShardIndex::build(dir, c);
     AtomicFile out(model_h5_path(dir));
-    ModelFileWriter w(out.temp_path(), c);
+    ModelFileWriter w(out.temp_path(), c, model_h5_path(dir));
     w.set_attr("num_expert_shards", cfg.shards);
     w.set_shard_identities(shards.shard_identities());
     auto put = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {

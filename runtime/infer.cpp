@@ -28,6 +28,7 @@
 #include "io/model_file.hpp"
 #include "io/output_file.hpp"
 #include "io/output_lock.hpp"
+#include "io/input_file.hpp"
 #include "io/result_journal.hpp"
 #include "io/routing_trace.hpp"
 #include "runtime/distributed_moe.hpp"
@@ -614,6 +615,8 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   });
   agreed(world, setup_timeout, "options", [&] {
     cfg.validate();
+    // Read at steps during the run, so a FIFO there would be found only then: refused now.
+    if (!cfg.swap_control.empty()) io::check_regular_file(cfg.swap_control, ErrorKind::Usage);
     // One run per output: taken before anything of the output's is touched (journals, temp files).
     if (rank == 0) output_lock.emplace(cfg.output);
   });
