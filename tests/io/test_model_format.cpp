@@ -204,5 +204,54 @@ TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {
   EXPECT_NO_THROW(load_all());
 }
 
+TEST_F(ModelFormat, DenseTensorsCarryChecksums) {  // format version 2
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    EXPECT_EQ(h5_attr_int(f, "format_version").value(), 2);
+    EXPECT_TRUE(h5_attr_uint64(h5_open_object(f, "/layers/1/wk"), "xxh64").has_value());
+    // Same shape, other values: only the checksum can tell.
+    h5_delete(f, "/layers/1/wk");
+    std::vector<float> w(8 * 16, 0.125f);
+    h5_write(f, "/layers/1/wk", {8, 16}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, w.data(), false);
+    h5_set_attr_uint64(h5_open_object(f, "/layers/1/wk"), "xxh64", 12345);
+  }
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /layers/1/wk checksum mismatch (xxh64 attribute 12345"});
+}
+
+TEST_F(ModelFormat, DenseTensorWithoutChecksumIsRefusedInVersion2) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(h5_open_object(f, "/final_norm"), "xxh64"); }
+  expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /final_norm has no xxh64 attribute"});
+}
+
+TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "format_version", int64_t{1});
+    h5_delete(f, "/expert_shards");
+    h5_delete_attr(h5_open_object(f, "/final_norm"), "xxh64");
+  }
+  EXPECT_NO_THROW(load_all());
+  EXPECT_TRUE(read_model_config(dir).shard_ids.empty());
+}
+
+TEST_F(ModelFormat, ShardsAreBoundToTheirModel) {
+  const ModelConfig c = read_model_config(dir);
+  ASSERT_EQ(c.shard_ids.size(), 2u);
+  EXPECT_EQ(ExpertShardIndex::build(dir, c).shard_identities(), c.shard_ids);
+  // The identity covers (layer, expert, checksum), in (layer, expert) order whatever the write order.
+  EXPECT_EQ(shard_identity({{0, 1, 7}, {0, 0, 9}}), shard_identity({{0, 0, 9}, {0, 1, 7}}));
+  EXPECT_NE(shard_identity({{0, 0, 9}, {0, 1, 7}}), shard_identity({{0, 0, 7}, {0, 1, 9}}));
+  EXPECT_NE(shard_identity({{0, 0, 9}}), shard_identity({{1, 0, 9}}));
+  // A shard whose expert checksums changed (rewritten consistently, so each expert verifies).
+  {
+    H5Handle f = h5_open_file(shard(1), H5Mode::ReadWrite);
+    const std::string gp = h5_children(f, "/layers/1/experts").empty() ? "" : "/layers/1/experts/" + h5_children(f, "/layers/1/experts")[0];
+    ASSERT_FALSE(gp.empty());
+    h5_set_attr_uint64(h5_open_object(f, gp), "xxh64", 42);
+  }
+  expect_error([&] { ExpertShardIndex::build(dir, c); }, ErrorKind::BadInput,
+               {"experts-00001.h5: is not the shard", "model.h5 was written with"});
+}
+
 }  // namespace
 }  // namespace moerun::io

@@ -285,5 +285,25 @@ TEST_F(Requests, NumbersBeyondTheirTypeNameTheLine) {
   EXPECT_EQ(rs[0].max_new_tokens, 62);
 }
 
+TEST_F(Requests, NulByteInALineIsRefused) {  // the JSON parser would stop there and drop the rest
+  const std::string line = std::string("{\"id\":\"a\",\"prompt_tokens\":[1]}") + '\0' + "garbage";
+  const std::string e = bad(line);
+  EXPECT_NE(e.find("line 2: contains a NUL byte at column 31"), std::string::npos) << e;
+}
+
+TEST_F(Requests, ParsedFromTextAsFromTheFile) {  // what every rank does with rank 0's bytes
+  const std::string text = "{\"id\":\"a\",\"prompt_tokens\":[1,2]}\n\n{\"id\":\"b\",\"prompt_tokens\":[3]}";
+  const auto from_file = read_requests(write(text), {}, {100, 64}, false);
+  const auto from_text = parse_requests(read_requests_text(write(text)), "x.jsonl", {}, {100, 64}, false);
+  ASSERT_EQ(from_text.size(), 2u);
+  ASSERT_EQ(from_file.size(), from_text.size());
+  for (std::size_t i = 0; i < from_text.size(); ++i) {
+    EXPECT_EQ(from_text[i].id, from_file[i].id);
+    EXPECT_EQ(from_text[i].prompt_tokens, from_file[i].prompt_tokens);
+    EXPECT_EQ(from_text[i].line, from_file[i].line);
+  }
+  EXPECT_EQ(from_text[1].line, 3);
+}
+
 }  // namespace
 }  // namespace moerun::io

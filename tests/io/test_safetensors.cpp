@@ -3,6 +3,8 @@
 // a read past the data or an allocation sized from an unchecked header.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -97,6 +99,34 @@ TEST_F(Safetensors, MalformedFilesNameTheFileAndTensor) {
   const std::string tiny = (dir / "x.safetensors").string();
   std::ofstream(tiny, std::ios::binary) << "abc";
   has(error_of(tiny), "too short");
+}
+
+TEST_F(Safetensors, OverlappingTensorsAreRefused) {  // w1 aliasing w3 would convert into a wrong model
+  const std::string p = make(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                             R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                             floats({1, 2, 3}));
+  const std::string e = error_of(p);
+  EXPECT_NE(e.find("tensor b: data_offsets [4, 12) overlap those of a [0, 8)"), std::string::npos) << e;
+  // Adjacent is fine.
+  EXPECT_EQ(error_of(make(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+                          R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                          floats({1, 2, 3}))), "");
+}
+
+TEST_F(Safetensors, IdentityChangesWithTheBytesEvenAtTheSameMtime) {
+  const std::string p = make(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", floats({1, 2}));
+  const uint64_t before = SafetensorsFile(p).identity();
+  struct stat sb{};
+  ASSERT_EQ(::stat(p.c_str(), &sb), 0);
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');
+  }
+  const struct timespec times[2] = {sb.st_atim, sb.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, 0), 0);  // as touch -r would
+  EXPECT_NE(SafetensorsFile(p).identity(), before);
+  EXPECT_EQ(SafetensorsFile(p).identity(), SafetensorsFile(p).identity());
 }
 
 }  // namespace
