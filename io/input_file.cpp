@@ -20,6 +20,28 @@ const char* file_type_name(mode_t m) {
   return "not a regular file";
 }
 
+namespace {
+
+struct FdCloser {
+  int fd;
+  ~FdCloser() { ::close(fd); }
+};
+
+std::string read_to_end(int fd, const std::string& path) {
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ErrorKind::Io, path, ": read failed: ", std::strerror(errno));
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  return out;
+}
+
+}  // namespace
+
 bool check_regular_file(const std::string& path, ErrorKind not_regular) {
   struct stat sb{};
   if (::stat(path.c_str(), &sb) != 0) {
@@ -37,24 +59,22 @@ std::string read_regular_file(const std::string& path, ErrorKind not_regular) {
     if (errno == EISDIR) fail(not_regular, path, ": is a directory, expected a regular file");
     fail(ErrorKind::Io, path, ": cannot open: ", std::strerror(errno));
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const FdCloser closer{fd};
   struct stat sb{};
   if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat: ", std::strerror(errno));
   if (!S_ISREG(sb.st_mode)) fail(not_regular, path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
-  std::string out;
-  out.reserve(static_cast<std::size_t>(sb.st_size));
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(ErrorKind::Io, path, ": read failed: ", std::strerror(errno));
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
+  return read_to_end(fd, path);
+}
+
+std::string read_stream_file(const std::string& path, const std::string& option) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(ErrorKind::Io, path, ": cannot open input file: ", std::strerror(errno));
+  const FdCloser closer{fd};
+  struct stat sb{};
+  if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat input file: ", std::strerror(errno));
+  if (S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode))
+    fail(ErrorKind::Usage, option, " ", path, ": is ", file_type_name(sb.st_mode), ", expected a file of JSON lines");
+  return read_to_end(fd, path);
 }
 
 }  // namespace moerun::io

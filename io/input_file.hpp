@@ -17,6 +17,10 @@ const char* file_type_name(mode_t mode);
 // not a regular file is `not_regular` (BadInput for model files, Usage for files named by an
 // option). Messages start with `path`.
 std::string read_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);
+// An input that may be a pipe (--input: a FIFO, /dev/stdin), read once to its end: opened
+// blocking (a FIFO waits for its writer), refused (Usage, naming `option`) only when it is a
+// directory or a block device.
+std::string read_stream_file(const std::string& path, const std::string& option);
 // The same checks without reading: true when `path` exists and is regular; false when it is
 // missing; throws `not_regular` naming it when it exists as anything else.
 bool check_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);

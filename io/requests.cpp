@@ -1,13 +1,7 @@
 // JSONL request parsing and validation, result serialisation.
 #include "io/requests.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <climits>
 #include <cmath>
 #include <fstream>
@@ -17,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
+#include "io/input_file.hpp"
 
 namespace moerun::io {
 namespace {
@@ -198,30 +193,7 @@ uint64_t request_fingerprint(const Request& r) {
       .digest();
 }
 
-std::string read_requests_text(const std::string& path) {
-  // Blocking open: a FIFO or a pipe (/dev/stdin) is read once, to its end, by the one caller.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(ErrorKind::Io, path, ": cannot open input file: ", std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat sb{};
-  if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat input file: ", std::strerror(errno));
-  if (S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode))
-    fail(ErrorKind::Usage, "--input ", path, ": is ", S_ISDIR(sb.st_mode) ? "a directory" : "a block device",
-         ", expected a file of JSON lines");
-  std::string text;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(ErrorKind::Io, path, ": read error: ", std::strerror(errno));
-    if (n == 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-  }
-  return text;
-}
+std::string read_requests_text(const std::string& path) { return read_stream_file(path, "--input"); }
 
 std::vector<Request> read_requests(const std::string& path, const RequestDefaults& d, const RequestLimits& lim,
                                    bool skip_invalid) {
