@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 
@@ -50,6 +51,15 @@ OutputLock::OutputLock(const std::string& output) : path_(path_for(output)) {
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;
+      if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
+        // Some parallel file systems refuse locks unless mounted for them (Lustre without -o flock):
+        // a run there must still work, without the guard.
+        ::close(fd);
+        ::unlink(path_.c_str());
+        log::warn(path_, ": this file system does not support file locks (", std::strerror(err),
+                  "); running without the check that no other run writes --output ", output);
+        return;
+      }
       const std::string who = err == EWOULDBLOCK ? holder_of(fd) : "";
       ::close(fd);
       if (err == EWOULDBLOCK)

@@ -9,7 +9,8 @@ namespace moerun::io {
 class OutputLock {
  public:
   // Takes the lock of `output` (its OUTPUT.lock). Held by another process: Usage error naming the
-  // output, the holder's pid and host. The lock file must be a regular file (Usage otherwise).
+  // output, the holder's pid and host. The lock file must be a regular file (Usage otherwise). On
+  // a file system without locks (flock: ENOSYS, EOPNOTSUPP, ENOLCK) one warning, and no lock.
   explicit OutputLock(const std::string& output);
   ~OutputLock();
   OutputLock(const OutputLock&) = delete;
