@@ -68,7 +68,6 @@ H5TypeInfo type_info(hid_t type) {
 std::string h5_error_message() { return error_stack_message(); }
 
 void h5_fail(const char* call, const char* file, int line) {
-  h5_rethrow_driver_error();
   throw Error(ErrorKind::Io, str("HDF5: ", call, " failed: ", error_stack_message(), " (", file, ":", line, ")"));
 }
 

@@ -233,18 +233,19 @@ DenseWeights load_dense_weights(const ModelLocation& model) {
   return h5_reading(fname, [&] { return read_dense_weights(file, fname); });
 }
 
-uint64_t write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
-                      DType dtype, bool one_chunk) {
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+                  DType dtype, bool one_chunk, Xxh64* stored) {
   int64_t n = 1;
   for (auto s : shape) n *= s;
   if (dtype == DType::F32) {
     h5_write(loc, path, shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, data, one_chunk);
-    return Xxh64().bytes(data, static_cast<std::size_t>(n) * sizeof(float)).digest();
+    if (stored) stored->bytes(data, static_cast<std::size_t>(n) * sizeof(float));
+    return;
   }
   std::vector<uint16_t> bits(static_cast<std::size_t>(n));
   f32_to_bf16(data, bits.data(), bits.size());
   h5_write(loc, path, shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, bits.data(), one_chunk);
-  return Xxh64().bytes(bits.data(), bits.size() * sizeof(uint16_t)).digest();
+  if (stored) stored->bytes(bits.data(), bits.size() * sizeof(uint16_t));
 }
 
 ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, const std::string& name)
@@ -281,8 +282,9 @@ void ModelFileWriter::write_root_attributes() {
 
 void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {
   h5_writing(path_, [&] {
-    const uint64_t sum = write_tensor(file_, dataset, shape, data, config_.dtype, false);
-    h5_set_attr_uint64(h5_open_object(file_, dataset), "xxh64", sum);
+    Xxh64 sum;
+    write_tensor(file_, dataset, shape, data, config_.dtype, false, &sum);
+    h5_set_attr_uint64(h5_open_object(file_, dataset), "xxh64", sum.digest());
   });
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "base/xxh64.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
@@ -74,8 +75,8 @@ class ModelFileWriter {
 };
 
 // Writes a float32 tensor as the given dtype into `loc` (float32, or bfloat16 bits as uint16);
-// returns the xxh64 of the bytes as stored.
-uint64_t write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
-                  DType dtype, bool one_chunk);
+// the bytes as stored are also fed to `stored` when given (the checksums of the format).
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
+                  DType dtype, bool one_chunk, Xxh64* stored = nullptr);
 
 }  // namespace moerun::io

@@ -1,5 +1,5 @@
-// Helpers shared by the unit tests: reproducible random tensors and weight matrices, scratch
-// directories.
+// Helpers shared by the unit tests: reproducible random tensors and weight matrices, the message of
+// an expected error, scratch directories.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.hpp"
 #include "base/matmul.hpp"
 #include "io/synthetic_model.hpp"
 
@@ -30,6 +31,19 @@ inline WeightMatrix make_weight(const std::vector<float>& w, int64_t rows, int64
   if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
   else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
   return m;
+}
+
+// The message of the moerun::Error `f` throws, after checking its kind ("" and a failure if none).
+template <typename F>
+std::string error_of(F f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
 }
 
 // A fresh, empty directory for the running test: TMPDIR/moerun-PREFIX-PID-TESTNAME (removed first

@@ -214,6 +214,8 @@ cp -r "$WORK/m" "$WORK/fifoshard" && mkfifo "$WORK/fifoshard/experts-00002.h5"
 expect "a FIFO named experts-00002.h5 in the model" 3 "experts-00002.h5: is a FIFO, expected a regular file" -- "${infer[@]}" --model "$WORK/fifoshard"
 expect "--temperature inf" 2 "--temperature must be a finite number >= 0" -- "${infer[@]}" --model "$WORK/m" --temperature inf
 mkdir "$WORK/cfgdir"
+expect "--input names a directory" 2 "--input .*cfgdir: is a directory, expected a file of JSON lines" -- \
+  infer --model "$WORK/m" --input "$WORK/cfgdir" --output "$WORK/out.jsonl" --quiet
 expect "--config names a directory" 2 "cfgdir: is a directory, expected a regular file" -- "${infer[@]}" --model "$WORK/m" --config "$WORK/cfgdir"
 long="$WORK/$(printf 'o%.0s' $(seq 1 246))"
 expect "a 246-character --output name: refused before the run" 4 "cannot create a temporary file next to it: File name too long" -- \

@@ -78,4 +78,7 @@ run "... and with no retries allowed: exit 4 naming the store" 4 "s3://bkt/m/.*u
 serve list-loop
 run "a listing that never ends" 4 "s3://bkt/m: the object store's listing repeats its continuation token" 30 -- \
   "${infer[@]}" --model s3://bkt/m
+serve list-notoken
+run "a listing truncated without a continuation token" 4 "s3://bkt/m: the object store's listing says it is truncated but gives no" 30 -- \
+  "${infer[@]}" --model s3://bkt/m
 finish

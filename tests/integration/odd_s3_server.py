@@ -7,6 +7,7 @@ ListObjectsV2), checks no signature, and in one --mode breaks one rule of the pr
   stall         GETs after the first --after answer nothing until --stall-s has passed
   flaky         every other GET (and HEAD) fails: a 500, then a body cut short, in turn
   list-loop     listings say IsTruncated=true with the same continuation token forever
+  list-notoken  listings say IsTruncated=true and give no continuation token
 It writes the port it listens on to --port-file and stops after --lifetime-s."""
 import argparse
 import http.server
@@ -101,6 +102,8 @@ def main():
 
         def listing(self, bucket, q):
             prefix = q.get("prefix", [""])[0]
+            if o.mode == "list-notoken":
+                return self.reply(200, b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>")
             if o.mode == "list-loop":
                 body = ("<ListBucketResult><IsTruncated>true</IsTruncated>"
                         "<NextContinuationToken>again</NextContinuationToken></ListBucketResult>").encode()

@@ -21,6 +21,7 @@
 namespace moerun::io {
 namespace {
 namespace fs = std::filesystem;
+using moerun::testing::error_of;
 
 class FileSafety : public ::testing::Test {
  protected:
@@ -28,16 +29,6 @@ class FileSafety : public ::testing::Test {
   void TearDown() override {
     ::umask(saved_umask);
     fs::remove_all(dir);
-  }
-  static std::string error_of(const std::function<void()>& f, ErrorKind kind) {
-    try {
-      f();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), kind) << e.what();
-      return e.what();
-    }
-    ADD_FAILURE() << "no error";
-    return "";
   }
   static mode_t mode_of(const fs::path& p) {
     struct stat sb{};

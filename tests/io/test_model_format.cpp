@@ -234,6 +234,21 @@ TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
   EXPECT_TRUE(read_model_config(dir).shard_ids.empty());
 }
 
+TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{3}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 3, expected 1 or 2"});
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "format_version", int64_t{2});
+    h5_delete(f, "/expert_shards");
+    const std::vector<int32_t> ids{1, 2};
+    h5_write(f, "/expert_shards", {2}, H5T_STD_I32LE, H5T_NATIVE_INT32, ids.data(), false);
+  }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: /expert_shards must be uint64 [0..100000], is int32 [2]"});
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete(f, "/expert_shards"); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: dataset /expert_shards is missing"});
+}
+
 TEST_F(ModelFormat, ShardsAreBoundToTheirModel) {
   const ModelConfig c = read_model_config(dir);
   ASSERT_EQ(c.shard_ids.size(), 2u);

@@ -21,6 +21,7 @@
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
 #include "io/object_store.hpp"
+#include "tests/test_support.hpp"
 
 namespace moerun::io {
 namespace {
@@ -62,18 +63,7 @@ int logged_requests(const S3Url& u) {
   return n;
 }
 
-// The message of the moerun::Error `f` throws, after checking its kind ("" and a failure if none).
-template <typename F>
-std::string error_of(F f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
+using moerun::testing::error_of;
 
 class ObjectStoreTest : public ::testing::Test {
  protected:
