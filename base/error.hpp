@@ -74,3 +74,36 @@ template <typename... Args>
 }
 
 }  // namespace moerun
+
+namespace moerun {
+
+// A configuration value out of range, naming the config field ("router.top_p_experts") rather
+// than a command-line flag: the engine is embedded without a CLI. What a caller shows is its own
+// business (launch/ maps fields to its flags, config_error_text); what() names the field.
+class ConfigError : public Error {
+ public:
+  ConfigError(std::string field, const std::string& detail)
+      : Error(ErrorKind::Usage, field + " " + detail), field_(std::move(field)), detail_(printable(detail)) {}
+  const std::string& field() const { return field_; }
+  const std::string& detail() const { return detail_; }  // "must be >= 1, not 0"
+
+ private:
+  std::string field_, detail_;
+};
+
+// Runs a sub-config's validate(); its ConfigError gets the sub-config's name in front of the field.
+template <typename F>
+void validate_part(const char* part, F&& validate) {
+  try {
+    validate();
+  } catch (const ConfigError& e) {
+    throw ConfigError(str(part, ".", e.field()), e.detail());
+  }
+}
+
+template <typename... Args>
+[[noreturn]] void fail_config(const std::string& field, const Args&... args) {
+  throw ConfigError(field, str(args...));
+}
+
+}  // namespace moerun

@@ -3,22 +3,13 @@
 #include "base/log.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 namespace moerun::log {
 namespace {
 
-Level level_from_env() {
-  const char* v = std::getenv("MOERUN_LOG");
-  if (!v) return Level::Info;
-  if (!std::strcmp(v, "warn")) return Level::Warn;
-  if (!std::strcmp(v, "debug")) return Level::Debug;
-  return Level::Info;
-}
-
 struct State {
-  Level level = level_from_env();
+  Level level = Level::Info;
   int rank = -1;
 };
 

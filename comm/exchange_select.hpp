@@ -1,6 +1,7 @@
-// Choosing and building the all-to-all-v: `mpi` (point-to-point MPI, flat), `hier` (hierarchical:
-// shared memory inside a node, UCX between nodes — MPI where UCX is not built), or `auto`, which
-// picks by node count and message size from the measurements in docs/PERFORMANCE.md.
+// Choosing and building the all-to-all-v: `mpi` (point-to-point MPI, flat) or `hier` (hierarchical:
+// shared memory inside a node, UCX between nodes — MPI where UCX is not built). There is no
+// automatic choice: hier has not measured faster than mpi anywhere yet (docs/PERFORMANCE.md), so
+// `auto` would only ever mean mpi; launch/ accepts `--a2a auto` as a deprecated name for mpi.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -11,15 +12,20 @@
 
 namespace moerun::comm {
 
-enum class A2aKind { Mpi, Hier, Auto };
+enum class A2aKind { Mpi, Hier };
 
-A2aKind parse_a2a(const std::string& name);  // Usage error otherwise
+A2aKind parse_a2a(const std::string& name);  // mpi | hier; ConfigError on field "a2a" otherwise
 const char* a2a_name(A2aKind kind);
-// `auto` resolved: the same answer on every rank for the same arguments.
-A2aKind resolve_a2a(A2aKind requested, int nodes, int64_t bytes_per_rank);
-// Inter-node transport of `hier`: MOERUN_INTERNODE=ucx|mpi, default ucx when built with UCX.
-std::string internode_transport();
+// How `hier` moves rows between nodes (launch/ fills it from MOERUN_INTERNODE, MOERUN_UCX_PEER_ERRORS).
+struct TransportConfig {
+  std::string internode;     // ucx | mpi; empty: ucx when built with UCX, else mpi
+  int ucx_peer_errors = -1;  // UCX error mode PEER: -1 for peers on other hosts only, 0 never, 1 always
+};
+// The inter-node transport `hier` uses: Usage error naming `internode` when it is neither, or ucx
+// without UCX.
+std::string internode_transport(const TransportConfig& t);
 
-std::unique_ptr<AllToAllV> make_alltoallv(A2aKind kind, MPI_Comm world, const Topology& topo, double timeout_s);
+std::unique_ptr<AllToAllV> make_alltoallv(A2aKind kind, MPI_Comm world, const Topology& topo, double timeout_s,
+                                          const TransportConfig& transport = {});
 
 }  // namespace moerun::comm

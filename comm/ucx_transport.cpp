@@ -62,13 +62,13 @@ struct UcxPointToPoint::Impl {
   bool warned_no_peer_errors = false;
   // Error mode PEER for peers on other hosts. Peers on this host (virtual nodes) are made without
   // it so that UCX may use shared memory/CMA (its shm transports cannot detect peer failure; a dead
-  // local peer ends the job through mpirun, or --comm-timeout). MOERUN_UCX_PEER_ERRORS=0 drops PEER
-  // everywhere, =1 keeps it everywhere.
-  std::string peer_errors_env = std::getenv("MOERUN_UCX_PEER_ERRORS") ? std::getenv("MOERUN_UCX_PEER_ERRORS") : "";
+  // local peer ends the job through mpirun, or --comm-timeout). peer_errors 0 drops PEER
+  // everywhere, 1 keeps it everywhere (MOERUN_UCX_PEER_ERRORS).
+  int peer_errors = -1;
   std::vector<uint8_t> same_host;  // [peer]
   bool peer_errors_for(int peer) const {
-    if (peer_errors_env == "0") return false;
-    if (peer_errors_env == "1") return true;
+    if (peer_errors == 0) return false;
+    if (peer_errors == 1) return true;
     return !same_host[static_cast<std::size_t>(peer)];
   }
 
@@ -142,7 +142,8 @@ struct UcxPointToPoint::Impl {
 
 bool ucx_available() { return true; }
 
-UcxPointToPoint::UcxPointToPoint(MPI_Comm world) : impl_(std::make_unique<Impl>()) {
+UcxPointToPoint::UcxPointToPoint(MPI_Comm world, int peer_errors) : impl_(std::make_unique<Impl>()) {
+  impl_->peer_errors = peer_errors;
   Impl& s = *impl_;
   MPI_CHECK(MPI_Comm_rank(world, &s.rank));
   MPI_CHECK(MPI_Comm_size(world, &s.size));

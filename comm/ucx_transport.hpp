@@ -15,7 +15,8 @@ namespace moerun::comm {
 
 class UcxPointToPoint final : public PointToPoint {
  public:
-  explicit UcxPointToPoint(MPI_Comm world);
+  // peer_errors: UCX error mode PEER for -1 peers on other hosts, 0 none, 1 all (TransportConfig).
+  UcxPointToPoint(MPI_Comm world, int peer_errors = -1);
   ~UcxPointToPoint() override;
   void post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) override;
   void post_recv(int peer, void* buf, std::size_t bytes, uint64_t tag) override;

@@ -5,7 +5,6 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "base/error.hpp"
@@ -16,7 +15,7 @@ namespace moerun::experts {
 DeviceKind parse_device(const std::string& s) {
   if (s == "cpu") return DeviceKind::Cpu;
   if (s == "cuda") return DeviceKind::Cuda;
-  fail(ErrorKind::Usage, "--device '", s, "': expected cpu or cuda");
+  fail_config("device", "'", s, "': expected cpu or cuda");
 }
 
 const char* device_name(DeviceKind d) { return d == DeviceKind::Cuda ? "cuda" : "cpu"; }
@@ -27,11 +26,11 @@ using CreateCuda = ExpertBackend* (*)(const io::ModelConfig*, int);
 
 // libmoerun_cuda.so: $MOERUN_CUDA_BACKEND if set, else next to the running binary. Loaded once and
 // never unloaded (backends and their threads' staging live until exit).
-CreateCuda load_cuda_backend() {
-  static CreateCuda create = [] {
+CreateCuda load_cuda_backend(const std::string& library) {
+  static CreateCuda create = [&library] {
     std::string path;
-    if (const char* env = std::getenv("MOERUN_CUDA_BACKEND"); env && *env) {
-      path = env;
+    if (!library.empty()) {
+      path = library;
     } else {
       std::error_code ec;
       const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -52,10 +51,19 @@ CreateCuda load_cuda_backend() {
 
 }  // namespace
 
-std::unique_ptr<ExpertBackend> make_expert_backend(DeviceKind device, const io::ModelConfig& config, Matmul& compute,
+std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config) {
+  const StoredForm* form = backend.stored_form();
+  return form ? form->name() : str("raw;", dtype_name(config.dtype));
+}
+
+std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
                                                    int local_rank) {
-  if (device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);
-  return std::unique_ptr<ExpertBackend>(load_cuda_backend()(&config, local_rank));
+  // Every backend today computes plain f32/bf16 experts; quantized formats need their kernels first.
+  if (config.expert_format.scheme != io::WeightScheme::Plain)
+    fail(ErrorKind::Usage, "experts in weight format ", config.expert_format.name(), " have no kernels in the ",
+         device_name(spec.device), " backend yet");
+  if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);
+  return std::unique_ptr<ExpertBackend>(load_cuda_backend(spec.cuda_library)(&config, local_rank));
 }
 
 }  // namespace moerun::experts

@@ -14,12 +14,19 @@
 #include "base/memory_kind.hpp"
 #include "io/blob_store.hpp"
 #include "io/model_config.hpp"
+#include "io/weight_format.hpp"
 
 namespace moerun::experts {
 
 enum class DeviceKind { Cpu, Cuda };
-DeviceKind parse_device(const std::string& s);  // Usage error naming --device
+DeviceKind parse_device(const std::string& s);  // ConfigError naming the field "device"
 const char* device_name(DeviceKind d);
+
+// Which backend, and where its library is (launch/ reads MOERUN_CUDA_BACKEND into it).
+struct BackendSpec {
+  DeviceKind device = DeviceKind::Cpu;
+  std::string cuda_library;  // libmoerun_cuda.so; empty: next to the running executable
+};
 
 // One allocation of a backend: where it lives, the bytes asked for, the bytes really taken.
 struct BufferInfo {
@@ -34,9 +41,29 @@ class ResidentExpert {
  public:
   virtual ~ResidentExpert() = default;
   virtual BufferInfo buffer() const = 0;
-  // Host memory holding the backend's packed form, in parts (w1, w3, w2) that the L2 tier keeps and
-  // reads back in place; empty when the resident form is not in host memory (L2 keeps the raw form).
-  virtual std::vector<io::BlobPart> host_parts() { return {}; }
+};
+
+// The form the L2 tier keeps of a backend's experts when their resident form is in host memory:
+// L2 writes it and reads hits straight back into a slot. A backend without one (its experts live
+// in device memory) has L2 keep the raw form, verified again on the way back.
+class StoredForm {
+ public:
+  virtual ~StoredForm() = default;
+  // A stored form of another name (another layout, ISA or weight format) is not read back.
+  virtual std::string name() const = 0;
+  // The host memory of `e` that holds this form, in parts (w1, w3, w2).
+  virtual std::vector<io::BlobPart> parts(ResidentExpert& e) const = 0;
+};
+
+// What `bench layer` times a backend by: its own dense GEMM, and its host-device copies.
+class BackendTiming {
+ public:
+  virtual ~BackendTiming() = default;
+  // Seconds per dense y[M, N] = x[M, K]·W[N, K]ᵀ in the model's dtype on the backend's own GEMM
+  // (oneDNN, cuBLAS), operands already in its memory; one entry per timed iteration.
+  virtual std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) = 0;
+  // Seconds spent so far moving rows between host and device memory inside begin()/finish().
+  virtual double copy_seconds() const { return 0; }
 };
 
 // Host memory for a layer's rows, of the kind this backend copies from fastest (pinned for a GPU).
@@ -56,16 +83,17 @@ class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
   virtual std::string describe() const = 0;  // one line for logs and bench output
+  // The experts' weight format this backend computes with (the model's, io/weight_format.hpp).
+  virtual io::WeightFormat weight_format() const = 0;
   virtual MemoryKind weight_memory() const = 0;
   // Real bytes one expert of the model takes in this backend's memory: what an L1 slot costs.
   virtual int64_t expert_bytes() = 0;
   // Bytes this backend's weight memory can still take (host: physical memory; device: free memory
   // now); 0 when unknown. Checked before allocating, so too many experts are a clear error.
   virtual int64_t memory_bytes() = 0;
-  // Name of the form L2 keeps for this backend; a stored form of another name is not read back.
-  virtual std::string stored_form_name() = 0;
-  // True when experts' host_parts() are the stored form (L2 then reads hits straight into them).
-  virtual bool packs_on_host() const = 0;
+  // The form L2 keeps (null: the raw form) and the timing `bench layer` uses (null: none).
+  virtual const StoredForm* stored_form() const { return nullptr; }
+  virtual BackendTiming* timing() { return nullptr; }
 
   virtual std::unique_ptr<ResidentExpert> allocate_expert() = 0;
   // Loads raw (verified) bytes into `into`. Thread-safe: the cache's I/O threads call it while the
@@ -84,20 +112,16 @@ class ExpertBackend {
   virtual RowBuffers row_buffers(int64_t rows) = 0;
   virtual void run(const ExpertRun& r) = 0;
   virtual void finish() = 0;
-
-  // Seconds per dense y[M, N] = x[M, K]·W[N, K]ᵀ in the model's dtype on this backend's own GEMM
-  // (oneDNN, cuBLAS), operands already in its memory; one entry per timed iteration. The peak that
-  // `bench layer` holds the MoE layer against.
-  virtual std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) = 0;
-  // Seconds spent so far moving rows between host and device memory inside begin()/finish() (a
-  // backend computing in host memory moves none).
-  virtual double copy_seconds() const { return 0; }
 };
 
-// The backend for --device. `compute` is the compute thread's oneDNN context (CPU backend); a CUDA
-// backend needs a build with CUDA and a visible device (Usage error otherwise).
-// `local_rank` (the rank's index on its host) picks the GPU: local_rank mod visible devices.
-std::unique_ptr<ExpertBackend> make_expert_backend(DeviceKind device, const io::ModelConfig& config, Matmul& compute,
+// The name of the form L2 keeps for `backend`'s experts of `config`.
+std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config);
+
+// The backend of `spec` for the experts of `config`. `compute` is the compute thread's oneDNN
+// context (CPU backend); a CUDA backend needs a build with CUDA and a visible device (Usage error
+// otherwise). `local_rank` (the rank's index on its host) picks the GPU: local_rank mod visible
+// devices. A weight format the backend has no kernels for is a Usage error naming both.
+std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
                                                    int local_rank = 0);
 
 }  // namespace moerun::experts

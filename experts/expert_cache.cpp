@@ -53,10 +53,10 @@ const char* warmup_name(WarmupPolicy p) {
 }
 
 void ExpertCacheConfig::validate() const {
-  if (warmup_requests < 0) fail(ErrorKind::Usage, "--warmup-requests must be >= 0");
-  if (l1_bytes < 0) fail(ErrorKind::Usage, "--l1-bytes must be >= 0");
-  if (l2_bytes < 0) fail(ErrorKind::Usage, "--l2-bytes must be >= 0");
-  if (io_threads < 1 || io_threads > 64) fail(ErrorKind::Usage, "--io-threads must be in [1, 64]");
+  if (warmup_requests < 0) fail_config("warmup_requests", "must be >= 0");
+  if (l1_bytes < 0) fail_config("l1_bytes", "must be >= 0");
+  if (l2_bytes < 0) fail_config("l2_bytes", "must be >= 0");
+  if (io_threads < 1 || io_threads > 64) fail_config("io_threads", "must be in [1, 64]");
 }
 
 double CacheCounters::l1_hit_rate() const { return ratio(static_cast<double>(l1_hits), static_cast<double>(l1_hits + l1_misses)); }
@@ -70,32 +70,37 @@ double CacheCounters::prefetch_recall() const {
   return ratio(static_cast<double>(prefetch_used), static_cast<double>(prefetch_used + demand_loads));
 }
 
+const std::vector<CounterField<CacheCounters>>& CacheCounters::fields() {
+  using C = CacheCounters;
+  static const std::vector<CounterField<C>> f{
+      counter("l1_hits", &C::l1_hits), counter("l1_misses", &C::l1_misses), counter("l2_hits", &C::l2_hits),
+      counter("l2_misses", &C::l2_misses), counter("l3_reads", &C::l3_reads), counter("l2_bytes_read", &C::l2_bytes_read),
+      counter("l3_bytes_read", &C::l3_bytes_read), counter("l2_bytes_written", &C::l2_bytes_written),
+      counter("l2_corrupt", &C::l2_corrupt), counter("prefetch_issued", &C::prefetch_issued),
+      counter("prefetch_used", &C::prefetch_used), counter("prefetch_wasted", &C::prefetch_wasted),
+      counter("evictions", &C::evictions), counter("demand_loads", &C::demand_loads), counter("warmup_loads", &C::warmup_loads),
+      counter("warmup_used", &C::warmup_used), counter("stall_s", &C::stall_s), counter("load_read_s", &C::read_s),
+      counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s)};
+  return f;
+}
+
 std::vector<double> CacheCounters::to_vector() const {
-  return {static_cast<double>(l1_hits), static_cast<double>(l1_misses), static_cast<double>(l2_hits),
-          static_cast<double>(l2_misses), static_cast<double>(l3_reads), static_cast<double>(l2_bytes_read),
-          static_cast<double>(l3_bytes_read), static_cast<double>(l2_bytes_written), static_cast<double>(l2_corrupt),
-          static_cast<double>(prefetch_issued), static_cast<double>(prefetch_used), static_cast<double>(prefetch_wasted),
-          static_cast<double>(evictions), static_cast<double>(demand_loads), static_cast<double>(warmup_loads),
-          static_cast<double>(warmup_used), stall_s, read_s, verify_s, pack_s};
+  std::vector<double> v;
+  for (const auto& f : fields()) v.push_back(f.get(*this));
+  return v;
 }
 
 CacheCounters CacheCounters::from_vector(const std::vector<double>& v) {
   CacheCounters c;
-  int64_t* f[] = {&c.l1_hits, &c.l1_misses, &c.l2_hits, &c.l2_misses, &c.l3_reads, &c.l2_bytes_read, &c.l3_bytes_read,
-                  &c.l2_bytes_written, &c.l2_corrupt, &c.prefetch_issued, &c.prefetch_used, &c.prefetch_wasted,
-                  &c.evictions, &c.demand_loads, &c.warmup_loads, &c.warmup_used};
-  for (std::size_t i = 0; i < std::size(f) && i < v.size(); ++i) *f[i] = std::llround(v[i]);
-  double* d[] = {&c.stall_s, &c.read_s, &c.verify_s, &c.pack_s};
-  for (std::size_t i = 0; i < std::size(d) && std::size(f) + i < v.size(); ++i) *d[i] = v[std::size(f) + i];
+  for (std::size_t i = 0; i < fields().size() && i < v.size(); ++i) {
+    const auto& f = fields()[i];
+    if (f.i) c.*f.i = std::llround(v[i]);
+    else c.*f.d = v[i];
+  }
   return c;
 }
 
-void CacheCounters::add(const CacheCounters& o) {
-  const auto a = to_vector(), b = o.to_vector();
-  std::vector<double> s(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
-  *this = from_vector(s);
-}
+void CacheCounters::add(const CacheCounters& o) { combine_counters(*this, o); }
 
 ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
                          std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph)
@@ -126,7 +131,7 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
   hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
   warming_ = cfg_.warmup == WarmupPolicy::Hotness && cfg_.warmup_requests > 0;
   if (!cfg_.l2_dir.empty())
-    l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, backend_.stored_form_name(), cfg_.l2_direct);
+    l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, stored_form_name(backend_, source.config()), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
@@ -405,7 +410,7 @@ void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* i
   // L2 keeps a CPU backend's packed form (a later hit reads it straight into a slot, with no pack),
   // and for other backends the raw form.
   const std::vector<io::ConstBlobPart> stored_form =
-      into && backend_.packs_on_host() ? const_parts(into->host_parts()) : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
+      into && backend_.stored_form() ? const_parts(backend_.stored_form()->parts(*into)) : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
   const bool stored = l2_ && l2_->put(l, e, stored_form, want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
@@ -426,8 +431,9 @@ void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot)
       std::lock_guard<std::mutex> lock(mu_);
       want = source_checksum_locked(k);
     }
-    const bool packed = backend_.packs_on_host();
-    std::vector<io::BlobPart> parts = packed ? slot.host_parts() : std::vector<io::BlobPart>{};
+    const StoredForm* form = backend_.stored_form();
+    const bool packed = form != nullptr;
+    std::vector<io::BlobPart> parts = packed ? form->parts(slot) : std::vector<io::BlobPart>{};
     if (!packed) {
       raw.resize(static_cast<std::size_t>(raw_bytes_));
       parts.push_back({raw.data(), raw.size(), raw.capacity()});
@@ -485,7 +491,7 @@ void ExpertCache::worker() {
       ++running_;
       lock.unlock();
       try {
-        if (backend_.packs_on_host() && !warm) warm = backend_.allocate_expert();
+        if (backend_.stored_form() && !warm) warm = backend_.allocate_expert();
         fetch_from_l3(t.key, raw, warm.get());
       } catch (...) {
         // a failed warm-up is retried on demand, where the error is reported

@@ -10,6 +10,7 @@
 // needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
 // recently used (lru, off).
 #pragma once
+#include "base/counter_fields.hpp"
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -74,7 +75,9 @@ struct CacheCounters {
   double l2_hit_rate() const;
   double prefetch_precision() const;    // used / issued
   double prefetch_recall() const;       // needed experts that a prefetch brought / all that L1 did not already hold
-  std::vector<double> to_vector() const;
+  // The field table (base/counter_fields.hpp): every field summed across ranks.
+  static const std::vector<CounterField<CacheCounters>>& fields();
+  std::vector<double> to_vector() const;  // in fields() order
   static CacheCounters from_vector(const std::vector<double>& v);
   void add(const CacheCounters& o);
 };
@@ -145,7 +148,7 @@ class ExpertCache : public ExpertStore {
   // store the backend's stored form in L2.
   void fetch_from_l3(int64_t key, AlignedBuffer& raw, ResidentExpert* into);
   // Bytes of an expert's form in L2 as the counters count it (a slot for packed forms, else raw).
-  int64_t stored_bytes() const { return backend_.packs_on_host() ? slot_bytes_ : raw_bytes_; }
+  int64_t stored_bytes() const { return backend_.stored_form() ? slot_bytes_ : raw_bytes_; }
 
   ExpertCacheConfig cfg_;
   ExpertBackend& backend_;

@@ -29,19 +29,12 @@ std::string last_line(std::string s) {
 
 }  // namespace
 
-Hdf5Probe default_hdf5_probe() {
+Hdf5Probe hdf5_probe_of_this_executable(double timeout_s) {
   Hdf5Probe p;
-  const char* off = std::getenv("MOERUN_HDF5_PROBE");
-  if (off && std::string(off) == "0") return p;
   std::error_code ec;
   p.program = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) p.program.clear();
-  if (const char* t = std::getenv("MOERUN_HDF5_PROBE_TIMEOUT")) {
-    char* end = nullptr;
-    const double v = std::strtod(t, &end);
-    if (end == t || *end || !(v > 0)) fail(ErrorKind::Usage, "MOERUN_HDF5_PROBE_TIMEOUT must be a number of seconds > 0, not \"", t, "\"");
-    p.timeout_s = v;
-  }
+  p.timeout_s = timeout_s;
   return p;
 }
 

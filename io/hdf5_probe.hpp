@@ -27,9 +27,9 @@ struct Hdf5Probe {
   void check(const std::vector<std::string>& files) const;
 };
 
-// This executable as the probe (/proc/self/exe), unless MOERUN_HDF5_PROBE=0; the timeout from
-// MOERUN_HDF5_PROBE_TIMEOUT (seconds).
-Hdf5Probe default_hdf5_probe();
+// This executable as the probe (/proc/self/exe); launch/ decides whether to probe at all
+// (MOERUN_HDF5_PROBE) and the timeout (MOERUN_HDF5_PROBE_TIMEOUT).
+Hdf5Probe hdf5_probe_of_this_executable(double timeout_s = 60);
 
 // The child's side (`moerun __probe-hdf5 [--timeout S] [--s3-retries N --s3-timeout S] FILE...`):
 // walks each file (s3:// URLs through a client made from `s3`, its retries and timeout from the

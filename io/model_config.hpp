@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "io/weight_format.hpp"
 
 namespace moerun::io {
 
@@ -37,6 +38,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;
   int64_t max_position = 0;
   DType dtype = DType::F32;
+  WeightFormat expert_format;  // of the experts: {dtype, plain} unless the file says otherwise
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 0;
   // Architecture variants (docs/FORMATS.md). The defaults are Mixtral's; qwen2_moe and olmoe

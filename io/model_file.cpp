@@ -153,6 +153,8 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     c.rms_norm_eps = f("rms_norm_eps");
     c.max_position = i("max_position");
     c.dtype = parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
+    const auto format = h5_attr_string(file, "expert_format");  // optional: absent means plain
+    c.expert_format = format ? parse_weight_format(*format, c.dtype, fname) : WeightFormat{c.dtype, WeightScheme::Plain};
     c.bos_token_id = i("bos_token_id");
     c.eos_token_id = i("eos_token_id");
     // Variant attributes are optional: a file without them is a Mixtral model.
@@ -272,6 +274,7 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "rms_norm_eps", c.rms_norm_eps);
   h5_set_attr(file_, "max_position", c.max_position);
   h5_set_attr(file_, "dtype", std::string(dtype_name(c.dtype)));
+  h5_set_attr(file_, "expert_format", WeightFormat{c.dtype, c.expert_format.scheme}.name());
   h5_set_attr(file_, "bos_token_id", c.bos_token_id);
   h5_set_attr(file_, "eos_token_id", c.eos_token_id);
   h5_set_attr(file_, "norm_topk_prob", int64_t{c.norm_topk_prob ? 1 : 0});

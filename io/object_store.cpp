@@ -200,7 +200,9 @@ std::string ObjectStore::http_url(const S3Url& url) const {
   return config_.endpoint_url() + "/" + path;
 }
 
-ObjectStoreStats ObjectStore::stats() const { return {requests_.load(), retries_.load(), bytes_.load()}; }
+ObjectStoreStats ObjectStore::stats() const {
+  return {static_cast<int64_t>(requests_.load()), static_cast<int64_t>(retries_.load()), static_cast<int64_t>(bytes_.load())};
+}
 
 ObjectStore::Response ObjectStore::attempt(const Request& req) const {
   std::unique_ptr<CurlConnection> conn;

@@ -2,6 +2,7 @@
 // CURLOPT_AWS_SIGV4), path-style URLs, ranged GETs, and retries with exponential backoff and jitter
 // on 5xx, throttling, timeouts and resets. Credentials are never printed.
 #pragma once
+#include "base/counter_fields.hpp"
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -39,9 +40,16 @@ bool is_s3_url(const std::string& s);
 S3Url parse_s3_url(const std::string& s);
 
 struct ObjectStoreStats {
-  uint64_t requests = 0;  // HTTP requests sent, retries included
-  uint64_t retries = 0;
-  uint64_t bytes = 0;     // body bytes received
+  int64_t requests = 0;  // HTTP requests sent, retries included
+  int64_t retries = 0;
+  int64_t bytes = 0;     // body bytes received
+
+  static const std::vector<CounterField<ObjectStoreStats>>& fields() {
+    static const std::vector<CounterField<ObjectStoreStats>> f{counter("requests", &ObjectStoreStats::requests),
+                                                              counter("retries", &ObjectStoreStats::retries),
+                                                              counter("bytes", &ObjectStoreStats::bytes)};
+    return f;
+  }
 };
 
 struct ObjectInfo {

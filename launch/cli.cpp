@@ -1,5 +1,6 @@
 // Option parsing helpers.
 #include "launch/cli.hpp"
+#include "launch/option_names.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -38,7 +39,7 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
   return true;
 }
 
-void CacheOptions::add(po::options_description& o, runtime::InferConfig& c) {
+void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
   o.add_options()
     ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: every owned expert resident)")
     ("l2-dir", po::value(&c.cache.l2_dir), "expert cache: L2 directory on local disk (kept across runs; one subdirectory per rank)")
@@ -54,7 +55,7 @@ void CacheOptions::add(po::options_description& o, runtime::InferConfig& c) {
     ("io-threads", po::value(&c.cache.io_threads)->default_value(c.cache.io_threads), "expert cache: loader threads per expert rank");
 }
 
-void CacheOptions::finish(runtime::InferConfig& c) const {
+void CacheOptions::finish(runtime::EngineConfig& c) const {
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);
@@ -63,7 +64,7 @@ void CacheOptions::finish(runtime::InferConfig& c) const {
   c.cache.l2_direct = l2_io == "direct";
   if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
     fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
-  c.cache.validate();
+  with_option_names([&] { c.cache.validate(); });
 }
 
 void ObjectStoreOptions::add(po::options_description& o) {

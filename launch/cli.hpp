@@ -28,8 +28,8 @@ void apply_model_dtype(const std::string& dtype, io::ModelConfig& m);
 // The expert cache options (infer, bench infer). Call finish() after parsing.
 struct CacheOptions {
   std::string l1 = "0", l2 = "16G", prefetch = "lru", l2_io = "direct", warmup = "hotness";
-  void add(po::options_description& o, runtime::InferConfig& c);
-  void finish(runtime::InferConfig& c) const;
+  void add(po::options_description& o, runtime::EngineConfig& c);
+  void finish(runtime::EngineConfig& c) const;
 };
 
 // Object-store options (infer, inspect): --s3-retries, --s3-timeout. finish() reads the standard

@@ -8,6 +8,7 @@
 #include "io/output_file.hpp"
 #include "io/routing_trace.hpp"
 #include "launch/cli.hpp"
+#include "launch/environment.hpp"
 
 namespace moerun::launch {
 namespace {
@@ -24,7 +25,7 @@ int affinity_build(int argc, char** argv) {
   std::vector<io::PathUse> inputs;
   for (const auto& t : traces) inputs.push_back({t, "--trace"});
   check_output_files({{out, "--out"}}, inputs);
-  io::default_hdf5_probe().check(traces);
+  hdf5_probe_from(Environment::read()).check(traces);
   std::vector<io::RoutingTrace> loaded;
   for (const auto& t : traces) loaded.push_back(io::read_routing_trace(t));
   const io::AffinityGraph g = experts::build_affinity_graph(loaded, traces);
@@ -50,7 +51,7 @@ int affinity_show(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun affinity show [--graph] affinity.h5 [--top N]", o, vm, &pos)) return 0;
   if (top < 0) fail(ErrorKind::Usage, "--top must be >= 0, not ", top);
   if (min_count < 0) fail(ErrorKind::Usage, "--min-count must be >= 0, not ", min_count);
-  io::default_hdf5_probe().check({graph});
+  hdf5_probe_from(Environment::read()).check({graph});
   const io::AffinityGraph g = io::read_affinity_graph(graph);
   std::printf("# %s: %lld tokens, %lld layers x %lld experts, top-%lld\n", graph.c_str(), static_cast<long long>(g.tokens),
               static_cast<long long>(g.num_layers), static_cast<long long>(g.num_experts), static_cast<long long>(g.top_k));

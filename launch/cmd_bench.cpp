@@ -3,14 +3,17 @@
 #include <iostream>
 
 #include "io/output_file.hpp"
+#include "comm/exchange_select.hpp"
 #include "launch/cli.hpp"
-#include "comm/alltoallv_bench.hpp"
+#include "launch/environment.hpp"
+#include "launch/option_names.hpp"
+#include "launch/bench/alltoallv_bench.hpp"
 #include "experts/backend.hpp"
 #include "comm/mpi.hpp"
-#include "runtime/gemm_bench.hpp"
-#include "runtime/infer_bench.hpp"
-#include "runtime/layer_bench.hpp"
-#include "runtime/scaling_sweep.hpp"
+#include "launch/bench/gemm_bench.hpp"
+#include "launch/bench/infer_bench.hpp"
+#include "launch/bench/layer_bench.hpp"
+#include "launch/bench/scaling_sweep.hpp"
 
 namespace moerun::launch {
 namespace {
@@ -37,7 +40,7 @@ struct SweepOptions {
       ("sweep-nodes", po::value(&nodes), "sweep: comma-separated virtual node counts (default: nodes as MPI sees them)")
       ("scaling", po::value(&scalings)->default_value(scalings), "sweep: weak, strong or both");
   }
-  void fill(runtime::SweepConfig& c) const {
+  void fill(bench::SweepConfig& c) const {
     c.ranks.clear();
     for (auto r : parse_int_list(ranks, "sweep-ranks")) c.ranks.push_back(static_cast<int>(r));
     if (!nodes.empty())
@@ -47,24 +50,24 @@ struct SweepOptions {
   }
 };
 
-int run_sweep_command(runtime::SweepConfig& c, const SweepOptions& so, const std::string& json, const std::string& csv,
+int run_sweep_command(bench::SweepConfig& c, const SweepOptions& so, const std::string& json, const std::string& csv,
                       int* argc, char*** argv) {
   so.fill(c);
   comm::MpiSession mpi(argc, argv);
   if (mpi.rank() == 0) {
     check_output_files({{json, "--json"}, {csv, "--csv"}});
   }
-  const auto r = runtime::run_sweep(c, MPI_COMM_WORLD);
+  const auto r = bench::run_sweep(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {
-    std::cout << runtime::sweep_table(r);
-    if (!json.empty()) io::write_file_atomically(json, {runtime::sweep_json(c, r)});
-    if (!csv.empty()) io::write_file_atomically(csv, {runtime::sweep_csv(r)});
+    std::cout << bench::sweep_table(r);
+    if (!json.empty()) io::write_file_atomically(json, {bench::sweep_json(c, r)});
+    if (!csv.empty()) io::write_file_atomically(csv, {bench::sweep_csv(r)});
   }
   return 0;
 }
 
 int bench_gemm(int argc, char** argv) {
-  runtime::GemmBenchConfig c;
+  bench::GemmBenchConfig c;
   std::string m = "1,2,4,16,32,64,128", dtypes = "fp32,bf16", json;
   po::options_description o("bench gemm options");
   o.add_options()
@@ -81,14 +84,14 @@ int bench_gemm(int argc, char** argv) {
   c.dtypes = parse_dtype_list(dtypes);
   c.validate();
   check_output_files({{json, "--json"}});
-  const auto r = runtime::run_gemm_bench(c);
-  std::cout << runtime::gemm_bench_table(c, r);
-  if (!json.empty()) io::write_file_atomically(json, {runtime::gemm_bench_json(c, r)});
+  const auto r = bench::run_gemm_bench(c);
+  std::cout << bench::gemm_bench_table(c, r);
+  if (!json.empty()) io::write_file_atomically(json, {bench::gemm_bench_json(c, r)});
   return 0;
 }
 
 int bench_layer(int argc, char** argv) {
-  runtime::LayerBenchConfig c;
+  bench::LayerBenchConfig c;
   std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu";
   po::options_description o("bench layer options");
   o.add_options()
@@ -104,18 +107,19 @@ int bench_layer(int argc, char** argv) {
     ("json", po::value(&json), "also write the results as JSON");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench layer [options]", o, vm)) return 0;
-  c.device = experts::parse_device(device);
+  with_option_names([&] { c.backend.device = experts::parse_device(device); });
+  apply_environment(Environment::read(), c.backend);
   c.tokens = parse_int_list(tokens, "tokens");
   c.dtypes = parse_dtype_list(dtypes);
   check_output_files({{json, "--json"}});
-  const auto rows = runtime::run_layer_bench(c);
-  std::cout << runtime::layer_bench_table(c, rows);
-  if (!json.empty()) io::write_file_atomically(json, {runtime::layer_bench_json(c, rows)});
+  const auto rows = bench::run_layer_bench(c);
+  std::cout << bench::layer_bench_table(c, rows);
+  if (!json.empty()) io::write_file_atomically(json, {bench::layer_bench_json(c, rows)});
   return 0;
 }
 
 int bench_infer(int argc, char** argv) {
-  runtime::InferBenchConfig c;
+  bench::InferBenchConfig c;
   io::ModelConfig& m = c.model.model;
   m.vocab_size = 1024;
   m.hidden_size = 1024;
@@ -135,70 +139,71 @@ int bench_infer(int argc, char** argv) {
   SweepOptions sweep;
   bool cache_compare = false;
   double l1_fraction = 0.25;
-  std::string l2_io = "direct", device = "cpu";
+  std::string l2_io = "direct", device = "cpu", a2a = "mpi";
   po::options_description o("bench infer options");
   add_model_options(o, m, dtype);
   o.add_options()
     ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
     ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
     ("new-tokens", po::value(&c.new_tokens)->default_value(c.new_tokens), "generated tokens per request")
-    ("micro-batches", po::value(&c.infer.micro_batches)->default_value(c.infer.micro_batches), "micro-batches per step (0: 1 in one process, 2 distributed)")
-    ("routers-per-node", po::value(&c.infer.routers_per_node)->default_value(c.infer.routers_per_node), "router ranks per node")
-    ("ranks-per-node", po::value(&c.infer.ranks_per_node)->default_value(c.infer.ranks_per_node), "virtual node size (0: from MPI)")
+    ("micro-batches", po::value(&c.engine.micro_batches)->default_value(c.engine.micro_batches), "micro-batches per step (0: 1 in one process, 2 distributed)")
+    ("routers-per-node", po::value(&c.engine.routers_per_node)->default_value(c.engine.routers_per_node), "router ranks per node")
+    ("ranks-per-node", po::value(&c.engine.ranks_per_node)->default_value(c.engine.ranks_per_node), "virtual node size (0: from MPI)")
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu or cuda")
     ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
-    ("a2a", po::value(&c.infer.a2a)->default_value(c.infer.a2a), "exchange: mpi, hier or auto")
-    ("comm-timeout", po::value(&c.infer.comm_timeout_s)->default_value(c.infer.comm_timeout_s), "seconds before a stalled exchange fails")
+    ("a2a", po::value(&a2a)->default_value(a2a), "exchange: mpi or hier (auto: a deprecated name for mpi)")
+    ("comm-timeout", po::value(&c.engine.comm_timeout_s)->default_value(c.engine.comm_timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write the results as JSON")
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
     ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
     ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru (LRU eviction) vs lru with --warmup hotness vs affinity with a small L1, in one job")
     ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
-    ("io-threads", po::value(&c.infer.cache.io_threads)->default_value(c.infer.cache.io_threads), "cache-compare: loader threads per expert rank");
+    ("io-threads", po::value(&c.engine.cache.io_threads)->default_value(c.engine.cache.io_threads), "cache-compare: loader threads per expert rank");
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
   apply_model_dtype(dtype, m);
-  c.infer.device = experts::parse_device(device);
+  with_option_names([&] {
+    c.engine.device = experts::parse_device(device);
+    c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
+  });
+  apply_environment(Environment::read(), c.engine);
   m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
   if (sweep.on) {
-    runtime::SweepConfig sc;
+    bench::SweepConfig sc;
     sc.bench = "infer";
     sc.infer = c;
-    sc.infer.infer.model_dir = sc.infer.infer.input = sc.infer.infer.output = "-";
     return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
   }
   if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
   if (cache_compare) {
     if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
     if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered");
-    c.infer.cache.l2_direct = l2_io == "direct";
-    c.infer.model_dir = c.infer.input = c.infer.output = "-";
+    c.engine.cache.l2_direct = l2_io == "direct";
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-    const auto r = runtime::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
+    const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD);
     if (mpi.rank() == 0) {
-      std::cout << runtime::cache_bench_table(c, l1_fraction, r);
-      if (!json.empty()) io::write_file_atomically(json, {runtime::cache_bench_json(c, l1_fraction, r)});
+      std::cout << bench::cache_bench_table(c, l1_fraction, r);
+      if (!json.empty()) io::write_file_atomically(json, {bench::cache_bench_json(c, l1_fraction, r)});
     }
     return 0;
   }
-  c.infer.model_dir = c.infer.input = c.infer.output = "-";  // filled in by the benchmark
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-  const auto r = runtime::run_infer_bench(c, MPI_COMM_WORLD);
+  const auto r = bench::run_infer_bench(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {
-    std::cout << runtime::infer_bench_table(c, r);
-    if (!json.empty()) io::write_file_atomically(json, {runtime::infer_bench_json(c, r)});
+    std::cout << bench::infer_bench_table(c, r);
+    if (!json.empty()) io::write_file_atomically(json, {bench::infer_bench_json(c, r)});
   }
   return 0;
 }
 
 int bench_a2a(int argc, char** argv) {
-  comm::A2aBenchConfig c;
+  bench::A2aBenchConfig c;
   std::string patterns = "uniform,zipf,m2n", algos = "mpi,hier,alltoallv", json, csv;
   SweepOptions sweep;
   int64_t sweep_bytes = int64_t{1} << 20;
@@ -223,11 +228,11 @@ int bench_a2a(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: mpirun -np N moerun bench a2a [options]", o, vm)) return 0;
   c.patterns = parse_string_list(patterns);
   c.algos = parse_string_list(algos);
-  if (c.ranks_per_node == 0) {
-    if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
-  }
+  const Environment env = Environment::read();
+  if (c.ranks_per_node == 0) c.ranks_per_node = ranks_per_node_from(env);
+  apply_environment(env, c.transport);
   if (sweep.on) {
-    runtime::SweepConfig sc;
+    bench::SweepConfig sc;
     sc.bench = "a2a";
     sc.a2a = c;
     if (!vm.count("algos") || vm["algos"].defaulted()) sc.a2a.algos = {"mpi", "hier"};
@@ -239,11 +244,11 @@ int bench_a2a(int argc, char** argv) {
   if (mpi.rank() == 0) {
     check_output_files({{json, "--json"}, {csv, "--csv"}});
   }
-  const auto r = comm::run_a2a_bench(c, MPI_COMM_WORLD);
+  const auto r = bench::run_a2a_bench(c, MPI_COMM_WORLD);
   if (mpi.rank() == 0) {
-    std::cout << comm::a2a_bench_table(c, r);
-    if (!json.empty()) io::write_file_atomically(json, {comm::a2a_bench_json(r)});
-    if (!csv.empty()) io::write_file_atomically(csv, {comm::a2a_bench_csv(r)});
+    std::cout << bench::a2a_bench_table(c, r);
+    if (!json.empty()) io::write_file_atomically(json, {bench::a2a_bench_json(r)});
+    if (!csv.empty()) io::write_file_atomically(csv, {bench::a2a_bench_csv(r)});
   }
   return 0;
 }

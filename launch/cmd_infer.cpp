@@ -1,12 +1,14 @@
-// `moerun infer`: option parsing into InferConfig, then the runtime.
-#include <cstdlib>
+// `moerun infer`: option parsing into InferConfig (engine, job), the environment, then the Job.
 #include <iostream>
 
 #include "base/log.hpp"
 
 #include "comm/mpi.hpp"
 #include "experts/backend.hpp"
+#include "comm/exchange_select.hpp"
 #include "launch/cli.hpp"
+#include "launch/environment.hpp"
+#include "launch/option_names.hpp"
 #include "router/router_config.hpp"
 #include "runtime/infer.hpp"
 
@@ -27,12 +29,13 @@ void resolve_capacity(const po::variables_map& vm, router::RouterConfig& r) {
 
 int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
-  std::string overflow = "reroute", device = "cpu";
+  std::string overflow = "reroute", device = "cpu", placement = "round-robin", a2a = "mpi";
+  bool check_weights = false;
   double prefix_mb = 0;
   std::string batching = "fifo";
   po::options_description o("infer options");
   o.add_options()
-    ("model", po::value(&c.model_dir)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
+    ("model", po::value(&c.engine.model)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
     ("input", po::value(&c.input)->required(), "requests, JSON Lines")
     ("output", po::value(&c.output)->required(), "results, JSON Lines (written atomically at the end)")
     ("resume", po::bool_switch(&c.resume), "skip requests already in OUTPUT.journal")
@@ -51,7 +54,7 @@ int cmd_infer(int argc, char** argv) {
      "minhash: requests prefilled ahead to choose from (0: 4 x --max-batch-size)")
     ("batching-max-wait", po::value(&c.scheduler.max_wait_steps)->default_value(c.scheduler.max_wait_steps),
      "minhash: steps a prefilled request may wait before it seeds the next batch")
-    ("swap-control", po::value(&c.swap_control),
+    ("swap-control", po::value(&c.engine.swap_control),
      "hot swap: a JSON file {\"swaps\": [{\"shard\": FILE, \"experts\": [[layer, expert], ...] or \"all\"}]} read "
      "between steps whenever it changes; the experts are verified, then replaced")
     ("prefix-cache-mb", po::value(&prefix_mb)->default_value(prefix_mb),
@@ -63,49 +66,56 @@ int cmd_infer(int argc, char** argv) {
      "capacity factor of prompt tokens (default: --capacity-factor, else 1.0 when --capacity-factor-decode is given)")
     ("capacity-factor-decode", po::value<double>(),
      "capacity factor of generated tokens (default: --capacity-factor, else 1.25 when --capacity-factor-prefill is given)")
-    ("top-p-experts", po::value(&c.router.top_p_experts)->default_value(c.router.top_p_experts),
+    ("top-p-experts", po::value(&c.engine.router.top_p_experts)->default_value(c.engine.router.top_p_experts),
      "dynamic top-k: per token, the fewest of its top-k experts whose gate mass reaches P (1: all k)")
     ("overflow", po::value(&overflow)->default_value(overflow), "reroute|drop when an expert is full")
-    ("load-penalty", po::value(&c.router.load_penalty)->default_value(c.router.load_penalty), "λ in score - λ·load")
-    ("router-temperature", po::value(&c.router.temperature)->default_value(c.router.temperature), "gate softmax temperature")
-    ("check-weights", po::bool_switch(), "accepted for old scripts: every weight is now checked for NaN/Inf as it loads")
+    ("load-penalty", po::value(&c.engine.router.load_penalty)->default_value(c.engine.router.load_penalty), "λ in score - λ·load")
+    ("router-temperature", po::value(&c.engine.router.temperature)->default_value(c.engine.router.temperature), "gate softmax temperature")
+    ("check-weights", po::bool_switch(&check_weights), "deprecated, does nothing: every weight is checked for NaN/Inf as it loads")
     ("stats-json", po::value(&c.stats_json), "write routing statistics as JSON")
     ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
     ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
-    ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
-    ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
+    ("routers-per-node", po::value(&c.engine.routers_per_node)->default_value(c.engine.routers_per_node), "router ranks per node (the first local ranks)")
+    ("ranks-per-node", po::value(&c.engine.ranks_per_node)->default_value(c.engine.ranks_per_node),
      "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
-    ("placement", po::value(&c.placement)->default_value(c.placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
-    ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
+    ("placement", po::value(&placement)->default_value(placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
+    ("micro-batches", po::value(&c.engine.micro_batches)->default_value(c.engine.micro_batches),
      "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
-    ("a2a", po::value(&c.a2a)->default_value(c.a2a), "all-to-all: mpi (flat), hier (shared memory + UCX), auto")
-    ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
+    ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")
+    ("comm-timeout", po::value(&c.engine.comm_timeout_s)->default_value(c.engine.comm_timeout_s), "seconds to wait for a peer before aborting the job")
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
   CacheOptions cache;
-  cache.add(o, c);
+  cache.add(o, c.engine);
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
-  c.router.overflow = router::parse_overflow(overflow);
-  c.device = experts::parse_device(device);
-  resolve_capacity(vm, c.router);
+  c.engine.router.overflow = router::parse_overflow(overflow);
+  resolve_capacity(vm, c.engine.router);
+  with_option_names([&] {
+    c.engine.device = experts::parse_device(device);
+    c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
+  });
+  c.engine.placement_file = placement == "round-robin" ? "" : placement;
   c.scheduler.batching = runtime::parse_batching(batching);
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
   c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
-  cache.finish(c);
-  c.s3 = object_store.finish();
-  c.hdf5_probe = io::default_hdf5_probe();
-  c.hdf5_probe.s3_retries = c.s3.retries;
-  c.hdf5_probe.s3_timeout_s = c.s3.timeout_s;
-  if (const char* py = std::getenv("MOERUN_PYTHON"); py && *py) c.tokenizer.python = py;
-  if (c.ranks_per_node == 0) {
-    if (const char* env = std::getenv("MOERUN_RANKS_PER_NODE")) c.ranks_per_node = std::atoi(env);
-  }
+  cache.finish(c.engine);
+  c.engine.s3 = object_store.finish();
+  const Environment env = Environment::read();
+  apply_environment(env, c.engine);
+  c.engine.hdf5_probe.s3_retries = c.engine.s3.retries;
+  c.engine.hdf5_probe.s3_timeout_s = c.engine.s3.timeout_s;
+  if (!env.python.empty()) c.tokenizer.python = env.python;
+  c.option_name = option_name;
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.size() > 1) log::set_rank(mpi.rank());
+  if (mpi.rank() == 0 && a2a == "auto")
+    log::warn("--a2a auto is deprecated and means mpi: hier has not measured faster than mpi anywhere yet (docs/PERFORMANCE.md)");
+  if (mpi.rank() == 0 && check_weights)
+    log::warn("--check-weights is deprecated and does nothing: every weight is checked for NaN/Inf as it loads");
   runtime::run_infer(c, MPI_COMM_WORLD);
   return 0;
 }

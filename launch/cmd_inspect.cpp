@@ -6,6 +6,7 @@
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
 #include "launch/cli.hpp"
+#include "launch/environment.hpp"
 #include "runtime/memory_plan.hpp"
 
 namespace moerun::launch {
@@ -32,7 +33,7 @@ int cmd_inspect(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX [options]", o, vm)) return 0;
   const io::S3Config s3 = object_store.finish();
   const io::ModelLocation location = io::model_location(model, s3);
-  io::Hdf5Probe probe = io::default_hdf5_probe();
+  io::Hdf5Probe probe = hdf5_probe_from(Environment::read());
   probe.s3_retries = s3.retries;
   probe.s3_timeout_s = s3.timeout_s;
   probe.check({location.file("model.h5")});

@@ -18,16 +18,16 @@ Overflow parse_overflow(const std::string& s) {
 void RouterConfig::validate() const {
   // Finite ranges: inf or 1e300 would overflow the capacity's float->int conversion, and a
   // temperature below float's range divides logits into inf.
-  for (auto [f, name] : {std::pair{capacity_factor_prefill, "--capacity-factor-prefill"},
-                         std::pair{capacity_factor_decode, "--capacity-factor-decode"}})
+  for (auto [f, name] : {std::pair{capacity_factor_prefill, "capacity_factor_prefill"},
+                         std::pair{capacity_factor_decode, "capacity_factor_decode"}})
     if (!(f >= 0 && f <= kMaxCapacityFactor))
-      fail(ErrorKind::Usage, name, " (or --capacity-factor) must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", f);
+      fail_config(name, "must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", f);
   if (!(top_p_experts > 0 && top_p_experts <= 1))
-    fail(ErrorKind::Usage, "--top-p-experts must be in (0, 1], not ", top_p_experts);
+    fail_config("top_p_experts", "must be in (0, 1], not ", top_p_experts);
   if (!(load_penalty >= 0 && load_penalty <= kMaxLoadPenalty))
-    fail(ErrorKind::Usage, "--load-penalty must be in [0, ", kMaxLoadPenalty, "], not ", load_penalty);
+    fail_config("load_penalty", "must be in [0, ", kMaxLoadPenalty, "], not ", load_penalty);
   if (!(temperature >= kMinTemperature && temperature <= kMaxTemperature))
-    fail(ErrorKind::Usage, "--router-temperature must be in [", kMinTemperature, ", ", kMaxTemperature, "], not ", temperature);
+    fail_config("temperature", "must be in [", kMinTemperature, ", ", kMaxTemperature, "], not ", temperature);
 }
 
 void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, float* probs) {

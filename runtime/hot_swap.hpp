@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/counter_fields.hpp"
 #include "experts/expert_store.hpp"
 #include "io/expert_swap.hpp"
 #include "io/hdf5_probe.hpp"
@@ -30,6 +31,14 @@ struct HotSwapCounters {
   double max_pause_ms_per_expert = 0;  // of one control file: its pause divided by its experts
 
   double pause_ms_per_expert() const { return experts ? 1e3 * pause_seconds / static_cast<double>(experts) : 0.0; }
+  static const std::vector<CounterField<HotSwapCounters>>& fields() {
+    using H = HotSwapCounters;
+    static const std::vector<CounterField<H>> f{
+        counter("applied", &H::applied, Combine::Max), counter("experts", &H::experts), counter("failed", &H::failed),
+        counter("load_seconds", &H::load_seconds), counter("pause_seconds", &H::pause_seconds),
+        counter("max_pause_ms_per_expert", &H::max_pause_ms_per_expert, Combine::Max)};
+    return f;
+  }
 };
 
 class HotSwap {

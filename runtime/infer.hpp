@@ -1,29 +1,29 @@
-// `moerun infer`: one process, or router and expert ranks under mpirun (DESIGN §1). Every rank
-// validates the configuration and requests and loads its part of the model (routers: model.h5;
-// expert ranks: their experts); a failure anywhere is reported once and every rank exits with its
-// code. Routers then run their share of the requests with continuous batching and micro-batched
-// ping-pong, journal each result, and rank 0 writes the final output atomically in input order.
+// The Job of `moerun infer`: a request file in, a result file out, on an Engine (runtime/engine.hpp)
+// under mpirun or in one process. It adds what the engine leaves out: the files. Rank 0 takes the
+// output's lock and reads the requests (every rank parses them); routers journal each result
+// (--resume skips those) and may write logits and routing traces; at the end rank 0 decodes text
+// results, writes the output atomically in input order, prints the summary and writes the stats
+// JSON. Set-up failures anywhere are reported once and every rank exits with its code.
 #pragma once
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <string>
 
 #include <mpi.h>
 
-#include "experts/expert_cache.hpp"
-#include "io/hdf5_probe.hpp"
-#include "io/tokenizer.hpp"
 #include "io/requests.hpp"
-#include "io/object_store.hpp"
-#include "router/router_config.hpp"
-#include "runtime/hot_swap.hpp"
+#include "io/tokenizer.hpp"
+#include "runtime/batch_loop.hpp"
+#include "runtime/engine.hpp"
 #include "runtime/prefix_cache.hpp"
+#include "runtime/request_split.hpp"
+#include "runtime/run_counters.hpp"
 #include "runtime/scheduler.hpp"
 
 namespace moerun::runtime {
 
 struct InferConfig {
-  std::string model_dir;
+  EngineConfig engine;
   std::string input;
   std::string output;
   bool resume = false;
@@ -35,61 +35,26 @@ struct InferConfig {
   io::RequestDefaults defaults;
   SchedulerConfig scheduler;
   PrefixCacheConfig prefix_cache;  // max_bytes 0: off
-  router::RouterConfig router;
-  int routers_per_node = 1;
-  int ranks_per_node = 0;          // 0: nodes from MPI_Comm_split_type
-  std::string placement = "round-robin";
-  int micro_batches = 0;           // 0: 1 in one process (nothing to overlap), 2 when distributed (measured)
-  double comm_timeout_s = 300;
-  std::string a2a = "auto";        // mpi | hier | auto
-  experts::ExpertCacheConfig cache; // l1_bytes 0: every owned expert resident
-  experts::DeviceKind device = experts::DeviceKind::Cpu;  // where expert ranks keep and compute experts
-  std::string affinity;            // affinity graph for --prefetch affinity
-  io::S3Config s3;                 // for --model s3://bucket/prefix
-  io::Hdf5Probe hdf5_probe;        // walks local HDF5 inputs in a child process first (off when empty)
   io::TokenizerConfig tokenizer;   // for requests with "prompt" text (the model directory's tokenizer)
-  std::string swap_control;        // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
+  // How a caller names a config field in messages (launch/: its flag); unset: the field's own name.
+  std::function<std::string(const std::string& field)> option_name;
 
-  void validate() const;  // Usage errors naming the option
+  void validate() const;  // ConfigError naming the field ("engine.micro_batches", "defaults.top_p", ...)
 };
 
+// What a job did, on rank 0 (counters summed or maxed over ranks as their field tables say).
 struct InferReport {
   int64_t requests = 0;
-  int64_t generated_tokens = 0;   // all routers (rank 0)
-  int64_t processed_tokens = 0;   // all routers (rank 0)
-  double seconds = 0;             // the inference loop, without loading
-  // Steps with prompt tokens (prefill) and steps with generated tokens only (decode): tokens and
-  // seconds, summed over routers (tokens) and their maximum (seconds) (rank 0).
-  int64_t prefill_tokens = 0, decode_tokens = 0;
-  double prefill_seconds = 0, decode_seconds = 0;
-  double first_token_s = -1;      // from the start of serving (warm-up included) to the first generated token; -1: none
-  int ranks = 1;
-  int routers = 1;
-  // Seconds per phase and role, the maximum over the ranks of that role (rank 0).
-  std::map<std::string, std::map<std::string, double>> phases;
-  // Expert cache counters (rank 0): summed over expert ranks, and per expert rank.
-  bool cache_on = false;
-  experts::CacheCounters cache;
-  std::map<int, experts::CacheCounters> cache_per_rank;
-  // Results journaled and fdatasyncs of the journals (rank 0, summed over routers): one sync per
-  // step, not per result (group commit).
-  int64_t journaled = 0, journal_syncs = 0;
-  BatchingCounters batching;
-  HotSwapCounters hot_swap;       // --swap-control (rank 0: experts, failures and seconds summed; applied and max_ms the maximum)      // --batching minhash (rank 0, summed over routers)
-  // Prefix cache counters (rank 0, summed over routers).
+  int64_t processed_tokens = 0;  // all routers
+  double seconds = 0;            // the batch loop, without set-up
+  ThroughputCounters run;
+  JournalCounters journal;
+  BatchingCounters batching;     // --batching minhash
   bool prefix_on = false;
   PrefixCacheCounters prefix;
-  // Object-store requests (rank 0, summed) when the model is at s3://.
-  bool remote_model = false;
-  io::ObjectStoreStats object_store;
+  EngineReport engine;
 };
 
 InferReport run_infer(const InferConfig& cfg, MPI_Comm world);
-
-// Divides requests among n routers, balanced by prompt + max_new_tokens (not by count); each
-// router's list stays in input order. With a prefix cache (`prefix_block` > 0), requests whose
-// prompts share their first block go to one router, in pieces of at most a fair share. Deterministic.
-std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>& requests,
-                                                 const std::vector<int64_t>& pending, int n, int64_t prefix_block = 0);
 
 }  // namespace moerun::runtime

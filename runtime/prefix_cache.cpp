@@ -10,11 +10,11 @@
 namespace moerun::runtime {
 
 void PrefixCacheConfig::validate() const {
-  if (max_bytes < 0) fail(ErrorKind::Usage, "--prefix-cache-mb must be >= 0 (0: off)");
+  if (max_bytes < 0) fail_config("max_bytes", "must be >= 0 (0: off)");
   // A budget beyond physical memory would end in the OOM killer instead of evictions.
   if (const int64_t have = host_memory_bytes(); have > 0 && max_bytes > have)
-    fail(ErrorKind::Usage, "--prefix-cache-mb ", max_bytes >> 20, " is more than this host's memory (", have >> 20, " MiB)");
-  if (block_tokens < 1 || block_tokens > 4096) fail(ErrorKind::Usage, "--prefix-cache-block must be in [1, 4096], not ", block_tokens);
+    fail_config("max_bytes", "of ", max_bytes >> 20, " MiB is more than this host's memory (", have >> 20, " MiB)");
+  if (block_tokens < 1 || block_tokens > 4096) fail_config("block_tokens", "must be in [1, 4096], not ", block_tokens);
 }
 
 PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t kv_dim, int64_t top_k)

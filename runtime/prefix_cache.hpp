@@ -6,6 +6,7 @@
 // before them, so a request that starts from cached rows computes what it would have computed
 // itself (the tokens are batch-independent; see e2e_infer), and skips that part of its prefill.
 #pragma once
+#include "base/counter_fields.hpp"
 #include <cstdint>
 #include <list>
 #include <unordered_map>
@@ -28,6 +29,14 @@ struct PrefixCacheCounters {
   int64_t inserted_blocks = 0;
   int64_t evicted_blocks = 0;
   int64_t bytes = 0;            // held now
+
+  static const std::vector<CounterField<PrefixCacheCounters>>& fields() {
+    using P = PrefixCacheCounters;
+    static const std::vector<CounterField<P>> f{
+        counter("lookups", &P::lookups), counter("hits", &P::hits), counter("skipped_prefill_tokens", &P::skipped_tokens),
+        counter("inserted_blocks", &P::inserted_blocks), counter("evicted_blocks", &P::evicted_blocks), counter("bytes", &P::bytes)};
+    return f;
+  }
 };
 
 // Expert slots of a sequence's prompt tokens, per layer: [layer][position * top_k + j].

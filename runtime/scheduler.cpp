@@ -15,12 +15,12 @@ Batching parse_batching(const std::string& s) {
 }
 
 void SchedulerConfig::validate() const {
-  if (max_batch_size < 1) fail(ErrorKind::Usage, "--max-batch-size must be >= 1");
-  if (max_batch_tokens < 1) fail(ErrorKind::Usage, "--max-batch-tokens must be >= 1");
+  if (max_batch_size < 1) fail_config("max_batch_size", "must be >= 1");
+  if (max_batch_tokens < 1) fail_config("max_batch_tokens", "must be >= 1");
   if (!(similarity_threshold >= 0 && similarity_threshold <= 1))
-    fail(ErrorKind::Usage, "--batching-threshold must be in [0, 1], not ", similarity_threshold);
-  if (pool < 0) fail(ErrorKind::Usage, "--batching-pool must be >= 0 (0: 4 x --max-batch-size)");
-  if (max_wait_steps < 1) fail(ErrorKind::Usage, "--batching-max-wait must be >= 1");
+    fail_config("similarity_threshold", "must be in [0, 1], not ", similarity_threshold);
+  if (pool < 0) fail_config("pool", "must be >= 0 (0: 4 x the batch size)");
+  if (max_wait_steps < 1) fail_config("max_wait_steps", "must be >= 1");
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,

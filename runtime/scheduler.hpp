@@ -11,6 +11,7 @@
 // --batching-threshold, most similar first; the experts a decode step needs then overlap, and a
 // small L1 holds more of them. A parked sequence that waited --batching-max-wait steps stops the
 // batch from taking others until it has drained, so no request starves.
+#include "base/counter_fields.hpp"
 #include "runtime/minhash.hpp"
 #pragma once
 #include <cstdint>
@@ -60,6 +61,13 @@ struct BatchingCounters {
   int64_t joined_similar = 0;      // sequences that joined a batch by similarity
   int64_t forced = 0;              // batches seeded for a sequence that waited too long
   double similarity_sum = 0;       // estimated Jaccard of the joiners to their batch, summed
+
+  static const std::vector<CounterField<BatchingCounters>>& fields() {
+    using B = BatchingCounters;
+    static const std::vector<CounterField<B>> f{counter("batches", &B::batches), counter("joined_similar", &B::joined_similar),
+                                                counter("forced", &B::forced), counter("similarity_sum", &B::similarity_sum)};
+    return f;
+  }
 };
 
 class Scheduler {

@@ -20,8 +20,9 @@ BufferInfo CpuExpert::buffer() const {
   return b;
 }
 
-std::vector<io::BlobPart> CpuExpert::host_parts() {
+std::vector<io::BlobPart> CpuBackend::parts(ResidentExpert& e) const {
   std::vector<io::BlobPart> parts;
+  FfnWeights& w = static_cast<CpuExpert&>(e).w;
   for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
   return parts;
 }

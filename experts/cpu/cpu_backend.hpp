@@ -15,18 +15,21 @@ class CpuExpert final : public ResidentExpert {
  public:
   FfnWeights w;
   BufferInfo buffer() const override;
-  std::vector<io::BlobPart> host_parts() override;
 };
 
-class CpuBackend : public ExpertBackend {
+// Its experts' packed form is what L2 keeps (StoredForm), and `bench layer` times its oneDNN GEMM.
+class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming {
  public:
   CpuBackend(const io::ModelConfig& config, Matmul& compute) : config_(config), mm_(compute) {}
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }
   int64_t memory_bytes() override;
-  std::string stored_form_name() override { return expert_layout_name(mm_, config_); }
-  bool packs_on_host() const override { return true; }
+  io::WeightFormat weight_format() const override { return config_.expert_format; }
+  const StoredForm* stored_form() const override { return this; }
+  BackendTiming* timing() override { return this; }
+  std::string name() const override { return expert_layout_name(mm_, config_); }
+  std::vector<io::BlobPart> parts(ResidentExpert& e) const override;
   std::unique_ptr<ResidentExpert> allocate_expert() override;
   void load_expert(const void* raw, ResidentExpert& into) override;
   void begin(const float* gathered, int64_t rows, float* results) override;

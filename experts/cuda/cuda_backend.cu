@@ -58,7 +58,7 @@ struct LoadStaging {
   cuda::Stream stream;
 };
 
-class CudaBackend final : public ExpertBackend {
+class CudaBackend final : public ExpertBackend, public BackendTiming {
  public:
   CudaBackend(const io::ModelConfig& c, int local_rank) : config_(c) {
     device_ = use_cuda_device(local_rank, "--device cuda");
@@ -86,8 +86,8 @@ class CudaBackend final : public ExpertBackend {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return static_cast<int64_t>(free);
   }
-  std::string stored_form_name() override { return str("raw;", dtype_name(config_.dtype)); }
-  bool packs_on_host() const override { return false; }
+  io::WeightFormat weight_format() const override { return config_.expert_format; }
+  BackendTiming* timing() override { return this; }
 
   std::unique_ptr<ResidentExpert> allocate_expert() override {
     CUDA_CHECK(cudaSetDevice(device_));

@@ -1,5 +1,5 @@
 // One expert-shaped GEMM: Matmul as the model runs it against oneDNN alone, and the read bandwidth.
-#include "runtime/gemm_bench.hpp"
+#include "launch/bench/gemm_bench.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,7 +15,7 @@
 #include "base/splitmix64.hpp"
 #include "experts/cpu/expert_packing.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -225,4 +225,4 @@ std::string gemm_bench_json(const GemmBenchConfig& cfg, const GemmBenchResult& r
   return j.dump(2);
 }
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -10,7 +10,7 @@
 
 #include "base/dtype.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 
 struct GemmBenchConfig {
   int64_t rows = 3584;  // W [rows, cols]: an expert's w1 at hidden 1024, intermediate 3584
@@ -48,4 +48,4 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg);
 std::string gemm_bench_table(const GemmBenchConfig& cfg, const GemmBenchResult& r);
 std::string gemm_bench_json(const GemmBenchConfig& cfg, const GemmBenchResult& r);
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -1,5 +1,5 @@
 // Scaling sweep: runs the a2a or infer benchmark at each (ranks, nodes) point on a sub-communicator.
-#include "runtime/scaling_sweep.hpp"
+#include "launch/bench/scaling_sweep.hpp"
 
 #include <omp.h>
 
@@ -15,7 +15,7 @@
 #include "comm/mpi.hpp"
 #include "comm/topology.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 namespace {
 
 const std::vector<std::string> kRouterPhases{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute", "combine", "head"};
@@ -49,10 +49,10 @@ double per_rank_throughput(const SweepRow& r) {
   return r.bench == "a2a" ? r.algbw_gbps : r.tokens_per_s / r.ranks;
 }
 
-void set_point_threads(int ranks) {
-  // A point of R ranks gets the host's cores divided among its ranks (the idle ranks sleep);
-  // run_infer does the same for distributed points, this covers the one-rank point.
-  if (std::getenv("OMP_NUM_THREADS")) return;
+void set_point_threads(int ranks, bool share_host_cores) {
+  // A point of R ranks gets the host's cores divided among its ranks (the idle ranks sleep); the
+  // engine does the same for distributed points, this covers the one-rank point.
+  if (!share_host_cores) return;
   const int hw = static_cast<int>(std::thread::hardware_concurrency());
   omp_set_num_threads(std::max(1, hw / std::max(1, std::min(ranks, hw))));
 }
@@ -87,7 +87,7 @@ std::vector<SweepRow> run_point(const SweepConfig& cfg, const std::string& scali
                                 const std::string& dir, SeriesStart& first, std::string* bad) {
   const int rpn = p.nodes ? p.ranks / p.nodes : 0;
   // a2a needs roles only for the router->expert pattern; otherwise every rank sends and receives.
-  const int routers_per_node = cfg.bench == "infer"                ? cfg.infer.infer.routers_per_node
+  const int routers_per_node = cfg.bench == "infer"                ? cfg.infer.engine.routers_per_node
                                : cfg.a2a.patterns.front() == "m2n" ? cfg.a2a.routers_per_node
                                                                    : 0;
   comm::Topology topo;
@@ -107,28 +107,28 @@ std::vector<SweepRow> run_point(const SweepConfig& cfg, const std::string& scali
   base.expert_ranks = static_cast<int>(topo.experts.size());
   std::vector<SweepRow> rows;
   if (cfg.bench == "infer") {
-    set_point_threads(p.ranks);
+    set_point_threads(p.ranks, cfg.infer.engine.share_host_cores);
     InferBenchConfig ic = cfg.infer;
-    ic.infer.ranks_per_node = rpn;
+    ic.engine.ranks_per_node = rpn;
     if (scaling == "weak") ic.batch = std::max<int64_t>(1, cfg.infer.batch * base.expert_ranks / std::max<int64_t>(1, first.experts));
-    const InferReport rep = run_infer_bench_point(ic, dir, sub);
+    const BenchRun rep = run_infer_bench_point(ic, dir, sub);
     SweepRow row = base;
-    row.algo = cfg.infer.infer.a2a;
+    row.algo = comm::a2a_name(cfg.infer.engine.a2a);
     row.batch = ic.batch;
     row.tokens = rep.processed_tokens;
     row.seconds = rep.seconds;
     row.tokens_per_s = tokens_per_second(rep);
-    if (rep.phases.count("router")) row.phases = rep.phases.at("router");
+    if (rep.engine.phases.count("router")) row.phases = rep.engine.phases.at("router");
     rows.push_back(row);
     return rows;
   }
-  comm::A2aBenchConfig ac = cfg.a2a;
+  A2aBenchConfig ac = cfg.a2a;
   ac.ranks_per_node = rpn;
   ac.patterns = {cfg.a2a.patterns.front()};
   int64_t bytes = cfg.a2a.min_bytes;
   if (scaling == "strong") bytes = std::max<int64_t>(4, bytes * first.ranks / p.ranks / 4 * 4);
   ac.min_bytes = ac.max_bytes = bytes;
-  for (const auto& a : comm::run_a2a_bench(ac, sub).rows) {
+  for (const auto& a : run_a2a_bench(ac, sub).rows) {
     SweepRow row = base;
     row.algo = a.algo;
     row.bytes_per_rank = a.bytes_per_rank;
@@ -243,4 +243,4 @@ std::string sweep_csv(const SweepResult& r) {
   return s;
 }
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -9,7 +9,7 @@
 #include "base/dtype.hpp"
 #include "experts/backend.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 
 struct LayerBenchConfig {
   int64_t hidden = 1024;
@@ -21,7 +21,7 @@ struct LayerBenchConfig {
   int iters = 10;
   int warmup = 2;
   uint64_t seed = 1;
-  experts::DeviceKind device = experts::DeviceKind::Cpu;  // cuda: experts on the GPU, baseline cuBLAS
+  experts::BackendSpec backend;  // device cuda: experts on the GPU, baseline cuBLAS
   void validate() const;
 };
 
@@ -43,4 +43,4 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg);
 std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows);
 std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows);
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -1,5 +1,5 @@
 // All-to-all benchmark.
-#include "comm/alltoallv_bench.hpp"
+#include "launch/bench/alltoallv_bench.hpp"
 
 #include "base/host.hpp"
 
@@ -18,7 +18,8 @@
 #include "comm/hierarchical_alltoallv.hpp"
 #include "comm/mpi.hpp"
 
-namespace moerun::comm {
+namespace moerun::bench {
+using namespace moerun::comm;  // a benchmark of comm/, written in its terms
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -110,7 +111,7 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
   std::map<std::string, std::unique_ptr<AllToAllV>> impl;
   for (const auto& a : cfg.algos) {
     if (a == "mpi") impl[a] = std::make_unique<MpiAllToAllV>(world, cfg.timeout_s);
-    if (a == "hier") impl[a] = make_alltoallv(A2aKind::Hier, world, nodes_only, cfg.timeout_s);
+    if (a == "hier") impl[a] = make_alltoallv(A2aKind::Hier, world, nodes_only, cfg.timeout_s, cfg.transport);
     if (a == "alltoallv") impl[a] = std::make_unique<MpiCollectiveAllToAllV>(world, cfg.timeout_s);
   }
   AlignedBuffer send;
@@ -167,7 +168,7 @@ A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world) {
 
 std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) {
   std::string s = str("# moerun bench a2a: ", r.ranks, " ranks on ", r.nodes, " node(s), hier inter-node transport ",
-                      internode_transport(), ", memcpy ", r.memcpy_gbps, " GB/s per rank (all ranks copying), median of ",
+                      internode_transport(cfg.transport), ", memcpy ", r.memcpy_gbps, " GB/s per rank (all ranks copying), median of ",
                       cfg.iters, "\n");
   char buf[512];
   std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "size(B)", "count(fp32)", "pattern",
@@ -227,4 +228,4 @@ std::string a2a_bench_csv(const A2aBenchResult& r) {
   return s;
 }
 
-}  // namespace moerun::comm
+}  // namespace moerun::bench

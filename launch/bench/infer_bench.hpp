@@ -1,6 +1,8 @@
-// `moerun bench infer`: a synthetic model and workload run through the distributed runtime on the
-// ranks of this job, then (same job, rank 0 alone, the other ranks idle) through the single-process
-// runtime, so the tokens/s ratio is measured in one run. Reports per role the seconds in each phase.
+// `moerun bench infer`: a synthetic model and workload run on the Engine (runtime/engine.hpp) over
+// the ranks of this job, then (same job, rank 0 alone, the other ranks idle) in one process, so the
+// tokens/s ratio is measured in one run. The requests are made in memory and their results dropped:
+// the only file is the synthetic model (and, for --cache-compare, the L2 tiers and the trace that
+// the affinity graph is built from). Reports per role the seconds in each phase.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,9 +10,10 @@
 #include <mpi.h>
 
 #include "io/synthetic_model.hpp"
-#include "runtime/infer.hpp"
+#include "runtime/batch_loop.hpp"
+#include "runtime/engine.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 
 struct InferBenchConfig {
   io::SynthConfig model;
@@ -18,8 +21,17 @@ struct InferBenchConfig {
   int64_t prompt_len = 16;
   int64_t new_tokens = 16;
   bool baseline = true;      // also run single-process on rank 0
-  InferConfig infer;         // layout and runtime options (model/input/output are filled in)
+  runtime::EngineConfig engine;        // layout and runtime options (the model is filled in)
+  runtime::SchedulerConfig scheduler;  // batch limits are raised to hold the whole batch
   std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
+};
+
+// One run of the benchmark's requests, on rank 0: the routers' counters and the engine's report.
+struct BenchRun {
+  runtime::ThroughputCounters run;  // summed / maxed over routers
+  int64_t processed_tokens = 0;
+  double seconds = 0;               // the batch loop
+  runtime::EngineReport engine;
 };
 
 // `bench infer --cache-compare`: the same workload all-resident, then with L1 = l1_fraction of each
@@ -28,7 +40,7 @@ struct InferBenchConfig {
 struct CacheBenchRow {
   std::string mode;             // all-resident | lru | affinity
   double tokens_per_s = 0;
-  InferReport report;
+  BenchRun report;
 };
 struct CacheBenchResult {
   std::vector<CacheBenchRow> rows;
@@ -41,8 +53,8 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
 std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& r);
 
 struct InferBenchResult {
-  InferReport distributed;
-  InferReport single;        // zero when no baseline
+  BenchRun distributed;
+  BenchRun single;        // zero when no baseline
   double tokens_per_s = 0;
   double single_tokens_per_s = 0;
   // Weight streaming at batch 1 in one process: every decode step reads the dense matrices, the LM
@@ -74,11 +86,13 @@ class BenchDir {
   std::string dir_;
   bool owned_ = false;
 };
-// One run of the requests of `cfg` on `comm` with the model already in DIR/model.
-InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm);
-double tokens_per_second(const InferReport& r);
+// One run of the requests of `cfg` on `comm` with the model already in DIR/model; `salt` varies
+// the prompts; `trace`: write the routers' routing traces there (TRACE, TRACE.1, ...).
+BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt = 0,
+                               const std::string& trace = "");
+double tokens_per_second(const BenchRun& r);
 
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r);
 std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult& r);
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -11,10 +11,10 @@
 
 #include <mpi.h>
 
-#include "comm/alltoallv_bench.hpp"
-#include "runtime/infer_bench.hpp"
+#include "launch/bench/alltoallv_bench.hpp"
+#include "launch/bench/infer_bench.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 
 struct SweepConfig {
   std::string bench = "infer";               // infer | a2a
@@ -26,7 +26,7 @@ struct SweepConfig {
   InferBenchConfig infer;
   // a2a: a2a.min_bytes is the size per rank of the smallest point; weak keeps it, strong divides
   // the smallest point's total among the ranks.
-  comm::A2aBenchConfig a2a;
+  A2aBenchConfig a2a;
   void validate() const;
 };
 
@@ -55,4 +55,4 @@ std::string sweep_table(const SweepResult& r);
 std::string sweep_json(const SweepConfig& cfg, const SweepResult& r);
 std::string sweep_csv(const SweepResult& r);
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

@@ -1,5 +1,5 @@
 // Inference benchmark.
-#include "runtime/infer_bench.hpp"
+#include "launch/bench/infer_bench.hpp"
 
 #include <omp.h>
 
@@ -10,6 +10,10 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "comm/counter_reduction.hpp"
+#include "io/requests.hpp"
+#include "runtime/request_split.hpp"
+#include "runtime/routing_stats.hpp"
 #include "comm/collectives.hpp"
 #include "experts/affinity_graph.hpp"
 #include "experts/backend.hpp"
@@ -19,7 +23,7 @@
 #include "io/routing_trace.hpp"
 #include <cmath>
 
-namespace moerun::runtime {
+namespace moerun::bench {
 namespace {
 
 const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
@@ -27,46 +31,67 @@ const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", 
 
 }  // namespace
 
-void write_bench_requests(const std::string& path, int64_t batch, int64_t prompt_len, int64_t new_tokens, int64_t vocab,
-                          int64_t salt = 0) {
-  std::ofstream req(path);
-  for (int64_t i = 0; i < batch; ++i) {
+namespace {
+
+// The benchmark's requests as JSON Lines, parsed in memory as `moerun infer` parses a file.
+std::vector<io::Request> bench_requests(const InferBenchConfig& cfg, const io::ModelConfig& m, int64_t salt) {
+  std::string text;
+  for (int64_t i = 0; i < cfg.batch; ++i) {
     nlohmann::json j;
     j["id"] = str("b", i);
-    std::vector<int64_t> toks(static_cast<std::size_t>(prompt_len));
-    for (int64_t t = 0; t < prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1 + salt * 7919) % vocab;
+    std::vector<int64_t> toks(static_cast<std::size_t>(cfg.prompt_len));
+    for (int64_t t = 0; t < cfg.prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1 + salt * 7919) % m.vocab_size;
     j["prompt_tokens"] = toks;
-    j["max_new_tokens"] = new_tokens;
-    req << j.dump() << '\n';
+    j["max_new_tokens"] = cfg.new_tokens;
+    text += j.dump() + "\n";
   }
-  if (!req.flush()) fail(ErrorKind::Io, path, ": cannot write the benchmark requests");
+  return io::parse_requests(text, "bench requests", {}, {m.vocab_size, m.max_position}, false);
 }
 
-// The runtime options of one benchmark run over DIR/NAME.jsonl (results to DIR/NAME-out.jsonl).
-InferConfig bench_infer_config(const InferBenchConfig& cfg, const std::string& dir, const std::string& name) {
-  InferConfig ic = cfg.infer;
-  ic.model_dir = dir + "/model";
-  ic.input = dir + "/" + name + ".jsonl";
-  ic.output = dir + "/" + name + "-out.jsonl";
-  ic.quiet = true;
-  ic.scheduler.max_batch_size = std::max<int64_t>(ic.scheduler.max_batch_size, cfg.batch);
-  ic.scheduler.max_batch_tokens = std::max<int64_t>(ic.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
-  return ic;
-}
+}  // namespace
 
-InferReport run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm) {
-  const InferConfig ic = bench_infer_config(cfg, dir, "requests");
-  if (comm::rank_of(comm) == 0)
-    write_bench_requests(ic.input, cfg.batch, cfg.prompt_len, cfg.new_tokens, cfg.model.model.vocab_size);
-  comm::idle_barrier(comm);  // the files exist before any rank reads them
-  return run_infer(ic, comm);
+BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt,
+                               const std::string& trace) {
+  runtime::EngineConfig ec = cfg.engine;
+  ec.model = dir + "/model";
+  ec.quiet = true;
+  runtime::Engine engine(ec, comm);
+  engine.load();
+  const std::vector<io::Request> requests = bench_requests(cfg, engine.model(), salt);
+  runtime::BatchLoopConfig loop;
+  loop.scheduler = cfg.scheduler;
+  loop.scheduler.max_batch_size = std::max<int64_t>(loop.scheduler.max_batch_size, cfg.batch);
+  loop.scheduler.max_batch_tokens = std::max<int64_t>(loop.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  loop.progress = false;
+  runtime::RouterWork work;
+  if (engine.is_router()) {
+    std::vector<int64_t> all(requests.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    work.requests = runtime::split_requests(requests, all, engine.routers())[static_cast<std::size_t>(engine.router_index())];
+    work.total_requests = static_cast<int64_t>(requests.size());
+  }
+  runtime::RoutingStats stats(engine.model(), !trace.empty());
+  runtime::NullSink sink;
+  engine.start_serving();
+  const runtime::BatchLoopResult res = runtime::run_batch_loop(engine, requests, work, loop, sink, stats);
+  if (!trace.empty() && engine.is_router()) {
+    const int ri = engine.router_index();
+    io::write_routing_trace(ri == 0 ? trace : trace + "." + std::to_string(ri), stats.trace());
+  }
+  BenchRun r;
+  r.run = res.run;
+  r.processed_tokens = res.processed_tokens;
+  r.seconds = res.seconds;
+  r.engine = engine.report();
+  comm::reduce_counters_to_root(r.run, comm);
+  return r;
 }
 
 namespace {
 double rate(int64_t tokens, double seconds) { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
 }  // namespace
 
-double tokens_per_second(const InferReport& r) {
+double tokens_per_second(const BenchRun& r) {
   return r.seconds > 0 ? static_cast<double>(r.processed_tokens) / r.seconds : 0;
 }
 
@@ -116,17 +141,17 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   InferBenchResult r;
   r.distributed = run_infer_bench_point(cfg, dir, world);
   r.tokens_per_s = tokens_per_second(r.distributed);
-  if (comm::size_of(world) == 1 && cfg.batch == 1 && r.distributed.decode_seconds > 0) {
+  if (comm::size_of(world) == 1 && cfg.batch == 1 && r.distributed.run.decode_seconds > 0) {
     r.copy_gbps = stream_copy_gbps(omp_get_max_threads());
     r.decode_weight_bytes_per_step = decode_weight_bytes_per_token(cfg.model.model);
-    r.decode_stream_gbps = r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.decode_tokens) /
-                           r.distributed.decode_seconds / 1e9;
+    r.decode_stream_gbps = r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.run.decode_tokens) /
+                           r.distributed.run.decode_seconds / 1e9;
   }
   comm::idle_barrier(world);
   if (cfg.baseline && comm::size_of(world) > 1) {
     if (rank == 0) {
       const int threads = omp_get_max_threads();
-      if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+      if (cfg.engine.share_host_cores) omp_set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
       r.single = run_infer_bench_point(cfg, dir, MPI_COMM_SELF);
       r.single_tokens_per_s = tokens_per_second(r.single);
       omp_set_num_threads(threads);
@@ -142,18 +167,17 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   const BenchDir bench_dir(cfg.work_dir, world);
   const std::string& dir = bench_dir.path();
   const io::ModelConfig& m = cfg.model.model;
-  if (rank == 0) {
-    io::write_synthetic_model(dir + "/model", cfg.model, true);
-    // The affinity graph comes from another request set (salted prompts) than the one measured.
-    write_bench_requests(dir + "/trace-requests.jsonl", cfg.batch, cfg.prompt_len, cfg.new_tokens, m.vocab_size, 1);
-  }
+  if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
   comm::idle_barrier(world);
-  InferConfig ic = bench_infer_config(cfg, dir, "trace-requests");
-  ic.trace = dir + "/trace.h5";
-  ic.cache = {};
-  run_infer(ic, world);
+  // The affinity graph comes from another request set (salted prompts) than the one measured.
+  InferBenchConfig tc = cfg;
+  tc.engine.cache = {};
+  tc.engine.affinity.clear();
+  const std::string trace = dir + "/trace.h5";
+  run_infer_bench_point(tc, dir, world, 1, trace);
+  comm::idle_barrier(world);  // every router's trace is written
   if (rank == 0) {
-    const std::vector<std::string> files = io::routing_trace_files(ic.trace);  // one per router
+    const std::vector<std::string> files = io::routing_trace_files(trace);  // one per router
     std::vector<io::RoutingTrace> traces;
     for (const auto& f : files) traces.push_back(io::read_routing_trace(f));
     const io::AffinityGraph g = experts::build_affinity_graph(traces, files);
@@ -168,8 +192,10 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     }
   }
   // L1 = the fraction of the experts of the rank that owns the most, under the run's placement.
-  const comm::Topology topo = comm::build_topology(world, cfg.infer.routers_per_node, cfg.infer.ranks_per_node);
-  const experts::Placement placement = experts::make_placement(P > 1 ? cfg.infer.placement : "round-robin", m.num_layers, m.num_experts, topo);
+  const comm::Topology topo = comm::build_topology(world, cfg.engine.routers_per_node, cfg.engine.ranks_per_node);
+  const experts::Placement placement = P > 1 && !cfg.engine.placement_file.empty()
+                                           ? experts::placement_from_json(cfg.engine.placement_file, m.num_layers, m.num_experts, topo)
+                                           : experts::round_robin_placement(m.num_layers, m.num_experts, topo);
   int64_t owned = 0;
   for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
@@ -180,14 +206,14 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
       Matmul mm;
-      bc.infer.cache.l1_bytes = slots * experts::make_expert_backend(bc.infer.device, m, mm)->expert_bytes();
-      bc.infer.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
-      bc.infer.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
-      bc.infer.cache.l2_dir = dir + "/l2-" + mode;
-      bc.infer.affinity = mode == "affinity" ? dir + "/affinity.h5" : "";
+      bc.engine.cache.l1_bytes = slots * experts::make_expert_backend({bc.engine.device, bc.engine.cuda_library}, m, mm)->expert_bytes();
+      bc.engine.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
+      bc.engine.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
+      bc.engine.cache.l2_dir = dir + "/l2-" + mode;
+      bc.engine.affinity = mode == "affinity" ? dir + "/affinity.h5" : "";
     } else {
-      bc.infer.cache = {};
-      bc.infer.affinity.clear();
+      bc.engine.cache = {};
+      bc.engine.affinity.clear();
     }
     CacheBenchRow row;
     row.mode = mode;
@@ -202,10 +228,10 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
 std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& res) {
   const io::ModelConfig& m = cfg.model.model;
   const std::vector<CacheBenchRow>& rows = res.rows;
-  std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.ranks, " rank(s), model ", m.num_layers,
+  std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.engine.ranks, " rank(s), model ", m.num_layers,
                       " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
                       "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk (",
-                      cfg.infer.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.infer.cache.io_threads,
+                      cfg.engine.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.engine.cache.io_threads,
                       " I/O threads per rank; ", dtype_name(m.dtype), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
                       ", new ", cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-",
                       res.top2_share_max, " of its routed slots (trace run)\n");
@@ -215,13 +241,13 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
   s += buf;
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
-    const auto& c = r.report.cache;
+    const auto& c = r.report.engine.cache;
     // Per-load means of the I/O threads' time: reading (L2 or L3), checksums, packing.
     const int64_t loads = c.l2_hits + c.l3_reads;
     const double per = loads > 0 ? 1e3 / static_cast<double>(loads) : 0.0;
     std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f\n",
                   r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 0.0,
-                  r.report.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s, c.prefetch_precision(),
+                  r.report.engine.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s, c.prefetch_precision(),
                   c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20), static_cast<long long>(loads),
                   c.read_s * per, c.verify_s * per, c.pack_s * per);
     s += buf;
@@ -239,9 +265,9 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
   nlohmann::json arr = nlohmann::json::array();
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
-    const auto& c = r.report.cache;
+    const auto& c = r.report.engine.cache;
     arr.push_back({{"mode", r.mode}, {"tokens_per_s", r.tokens_per_s}, {"ratio_vs_all_resident", base > 0 ? r.tokens_per_s / base : 0.0},
-                   {"l1_hit_rate", r.report.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
+                   {"l1_hit_rate", r.report.engine.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
                    {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
                    {"l3_bytes_read", c.l3_bytes_read}, {"loads", c.l2_hits + c.l3_reads}, {"read_s", c.read_s},
                    {"verify_s", c.verify_s}, {"pack_s", c.pack_s}});
@@ -252,11 +278,12 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
 
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r) {
   const io::ModelConfig& m = cfg.model.model;
-  const InferReport& d = r.distributed;
-  std::string s = str("# moerun bench infer: ", d.ranks, " rank(s) (", d.routers, " router(s), ", d.ranks - d.routers > 0 ? d.ranks - d.routers : 1,
+  const BenchRun& d = r.distributed;
+  const runtime::EngineReport& de = d.engine;
+  std::string s = str("# moerun bench infer: ", de.ranks, " rank(s) (", de.routers, " router(s), ", de.ranks - de.routers > 0 ? de.ranks - de.routers : 1,
                       " expert rank(s)), model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_experts,
                       " experts x ", m.intermediate_size, " top-", m.top_k, " ", dtype_name(m.dtype), "; batch ", cfg.batch,
-                      ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ", cfg.infer.micro_batches ? std::to_string(cfg.infer.micro_batches) : std::string("auto"), "\n");
+                      ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ", cfg.engine.micro_batches ? std::to_string(cfg.engine.micro_batches) : std::string("auto"), "\n");
   char buf[512];
   std::snprintf(buf, sizeof buf, "#%-7s", "role");
   s += buf;
@@ -265,7 +292,7 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
     s += buf;
   }
   s += "   (seconds, max over the ranks of the role)\n";
-  for (const auto& [role, phases] : d.phases) {
+  for (const auto& [role, phases] : de.phases) {
     std::snprintf(buf, sizeof buf, " %-7s", role.c_str());
     s += buf;
     for (const auto& p : kPhases) {
@@ -279,8 +306,8 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                 static_cast<long long>(d.processed_tokens), r.tokens_per_s);
   s += buf;
   std::snprintf(buf, sizeof buf, "# prefill %lld tokens in %.3f s: %.1f tokens/s; decode %lld tokens in %.3f s: %.1f tokens/s\n",
-                static_cast<long long>(d.prefill_tokens), d.prefill_seconds, rate(d.prefill_tokens, d.prefill_seconds),
-                static_cast<long long>(d.decode_tokens), d.decode_seconds, rate(d.decode_tokens, d.decode_seconds));
+                static_cast<long long>(d.run.prefill_tokens), d.run.prefill_seconds, rate(d.run.prefill_tokens, d.run.prefill_seconds),
+                static_cast<long long>(d.run.decode_tokens), d.run.decode_seconds, rate(d.run.decode_tokens, d.run.decode_seconds));
   s += buf;
   if (r.decode_stream_gbps > 0) {
     std::snprintf(buf, sizeof buf, "# decode streams %.1f MB of weights per token: %.1f GB/s, %.2f of this machine's copy bandwidth (%.1f GB/s)\n",
@@ -292,8 +319,8 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                   r.single_tokens_per_s, r.tokens_per_s / r.single_tokens_per_s);
     s += buf;
   }
-  if (d.phases.count("router") && d.phases.at("router").count("exchange")) {
-    const auto& rp = d.phases.at("router");
+  if (de.phases.count("router") && de.phases.at("router").count("exchange")) {
+    const auto& rp = de.phases.at("router");
     const double ex = rp.at("exchange");
     std::snprintf(buf, sizeof buf, "# exchange (counts + rows out) is %.1f%% of the router's loop; waiting for expert results %.1f%%\n",
                   100 * ex / d.seconds, 100 * (rp.count("wait_experts") ? rp.at("wait_experts") : 0) / d.seconds);
@@ -305,20 +332,19 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
 std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult& r) {
   nlohmann::json j;
   j["tokens_per_s"] = r.tokens_per_s;
-  j["ranks"] = r.distributed.ranks;
-  j["routers"] = r.distributed.routers;
+  j["ranks"] = r.distributed.engine.ranks;
+  j["routers"] = r.distributed.engine.routers;
   j["seconds"] = r.distributed.seconds;
   j["tokens"] = r.distributed.processed_tokens;
-  j["prefill"] = {{"tokens", r.distributed.prefill_tokens}, {"seconds", r.distributed.prefill_seconds},
-                  {"tokens_per_s", rate(r.distributed.prefill_tokens, r.distributed.prefill_seconds)}};
-  j["decode"] = {{"tokens", r.distributed.decode_tokens}, {"seconds", r.distributed.decode_seconds},
-                 {"tokens_per_s", rate(r.distributed.decode_tokens, r.distributed.decode_seconds)}};
-  j["phases"] = r.distributed.phases;
+  const runtime::ThroughputCounters& t = r.distributed.run;
+  j["prefill"] = {{"tokens", t.prefill_tokens}, {"seconds", t.prefill_seconds}, {"tokens_per_s", rate(t.prefill_tokens, t.prefill_seconds)}};
+  j["decode"] = {{"tokens", t.decode_tokens}, {"seconds", t.decode_seconds}, {"tokens_per_s", rate(t.decode_tokens, t.decode_seconds)}};
+  j["phases"] = r.distributed.engine.phases;
   j["single_process_tokens_per_s"] = r.single_tokens_per_s;
   j["ratio_vs_single_process"] = r.single_tokens_per_s > 0 ? r.tokens_per_s / r.single_tokens_per_s : 0.0;
   j["batch"] = cfg.batch;
   j["hidden"] = cfg.model.model.hidden_size;
-  j["micro_batches"] = cfg.infer.micro_batches;
+  j["micro_batches"] = cfg.engine.micro_batches;
   if (r.decode_stream_gbps > 0) {
     j["copy_gbps"] = r.copy_gbps;
     j["decode_weight_bytes_per_step"] = r.decode_weight_bytes_per_step;
@@ -328,4 +354,4 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   return j.dump(2);
 }
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

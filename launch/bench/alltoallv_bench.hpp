@@ -10,11 +10,13 @@
 
 #include <mpi.h>
 
+#include "comm/exchange_select.hpp"
 #include "comm/topology.hpp"
 
-namespace moerun::comm {
+namespace moerun::bench {
 
 struct A2aBenchConfig {
+  comm::TransportConfig transport;  // of hier
   int64_t min_bytes = 1 << 10;
   int64_t max_bytes = int64_t{64} << 20;
   int step_factor = 4;
@@ -52,6 +54,6 @@ std::string a2a_bench_json(const A2aBenchResult& r);
 std::string a2a_bench_csv(const A2aBenchResult& r);
 
 // Bytes rank `src` sends to each rank for `pattern` with `bytes` per rank in total (deterministic).
-std::vector<int64_t> a2a_pattern_counts(const std::string& pattern, int src, int64_t bytes, const Topology& topo, double skew);
+std::vector<int64_t> a2a_pattern_counts(const std::string& pattern, int src, int64_t bytes, const comm::Topology& topo, double skew);
 
-}  // namespace moerun::comm
+}  // namespace moerun::bench

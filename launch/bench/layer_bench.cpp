@@ -1,5 +1,5 @@
 // MoE layer benchmark.
-#include "runtime/layer_bench.hpp"
+#include "launch/bench/layer_bench.hpp"
 
 #include "base/host.hpp"
 
@@ -16,7 +16,7 @@
 #include "router/gate.hpp"
 #include "runtime/moe_layer.hpp"
 
-namespace moerun::runtime {
+namespace moerun::bench {
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -67,7 +67,9 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
     mc.intermediate_size = ff;
     mc.num_experts = E;
     mc.dtype = dt;
-    const auto backend = experts::make_expert_backend(cfg.device, mc, mm);
+    const auto backend = experts::make_expert_backend(cfg.backend, mc, mm);
+    experts::BackendTiming* timing = backend->timing();
+    if (!timing) fail(ErrorKind::Usage, "bench layer: the ", experts::device_name(cfg.backend.device), " backend has no timing interface");
     experts::ResidentExperts store(*backend, E);
     AlignedBuffer raw(io::expert_raw_bytes(mc));  // w1‖w3‖w2 as a shard stores them
     const std::size_t each = raw.size() / 3;
@@ -85,13 +87,13 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
       std::vector<float> out(static_cast<std::size_t>(T * d));
       std::vector<uint8_t> prefill(static_cast<std::size_t>(T), 1);
       router::RouterConfig rc;
-      LocalMoeLayer layer(*backend, store, d, E);
+      runtime::LocalMoeLayer layer(*backend, store, d, E);
       std::vector<double> lt, gt, pt, et, ct, mt, xt;
       // The layer and the baseline are timed in separate loops so neither evicts the other's
       // weights from cache between iterations.
       for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
-        const MoePhaseTimes before = layer.times();
-        const double copied = backend->copy_seconds();
+        const runtime::MoePhaseTimes before = layer.times();
+        const double copied = timing->copy_seconds();
         double t0 = now();
         router::RoutingDecision r = router::route(mm, x.data(), T, gate, k, rc, prefill);
         double t1 = now();
@@ -104,10 +106,10 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
         pt.push_back(layer.times().pack - before.pack);
         et.push_back(layer.times().experts - before.experts);
         ct.push_back(layer.times().combine - before.combine);
-        xt.push_back(backend->copy_seconds() - copied);
+        xt.push_back(timing->copy_seconds() - copied);
       }
       // Baseline: the same expert FLOPs as one matmul [T*k, d] x [d, 3ff] on the backend's GEMM.
-      mt = backend->dense_matmul_seconds(T * k, 3 * ff, d, cfg.warmup, cfg.iters);
+      mt = timing->dense_matmul_seconds(T * k, 3 * ff, d, cfg.warmup, cfg.iters);
       LayerBenchRow row;
       row.dtype = dt;
       row.tokens = T;
@@ -131,7 +133,7 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
 
 std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows) {
   std::string s = str("# moerun bench layer: hidden ", cfg.hidden, ", ", cfg.experts, " experts of intermediate ",
-                      cfg.intermediate, ", top-", cfg.top_k, ", device ", experts::device_name(cfg.device), ", isa ",
+                      cfg.intermediate, ", top-", cfg.top_k, ", device ", experts::device_name(cfg.backend.device), ", isa ",
                       Matmul::isa_name(), ", ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %9s %10s %10s %7s\n", "dtype", "tokens", "layer(ms)",
@@ -141,7 +143,7 @@ std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<Lay
                 "", "(GFLOP/s)", "");
   s += buf;
   bool pass = true;
-  const double target = cfg.device == experts::DeviceKind::Cuda ? 0.6 : 0.8;
+  const double target = cfg.backend.device == experts::DeviceKind::Cuda ? 0.6 : 0.8;
   const int64_t largest = *std::max_element(cfg.tokens.begin(), cfg.tokens.end());
   for (const auto& r : rows) {
     std::snprintf(buf, sizeof buf, " %6s %7lld %10.3f %10.1f %9.3f %9.3f %9.3f %9.3f %10.3f %10.1f %7.3f\n",
@@ -163,7 +165,7 @@ std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<Laye
   j["intermediate"] = cfg.intermediate;
   j["top_k"] = cfg.top_k;
   j["isa"] = Matmul::isa_name();
-  j["device"] = experts::device_name(cfg.device);
+  j["device"] = experts::device_name(cfg.backend.device);
   j["threads"] = omp_get_max_threads();
   j["rows"] = nlohmann::json::array();
   for (const auto& r : rows) {
@@ -179,4 +181,4 @@ std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<Laye
   return j.dump(2);
 }
 
-}  // namespace moerun::runtime
+}  // namespace moerun::bench

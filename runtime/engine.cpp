@@ -1,0 +1,283 @@
+// The engine: set-up agreed across ranks, then the router and expert roles of a step.
+#include "runtime/engine.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "base/log.hpp"
+#include "comm/collective_deadline.hpp"
+#include "comm/collectives.hpp"
+#include "comm/counter_reduction.hpp"
+#include "comm/mpi.hpp"
+#include "experts/resident_experts.hpp"
+#include "io/affinity_file.hpp"
+#include "io/expert_shards.hpp"
+#include "runtime/distributed_moe.hpp"
+#include "runtime/moe_layer.hpp"
+#include "runtime/moe_protocol.hpp"
+#include "runtime/resume_keys.hpp"
+
+namespace moerun::runtime {
+
+void agree_on_setup(MPI_Comm world, double timeout_s, const char* what, const std::function<void()>& f) {
+  int64_t code = 0;
+  std::string msg;
+  try {
+    f();
+  } catch (const ReportedError& e) {
+    code = e.exit_code();
+  } catch (const Error& e) {
+    if (comm::size_of(world) == 1) throw;
+    code = e.exit_code();
+    msg = e.what();
+  } catch (const std::bad_alloc&) {
+    code = 1;
+    msg = "out of memory";
+  } catch (const std::exception& e) {
+    code = 1;
+    msg = e.what();
+  }
+  if (comm::size_of(world) == 1) {
+    if (code) throw Error(static_cast<ErrorKind>(code), msg);
+    return;
+  }
+  const std::string step = str("set-up (", what, ")");
+  const comm::FailureAgreement a = comm::agree_on_failure(code, code && !msg.empty(), world, timeout_s, step);
+  if (a.code == 0) return;
+  const int rank = comm::rank_of(world);
+  const ErrorKind kind = static_cast<ErrorKind>(a.reporter_code ? a.reporter_code : 1);
+  // The reporter prints before anyone exits: mpirun kills the job at the first non-zero exit.
+  if (rank == a.reporter) {
+    std::fprintf(stderr, "moerun: error: %s%s\n", rank == 0 ? "" : str("rank ", rank, ": ").c_str(), msg.c_str());
+    std::fflush(stderr);
+  }
+  comm::barrier_timed(world, timeout_s, step);
+  throw ReportedError(kind);
+}
+
+void EngineConfig::validate() const {
+  if (model.empty()) fail_config("model", "is required");
+  if (micro_batches < 0 || micro_batches > 64) fail_config("micro_batches", "must be in [1, 64], or 0 for the default");
+  if (routers_per_node < 1) fail_config("routers_per_node", "must be >= 1");
+  if (ranks_per_node < 0) fail_config("ranks_per_node", "must be >= 1 (or 0: from the MPI library)");
+  if (!(comm_timeout_s > 0)) fail_config("comm_timeout_s", "must be > 0 seconds");
+  if (transport.ucx_peer_errors < -1 || transport.ucx_peer_errors > 1)
+    fail_config("transport.ucx_peer_errors", "must be 0, 1 or -1 (other hosts only), not ", transport.ucx_peer_errors);
+  if (a2a == comm::A2aKind::Hier) validate_part("transport", [&] { comm::internode_transport(transport); });
+  validate_part("router", [&] { router.validate(); });
+  validate_part("cache", [&] { cache.validate(); });
+}
+
+Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(world), rank_(comm::rank_of(world)) {
+  // Until comm_timeout_s is validated, a sane one: set-up must never wait forever.
+  setup_timeout_s_ = cfg_.comm_timeout_s > 0 && std::isfinite(cfg_.comm_timeout_s) ? cfg_.comm_timeout_s : 300.0;
+  // Micro-batches overlap a router's attention with the experts of another rank: in one process
+  // there is nothing to overlap, and a second micro-batch only reads the experts twice per step
+  // (19-34% of decode time, issue 11). Distributed, 2 is what bench infer measured best.
+  if (cfg_.micro_batches == 0) cfg_.micro_batches = comm::size_of(world) > 1 ? 2 : 1;
+  agree_on_setup(world_, setup_timeout_s_, "topology", [&] { connect(); });
+  // Rank 0 walks the HDF5 inputs in a child process (io/hdf5_probe.hpp) while the others sleep: a
+  // corrupt file then fails the set-up as bad input instead of crashing a rank in libhdf5.
+  agree_on_setup(world_, setup_timeout_s_, "HDF5 probe", [&] {
+    std::exception_ptr failed;
+    if (rank_ == 0) {
+      try {
+        std::vector<std::string> files = io::model_location(cfg_.model, cfg_.s3).probe_files();
+        if (!cfg_.affinity.empty()) files.push_back(cfg_.affinity);
+        cfg_.hdf5_probe.check(files);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+    }
+    comm::barrier_timed(world_, setup_timeout_s_, "set-up (HDF5 probe)");  // every rank reaches it
+    if (failed) std::rethrow_exception(failed);
+  });
+  agree_on_setup(world_, setup_timeout_s_, "model", [&] {
+    location_ = io::model_location(cfg_.model, cfg_.s3);
+    mc_ = io::read_model_config(*location_);
+  });
+}
+
+Engine::~Engine() = default;
+
+void Engine::connect() {
+  cfg_.validate();
+  const bool distributed = comm::size_of(world_) > 1;
+  // MPI_Comm_split_type and friends cannot time out themselves.
+  const comm::CollectiveDeadline deadline(distributed ? setup_timeout_s_ : 0, "set-up (topology)", rank_);
+  topo_ = comm::build_topology(world_, cfg_.routers_per_node, cfg_.ranks_per_node);  // throws only after its collectives
+  // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
+  // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
+  const int local = comm::ranks_on_this_host(world_);
+  if (distributed && cfg_.share_host_cores)
+    omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+}
+
+void Engine::build_store(int64_t rank) {
+  source_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*location_, mc_));
+  auto owns = [this, rank](int64_t l, int64_t e) { return placement_.owner_of(l, e) == rank; };
+  backend_ = experts::make_expert_backend({cfg_.device, cfg_.cuda_library}, mc_, mm_,
+                                          topo_.ranks[static_cast<std::size_t>(rank)].local_rank);
+  if (cfg_.cache.l1_bytes > 0) {
+    if (!cfg_.affinity.empty()) graph_ = io::read_affinity_graph(cfg_.affinity);
+    experts::ExpertCacheConfig cc = cfg_.cache;
+    // Ranks sharing a host (or a shared directory) each keep their own blob file.
+    if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
+    store_ = std::make_unique<experts::ExpertCache>(cc, *backend_, *source_, owns, graph_ ? &*graph_ : nullptr);
+  } else {
+    store_ = std::make_unique<experts::ResidentExperts>(*backend_, *source_, mc_, owns);
+  }
+}
+
+void Engine::load(const std::function<void()>& before_weights) {
+  uint64_t dense_fp = 0, experts_fp = 0;
+  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] {
+    if (before_weights) before_weights();
+    placement_ = cfg_.placement_file.empty() || !distributed()
+                     ? experts::round_robin_placement(mc_.num_layers, mc_.num_experts, topo_)
+                     : experts::placement_from_json(cfg_.placement_file, mc_.num_layers, mc_.num_experts, topo_);
+    if (is_router()) {
+      dense_ = io::load_dense_weights(*location_);
+      dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
+      pack_dense_weights(mm_, *dense_);
+    }
+    if (topo_.is_expert(rank_)) {
+      build_store(rank_);
+      experts_fp = experts_fingerprint(*source_, mc_);
+    }
+  });
+  {
+    const comm::CollectiveDeadline deadline(distributed() ? setup_timeout_s_ : 0, "set-up (run fingerprint)", rank_);
+    // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both
+    // (as 32-bit halves, so that a max over ranks that hold 0 recovers them).
+    std::vector<uint64_t> parts;
+    for (uint64_t fp : {dense_fp, experts_fp}) {
+      const auto hi = static_cast<int64_t>(fp >> 32), lo = static_cast<int64_t>(fp & 0xffffffffu);
+      parts.push_back(static_cast<uint64_t>(distributed() ? comm::allreduce_max(hi, world_) : hi) << 32 |
+                      static_cast<uint64_t>(distributed() ? comm::allreduce_max(lo, world_) : lo));
+    }
+    parts.push_back(routing_fingerprint(cfg_.router));
+    run_fingerprint_ = combine_fingerprints(parts);
+  }
+  if (rank_ == 0 && !cfg_.quiet) {
+    log::info("model ", cfg_.model, ": ", mc_.num_layers, " layers, ", mc_.num_experts, " experts (top-", mc_.top_k,
+              "), d=", mc_.hidden_size, ", ", dtype_name(mc_.dtype), ", ",
+              (mc_.total_params() * static_cast<int64_t>(dtype_size(mc_.dtype))) >> 20, " MiB");
+    if (distributed()) std::fputs((topo_.describe() + placement_.describe()).c_str(), stderr);
+  }
+}
+
+void Engine::build_exchanges() {
+  const comm::CollectiveDeadline deadline(cfg_.comm_timeout_s, "set-up (exchanges)", rank_);
+  dispatch_ = comm::make_alltoallv(cfg_.a2a, world_, topo_, cfg_.comm_timeout_s, cfg_.transport);
+  combine_ = comm::make_alltoallv(cfg_.a2a, world_, topo_, cfg_.comm_timeout_s, cfg_.transport);
+  protocol_ = std::make_unique<MoeExchangeProtocol>(*dispatch_, *combine_, topo_, rank_, mc_.hidden_size);
+  if (rank_ == 0 && !cfg_.quiet)
+    log::info("all-to-all: ", comm::a2a_name(cfg_.a2a),
+              cfg_.a2a == comm::A2aKind::Hier
+                  ? str(" (shared memory in a node, ", comm::internode_transport(cfg_.transport), " between nodes)")
+                  : "");
+}
+
+void Engine::start_serving() {
+  if (distributed()) build_exchanges();
+  if (is_router()) {
+    if (distributed()) moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts);
+    else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
+    forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches);
+  } else {
+    server_ = std::make_unique<ExpertServer>(*protocol_, *backend_, *store_, mc_.num_experts);
+  }
+  // Time to first token counts from here, before the warm-up: an id-order warm-up delays it.
+  serving_since_ = std::chrono::steady_clock::now();
+  if (auto* cache = dynamic_cast<experts::ExpertCache*>(store_.get())) cache->warm_up();
+  if (store_ && !cfg_.swap_control.empty()) {
+    swap_.emplace(cfg_.swap_control, mc_, cfg_.hdf5_probe, cfg_.quiet);
+    swap_->start(*store_);
+  }
+}
+
+void Engine::step_boundary() {
+  if (swap_) swap_->poll(*store_);  // between steps: the last one finished on the old weights
+}
+
+void Engine::requests_finished(int64_t done) {
+  if (auto* cache = dynamic_cast<experts::ExpertCache*>(store_.get())) cache->requests_finished(done);
+}
+
+void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats) {
+  if (!forward_) fail(ErrorKind::Internal, "Engine::step on a rank that is not a router, or before start_serving()");
+  forward_->forward(batch, logits, stats);
+}
+
+void Engine::serve_step() {
+  if (!server_) fail(ErrorKind::Internal, "Engine::serve_step on a rank that is not an expert rank, or before start_serving()");
+  for (int64_t l = 0; l < mc_.num_layers; ++l) server_->serve_layer(l, cfg_.micro_batches);
+}
+
+PhaseSeconds Engine::my_phases() const {
+  if (forward_) {
+    const DensePhaseTimes& dt = forward_->times();
+    const MoePhaseTimes& mt = moe_->times();
+    PhaseSeconds p{{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
+                   {"wait_experts", mt.wait}, {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
+    if (mc_.shared_expert_intermediate_size > 0) p["shared_expert"] = dt.shared_expert;
+    return p;
+  }
+  if (server_) {
+    const MoePhaseTimes& mt = server_->times();
+    return {{"pack", mt.pack}, {"exchange", mt.exchange}, {"expert_compute", mt.experts}, {"idle", idle_s_}};
+  }
+  return {};
+}
+
+EngineReport Engine::report() {
+  EngineReport rep;
+  rep.ranks = topo_.world_size;
+  rep.routers = routers();
+  const PhaseSeconds mine = my_phases();
+  if (distributed()) {
+    static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
+                                                "expert_compute", "combine", "head", "idle"};
+    for (const char* role : {"router", "expert"}) {
+      std::vector<double> v(names.size(), 0.0);
+      if ((std::string(role) == "router") == is_router())
+        for (std::size_t i = 0; i < names.size(); ++i) v[i] = mine.count(names[i]) ? mine.at(names[i]) : 0.0;
+      comm::reduce_max_to_root(v, world_);
+      if (rank_ == 0)
+        for (std::size_t i = 0; i < names.size(); ++i)
+          if (v[i] > 0) rep.phases[role][names[i]] = v[i];
+    }
+  } else {
+    rep.phases["router"] = mine;
+  }
+  if (swap_) rep.hot_swap = swap_->counters();
+  comm::reduce_counters_to_root(rep.hot_swap, world_);
+  // Every rank's cache counters (zeros without a cache) to rank 0: summed and per expert rank.
+  const auto* cache = dynamic_cast<const experts::ExpertCache*>(store_.get());
+  std::vector<double> mine_c = cache ? cache->counters().to_vector() : experts::CacheCounters{}.to_vector();
+  const std::size_t n = mine_c.size();
+  mine_c.push_back(cache ? 1.0 : 0.0);
+  const std::vector<double> all = distributed() ? comm::gather_to_root(mine_c, world_) : mine_c;
+  for (std::size_t r = 0; r * (n + 1) < all.size(); ++r) {
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(r * (n + 1));
+    if (first[static_cast<std::ptrdiff_t>(n)] == 0) continue;
+    const auto c = experts::CacheCounters::from_vector(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(n)));
+    rep.cache_on = true;
+    rep.cache_per_rank[static_cast<int>(r)] = c;
+    combine_counters(rep.cache, c);
+  }
+  if (const io::ObjectStore* store = location_->store()) {
+    // Requests this rank sent itself (HEADs, listings, expert GETs, model.h5 pages).
+    rep.object_store = store->stats();
+    comm::reduce_counters_to_root(rep.object_store, world_);
+    rep.remote_model = true;
+  }
+  return rep;
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,171 @@
+// Engine: the model served across the ranks of a communicator, with no requests, files or CLI in
+// it (DESIGN §1). Built from a typed EngineConfig, it owns the topology, the exchanges, the
+// placement, the expert backend and store, and offers the two roles:
+//   - router ranks step a batch of sequence chunks and get logits (step());
+//   - expert ranks serve one step of every layer (serve_step()).
+// Every rank takes part in each step in lockstep: step_boundary(), then its role's call. Whether
+// another step comes is the caller's to agree on (the Job does it in its step control; a program
+// embedding the engine does it with its own collective). Set-up is collective and agreed: a failure
+// on any rank makes every rank throw (the failing one its Error, the others ReportedError).
+//
+//   Engine e(cfg, world);        // topology, HDF5 probe, model config
+//   e.load();                    // weights: dense on routers, experts on expert ranks
+//   e.start_serving();
+//   while (more) { e.step_boundary(); e.is_router() ? e.step(batch, logits, &stats) : e.serve_step(); }
+//   EngineReport r = e.report();  // collective
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "base/counter_fields.hpp"
+#include "base/matmul.hpp"
+#include "comm/exchange_select.hpp"
+#include "comm/topology.hpp"
+#include "experts/backend.hpp"
+#include "experts/expert_cache.hpp"
+#include "experts/placement.hpp"
+#include "io/hdf5_probe.hpp"
+#include "io/model_config.hpp"
+#include "io/model_file.hpp"
+#include "io/model_location.hpp"
+#include "io/object_store.hpp"
+#include "router/router_config.hpp"
+#include "runtime/hot_swap.hpp"
+#include "runtime/model_forward.hpp"
+#include "runtime/routing_stats.hpp"
+
+namespace moerun::runtime {
+
+struct EngineConfig {
+  std::string model;                  // a directory or s3://bucket/prefix (model.h5 + experts-*.h5)
+  io::S3Config s3;                    // for an s3:// model
+  router::RouterConfig router;
+  int micro_batches = 0;              // per step; 0: 1 in one process, 2 distributed (measured)
+  int routers_per_node = 1;
+  int ranks_per_node = 0;             // 0: nodes from MPI_Comm_split_type
+  comm::A2aKind a2a = comm::A2aKind::Mpi;
+  comm::TransportConfig transport;
+  std::string placement_file;         // {"layer": {"expert": rank}}; empty: round-robin
+  experts::ExpertCacheConfig cache;   // l1_bytes 0: every owned expert resident
+  std::string affinity;               // affinity graph for the cache's affinity prefetch
+  experts::DeviceKind device = experts::DeviceKind::Cpu;
+  std::string cuda_library;           // libmoerun_cuda.so to load; empty: next to the executable
+  double comm_timeout_s = 300;        // a peer silent this long ends the job (set-up included)
+  io::Hdf5Probe hdf5_probe;           // walks local HDF5 inputs in a child process first (off when empty)
+  std::string swap_control;           // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
+  bool share_host_cores = true;       // ranks on one host split its cores (false: OMP_NUM_THREADS was given)
+  bool quiet = false;                 // no set-up lines on stderr
+
+  void validate() const;  // ConfigError naming the field ("micro_batches", "router.load_penalty", ...)
+};
+
+// Seconds per phase of this rank's role (router: attention, gate, shared_expert, pack, exchange,
+// wait_experts, expert_compute, combine, head; expert: pack, exchange, expert_compute, idle).
+using PhaseSeconds = std::map<std::string, double>;
+
+// What the engine counted, gathered on rank 0 by report().
+struct EngineReport {
+  int ranks = 1;
+  int routers = 1;
+  std::map<std::string, PhaseSeconds> phases;  // [role]: the maximum over the ranks of that role
+  bool cache_on = false;
+  experts::CacheCounters cache;                // summed over expert ranks
+  std::map<int, experts::CacheCounters> cache_per_rank;
+  HotSwapCounters hot_swap;
+  bool remote_model = false;                   // the model is in an object store
+  io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
+};
+
+class Engine {
+ public:
+  // Collective and agreed: validates, builds the topology (ranks sharing a host split its cores),
+  // walks the HDF5 inputs in a child process, reads the model's config.
+  Engine(EngineConfig cfg, MPI_Comm world);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Collective and agreed: placement, dense weights on routers (fingerprinted, packed), the
+  // experts on expert ranks (shard index, backend, store), the exchanges. `before_weights` runs
+  // on every rank inside the same agreed step, before any weight is read (the Job checks its
+  // requests and outputs there).
+  void load(const std::function<void()>& before_weights = {});
+
+  const EngineConfig& config() const { return cfg_; }
+  const io::ModelConfig& model() const { return mc_; }
+  const io::ModelLocation& location() const { return *location_; }
+  const comm::Topology& topology() const { return topo_; }
+  MPI_Comm world() const { return world_; }
+  int rank() const { return rank_; }
+  bool distributed() const { return topo_.world_size > 1; }
+  bool is_router() const { return topo_.is_router(rank_); }
+  int router_index() const { return topo_.router_index(rank_); }
+  int routers() const { return static_cast<int>(topo_.routers.size()); }
+  // Identifies the weights (as stored) and the routing options; the same on every rank after load().
+  uint64_t run_fingerprint() const { return run_fingerprint_; }
+
+  // Collective, before the first step: the exchanges, the roles, the cache's warm-up, and a
+  // hot-swap control file already there.
+  void start_serving();
+  // When serving began (before the warm-up): time to first token counts from here.
+  std::chrono::steady_clock::time_point serving_since() const { return serving_since_; }
+  // At a step boundary on every rank: a changed hot-swap control file is applied here.
+  void step_boundary();
+  // Tells the cache how many requests have finished (its hotness warm-up counts them).
+  void requests_finished(int64_t done);
+  // Router ranks: one forward step; logits [batch.emitting(), vocab] in chunk order.
+  void step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
+  // Expert ranks: serve every layer of one step.
+  void serve_step();
+  // Seconds of the expert rank's wait for the next step (counted as idle in its phases).
+  void add_idle(double seconds) { idle_s_ += seconds; }
+
+  // Collective: phases, cache, hot-swap and object-store counters to rank 0.
+  EngineReport report();
+
+ private:
+  void connect();
+  void build_store(int64_t rank);
+  void build_exchanges();
+  PhaseSeconds my_phases() const;
+
+  EngineConfig cfg_;
+  MPI_Comm world_;
+  int rank_ = 0;
+  double setup_timeout_s_ = 300;
+  comm::Topology topo_;
+  std::optional<io::ModelLocation> location_;
+  io::ModelConfig mc_;
+  experts::Placement placement_;
+  Matmul mm_;
+  std::optional<io::DenseWeights> dense_;
+  std::unique_ptr<io::ExpertShardIndex> source_;   // L3 for the cache
+  std::optional<io::AffinityGraph> graph_;
+  std::unique_ptr<experts::ExpertBackend> backend_;  // before the store, which uses it until destroyed
+  std::unique_ptr<experts::ExpertStore> store_;
+  std::unique_ptr<comm::AllToAllV> dispatch_, combine_;
+  std::unique_ptr<class MoeExchangeProtocol> protocol_;
+  std::unique_ptr<class MoeLayer> moe_;
+  std::unique_ptr<ModelForward> forward_;
+  std::unique_ptr<class ExpertServer> server_;
+  std::optional<HotSwap> swap_;
+  uint64_t run_fingerprint_ = 0;
+  std::chrono::steady_clock::time_point serving_since_;
+  double idle_s_ = 0;
+};
+
+// Runs `f` on every rank of `world`; if any rank failed, the lowest failing rank prints its error
+// (prefixed with its rank when it is not rank 0) and every rank throws: ReportedError with that
+// code. One process: f's error is rethrown. The agreement has a deadline: a rank that never
+// arrives ends the job with a Comm error naming it. `what` names the set-up step.
+void agree_on_setup(MPI_Comm world, double timeout_s, const char* what, const std::function<void()>& f);
+
+}  // namespace moerun::runtime
