@@ -76,6 +76,22 @@ ExchangePlan AllToAllV::plan(std::vector<int64_t> send_bytes, const std::string&
   return p;
 }
 
+ExchangePlan AllToAllV::plan_known(std::vector<int64_t> send_bytes, std::vector<int64_t> recv_bytes, const std::string& what,
+                                   const ExchangePattern& pattern) {
+  if (static_cast<int>(recv_bytes.size()) != size())
+    fail(ErrorKind::Internal, what, ": ", recv_bytes.size(), " receive counts for ", size(), " ranks");
+  if (needs_all_counts()) {
+    ExchangePlan p = plan(std::move(send_bytes), what, pattern);
+    for (std::size_t q = 0; q < recv_bytes.size(); ++q)
+      if (p.recv_bytes[q] != recv_bytes[q])
+        fail(ErrorKind::Comm, what, ": rank ", q, " sends ", p.recv_bytes[q], " bytes where ", recv_bytes[q], " were expected");
+    return p;
+  }
+  if (static_cast<int>(send_bytes.size()) != size())
+    fail(ErrorKind::Internal, what, ": ", send_bytes.size(), " send counts for ", size(), " ranks");
+  return {what, std::move(send_bytes), std::move(recv_bytes)};
+}
+
 std::unique_ptr<ExchangeHandle> AllToAllV::open(ExchangePlan plan, int slot, const void* send_from) {
   const auto sn = static_cast<std::size_t>(plan.send_total()), rn = static_cast<std::size_t>(plan.recv_total());
   void* send = send_from ? const_cast<void*>(send_from) : lent_send_buffer(sn);

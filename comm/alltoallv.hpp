@@ -87,6 +87,12 @@ class AllToAllV {
 
   // The counts exchange: every peer learns what this rank sends it, this rank what each sends it.
   ExchangePlan plan(std::vector<int64_t> send_bytes, const std::string& what, const ExchangePattern& pattern = {});
+  // An exchange whose counts both sides know already (a reply to an earlier exchange, as the MoE
+  // combine answers the dispatch): no counts exchange where the transport needs none (mpi). A
+  // transport that needs the whole node's counts (hier) still exchanges them, and a peer whose
+  // count differs from `recv_bytes` is a Comm error naming it.
+  ExchangePlan plan_known(std::vector<int64_t> send_bytes, std::vector<int64_t> recv_bytes, const std::string& what,
+                          const ExchangePattern& pattern = {});
   // Buffers for a planned exchange. `slot`: exchanges in flight at the same time use different
   // slots (a slot's own buffers are reused by its next exchange). `send_from`: send from the
   // caller's memory instead (kept unchanged until the exchange completes).
@@ -101,6 +107,9 @@ class AllToAllV {
   virtual std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                                  const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
   virtual void wait(PendingExchange& pending) = 0;
+  // Whether start() needs this exchange's counts from every rank (hier lays out the node's shared
+  // window from them), even when each rank knows its own.
+  virtual bool needs_all_counts() const { return false; }
   // Whether the pending requests completed (a transport that completes in start() has none).
   bool test(PendingExchange& pending);
   // Memory the transport lends for the next exchange's data (after its counts; valid until the next

@@ -48,6 +48,7 @@ class HierarchicalAllToAllV final : public AllToAllV {
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange&) override {}
+  bool needs_all_counts() const override { return true; }
   void* lent_send_buffer(std::size_t bytes) override;
   void* lent_recv_buffer(std::size_t bytes) override;
 

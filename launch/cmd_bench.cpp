@@ -170,6 +170,7 @@ int bench_infer(int argc, char** argv) {
     c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
   });
   apply_environment(Environment::read(), c.engine);
+  c.engine.option_name = option_name;
   m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
   if (sweep.on) {

@@ -109,7 +109,7 @@ int cmd_infer(int argc, char** argv) {
   c.engine.hdf5_probe.s3_retries = c.engine.s3.retries;
   c.engine.hdf5_probe.s3_timeout_s = c.engine.s3.timeout_s;
   if (!env.python.empty()) c.tokenizer.python = env.python;
-  c.option_name = option_name;
+  c.option_name = c.engine.option_name = option_name;
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.size() > 1) log::set_rank(mpi.rank());
   if (mpi.rank() == 0 && a2a == "auto")

@@ -24,8 +24,6 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   const int P = protocol_.ranks();
   const int64_t d = protocol_.hidden(), k = r.top_k;
   f.layer = layer;
-  f.T = T;
-  f.top_k = k;
   f.weight = r.weight;
   const router::DispatchPlan plan = router::DispatchPlan::build(r.expert.data(), T, k, num_experts_);
   // Experts in (owner, id) order: rows for one destination are contiguous, grouped by expert.
@@ -51,9 +49,10 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
       std::memcpy(dst + 4, x + static_cast<int64_t>(plan.row_token[pr]) * d, static_cast<std::size_t>(d) * 4);
       plan_row_to_send[pr] = next++;
     }
-  f.slot_row.assign(static_cast<std::size_t>(T * k), -1);
+  // The dispatch's layout, kept for the combine: the plan with each slot's row in send order.
+  f.layout = plan;
   for (int64_t s = 0; s < T * k; ++s)
-    if (plan.slot_row[s] >= 0) f.slot_row[s] = plan_row_to_send[plan.slot_row[s]];
+    if (plan.slot_row[s] >= 0) f.layout.slot_row[s] = plan_row_to_send[plan.slot_row[s]];
   double t3 = now();
   f.dispatch->post();
   double t4 = now();
@@ -70,21 +69,14 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   f.dispatch.reset();
   double tw = now();
   // Results land in the exchange's receive buffer (hier: the node's shared window): combined from there.
-  auto reply = protocol_.open(Phase::Combine, f.layer, mb, std::vector<int64_t>(static_cast<std::size_t>(P), 0));
-  const std::vector<int64_t> rows = protocol_.rows_from(*reply, Phase::Combine);
-  for (int p = 0; p < P; ++p)
-    if (rows[p] != f.rows_to[p])
-      fail(ErrorKind::Comm, reply->plan().what, ": rank ", p, " returns ", rows[p], " rows for ", f.rows_to[p], " sent");
+  // Each expert rank returns the rows it was sent: the dispatch's counts are the combine's.
+  auto reply = protocol_.open_combine(f.layer, mb, std::vector<int64_t>(static_cast<std::size_t>(P), 0), f.rows_to);
   reply->post();
   reply->wait();
   double t1 = now();
   times_.exchange += tw - t0;
   times_.wait += t1 - tw;
-  router::DispatchPlan view;  // combine_rows only needs tokens, top_k and slot_row
-  view.tokens = f.T;
-  view.top_k = f.top_k;
-  view.slot_row = f.slot_row;
-  router::combine_rows(reply->recv_as<float>(), d, view, f.weight.data(), out);
+  router::combine_rows(reply->recv_as<float>(), d, f.layout, f.weight.data(), out);
   times_.combine += now() - t1;
 }
 
@@ -103,7 +95,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     Reply& rep = replies_[static_cast<std::size_t>(step.micro_batch)];
     if (step.phase == Phase::Combine) {
       if (t4 == 0) t4 = now();
-      rep.pending = protocol_.open(Phase::Combine, layer, step.micro_batch, rep.rows_from, rep.data.data());
+      rep.pending = protocol_.open_combine(layer, step.micro_batch, rep.rows_from, none, rep.data.data());
       rep.pending->post();
       continue;
     }

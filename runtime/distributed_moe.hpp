@@ -25,12 +25,12 @@ class DistributedMoeLayer final : public MoeLayer {
   const MoePhaseTimes& times() const override { return times_; }
 
  private:
+  // A dispatch in flight and what its combine needs (as DeepEP's combine consumes its dispatch's
+  // handle): the layout of the rows sent and how many went to each peer, which is what comes back.
   struct InFlight {
     int64_t layer = 0;
-    int64_t T = 0;
-    int64_t top_k = 0;
     std::vector<float> weight;
-    std::vector<int64_t> slot_row;   // [T*k] row of the slot in send order, -1 dropped
+    router::DispatchPlan layout;     // slot_row: the row of each slot in send order, -1 dropped
     std::vector<int64_t> rows_to;    // [peer] rows sent
     std::unique_ptr<comm::ExchangeHandle> dispatch;  // posted, until finish()
   };

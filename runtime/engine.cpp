@@ -105,7 +105,12 @@ Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(
 Engine::~Engine() = default;
 
 void Engine::connect() {
-  cfg_.validate();
+  try {
+    cfg_.validate();
+  } catch (const ConfigError& e) {
+    if (!cfg_.option_name) throw;
+    fail(ErrorKind::Usage, cfg_.option_name(e.field()), " ", e.detail());
+  }
   const bool distributed = comm::size_of(world_) > 1;
   // MPI_Comm_split_type and friends cannot time out themselves.
   const comm::CollectiveDeadline deadline(distributed ? setup_timeout_s_ : 0, "set-up (topology)", rank_);

@@ -63,6 +63,8 @@ struct EngineConfig {
   std::string swap_control;           // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
   bool share_host_cores = true;       // ranks on one host split its cores (false: OMP_NUM_THREADS was given)
   bool quiet = false;                 // no set-up lines on stderr
+  // How the embedding program names a field in messages (launch/: its flag); unset: the field's name.
+  std::function<std::string(const std::string& field)> option_name;
 
   void validate() const;  // ConfigError naming the field ("micro_batches", "router.load_penalty", ...)
 };

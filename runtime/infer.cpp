@@ -243,7 +243,9 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
     if (rank == 0) request_text = io::read_requests_text(cfg.input);
   });
   if (distributed) request_text = comm::broadcast_string_timed(request_text, world, setup_timeout, "set-up (requests)");
-  Engine engine(cfg.engine, world);
+  EngineConfig ec = cfg.engine;
+  ec.quiet = ec.quiet || cfg.quiet;
+  Engine engine(ec, world);
   std::vector<io::Request> requests;
   engine.load([&] { requests = take_requests(cfg, engine, request_text); });
   agree_on_setup(world, setup_timeout, "outputs", [&] {

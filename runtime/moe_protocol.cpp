@@ -60,6 +60,19 @@ std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open(Phase phase, int
   return a2a.open(std::move(plan), mb, send_from);
 }
 
+std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open_combine(int64_t layer, int mb, const std::vector<int64_t>& rows_to,
+                                                                        const std::vector<int64_t>& rows_from,
+                                                                        const void* send_from) {
+  next_step(Phase::Combine, layer, mb);
+  const auto rec = static_cast<int64_t>(record_bytes(Phase::Combine));
+  std::vector<int64_t> send_bytes(rows_to.size()), recv_bytes(rows_from.size());
+  for (std::size_t p = 0; p < rows_to.size(); ++p) send_bytes[p] = rows_to[p] * rec;
+  for (std::size_t p = 0; p < rows_from.size(); ++p) recv_bytes[p] = rows_from[p] * rec;
+  comm::ExchangePlan plan = combine_.plan_known(std::move(send_bytes), std::move(recv_bytes),
+                                                str("combine of layer ", layer, " micro-batch ", mb), backward_);
+  return combine_.open(std::move(plan), mb, send_from);
+}
+
 std::vector<int64_t> MoeExchangeProtocol::rows_from(const comm::ExchangeHandle& h, Phase phase) const {
   const auto rec = static_cast<int64_t>(record_bytes(phase));
   std::vector<int64_t> rows(h.plan().recv_bytes.size());

@@ -1,7 +1,9 @@
 // MoeExchangeProtocol: the per-layer exchange protocol of the distributed MoE layer, written once
 // and followed by both sides (routers: DistributedMoeLayer; expert ranks: ExpertServer).
 //  - Two AllToAllV, so the directions never interleave: dispatch (router -> expert ranks) and
-//    combine (expert -> router ranks). Counts travel only along those edges (the patterns).
+//    combine (expert -> router ranks). Counts travel only along those edges (the patterns), and
+//    only for the dispatch: a combine returns to each router the rows it sent, which both sides
+//    know from the dispatch (AllToAllV::plan_known), so it runs no counts exchange of its own.
 //  - Per layer with M micro-batches: dispatch of micro-batches 0..M-1 in order, then their combines
 //    in order (layer_steps). Every rank opens its exchanges in that order, and open() checks it.
 //  - A dispatch record is an int32 expert id, then the row's d float32; a rank's rows are
@@ -41,6 +43,10 @@ class MoeExchangeProtocol {
   // can be in flight together. `send_from`: send the caller's memory (see AllToAllV::open).
   std::unique_ptr<comm::ExchangeHandle> open(Phase phase, int64_t layer, int mb, const std::vector<int64_t>& rows_to,
                                              const void* send_from = nullptr);
+  // Opens the combine of `layer` / `mb`, whose counts both sides know from its dispatch: `rows_to`
+  // records to each peer, `rows_from` from each (a router sends none, an expert rank receives none).
+  std::unique_ptr<comm::ExchangeHandle> open_combine(int64_t layer, int mb, const std::vector<int64_t>& rows_to,
+                                                     const std::vector<int64_t>& rows_from, const void* send_from = nullptr);
   // Records each peer sends in an opened exchange.
   std::vector<int64_t> rows_from(const comm::ExchangeHandle& h, Phase phase) const;
 
