@@ -58,18 +58,30 @@ class SentencePieceTokenizer : public Tokenizer {
   bool add_bos_;
 };
 
+[[noreturn]] void helper_did_not_start(const std::string& json_path, const TokenizerConfig& cfg, const Error& e) {
+  fail(ErrorKind::Usage, json_path, ": the tokenizer helper did not start with ", cfg.python, " (", e.what(),
+       "); tokenizer.json needs Python with the tokenizers package: pip install tokenizers, and MOERUN_PYTHON=that python");
+}
+
+// -I (isolated): no working directory or script directory on sys.path, no user site, no PYTHON*
+// variables, so a json.py or tokenizers.py where the command runs is never imported.
+ChildProcess start_helper(const std::string& json_path, const TokenizerConfig& cfg) {
+  try {
+    return ChildProcess({cfg.python, "-I", "-c", kTokenizerHelperSource, json_path}, true, true);
+  } catch (const Error& e) {
+    helper_did_not_start(json_path, cfg, e);  // an interpreter that is not there or cannot run
+  }
+}
+
 class PythonTokenizer : public Tokenizer {
  public:
-  // -I (isolated): no working directory or script directory on sys.path, no user site, no PYTHON*
-  // variables, so a json.py or tokenizers.py where the command runs is never imported.
   PythonTokenizer(const std::string& json_path, const TokenizerConfig& cfg)
-      : path_(json_path), cfg_(cfg), child_({cfg.python, "-I", "-c", kTokenizerHelperSource, json_path}, true, true) {
+      : path_(json_path), cfg_(cfg), child_(start_helper(json_path, cfg)) {
     std::string first;
     try {
       first = child_.read_line(cfg.timeout_s, json_path);
     } catch (const Error& e) {
-      fail(ErrorKind::Usage, json_path, ": the tokenizer helper did not start with ", cfg.python, " (", e.what(),
-           "); tokenizer.json needs Python with the tokenizers package: pip install tokenizers, and MOERUN_PYTHON=that python");
+      helper_did_not_start(json_path, cfg, e);
     }
     const json j = json::parse(first, nullptr, false);
     if (j.is_object() && j.contains("missing"))
