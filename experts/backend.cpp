@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/error.hpp"
+#include "experts/c_backend.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 
 namespace moerun::experts {
@@ -22,12 +23,12 @@ const char* device_name(DeviceKind d) { return d == DeviceKind::Cuda ? "cuda" : 
 
 namespace {
 
-using CreateCuda = ExpertBackend* (*)(const io::ModelConfig*, int);
-
-// libmoerun_cuda.so: $MOERUN_CUDA_BACKEND if set, else next to the running binary. Loaded once and
-// never unloaded (backends and their threads' staging live until exit).
-CreateCuda load_cuda_backend(const std::string& library) {
-  static CreateCuda create = [&library] {
+// libmoerun_cuda.so: `library` (MOERUN_CUDA_BACKEND) if given, else next to the running binary; its
+// C entry point, and in `path_out` where it was found. Loaded once and never unloaded (backends and
+// their threads' staging live until exit).
+moerun_backend_open_fn load_cuda_backend(const std::string& library, std::string& path_out) {
+  static std::string found;
+  static moerun_backend_open_fn open = [&library] {
     std::string path;
     if (!library.empty()) {
       path = library;
@@ -42,11 +43,15 @@ CreateCuda load_cuda_backend(const std::string& library) {
            "MOERUN_CUDA_BACKEND names another)");
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) fail(ErrorKind::Io, "--device cuda: cannot load ", path, ": ", dlerror());
-    void* sym = dlsym(lib, "moerun_cuda_backend_create");
-    if (!sym) fail(ErrorKind::Io, "--device cuda: ", path, " has no moerun_cuda_backend_create: ", dlerror());
-    return reinterpret_cast<CreateCuda>(sym);
+    void* sym = dlsym(lib, MOERUN_CUDA_BACKEND_OPEN_SYMBOL);
+    if (!sym)
+      fail(ErrorKind::Io, "--device cuda: ", path, " has no ", MOERUN_CUDA_BACKEND_OPEN_SYMBOL,
+           " (a library of another moerun version?): ", dlerror());
+    found = path;
+    return reinterpret_cast<moerun_backend_open_fn>(sym);
   }();
-  return create;
+  path_out = found;
+  return open;
 }
 
 }  // namespace
@@ -63,7 +68,9 @@ std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, cons
     fail(ErrorKind::Usage, "experts in weight format ", config.expert_format.name(), " have no kernels in the ",
          device_name(spec.device), " backend yet");
   if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);
-  return std::unique_ptr<ExpertBackend>(load_cuda_backend(spec.cuda_library)(&config, local_rank));
+  std::string path;
+  const moerun_backend_open_fn open = load_cuda_backend(spec.cuda_library, path);
+  return open_c_backend(open, path, config, local_rank);
 }
 
 }  // namespace moerun::experts

@@ -30,7 +30,13 @@ if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ]
   if [ ! -d "$LLAMA" ]; then
     echo "== llama-cpp-python $LLAMA_CPP_PYTHON source package from PyPI" >&2
     # The package index's simple page (PEP 503, what pip reads): the file's URL and its sha256.
-    index=${PIP_INDEX_URL:-https://pypi.org/simple}
+    # The index pip itself is configured with: PIP_INDEX_URL, else pip's own configuration.
+    index=${PIP_INDEX_URL:-$(python3 -m pip config get global.index-url 2>/dev/null || true)}
+    [ -n "$index" ] || index=$(python3 -m pip config list 2>/dev/null | sed -n "s/^[a-z:]*\.index-url='\(.*\)'$/\1/p" | head -1)
+    if [ -z "$index" ]; then
+      echo "bench-peer: no package index configured: set PIP_INDEX_URL, or pip config set global.index-url URL" >&2
+      exit 2
+    fi
     page="${index%/}/llama-cpp-python/"
     read -r url sha < <(curl -sSfL "$page" | python3 -c '
 import re, sys, urllib.parse

@@ -59,24 +59,68 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The Debian mirrors this machine's own apt sources name (one-line .list and deb822 .sources files):
+# the one serving bookworm, and the one serving bookworm-security. No host is named here.
+apt_mirror() {  # apt_mirror SUITE
+  python3 - "$1" /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources <<'PY'
+import sys
+suite, files = sys.argv[1], sys.argv[2:]
+def entries(path):
+    try:
+        text = open(path).read()
+    except OSError:
+        return
+    if path.endswith(".sources"):
+        for block in text.split("\n\n"):
+            f = {}
+            for line in block.splitlines():
+                if ":" in line and not line.lstrip().startswith("#"):
+                    k, v = line.split(":", 1)
+                    f[k.strip().lower()] = v.split()
+            if "deb" in f.get("types", []) and f.get("enabled", ["yes"])[0] != "no":
+                for uri in f.get("uris", []):
+                    yield uri, f.get("suites", [])
+    else:
+        for line in text.splitlines():
+            w = line.split("#", 1)[0].split()
+            if not w or w[0] != "deb":
+                continue
+            w = w[1:]
+            if w and w[0].startswith("["):  # [arch=... signed-by=...] options
+                while w and not w[0].endswith("]"):
+                    w = w[1:]
+                w = w[1:]
+            if len(w) >= 2:
+                yield w[0], [w[1]]
+for path in files:
+    for uri, suites in entries(path):
+        if suite in suites:
+            print(uri.rstrip("/"))
+            sys.exit(0)
+sys.exit(1)
+PY
+}
+MIRROR=$(apt_mirror bookworm) || { echo "fresh-check: no apt source of this machine serves bookworm (/etc/apt/sources.list, /etc/apt/sources.list.d/); add one" >&2; exit 2; }
+SECURITY=$(apt_mirror bookworm-security) || SECURITY=""
+
 if [ "$REUSE" -eq 1 ] && [ -x "$ROOT_DIR/bin/bash" ]; then
   echo "== reusing $ROOT_DIR" >&2
 else
   [ -e "$ROOT_DIR" ] && { echo "fresh-check: $ROOT_DIR exists (remove it, or pass --reuse)" >&2; trap - EXIT; exit 2; }
   command -v debootstrap > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap > /dev/null; }
   echo "== debootstrap --variant=minbase bookworm $ROOT_DIR" >&2
-  debootstrap --variant=minbase bookworm "$ROOT_DIR" http://deb.debian.org/debian > "$LOGS/debootstrap.log" 2>&1 || {
+  debootstrap --variant=minbase bookworm "$ROOT_DIR" "$MIRROR" > "$LOGS/debootstrap.log" 2>&1 || {
     tail -20 "$LOGS/debootstrap.log" >&2; exit 1; }
 fi
 
 # The machine's package-index settings (what a fresh machine of this kind would have): Debian's
 # suites with security updates, apt's Acquire settings, pip's configuration, local certificate
 # authorities, name resolution.
-cat > "$ROOT_DIR/etc/apt/sources.list" <<'EOF'
-deb http://deb.debian.org/debian bookworm main
-deb http://deb.debian.org/debian bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
-EOF
+{
+  echo "deb $MIRROR bookworm main"
+  echo "deb $MIRROR bookworm-updates main"
+  [ -n "$SECURITY" ] && echo "deb $SECURITY bookworm-security main"
+} > "$ROOT_DIR/etc/apt/sources.list"
 for f in /etc/apt/apt.conf.d/*; do
   grep -q '^Acquire' "$f" 2>/dev/null && cp "$f" "$ROOT_DIR/etc/apt/apt.conf.d/"
 done

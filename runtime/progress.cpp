@@ -35,9 +35,10 @@ void Progress::print(int64_t done, int64_t prompt, int64_t generated, bool final
   const double t = elapsed();
   const double tokens = static_cast<double>(prompt + generated);
   const double eta = tokens > 0 && budget_ > 0 ? t * std::max(0.0, static_cast<double>(budget_) - tokens) / tokens : 0;
-  std::fprintf(stderr, "%smoerun: %lld/%lld requests, prompt %.1f tokens/s, generated %.1f tokens/s, ETA %.0f s%s",
+  // Rates of wall time since serving began; the summary's prefill/decode rates are of step time.
+  std::fprintf(stderr, "%smoerun: %lld/%lld requests, prompt %.1f tokens/s, generated %.1f tokens/s (of %.1f s wall time), ETA %.0f s%s",
                tty_ ? "\r" : "", static_cast<long long>(done), static_cast<long long>(total_),
-               t > 0 ? static_cast<double>(prompt) / t : 0.0, t > 0 ? static_cast<double>(generated) / t : 0.0,
+               t > 0 ? static_cast<double>(prompt) / t : 0.0, t > 0 ? static_cast<double>(generated) / t : 0.0, t,
                final ? 0.0 : eta, tty_ && !final ? "   " : "\n");
   std::fflush(stderr);
   shown_ = true;

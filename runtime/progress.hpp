@@ -1,4 +1,6 @@
-// Progress on stderr for long runs: requests done/total, prompt and generated tokens/s, ETA. On a
+// Progress on stderr for long runs: requests done/total, prompt and generated tokens per second of
+// wall time since serving began (the summary's prefill and decode rates are per second of the steps
+// of each kind, so they are higher: each counts only its own steps), ETA. On a
 // terminal one line rewritten in place (twice a second); otherwise a line every 10 s. --quiet
 // silences it.
 #pragma once

@@ -1,6 +1,7 @@
 // The CUDA expert backend (see cuda_backend.hpp).
 #include "experts/cuda/cuda_backend.hpp"
 
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -8,6 +9,7 @@
 #include "base/cuda_device.hpp"
 #include "base/cuda_handles.hpp"
 #include "base/error.hpp"
+#include "experts/backend_abi_export.hpp"
 #include "experts/cuda/cuda_kernels.cuh"
 
 namespace moerun::experts {
@@ -210,8 +212,12 @@ std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, 
 
 }  // namespace moerun::experts
 
-extern "C" moerun::experts::ExpertBackend* moerun_cuda_backend_create(const moerun::io::ModelConfig* config, int local_rank) {
-  return moerun::experts::make_cuda_backend(*config, local_rank).release();
+// The C interface the library exports (experts/backend_abi_export.hpp does the wrapping).
+extern "C" moerun_backend* moerun_cuda_backend_open_v1(const moerun_backend_model* model, moerun_backend_ops* ops,
+                                                       moerun_backend_error* err) {
+  return moerun::experts::export_backend(model, ops, err, [](const moerun::io::ModelConfig& c, int local_rank) {
+    return moerun::experts::make_cuda_backend(c, local_rank);
+  });
 }
 
 namespace moerun::experts {

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "experts/backend.hpp"
+#include "experts/backend_abi.h"
 
 namespace moerun::experts {
 
@@ -20,5 +21,7 @@ std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, 
 
 }  // namespace moerun::experts
 
-// The library's entry point for dlopen: a new backend (owned by the caller), or a moerun::Error.
-extern "C" moerun::experts::ExpertBackend* moerun_cuda_backend_create(const moerun::io::ModelConfig* config, int local_rank);
+// The library's entry point for dlopen, through the C interface of experts/backend_abi.h (what
+// experts/backend.cpp loads; no C++ type crosses it).
+extern "C" moerun_backend* moerun_cuda_backend_open_v1(const moerun_backend_model* model, moerun_backend_ops* ops,
+                                                       moerun_backend_error* err);

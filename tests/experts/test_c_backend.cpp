@@ -1,0 +1,72 @@
+// The C interface of backend libraries (experts/backend_abi.h), through the real dlopen path of
+// --device cuda, with a test library that exports the CPU backend (abi_test_backend.cpp; the GPU
+// library itself needs a GPU, see test_cuda_backend): every call crosses as plain C, results are
+// the CPU backend's bit for bit, and an error inside the library comes back as moerun::Error of
+// its kind with its message.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "base/error.hpp"
+#include "experts/backend.hpp"
+#include "experts/cpu/cpu_backend.hpp"
+#include "io/synthetic_model.hpp"
+#include "tests/test_support.hpp"
+
+namespace moerun::experts {
+namespace {
+
+io::ModelConfig config() {
+  io::ModelConfig c = moerun::testing::tiny_synth_config(1).model;
+  c.expert_format = {c.dtype, io::WeightScheme::Plain};
+  return c;
+}
+
+BackendSpec spec() {
+  const char* lib = std::getenv("MOERUN_TEST_BACKEND_LIB");
+  return {DeviceKind::Cuda, lib ? lib : ""};
+}
+
+// Rows through one expert: begin, run, finish.
+std::vector<float> run_one(ExpertBackend& b, const ResidentExpert& e, const std::vector<float>& x, int64_t rows, int64_t d) {
+  const RowBuffers io = b.row_buffers(rows);
+  std::copy(x.begin(), x.end(), io.gathered);
+  b.begin(io.gathered, rows, io.results);
+  b.run({&e, 0, rows});
+  b.finish();
+  return std::vector<float>(io.results, io.results + rows * d);
+}
+
+TEST(CBackend, CallsCrossAsCAndGiveTheCpuResults) {
+  ASSERT_FALSE(spec().cuda_library.empty()) << "MOERUN_TEST_BACKEND_LIB is not set (ctest sets it)";
+  const io::ModelConfig c = config();
+  Matmul mm;
+  auto lib = make_expert_backend(spec(), c, mm, 0);
+  CpuBackend cpu(c, mm);
+  EXPECT_NE(lib->describe().find("cpu (oneDNN"), std::string::npos) << lib->describe();
+  EXPECT_EQ(lib->weight_memory(), MemoryKind::Host);
+  EXPECT_EQ(lib->expert_bytes(), cpu.expert_bytes());
+  EXPECT_EQ(lib->weight_format(), c.expert_format);
+  EXPECT_EQ(lib->stored_form(), nullptr) << "a library's experts are kept raw in L2";
+  const int64_t d = c.hidden_size, ff = c.intermediate_size, rows = 5;
+  const auto raw = io::synth_tensor(3, "expert", 3 * ff * d, 0.2f);
+  auto a = lib->allocate_expert(), b = cpu.allocate_expert();
+  lib->load_expert(raw.data(), *a);
+  cpu.load_expert(raw.data(), *b);
+  EXPECT_EQ(a->buffer().kind, MemoryKind::Host);
+  EXPECT_EQ(a->buffer().bytes, b->buffer().bytes);
+  const auto x = io::synth_tensor(4, "x", rows * d, 1.0f);
+  EXPECT_EQ(run_one(*lib, *a, x, rows, d), run_one(cpu, *b, x, rows, d));
+  ASSERT_NE(lib->timing(), nullptr);
+  EXPECT_EQ(lib->timing()->dense_matmul_seconds(4, 8, 16, 1, 3).size(), 3u);
+}
+
+TEST(CBackend, ErrorsInsideTheLibraryComeBackAsTheirKind) {
+  ASSERT_FALSE(spec().cuda_library.empty());
+  Matmul mm;
+  const std::string msg = moerun::testing::error_of([&] { make_expert_backend(spec(), config(), mm, 99); }, ErrorKind::Usage);
+  EXPECT_NE(msg.find("injected: no device for local rank 99"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace moerun::experts
