@@ -37,7 +37,7 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
     t.ranks.push_back(info);
   }
   t.nodes = static_cast<int>(next_local.size());
-  if (routers_per_node < 0) fail(ErrorKind::Usage, "--routers-per-node must be >= 1");
+  if (routers_per_node < 0) fail_config("routers_per_node", "must be >= 1");
   if (t.world_size == 1 || routers_per_node == 0) {  // one rank, or a topology without roles
     for (RankInfo& r : t.ranks) {
       r.role = Role::Both;
@@ -48,7 +48,7 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
   }
   for (const auto& [node, count] : next_local)
     if (routers_per_node > count)
-      fail(ErrorKind::Usage, "--routers-per-node ", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
+      fail_config("routers_per_node", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
            "; use at most ", count - 1, " router(s) per node (expert ranks need the rest) or more ranks per node");
   for (RankInfo& r : t.ranks) {
     r.role = r.local_rank < routers_per_node ? Role::Router : Role::Expert;

@@ -245,7 +245,8 @@ int bench_a2a(int argc, char** argv) {
   if (mpi.rank() == 0) {
     check_output_files({{json, "--json"}, {csv, "--csv"}});
   }
-  const auto r = bench::run_a2a_bench(c, MPI_COMM_WORLD);
+  bench::A2aBenchResult r;
+  with_option_names([&] { r = bench::run_a2a_bench(c, MPI_COMM_WORLD); });
   if (mpi.rank() == 0) {
     std::cout << bench::a2a_bench_table(c, r);
     if (!json.empty()) io::write_file_atomically(json, {bench::a2a_bench_json(r)});

@@ -68,6 +68,8 @@ void EngineConfig::validate() const {
   if (transport.ucx_peer_errors < -1 || transport.ucx_peer_errors > 1)
     fail_config("transport.ucx_peer_errors", "must be 0, 1 or -1 (other hosts only), not ", transport.ucx_peer_errors);
   if (a2a == comm::A2aKind::Hier) validate_part("transport", [&] { comm::internode_transport(transport); });
+  if (cache.l1_bytes > 0 && cache.prefetch == experts::PrefetchPolicy::Affinity && affinity.empty())
+    fail_config("affinity", "is required for the affinity prefetch (a graph from moerun affinity build)");
   validate_part("router", [&] { router.validate(); });
   validate_part("cache", [&] { cache.validate(); });
 }
@@ -79,7 +81,7 @@ Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(
   // there is nothing to overlap, and a second micro-batch only reads the experts twice per step
   // (19-34% of decode time, issue 11). Distributed, 2 is what bench infer measured best.
   if (cfg_.micro_batches == 0) cfg_.micro_batches = comm::size_of(world) > 1 ? 2 : 1;
-  agree_on_setup(world_, setup_timeout_s_, "topology", [&] { connect(); });
+  agree_on_setup(world_, setup_timeout_s_, "topology", [&] { naming_fields([&] { connect(); }); });
   // Rank 0 walks the HDF5 inputs in a child process (io/hdf5_probe.hpp) while the others sleep: a
   // corrupt file then fails the set-up as bad input instead of crashing a rank in libhdf5.
   agree_on_setup(world_, setup_timeout_s_, "HDF5 probe", [&] {
@@ -104,13 +106,18 @@ Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(
 
 Engine::~Engine() = default;
 
-void Engine::connect() {
+template <typename F>
+void Engine::naming_fields(F&& f) const {
   try {
-    cfg_.validate();
+    f();
   } catch (const ConfigError& e) {
     if (!cfg_.option_name) throw;
     fail(ErrorKind::Usage, cfg_.option_name(e.field()), " ", e.detail());
   }
+}
+
+void Engine::connect() {
+  cfg_.validate();
   const bool distributed = comm::size_of(world_) > 1;
   // MPI_Comm_split_type and friends cannot time out themselves.
   const comm::CollectiveDeadline deadline(distributed ? setup_timeout_s_ : 0, "set-up (topology)", rank_);
@@ -140,7 +147,7 @@ void Engine::build_store(int64_t rank) {
 
 void Engine::load(const std::function<void()>& before_weights) {
   uint64_t dense_fp = 0, experts_fp = 0;
-  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] {
+  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] { naming_fields([&] {
     if (before_weights) before_weights();
     placement_ = cfg_.placement_file.empty() || !distributed()
                      ? experts::round_robin_placement(mc_.num_layers, mc_.num_experts, topo_)
@@ -154,7 +161,7 @@ void Engine::load(const std::function<void()>& before_weights) {
       build_store(rank_);
       experts_fp = experts_fingerprint(*source_, mc_);
     }
-  });
+  }); });
   {
     const comm::CollectiveDeadline deadline(distributed() ? setup_timeout_s_ : 0, "set-up (run fingerprint)", rank_);
     // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both

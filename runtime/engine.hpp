@@ -135,6 +135,9 @@ class Engine {
 
  private:
   void connect();
+  // Runs f; a ConfigError becomes a Usage error naming the field as cfg_.option_name says.
+  template <typename F>
+  void naming_fields(F&& f) const;
   void build_store(int64_t rank);
   void build_exchanges();
   PhaseSeconds my_phases() const;

@@ -66,9 +66,13 @@ std::map<std::string, std::vector<int32_t>> run_requests(MPI_Comm comm) {
   RoutingStats stats(engine.model(), false);
   engine.start_serving();
   const BatchLoopResult r = run_batch_loop(engine, requests, work, {}, sink, stats);
-  if (engine.is_router()) EXPECT_EQ(r.run.generated_tokens, 6 * 5);
+  if (engine.is_router()) {
+    EXPECT_EQ(r.run.generated_tokens, 6 * 5);
+  }
   const EngineReport rep = engine.report();
-  if (engine.rank() == 0) EXPECT_EQ(rep.ranks, comm::size_of(comm));
+  if (engine.rank() == 0) {
+    EXPECT_EQ(rep.ranks, comm::size_of(comm));
+  }
   return sink.out;
 }
 
