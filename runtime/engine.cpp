@@ -145,23 +145,29 @@ void Engine::build_store(int64_t rank) {
   }
 }
 
+void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
+  placement_ = cfg_.placement_file.empty() || !distributed()
+                   ? experts::round_robin_placement(mc_.num_layers, mc_.num_experts, topo_)
+                   : experts::placement_from_json(cfg_.placement_file, mc_.num_layers, mc_.num_experts, topo_);
+  if (is_router()) {
+    dense_ = io::load_dense_weights(*location_);
+    dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
+    pack_dense_weights(mm_, *dense_);
+  }
+  if (topo_.is_expert(rank_)) {
+    build_store(rank_);
+    experts_fp = experts_fingerprint(*source_, mc_);
+  }
+}
+
 void Engine::load(const std::function<void()>& before_weights) {
   uint64_t dense_fp = 0, experts_fp = 0;
-  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] { naming_fields([&] {
-    if (before_weights) before_weights();
-    placement_ = cfg_.placement_file.empty() || !distributed()
-                     ? experts::round_robin_placement(mc_.num_layers, mc_.num_experts, topo_)
-                     : experts::placement_from_json(cfg_.placement_file, mc_.num_layers, mc_.num_experts, topo_);
-    if (is_router()) {
-      dense_ = io::load_dense_weights(*location_);
-      dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
-      pack_dense_weights(mm_, *dense_);
-    }
-    if (topo_.is_expert(rank_)) {
-      build_store(rank_);
-      experts_fp = experts_fingerprint(*source_, mc_);
-    }
-  }); });
+  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] {
+    naming_fields([&] {
+      if (before_weights) before_weights();
+      load_weights(dense_fp, experts_fp);
+    });
+  });
   {
     const comm::CollectiveDeadline deadline(distributed() ? setup_timeout_s_ : 0, "set-up (run fingerprint)", rank_);
     // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both

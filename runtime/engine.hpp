@@ -139,6 +139,9 @@ class Engine {
   template <typename F>
   void naming_fields(F&& f) const;
   void build_store(int64_t rank);
+  // Placement, then the dense weights (routers) and the expert store (expert ranks); the
+  // fingerprints of what this rank read.
+  void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
   void build_exchanges();
   PhaseSeconds my_phases() const;
 
