@@ -88,9 +88,9 @@ class AllToAllV {
   // The counts exchange: every peer learns what this rank sends it, this rank what each sends it.
   ExchangePlan plan(std::vector<int64_t> send_bytes, const std::string& what, const ExchangePattern& pattern = {});
   // An exchange whose counts both sides know already (a reply to an earlier exchange, as the MoE
-  // combine answers the dispatch): no counts exchange where the transport needs none (mpi). A
-  // transport that needs the whole node's counts (hier) still exchanges them, and a peer whose
-  // count differs from `recv_bytes` is a Comm error naming it.
+  // combine answers the dispatch): no counts exchange between ranks. A transport that lays out a
+  // node's shared memory from the node's counts (hier) shares them inside the node, and a node
+  // peer whose count differs from `recv_bytes` is a Comm error naming it.
   ExchangePlan plan_known(std::vector<int64_t> send_bytes, std::vector<int64_t> recv_bytes, const std::string& what,
                           const ExchangePattern& pattern = {});
   // Buffers for a planned exchange. `slot`: exchanges in flight at the same time use different
@@ -107,9 +107,11 @@ class AllToAllV {
   virtual std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                                  const std::vector<int64_t>& recv_bytes, const std::string& what) = 0;
   virtual void wait(PendingExchange& pending) = 0;
-  // Whether start() needs this exchange's counts from every rank (hier lays out the node's shared
-  // window from them), even when each rank knows its own.
-  virtual bool needs_all_counts() const { return false; }
+  // What a transport needs of counts every rank knows before start() (plan_known); nothing for
+  // point-to-point transports.
+  virtual void share_known_counts(const std::vector<int64_t>& send, const std::vector<int64_t>& recv, const std::string& what) {
+    (void)send, (void)recv, (void)what;
+  }
   // Whether the pending requests completed (a transport that completes in start() has none).
   bool test(PendingExchange& pending);
   // Memory the transport lends for the next exchange's data (after its counts; valid until the next

@@ -36,8 +36,10 @@ HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& top
   if (shared_size != node_size)
     fail(ErrorKind::Usage, "the hierarchical all-to-all needs every node's ranks on one host, but node ", node_,
          " spans hosts; choose --ranks-per-node to divide the ranks per host");
+  // A rank's counts region: its send counts [P], the inbound blocks of the node pairs it is the
+  // gateway of [nodes][lmax][lmax], and its receive counts when they are known [P].
   const std::size_t counts_bytes =
-      (static_cast<std::size_t>(topo_.world_size) + static_cast<std::size_t>(topo_.nodes) * lmax_ * lmax_) * sizeof(int64_t);
+      (2 * static_cast<std::size_t>(topo_.world_size) + static_cast<std::size_t>(topo_.nodes) * lmax_ * lmax_) * sizeof(int64_t);
   const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
   counts_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, counts_bytes, timeout_s_, mine);
   data_shm_ = std::make_unique<NodeSharedMemory>(node_comm_, 1 << 20, timeout_s_, mine);
@@ -104,6 +106,49 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
     recv[s] = a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(s)) * P + rank_]
                          : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(s)) * L + local_];
   }
+  lay_out();
+  times_.counts += now() - t0;
+}
+
+void HierarchicalAllToAllV::share_known_counts(const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
+                                               const std::string& what) {
+  const double t0 = now();
+  ++seq_;
+  const int P = topo_.world_size;
+  const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
+  const int L = static_cast<int>(mine.size());
+  const std::size_t recv_at = static_cast<std::size_t>(P) + static_cast<std::size_t>(topo_.nodes) * lmax_ * lmax_;
+  auto* my_counts = reinterpret_cast<int64_t*>(counts_shm_->region(local_));
+  std::copy(send.begin(), send.end(), my_counts);
+  std::copy(recv.begin(), recv.end(), my_counts + recv_at);
+  counts_shm_->fence();  // inside the node only: what remote ranks send us, each receiver knows
+  node_matrix_.resize(static_cast<std::size_t>(L) * P);
+  for (int s = 0; s < L; ++s) std::memcpy(&node_matrix_[static_cast<std::size_t>(s) * P], counts_shm_->region(s), P * sizeof(int64_t));
+  inbound_.assign(static_cast<std::size_t>(topo_.nodes), {});
+  for (int a = 0; a < topo_.nodes; ++a) {
+    if (a == node_) continue;
+    const auto& ra = node_ranks_[static_cast<std::size_t>(a)];
+    auto& in = inbound_[static_cast<std::size_t>(a)];
+    in.assign(ra.size() * static_cast<std::size_t>(L), 0);
+    for (int q = 0; q < L; ++q) {
+      const auto* their_recv = reinterpret_cast<const int64_t*>(counts_shm_->region(q)) + recv_at;
+      for (std::size_t s = 0; s < ra.size(); ++s) in[s * L + q] = their_recv[ra[s]];
+    }
+  }
+  // Senders on this node say what they send us: it must be what we expect.
+  for (int s = 0; s < L; ++s)
+    if (node_matrix_[static_cast<std::size_t>(s) * P + rank_] != recv[mine[s]])
+      fail(ErrorKind::Comm, what, ": rank ", mine[s], " sends ", node_matrix_[static_cast<std::size_t>(s) * P + rank_],
+           " bytes where ", recv[mine[s]], " were expected");
+  // No second fence: start()'s fences come before any rank writes its next counts.
+  lay_out();
+  times_.counts += now() - t0;
+}
+
+void HierarchicalAllToAllV::lay_out() {
+  const int P = topo_.world_size;
+  const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
+  const int L = static_cast<int>(mine.size());
   // Layout: region of local rank r = [send area][receive area], pieces in world-rank order.
   recv_area_.assign(static_cast<std::size_t>(L), 0);
   send_displ_.assign(static_cast<std::size_t>(L), std::vector<std::size_t>(static_cast<std::size_t>(P), 0));
@@ -132,7 +177,6 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
     need = std::max(need, area + roff);
   }
   if (data_shm_->reserve(need)) net_->set_pool(data_shm_->region(local_), data_shm_->region_bytes());
-  times_.counts += now() - t0;
 }
 
 void* HierarchicalAllToAllV::lent_send_buffer(std::size_t bytes) {

@@ -9,9 +9,10 @@
 //   3. Nothing: the data is in place. An exchange handle's buffers are the window's send and
 //      receive areas, so the caller writes and reads there (a handle sending from the caller's own
 //      memory gets one copy in).
-// Counts take the same path first (node matrix in shared memory, one block per node pair). The
-// payload of start() must follow exchange_counts() with the same send counts; the exchange is
-// complete when it is posted (ExchangeHandle::post; test() is then true at once).
+// Counts take the same path first (node matrix in shared memory, one block per node pair), unless
+// every rank knows its own (a reply, plan_known): then only the node's shared memory. The payload
+// of start() must follow the counts with the same send counts; the exchange is complete when it
+// is posted (ExchangeHandle::post; test() is then true at once).
 #pragma once
 #include <memory>
 #include <vector>
@@ -48,7 +49,9 @@ class HierarchicalAllToAllV final : public AllToAllV {
   std::unique_ptr<PendingExchange> start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
                                          const std::vector<int64_t>& recv_bytes, const std::string& what) override;
   void wait(PendingExchange&) override {}
-  bool needs_all_counts() const override { return true; }
+  // Counts every rank knows (a reply): the node's matrix through shared memory, no network; what
+  // remote ranks send each local rank is what that rank expects.
+  void share_known_counts(const std::vector<int64_t>& send, const std::vector<int64_t>& recv, const std::string& what) override;
   void* lent_send_buffer(std::size_t bytes) override;
   void* lent_recv_buffer(std::size_t bytes) override;
 
@@ -58,6 +61,8 @@ class HierarchicalAllToAllV final : public AllToAllV {
   int local_of(int world) const { return topo_.ranks[static_cast<std::size_t>(world)].local_rank; }
   int node_of(int world) const { return topo_.ranks[static_cast<std::size_t>(world)].node; }
   uint64_t tag(int kind) const { return (seq_ << 2) | static_cast<uint64_t>(kind); }
+  // From node_matrix_ and inbound_: every local rank's send and receive areas in the window.
+  void lay_out();
 
   Topology topo_;
   int rank_, node_, local_, lmax_;
