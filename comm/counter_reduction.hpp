@@ -27,14 +27,17 @@ void reduce_counters_to_root(S& s, MPI_Comm comm) {
   if (!maxes.empty()) reduce_max_to_root(maxes, comm);
   std::size_t a = 0, b = 0, c = 0;
   for (const CounterField<S>& f : S::fields()) {
-    double v;
     if (f.combine == Combine::Sum && f.i) {
       s.*f.i = sums[a++];
       continue;
     }
-    if (f.combine == Combine::Sum) v = dsums[b++];
-    else if (f.combine == Combine::Max) v = maxes[c++];
-    else v = maxes[c] > -1e299 ? -maxes[c] : -1, ++c;
+    double v = 0;
+    if (f.combine == Combine::Sum) {
+      v = dsums[b++];
+    } else {
+      v = maxes[c++];
+      if (f.combine == Combine::Earliest) v = v > -1e299 ? -v : -1;
+    }
     if (f.i) s.*f.i = static_cast<int64_t>(v);
     else s.*f.d = v;
   }

@@ -8,6 +8,13 @@
 namespace moerun::experts {
 namespace {
 
+// The library's error as moerun::Error of its kind (an unknown code counts as internal).
+[[noreturn]] void throw_library_error(int code, moerun_backend_error& err, const std::string& library, const char* fallback) {
+  err.message[sizeof err.message - 1] = '\0';
+  const int kind = code >= 1 && code <= 5 ? code : 1;
+  throw Error(static_cast<ErrorKind>(kind), err.message[0] ? std::string(err.message) : str(library, ": ", fallback));
+}
+
 class CExpert final : public ResidentExpert {
  public:
   CExpert(moerun_backend* b, const moerun_backend_ops& ops, moerun_expert* e) : b_(b), ops_(ops), e_(e) {}
@@ -78,10 +85,7 @@ class CBackend final : public ExpertBackend, public BackendTiming {
   void check(F&& call) const {
     moerun_backend_error err{};
     const int rc = call(&err);
-    if (rc == MOERUN_BACKEND_OK) return;
-    err.message[sizeof err.message - 1] = '\0';
-    const int kind = rc >= 1 && rc <= 5 ? rc : 1;
-    throw Error(static_cast<ErrorKind>(kind), err.message[0] ? err.message : str(library_, ": error ", rc));
+    if (rc != MOERUN_BACKEND_OK) throw_library_error(rc, err, library_, "a backend call failed");
   }
   int64_t value(int (*fn)(moerun_backend*, int64_t*, moerun_backend_error*)) const {
     int64_t v = 0;
@@ -105,11 +109,7 @@ std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const
   moerun_backend_ops ops{};
   moerun_backend_error err{};
   moerun_backend* b = open(&model, &ops, &err);
-  if (!b) {
-    err.message[sizeof err.message - 1] = '\0';
-    const int kind = err.code >= 1 && err.code <= 5 ? err.code : 1;
-    throw Error(static_cast<ErrorKind>(kind), err.message[0] ? err.message : str(library, ": the backend did not open"));
-  }
+  if (!b) throw_library_error(err.code, err, library, "the backend did not open");
   if (ops.abi_version != MOERUN_BACKEND_ABI_VERSION || ops.size < sizeof(moerun_backend_ops)) {
     if (ops.destroy) ops.destroy(b);
     fail(ErrorKind::Usage, library, ": backend interface version ", ops.abi_version, " (", ops.size, "-byte ops), this moerun needs ",

@@ -68,5 +68,21 @@ TEST(CBackend, ErrorsInsideTheLibraryComeBackAsTheirKind) {
   EXPECT_NE(msg.find("injected: no device for local rank 99"), std::string::npos) << msg;
 }
 
+TEST(CBackend, ALibraryOfAnotherInterfaceVersionIsRefused) {
+  ASSERT_FALSE(spec().cuda_library.empty());
+  Matmul mm;
+  const std::string msg = moerun::testing::error_of([&] { make_expert_backend(spec(), config(), mm, 98); }, ErrorKind::Usage);
+  EXPECT_NE(msg.find("backend interface version 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rebuild the library"), std::string::npos) << msg;
+}
+
+TEST(CBackend, AWeightFormatWithoutKernelsIsRefused) {
+  io::ModelConfig c = config();
+  c.expert_format.scheme = io::WeightScheme::Mxfp4;
+  Matmul mm;
+  const std::string msg = moerun::testing::error_of([&] { make_expert_backend({}, c, mm); }, ErrorKind::Usage);
+  EXPECT_NE(msg.find("weight format mxfp4 have no kernels in the cpu backend"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace moerun::experts

@@ -78,6 +78,9 @@ expect "--capacity-factor 1e300" 2 "--capacity-factor-prefill (or --capacity-fac
 expect "--capacity-factor inf" 2 "--capacity-factor-prefill (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor inf
 expect "--router-temperature 1e-45" 2 "--router-temperature must be in \[1e-06, 1e+06\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --router-temperature 1e-45
 expect "--warmup-requests -1" 2 "--warmup-requests must be >= 0" -- $(infer "$WORK/m" "$WORK/good.jsonl") --l1-bytes 1M --warmup-requests -1
+MOERUN_RANKS_PER_NODE=two expect "MOERUN_RANKS_PER_NODE not a count" 2 "MOERUN_RANKS_PER_NODE must be a rank count >= 1, not \"two\"" -- \
+  $(infer "$WORK/m" "$WORK/good.jsonl")
+expect "--a2a neither mpi nor hier" 2 "--a2a must be mpi or hier, not \"flat\"" -- $(infer "$WORK/m" "$WORK/good.jsonl") --a2a flat
 expect "--device gpu" 2 "--device 'gpu': expected cpu or cuda" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device gpu
 # Without a GPU (or without CUDA in the build) --device cuda is a usage error saying which, never a crash.
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L > /dev/null 2>&1; then

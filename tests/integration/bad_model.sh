@@ -1,7 +1,8 @@
 #!/bin/bash
 # Malformed model files: array-valued attributes, dimensions that would overflow arithmetic or
 # allocate more than the host holds, corrupt HDF5 metadata that crashes or hangs libhdf5 itself.
-# Each must end with exit 3 and one line naming the file (and the attribute or object), quickly,
+# Each must end with exit 3 (2 for a weight format without kernels) and one line naming the file
+# (and the attribute or object), quickly,
 # without a crash, a hang or an output file.
 source "$(dirname "$0")/common.sh"
 synth_model "$WORK/m"
@@ -30,6 +31,12 @@ with h5py.File('$1/$2', 'r+') as f:
 $3
 "
 }
+
+# 0. The experts' weight format: one without kernels is a usage error (exit 2), an unknown one bad input.
+edit "$WORK/q8" model.h5 "    f.attrs['expert_format'] = 'q8'"
+run "experts in a weight format without kernels" 2 "experts in weight format q8 have no kernels in the cpu backend" 10 -- $(infer "$WORK/q8")
+edit "$WORK/int3" model.h5 "    f.attrs['expert_format'] = 'int3'"
+run "an unknown expert_format" 3 "model.h5: expert_format \"int3\" is not float32" 10 -- $(infer "$WORK/int3")
 
 # 1. Attributes that must be one value, given as arrays.
 edit "$WORK/arr" model.h5 "    f.attrs['num_experts'] = np.array([4, 4], dtype=np.int64)"

@@ -74,6 +74,17 @@ TEST_F(ModelFormat, RoundTrip) {
   EXPECT_EQ(h5_dataset_info(f, expert_group_path(1, 2) + "/w2").chunk, (std::vector<int64_t>{16, 24}));
 }
 
+TEST_F(ModelFormat, ExpertFormatIsWrittenReadAndChecked) {
+  EXPECT_EQ(read_model_config(dir).expert_format, (WeightFormat{DType::F32, WeightScheme::Plain}));
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly); EXPECT_EQ(h5_attr_string(f, "expert_format"), "float32"); }
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); }
+  EXPECT_EQ(read_model_config(dir).expert_format.scheme, WeightScheme::Plain) << "a file without it has plain experts";
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "expert_format", std::string("q8")); }
+  EXPECT_EQ(read_model_config(dir).expert_format.scheme, WeightScheme::Q8);
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); h5_set_attr(f, "expert_format", std::string("int3")); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "expert_format \"int3\""});
+}
+
 TEST_F(ModelFormat, MissingDirectory) {
   expect_error([&] { read_model_config(dir + "-nope"); }, ErrorKind::Io, {"-nope", "does not exist"});
 }
