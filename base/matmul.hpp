@@ -34,9 +34,14 @@ struct WeightMatrix {
 };
 
 // A SwiGLU FFN's three matrices in host memory: w1, w3 [ff, d], w2 [d, ff] (an expert in the CPU
-// backend's form, or a model's dense shared expert).
+// backend's form, or a model's dense shared expert), and its biases b1‖b3‖b2 in float32 where the
+// model has them (gpt-oss), else empty.
 struct FfnWeights {
   WeightMatrix w1, w3, w2;
+  AlignedBuffer bias;
+  const float* b1() const { return bias.as<float>(); }
+  const float* b3() const { return bias.as<float>() + w1.rows; }
+  const float* b2() const { return bias.as<float>() + 2 * w1.rows; }
 };
 
 // What is applied to the GEMM result before it is stored (fused into the oneDNN primitive).

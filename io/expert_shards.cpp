@@ -30,15 +30,25 @@ std::string shard_file_name(int index) {
   return buf;
 }
 
-uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_w13_each, std::size_t bytes_w2) {
-  return Xxh64().bytes(w1, bytes_w13_each).bytes(w3, bytes_w13_each).bytes(w2, bytes_w2).digest();
+std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c) {
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  std::vector<ExpertPart> parts{{"w1", {ff, d}}, {"w3", {ff, d}}, {"w2", {d, ff}}};
+  if (c.expert_bias)
+    for (auto [name, n] : {std::pair{"b1", ff}, std::pair{"b3", ff}, std::pair{"b2", d}}) parts.push_back({name, {n}});
+  std::size_t offset = 0;
+  for (ExpertPart& p : parts) {
+    int64_t n = 1;
+    for (int64_t s : p.shape) n *= s;
+    p.offset = offset;
+    p.bytes = static_cast<std::size_t>(n) * dtype_size(c.dtype);
+    offset += p.bytes;
+  }
+  return parts;
 }
 
 uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c) {
   const std::string gp = expert_group_path(layer, expert);
-  expect_dataset(file, fname, gp + "/w1", {c.intermediate_size, c.hidden_size}, c.dtype);
-  expect_dataset(file, fname, gp + "/w3", {c.intermediate_size, c.hidden_size}, c.dtype);
-  expect_dataset(file, fname, gp + "/w2", {c.hidden_size, c.intermediate_size}, c.dtype);
+  for (const ExpertPart& p : expert_raw_parts(c)) expect_dataset(file, fname, gp + "/" + p.name, p.shape, c.dtype);
   H5Handle group = h5_open_object(file, gp);
   std::optional<uint64_t> sum;
   try {
@@ -53,11 +63,8 @@ uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer,
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw) {
   const std::string gp = expert_group_path(layer, expert);
   const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
-  const std::size_t each = expert_raw_bytes(c) / 3;
   auto* b = static_cast<unsigned char*>(raw);
-  h5_read(file, gp + "/w1", mem, b);
-  h5_read(file, gp + "/w3", mem, b + each);
-  h5_read(file, gp + "/w2", mem, b + 2 * each);
+  for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, mem, b + p.offset);
 }
 
 uint64_t shard_identity(std::vector<ShardEntry> entries) {
@@ -91,7 +98,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
   idx.model_ = model;
   model.check_exists();
   idx.shard_files_ = model.shard_names();
-  const std::size_t each = expert_raw_bytes(c) / 3;
+  const std::vector<ExpertPart> parts = expert_raw_parts(c);
 
   const int64_t total = c.num_layers * c.num_experts;
   idx.locations_.assign(static_cast<std::size_t>(total), {});
@@ -123,10 +130,10 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
             // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
             // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
             loc.raw_chunks = true;
-            const char* names[3] = {"/w1", "/w3", "/w2"};
-            for (int m = 0; m < 3 && loc.raw_chunks; ++m) {
-              const auto ext = h5_single_chunk(file, gp + names[m]);
-              loc.raw_chunks = ext && ext->size == each && ext->filter_mask == 0 && h5_filter_count(file, gp + names[m]) == 0;
+            for (std::size_t m = 0; m < parts.size() && loc.raw_chunks; ++m) {
+              const std::string ds = gp + "/" + parts[m].name;
+              const auto ext = h5_single_chunk(file, ds);
+              loc.raw_chunks = ext && ext->size == parts[m].bytes && ext->filter_mask == 0 && h5_filter_count(file, ds) == 0;
               if (loc.raw_chunks) loc.offset[m] = ext->address;
             }
           }
@@ -150,35 +157,42 @@ const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) co
 }
 
 std::size_t expert_raw_bytes(const ModelConfig& c) {
-  return static_cast<std::size_t>(3 * c.intermediate_size * c.hidden_size) * dtype_size(c.dtype);
+  const std::vector<ExpertPart> parts = expert_raw_parts(c);
+  return parts.back().offset + parts.back().bytes;
 }
 
 void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
                    int64_t expert) {
   const std::string gp = expert_group_path(layer, expert);
-  const std::size_t each = expert_raw_bytes(c) / 3;
   const auto* b = static_cast<const unsigned char*>(raw);
   // The NaN scan comes first: it names the tensor and element, the checksum cannot.
-  check_finite(b, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w1");
-  check_finite(b + each, c.dtype, c.intermediate_size, c.hidden_size, where, gp + "/w3");
-  check_finite(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, where, gp + "/w2");
-  const uint64_t sum = expert_checksum(b, b + each, b + 2 * each, each, each);
+  for (const ExpertPart& p : expert_raw_parts(c))
+    check_finite(b + p.offset, c.dtype, p.shape[0], p.shape.size() > 1 ? p.shape[1] : 1, where, gp + "/" + p.name);
+  const uint64_t sum = Xxh64().bytes(b, expert_raw_bytes(c)).digest();
   if (sum != expected)
     fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
 }
 
 namespace {
-// The byte span [first, end) that covers an expert's three chunks, and whether one GET of it is
-// worth it (adjacent, or gaps no larger than the expert itself) rather than three.
+// The byte span [first, end) that covers an expert's chunks, whether they are in raw-form order
+// back to back (one GET straight into the buffer), and whether one GET of the span is worth it
+// (gaps no larger than twice the expert) rather than one per part.
 struct ChunkSpan {
   uint64_t first = 0, end = 0;
-  bool one_request = false;
+  bool contiguous = false, one_request = false;
 };
-ChunkSpan chunk_span(const ExpertLocation& loc, std::size_t each) {
+ChunkSpan chunk_span(const ExpertLocation& loc, const std::vector<ExpertPart>& parts) {
   ChunkSpan s;
-  s.first = std::min({loc.offset[0], loc.offset[1], loc.offset[2]});
-  s.end = std::max({loc.offset[0], loc.offset[1], loc.offset[2]}) + each;
-  s.one_request = s.end - s.first <= 6 * static_cast<uint64_t>(each);
+  s.first = UINT64_MAX;
+  s.contiguous = true;
+  uint64_t total = 0;
+  for (std::size_t m = 0; m < parts.size(); ++m) {
+    s.first = std::min(s.first, loc.offset[m]);
+    s.end = std::max(s.end, loc.offset[m] + parts[m].bytes);
+    s.contiguous = s.contiguous && loc.offset[m] == loc.offset[0] + parts[m].offset;
+    total += parts[m].bytes;
+  }
+  s.one_request = s.end - s.first <= 2 * total;
   return s;
 }
 }  // namespace
@@ -187,26 +201,28 @@ int ExpertShardIndex::requests_per_expert(int64_t layer, int64_t expert) const {
   const ExpertLocation& loc = locate(layer, expert);
   if (!model_.remote()) return 0;
   if (!loc.raw_chunks) return -1;  // through HDF5: depends on its metadata cache
-  return chunk_span(loc, expert_raw_bytes(config_) / 3).one_request ? 1 : 3;
+  const std::vector<ExpertPart> parts = expert_raw_parts(config_);
+  return chunk_span(loc, parts).one_request ? 1 : static_cast<int>(parts.size());
 }
 
 AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
   const ExpertLocation& loc = locate(layer, expert);
   const ModelConfig& c = config_;
-  const std::size_t each = expert_raw_bytes(c) / 3;
-  AlignedBuffer raw(3 * each);
+  const std::vector<ExpertPart> parts = expert_raw_parts(c);
+  AlignedBuffer raw(expert_raw_bytes(c));
   if (loc.raw_chunks) {
     const S3Url url = model_.url(shard_files_[static_cast<std::size_t>(loc.shard_index)]);
-    const ChunkSpan span = chunk_span(loc, each);
-    if (span.first == loc.offset[0] && loc.offset[1] == loc.offset[0] + each && loc.offset[2] == loc.offset[1] + each) {
-      model_.store()->read(url, span.first, 3 * each, raw.data());
+    const ChunkSpan span = chunk_span(loc, parts);
+    if (span.contiguous) {
+      model_.store()->read(url, span.first, raw.size(), raw.data());
     } else if (span.one_request) {
       AlignedBuffer all(span.end - span.first);
       model_.store()->read(url, span.first, all.size(), all.data());
-      for (int m = 0; m < 3; ++m)
-        std::memcpy(raw.as<unsigned char>() + m * each, all.as<unsigned char>() + (loc.offset[m] - span.first), each);
+      for (std::size_t m = 0; m < parts.size(); ++m)
+        std::memcpy(raw.as<unsigned char>() + parts[m].offset, all.as<unsigned char>() + (loc.offset[m] - span.first), parts[m].bytes);
     } else {
-      for (int m = 0; m < 3; ++m) model_.store()->read(url, loc.offset[m], each, raw.as<unsigned char>() + m * each);
+      for (std::size_t m = 0; m < parts.size(); ++m)
+        model_.store()->read(url, loc.offset[m], parts[m].bytes, raw.as<unsigned char>() + parts[m].offset);
     }
     return raw;
   }
@@ -237,20 +253,28 @@ void ExpertShardWriter::set_attr(const std::string& name, const std::string& val
 }
 void ExpertShardWriter::close() { h5_close_written(file_, path_); }
 
-void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
-  h5_writing(path_, [&] { write_group(layer, expert, w1, w3, w2); });
+void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias) {
+  h5_writing(path_, [&] { write_group(layer, expert, w1, w3, w2, bias); });
 }
 
-void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2) {
+void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2,
+                                    const float* bias) {
   const ModelConfig& c = config_;
+  if (c.expert_bias != (bias != nullptr))
+    fail(ErrorKind::Internal, path_, ": expert biases ", bias ? "given for a model without them" : "missing");
   const std::string gp = expert_group_path(layer, expert);
-  const int64_t ff = c.intermediate_size, d = c.hidden_size;
   H5Handle group = h5_create_group(file_, gp);
-  // One stream over w1‖w3‖w2 as stored: expert_checksum's bytes, without converting them again.
+  // One stream over the raw form as stored: the checksum's bytes, without converting them again.
   Xxh64 sum;
-  write_tensor(file_, gp + "/w1", {ff, d}, w1, c.dtype, true, &sum);
-  write_tensor(file_, gp + "/w3", {ff, d}, w3, c.dtype, true, &sum);
-  write_tensor(file_, gp + "/w2", {d, ff}, w2, c.dtype, true, &sum);
+  const float* data[kMaxExpertParts] = {w1, w3, w2};
+  const int64_t ff = c.intermediate_size;
+  if (bias) {
+    data[3] = bias;
+    data[4] = bias + ff;
+    data[5] = bias + 2 * ff;
+  }
+  const std::vector<ExpertPart> parts = expert_raw_parts(c);
+  for (std::size_t m = 0; m < parts.size(); ++m) write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
   h5_set_attr_uint64(group, "xxh64", sum.digest());
 }
 

@@ -15,14 +15,24 @@
 
 namespace moerun::io {
 
+// One tensor of an expert's raw form, which concatenates them in this order: w1 [ff, d], w3 [ff, d],
+// w2 [d, ff], then with expert biases b1 [ff], b3 [ff], b2 [d] (format version 3). All as stored.
+struct ExpertPart {
+  const char* name;              // dataset in the expert's group: "w1"
+  std::vector<int64_t> shape;
+  std::size_t offset = 0, bytes = 0;  // in the raw form
+};
+inline constexpr int kMaxExpertParts = 6;
+std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c);
+
 struct ExpertLocation {
   std::string shard;   // path or s3:// URL of the shard file
   int shard_index = -1;
-  uint64_t xxh64 = 0;  // expected checksum of w1‖w3‖w2 bytes
-  // File offsets of the w1, w3, w2 chunks when each is one unfiltered chunk (the DESIGN layout):
+  uint64_t xxh64 = 0;  // expected checksum of the raw form's bytes
+  // File offsets of the parts' chunks when each is one unfiltered chunk (the DESIGN layout):
   // remote shards are then read by ranged GETs instead of through HDF5.
   bool raw_chunks = false;
-  uint64_t offset[3] = {0, 0, 0};
+  uint64_t offset[kMaxExpertParts] = {};
 };
 
 // Where an expert's raw bytes come from (the L3 tier): local shards, or an object store. The raw
@@ -81,7 +91,7 @@ std::string expert_group_path(int64_t layer, int64_t expert);
 // In an open shard file `fname` (hdf5_mutex held): checks the group of (layer, expert) has w1, w3,
 // w2 of the model's shapes and dtype, and returns its xxh64 attribute; BadInput naming file and group.
 uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c);
-// Reads the group's w1‖w3‖w2 as stored into `raw` (expert_raw_bytes(c) bytes), without verifying.
+// Reads the group's raw form (expert_raw_parts) into `raw` (expert_raw_bytes(c) bytes), without verifying.
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw);
 std::string shard_file_name(int index);  // "experts-00003.h5"
 
@@ -94,20 +104,18 @@ struct ShardEntry {
 };
 uint64_t shard_identity(std::vector<ShardEntry> entries);
 
-// xxh64 over w1‖w3‖w2 raw bytes as stored (DESIGN §3).
-uint64_t expert_checksum(const void* w1, const void* w3, const void* w2, std::size_t bytes_each_w13,
-                         std::size_t bytes_w2);
 
 class ExpertShardWriter {
  public:
   ExpertShardWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");  // name: as ModelFileWriter
-  // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff].
-  void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
+  // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff]; `bias` b1‖b3‖b2
+  // ([ff], [ff], [d]) when the config has expert biases, else null.
+  void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias = nullptr);
   void set_attr(const std::string& name, const std::string& value);  // a root attribute
   void close();  // as ModelFileWriter::close
 
  private:
-  void write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2);
+  void write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias);
   ModelConfig config_;
   std::string path_;
   H5Handle file_;

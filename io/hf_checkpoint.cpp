@@ -83,10 +83,16 @@ std::string HfCheckpoint::file_of(const std::string& name) const {
   return files_[it->second].path();
 }
 
-std::vector<float> HfCheckpoint::read_f32(const std::string& name) const {
+std::vector<float> HfCheckpoint::read_f32(const std::string& name, int64_t index) const {
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
-  return files_[it->second].read_f32(name);
+  return files_[it->second].read_f32(name, index);
+}
+
+std::vector<unsigned char> HfCheckpoint::read_raw(const std::string& name, int64_t index) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  return files_[it->second].read_raw(name, index);
 }
 
 std::vector<std::string> HfCheckpoint::names() const {

@@ -23,7 +23,8 @@ class HfCheckpoint {
   bool has(const std::string& name) const { return where_.count(name) > 0; }
   const SafetensorInfo& info(const std::string& name) const;  // BadInput naming the tensor when absent
   std::string file_of(const std::string& name) const;         // the safetensors file that holds it
-  std::vector<float> read_f32(const std::string& name) const;
+  std::vector<float> read_f32(const std::string& name, int64_t index = -1) const;  // index: as SafetensorsFile
+  std::vector<unsigned char> read_raw(const std::string& name, int64_t index = -1) const;
   std::vector<std::string> names() const;
   uint64_t total_bytes() const;  // of every tensor
   // xxh64 over config.json, every safetensors header and each file's identity (size, inode,

@@ -23,6 +23,7 @@
 #include "io/hf_checkpoint.hpp"
 #include "io/input_file.hpp"
 #include "io/model_file.hpp"
+#include "io/mxfp4.hpp"
 #include "io/output_file.hpp"
 #include "io/private_dir.hpp"
 
@@ -81,7 +82,9 @@ NameMap names_for(const std::string& arch) {
   n.k = "self_attn.k_proj";
   n.v = "self_attn.v_proj";
   n.o = "self_attn.o_proj";
-  if (arch == "mixtral") {
+  if (arch == "gpt_oss") {
+    n.gate = "mlp.router.weight";
+  } else if (arch == "mixtral") {
     n.gate = "block_sparse_moe.gate.weight";
     n.expert_w1 = "block_sparse_moe.experts.{e}.w1.weight";
     n.expert_w3 = "block_sparse_moe.experts.{e}.w3.weight";
@@ -144,8 +147,23 @@ class TensorReader {
     if (progress_) progress_(done_, total_);
     return v;
   }
-  // Counts a tensor as done without reading it (its file was kept from an earlier run).
-  void skip(const std::string& name) {
+  // Slice `index` of a fused [E, ...] tensor (one expert), its whole shape checked; floats or bytes.
+  std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
+    check_shape(name, shape);
+    std::vector<float> v = ckpt_.read_f32(name, index);
+    check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), name + "[" + std::to_string(index) + "]");
+    count_slice(name);
+    return v;
+  }
+  std::vector<unsigned char> read_bytes_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
+    check_shape(name, shape);
+    std::vector<unsigned char> v = ckpt_.read_raw(name, index);
+    count_slice(name);
+    return v;
+  }
+  // Counts a tensor (or one slice) as done without reading it (its file was kept from an earlier run).
+  void skip(const std::string& name, bool slice = false) {
+    if (slice) return count_slice(name);
     const SafetensorInfo& info = ckpt_.info(name);
     used_.insert(name);
     done_ += info.end - info.begin;
@@ -154,10 +172,138 @@ class TensorReader {
   uint64_t done() const { return done_; }
 
  private:
+  void check_shape(const std::string& name, const std::vector<int64_t>& shape) const {
+    const SafetensorInfo& info = ckpt_.info(name);
+    if (info.shape != shape)
+      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape), ", config.json says ",
+           shape_str(shape));
+  }
+  void count_slice(const std::string& name) {
+    const SafetensorInfo& info = ckpt_.info(name);
+    used_.insert(name);
+    done_ += (info.end - info.begin) / static_cast<uint64_t>(info.shape[0]);
+    if (progress_) progress_(done_, total_);
+  }
   const HfCheckpoint& ckpt_;
   uint64_t total_, done_ = 0;
   const std::function<void(uint64_t, uint64_t)>& progress_;
   std::set<std::string> used_;
+};
+
+// One expert as the shard writer takes it: float32 w1, w3 [ff, d], w2 [d, ff], biases b1‖b3‖b2.
+struct ExpertTensors {
+  std::vector<float> w1, w3, w2, bias;
+};
+
+// A tensor the config implies: its shape, and whether it is packed bytes (MXFP4) or floats.
+struct ExpectedTensor {
+  std::vector<int64_t> shape;
+  bool bytes = false;
+};
+
+// How a checkpoint holds its experts: one tensor per matrix and expert (Mixtral, Qwen, OLMoE), or
+// per layer fused over the experts (gpt-oss): gate_up_proj [E, d, 2ff] with gate and up in
+// alternating columns and down_proj [E, ff, d], as transformers saves them, or as shipped in MXFP4
+// (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj likewise over ff),
+// dequantized here (exactly: every MXFP4 value is a bfloat16).
+class CheckpointExperts {
+ public:
+  enum class Form { PerExpert, Fused, Mxfp4 };
+  CheckpointExperts(const HfCheckpoint& ckpt, const ModelConfig& c, const NameMap& nm) : c_(c), nm_(nm) {
+    if (c.architecture != "gpt_oss") form_ = Form::PerExpert;
+    else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
+  }
+  Form form() const { return form_; }
+
+  void expect(std::map<std::string, ExpectedTensor>& out) const {
+    const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (form_ == Form::PerExpert) {
+        for (int64_t e = 0; e < E; ++e) {
+          out[expert_name(l, e, nm_.expert_w1)] = {{ff, d}};
+          out[expert_name(l, e, nm_.expert_w3)] = {{ff, d}};
+          out[expert_name(l, e, nm_.expert_w2)] = {{d, ff}};
+        }
+        continue;
+      }
+      out[layer_name(l, "mlp.experts.gate_up_proj_bias")] = {{E, 2 * ff}};
+      out[layer_name(l, "mlp.experts.down_proj_bias")] = {{E, d}};
+      if (form_ == Form::Fused) {
+        out[layer_name(l, "mlp.experts.gate_up_proj")] = {{E, d, 2 * ff}};
+        out[layer_name(l, "mlp.experts.down_proj")] = {{E, ff, d}};
+      } else {
+        out[layer_name(l, "mlp.experts.gate_up_proj_blocks")] = {{E, 2 * ff, d / kMxfp4Block, kMxfp4BlockBytes}, true};
+        out[layer_name(l, "mlp.experts.gate_up_proj_scales")] = {{E, 2 * ff, d / kMxfp4Block}, true};
+        out[layer_name(l, "mlp.experts.down_proj_blocks")] = {{E, d, ff / kMxfp4Block, kMxfp4BlockBytes}, true};
+        out[layer_name(l, "mlp.experts.down_proj_scales")] = {{E, d, ff / kMxfp4Block}, true};
+      }
+    }
+  }
+
+  ExpertTensors read(TensorReader& r, int64_t l, int64_t e) const {
+    const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
+    ExpertTensors t;
+    if (form_ == Form::PerExpert) {
+      t.w1 = r.read(expert_name(l, e, nm_.expert_w1), {ff, d});
+      t.w3 = r.read(expert_name(l, e, nm_.expert_w3), {ff, d});
+      t.w2 = r.read(expert_name(l, e, nm_.expert_w2), {d, ff});
+      return t;
+    }
+    std::vector<float> gate_up(static_cast<std::size_t>(2 * ff * d));  // [2ff, d]: rows alternate gate, up
+    t.w2.resize(static_cast<std::size_t>(d * ff));
+    if (form_ == Form::Fused) {
+      const std::vector<float> gu = r.read_slice(layer_name(l, "mlp.experts.gate_up_proj"), {E, d, 2 * ff}, e);  // [d, 2ff]
+      for (int64_t j = 0; j < d; ++j)
+        for (int64_t i = 0; i < 2 * ff; ++i) gate_up[i * d + j] = gu[j * 2 * ff + i];
+      const std::vector<float> down = r.read_slice(layer_name(l, "mlp.experts.down_proj"), {E, ff, d}, e);  // [ff, d]
+      for (int64_t i = 0; i < ff; ++i)
+        for (int64_t j = 0; j < d; ++j) t.w2[j * ff + i] = down[i * d + j];
+    } else {
+      dequantize(r, l, e, "gate_up_proj", 2 * ff, d, gate_up.data());
+      dequantize(r, l, e, "down_proj", d, ff, t.w2.data());
+    }
+    t.w1.resize(static_cast<std::size_t>(ff * d));
+    t.w3.resize(t.w1.size());
+    for (int64_t i = 0; i < ff; ++i) {
+      std::copy_n(gate_up.data() + (2 * i) * d, d, t.w1.data() + i * d);
+      std::copy_n(gate_up.data() + (2 * i + 1) * d, d, t.w3.data() + i * d);
+    }
+    const std::vector<float> gub = r.read_slice(layer_name(l, "mlp.experts.gate_up_proj_bias"), {E, 2 * ff}, e);
+    const std::vector<float> db = r.read_slice(layer_name(l, "mlp.experts.down_proj_bias"), {E, d}, e);
+    t.bias.resize(static_cast<std::size_t>(2 * ff + d));
+    for (int64_t i = 0; i < ff; ++i) {
+      t.bias[i] = gub[2 * i];
+      t.bias[ff + i] = gub[2 * i + 1];
+    }
+    std::copy(db.begin(), db.end(), t.bias.begin() + 2 * ff);
+    return t;
+  }
+
+  void skip(TensorReader& r, int64_t l, int64_t e) const {
+    if (form_ == Form::PerExpert) {
+      for (const std::string* p : {&nm_.expert_w1, &nm_.expert_w3, &nm_.expert_w2}) r.skip(expert_name(l, e, *p));
+      return;
+    }
+    std::vector<std::string> names{"gate_up_proj_bias", "down_proj_bias"};
+    if (form_ == Form::Fused) names.insert(names.end(), {"gate_up_proj", "down_proj"});
+    else names.insert(names.end(), {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"});
+    for (const auto& n : names) r.skip(layer_name(l, "mlp.experts." + n), true);
+  }
+
+ private:
+  // One expert's [rows, cols] matrix from its MXFP4 blocks and scales.
+  void dequantize(TensorReader& r, int64_t l, int64_t e, const std::string& which, int64_t rows, int64_t cols, float* out) const {
+    const int64_t E = c_.num_experts, groups = cols / kMxfp4Block;
+    const std::string blocks_name = layer_name(l, "mlp.experts." + which + "_blocks");
+    const std::vector<unsigned char> blocks = r.read_bytes_slice(blocks_name, {E, rows, groups, kMxfp4BlockBytes}, e);
+    const std::vector<unsigned char> scales = r.read_bytes_slice(layer_name(l, "mlp.experts." + which + "_scales"), {E, rows, groups}, e);
+    dequantize_mxfp4(blocks.data(), scales.data(), rows, groups, out);
+    check_finite(out, DType::F32, rows, cols, blocks_name, "expert " + std::to_string(e) + " (an E8M0 scale of 255)");
+  }
+
+  ModelConfig c_;
+  const NameMap& nm_;
+  Form form_ = Form::PerExpert;
 };
 
 // Was `path` written by a conversion of exactly this input (its converted_from attribute)?
@@ -185,6 +331,67 @@ void ConvertConfig::validate() const {
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
 }
 
+namespace {
+
+// RoPE scaling: `rope_scaling` (transformers 4.x) or `rope_parameters` (5.x, which also carries
+// rope_theta); the type in "rope_type" or the older "type".
+void read_rope(const HfConfig& h, ModelConfig& c) {
+  const char* key = h.has("rope_parameters") ? "rope_parameters" : h.has("rope_scaling") ? "rope_scaling" : nullptr;
+  if (!key) return;
+  const json& r = h.j[key];
+  const std::string where = h.where + ": field " + key;
+  if (!r.is_object()) fail(ErrorKind::BadInput, where, " is not an object");
+  const HfConfig p{r, where};
+  if (p.has("rope_theta")) c.rope_theta = p.number_or("rope_theta", c.rope_theta);
+  const char* type_key = p.has("rope_type") ? "rope_type" : "type";
+  if (!p.has(type_key)) {
+    if (std::string(key) == "rope_parameters") return;  // the theta alone
+    fail(ErrorKind::BadInput, where, " has no rope_type");
+  }
+  if (!r[type_key].is_string()) fail(ErrorKind::BadInput, where, ".", type_key, " is not a string");
+  const std::string type = r[type_key].get<std::string>();
+  if (type == "default") return;
+  if (type == "dynamic")
+    fail(ErrorKind::BadInput, where, ".rope_type is dynamic: not supported (its frequencies change with the batch's length)");
+  c.rope.type = parse_rope_type(type, where + ".rope_type");
+  c.rope.factor = p.number_or("factor", 1.0);
+  c.rope.original_max_position = p.integer_or("original_max_position_embeddings", c.max_position);
+  if (c.rope.type == RopeType::Yarn) {
+    c.rope.beta_fast = p.number_or("beta_fast", 32.0);
+    c.rope.beta_slow = p.number_or("beta_slow", 1.0);
+    c.rope.attention_factor = p.number_or("attention_factor", 0.0);
+    c.rope.mscale = p.number_or("mscale", 0.0);
+    c.rope.mscale_all_dim = p.number_or("mscale_all_dim", 0.0);
+    c.rope.truncate = p.flag_or("truncate", true);
+    if (!p.has("factor")) c.rope.factor = static_cast<double>(c.max_position) / static_cast<double>(c.rope.original_max_position);
+  }
+  if (c.rope.type == RopeType::Llama3) {
+    c.rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
+    c.rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
+  }
+}
+
+// gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
+void read_layer_types(const HfConfig& h, ModelConfig& c) {
+  c.sliding_window = h.integer_or("sliding_window", 0);
+  if (!h.has("layer_types")) {  // the config class's default: sliding first, then alternating
+    for (int64_t l = 0; l < c.num_layers; ++l) c.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
+    return;
+  }
+  const json& t = h.j["layer_types"];
+  if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
+    fail(ErrorKind::BadInput, h.where, ": field layer_types must list ", c.num_layers, " layer kinds (num_hidden_layers)");
+  for (std::size_t l = 0; l < t.size(); ++l) {
+    const std::string kind = t[l].is_string() ? t[l].get<std::string>() : t[l].dump();
+    if (kind == "sliding_attention") c.layer_attention.push_back(AttentionKind::Sliding);
+    else if (kind == "full_attention") c.layer_attention.push_back(AttentionKind::Full);
+    else
+      fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected sliding_attention or full_attention");
+  }
+}
+
+}  // namespace
+
 ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
                                  const std::string& generation_text) {
   json j = json::parse(text, nullptr, false);
@@ -194,7 +401,7 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   const HfConfig h{j, where};
   if (!h.has("model_type") || !j["model_type"].is_string()) fail(ErrorKind::BadInput, where, ": field model_type is missing");
   const std::string type = j["model_type"].get<std::string>();
-  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe")
+  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe" && type != "qwen3_moe" && type != "gpt_oss")
     fail(ErrorKind::BadInput, where, ": model_type \"", type, "\" is not supported; supported: ", supported_architectures());
   auto note = [&](const std::string& s) {
     if (notes) *notes += s + "\n";
@@ -209,38 +416,58 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   if (c.num_heads <= 0) fail(ErrorKind::BadInput, where, ": field num_attention_heads must be > 0");
   c.head_dim = h.integer_or("head_dim", c.hidden_size / c.num_heads);
   c.max_position = h.integer("max_position_embeddings");
-  c.rope_theta = h.number_or("rope_theta", 10000.0);
+  c.rope_theta = h.number_or("rope_theta", type == "gpt_oss" ? 150000.0 : 10000.0);
   c.rms_norm_eps = h.number_or("rms_norm_eps", 1e-6);
   c.dtype = dtype;
-  if (h.has("rope_scaling")) fail(ErrorKind::BadInput, where, ": field rope_scaling is set; only plain RoPE is supported");
+  read_rope(h, c);
   if (h.has("hidden_act") && j["hidden_act"] != "silu")
     fail(ErrorKind::BadInput, where, ": field hidden_act is ", j["hidden_act"].dump(), "; the experts are SwiGLU (silu)");
   c.top_k = h.integer("num_experts_per_tok");
+  auto all_layers_sliding = [&](int64_t window) {
+    c.sliding_window = window;
+    c.layer_attention.assign(static_cast<std::size_t>(c.num_layers), AttentionKind::Sliding);
+  };
   if (type == "mixtral") {
     c.num_experts = h.integer("num_local_experts");
     c.intermediate_size = h.integer("intermediate_size");
-    if (h.has("sliding_window") && h.integer("sliding_window") < c.max_position) {
-      // Within the window sliding-window attention is full attention: cap the context there.
-      note("sliding_window " + std::to_string(h.integer("sliding_window")) + " < max_position_embeddings " +
-           std::to_string(c.max_position) + ": max_position set to the window (attention beyond it is not implemented)");
-      c.max_position = h.integer("sliding_window");
-    }
-  } else if (type == "qwen2_moe") {
-    c.num_experts = h.integer("num_experts");
+    // A window at or beyond the context is full attention; below it, a banded mask on every layer.
+    if (h.has("sliding_window") && h.integer("sliding_window") < c.max_position) all_layers_sliding(h.integer("sliding_window"));
+  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+    c.num_experts = h.has("num_experts") ? h.integer("num_experts") : h.integer("num_local_experts");
     c.intermediate_size = h.integer("moe_intermediate_size");
-    c.shared_expert_intermediate_size = h.integer("shared_expert_intermediate_size");
     c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
-    c.attention_bias = true;  // Qwen2 always has q, k, v biases
+    if (type == "qwen2_moe") {
+      c.shared_expert_intermediate_size = h.integer("shared_expert_intermediate_size");
+      c.attention_bias = true;  // Qwen2 always has q, k, v biases
+    } else {
+      c.qk_norm = QkNorm::PerHead;
+      c.attention_bias = c.attention_out_bias = h.flag_or("attention_bias", false);  // Qwen3: q, k, v and o alike
+    }
     if (h.integer_or("decoder_sparse_step", 1) != 1)
-      fail(ErrorKind::BadInput, where, ": field decoder_sparse_step is not 1; dense MLP layers between MoE layers are not supported");
+      fail(ErrorKind::BadInput, where, ": field decoder_sparse_step is not 1; dense MLP layers between MoE layers are not supported yet");
     if (h.has("mlp_only_layers") && !j["mlp_only_layers"].empty())
-      fail(ErrorKind::BadInput, where, ": field mlp_only_layers is not empty; dense MLP layers are not supported");
-    if (h.flag_or("use_sliding_window", false)) fail(ErrorKind::BadInput, where, ": use_sliding_window is true; not supported");
+      fail(ErrorKind::BadInput, where, ": field mlp_only_layers is not empty; dense MLP layers are not supported yet");
+    if (h.flag_or("use_sliding_window", false)) {
+      if (type == "qwen2_moe") fail(ErrorKind::BadInput, where, ": use_sliding_window is true; not supported for qwen2_moe");
+      all_layers_sliding(h.integer("sliding_window"));
+    }
+  } else if (type == "gpt_oss") {
+    c.num_experts = h.integer("num_local_experts");
+    c.intermediate_size = h.integer("intermediate_size");
+    c.attention_bias = c.attention_out_bias = h.flag_or("attention_bias", true);
+    c.attention_sinks = true;
+    c.router_bias = true;
+    c.router_scoring = RouterScoring::TopKSoftmax;
+    c.expert_bias = true;
+    c.expert_activation = ExpertActivation::ClampedSwiGlu;
+    c.swiglu_alpha = h.number_or("swiglu_alpha", 1.702);
+    c.swiglu_limit = h.number_or("swiglu_limit", 7.0);
+    read_layer_types(h, c);
   } else {  // olmoe
     c.num_experts = h.integer("num_experts");
     c.intermediate_size = h.integer("intermediate_size");
     c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
-    c.qk_norm = true;
+    c.qk_norm = QkNorm::Projection;
     if (h.flag_or("attention_bias", false))
       fail(ErrorKind::BadInput, where, ": attention_bias is true; OLMoE's biases (o_proj too) are not supported");
     if (h.has("clip_qkv")) fail(ErrorKind::BadInput, where, ": clip_qkv is set; not supported");
@@ -358,7 +585,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   rep.shards = shards;
   // What every output file is made from: the checkpoint, the target dtype and the shard plan.
   const std::string fingerprint =
-      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v2").digest());
+      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v3").digest());
 
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
@@ -403,10 +630,14 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
       plan(layer_name(l, nm.k + ".bias"), {kv}, p + "bk");
       plan(layer_name(l, nm.v + ".bias"), {kv}, p + "bv");
     }
-    if (c.qk_norm) {
-      plan(layer_name(l, nm.q_norm), {q}, p + "q_norm");
-      plan(layer_name(l, nm.k_norm), {kv}, p + "k_norm");
+    if (c.qk_norm != QkNorm::None) {
+      const bool per_head = c.qk_norm == QkNorm::PerHead;
+      plan(layer_name(l, nm.q_norm), {per_head ? c.head_dim : q}, p + "q_norm");
+      plan(layer_name(l, nm.k_norm), {per_head ? c.head_dim : kv}, p + "k_norm");
     }
+    if (c.attention_out_bias) plan(layer_name(l, nm.o + ".bias"), {d}, p + "bo");
+    if (c.attention_sinks) plan(layer_name(l, "self_attn.sinks"), {c.num_heads}, p + "sinks");
+    if (c.router_bias) plan(layer_name(l, "mlp.router.bias"), {c.num_experts}, p + "gate_bias");
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
       plan(layer_name(l, nm.shared_w1), {sff, d}, p + "shared_expert/w1");
       plan(layer_name(l, nm.shared_w3), {sff, d}, p + "shared_expert/w3");
@@ -418,16 +649,19 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   // Before anything is written: every tensor the config implies is there with its shape, and the
   // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
   // and the tensor.
+  const CheckpointExperts experts(ckpt, c, nm);
+  if (experts.form() == CheckpointExperts::Form::Mxfp4) {
+    if (d % kMxfp4Block != 0 || ff % kMxfp4Block != 0)
+      fail(ErrorKind::BadInput, ckpt.config_path(), ": hidden_size ", d, " and intermediate_size ", ff,
+           " must be multiples of 32 for MXFP4 experts");
+    rep.notes += "experts: MXFP4 blocks dequantized to " + std::string(dtype_name(c.dtype)) + " (exact)\n";
+  }
   {
-    std::map<std::string, std::vector<int64_t>> expected;
-    for (const auto& [hf, shape] : dense) expected[hf] = shape;
-    for (int64_t l = 0; l < c.num_layers; ++l)
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        expected[expert_name(l, e, nm.expert_w1)] = {ff, d};
-        expected[expert_name(l, e, nm.expert_w3)] = {ff, d};
-        expected[expert_name(l, e, nm.expert_w2)] = {d, ff};
-      }
-    for (const auto& [name, shape] : expected) {
+    std::map<std::string, ExpectedTensor> expected;
+    for (const auto& [hf, shape] : dense) expected[hf] = {shape};
+    experts.expect(expected);
+    for (const auto& [name, want] : expected) {
+      const std::vector<int64_t>& shape = want.shape;
       if (!ckpt.has(name))
         fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", name, ", which config.json implies (", c.architecture,
              ", ", c.num_layers, " layers, ", c.num_experts, " experts)");
@@ -435,7 +669,9 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
       if (info.shape != shape)
         fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape), ", config.json says ",
              shape_str(shape));
-      if (info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
+      if (want.bytes && info.dtype != "U8")
+        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected U8 (MXFP4)");
+      if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
         fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16");
     }
     for (const auto& n : ckpt.names()) {
@@ -453,14 +689,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   for (int s = 0; s < shards; ++s) {
     const int64_t begin = total_experts * s / shards, end = total_experts * (s + 1) / shards;
     const std::string path = (fs::path(cfg.out) / shard_file_name(s)).string();
-    auto expert_tensors = [&](int64_t i) {
-      const int64_t l = i / c.num_experts, e = i % c.num_experts;
-      return std::array<std::string, 3>{expert_name(l, e, nm.expert_w1), expert_name(l, e, nm.expert_w3),
-                                         expert_name(l, e, nm.expert_w2)};
-    };
     if (finished_before(path, fingerprint)) {
-      for (int64_t i = begin; i < end; ++i)
-        for (const auto& t : expert_tensors(i)) reader.skip(t);
+      for (int64_t i = begin; i < end; ++i) experts.skip(reader, i / c.num_experts, i % c.num_experts);
       ++rep.files_kept;
       continue;
     }
@@ -468,11 +698,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     {
       ExpertShardWriter w(out.temp_path(), c, path);
       for (int64_t i = begin; i < end; ++i) {
-        const auto names = expert_tensors(i);
-        const auto w1 = reader.read(names[0], {ff, d});
-        const auto w3 = reader.read(names[1], {ff, d});
-        const auto w2 = reader.read(names[2], {d, ff});
-        w.write(i / c.num_experts, i % c.num_experts, w1.data(), w3.data(), w2.data());
+        const ExpertTensors t = experts.read(reader, i / c.num_experts, i % c.num_experts);
+        w.write(i / c.num_experts, i % c.num_experts, t.w1.data(), t.w3.data(), t.w2.data(), t.bias.empty() ? nullptr : t.bias.data());
       }
       w.set_attr("converted_from", fingerprint);
       w.close();

@@ -1,6 +1,7 @@
 // ModelConfig validation and size arithmetic.
 #include "io/model_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -13,13 +14,96 @@ DType parse_dtype(const std::string& name, const std::string& where) {
   fail(ErrorKind::BadInput, where, ": dtype is \"", name, "\", expected \"float32\" or \"bfloat16\"");
 }
 
-const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe"; }
+const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss"; }
+
+const char* rope_type_name(RopeType t) {
+  switch (t) {
+    case RopeType::Default: return "default";
+    case RopeType::Linear: return "linear";
+    case RopeType::Dynamic: return "dynamic";
+    case RopeType::Yarn: return "yarn";
+    case RopeType::Llama3: return "llama3";
+  }
+  return "?";
+}
+
+RopeType parse_rope_type(const std::string& name, const std::string& where) {
+  for (RopeType t : {RopeType::Default, RopeType::Linear, RopeType::Dynamic, RopeType::Yarn, RopeType::Llama3})
+    if (name == rope_type_name(t)) return t;
+  fail(ErrorKind::BadInput, where, ": rope type \"", name, "\" is not supported; supported: default, linear, dynamic, yarn, llama3");
+}
+
+const char* attention_kind_name(AttentionKind k) { return k == AttentionKind::Sliding ? "sliding" : "full"; }
+
+std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where) {
+  std::vector<AttentionKind> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item == "full") out.push_back(AttentionKind::Full);
+    else if (item == "sliding") out.push_back(AttentionKind::Sliding);
+    else fail(ErrorKind::BadInput, where, ": layer_types entry ", out.size(), " is \"", item, "\", expected full or sliding");
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string layer_attention_text(const std::vector<AttentionKind>& kinds) {
+  std::string s;
+  for (std::size_t i = 0; i < kinds.size(); ++i) s += std::string(i ? "," : "") + attention_kind_name(kinds[i]);
+  return s;
+}
+
+namespace {
+// The layer variants' own checks (validate() has checked the shapes they size).
+void validate_variants(const ModelConfig& c, const std::string& where) {
+  if (!c.layer_attention.empty() && static_cast<int64_t>(c.layer_attention.size()) != c.num_layers)
+    fail(ErrorKind::BadInput, where, ": attribute layer_types has ", c.layer_attention.size(), " entries for ", c.num_layers, " layers");
+  const bool any_sliding = std::any_of(c.layer_attention.begin(), c.layer_attention.end(),
+                                       [](AttentionKind k) { return k == AttentionKind::Sliding; });
+  if (c.sliding_window < 0 || c.sliding_window > kMaxPosition)
+    fail(ErrorKind::BadInput, where, ": attribute sliding_window is ", c.sliding_window, ", expected in [0, ", kMaxPosition, "]");
+  if (any_sliding && c.sliding_window == 0)
+    fail(ErrorKind::BadInput, where, ": layer_types has sliding layers but sliding_window is 0");
+  const RopeScaling& r = c.rope;
+  auto finite_positive = [&](const char* name, double v) {
+    if (!(v > 0) || !std::isfinite(v)) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected a finite number > 0");
+  };
+  if (r.type != RopeType::Default) {
+    finite_positive("rope_factor", r.factor);
+    if (r.type == RopeType::Linear && r.factor < 1) fail(ErrorKind::BadInput, where, ": attribute rope_factor is ", r.factor, ", expected >= 1");
+  }
+  if (r.type == RopeType::Yarn || r.type == RopeType::Llama3 || r.type == RopeType::Dynamic) {
+    if (r.original_max_position <= 0 || r.original_max_position > kMaxPosition)
+      fail(ErrorKind::BadInput, where, ": attribute rope_original_max_position is ", r.original_max_position, ", expected in (0, ", kMaxPosition, "]");
+  }
+  if (r.type == RopeType::Yarn) {
+    finite_positive("rope_beta_fast", r.beta_fast);
+    finite_positive("rope_beta_slow", r.beta_slow);
+    if (!(r.attention_factor >= 0) || !std::isfinite(r.attention_factor))
+      fail(ErrorKind::BadInput, where, ": attribute rope_attention_factor is ", r.attention_factor, ", expected >= 0 (0: derived)");
+  }
+  if (r.type == RopeType::Llama3) {
+    finite_positive("rope_low_freq_factor", r.low_freq_factor);
+    finite_positive("rope_high_freq_factor", r.high_freq_factor);
+    if (r.high_freq_factor <= r.low_freq_factor)
+      fail(ErrorKind::BadInput, where, ": attribute rope_high_freq_factor (", r.high_freq_factor, ") must exceed rope_low_freq_factor (",
+           r.low_freq_factor, ")");
+  }
+  if (c.expert_activation == ExpertActivation::ClampedSwiGlu) {
+    finite_positive("swiglu_alpha", c.swiglu_alpha);
+    finite_positive("swiglu_limit", c.swiglu_limit);
+  }
+}
+}  // namespace
 
 void ModelConfig::validate(const std::string& where) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected > 0");
   };
-  if (architecture != "mixtral" && architecture != "qwen2_moe" && architecture != "olmoe")
+  if (architecture != "mixtral" && architecture != "qwen2_moe" && architecture != "olmoe" && architecture != "qwen3_moe" &&
+      architecture != "gpt_oss")
     fail(ErrorKind::BadInput, where, ": attribute architecture is \"", architecture, "\"; supported: ", supported_architectures());
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -74,6 +158,7 @@ void ModelConfig::validate(const std::string& where) const {
     fail(ErrorKind::BadInput, where, ": attribute bos_token_id is ", bos_token_id, ", expected in [0, ", vocab_size, ")");
   if (eos_token_id < 0 || eos_token_id >= vocab_size)
     fail(ErrorKind::BadInput, where, ": attribute eos_token_id is ", eos_token_id, ", expected in [0, ", vocab_size, ")");
+  validate_variants(*this, where);
 }
 
 int64_t ModelConfig::dense_params() const {
@@ -82,9 +167,21 @@ int64_t ModelConfig::dense_params() const {
   const int64_t kv = num_kv_heads * head_dim;
   int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/ + num_experts * d;
   if (attention_bias) per_layer += q + 2 * kv;
-  if (qk_norm) per_layer += q + kv;
+  if (attention_out_bias) per_layer += d;
+  if (attention_sinks) per_layer += num_heads;
+  if (router_bias) per_layer += num_experts;
+  if (qk_norm == QkNorm::Projection) per_layer += q + kv;
+  if (qk_norm == QkNorm::PerHead) per_layer += 2 * head_dim;
   if (shared_expert_intermediate_size > 0) per_layer += 3 * shared_expert_intermediate_size * d + d;
   return 2 * vocab_size * d + d + num_layers * per_layer;
+}
+
+int64_t ModelConfig::kv_bytes(int64_t context) const {
+  const int64_t per_position = 2 * num_kv_heads * head_dim * 4;
+  int64_t total = 0;
+  // A sliding layer holds at most 2W positions between steps (KvCache::trim_windows).
+  for (int64_t l = 0; l < num_layers; ++l) total += per_position * (window_of(l) > 0 ? std::min(context, 2 * window_of(l)) : context);
+  return total;
 }
 
 }  // namespace moerun::io

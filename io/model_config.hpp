@@ -23,6 +23,28 @@ inline constexpr int64_t kMaxPosition = int64_t{1} << 26;
 inline constexpr int64_t kMaxMatrixElements = int64_t{1} << 34;  // 64 GiB in float32
 inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x experts
 
+// Layer variants of the 2025 families (docs/FORMATS.md, format version 3). Each default is the
+// behaviour of the earlier files, so a file without the attribute reads as before.
+enum class QkNorm : int64_t { None = 0, Projection = 1, PerHead = 2 };  // OLMoE: the whole projection; Qwen3: each head
+enum class AttentionKind : uint8_t { Full, Sliding };
+enum class RouterScoring { SoftmaxTopK, TopKSoftmax };  // gpt-oss: top-k of the logits, softmax over the chosen
+enum class ExpertActivation { SwiGlu, ClampedSwiGlu };  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
+enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3 };
+
+// RoPE scaling as Hugging Face's rope_scaling / rope_parameters give it (modeling_rope_utils).
+struct RopeScaling {
+  RopeType type = RopeType::Default;
+  double factor = 1.0;
+  int64_t original_max_position = 0;  // dynamic, yarn, llama3: the context the model was trained at
+  double beta_fast = 32.0, beta_slow = 1.0;  // yarn
+  double attention_factor = 0.0;             // yarn: 0 = derived from factor (and mscale, mscale_all_dim)
+  double mscale = 0.0, mscale_all_dim = 0.0; // yarn (DeepSeek)
+  bool truncate = true;                      // yarn: round the correction range to whole dimensions
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+};
+const char* rope_type_name(RopeType t);
+const char* attention_kind_name(AttentionKind k);
+
 struct ModelConfig {
   std::string architecture = "mixtral";
   int64_t vocab_size = 0;
@@ -46,17 +68,35 @@ struct ModelConfig {
   bool norm_topk_prob = true;                   // renormalise the top-k weights to sum 1 (false: raw softmax probabilities)
   int64_t shared_expert_intermediate_size = 0;  // > 0: a dense shared expert with a sigmoid gate on every token (qwen2_moe)
   bool attention_bias = false;                  // biases on the q, k and v projections (qwen2_moe)
-  bool qk_norm = false;                         // RMSNorm over the whole q and k projections before RoPE (olmoe)
+  QkNorm qk_norm = QkNorm::None;                // RMSNorm of q and k before RoPE: over the projection (olmoe) or each head (qwen3_moe)
+  bool attention_out_bias = false;              // a bias on the o projection too (gpt_oss)
+  bool attention_sinks = false;                 // a learned logit per head joins each softmax and is dropped after it (gpt_oss)
+  int64_t sliding_window = 0;                   // W of the sliding layers: a query attends to the last W positions, itself included
+  std::vector<AttentionKind> layer_attention;   // [num_layers]; empty: every layer full
+  RopeScaling rope;
+  bool router_bias = false;                     // a bias on the gate linear (gpt_oss)
+  RouterScoring router_scoring = RouterScoring::SoftmaxTopK;
+  bool expert_bias = false;                     // biases on the expert projections w1, w3, w2 (gpt_oss)
+  ExpertActivation expert_activation = ExpertActivation::SwiGlu;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
   // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
-  int64_t format_version = 2;
+  int64_t format_version = 3;
   std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
   void validate(const std::string& where) const;
 
+  AttentionKind attention_kind(int64_t layer) const {
+    return layer_attention.empty() ? AttentionKind::Full : layer_attention[static_cast<std::size_t>(layer)];
+  }
+  // The window of a layer's attention, 0 for full attention.
+  int64_t window_of(int64_t layer) const { return attention_kind(layer) == AttentionKind::Sliding ? sliding_window : 0; }
+  // Elements of one expert's biases (b1, b3 [ff], b2 [d]), 0 without them.
+  int64_t expert_bias_params() const { return expert_bias ? 2 * intermediate_size + hidden_size : 0; }
+
   // Parameter counts (elements, not bytes).
-  int64_t params_per_expert() const { return 3 * hidden_size * intermediate_size; }
+  int64_t params_per_expert() const { return 3 * hidden_size * intermediate_size + expert_bias_params(); }
   int64_t expert_params() const { return num_layers * num_experts * params_per_expert(); }
   int64_t dense_params() const;
   int64_t total_params() const { return dense_params() + expert_params(); }
@@ -65,11 +105,17 @@ struct ModelConfig {
   int64_t bytes_per_expert() const { return params_per_expert() * static_cast<int64_t>(dtype_size(dtype)); }
   // KV cache bytes per token of context (fp32 K and V for every layer).
   int64_t kv_bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
+  // KV cache bytes of one sequence of `context` tokens: a sliding layer holds at most its window.
+  int64_t kv_bytes(int64_t context) const;
 };
 
 DType parse_dtype(const std::string& name, const std::string& where);
+// "full,sliding,full" <-> layer kinds; BadInput naming `where` and the entry that is neither.
+std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where);
+std::string layer_attention_text(const std::vector<AttentionKind>& kinds);
+RopeType parse_rope_type(const std::string& name, const std::string& where);
 
-// The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe").
+// The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss").
 const char* supported_architectures();
 
 }  // namespace moerun::io

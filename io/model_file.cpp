@@ -128,13 +128,55 @@ std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
   return ids;
 }
 
+// The layer variants of format version 3 (docs/FORMATS.md); each absent attribute keeps the
+// behaviour of the files before it.
+void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+  auto flag = [&](const char* n) {
+    const auto v = h5_attr_int(file, n);
+    if (v && *v != 0 && *v != 1) fail(ErrorKind::BadInput, fname, ": attribute ", n, " is ", *v, ", expected 0 or 1");
+    return v && *v == 1;
+  };
+  auto text = [&](const char* n, const char* dflt) { return h5_attr_string(file, n).value_or(dflt); };
+  auto number = [&](const char* n, double dflt) { return h5_attr_double(file, n).value_or(dflt); };
+  const int64_t qk = h5_attr_int(file, "qk_norm").value_or(0);
+  if (qk < 0 || qk > 2) fail(ErrorKind::BadInput, fname, ": attribute qk_norm is ", qk, ", expected 0 (none), 1 (projection) or 2 (per head)");
+  c.qk_norm = static_cast<QkNorm>(qk);
+  c.attention_out_bias = flag("attention_out_bias");
+  c.attention_sinks = flag("attention_sinks");
+  c.sliding_window = h5_attr_int(file, "sliding_window").value_or(0);
+  if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = parse_layer_attention(*types, fname);
+  c.rope.type = parse_rope_type(text("rope_type", "default"), fname);
+  c.rope.factor = number("rope_factor", 1.0);
+  c.rope.original_max_position = h5_attr_int(file, "rope_original_max_position").value_or(0);
+  c.rope.beta_fast = number("rope_beta_fast", 32.0);
+  c.rope.beta_slow = number("rope_beta_slow", 1.0);
+  c.rope.attention_factor = number("rope_attention_factor", 0.0);
+  c.rope.mscale = number("rope_mscale", 0.0);
+  c.rope.mscale_all_dim = number("rope_mscale_all_dim", 0.0);
+  c.rope.truncate = h5_attr_int(file, "rope_truncate").value_or(1) != 0;
+  c.rope.low_freq_factor = number("rope_low_freq_factor", 1.0);
+  c.rope.high_freq_factor = number("rope_high_freq_factor", 4.0);
+  c.router_bias = flag("router_bias");
+  const std::string scoring = text("router_scoring", "softmax_topk");
+  if (scoring != "softmax_topk" && scoring != "topk_softmax")
+    fail(ErrorKind::BadInput, fname, ": attribute router_scoring is \"", scoring, "\", expected softmax_topk or topk_softmax");
+  c.router_scoring = scoring == "topk_softmax" ? RouterScoring::TopKSoftmax : RouterScoring::SoftmaxTopK;
+  c.expert_bias = flag("expert_bias");
+  const std::string act = text("expert_activation", "swiglu");
+  if (act != "swiglu" && act != "swiglu_clamped")
+    fail(ErrorKind::BadInput, fname, ": attribute expert_activation is \"", act, "\", expected swiglu or swiglu_clamped");
+  c.expert_activation = act == "swiglu_clamped" ? ExpertActivation::ClampedSwiGlu : ExpertActivation::SwiGlu;
+  c.swiglu_alpha = number("swiglu_alpha", 1.702);
+  c.swiglu_limit = number("swiglu_limit", 7.0);
+}
+
 // The root attributes of an open model.h5 (`fname` names it in messages).
 ModelConfig read_model_config(hid_t file, const std::string& fname) {
   return h5_reading(fname, [&] {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver != 1 && ver != 2) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 or 2");
+    if (ver < 1 || ver > 3) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1, 2 or 3");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -165,8 +207,8 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     };
     c.norm_topk_prob = flag("norm_topk_prob", true);
     c.attention_bias = flag("attention_bias", false);
-    c.qk_norm = flag("qk_norm", false);
     c.shared_expert_intermediate_size = h5_attr_int(file, "shared_expert_intermediate_size").value_or(0);
+    read_variant_attributes(file, fname, c);
     c.validate(fname);
     if (ver >= 2) c.shard_ids = read_shard_ids(file, fname);
     return c;
@@ -213,10 +255,14 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
       L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype, c.format_version);
       L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype, c.format_version);
     }
-    if (c.qk_norm) {
-      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {q}, c.dtype, c.format_version);
-      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {kv}, c.dtype, c.format_version);
+    if (c.qk_norm != QkNorm::None) {
+      const bool per_head = c.qk_norm == QkNorm::PerHead;
+      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {per_head ? c.head_dim : q}, c.dtype, c.format_version);
+      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {per_head ? c.head_dim : kv}, c.dtype, c.format_version);
     }
+    if (c.attention_out_bias) L.bo = read_vector_f32(file, fname, p + "bo", {d}, c.dtype, c.format_version);
+    if (c.attention_sinks) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
+    if (c.router_bias) L.gate_bias = read_vector_f32(file, fname, p + "gate_bias", {c.num_experts}, c.dtype, c.format_version);
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
       L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype, c.format_version);
       L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype, c.format_version);
@@ -259,7 +305,7 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, 
 void ModelFileWriter::write_root_attributes() {
   const ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
-  h5_set_attr(file_, "format_version", int64_t{2});
+  h5_set_attr(file_, "format_version", int64_t{3});
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);
@@ -280,7 +326,33 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "norm_topk_prob", int64_t{c.norm_topk_prob ? 1 : 0});
   h5_set_attr(file_, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);
   h5_set_attr(file_, "attention_bias", int64_t{c.attention_bias ? 1 : 0});
-  h5_set_attr(file_, "qk_norm", int64_t{c.qk_norm ? 1 : 0});
+  h5_set_attr(file_, "qk_norm", static_cast<int64_t>(c.qk_norm));
+  h5_set_attr(file_, "attention_out_bias", int64_t{c.attention_out_bias ? 1 : 0});
+  h5_set_attr(file_, "attention_sinks", int64_t{c.attention_sinks ? 1 : 0});
+  h5_set_attr(file_, "sliding_window", c.sliding_window);
+  if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", layer_attention_text(c.layer_attention));
+  h5_set_attr(file_, "rope_type", std::string(rope_type_name(c.rope.type)));
+  if (c.rope.type != RopeType::Default) {
+    h5_set_attr(file_, "rope_factor", c.rope.factor);
+    h5_set_attr(file_, "rope_original_max_position", c.rope.original_max_position);
+    h5_set_attr(file_, "rope_beta_fast", c.rope.beta_fast);
+    h5_set_attr(file_, "rope_beta_slow", c.rope.beta_slow);
+    h5_set_attr(file_, "rope_attention_factor", c.rope.attention_factor);
+    h5_set_attr(file_, "rope_mscale", c.rope.mscale);
+    h5_set_attr(file_, "rope_mscale_all_dim", c.rope.mscale_all_dim);
+    h5_set_attr(file_, "rope_truncate", int64_t{c.rope.truncate ? 1 : 0});
+    h5_set_attr(file_, "rope_low_freq_factor", c.rope.low_freq_factor);
+    h5_set_attr(file_, "rope_high_freq_factor", c.rope.high_freq_factor);
+  }
+  h5_set_attr(file_, "router_bias", int64_t{c.router_bias ? 1 : 0});
+  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == RouterScoring::TopKSoftmax ? "topk_softmax" : "softmax_topk"));
+  h5_set_attr(file_, "expert_bias", int64_t{c.expert_bias ? 1 : 0});
+  h5_set_attr(file_, "expert_activation",
+              std::string(c.expert_activation == ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));
+  if (c.expert_activation == ExpertActivation::ClampedSwiGlu) {
+    h5_set_attr(file_, "swiglu_alpha", c.swiglu_alpha);
+    h5_set_attr(file_, "swiglu_limit", c.swiglu_limit);
+  }
 }
 
 void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {

@@ -20,7 +20,10 @@ struct DenseLayerWeights {
   WeightMatrix gate;             // always float32: gate logits are computed in fp32
   // Variants (empty unless the config turns them on).
   std::vector<float> bq, bk, bv;            // attention_bias: [heads*hd], [kv*hd], [kv*hd]
-  std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd]
+  std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd] over the projection; [hd] each per head
+  std::vector<float> bo;                    // attention_out_bias: [d]
+  std::vector<float> sinks;                 // attention_sinks: [heads]
+  std::vector<float> gate_bias;             // router_bias: [experts]
   FfnWeights shared_expert;                // shared expert: w1, w3 [sff, d], w2 [d, sff]
   std::vector<float> shared_expert_gate;    // its gate [d] (one output row)
 };

@@ -177,25 +177,39 @@ const SafetensorInfo& SafetensorsFile::info(const std::string& name) const {
   return it->second;
 }
 
-std::vector<unsigned char> SafetensorsFile::read_raw(const std::string& name) const {
+namespace {
+// Byte range of slice `index` along the first dimension (-1: the whole tensor).
+std::pair<uint64_t, std::size_t> slice_of(const SafetensorInfo& t, int64_t index, const std::string& path) {
+  const uint64_t bytes = t.end - t.begin;
+  if (index < 0) return {t.begin, static_cast<std::size_t>(bytes)};
+  if (t.shape.empty() || index >= t.shape[0])
+    fail(ErrorKind::BadInput, path, ": tensor ", t.name, " has no slice ", index, " along its first dimension");
+  const uint64_t each = bytes / static_cast<uint64_t>(t.shape[0]);
+  return {t.begin + each * static_cast<uint64_t>(index), static_cast<std::size_t>(each)};
+}
+}  // namespace
+
+std::vector<unsigned char> SafetensorsFile::read_raw(const std::string& name, int64_t index) const {
   const SafetensorInfo& t = info(name);
-  std::vector<unsigned char> out(t.end - t.begin);
-  pread_full(fd_, out.data(), out.size(), data_start_ + t.begin, path_, "tensor " + name);
+  const auto [begin, bytes] = slice_of(t, index, path_);
+  std::vector<unsigned char> out(bytes);
+  pread_full(fd_, out.data(), out.size(), data_start_ + begin, path_, "tensor " + name);
   return out;
 }
 
-std::vector<float> SafetensorsFile::read_f32(const std::string& name) const {
+std::vector<float> SafetensorsFile::read_f32(const std::string& name, int64_t index) const {
   const SafetensorInfo& t = info(name);
-  const std::size_t n = static_cast<std::size_t>(t.elements());
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+    fail(ErrorKind::BadInput, path_, ": tensor ", name, " has dtype ", t.dtype, ", expected F32, BF16 or F16");
+  const auto [begin, bytes] = slice_of(t, index, path_);
+  const std::size_t n = bytes / (t.dtype == "F32" ? 4 : 2);
   std::vector<float> out(n);
   if (t.dtype == "F32") {
-    pread_full(fd_, out.data(), n * 4, data_start_ + t.begin, path_, "tensor " + name);
+    pread_full(fd_, out.data(), n * 4, data_start_ + begin, path_, "tensor " + name);
     return out;
   }
-  if (t.dtype != "BF16" && t.dtype != "F16")
-    fail(ErrorKind::BadInput, path_, ": tensor ", name, " has dtype ", t.dtype, ", expected F32, BF16 or F16");
   std::vector<uint16_t> half(n);
-  pread_full(fd_, half.data(), n * 2, data_start_ + t.begin, path_, "tensor " + name);
+  pread_full(fd_, half.data(), n * 2, data_start_ + begin, path_, "tensor " + name);
   if (t.dtype == "BF16") bf16_to_f32(half.data(), out.data(), n);
   else
     for (std::size_t i = 0; i < n; ++i) out[i] = f16_to_f32(half[i]);

@@ -40,9 +40,10 @@ class SafetensorsFile {
   const std::map<std::string, SafetensorInfo>& tensors() const { return tensors_; }
   const SafetensorInfo& info(const std::string& name) const;  // BadInput when absent
   // A floating-point tensor (F32, BF16 or F16) as float32.
-  std::vector<float> read_f32(const std::string& name) const;
-  // Its raw little-endian bytes as stored.
-  std::vector<unsigned char> read_raw(const std::string& name) const;
+  // `index` >= 0: only slice `index` along the first dimension (one expert of a fused [E, ...] tensor).
+  std::vector<float> read_f32(const std::string& name, int64_t index = -1) const;
+  // Its raw little-endian bytes as stored (or one slice's).
+  std::vector<unsigned char> read_raw(const std::string& name, int64_t index = -1) const;
 
  private:
   std::string path_;

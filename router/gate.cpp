@@ -160,10 +160,13 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
 }
 
 RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill) {
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias) {
   const int64_t E = gate_w.rows;
   std::vector<float> logits(static_cast<std::size_t>(T * E)), probs(logits.size());
   mm.linear(x, T, gate_w, logits.data());
+  if (bias)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t e = 0; e < E; ++e) logits[static_cast<std::size_t>(t * E + e)] += bias[e];
   gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
   RoutingDecision d = RoutingDecision::empty(T, top_k);
   if (!cfg.capacity_on() && cfg.load_penalty <= 0) {

@@ -44,7 +44,8 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
 
 // The gate network of one layer: fp32 logits through Matmul, then routing. `is_prefill[t]` splits
 // the tokens into the prefill and decode groups that capacity treats separately.
+// `bias` [E], where the gate linear has one (gpt-oss), is added to the logits.
 RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill);
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias = nullptr);
 
 }  // namespace moerun::router

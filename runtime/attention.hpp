@@ -1,25 +1,47 @@
 // Causal grouped-query attention over a per-sequence KV cache. Prefill of n tokens and n decode
-// steps run the same code: queries at positions pos0..pos0+n-1 attend to cache rows 0..pos.
+// steps run the same code: queries at positions pos0..pos0+n-1 attend to the cached positions at
+// and before them, all of them (full) or the last W (a sliding layer), with an optional per-head
+// sink logit that joins each softmax and is dropped after it (gpt-oss).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace moerun::runtime {
 
-// K and V of every layer of one sequence, [positions, kv_heads * head_dim] each, fp32.
+// K and V of every layer of one sequence, [positions, kv_heads * head_dim] each, fp32. A sliding
+// layer drops the positions no later query can see (trim_windows), so its rows start at start[layer].
 struct KvCache {
   int64_t kv_dim = 0;
   std::vector<std::vector<float>> k, v;  // [layer]
+  std::vector<int64_t> start;            // [layer]: position of row 0
+  std::vector<int64_t> window;           // [layer]: W of a sliding layer, 0 for full attention
 
-  void init(int64_t layers, int64_t kv_dim_, int64_t reserve_positions);
-  int64_t length(int64_t layer) const { return static_cast<int64_t>(k[layer].size()) / kv_dim; }
+  // `windows`: per layer (empty: all full).
+  void init(int64_t layers, int64_t kv_dim_, int64_t reserve_positions, const std::vector<int64_t>& windows = {});
+  int64_t rows(int64_t layer) const { return static_cast<int64_t>(k[layer].size()) / kv_dim; }
+  // Positions covered: start + rows.
+  int64_t length(int64_t layer) const { return start[layer] + rows(layer); }
   void append(int64_t layer, const float* k_rows, const float* v_rows, int64_t n);
+  // Keeps the last `keep` positions of `layer` (no-op when it holds fewer).
+  void trim(int64_t layer, int64_t keep);
+  // Sliding layers that hold 2W rows or more keep their last W - 1 (all a later query can see):
+  // amortised, a row is moved at most once, and a layer never holds more than 2W rows between
+  // steps. Called between steps, after the prefix cache has taken the rows it stores.
+  void trim_windows();
   int64_t bytes() const;
 };
 
-// q: [n, H*hd] (RoPE applied); kc, vc: [len >= pos0+n, KV*hd]; out: [n, H*hd]. Softmax in fp32,
-// scale 1/sqrt(hd); head h reads kv head h / (H/KV).
-void attention_forward(const float* q, const float* kc, const float* vc, int64_t pos0, int64_t n, int64_t H,
-                       int64_t KV, int64_t hd, float* out);
+struct AttentionShape {
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 0;               // on q·k (1/sqrt(head_dim))
+  int64_t window = 0;            // 0: every earlier position; W: positions p-W+1 .. p
+  const float* sinks = nullptr;  // [heads] or null
+};
+
+// q: [n, H*hd] (RoPE applied); kc, vc: rows for positions kv_start .. pos0+n-1, [rows, KV*hd];
+// out: [n, H*hd]. Softmax in fp32; head h reads kv head h / (H/KV). The rows a query needs must
+// be there: kv_start <= max(0, pos0 - window + 1) for a window, kv_start = 0 without one.
+void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
+                       const AttentionShape& shape, float* out);
 
 }  // namespace moerun::runtime

@@ -2,6 +2,9 @@
 // RoPE in the rotate_half convention, residual add. All fp32.
 #pragma once
 #include <cstdint>
+#include <vector>
+
+#include "io/model_config.hpp"
 
 namespace moerun::runtime {
 
@@ -9,9 +12,18 @@ namespace moerun::runtime {
 void embed_tokens(const float* table, const int32_t* ids, int64_t T, int64_t d, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w, per row.
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out);
-// In place on x [T, heads * head_dim]: x' = x·cos + rotate_half(x)·sin at positions[t], with
-// inv_freq[i] = 1 / theta^(2i / head_dim) computed in fp32 as Hugging Face does.
-void rope_apply(float* x, int64_t T, int64_t heads, int64_t head_dim, const int32_t* positions, double theta);
+// RoPE's inverse frequencies [head_dim / 2] and the factor on cos and sin, as Hugging Face's
+// modeling_rope_utils computes them in fp32: default 1 / theta^(2i / head_dim); linear divides
+// them by the factor; yarn blends interpolated and extrapolated frequencies over a ramp and scales
+// cos and sin by its attention factor; llama3 scales the low frequencies and smooths the middle.
+struct RopeFrequencies {
+  std::vector<float> inv_freq;
+  float attention_scaling = 1.0f;
+};
+RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const io::RopeScaling& scaling = {});
+// In place on x [T, heads * head_dim]: x' = (x·cos + rotate_half(x)·sin) at positions[t], cos and
+// sin times the attention scaling.
+void rope_apply(float* x, int64_t T, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeFrequencies& rope);
 // y += x (n elements)
 void add_inplace(float* y, const float* x, int64_t n);
 // y[t, :] += b for T rows of n (the bias of a linear layer).

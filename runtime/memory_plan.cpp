@@ -1,6 +1,8 @@
 // Memory arithmetic for `inspect`.
 #include "runtime/memory_plan.hpp"
 
+#include <algorithm>
+
 #include <iomanip>
 #include <sstream>
 
@@ -56,14 +58,15 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t sff = c.shared_expert_intermediate_size;
   // Variants: biases, q/k norms and the shared expert's gate are fp32; the shared expert itself is
   // held in the stored dtype like the other projections.
-  const int64_t fp32_per_layer = 2 * d + c.num_experts * d + (c.attention_bias ? q + 2 * kv : 0) + (c.qk_norm ? q + kv : 0) +
-                                 (sff > 0 ? d : 0);
+  const int64_t qk_norm = c.qk_norm == io::QkNorm::Projection ? q + kv : c.qk_norm == io::QkNorm::PerHead ? 2 * c.head_dim : 0;
+  const int64_t fp32_per_layer = 2 * d + c.num_experts * d + (c.attention_bias ? q + 2 * kv : 0) + qk_norm + (sff > 0 ? d : 0) +
+                                 (c.attention_out_bias ? d : 0) + (c.attention_sinks ? c.num_heads : 0) + (c.router_bias ? c.num_experts : 0);
   const int64_t fp32_elems = c.vocab_size * d + d + c.num_layers * fp32_per_layer;
   const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q + 3 * sff * d);
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
-  if (__builtin_mul_overflow(p.batch * context, c.kv_bytes_per_token(), &kv_cache) || kv_cache > (int64_t{1} << 60))
+  if (__builtin_mul_overflow(p.batch, c.kv_bytes(context), &kv_cache) || kv_cache > (int64_t{1} << 60))
     fail(ErrorKind::Usage, "--batch ", p.batch, " x --context ", context, " needs a KV cache beyond 2^60 bytes");
   m.kv_bytes = kv_cache;
   const int64_t T = p.max_batch_tokens;
@@ -106,7 +109,15 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
      << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id << "\n";
   if (c.architecture != "mixtral")
     os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
-       << ", attention_bias " << c.attention_bias << ", qk_norm " << c.qk_norm << "\n";
+       << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
+  if (c.attention_out_bias || c.attention_sinks || c.sliding_window > 0 || c.rope.type != io::RopeType::Default || c.router_bias ||
+      c.expert_bias)
+    os << "  attention_out_bias " << c.attention_out_bias << ", sinks " << c.attention_sinks << ", sliding_window " << c.sliding_window
+       << " (" << std::count(c.layer_attention.begin(), c.layer_attention.end(), io::AttentionKind::Sliding) << " of " << c.num_layers
+       << " layers), rope " << io::rope_type_name(c.rope.type) << " x" << c.rope.factor << ", router_bias " << c.router_bias
+       << ", router " << (c.router_scoring == io::RouterScoring::TopKSoftmax ? "topk_softmax" : "softmax_topk") << ", expert_bias "
+       << c.expert_bias << ", expert activation "
+       << (c.expert_activation == io::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu") << "\n";
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";
@@ -120,7 +131,11 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
     os << ", " << p.packed_bytes_per_expert << " (" << human(p.packed_bytes_per_expert)
        << ") packed in memory on this machine (an L1 slot: what --l1-bytes counts)";
   os << "\n";
-  os << "KV cache per token " << c.kv_bytes_per_token() << " bytes\n";
+  os << "KV cache per token " << c.kv_bytes_per_token() << " bytes";
+  if (c.sliding_window > 0 && c.kv_bytes(c.max_position) < c.kv_bytes_per_token() * c.max_position)
+    os << " (sliding layers hold at most 2 x " << c.sliding_window << " positions: " << human(c.kv_bytes(c.max_position))
+       << " per sequence at max_position " << c.max_position << ")";
+  os << "\n";
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   os << "layout: " << p.nodes << " node(s) x " << p.ranks_per_node << " rank(s), " << m.routers << " router rank(s), "
      << m.expert_ranks << " expert rank(s), " << m.experts_per_rank << " experts per expert rank\n";

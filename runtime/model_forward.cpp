@@ -2,6 +2,7 @@
 #include "runtime/model_forward.hpp"
 
 #include <chrono>
+#include <cmath>
 
 #include "experts/cpu/expert_packing.hpp"
 #include "runtime/dense_ops.hpp"
@@ -57,8 +58,11 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
 
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                            int micro_batches)
-    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {
-  router_.renormalize = weights.config.norm_topk_prob;
+    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
+      rope_(rope_frequencies(weights.config.rope_theta, weights.config.head_dim, weights.config.rope)) {
+  // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
+  // exp(l_e) / sum over the chosen of exp(l_j) either way.
+  router_.renormalize = weights.config.norm_topk_prob || weights.config.router_scoring == io::RouterScoring::TopKSoftmax;
 }
 
 void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
@@ -85,26 +89,33 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
       add_row_bias(k, n, KV * hd, L.bk.data());
       add_row_bias(v, n, KV * hd, L.bv.data());
     }
-    if (c.qk_norm) {  // over the whole projection, before the heads are split (OLMoE)
+    if (c.qk_norm == io::QkNorm::Projection) {  // over the whole projection, before the heads are split (OLMoE)
       rms_norm(q, n, H * hd, L.q_norm.data(), eps, q);
       rms_norm(k, n, KV * hd, L.k_norm.data(), eps, k);
+    } else if (c.qk_norm == io::QkNorm::PerHead) {  // each head's head_dim values (Qwen3)
+      rms_norm(q, n * H, hd, L.q_norm.data(), eps, q);
+      rms_norm(k, n * KV, hd, L.k_norm.data(), eps, k);
     }
-    rope_apply(q, n, H, hd, b.positions.data() + t0, c.rope_theta);
-    rope_apply(k, n, KV, hd, b.positions.data() + t0, c.rope_theta);
+    rope_apply(q, n, H, hd, b.positions.data() + t0, rope_);
+    rope_apply(k, n, KV, hd, b.positions.data() + t0, rope_);
+    AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.window_of(l),
+                         c.attention_sinks ? L.sinks.data() : nullptr};
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
       ch.kv->append(l, k + off * KV * hd, v + off * KV * hd, ch.count);
-      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.pos0, ch.count, H, KV, hd,
+      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.kv->start[l], ch.pos0, ch.count, shape,
                         attn + off * H * hd);
     }
     mm_.linear(attn, n, L.wo, tmp);
+    if (c.attention_out_bias) add_row_bias(tmp, n, d, L.bo.data());
     add_inplace(h, tmp, n * d);
     rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
   }
   double s1 = now();
   const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
-  router::RoutingDecision r = router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill);
+  router::RoutingDecision r =
+      router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill, c.router_bias ? L.gate_bias.data() : nullptr);
   for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
     const SeqChunk& ch = b.chunks[ci];
     if (!ch.routing) continue;

@@ -11,6 +11,7 @@
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
+#include "runtime/dense_ops.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
 
@@ -79,6 +80,7 @@ class ModelForward {
   router::RouterConfig router_;
   int micro_batches_;
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
+  RopeFrequencies rope_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   experts::ExpertScratch shared_scratch_;
   DensePhaseTimes times_;

@@ -81,8 +81,11 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
   std::vector<uint64_t> chain;
   for (int64_t start = 0; start + B <= n; start += B) {
     const uint64_t key = block_key(parent, prompt.data() + start, start);
-    chain.push_back(key);
     if (blocks_.find(key) == blocks_.end()) {
+      // A sliding layer may have dropped the block's rows already: the chain ends there.
+      bool rows_there = true;
+      for (int64_t l = 0; l < layers_; ++l) rows_there = rows_there && kv.start[l] <= start;
+      if (!rows_there) break;
       Block b;
       b.parent = parent;
       b.tokens.assign(prompt.begin() + start, prompt.begin() + start + B);
@@ -90,8 +93,9 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       b.v.resize(static_cast<std::size_t>(layers_));
       b.experts.resize(static_cast<std::size_t>(layers_));
       for (int64_t l = 0; l < layers_; ++l) {
+        const int64_t row0 = start - kv.start[l];
         const auto rows = [&](const std::vector<float>& m) {
-          return std::vector<float>(m.begin() + start * kv_dim_, m.begin() + (start + B) * kv_dim_);
+          return std::vector<float>(m.begin() + row0 * kv_dim_, m.begin() + (row0 + B) * kv_dim_);
         };
         b.k[l] = rows(kv.k[l]);
         b.v[l] = rows(kv.v[l]);
@@ -103,6 +107,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       ++c_.inserted_blocks;
       c_.bytes += block_bytes();
     }
+    chain.push_back(key);
     parent = key;
   }
   touch(chain);

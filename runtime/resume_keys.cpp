@@ -26,8 +26,15 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   h.text(c.architecture);
   for (int64_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                     c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype),
-                    int64_t{c.norm_topk_prob}, c.shared_expert_intermediate_size, int64_t{c.attention_bias}, int64_t{c.qk_norm}})
+                    int64_t{c.norm_topk_prob}, c.shared_expert_intermediate_size, int64_t{c.attention_bias}, static_cast<int64_t>(c.qk_norm),
+                    int64_t{c.attention_out_bias}, int64_t{c.attention_sinks}, c.sliding_window, int64_t{c.router_bias},
+                    static_cast<int64_t>(c.router_scoring), int64_t{c.expert_bias}, static_cast<int64_t>(c.expert_activation),
+                    static_cast<int64_t>(c.rope.type), c.rope.original_max_position, int64_t{c.rope.truncate}})
     h.value(v);
+  for (double v : {c.rope.factor, c.rope.beta_fast, c.rope.beta_slow, c.rope.attention_factor, c.rope.mscale, c.rope.mscale_all_dim,
+                   c.rope.low_freq_factor, c.rope.high_freq_factor, c.swiglu_alpha, c.swiglu_limit})
+    h.value(v);
+  for (io::AttentionKind k : c.layer_attention) h.value(static_cast<int64_t>(k));
   h.value(c.rope_theta);
   h.value(c.rms_norm_eps);
   h.vec(w.embed_tokens);
@@ -37,7 +44,7 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
     h.vec(l.attn_norm);
     h.vec(l.ffn_norm);
     for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) hash_matrix(h, *m);
-    for (const auto* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.shared_expert_gate}) h.vec(*v);
+    for (const auto* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.shared_expert_gate, &l.bo, &l.sinks, &l.gate_bias}) h.vec(*v);
     for (const WeightMatrix* m : {&l.shared_expert.w1, &l.shared_expert.w3, &l.shared_expert.w2}) hash_matrix(h, *m);
   }
   return h.digest();

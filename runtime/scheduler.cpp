@@ -92,7 +92,9 @@ StepBatch Scheduler::next_step() {
     s.prompt_len = static_cast<int64_t>(r.prompt_tokens.size());
     s.first_block = key;
     const int64_t reserve = std::min(model_.max_position, s.prompt_len + r.max_new_tokens);
-    s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve);
+    std::vector<int64_t> windows;
+    for (int64_t l = 0; l < model_.num_layers; ++l) windows.push_back(model_.window_of(l));
+    s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve, windows);
     // At least the last prompt token is computed: its logits give the first generated token.
     if (prefix_) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
     else s.routing.assign(static_cast<std::size_t>(model_.num_layers), {});
@@ -114,6 +116,7 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
       s.cached_upto = done / prefix_->block_tokens() * prefix_->block_tokens();
     }
   }
+  for (Sequence& s : active_) s.kv.trim_windows();
   std::vector<const Sequence*> done_seqs;
   std::vector<Sequence*> prefilled;  // sequences whose prompt ended this step
   for (std::size_t i = 0; i < emitted_.size(); ++i) {

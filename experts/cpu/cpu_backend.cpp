@@ -17,6 +17,8 @@ BufferInfo CpuExpert::buffer() const {
     b.bytes += m->data.size();
     b.allocated += m->data.capacity();
   }
+  b.bytes += w.bias.size();
+  b.allocated += w.bias.capacity();
   return b;
 }
 
@@ -24,6 +26,7 @@ std::vector<io::BlobPart> CpuBackend::parts(ResidentExpert& e) const {
   std::vector<io::BlobPart> parts;
   FfnWeights& w = static_cast<CpuExpert&>(e).w;
   for (WeightMatrix* m : {&w.w1, &w.w3, &w.w2}) parts.push_back({m->data.data(), m->data.size(), m->data.capacity()});
+  if (w.bias.size() > 0) parts.push_back({w.bias.data(), w.bias.size(), w.bias.capacity()});
   return parts;
 }
 
@@ -59,7 +62,7 @@ void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
 void CpuBackend::run(const ExpertRun& r) {
   const int64_t d = config_.hidden_size;
   expert_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
-                     scratch_);
+                     scratch_, activation_);
 }
 
 std::vector<double> CpuBackend::dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) {

@@ -20,7 +20,8 @@ class CpuExpert final : public ResidentExpert {
 // Its experts' packed form is what L2 keeps (StoredForm), and `bench layer` times its oneDNN GEMM.
 class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming {
  public:
-  CpuBackend(const io::ModelConfig& config, Matmul& compute) : config_(config), mm_(compute) {}
+  CpuBackend(const io::ModelConfig& config, Matmul& compute)
+      : config_(config), mm_(compute), activation_(activation_of(config)) {}
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }
@@ -41,6 +42,7 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
  private:
   io::ModelConfig config_;
   Matmul& mm_;
+  FfnActivation activation_;
   ExpertScratch scratch_;
   AlignedBuffer gathered_buf_, results_buf_;
   const float* gathered_ = nullptr;

@@ -1,12 +1,41 @@
 // CPU expert FFN.
 #include "experts/cpu/expert_ffn.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace moerun::experts {
+namespace {
+// act = activation(G + b1, U + b3) per element, stored in the weights' dtype.
+void gated_activation(const float* G, const float* U, const FfnWeights& w, int64_t rows, int64_t ff, const FfnActivation& a,
+                      DType dt, void* act) {
+  const bool biased = w.bias.size() > 0;
+  std::vector<float> row(static_cast<std::size_t>(ff));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < ff; ++i) {
+      float g = G[r * ff + i], u = U[r * ff + i];
+      if (biased) {
+        g += w.b1()[i];
+        u += w.b3()[i];
+      }
+      if (a.clamped) {
+        g = std::min(g, a.limit);
+        u = std::clamp(u, -a.limit, a.limit);
+        row[i] = (u + 1.0f) * (g / (1.0f + std::exp(-a.alpha * g)));
+      } else {
+        row[i] = g / (1.0f + std::exp(-g)) * u;
+      }
+    }
+    if (dt == DType::BF16) f32_to_bf16(row.data(), static_cast<uint16_t*>(act) + r * ff, static_cast<std::size_t>(ff));
+    else std::memcpy(static_cast<float*>(act) + r * ff, row.data(), static_cast<std::size_t>(ff) * sizeof(float));
+  }
+}
+}  // namespace
 
 void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
-                        ExpertScratch& s) {
+                        ExpertScratch& s, const FfnActivation& activation) {
   if (rows == 0) return;
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   const DType dt = w.w2.dtype;
@@ -21,6 +50,18 @@ void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
   }
   s.g.resize(static_cast<std::size_t>(cap * ff) * 4);
   s.act.resize(static_cast<std::size_t>(cap * ff) * dtype_size(dt));
+  if (w.bias.size() > 0 || activation.clamped) {
+    s.u.resize(static_cast<std::size_t>(cap * ff) * 4);
+    mm.gemm(xin, rows, w.w1, s.g.data(), DType::F32, Epilogue::None, nullptr, cap);
+    mm.gemm(xin, rows, w.w3, s.u.data(), DType::F32, Epilogue::None, nullptr, cap);
+    gated_activation(s.g.as<float>(), s.u.as<float>(), w, rows, ff, activation, dt, s.act.data());
+    if (cap > rows) std::memset(s.act.as<unsigned char>() + rows * ff * dtype_size(dt), 0, static_cast<std::size_t>((cap - rows) * ff) * dtype_size(dt));
+    mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);
+    if (w.bias.size() > 0)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < d; ++i) y[r * d + i] += w.b2()[i];
+    return;
+  }
   mm.gemm(xin, rows, w.w1, s.g.data(), DType::F32, Epilogue::Silu, nullptr, cap);
   mm.gemm(xin, rows, w.w3, s.act.data(), dt, Epilogue::MulBy, s.g.as<float>(), cap);
   mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);

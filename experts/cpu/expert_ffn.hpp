@@ -9,15 +9,25 @@
 
 namespace moerun::experts {
 
+// The gated activation between the GEMMs: silu(g) * u, or gpt-oss's clamped form
+// (u + 1) * g' * sigmoid(alpha * g') with g' = min(g, limit) and u clamped to [-limit, limit].
+struct FfnActivation {
+  bool clamped = false;
+  float alpha = 1.702f, limit = 7.0f;
+};
+
 // Scratch reused across calls (grows to the largest block seen).
 struct ExpertScratch {
   AlignedBuffer x;    // [rows, d] activations in bf16 (bf16 experts only)
   AlignedBuffer g;    // [rows, ff] float32
+  AlignedBuffer u;    // [rows, ff] float32 (biased or clamped experts only)
   AlignedBuffer act;  // [rows, ff] float32 or bf16
 };
 
-// x: [rows, d] float32; y: [rows, d] float32.
+// x: [rows, d] float32; y: [rows, d] float32. Without biases and with plain SwiGLU the activation
+// is fused into the GEMMs' epilogues; otherwise one pass over [rows, ff] adds b1, b3 and applies it,
+// and b2 is added to y.
 void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
-                        ExpertScratch& scratch);
+                        ExpertScratch& scratch, const FfnActivation& activation = {});
 
 }  // namespace moerun::experts

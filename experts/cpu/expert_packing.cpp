@@ -2,6 +2,7 @@
 #include "experts/cpu/expert_packing.hpp"
 
 #include <cstring>
+#include <vector>
 #include <tuple>
 
 namespace moerun::experts {
@@ -14,10 +15,16 @@ void pack_expert(Matmul& mm, FfnWeights& w) {
 
 void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into) {
   const auto* b = static_cast<const unsigned char*>(raw);
-  const std::size_t each = io::expert_raw_bytes(c) / 3;
-  mm.pack_from(b, c.dtype, c.intermediate_size, c.hidden_size, into.w1, kExpertTypicalRows);
-  mm.pack_from(b + each, c.dtype, c.intermediate_size, c.hidden_size, into.w3, kExpertTypicalRows);
-  mm.pack_from(b + 2 * each, c.dtype, c.hidden_size, c.intermediate_size, into.w2, kExpertTypicalRows);
+  const std::vector<io::ExpertPart> parts = io::expert_raw_parts(c);
+  mm.pack_from(b + parts[0].offset, c.dtype, c.intermediate_size, c.hidden_size, into.w1, kExpertTypicalRows);
+  mm.pack_from(b + parts[1].offset, c.dtype, c.intermediate_size, c.hidden_size, into.w3, kExpertTypicalRows);
+  mm.pack_from(b + parts[2].offset, c.dtype, c.hidden_size, c.intermediate_size, into.w2, kExpertTypicalRows);
+  if (!c.expert_bias) return;
+  // b1‖b3‖b2 follow the matrices in the raw form, in the same order as FfnWeights::bias.
+  const std::size_t n = static_cast<std::size_t>(c.expert_bias_params());
+  into.bias.resize(n * sizeof(float));
+  if (c.dtype == DType::F32) std::memcpy(into.bias.data(), b + parts[3].offset, n * sizeof(float));
+  else bf16_to_f32(reinterpret_cast<const uint16_t*>(b + parts[3].offset), into.bias.as<float>(), n);
 }
 
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
@@ -25,6 +32,10 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
   for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
     mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
+  }
+  if (c.expert_bias) {
+    w.bias.resize(static_cast<std::size_t>(c.expert_bias_params()) * sizeof(float));
+    std::memset(w.bias.data(), 0, w.bias.size());
   }
 }
 
@@ -36,7 +47,7 @@ int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
     mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());
   }
-  return total;
+  return total + c.expert_bias_params() * static_cast<int64_t>(sizeof(float));
 }
 
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {

@@ -3,6 +3,7 @@
 // checksum was verified on the raw bytes.
 #pragma once
 #include "base/matmul.hpp"
+#include "experts/cpu/expert_ffn.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_config.hpp"
 
@@ -21,6 +22,11 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w);
 // Bytes one packed expert of this model really takes in memory on this machine (its buffers'
 // allocated sizes, padding included): what an L1 slot costs, and what --l1-bytes counts.
 int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c);
+// The experts' activation as the model's config gives it.
+inline FfnActivation activation_of(const io::ModelConfig& c) {
+  return {c.expert_activation == io::ExpertActivation::ClampedSwiGlu, static_cast<float>(c.swiglu_alpha),
+          static_cast<float>(c.swiglu_limit)};
+}
 // The packed layout of an expert of this model on this machine (see Matmul::packed_layout_name).
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c);
 

@@ -24,7 +24,7 @@ TEST_P(ExpertFfn, MatchesFp64Reference) {
   auto w1 = randv(ff * d, 1, 0.125f), w3 = randv(ff * d, 2, 0.125f), w2 = randv(d * ff, 3, 0.1f);
   auto x = randv(static_cast<std::size_t>(rows * d), 4, 1.0f);
   Matmul mm;
-  FfnWeights w{make(w1, ff, d, dt), make(w3, ff, d, dt), make(w2, d, ff, dt)};
+  FfnWeights w{make(w1, ff, d, dt), make(w3, ff, d, dt), make(w2, d, ff, dt), {}};
   pack_expert(mm, w);
   ExpertScratch s;
   std::vector<float> y(static_cast<std::size_t>(rows * d));

@@ -218,7 +218,7 @@ TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {
 TEST_F(ModelFormat, DenseTensorsCarryChecksums) {  // format version 2
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
-    EXPECT_EQ(h5_attr_int(f, "format_version").value(), 2);
+    EXPECT_EQ(h5_attr_int(f, "format_version").value(), 3);
     EXPECT_TRUE(h5_attr_uint64(h5_open_object(f, "/layers/1/wk"), "xxh64").has_value());
     // Same shape, other values: only the checksum can tell.
     h5_delete(f, "/layers/1/wk");
@@ -246,8 +246,8 @@ TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
 }
 
 TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{3}); }
-  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 3, expected 1 or 2"});
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{4}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 4, expected 1, 2 or 3"});
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
     h5_set_attr(f, "format_version", int64_t{2});

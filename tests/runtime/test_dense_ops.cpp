@@ -1,6 +1,7 @@
 // RMSNorm and RoPE (rotate_half convention) against fp64 references written from the definitions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -32,7 +33,7 @@ TEST(DenseOps, RopeRotateHalfMatchesDefinition) {
   auto x = randv(T * heads * hd, 3);
   auto y = x;
   const int32_t pos[T] = {0, 1, 7, 100};
-  rope_apply(y.data(), T, heads, hd, pos, theta);
+  rope_apply(y.data(), T, heads, hd, pos, rope_frequencies(theta, hd));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < hd; ++i) {
@@ -50,8 +51,55 @@ TEST(DenseOps, RopeAtPositionZeroIsIdentity) {
   auto x = randv(16, 4);
   auto y = x;
   const int32_t pos[1] = {0};
-  rope_apply(y.data(), 1, 2, 8, pos, 500000.0);
+  rope_apply(y.data(), 1, 2, 8, pos, rope_frequencies(500000.0, 8));
   for (std::size_t i = 0; i < x.size(); ++i) EXPECT_FLOAT_EQ(y[i], x[i]);
+}
+
+// The scaled frequencies against their formulas, evaluated in double (modeling_rope_utils).
+TEST(DenseOps, RopeScalingFrequencies) {
+  const double theta = 150000.0;
+  const int64_t hd = 64;
+  io::RopeScaling linear;
+  linear.type = io::RopeType::Linear;
+  linear.factor = 4.0;
+  const RopeFrequencies plain = rope_frequencies(theta, hd), lin = rope_frequencies(theta, hd, linear);
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    EXPECT_NEAR(plain.inv_freq[i], 1.0 / std::pow(theta, 2.0 * i / hd), 1e-6 * plain.inv_freq[i]);
+    EXPECT_NEAR(lin.inv_freq[i], plain.inv_freq[i] / 4.0, 1e-6 * plain.inv_freq[i]);
+  }
+  // yarn as gpt-oss configures it: factor 32, beta 32 / 1, original context 4096, no truncation.
+  io::RopeScaling yarn;
+  yarn.type = io::RopeType::Yarn;
+  yarn.factor = 32.0;
+  yarn.original_max_position = 4096;
+  yarn.truncate = false;
+  const RopeFrequencies y = rope_frequencies(theta, hd, yarn);
+  EXPECT_NEAR(y.attention_scaling, 0.1 * std::log(32.0) + 1.0, 1e-6);
+  const double pi = std::acos(-1.0);
+  auto corr = [&](double rot) { return hd * std::log(4096.0 / (rot * 2 * pi)) / (2 * std::log(theta)); };
+  const double low = std::max(0.0, corr(32.0)), high = std::min(static_cast<double>(hd - 1), corr(1.0));
+  for (int64_t i = 0; i < hd / 2; ++i) {
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0), extrapolate = 1.0 - ramp;
+    const double f = 1.0 / std::pow(theta, 2.0 * i / hd);
+    const double want = f / 32.0 * (1 - extrapolate) + f * extrapolate;
+    EXPECT_NEAR(y.inv_freq[i], want, 2e-6 * want) << i;
+  }
+  EXPECT_FLOAT_EQ(y.inv_freq[0], plain.inv_freq[0]);                        // the fastest dimension extrapolates
+  EXPECT_NEAR(y.inv_freq[hd / 2 - 1], plain.inv_freq[hd / 2 - 1] / 32.0, 1e-9);  // the slowest interpolates
+  // llama3: wavelengths above the original context / low_freq_factor are divided by the factor.
+  io::RopeScaling l3;
+  l3.type = io::RopeType::Llama3;
+  l3.factor = 8.0;
+  l3.original_max_position = 8192;
+  const RopeFrequencies ll = rope_frequencies(500000.0, 128, l3), base = rope_frequencies(500000.0, 128);
+  for (int64_t i = 0; i < 64; ++i) {
+    const double wavelen = 2 * pi / base.inv_freq[i];
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_FLOAT_EQ(ll.inv_freq[i], base.inv_freq[i]);
+    } else if (wavelen > 8192.0) {
+      EXPECT_FLOAT_EQ(ll.inv_freq[i], base.inv_freq[i] / 8.0f);
+    }
+  }
 }
 
 }  // namespace
