@@ -30,7 +30,7 @@ const char* rope_type_name(RopeType t) {
 RopeType parse_rope_type(const std::string& name, const std::string& where) {
   for (RopeType t : {RopeType::Default, RopeType::Linear, RopeType::Dynamic, RopeType::Yarn, RopeType::Llama3})
     if (name == rope_type_name(t)) return t;
-  fail(ErrorKind::BadInput, where, ": rope type \"", name, "\" is not supported; supported: default, linear, dynamic, yarn, llama3");
+  fail(ErrorKind::BadInput, where, ": rope type \"", name, "\" is not supported; supported: default, linear, yarn, llama3");
 }
 
 const char* attention_kind_name(AttentionKind k) { return k == AttentionKind::Sliding ? "sliding" : "full"; }

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""`moerun convert` + `moerun infer` against transformers 5.x for Qwen3-MoE and gpt-oss.
+
+Needs a current transformers (and torch 2.x), which the project's CI venv does not carry
+(docs/NOTES.md: 5.6 GB); `launch/reference-2025.sh` makes that venv and runs this script, whose
+output is committed as docs/data/hf_2025_reference.txt. CI checks the same families against
+tests/reference/numpy_reference.py instead.
+
+For each family: a tiny random model made with transformers' own class (eager attention, seeded,
+weights scaled so routing is not decided by ties), saved with save_pretrained as several
+safetensors shards, converted, and run. Every step's logits must agree with the Hugging Face
+model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal, for prompts longer
+than the sliding window. The same run with mpirun -np 3 (1 router, 2 expert ranks, flat and hier),
+with the expert cache (L1 at 25% plus L2) and with the prefix cache gives the same bytes. gpt-oss
+is also converted from an MXFP4 checkpoint (blocks and scales as shipped, dequantized by
+transformers' own convert_moe_packed_tensors for the reference). `inspect` counts the parameters
+transformers does. Bad checkpoints fail with exit 3 naming the file and the tensor or field.
+
+usage: hf_2025_reference.py MOERUN_BIN WORKDIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+REL_TOL = 1e-4
+STEPS = 6
+PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45], [3, 100, 7], [2] + list(range(60, 80))]
+COMMON = dict(vocab_size=128, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+              rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False)
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def families():
+    return {
+        # head_dim 32 != hidden / heads (16): the explicit head_dim; per-head q/k norms.
+        "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig(**COMMON, head_dim=32, intermediate_size=96, moe_intermediate_size=48,
+                                                          num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                                                          max_position_embeddings=256,
+                                                          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+        # Long-context Qwen3: yarn (truncated correction range) and a sliding window on every layer.
+        "qwen3_moe_yarn": (Qwen3MoeForCausalLM, Qwen3MoeConfig(**COMMON, head_dim=16, intermediate_size=96, moe_intermediate_size=48,
+                                                               num_experts=6, num_experts_per_tok=2, norm_topk_prob=False,
+                                                               max_position_embeddings=512, use_sliding_window=True,
+                                                               sliding_window=7,
+                                                               rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                                                                "factor": 4.0,
+                                                                                "original_max_position_embeddings": 128})),
+        # gpt-oss: sliding and full layers alternating (window 5), sinks, biases, yarn as its config has it.
+        "gpt_oss": (GptOssForCausalLM, GptOssConfig(**COMMON, head_dim=16, intermediate_size=64, num_local_experts=6,
+                                                    num_experts_per_tok=2, sliding_window=5, max_position_embeddings=4096)),
+    }
+
+
+def make_model(cls, cfg, seed):
+    torch.manual_seed(seed)
+    model = cls._from_config(cfg, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            elif p.dim() == 3:  # fused experts [E, in, out]
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            elif "sinks" in name:
+                p.copy_(torch.randn_like(p))
+            else:  # norms and biases: near their defaults, but not equal to them
+                p.copy_((1.0 if "norm" in name or "layernorm" in name else 0.0) + 0.1 * torch.randn_like(p))
+    return model
+
+
+def mxfp4_experts(model, seed):
+    """Random MXFP4 blocks and scales for every expert matrix; the model's weights set to their dequantized values."""
+    g = torch.Generator().manual_seed(seed)
+    packed = {}
+    with torch.no_grad():
+        for l, layer in enumerate(model.model.layers):
+            ex = layer.mlp.experts
+            E, d, two_ff = ex.gate_up_proj.shape
+            ff = two_ff // 2
+            for which, rows, cols in (("gate_up_proj", two_ff, d), ("down_proj", d, ff)):
+                blocks = torch.randint(0, 256, (E, rows, cols // 32, 16), dtype=torch.uint8, generator=g)
+                # 2^(s-127) with s near 127 - log2(sqrt(cols)) / ... : values O(1/sqrt(cols)) after scaling
+                base = 127 - int(np.round(np.log2(np.sqrt(cols)))) - 2
+                scales = (base + torch.randint(-1, 2, (E, rows, cols // 32), generator=g)).to(torch.uint8)
+                w = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)  # [E, cols, rows]
+                getattr(ex, which).copy_(w)
+                packed[f"model.layers.{l}.mlp.experts.{which}_blocks"] = blocks
+                packed[f"model.layers.{l}.mlp.experts.{which}_scales"] = scales
+    return packed
+
+
+def write_mxfp4_checkpoint(hf_dir, mx_dir, packed):
+    """hf_dir's checkpoint with the fused expert matrices replaced by their MXFP4 blocks and scales."""
+    shutil.copytree(hf_dir, mx_dir)
+    index_path = os.path.join(mx_dir, "model.safetensors.index.json")
+    index = json.load(open(index_path))
+    wm = index["weight_map"]
+    for f in sorted(set(wm.values())):
+        path = os.path.join(mx_dir, f)
+        tensors = load_file(path)
+        for name in list(tensors):
+            if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
+                del tensors[name]
+                del wm[name]
+                for suffix in ("_blocks", "_scales"):
+                    tensors[name + suffix] = packed[name + suffix].contiguous()
+                    wm[name + suffix] = f
+        save_file(tensors, path, metadata={"format": "pt"})
+    json.dump(index, open(index_path, "w"))
+
+
+def hf_greedy(model, prompt, steps):
+    ids = list(prompt)
+    logits = []
+    with torch.no_grad():
+        for _ in range(steps):
+            lg = model(torch.tensor([ids])).logits[0, -1].double().numpy()
+            logits.append(lg)
+            ids.append(int(np.argmax(lg)))
+    return ids[len(prompt):], logits
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            self.failures.append(what)
+
+
+def compare_run(check, moerun, model, work, tag, model_dir, reference):
+    reqs = os.path.join(work, tag + "-reqs.jsonl")
+    with open(reqs, "w") as f:
+        for i, p in enumerate(PROMPTS):
+            f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+    out, logits = os.path.join(work, tag + "-out.jsonl"), os.path.join(work, tag + "-logits.jsonl")
+    r = run([moerun, "infer", "--model", model_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
+    check(r.returncode == 0, f"{tag}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    if r.returncode:
+        return None
+    ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
+    ours_logits = {}
+    for line in open(logits):
+        rec = json.loads(line)
+        ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+    worst = 0.0
+    for i, p in enumerate(PROMPTS):
+        toks, ref = reference[i]
+        got = ours[f"p{i}"]["output_tokens"]
+        check(got == toks[:len(got)] and len(got) > 0, f"{tag}: prompt {i} ({len(p)} tokens): greedy tokens {got} vs Hugging Face {toks}")
+        for a, b in zip(ours_logits[f"p{i}"], ref):
+            worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+    check(worst <= REL_TOL, f"{tag}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
+    return reqs, out, logits
+
+
+def records_by_id(path):
+    """Lines of a results or logits file, grouped by request id in file order (several routers write
+    their requests to PATH, PATH.1, ...)."""
+    recs = {}
+    for p in [path] + [f"{path}.{i}" for i in range(1, 8)]:
+        if os.path.exists(p):
+            for line in open(p):
+                recs.setdefault(json.loads(line)["id"], []).append(line)
+    return recs
+
+
+def same_bytes_elsewhere(check, moerun, work, tag, model_dir, reqs, out, logits):
+    """The distributed runtime, the expert cache and the prefix cache give the single process's bytes."""
+    r = run([moerun, "inspect", "--model", model_dir])
+    line = next(l for l in r.stdout.splitlines() if l.startswith("bytes per expert"))
+    packed = int(line.split("as stored,")[1].split()[0])
+    experts = int(next(l for l in r.stdout.splitlines() if l.strip().startswith("experts ")).split("(")[1].split()[0])
+    variants = {
+        "np3 flat": ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "3", moerun, "infer", "--micro-batches", "1"],
+        "np3 hier": ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "3", moerun, "infer", "--micro-batches", "1", "--a2a", "hier"],
+        "np4 2 routers": ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", moerun, "infer", "--micro-batches", "1",
+                          "--ranks-per-node", "4", "--routers-per-node", "2"],
+        "cache L1 25% + L2": [moerun, "infer", "--l1-bytes", str(experts * packed // 4), "--l2-dir", os.path.join(work, tag + "-l2")],
+        "prefix cache": [moerun, "infer", "--prefix-cache-mb", "8", "--prefix-cache-block", "4"],
+    }
+    for name, cmd in variants.items():
+        o, lg = out + "." + name.replace(" ", "_"), logits + "." + name.replace(" ", "_")
+        r = run(cmd + ["--model", model_dir, "--input", reqs, "--output", o, "--logits-out", lg, "--quiet"], env=MPI_ENV)
+        same = r.returncode == 0 and records_by_id(out) == records_by_id(o)
+        if "prefix" not in name:  # the prefix cache may batch differently; its tokens must still be equal
+            same = same and records_by_id(logits) == records_by_id(lg)
+        check(same, f"{tag}: {name} gives the same {'tokens' if 'prefix' in name else 'tokens and logits, bit for bit'} "
+                    f"{r.stderr.strip()[-200:]}")
+
+
+def bad_cases(check, moerun, work, src_dir, mx_dir):
+    def bad_case(name, src, edit, pattern):
+        d = os.path.join(work, "bad-" + name.replace(" ", "_"))
+        shutil.copytree(src, d)
+        named = edit(d)
+        out = d + "-out"
+        r = run([moerun, "convert", "--from-hf", d, "--out", out, "--quiet"])
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
+              and not os.path.exists(os.path.join(out, "model.h5")))
+        check(ok, f"bad checkpoint, {name}: exit {r.returncode}: {r.stderr.strip()}")
+
+    def drop_tensor(tensor):
+        def edit(d):
+            index_path = os.path.join(d, "model.safetensors.index.json")
+            index = json.load(open(index_path))
+            f = index["weight_map"].pop(tensor)
+            tensors = load_file(os.path.join(d, f))
+            del tensors[tensor]
+            save_file(tensors, os.path.join(d, f), metadata={"format": "pt"})
+            json.dump(index, open(index_path, "w"))
+            return tensor
+        return edit
+
+    def config_edit(field, value, named):
+        def edit(d):
+            c = json.load(open(os.path.join(d, "config.json")))
+            c[field] = value(c) if callable(value) else value
+            json.dump(c, open(os.path.join(d, "config.json"), "w"))
+            return named
+        return edit
+
+    def fewer_blocks(d):
+        index = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+        name = "model.layers.1.mlp.experts.down_proj_blocks"
+        path = os.path.join(d, index[name])
+        tensors = load_file(path)
+        tensors[name] = tensors[name][:, :, :-1, :].contiguous()  # one block of 32 short per row
+        save_file(tensors, path, metadata={"format": "pt"})
+        return name
+
+    bad_case("a missing sink", src_dir, drop_tensor("model.layers.2.self_attn.sinks"), "the checkpoint has no tensor")
+    bad_case("a wrong MXFP4 block count", mx_dir, fewer_blocks, "config.json says")
+    bad_case("a layer_types entry of neither kind", src_dir,
+             config_edit("layer_types", lambda c: c["layer_types"][:1] + ["chunked_attention"] + c["layer_types"][2:], "layer_types[1]"),
+             "expected sliding_attention or full_attention")
+    bad_case("rope_scaling of an unknown type", src_dir,
+             config_edit("rope_parameters", {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 2.0}, "longrope"),
+             "is not supported")
+
+
+def main():
+    moerun, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    check = Checks()
+    print(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}")
+    gpt_dirs = None
+    for fam, (cls, cfg) in families().items():
+        model = make_model(cls, cfg, seed=11)
+        packed = mxfp4_experts(model, seed=5) if fam == "gpt_oss" else None
+        hf_dir, out_dir = os.path.join(work, fam + "-hf"), os.path.join(work, fam + "-moe")
+        model.save_pretrained(hf_dir, max_shard_size="100KB")
+        shards = [f for f in os.listdir(hf_dir) if f.endswith(".safetensors")]
+        r = run([moerun, "convert", "--from-hf", hf_dir, "--out", out_dir, "--shards", "3"])
+        check(r.returncode == 0, f"{fam}: convert {len(shards)} safetensors shards (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+        if r.returncode:
+            continue
+        r = run([moerun, "inspect", "--model", out_dir])
+        total = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
+        hf_total = sum(p.numel() for p in model.parameters())
+        check(total == hf_total, f"{fam}: inspect counts {total} parameters, transformers {hf_total}")
+        reference = [hf_greedy(model, p, STEPS) for p in PROMPTS]
+        got = compare_run(check, moerun, model, work, fam, out_dir, reference)
+        if got:
+            same_bytes_elsewhere(check, moerun, work, fam, out_dir, *got)
+        if packed is not None:
+            mx_dir, mx_out = os.path.join(work, fam + "-mxfp4-hf"), os.path.join(work, fam + "-mxfp4-moe")
+            write_mxfp4_checkpoint(hf_dir, mx_dir, packed)
+            r = run([moerun, "convert", "--from-hf", mx_dir, "--out", mx_out, "--shards", "2"])
+            check(r.returncode == 0 and "MXFP4" in r.stderr, f"{fam}: convert the MXFP4 checkpoint (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            if r.returncode == 0:
+                compare_run(check, moerun, model, work, fam + "-mxfp4", mx_out, reference)
+                # The same experts in either form: the same tokens and logits, bit for bit.
+                ok = all(open(os.path.join(work, f"{fam}{s}-logits.jsonl")).read() ==
+                         open(os.path.join(work, f"{fam}-mxfp4{s}-logits.jsonl")).read() for s in [""])
+                check(ok, f"{fam}: MXFP4 and fused float32 checkpoints give the same logits, bit for bit")
+            gpt_dirs = (hf_dir, mx_dir)
+    if gpt_dirs:
+        bad_cases(check, moerun, work, *gpt_dirs)
+    print(f"{len(check.failures)} failure(s)")
+    return 1 if check.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
