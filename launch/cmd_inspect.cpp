@@ -2,7 +2,10 @@
 #include <iostream>
 
 #include "experts/cpu/expert_packing.hpp"
+#include "base/error.hpp"
 #include "io/hdf5_probe.hpp"
+#include "io/hf_convert.hpp"
+#include "io/input_file.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
 #include "launch/cli.hpp"
@@ -12,11 +15,13 @@
 namespace moerun::launch {
 
 int cmd_inspect(int argc, char** argv) {
-  std::string model;
+  std::string model, hf_config;
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
   o.add_options()
-    ("model", po::value(&model)->required(), "model: a directory or s3://bucket/prefix")
+    ("model", po::value(&model), "model: a directory or s3://bucket/prefix")
+    ("hf-config", po::value(&hf_config),
+     "plan from a Hugging Face config.json alone, no weights (stored as bfloat16): instead of --model")
     ("batch", po::value(&p.batch)->default_value(p.batch), "sequences in flight per router rank")
     ("context", po::value(&p.context)->default_value(p.context), "context length per sequence (0: max_position)")
     ("experts-per-rank", po::value(&p.experts_per_rank)->default_value(p.experts_per_rank),
@@ -30,14 +35,24 @@ int cmd_inspect(int argc, char** argv) {
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;
-  if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX [options]", o, vm)) return 0;
+  if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX | --hf-config CONFIG.json [options]", o, vm))
+    return 0;
+  if (model.empty() == hf_config.empty()) fail(ErrorKind::Usage, "give one of --model and --hf-config");
+  p.validate();
+  if (!hf_config.empty()) {
+    if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
+    const io::ModelConfig c = io::model_config_from_hf(io::read_regular_file(hf_config), hf_config, DType::BF16, nullptr);
+    Matmul mm;
+    p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
+    std::cout << runtime::inspect_report(c, p, hf_config + " (config only)");
+    return 0;
+  }
   const io::S3Config s3 = object_store.finish();
   const io::ModelLocation location = io::model_location(model, s3);
   io::Hdf5Probe probe = hdf5_probe_from(Environment::read());
   probe.s3_retries = s3.retries;
   probe.s3_timeout_s = s3.timeout_s;
   probe.check({location.file("model.h5")});
-  p.validate();
   const io::ModelConfig c = io::read_model_config(location);
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);

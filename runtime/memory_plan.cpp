@@ -125,7 +125,8 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
      << c.params_per_expert() << ")\n";
   os << std::fixed << std::setprecision(2);
   os << "  active per token " << c.active_params_per_token() << " ("
-     << 100.0 * static_cast<double>(c.active_params_per_token()) / static_cast<double>(c.total_params()) << "% of all)\n";
+     << 100.0 * static_cast<double>(c.active_params_per_token()) / static_cast<double>(c.total_params()) << "% of all; "
+     << c.active_params_per_token() - c.vocab_size * c.hidden_size << " without the embedding table, a lookup)\n";
   os << "bytes per expert   " << c.bytes_per_expert() << " (" << human(c.bytes_per_expert()) << ") as stored";
   if (p.packed_bytes_per_expert > 0)
     os << ", " << p.packed_bytes_per_expert << " (" << human(p.packed_bytes_per_expert)
