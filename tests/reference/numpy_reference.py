@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""Qwen3-MoE and gpt-oss in CI: an independent float64 numpy forward, written from transformers'
+modeling_qwen3_moe.py and modeling_gpt_oss.py, against `moerun convert` + `moerun infer`.
+
+The CI venv's transformers (4.46) has neither family, and the 5.x venv that has them is 5.6 GB
+(docs/NOTES.md), so CI checks them here and tests/reference/hf_2025_reference.py checks against
+transformers itself (docs/data/hf_2025_reference.txt). The checkpoints are written with numpy in
+the layout Hugging Face ships: Qwen3-MoE with one tensor per expert matrix, per-head q/k norms, an
+explicit head_dim, yarn and a sliding window on every layer; gpt-oss with its experts in MXFP4
+(blocks and E8M0 scales), attention sinks, biases everywhere, sliding and full layers alternating,
+and yarn without truncation. Prompts are longer than the windows. Greedy tokens must be equal and
+every step's logits within 1e-4 (max |a-b| / max |b|) of the reference.
+
+usage: numpy_reference.py MOERUN_BIN WORKDIR
+"""
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+REL_TOL = 1e-4
+STEPS = 5
+PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41], [3, 100, 7], [2] + list(range(60, 78))]
+E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def write_safetensors(path, tensors):
+    header, off, blobs = {}, 0, []
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        dtype = {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}[a.dtype]
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+        blobs.append(a.tobytes())
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def write_checkpoint(d, config, tensors, shards=3):
+    os.makedirs(d)
+    json.dump(config, open(os.path.join(d, "config.json"), "w"))
+    names = list(tensors)
+    index = {}
+    for s in range(shards):
+        part = names[s * len(names) // shards:(s + 1) * len(names) // shards]
+        f = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(os.path.join(d, f), {n: tensors[n] for n in part})
+        index.update({n: f for n in part})
+    json.dump({"metadata": {}, "weight_map": index}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+
+
+def dequant_mxfp4(blocks, scales):
+    """[..., G, 16] bytes and [..., G] scales -> [..., G * 32] float64 (low nibble first)."""
+    lo, hi = E2M1[blocks & 15], E2M1[blocks >> 4]
+    vals = np.stack([lo, hi], axis=-1).reshape(*blocks.shape[:-1], 32)
+    vals = vals * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return vals.reshape(*blocks.shape[:-2], -1)
+
+
+class Rng:
+    def __init__(self, seed):
+        self.g = np.random.default_rng(seed)
+
+    def w(self, *shape):  # a linear weight [out, in] or fused [E, in, out]: 1/sqrt(fan in)
+        fan_in = shape[-1] if len(shape) == 2 else shape[1]
+        return (self.g.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+
+    def near(self, base, *shape):
+        return (base + 0.1 * self.g.standard_normal(shape)).astype(np.float32)
+
+
+def qwen3_checkpoint(rng):
+    V, D, L, H, KV, HD, FF, E = 128, 64, 3, 4, 2, 32, 48, 8
+    cfg = dict(model_type="qwen3_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+               num_key_value_heads=KV, head_dim=HD, intermediate_size=96, moe_intermediate_size=FF, num_experts=E,
+               num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
+               eos_token_id=127, tie_word_embeddings=False, use_sliding_window=True, sliding_window=6, attention_bias=False,
+               rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
+               decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu")
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                  p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
+                  p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
+                  p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD),
+                  p + "mlp.gate.weight": rng.w(E, D)})
+        for e in range(E):
+            t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
+                      p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    return cfg, t
+
+
+def gpt_oss_checkpoint(rng):
+    V, D, L, H, KV, HD, FF, E = 128, 64, 4, 4, 2, 16, 64, 6
+    cfg = dict(model_type="gpt_oss", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=KV,
+               head_dim=HD, intermediate_size=FF, num_local_experts=E, num_experts_per_tok=2, max_position_embeddings=4096,
+               rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False, sliding_window=5,
+               layer_types=["sliding_attention", "full_attention"] * (L // 2), attention_bias=True, swiglu_limit=7.0,
+               rope_theta=150000.0, hidden_act="silu",
+               rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                             "original_max_position_embeddings": 4096})
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                  p + "self_attn.sinks": rng.near(0, H) * 10})
+        for n, rows in (("q", H * HD), ("k", KV * HD), ("v", KV * HD)):
+            t[p + f"self_attn.{n}_proj.weight"] = rng.w(rows, D)
+            t[p + f"self_attn.{n}_proj.bias"] = rng.near(0, rows)
+        t[p + "self_attn.o_proj.weight"], t[p + "self_attn.o_proj.bias"] = rng.w(D, H * HD), rng.near(0, D)
+        t[p + "mlp.router.weight"], t[p + "mlp.router.bias"] = rng.w(E, D), rng.near(0, E)
+        for which, rows, cols in (("gate_up_proj", 2 * FF, D), ("down_proj", D, FF)):
+            t[p + f"mlp.experts.{which}_blocks"] = rng.g.integers(0, 256, (E, rows, cols // 32, 16), dtype=np.uint8)
+            base = 127 - int(round(math.log2(math.sqrt(cols)))) - 2
+            t[p + f"mlp.experts.{which}_scales"] = (base + rng.g.integers(-1, 2, (E, rows, cols // 32))).astype(np.uint8)
+        t[p + "mlp.experts.gate_up_proj_bias"] = rng.near(0, E, 2 * FF)
+        t[p + "mlp.experts.down_proj_bias"] = rng.near(0, E, D)
+    return cfg, t
+
+
+# ---- the float64 forward, as the modeling files compute it ----
+
+def rms(x, w, eps):
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def inv_freq(cfg, hd):
+    theta = cfg["rope_theta"]
+    r = cfg.get("rope_scaling") or {}
+    freq = 1.0 / theta ** (np.arange(0, hd, 2) / hd)
+    if r.get("rope_type") != "yarn":
+        return freq, 1.0
+    factor, orig = r["factor"], r["original_max_position_embeddings"]
+    corr = lambda rot: hd * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+    low, high = corr(r.get("beta_fast", 32)), corr(r.get("beta_slow", 1))
+    if r.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, hd - 1)
+    ramp = np.clip((np.arange(hd // 2) - low) / (high - low if high > low else 0.001), 0, 1)
+    extrapolate = 1 - ramp
+    return freq / factor * (1 - extrapolate) + freq * extrapolate, 0.1 * math.log(factor) + 1.0
+
+
+def rope(x, pos, freq, scale):  # x [T, heads, hd], rotate_half
+    ang = pos[:, None] * freq[None, :]
+    cos, sin = np.cos(ang)[:, None, :] * scale, np.sin(ang)[:, None, :] * scale
+    h = x.shape[-1] // 2
+    a, b = x[..., :h], x[..., h:]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def attention(q, k, v, window, sinks):  # q [T, H, hd], k, v [T, KV, hd]
+    T, H, hd = q.shape
+    rep = H // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = np.einsum("thd,shd->hts", q, k) / math.sqrt(hd)
+    i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    allowed = (j <= i) & ((j > i - window) if window else True)
+    s = np.where(allowed[None], s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    if sinks is not None:
+        m = np.maximum(m, sinks[:, None, None])
+    p = np.exp(s - m)
+    z = p.sum(axis=-1, keepdims=True) + (np.exp(sinks[:, None, None] - m) if sinks is not None else 0)
+    return np.einsum("hts,shd->thd", p / z, v)
+
+
+def forward(cfg, t, ids):
+    g = lambda n: t[n].astype(np.float64)
+    D, H, KV, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["num_hidden_layers"]
+    hd, eps, k = cfg["head_dim"], cfg["rms_norm_eps"], cfg["num_experts_per_tok"]
+    gpt = cfg["model_type"] == "gpt_oss"
+    freq, scale = inv_freq(cfg, hd)
+    pos = np.arange(len(ids), dtype=np.float64)
+    x = g("model.embed_tokens.weight")[ids]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        lin = lambda n, a: a @ g(p + n + ".weight").T + (g(p + n + ".bias") if gpt else 0)
+        h = rms(x, g(p + "input_layernorm.weight"), eps)
+        q = lin("self_attn.q_proj", h).reshape(len(ids), H, hd)
+        kk = lin("self_attn.k_proj", h).reshape(len(ids), KV, hd)
+        v = lin("self_attn.v_proj", h).reshape(len(ids), KV, hd)
+        if not gpt:
+            q, kk = rms(q, g(p + "self_attn.q_norm.weight"), eps), rms(kk, g(p + "self_attn.k_norm.weight"), eps)
+            window = cfg["sliding_window"] if cfg.get("use_sliding_window") else 0
+        else:
+            window = cfg["sliding_window"] if cfg["layer_types"][l] == "sliding_attention" else 0
+        q, kk = rope(q, pos, freq, scale), rope(kk, pos, freq, scale)
+        a = attention(q, kk, v, window, g(p + "self_attn.sinks") if gpt else None).reshape(len(ids), H * hd)
+        x = x + lin("self_attn.o_proj", a)
+        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        out = np.zeros_like(h)
+        if gpt:
+            logits = h @ g(p + "mlp.router.weight").T + g(p + "mlp.router.bias")
+            gu_all = dequant_mxfp4(t[p + "mlp.experts.gate_up_proj_blocks"], t[p + "mlp.experts.gate_up_proj_scales"])  # [E, 2ff, d]
+            dn_all = dequant_mxfp4(t[p + "mlp.experts.down_proj_blocks"], t[p + "mlp.experts.down_proj_scales"])  # [E, d, ff]
+            gub, dnb = g(p + "mlp.experts.gate_up_proj_bias"), g(p + "mlp.experts.down_proj_bias")
+        else:
+            logits = h @ g(p + "mlp.gate.weight").T
+        for ti in range(len(ids)):
+            top = np.argsort(-logits[ti], kind="stable")[:k]
+            if gpt:  # top-k of the logits, softmax over the chosen
+                w = np.exp(logits[ti, top] - logits[ti, top].max())
+                w /= w.sum()
+            else:  # softmax, top-k, renormalised (norm_topk_prob)
+                pr = np.exp(logits[ti] - logits[ti].max())
+                pr /= pr.sum()
+                w = pr[top] / pr[top].sum()
+            for e, we in zip(top, w):
+                if gpt:
+                    gu = gu_all[e] @ h[ti] + gub[e]
+                    gate, up = np.minimum(gu[0::2], 7.0), np.clip(gu[1::2], -7.0, 7.0)
+                    act = (up + 1) * gate / (1 + np.exp(-1.702 * gate))
+                    y = dn_all[e] @ act + dnb[e]
+                else:
+                    ep = p + f"mlp.experts.{e}."
+                    a1, a3 = g(ep + "gate_proj.weight") @ h[ti], g(ep + "up_proj.weight") @ h[ti]
+                    y = g(ep + "down_proj.weight") @ (a1 / (1 + np.exp(-a1)) * a3)
+                out[ti] += we * y
+        x = x + out
+    return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
+
+
+def main():
+    moerun, work = sys.argv[1], sys.argv[2]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    failures = 0
+    for name, make in (("qwen3_moe", qwen3_checkpoint), ("gpt_oss", gpt_oss_checkpoint)):
+        cfg, tensors = make(Rng(7))
+        hf, moe = os.path.join(work, name + "-hf"), os.path.join(work, name + "-moe")
+        write_checkpoint(hf, cfg, tensors)
+        r = subprocess.run([moerun, "convert", "--from-hf", hf, "--out", moe, "--shards", "2", "--quiet"], capture_output=True, text=True)
+        if r.returncode:
+            print(f"FAIL {name}: convert exit {r.returncode}: {r.stderr.strip()}")
+            failures += 1
+            continue
+        reqs, out, lg = (os.path.join(work, name + s) for s in ("-reqs.jsonl", "-out.jsonl", "-logits.jsonl"))
+        with open(reqs, "w") as f:
+            for i, p in enumerate(PROMPTS):
+                f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+        r = subprocess.run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"],
+                           capture_output=True, text=True)
+        if r.returncode:
+            print(f"FAIL {name}: infer exit {r.returncode}: {r.stderr.strip()}")
+            failures += 1
+            continue
+        ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
+        ours_logits = {}
+        for line in open(lg):
+            rec = json.loads(line)
+            ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+        worst = 0.0
+        for i, prompt in enumerate(PROMPTS):
+            ids, ref = list(prompt), []
+            for _ in range(STEPS):
+                ref.append(forward(cfg, tensors, ids)[-1])
+                ids.append(int(np.argmax(ref[-1])))
+            want, got = ids[len(prompt):], ours[f"p{i}"]
+            for a, b in zip(ours_logits[f"p{i}"], ref):
+                worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+            ok = got == want[:len(got)] and len(got) > 0
+            failures += not ok
+            print(f"{'ok  ' if ok else 'FAIL'} {name}: prompt {i} ({len(prompt)} tokens): tokens {got}, float64 reference {want}")
+        ok = worst <= REL_TOL
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: logits within {REL_TOL} of the float64 reference (worst relative error {worst:.2e})")
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
