@@ -21,11 +21,11 @@ usage: hf_2025_reference.py MOERUN_BIN WORKDIR
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 import torch
+from reference_common import hf_greedy, read_logits, relative_error, run
 from safetensors.torch import load_file, save_file
 from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -116,21 +116,6 @@ def write_mxfp4_checkpoint(hf_dir, mx_dir, packed):
     json.dump(index, open(index_path, "w"))
 
 
-def hf_greedy(model, prompt, steps):
-    ids = list(prompt)
-    logits = []
-    with torch.no_grad():
-        for _ in range(steps):
-            lg = model(torch.tensor([ids])).logits[0, -1].double().numpy()
-            logits.append(lg)
-            ids.append(int(np.argmax(lg)))
-    return ids[len(prompt):], logits
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
 class Checks:
     def __init__(self):
         self.failures = []
@@ -152,17 +137,14 @@ def compare_run(check, moerun, model, work, tag, model_dir, reference):
     if r.returncode:
         return None
     ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
-    ours_logits = {}
-    for line in open(logits):
-        rec = json.loads(line)
-        ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+    ours_logits = read_logits(logits)
     worst = 0.0
     for i, p in enumerate(PROMPTS):
         toks, ref = reference[i]
         got = ours[f"p{i}"]["output_tokens"]
         check(got == toks[:len(got)] and len(got) > 0, f"{tag}: prompt {i} ({len(p)} tokens): greedy tokens {got} vs Hugging Face {toks}")
         for a, b in zip(ours_logits[f"p{i}"], ref):
-            worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+            worst = max(worst, relative_error(a, b))
     check(worst <= REL_TOL, f"{tag}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
     return reqs, out, logits
 

@@ -14,12 +14,12 @@ usage: hf_convert_reference.py MOERUN_BIN WORKDIR
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 import torch
+from reference_common import hf_greedy, read_logits, relative_error, run
 from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM)
 
@@ -53,21 +53,6 @@ def make_model(cls, cfg, seed):
             else:  # norms and biases: near their defaults, but not equal to them
                 p.copy_((1.0 if "norm" in name or "layernorm" in name else 0.0) + 0.1 * torch.randn_like(p))
     return model
-
-
-def hf_greedy(model, prompt, steps):
-    ids = list(prompt)
-    logits = []
-    with torch.no_grad():
-        for _ in range(steps):
-            lg = model(torch.tensor([ids])).logits[0, -1].double().numpy()
-            logits.append(lg)
-            ids.append(int(np.argmax(lg)))
-    return ids[len(prompt):], logits
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
 def main():
@@ -108,10 +93,7 @@ def main():
         if r.returncode:
             continue
         ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
-        ours_logits = {}
-        for line in open(logits):
-            rec = json.loads(line)
-            ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+        ours_logits = read_logits(logits)
         worst = 0.0
         for i, p in enumerate(PROMPTS):
             toks, ref = hf_greedy(model, p, STEPS)
@@ -119,7 +101,7 @@ def main():
             # The run ends at EOS; the reference continues: compare what moerun produced.
             check(got == toks[:len(got)] and len(got) > 0, f"{fam}: prompt {i}: greedy tokens {got} vs Hugging Face {toks}")
             for a, b in zip(ours_logits[f"p{i}"], ref):
-                worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+                worst = max(worst, relative_error(a, b))
         check(worst <= REL_TOL, f"{fam}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
         # The distributed runtime (1 router, 2 expert ranks) gives the same bytes, the variants included
         # (with one micro-batch, as the single process runs by default: the same GEMM shapes).

@@ -18,10 +18,10 @@ import math
 import os
 import shutil
 import struct
-import subprocess
 import sys
 
 import numpy as np
+from reference_common import read_logits, relative_error, run
 
 REL_TOL = 1e-4
 STEPS = 5
@@ -238,7 +238,7 @@ def main():
         cfg, tensors = make(Rng(7))
         hf, moe = os.path.join(work, name + "-hf"), os.path.join(work, name + "-moe")
         write_checkpoint(hf, cfg, tensors)
-        r = subprocess.run([moerun, "convert", "--from-hf", hf, "--out", moe, "--shards", "2", "--quiet"], capture_output=True, text=True)
+        r = run([moerun, "convert", "--from-hf", hf, "--out", moe, "--shards", "2", "--quiet"])
         if r.returncode:
             print(f"FAIL {name}: convert exit {r.returncode}: {r.stderr.strip()}")
             failures += 1
@@ -247,17 +247,13 @@ def main():
         with open(reqs, "w") as f:
             for i, p in enumerate(PROMPTS):
                 f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
-        r = subprocess.run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"],
-                           capture_output=True, text=True)
+        r = run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"])
         if r.returncode:
             print(f"FAIL {name}: infer exit {r.returncode}: {r.stderr.strip()}")
             failures += 1
             continue
         ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
-        ours_logits = {}
-        for line in open(lg):
-            rec = json.loads(line)
-            ours_logits.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+        ours_logits = read_logits(lg)
         worst = 0.0
         for i, prompt in enumerate(PROMPTS):
             ids, ref = list(prompt), []
@@ -266,7 +262,7 @@ def main():
                 ids.append(int(np.argmax(ref[-1])))
             want, got = ids[len(prompt):], ours[f"p{i}"]
             for a, b in zip(ours_logits[f"p{i}"], ref):
-                worst = max(worst, float(np.max(np.abs(a - b)) / np.max(np.abs(b))))
+                worst = max(worst, relative_error(a, b))
             ok = got == want[:len(got)] and len(got) > 0
             failures += not ok
             print(f"{'ok  ' if ok else 'FAIL'} {name}: prompt {i} ({len(prompt)} tokens): tokens {got}, float64 reference {want}")

@@ -1,0 +1,37 @@
+"""What the reference scripts share: running moerun, reading its --logits-out file, greedy
+decoding of a Hugging Face model by full recomputation (no KV cache: the reference for every step),
+and the relative error the scripts bound."""
+import json
+import subprocess
+
+import numpy as np
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def read_logits(path):
+    """{request id: [logits of each emitted token, float64]} from an --logits-out file."""
+    out = {}
+    for line in open(path):
+        rec = json.loads(line)
+        out.setdefault(rec["id"], []).append(np.array(rec["logits"], dtype=np.float64))
+    return out
+
+
+def relative_error(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def hf_greedy(model, prompt, steps):
+    """Greedy tokens and each step's last-position logits (float64) of a transformers model."""
+    import torch
+    ids = list(prompt)
+    logits = []
+    with torch.no_grad():
+        for _ in range(steps):
+            lg = model(torch.tensor([ids])).logits[0, -1].double().numpy()
+            logits.append(lg)
+            ids.append(int(np.argmax(lg)))
+    return ids[len(prompt):], logits
