@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 import torch
-from reference_common import hf_greedy, read_logits, relative_error, run
+from reference_common import hf_greedy, read_logits, relative_error, run, write_requests
 from safetensors.torch import load_file, save_file
 from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -128,9 +128,7 @@ class Checks:
 
 def compare_run(check, moerun, model, work, tag, model_dir, reference):
     reqs = os.path.join(work, tag + "-reqs.jsonl")
-    with open(reqs, "w") as f:
-        for i, p in enumerate(PROMPTS):
-            f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+    write_requests(reqs, PROMPTS, STEPS)
     out, logits = os.path.join(work, tag + "-out.jsonl"), os.path.join(work, tag + "-logits.jsonl")
     r = run([moerun, "infer", "--model", model_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
     check(r.returncode == 0, f"{tag}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")

@@ -19,7 +19,7 @@ import sys
 import h5py
 import numpy as np
 import torch
-from reference_common import hf_greedy, read_logits, relative_error, run
+from reference_common import hf_greedy, read_logits, relative_error, run, write_requests
 from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM)
 
@@ -84,9 +84,7 @@ def main():
         hf_total = sum(p.numel() for p in model.parameters())
         check(total == hf_total, f"{fam}: inspect counts {total} parameters, transformers {hf_total}")
         reqs = os.path.join(work, fam + "-reqs.jsonl")
-        with open(reqs, "w") as f:
-            for i, p in enumerate(PROMPTS):
-                f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+        write_requests(reqs, PROMPTS, STEPS)
         out, logits = os.path.join(work, fam + "-out.jsonl"), os.path.join(work, fam + "-logits.jsonl")
         r = run([moerun, "infer", "--model", out_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
         check(r.returncode == 0, f"{fam}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")

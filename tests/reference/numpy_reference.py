@@ -21,7 +21,7 @@ import struct
 import sys
 
 import numpy as np
-from reference_common import read_logits, relative_error, run
+from reference_common import read_logits, relative_error, run, write_requests
 
 REL_TOL = 1e-4
 STEPS = 5
@@ -244,9 +244,7 @@ def main():
             failures += 1
             continue
         reqs, out, lg = (os.path.join(work, name + s) for s in ("-reqs.jsonl", "-out.jsonl", "-logits.jsonl"))
-        with open(reqs, "w") as f:
-            for i, p in enumerate(PROMPTS):
-                f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": STEPS}) + "\n")
+        write_requests(reqs, PROMPTS, STEPS)
         r = run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"])
         if r.returncode:
             print(f"FAIL {name}: infer exit {r.returncode}: {r.stderr.strip()}")

@@ -35,3 +35,10 @@ def hf_greedy(model, prompt, steps):
             logits.append(lg)
             ids.append(int(np.argmax(lg)))
     return ids[len(prompt):], logits
+
+
+def write_requests(path, prompts, steps):
+    """One greedy request per prompt, ids p0, p1, ..."""
+    with open(path, "w") as f:
+        for i, p in enumerate(prompts):
+            f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": steps}) + "\n")
