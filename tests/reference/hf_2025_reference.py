@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 import torch
-from reference_common import hf_greedy, read_logits, relative_error, run, write_requests
+from reference_common import convert_refused, hf_greedy, read_logits, relative_error, run, write_requests
 from safetensors.torch import load_file, save_file
 from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -184,15 +184,8 @@ def same_bytes_elsewhere(check, moerun, work, tag, model_dir, reqs, out, logits)
 
 def bad_cases(check, moerun, work, src_dir, mx_dir):
     def bad_case(name, src, edit, pattern):
-        d = os.path.join(work, "bad-" + name.replace(" ", "_"))
-        shutil.copytree(src, d)
-        named = edit(d)
-        out = d + "-out"
-        r = run([moerun, "convert", "--from-hf", d, "--out", out, "--quiet"])
-        lines = [l for l in r.stderr.splitlines() if l.strip()]
-        ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
-              and not os.path.exists(os.path.join(out, "model.h5")))
-        check(ok, f"bad checkpoint, {name}: exit {r.returncode}: {r.stderr.strip()}")
+        ok, err, rc = convert_refused(moerun, src, os.path.join(work, "bad-" + name.replace(" ", "_")), edit, pattern)
+        check(ok, f"bad checkpoint, {name}: exit {rc}: {err}")
 
     def drop_tensor(tensor):
         def edit(d):

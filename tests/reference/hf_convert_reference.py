@@ -19,7 +19,7 @@ import sys
 import h5py
 import numpy as np
 import torch
-from reference_common import hf_greedy, read_logits, relative_error, run, write_requests
+from reference_common import convert_refused, hf_greedy, read_logits, relative_error, run, write_requests
 from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM)
 
@@ -144,15 +144,8 @@ def main():
     src = os.path.join(work, "mixtral-hf")
 
     def bad_case(name, edit, pattern):
-        d = os.path.join(work, "bad-" + name)
-        shutil.copytree(src, d)
-        named = edit(d)
-        out = os.path.join(work, "bad-" + name + "-out")
-        r = run([moerun, "convert", "--from-hf", d, "--out", out, "--quiet"])
-        lines = [l for l in r.stderr.splitlines() if l.strip()]
-        ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
-              and not os.path.exists(os.path.join(out, "model.h5")))
-        check(ok, f"bad checkpoint, {name}: exit {r.returncode}: {r.stderr.strip()}")
+        ok, err, rc = convert_refused(moerun, src, os.path.join(work, "bad-" + name), edit, pattern)
+        check(ok, f"bad checkpoint, {name}: exit {rc}: {err}")
 
     def truncate(d):
         index = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]

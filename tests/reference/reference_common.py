@@ -42,3 +42,19 @@ def write_requests(path, prompts, steps):
     with open(path, "w") as f:
         for i, p in enumerate(prompts):
             f.write(json.dumps({"id": f"p{i}", "prompt_tokens": p, "max_new_tokens": steps}) + "\n")
+
+
+def convert_refused(moerun, src, d, edit, pattern):
+    """Copies checkpoint `src` to `d`, applies `edit(d)` (which returns what the error must name, or
+    None) and converts it: True when that is exit 3 with one line holding `pattern` and the name,
+    and no model.h5 written. Returns (ok, stderr, exit code)."""
+    import os
+    import shutil
+    shutil.copytree(src, d)
+    named = edit(d)
+    out = d + "-out"
+    r = run([moerun, "convert", "--from-hf", d, "--out", out, "--quiet"])
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
+          and not os.path.exists(os.path.join(out, "model.h5")))
+    return ok, r.stderr.strip(), r.returncode
