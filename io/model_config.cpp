@@ -70,6 +70,8 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
   auto finite_positive = [&](const char* name, double v) {
     if (!(v > 0) || !std::isfinite(v)) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected a finite number > 0");
   };
+  if (r.type == RopeType::Dynamic)
+    fail(ErrorKind::BadInput, where, ": attribute rope_type is dynamic: not supported (its frequencies follow the batch's length)");
   if (r.type != RopeType::Default) {
     finite_positive("rope_factor", r.factor);
     if (r.type == RopeType::Linear && r.factor < 1) fail(ErrorKind::BadInput, where, ": attribute rope_factor is ", r.factor, ", expected >= 1");

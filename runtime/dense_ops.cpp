@@ -100,7 +100,7 @@ RopeFrequencies rope_frequencies(double theta, int64_t hd, const io::RopeScaling
     }
     case io::RopeType::Llama3: llama3_scale(out.inv_freq, r); break;
     case io::RopeType::Dynamic:
-      fail(ErrorKind::BadInput, "rope type dynamic: not supported (its frequencies follow the batch's length; see docs/NOTES.md)");
+      fail(ErrorKind::Internal, "rope type dynamic reached the forward (ModelConfig::validate refuses it)");
   }
   return out;
 }

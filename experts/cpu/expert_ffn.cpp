@@ -4,18 +4,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 namespace moerun::experts {
 namespace {
-// act = activation(G + b1, U + b3) per element, stored in the weights' dtype.
-void gated_activation(const float* G, const float* U, const FfnWeights& w, int64_t rows, int64_t ff, const FfnActivation& a,
-                      DType dt, void* act) {
+// act = activation(G + b1, U + b3) per element, stored in the weights' dtype. The result goes
+// into U's row first (U is scratch), so bf16 output needs no buffer of its own.
+void gated_activation(const float* G, float* U, const FfnWeights& w, int64_t rows, int64_t ff, const FfnActivation& a, DType dt,
+                      void* act) {
   const bool biased = w.bias.size() > 0;
-  std::vector<float> row(static_cast<std::size_t>(ff));
   for (int64_t r = 0; r < rows; ++r) {
+    float* row = U + r * ff;
     for (int64_t i = 0; i < ff; ++i) {
-      float g = G[r * ff + i], u = U[r * ff + i];
+      float g = G[r * ff + i], u = row[i];
       if (biased) {
         g += w.b1()[i];
         u += w.b3()[i];
@@ -28,8 +28,8 @@ void gated_activation(const float* G, const float* U, const FfnWeights& w, int64
         row[i] = g / (1.0f + std::exp(-g)) * u;
       }
     }
-    if (dt == DType::BF16) f32_to_bf16(row.data(), static_cast<uint16_t*>(act) + r * ff, static_cast<std::size_t>(ff));
-    else std::memcpy(static_cast<float*>(act) + r * ff, row.data(), static_cast<std::size_t>(ff) * sizeof(float));
+    if (dt == DType::BF16) f32_to_bf16(row, static_cast<uint16_t*>(act) + r * ff, static_cast<std::size_t>(ff));
+    else std::memcpy(static_cast<float*>(act) + r * ff, row, static_cast<std::size_t>(ff) * sizeof(float));
   }
 }
 }  // namespace

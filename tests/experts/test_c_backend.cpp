@@ -76,6 +76,20 @@ TEST(CBackend, ALibraryOfAnotherInterfaceVersionIsRefused) {
   EXPECT_NE(msg.find("rebuild the library"), std::string::npos) << msg;
 }
 
+// gpt-oss's expert biases and clamped SwiGLU have no kernels behind the C interface yet: refused by
+// name before the library is even opened, not computed as plain SwiGLU.
+TEST(CBackend, ExpertVariantsWithoutKernelsAreRefused) {
+  Matmul mm;
+  for (int variant = 0; variant < 2; ++variant) {
+    io::ModelConfig c = config();
+    c.architecture = "gpt_oss";
+    if (variant == 0) c.expert_bias = true;
+    else c.expert_activation = io::ExpertActivation::ClampedSwiGlu;
+    const std::string msg = moerun::testing::error_of([&] { make_expert_backend(spec(), c, mm, 0); }, ErrorKind::Usage);
+    EXPECT_NE(msg.find("biases or the clamped SwiGLU (gpt_oss) have no kernels"), std::string::npos) << msg;
+  }
+}
+
 TEST(CBackend, AWeightFormatWithoutKernelsIsRefused) {
   io::ModelConfig c = config();
   c.expert_format.scheme = io::WeightScheme::Mxfp4;

@@ -1,7 +1,8 @@
 // SwiGLU expert FFN against an fp64 reference, float32 and bfloat16 weights, over row counts that
-// exercise the padded bf16 path.
+// exercise the padded bf16 path; and gpt-oss's biased, clamped form.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -51,6 +52,54 @@ TEST_P(ExpertFfn, MatchesFp64Reference) {
   }
   // fp32: accumulation order only. bf16: the activation's bf16 rounding may land on the other side.
   EXPECT_LE(worst / scale, bf ? 1e-2 : 1e-5);
+}
+
+// gpt-oss's expert: biases on w1, w3, w2 and the clamped SwiGLU, against its definition in fp64
+// (modeling_gpt_oss GptOssExperts), with inputs large enough that both clamps act.
+TEST(ExpertFfnVariants, BiasedClampedSwiGluMatchesFp64Reference) {
+  const int64_t d = 64, ff = 96;
+  const float alpha = 1.702f, limit = 7.0f;
+  auto w1 = randv(ff * d, 11, 0.125f), w3 = randv(ff * d, 12, 0.125f), w2 = randv(d * ff, 13, 0.1f);
+  auto bias = randv(2 * ff + d, 14, 0.5f);
+  for (int64_t rows : {1, 5, 53}) {
+    auto x = randv(static_cast<std::size_t>(rows * d), 15, 4.0f);
+    Matmul mm;
+    FfnWeights w{make(w1, ff, d, DType::F32), make(w3, ff, d, DType::F32), make(w2, d, ff, DType::F32), {}};
+    w.bias.resize(bias.size() * sizeof(float));
+    std::copy(bias.begin(), bias.end(), w.bias.as<float>());
+    pack_expert(mm, w);
+    ExpertScratch s;
+    std::vector<float> y(static_cast<std::size_t>(rows * d));
+    expert_ffn_forward(mm, x.data(), rows, w, y.data(), s, {true, alpha, limit});
+    double worst = 0, scale = 0;
+    int64_t clamped_gate = 0, clamped_up = 0;
+    for (int64_t t = 0; t < rows; ++t) {
+      std::vector<double> a(ff);
+      for (int64_t i = 0; i < ff; ++i) {
+        double g = bias[i], u = bias[ff + i];
+        for (int64_t c = 0; c < d; ++c) {
+          g += static_cast<double>(x[t * d + c]) * w1[i * d + c];
+          u += static_cast<double>(x[t * d + c]) * w3[i * d + c];
+        }
+        clamped_gate += g > limit;
+        clamped_up += std::abs(u) > limit;
+        g = std::min(g, static_cast<double>(limit));
+        u = std::clamp(u, -static_cast<double>(limit), static_cast<double>(limit));
+        a[i] = (u + 1) * g / (1 + std::exp(-alpha * g));
+      }
+      for (int64_t o = 0; o < d; ++o) {
+        double want = bias[2 * ff + o];
+        for (int64_t i = 0; i < ff; ++i) want += a[i] * w2[o * ff + i];
+        worst = std::max(worst, std::abs(y[t * d + o] - want));
+        scale = std::max(scale, std::abs(want));
+      }
+    }
+    EXPECT_LE(worst / scale, 1e-5) << rows << " rows";
+    if (rows == 53) {
+      EXPECT_GT(clamped_gate, 0) << "the gate clamp is exercised";
+      EXPECT_GT(clamped_up, 0) << "the up clamp is exercised";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, ExpertFfn,

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "io/expert_shards.hpp"
@@ -83,6 +84,42 @@ TEST_F(ModelFormat, ExpertFormatIsWrittenReadAndChecked) {
   EXPECT_EQ(read_model_config(dir).expert_format.scheme, WeightScheme::Q8);
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); h5_set_attr(f, "expert_format", std::string("int3")); }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "expert_format \"int3\""});
+}
+
+// The version-3 variant attributes: each value outside its set is exit 3 naming the file and the
+// attribute (or entry), before anything is sized from it.
+TEST_F(ModelFormat, BadLayerVariantsAreRefused) {
+  auto edit = [&](const std::function<void(hid_t)>& f) {
+    H5Handle h = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    f(h);
+  };
+  auto set_text = [](const char* name, const char* value) {
+    return [=](hid_t f) {
+      if (h5_attr_string(f, name)) h5_delete_attr(f, name);
+      h5_set_attr(f, name, std::string(value));
+    };
+  };
+  auto refused = [&](std::initializer_list<std::string> parts) {
+    expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, parts);
+  };
+  edit([](hid_t f) { h5_set_attr(f, "qk_norm", int64_t{3}); });
+  refused({"model.h5", "qk_norm is 3"});
+  edit([](hid_t f) { h5_set_attr(f, "qk_norm", int64_t{0}); });
+  edit(set_text("rope_type", "dynamic"));
+  refused({"model.h5", "rope_type is dynamic"});
+  edit(set_text("rope_type", "longrope"));
+  refused({"model.h5", "\"longrope\" is not supported"});
+  edit(set_text("rope_type", "default"));
+  EXPECT_NO_THROW(read_model_config(dir));
+  edit(set_text("layer_types", "full,chunked"));
+  refused({"model.h5", "layer_types entry 1 is \"chunked\""});
+  edit(set_text("layer_types", "full"));
+  refused({"model.h5", "layer_types has 1 entries for 2 layers"});
+  edit(set_text("layer_types", "sliding,full"));
+  refused({"model.h5", "sliding layers but sliding_window is 0"});
+  edit([](hid_t f) { h5_set_attr(f, "sliding_window", int64_t{4}); });
+  EXPECT_EQ(read_model_config(dir).window_of(0), 4);
+  EXPECT_EQ(read_model_config(dir).window_of(1), 0);
 }
 
 TEST_F(ModelFormat, MissingDirectory) {
