@@ -68,10 +68,6 @@ std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, cons
     fail(ErrorKind::Usage, "experts in weight format ", config.expert_format.name(), " have no kernels in the ",
          device_name(spec.device), " backend yet");
   if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);
-  // The C interface carries neither yet (docs/NOTES.md, issue 23): refused rather than computed wrong.
-  if (config.expert_bias || config.expert_activation != io::ExpertActivation::SwiGlu)
-    fail(ErrorKind::Usage, "--device ", device_name(spec.device), ": experts with biases or the clamped SwiGLU (", config.architecture,
-         ") have no kernels in that backend yet; use --device cpu");
   std::string path;
   const moerun_backend_open_fn open = load_cuda_backend(spec.cuda_library, path);
   return open_c_backend(open, path, config, local_rank);

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define MOERUN_BACKEND_ABI_VERSION 1u
+#define MOERUN_BACKEND_ABI_VERSION 2u /* 2: the expert biases and the activation */
 #define MOERUN_BACKEND_OK 0
 #define MOERUN_CUDA_BACKEND_OPEN_SYMBOL "moerun_cuda_backend_open_v1"
 
@@ -31,6 +31,10 @@ typedef struct moerun_backend_model {
   int32_t dtype;          /* moerun::DType */
   int32_t weight_scheme;  /* moerun::io::WeightScheme */
   int32_t local_rank;     /* the rank's index on its host: picks the device */
+  int32_t expert_bias;    /* 1: b1, b3 [ff] and b2 [d] follow w1, w3, w2 in the raw form, in dtype */
+  int32_t activation;     /* moerun::io::ExpertActivation: 0 SwiGLU, 1 gpt-oss's clamped SwiGLU */
+  double swiglu_alpha;    /* clamped SwiGLU: (up + 1) * gate * sigmoid(alpha * gate), */
+  double swiglu_limit;    /* gate clamped above at limit, up to [-limit, limit] */
 } moerun_backend_model;
 
 typedef struct moerun_buffer_info {

@@ -103,9 +103,16 @@ class CBackend final : public ExpertBackend, public BackendTiming {
 
 std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library,
                                               const io::ModelConfig& config, int local_rank) {
-  const moerun_backend_model model{MOERUN_BACKEND_ABI_VERSION, config.hidden_size, config.intermediate_size,
-                                   static_cast<int32_t>(config.dtype), static_cast<int32_t>(config.expert_format.scheme),
-                                   local_rank};
+  const moerun_backend_model model{MOERUN_BACKEND_ABI_VERSION,
+                                   config.hidden_size,
+                                   config.intermediate_size,
+                                   static_cast<int32_t>(config.dtype),
+                                   static_cast<int32_t>(config.expert_format.scheme),
+                                   local_rank,
+                                   config.expert_bias ? 1 : 0,
+                                   static_cast<int32_t>(config.expert_activation),
+                                   config.swiglu_alpha,
+                                   config.swiglu_limit};
   moerun_backend_ops ops{};
   moerun_backend_error err{};
   moerun_backend* b = open(&model, &ops, &err);

@@ -104,7 +104,7 @@ void CacheCounters::add(const CacheCounters& o) { combine_counters(*this, o); }
 
 ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
                          std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph)
-    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_layers),
+    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_moe_layers()),
       num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
   // The budget counts what a slot really takes in the backend's memory, padding included.
   slot_bytes_ = backend_.expert_bytes();

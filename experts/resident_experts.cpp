@@ -10,14 +10,14 @@ ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIn
                                  const std::function<bool(int64_t, int64_t)>& owns)
     : backend_(backend), num_experts_(c.num_experts) {
   int64_t owned = 0;
-  for (int64_t l = 0; l < c.num_layers; ++l)
+  for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
   const int64_t need = owned * backend.expert_bytes(), have = backend.memory_bytes();
   if (have > 0 && need > have)
     fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
          " experts need ", need >> 20, " MiB in ", memory_kind_name(backend.weight_memory()), " memory, more than the ",
          have >> 20, " MiB there (", backend.describe(), "); use more expert ranks or the expert cache (--l1-bytes)");
-  for (int64_t l = 0; l < c.num_layers; ++l)
+  for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) {
       if (!owns(l, e)) continue;
       const AlignedBuffer raw = index.load_raw(l, e);

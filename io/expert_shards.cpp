@@ -100,7 +100,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
   idx.shard_files_ = model.shard_names();
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
 
-  const int64_t total = c.num_layers * c.num_experts;
+  const int64_t total = c.num_expert_slots();
   idx.locations_.assign(static_cast<std::size_t>(total), {});
   for (std::size_t si = 0; si < idx.shard_files_.size(); ++si) {
     const std::string fname = model.file(idx.shard_files_[si]);
@@ -111,8 +111,8 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
       if (!h5_exists(file, "/layers")) return;  // an empty shard is allowed
       for (const std::string& ls : h5_children(file, "/layers")) {
         int64_t l;
-        if (!parse_index(ls, c.num_layers, &l))
-          fail(ErrorKind::BadInput, fname, ": group /layers/", ls, " is not a layer index in [0, ", c.num_layers, ")");
+        if (!parse_index(ls, c.num_moe_layers(), &l))
+          fail(ErrorKind::BadInput, fname, ": group /layers/", ls, " is not a MoE layer index in [0, ", c.num_moe_layers(), ")");
         const std::string lp = "/layers/" + ls + "/experts";
         if (!h5_exists(file, lp)) continue;
         for (const std::string& es : h5_children(file, lp)) {
@@ -142,7 +142,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
     });
     idx.identities_.push_back(shard_identity(std::move(entries)));
   }
-  for (int64_t l = 0; l < c.num_layers; ++l)
+  for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e)
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
         fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
@@ -151,7 +151,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
 }
 
 const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) const {
-  if (layer < 0 || layer >= config_.num_layers || expert < 0 || expert >= config_.num_experts)
+  if (layer < 0 || layer >= config_.num_moe_layers() || expert < 0 || expert >= config_.num_experts)
     fail(ErrorKind::Internal, "expert (", layer, ", ", expert, ") out of range");
   return locations_[static_cast<std::size_t>(layer * config_.num_experts + expert)];
 }

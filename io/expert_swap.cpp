@@ -44,8 +44,8 @@ std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelCo
         if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
           fail(ErrorKind::BadInput, where, ".experts: ", printable(p.dump()), " is not [layer, expert]");
         const int64_t l = p[0].get<int64_t>(), e = p[1].get<int64_t>();
-        if (l < 0 || l >= c.num_layers || e < 0 || e >= c.num_experts)
-          fail(ErrorKind::BadInput, where, ".experts: [", l, ", ", e, "] is outside the model's ", c.num_layers, " layers x ",
+        if (l < 0 || l >= c.num_moe_layers() || e < 0 || e >= c.num_experts)
+          fail(ErrorKind::BadInput, where, ".experts: [", l, ", ", e, "] is outside the model's ", c.num_moe_layers(), " MoE layers x ",
                c.num_experts, " experts");
         sw.experts.push_back({l, e});
       }
@@ -68,7 +68,7 @@ void read_swap_entry(const ExpertSwap& sw, const ModelConfig& c, const std::func
   h5_reading(sw.shard, [&] {
     std::vector<std::pair<int64_t, int64_t>> list = sw.experts;
     if (sw.all)
-      for (int64_t l = 0; l < c.num_layers; ++l)
+      for (int64_t l = 0; l < c.num_moe_layers(); ++l)
         for (int64_t e = 0; e < c.num_experts; ++e)
           if (h5_exists(file, expert_group_path(l, e))) list.push_back({l, e});
     if (list.empty()) fail(ErrorKind::BadInput, sw.shard, ": holds no expert of this model (/layers/L/experts/E)");

@@ -110,6 +110,24 @@ std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
   return layer_name(l, s);
 }
 
+// The checkpoint tensor that holds a dense dataset of model.h5.
+std::string hf_dense_name(const DenseDataset& ds, const NameMap& nm, bool tied) {
+  if (ds.layer < 0) {
+    if (ds.name == "embed_tokens" || (ds.name == "lm_head" && tied)) return "model.embed_tokens.weight";
+    return ds.name == "final_norm" ? "model.norm.weight" : "lm_head.weight";
+  }
+  const std::map<std::string, std::string> by_name{
+      {"attn_norm", nm.attn_norm}, {"ffn_norm", nm.ffn_norm}, {"wq", nm.q + ".weight"}, {"wk", nm.k + ".weight"},
+      {"wv", nm.v + ".weight"}, {"wo", nm.o + ".weight"}, {"bq", nm.q + ".bias"}, {"bk", nm.k + ".bias"}, {"bv", nm.v + ".bias"},
+      {"bo", nm.o + ".bias"}, {"gate", nm.gate}, {"q_norm", nm.q_norm}, {"k_norm", nm.k_norm}, {"sinks", "self_attn.sinks"},
+      {"gate_bias", "mlp.router.bias"}, {"mlp/w1", "mlp.gate_proj.weight"}, {"mlp/w3", "mlp.up_proj.weight"},
+      {"mlp/w2", "mlp.down_proj.weight"}, {"shared_expert/w1", nm.shared_w1}, {"shared_expert/w3", nm.shared_w3},
+      {"shared_expert/w2", nm.shared_w2}, {"shared_expert_gate", nm.shared_gate}};
+  const auto it = by_name.find(ds.name);
+  if (it == by_name.end()) fail(ErrorKind::Internal, "no checkpoint name for dataset ", ds.path);
+  return layer_name(ds.layer, it->second);
+}
+
 // xxh64 of a file's bytes, read in blocks.
 uint64_t file_xxh64(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -217,6 +235,7 @@ class CheckpointExperts {
   void expect(std::map<std::string, ExpectedTensor>& out) const {
     const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
     for (int64_t l = 0; l < c_.num_layers; ++l) {
+      if (!c_.is_moe_layer(l)) continue;
       if (form_ == Form::PerExpert) {
         for (int64_t e = 0; e < E; ++e) {
           out[expert_name(l, e, nm_.expert_w1)] = {{ff, d}};
@@ -370,6 +389,28 @@ void read_rope(const HfConfig& h, ModelConfig& c) {
   }
 }
 
+// Qwen's dense layers: those in mlp_only_layers, and those that decoder_sparse_step skips (a layer is
+// MoE when (l + 1) % step == 0), each an MLP of intermediate_size (Qwen2MoeDecoderLayer).
+void read_dense_layers(const HfConfig& h, ModelConfig& c) {
+  const int64_t step = h.integer_or("decoder_sparse_step", 1);
+  if (step < 1) fail(ErrorKind::BadInput, h.where, ": field decoder_sparse_step is ", step, ", expected >= 1");
+  std::vector<MlpKind> kinds(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if ((l + 1) % step != 0) kinds[static_cast<std::size_t>(l)] = MlpKind::Dense;
+  if (h.has("mlp_only_layers")) {
+    const json& list = h.j["mlp_only_layers"];
+    if (!list.is_array()) fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers is not a list of layer indices");
+    for (const json& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
+        fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers has ", v.dump(), ", expected layer indices in [0, ", c.num_layers, ")");
+      kinds[static_cast<std::size_t>(v.get<int64_t>())] = MlpKind::Dense;
+    }
+  }
+  if (std::find(kinds.begin(), kinds.end(), MlpKind::Dense) == kinds.end()) return;
+  c.layer_mlp = std::move(kinds);
+  c.dense_intermediate_size = h.integer("intermediate_size");
+}
+
 // gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
 void read_layer_types(const HfConfig& h, ModelConfig& c) {
   c.sliding_window = h.integer_or("sliding_window", 0);
@@ -442,10 +483,7 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
       c.qk_norm = QkNorm::PerHead;
       c.attention_bias = c.attention_out_bias = h.flag_or("attention_bias", false);  // Qwen3: q, k, v and o alike
     }
-    if (h.integer_or("decoder_sparse_step", 1) != 1)
-      fail(ErrorKind::BadInput, where, ": field decoder_sparse_step is not 1; dense MLP layers between MoE layers are not supported yet");
-    if (h.has("mlp_only_layers") && !j["mlp_only_layers"].empty())
-      fail(ErrorKind::BadInput, where, ": field mlp_only_layers is not empty; dense MLP layers are not supported yet");
+    read_dense_layers(h, c);
     if (h.flag_or("use_sliding_window", false)) {
       if (type == "qwen2_moe") fail(ErrorKind::BadInput, where, ": use_sliding_window is true; not supported for qwen2_moe");
       all_layers_sliding(h.integer("sliding_window"));
@@ -574,8 +612,12 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     json j = json::parse(ckpt.config_text(), nullptr, false);
     return j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
   }();
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
-  const int64_t total_experts = c.num_layers * c.num_experts;
+  const int64_t d = c.hidden_size, ff = c.intermediate_size;
+  const int64_t total_experts = c.num_expert_slots();
+  std::vector<int64_t> moe_layers;  // the decoder layer of each row of the expert tables
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.is_moe_layer(l)) moe_layers.push_back(l);
+  const auto decoder_layer = [&](int64_t slot) { return moe_layers[static_cast<std::size_t>(slot / c.num_experts)]; };
   const int64_t expert_bytes = c.bytes_per_expert();
   const int shards = cfg.shards > 0 ? cfg.shards
                                     : static_cast<int>(std::clamp<int64_t>((total_experts * expert_bytes + (int64_t{2} << 30) - 1) >> 31, 1,
@@ -612,38 +654,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     dense.emplace_back(hf, std::move(shape));
     ours.push_back(dataset);
   };
-  plan("model.embed_tokens.weight", {c.vocab_size, d}, "/embed_tokens");
-  plan("model.norm.weight", {d}, "/final_norm");
-  plan(tied ? "model.embed_tokens.weight" : "lm_head.weight", {c.vocab_size, d}, "/lm_head");
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "/layers/" + std::to_string(l) + "/";
-    plan(layer_name(l, nm.attn_norm), {d}, p + "attn_norm");
-    plan(layer_name(l, nm.q + ".weight"), {q, d}, p + "wq");
-    plan(layer_name(l, nm.k + ".weight"), {kv, d}, p + "wk");
-    plan(layer_name(l, nm.v + ".weight"), {kv, d}, p + "wv");
-    plan(layer_name(l, nm.o + ".weight"), {d, q}, p + "wo");
-    plan(layer_name(l, nm.ffn_norm), {d}, p + "ffn_norm");
-    plan(layer_name(l, nm.gate), {c.num_experts, d}, p + "gate");
-    if (c.attention_bias) {
-      plan(layer_name(l, nm.q + ".bias"), {q}, p + "bq");
-      plan(layer_name(l, nm.k + ".bias"), {kv}, p + "bk");
-      plan(layer_name(l, nm.v + ".bias"), {kv}, p + "bv");
-    }
-    if (c.qk_norm != QkNorm::None) {
-      const bool per_head = c.qk_norm == QkNorm::PerHead;
-      plan(layer_name(l, nm.q_norm), {per_head ? c.head_dim : q}, p + "q_norm");
-      plan(layer_name(l, nm.k_norm), {per_head ? c.head_dim : kv}, p + "k_norm");
-    }
-    if (c.attention_out_bias) plan(layer_name(l, nm.o + ".bias"), {d}, p + "bo");
-    if (c.attention_sinks) plan(layer_name(l, "self_attn.sinks"), {c.num_heads}, p + "sinks");
-    if (c.router_bias) plan(layer_name(l, "mlp.router.bias"), {c.num_experts}, p + "gate_bias");
-    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-      plan(layer_name(l, nm.shared_w1), {sff, d}, p + "shared_expert/w1");
-      plan(layer_name(l, nm.shared_w3), {sff, d}, p + "shared_expert/w3");
-      plan(layer_name(l, nm.shared_w2), {d, sff}, p + "shared_expert/w2");
-      plan(layer_name(l, nm.shared_gate), {1, d}, p + "shared_expert_gate");
-    }
-  }
+  for (const DenseDataset& ds : dense_datasets(c)) plan(hf_dense_name(ds, nm, tied), ds.shape, ds.path);
 
   // Before anything is written: every tensor the config implies is there with its shape, and the
   // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
@@ -689,7 +700,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     const int64_t begin = total_experts * s / shards, end = total_experts * (s + 1) / shards;
     const std::string path = (fs::path(cfg.out) / shard_file_name(s)).string();
     if (finished_before(path, fingerprint)) {
-      for (int64_t i = begin; i < end; ++i) experts.skip(reader, i / c.num_experts, i % c.num_experts);
+      for (int64_t i = begin; i < end; ++i) experts.skip(reader, decoder_layer(i), i % c.num_experts);
       ++rep.files_kept;
       continue;
     }
@@ -697,7 +708,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     {
       ExpertShardWriter w(out.temp_path(), c, path);
       for (int64_t i = begin; i < end; ++i) {
-        const ExpertTensors t = experts.read(reader, i / c.num_experts, i % c.num_experts);
+        const ExpertTensors t = experts.read(reader, decoder_layer(i), i % c.num_experts);  // written at its MoE layer's row
         w.write(i / c.num_experts, i % c.num_experts, t.w1.data(), t.w3.data(), t.w2.data(), t.bias.empty() ? nullptr : t.bias.data());
       }
       w.set_attr("converted_from", fingerprint);

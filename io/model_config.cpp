@@ -34,25 +34,50 @@ RopeType parse_rope_type(const std::string& name, const std::string& where) {
 }
 
 const char* attention_kind_name(AttentionKind k) { return k == AttentionKind::Sliding ? "sliding" : "full"; }
+const char* mlp_kind_name(MlpKind k) { return k == MlpKind::Dense ? "dense" : "moe"; }
 
-std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where) {
-  std::vector<AttentionKind> out;
+namespace {
+// A comma-separated list of per-layer kinds, each one of the two names `name_of` gives.
+template <class Kind>
+std::vector<Kind> parse_layer_kinds(const std::string& text, const std::string& where, const char* attribute, Kind a, Kind b,
+                                    const char* (*name_of)(Kind)) {
+  std::vector<Kind> out;
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, comma - start);
-    if (item == "full") out.push_back(AttentionKind::Full);
-    else if (item == "sliding") out.push_back(AttentionKind::Sliding);
-    else fail(ErrorKind::BadInput, where, ": layer_types entry ", out.size(), " is \"", item, "\", expected full or sliding");
+    if (item == name_of(a)) out.push_back(a);
+    else if (item == name_of(b)) out.push_back(b);
+    else fail(ErrorKind::BadInput, where, ": ", attribute, " entry ", out.size(), " is \"", item, "\", expected ", name_of(a), " or ", name_of(b));
     start = comma + 1;
   }
   return out;
 }
 
-std::string layer_attention_text(const std::vector<AttentionKind>& kinds) {
+template <class Kind>
+std::string layer_kinds_text(const std::vector<Kind>& kinds, const char* (*name_of)(Kind)) {
   std::string s;
-  for (std::size_t i = 0; i < kinds.size(); ++i) s += std::string(i ? "," : "") + attention_kind_name(kinds[i]);
+  for (std::size_t i = 0; i < kinds.size(); ++i) s += std::string(i ? "," : "") + name_of(kinds[i]);
   return s;
+}
+}  // namespace
+
+std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where) {
+  return parse_layer_kinds(text, where, "layer_types", AttentionKind::Full, AttentionKind::Sliding, attention_kind_name);
+}
+std::string layer_attention_text(const std::vector<AttentionKind>& kinds) { return layer_kinds_text(kinds, attention_kind_name); }
+std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where) {
+  return parse_layer_kinds(text, where, "layer_mlp", MlpKind::Moe, MlpKind::Dense, mlp_kind_name);
+}
+std::string layer_mlp_text(const std::vector<MlpKind>& kinds) { return layer_kinds_text(kinds, mlp_kind_name); }
+
+int64_t ModelConfig::num_moe_layers() const {
+  return layer_mlp.empty() ? num_layers : std::count(layer_mlp.begin(), layer_mlp.end(), MlpKind::Moe);
+}
+
+int64_t ModelConfig::moe_index(int64_t layer) const {
+  if (!is_moe_layer(layer)) return -1;
+  return layer_mlp.empty() ? layer : std::count(layer_mlp.begin(), layer_mlp.begin() + layer, MlpKind::Moe);
 }
 
 namespace {
@@ -60,6 +85,15 @@ namespace {
 void validate_variants(const ModelConfig& c, const std::string& where) {
   if (!c.layer_attention.empty() && static_cast<int64_t>(c.layer_attention.size()) != c.num_layers)
     fail(ErrorKind::BadInput, where, ": attribute layer_types has ", c.layer_attention.size(), " entries for ", c.num_layers, " layers");
+  if (!c.layer_mlp.empty() && static_cast<int64_t>(c.layer_mlp.size()) != c.num_layers)
+    fail(ErrorKind::BadInput, where, ": attribute layer_mlp has ", c.layer_mlp.size(), " entries for ", c.num_layers, " layers");
+  if (c.num_moe_layers() == 0) fail(ErrorKind::BadInput, where, ": attribute layer_mlp has no moe layer");
+  if (c.num_dense_layers() > 0 && c.dense_intermediate_size <= 0)
+    fail(ErrorKind::BadInput, where, ": attribute dense_intermediate_size is ", c.dense_intermediate_size, ", expected > 0 with dense layers");
+  if (c.dense_intermediate_size < 0 || c.dense_intermediate_size > kMaxIntermediate ||
+      c.dense_intermediate_size * c.hidden_size > kMaxMatrixElements)
+    fail(ErrorKind::BadInput, where, ": attribute dense_intermediate_size is ", c.dense_intermediate_size, ", expected in [0, ",
+         std::min(kMaxIntermediate, kMaxMatrixElements / c.hidden_size), "]");
   const bool any_sliding = std::any_of(c.layer_attention.begin(), c.layer_attention.end(),
                                        [](AttentionKind k) { return k == AttentionKind::Sliding; });
   if (c.sliding_window < 0 || c.sliding_window > kMaxPosition)
@@ -141,7 +175,7 @@ void ModelConfig::validate(const std::string& where) const {
   product_at_most("embed_tokens/lm_head [vocab_size, hidden_size]", vocab_size, hidden_size, kMaxMatrixElements);
   product_at_most("wq [num_heads*head_dim, hidden_size]", num_heads * head_dim, hidden_size, kMaxMatrixElements);
   product_at_most("w1 [intermediate_size, hidden_size]", intermediate_size, hidden_size, kMaxMatrixElements);
-  product_at_most("the expert table num_layers x num_experts", num_layers, num_experts, kMaxExpertTable);
+  product_at_most("the expert table num_layers x num_experts", num_layers, num_experts, kMaxExpertTable);  // bounds the MoE layers' too
   if (shared_expert_intermediate_size < 0)
     fail(ErrorKind::BadInput, where, ": attribute shared_expert_intermediate_size is ", shared_expert_intermediate_size, ", expected >= 0");
   at_most("shared_expert_intermediate_size", shared_expert_intermediate_size, kMaxIntermediate);
@@ -167,15 +201,17 @@ int64_t ModelConfig::dense_params() const {
   const int64_t d = hidden_size;
   const int64_t q = num_heads * head_dim;
   const int64_t kv = num_kv_heads * head_dim;
-  int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/ + num_experts * d;
+  int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/;
   if (attention_bias) per_layer += q + 2 * kv;
   if (attention_out_bias) per_layer += d;
   if (attention_sinks) per_layer += num_heads;
-  if (router_bias) per_layer += num_experts;
   if (qk_norm == QkNorm::Projection) per_layer += q + kv;
   if (qk_norm == QkNorm::PerHead) per_layer += 2 * head_dim;
-  if (shared_expert_intermediate_size > 0) per_layer += 3 * shared_expert_intermediate_size * d + d;
-  return 2 * vocab_size * d + d + num_layers * per_layer;
+  // The MoE layers' gate and shared expert; the dense layers' MLP.
+  int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0);
+  if (shared_expert_intermediate_size > 0) per_moe_layer += 3 * shared_expert_intermediate_size * d + d;
+  const int64_t per_dense_layer = 3 * dense_intermediate_size * d;
+  return 2 * vocab_size * d + d + num_layers * per_layer + num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;
 }
 
 int64_t ModelConfig::kv_bytes(int64_t context) const {

@@ -28,8 +28,9 @@ inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x exp
 enum class QkNorm : int64_t { None = 0, Projection = 1, PerHead = 2 };  // OLMoE: the whole projection; Qwen3: each head
 enum class AttentionKind : uint8_t { Full, Sliding };
 enum class RouterScoring { SoftmaxTopK, TopKSoftmax };  // gpt-oss: top-k of the logits, softmax over the chosen
-enum class ExpertActivation { SwiGlu, ClampedSwiGlu };  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
+enum class ExpertActivation : int32_t { SwiGlu = 0, ClampedSwiGlu = 1 };  // values cross the backend C interface  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
 enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3 };
+enum class MlpKind : uint8_t { Moe, Dense };  // Qwen's mlp_only_layers / decoder_sparse_step, DeepSeek's first_k_dense_replace
 
 // RoPE scaling as Hugging Face's rope_scaling / rope_parameters give it (modeling_rope_utils).
 struct RopeScaling {
@@ -44,6 +45,7 @@ struct RopeScaling {
 };
 const char* rope_type_name(RopeType t);
 const char* attention_kind_name(AttentionKind k);
+const char* mlp_kind_name(MlpKind k);
 
 struct ModelConfig {
   std::string architecture = "mixtral";
@@ -73,6 +75,10 @@ struct ModelConfig {
   bool attention_sinks = false;                 // a learned logit per head joins each softmax and is dropped after it (gpt_oss)
   int64_t sliding_window = 0;                   // W of the sliding layers: a query attends to the last W positions, itself included
   std::vector<AttentionKind> layer_attention;   // [num_layers]; empty: every layer full
+  // A dense layer has a SwiGLU MLP of its own width on the router ranks instead of experts and a
+  // gate. The expert tables (shards, placement, cache, traces) number the MoE layers only, in order.
+  std::vector<MlpKind> layer_mlp;               // [num_layers]; empty: every layer MoE
+  int64_t dense_intermediate_size = 0;          // the dense layers' MLP width
   RopeScaling rope;
   bool router_bias = false;                     // a bias on the gate linear (gpt_oss)
   RouterScoring router_scoring = RouterScoring::SoftmaxTopK;
@@ -92,16 +98,24 @@ struct ModelConfig {
   }
   // The window of a layer's attention, 0 for full attention.
   int64_t window_of(int64_t layer) const { return attention_kind(layer) == AttentionKind::Sliding ? sliding_window : 0; }
+  bool is_moe_layer(int64_t layer) const {
+    return layer_mlp.empty() || layer_mlp[static_cast<std::size_t>(layer)] == MlpKind::Moe;
+  }
+  int64_t num_moe_layers() const;
+  int64_t num_dense_layers() const { return num_layers - num_moe_layers(); }
+  // The decoder layer's index among the MoE layers (its row in the expert tables), -1 for a dense one.
+  int64_t moe_index(int64_t layer) const;
   // Elements of one expert's biases (b1, b3 [ff], b2 [d]), 0 without them.
   int64_t expert_bias_params() const { return expert_bias ? 2 * intermediate_size + hidden_size : 0; }
 
   // Parameter counts (elements, not bytes).
   int64_t params_per_expert() const { return 3 * hidden_size * intermediate_size + expert_bias_params(); }
-  int64_t expert_params() const { return num_layers * num_experts * params_per_expert(); }
+  int64_t expert_params() const { return num_moe_layers() * num_experts * params_per_expert(); }
+  int64_t num_expert_slots() const { return num_moe_layers() * num_experts; }  // experts in the model
   int64_t dense_params() const;
   int64_t total_params() const { return dense_params() + expert_params(); }
   // Parameters applied to one token: all dense ones plus top_k experts per layer.
-  int64_t active_params_per_token() const { return dense_params() + num_layers * top_k * params_per_expert(); }
+  int64_t active_params_per_token() const { return dense_params() + num_moe_layers() * top_k * params_per_expert(); }
   int64_t bytes_per_expert() const { return params_per_expert() * static_cast<int64_t>(dtype_size(dtype)); }
   // KV cache bytes per token of context (fp32 K and V for every layer).
   int64_t kv_bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
@@ -113,6 +127,9 @@ DType parse_dtype(const std::string& name, const std::string& where);
 // "full,sliding,full" <-> layer kinds; BadInput naming `where` and the entry that is neither.
 std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where);
 std::string layer_attention_text(const std::vector<AttentionKind>& kinds);
+// "moe,dense,moe" <-> layer MLP kinds (attribute layer_mlp).
+std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where);
+std::string layer_mlp_text(const std::vector<MlpKind>& kinds);
 RopeType parse_rope_type(const std::string& name, const std::string& where);
 
 // The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss").

@@ -145,6 +145,8 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   c.attention_sinks = flag("attention_sinks");
   c.sliding_window = h5_attr_int(file, "sliding_window").value_or(0);
   if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = parse_layer_attention(*types, fname);
+  if (const auto mlp = h5_attr_string(file, "layer_mlp")) c.layer_mlp = parse_layer_mlp(*mlp, fname);
+  c.dense_intermediate_size = h5_attr_int(file, "dense_intermediate_size").value_or(0);
   c.rope.type = parse_rope_type(text("rope_type", "default"), fname);
   c.rope.factor = number("rope_factor", 1.0);
   c.rope.original_max_position = h5_attr_int(file, "rope_original_max_position").value_or(0);
@@ -221,6 +223,54 @@ ModelConfig read_model_config(const ModelLocation& model) {
   return read_model_config(model.open("model.h5"), model.file("model.h5"));
 }
 
+std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  std::vector<DenseDataset> out;
+  auto add = [&](int64_t layer, const std::string& name, std::vector<int64_t> shape) {
+    const std::string path = layer < 0 ? "/" + name : "/layers/" + std::to_string(layer) + "/" + name;
+    out.push_back({path, name, layer, std::move(shape)});
+  };
+  add(-1, "embed_tokens", {c.vocab_size, d});
+  add(-1, "final_norm", {d});
+  add(-1, "lm_head", {c.vocab_size, d});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    add(l, "attn_norm", {d});
+    add(l, "wq", {q, d});
+    add(l, "wk", {kv, d});
+    add(l, "wv", {kv, d});
+    add(l, "wo", {d, q});
+    add(l, "ffn_norm", {d});
+    if (c.attention_bias) {
+      add(l, "bq", {q});
+      add(l, "bk", {kv});
+      add(l, "bv", {kv});
+    }
+    if (c.qk_norm != QkNorm::None) {
+      const bool per_head = c.qk_norm == QkNorm::PerHead;
+      add(l, "q_norm", {per_head ? c.head_dim : q});
+      add(l, "k_norm", {per_head ? c.head_dim : kv});
+    }
+    if (c.attention_out_bias) add(l, "bo", {d});
+    if (c.attention_sinks) add(l, "sinks", {c.num_heads});
+    if (!c.is_moe_layer(l)) {
+      const int64_t dff = c.dense_intermediate_size;
+      add(l, "mlp/w1", {dff, d});
+      add(l, "mlp/w3", {dff, d});
+      add(l, "mlp/w2", {d, dff});
+      continue;
+    }
+    add(l, "gate", {c.num_experts, d});
+    if (c.router_bias) add(l, "gate_bias", {c.num_experts});
+    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
+      add(l, "shared_expert/w1", {sff, d});
+      add(l, "shared_expert/w3", {sff, d});
+      add(l, "shared_expert/w2", {d, sff});
+      add(l, "shared_expert_gate", {1, d});
+    }
+  }
+  return out;
+}
+
 namespace {
 DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
   DenseWeights w;
@@ -247,9 +297,16 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, c.format_version);
     L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype, c.format_version);
     L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
-    std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
-    L.gate.allocate(DType::F32, c.num_experts, d);
-    std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
+    if (c.is_moe_layer(l)) {
+      std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
+      L.gate.allocate(DType::F32, c.num_experts, d);
+      std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
+    } else {
+      const int64_t dff = c.dense_intermediate_size;
+      L.mlp.w1 = read_matrix(file, fname, p + "mlp/w1", dff, d, c.dtype, c.format_version);
+      L.mlp.w3 = read_matrix(file, fname, p + "mlp/w3", dff, d, c.dtype, c.format_version);
+      L.mlp.w2 = read_matrix(file, fname, p + "mlp/w2", d, dff, c.dtype, c.format_version);
+    }
     if (c.attention_bias) {
       L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype, c.format_version);
       L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype, c.format_version);
@@ -262,6 +319,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     }
     if (c.attention_out_bias) L.bo = read_vector_f32(file, fname, p + "bo", {d}, c.dtype, c.format_version);
     if (c.attention_sinks) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
+    if (!c.is_moe_layer(l)) continue;  // the rest belongs to the MoE block
     if (c.router_bias) L.gate_bias = read_vector_f32(file, fname, p + "gate_bias", {c.num_experts}, c.dtype, c.format_version);
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
       L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype, c.format_version);
@@ -331,6 +389,10 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "attention_sinks", int64_t{c.attention_sinks ? 1 : 0});
   h5_set_attr(file_, "sliding_window", c.sliding_window);
   if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", layer_attention_text(c.layer_attention));
+  if (!c.layer_mlp.empty()) {
+    h5_set_attr(file_, "layer_mlp", layer_mlp_text(c.layer_mlp));
+    h5_set_attr(file_, "dense_intermediate_size", c.dense_intermediate_size);
+  }
   h5_set_attr(file_, "rope_type", std::string(rope_type_name(c.rope.type)));
   if (c.rope.type != RopeType::Default) {
     h5_set_attr(file_, "rope_factor", c.rope.factor);

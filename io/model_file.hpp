@@ -17,7 +17,8 @@ struct DenseLayerWeights {
   std::vector<float> attn_norm;  // [d]
   std::vector<float> ffn_norm;   // [d]
   WeightMatrix wq, wk, wv, wo;   // stored dtype
-  WeightMatrix gate;             // always float32: gate logits are computed in fp32
+  WeightMatrix gate;             // MoE layers; always float32: gate logits are computed in fp32
+  FfnWeights mlp;                // dense layers (layer_mlp): w1, w3 [dense_ff, d], w2 [d, dense_ff]
   // Variants (empty unless the config turns them on).
   std::vector<float> bq, bk, bv;            // attention_bias: [heads*hd], [kv*hd], [kv*hd]
   std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd] over the projection; [hd] each per head
@@ -37,6 +38,17 @@ struct DenseWeights {
 };
 
 std::string model_h5_path(const std::string& model_dir);
+
+// One dense dataset of model.h5 as the config implies it: `name` is its path under /layers/L/ (or
+// under the root, with layer -1), `shape` as stored. dense_datasets() lists them in write order,
+// so synth and convert write what load_dense_weights reads.
+struct DenseDataset {
+  std::string path;  // "/layers/3/wq", "/embed_tokens"
+  std::string name;  // "wq", "embed_tokens"
+  int64_t layer = -1;
+  std::vector<int64_t> shape;
+};
+std::vector<DenseDataset> dense_datasets(const ModelConfig& c);
 
 // Reads and validates the root attributes of model.h5 (a directory's or an object-store prefix's).
 ModelConfig read_model_config(const ModelLocation& model);

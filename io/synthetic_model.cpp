@@ -27,7 +27,67 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// A gate whose logits favour a seeded ranking of experts per layer and topic (different hot experts
+// per layer), as a bias along the topic's direction.
+void write_skewed_gate(ModelFileWriter& w, const SynthConfig& cfg, const DenseDataset& ds, const std::vector<std::vector<float>>& dirs) {
+  const ModelConfig& c = cfg.model;
+  const int64_t d = c.hidden_size, topics = static_cast<int64_t>(dirs.size());
+  const std::string& p = ds.path.substr(0, ds.path.size() - ds.name.size());
+  std::vector<float> g = synth_tensor(cfg.seed, ds.path, c.num_experts * d, 1.0f / std::sqrt(static_cast<float>(d)));
+  for (int64_t t = 0; t < topics; ++t) {
+    std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
+    for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
+    std::vector<float> key = synth_tensor(cfg.seed, cfg.gate_topics > 0 ? p + "gate_rank/" + std::to_string(t) : p + "gate_rank",
+                                          c.num_experts, 1.0f);
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
+    const std::vector<float>& dir = dirs[static_cast<std::size_t>(t)];
+    for (int64_t r = 0; r < c.num_experts; ++r) {
+      const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
+      const int64_t e = order[static_cast<std::size_t>(r)];
+      for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
+    }
+  }
+  w.write(ds.path, ds.shape, g.data());
+}
+
+// Norm weights near 1, biases and sinks small, matrices scaled by 1/sqrt(fan_in): activations stay
+// O(1) through the layers.
+bool is_norm(const DenseDataset& ds) { return ds.name.size() >= 4 && ds.name.compare(ds.name.size() - 4, 4, "norm") == 0; }
+float synth_offset(const DenseDataset& ds) { return is_norm(ds) ? 1.0f : 0.0f; }
+float synth_scale(const DenseDataset& ds) {
+  if (is_norm(ds)) return 0.05f;
+  if (ds.shape.size() == 1) return ds.name == "sinks" ? 1.0f : 0.1f;  // biases, sinks
+  return 1.0f / std::sqrt(static_cast<float>(ds.shape[1]));
+}
+
 }  // namespace
+
+void apply_family(const std::string& family, ModelConfig& m) {
+  if (family != "mixtral" && family != "qwen2_moe" && family != "olmoe" && family != "qwen3_moe" && family != "gpt_oss")
+    fail(ErrorKind::Usage, "--family \"", family, "\" is not one of ", supported_architectures());
+  m.architecture = family;
+  m.norm_topk_prob = family == "mixtral" || family == "qwen3_moe";
+  if (family == "qwen2_moe") {
+    m.attention_bias = true;
+    m.shared_expert_intermediate_size = 2 * m.intermediate_size;
+  } else if (family == "olmoe") {
+    m.qk_norm = QkNorm::Projection;
+  } else if (family == "qwen3_moe") {
+    m.qk_norm = QkNorm::PerHead;
+  } else if (family == "gpt_oss") {
+    m.attention_bias = m.attention_out_bias = m.attention_sinks = true;
+    m.router_bias = m.expert_bias = true;
+    m.router_scoring = RouterScoring::TopKSoftmax;
+    m.expert_activation = ExpertActivation::ClampedSwiGlu;
+    m.sliding_window = std::max<int64_t>(1, std::min<int64_t>(128, m.max_position / 4));
+    m.layer_attention.clear();
+    for (int64_t l = 0; l < m.num_layers; ++l) m.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
+    m.rope.type = RopeType::Yarn;
+    m.rope.factor = 32;
+    m.rope.original_max_position = 4096;
+    m.rope.truncate = false;
+  }
+}
 
 void SynthConfig::validate() const {
   model.validate("synth");
@@ -35,8 +95,8 @@ void SynthConfig::validate() const {
     fail(ErrorKind::Usage, "--gate-topics must be in [0, vocab size ", model.vocab_size, "], not ", gate_topics);
   if (gate_topics > 0 && !(gate_skew > 0)) fail(ErrorKind::Usage, "--gate-topics needs --gate-skew > 0");
   if (shards < 1) fail(ErrorKind::Usage, "--shards must be >= 1");
-  if (shards > model.num_layers * model.num_experts)
-    fail(ErrorKind::Usage, "--shards ", shards, " exceeds the number of experts (", model.num_layers * model.num_experts, ")");
+  if (shards > model.num_expert_slots())
+    fail(ErrorKind::Usage, "--shards ", shards, " exceeds the number of experts (", model.num_expert_slots(), ")");
 }
 
 std::vector<float> synth_tensor(uint64_t seed, const std::string& name, int64_t count, float scale, float offset) {
@@ -56,7 +116,7 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
   cfg.validate();
   const ModelConfig& c = cfg.model;
   const uint64_t seed = cfg.seed;
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim, ff = c.intermediate_size;
+  const int64_t d = c.hidden_size, ff = c.intermediate_size;
   const float sd = 1.0f / std::sqrt(static_cast<float>(d));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -70,7 +130,7 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
     return;
   }
   // Experts: contiguous runs of the flattened (layer, expert) order per shard.
-  const int64_t total = c.num_layers * c.num_experts;
+  const int64_t total = c.num_expert_slots();
   for (int s = 0; s < cfg.shards; ++s) {
     const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
     const std::string path = dir + "/" + shard_file_name(s);
@@ -82,7 +142,8 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
       auto w1 = synth_tensor(seed, p + "/w1", ff * d, sd);
       auto w3 = synth_tensor(seed, p + "/w3", ff * d, sd);
       auto w2 = synth_tensor(seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
-      w.write(l, e, w1.data(), w3.data(), w2.data());
+      const auto bias = c.expert_bias ? synth_tensor(seed, p + "/bias", c.expert_bias_params(), 0.1f) : std::vector<float>{};
+      w.write(l, e, w1.data(), w3.data(), w2.data(), c.expert_bias ? bias.data() : nullptr);
     }
     w.close();
     out.commit();
@@ -137,35 +198,13 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
     } else {
       put("/lm_head", {c.vocab_size, d}, sd);
     }
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const std::string p = "/layers/" + std::to_string(l) + "/";
-      put(p + "attn_norm", {d}, 0.05f, 1.0f);
-      put(p + "wq", {q, d}, sd);
-      put(p + "wk", {kv, d}, sd);
-      put(p + "wv", {kv, d}, sd);
-      put(p + "wo", {d, q}, 1.0f / std::sqrt(static_cast<float>(q)));
-      put(p + "ffn_norm", {d}, 0.05f, 1.0f);
-      if (topics > 0) {
-        std::vector<float> g = synth_tensor(seed, p + "gate", c.num_experts * d, sd);
-        // A seeded ranking per layer and topic (different hot experts per layer), as a bias along
-        // the topic's direction.
-        for (int64_t t = 0; t < topics; ++t) {
-          std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
-          for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
-          std::vector<float> key = synth_tensor(seed, cfg.gate_topics > 0 ? p + "gate_rank/" + std::to_string(t) : p + "gate_rank",
-                                                c.num_experts, 1.0f);
-          std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
-          const std::vector<float>& dir = dirs[static_cast<std::size_t>(t)];
-          for (int64_t r = 0; r < c.num_experts; ++r) {
-            const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
-            const int64_t e = order[static_cast<std::size_t>(r)];
-            for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
-          }
-        }
-        w.write(p + "gate", {c.num_experts, d}, g.data());
-      } else {
-        put(p + "gate", {c.num_experts, d}, sd);
+    for (const DenseDataset& ds : dense_datasets(c)) {
+      if (ds.layer < 0) continue;  // written above
+      if (ds.name == "gate" && topics > 0) {
+        write_skewed_gate(w, cfg, ds, dirs);
+        continue;
       }
+      put(ds.path, ds.shape, synth_scale(ds), synth_offset(ds));
     }
     w.close();
     out.commit();

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # moerun against llama.cpp on the same CPU, the same weights and the same threads (issue 11).
 # Builds llama.cpp from the llama-cpp-python source package on PyPI (it vendors llama.cpp; pinned
-# version, checksum verified), writes a GGUF of a synthetic Mixtral-shaped moe-hdf5 model with the
-# vendored gguf-py (arch llama, q/k permuted, experts stacked), checks that both give the same
+# version, checksum verified), writes a GGUF of a synthetic Mixtral- or Qwen3-MoE-shaped moe-hdf5 model
+# with the vendored gguf-py (arch llama with q/k permuted, or qwen3moe; experts stacked), checks that both give the same
 # greedy tokens, then runs both at each batch size, interleaved, and prints prefill, decode and
 # total tokens/s (min / median / max over the runs) and the ratio of the medians.
 #
 # Usage: launch/bench-peer.sh [--dtypes float32,bfloat16] [--batches 1,8,32] [--runs 3] [--threads 2]
-#                             [--prompt 128] [--new 128] [--out DIR]
-# Output: the table on stdout; DIR/peer.json and DIR/peer.txt (default build/peer/results).
+#                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe]
+# --shape qwen3_moe: 128 experts of width 384, top-8, per-head q/k norms (Qwen3-30B-A3B at half width).
+# Output: the table on stdout; build/peer/results/peer.{json,txt} (peer-qwen3_moe.* for that shape).
 # Takes about 10 minutes to build llama.cpp once on 2 cores (kept in build/peer), then minutes per run.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "io/input_file.hpp"
+#include "io/synthetic_model.hpp"
 
 namespace moerun::launch {
 
@@ -125,7 +126,7 @@ int64_t parse_bytes(const std::string& s, const std::string& option) {
   return static_cast<int64_t>(v * mult);
 }
 
-void add_model_options(po::options_description& o, io::ModelConfig& m, std::string& dtype) {
+void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
   dtype = dtype_name(m.dtype);
   o.add_options()
     ("layers", po::value(&m.num_layers)->default_value(m.num_layers), "num_layers")
@@ -142,12 +143,37 @@ void add_model_options(po::options_description& o, io::ModelConfig& m, std::stri
     ("rms-norm-eps", po::value(&m.rms_norm_eps)->default_value(m.rms_norm_eps), "rms_norm_eps")
     ("bos", po::value(&m.bos_token_id)->default_value(m.bos_token_id), "bos_token_id")
     ("eos", po::value(&m.eos_token_id)->default_value(m.eos_token_id), "eos_token_id")
-    ("dtype", po::value(&dtype)->default_value(dtype), "float32 or bfloat16");
+    ("dtype", po::value(&dtype)->default_value(dtype), "float32 or bfloat16")
+    ("family", po::value(&family)->default_value(family),
+     "layer variants of a family, as convert sets them: mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss (docs/FORMATS.md)")
+    ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
+    ("dense-intermediate", po::value(&dense_intermediate)->default_value(0), "the dense layers' MLP width (default: 4 x intermediate)")
+    ("layer-types", po::value(&layer_types), "per layer full or sliding attention, e.g. sliding,full,sliding,full")
+    ("sliding-window", po::value(&sliding_window), "W of the sliding layers (gpt_oss default: min(128, max_position / 4))")
+    ("shared-intermediate", po::value(&shared_intermediate), "shared expert width (qwen2_moe default: 2 x intermediate; 0: none)")
+    ("rope-type", po::value(&rope_type), "RoPE scaling: default, linear, yarn or llama3 (gpt_oss default: yarn)")
+    ("rope-factor", po::value(&rope_factor), "RoPE scaling factor")
+    ("rope-original-max-position", po::value(&rope_original_max_position), "yarn, llama3: the context trained at");
 }
 
-void apply_model_dtype(const std::string& dtype, io::ModelConfig& m) {
+void ModelOptions::finish(io::ModelConfig& m) const {
   if (dtype != "float32" && dtype != "bfloat16") fail(ErrorKind::Usage, "--dtype must be float32 or bfloat16");
   m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
+  io::apply_family(family, m);
+  try {
+    if (!layer_mlp.empty()) {
+      m.layer_mlp = io::parse_layer_mlp(layer_mlp, "--layer-mlp");
+      m.dense_intermediate_size = dense_intermediate > 0 ? dense_intermediate : 4 * m.intermediate_size;
+    }
+    if (!layer_types.empty()) m.layer_attention = io::parse_layer_attention(layer_types, "--layer-types");
+    if (!rope_type.empty()) m.rope.type = io::parse_rope_type(rope_type, "--rope-type");
+  } catch (const Error& e) {
+    throw Error(ErrorKind::Usage, e.what());
+  }
+  if (sliding_window >= 0) m.sliding_window = sliding_window;
+  if (shared_intermediate >= 0) m.shared_expert_intermediate_size = shared_intermediate;
+  if (rope_factor > 0) m.rope.factor = rope_factor;
+  if (rope_original_max_position > 0) m.rope.original_max_position = rope_original_max_position;
 }
 
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option) {

@@ -21,9 +21,14 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
                         po::variables_map& vm, const po::positional_options_description* positional = nullptr);
 
 // Options for every field of a synthetic model's config (synth, bench infer), defaults from `m`;
-// the dtype is parsed into `m` by apply_model_dtype after parsing.
-void add_model_options(po::options_description& o, io::ModelConfig& m, std::string& dtype);
-void apply_model_dtype(const std::string& dtype, io::ModelConfig& m);
+// the dtype, the family and the layer variants are applied to `m` by finish() after parsing.
+struct ModelOptions {
+  std::string dtype, family = "mixtral", layer_mlp, layer_types, rope_type;
+  int64_t dense_intermediate = 0, sliding_window = -1, shared_intermediate = -1, rope_original_max_position = 0;
+  double rope_factor = 0;
+  void add(po::options_description& o, io::ModelConfig& m);
+  void finish(io::ModelConfig& m) const;  // Usage errors naming the option
+};
 
 // The expert cache options (infer, bench infer). Call finish() after parsing.
 struct CacheOptions {

@@ -1,6 +1,7 @@
 // `moerun bench <what>`: benchmarks with nccl-tests style tables on stdout and --json output.
 #include <cstdlib>
 #include <iostream>
+#include <tuple>
 
 #include "io/output_file.hpp"
 #include "comm/exchange_select.hpp"
@@ -92,9 +93,12 @@ int bench_gemm(int argc, char** argv) {
 
 int bench_layer(int argc, char** argv) {
   bench::LayerBenchConfig c;
-  std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu";
+  std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu", shape = "mixtral";
   po::options_description o("bench layer options");
   o.add_options()
+    ("shape", po::value(&shape)->default_value(shape),
+     "layer shape: mixtral (hidden 1024, 8 experts of 3584, top-2) or qwen3_moe (Qwen3-30B-A3B's: hidden 2048, 128 experts "
+     "of 768, top-8); the options below override it")
     ("hidden", po::value(&c.hidden)->default_value(c.hidden), "hidden size")
     ("experts", po::value(&c.experts)->default_value(c.experts), "number of experts")
     ("intermediate", po::value(&c.intermediate)->default_value(c.intermediate), "expert intermediate size")
@@ -107,6 +111,13 @@ int bench_layer(int argc, char** argv) {
     ("json", po::value(&json), "also write the results as JSON");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench layer [options]", o, vm)) return 0;
+  if (shape == "qwen3_moe") {
+    for (auto [name, field, value] : {std::tuple{"hidden", &c.hidden, int64_t{2048}}, std::tuple{"experts", &c.experts, int64_t{128}},
+                                      std::tuple{"intermediate", &c.intermediate, int64_t{768}}, std::tuple{"top-k", &c.top_k, int64_t{8}}})
+      if (vm[name].defaulted()) *field = value;
+  } else if (shape != "mixtral") {
+    fail(ErrorKind::Usage, "--shape must be mixtral or qwen3_moe, not \"", shape, "\"");
+  }
   with_option_names([&] { c.backend.device = experts::parse_device(device); });
   apply_environment(Environment::read(), c.backend);
   c.tokens = parse_int_list(tokens, "tokens");
@@ -134,14 +145,15 @@ int bench_infer(int argc, char** argv) {
   m.bos_token_id = 1;
   m.eos_token_id = 0;
   c.model.shards = 2;
-  std::string dtype = "float32", json, csv;
+  std::string json, csv;
+  ModelOptions model_options;
   bool no_baseline = false;
   SweepOptions sweep;
   bool cache_compare = false;
   double l1_fraction = 0.25;
   std::string l2_io = "direct", device = "cpu", a2a = "mpi";
   po::options_description o("bench infer options");
-  add_model_options(o, m, dtype);
+  model_options.add(o, m);
   o.add_options()
     ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
     ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
@@ -164,14 +176,14 @@ int bench_infer(int argc, char** argv) {
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
-  apply_model_dtype(dtype, m);
+  m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
+  model_options.finish(m);
   with_option_names([&] {
     c.engine.device = experts::parse_device(device);
     c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
   });
   apply_environment(Environment::read(), c.engine);
   c.engine.option_name = option_name;
-  m.max_position = std::max<int64_t>(m.max_position, c.prompt_len + c.new_tokens + 1);
   c.baseline = !no_baseline;
   if (sweep.on) {
     bench::SweepConfig sc;

@@ -21,11 +21,12 @@ int cmd_synth(int argc, char** argv) {
   m.max_position = 1024;
   m.bos_token_id = 1;
   m.eos_token_id = 2;
-  std::string out, dtype = "float32";
+  std::string out;
+  ModelOptions model_options;
   bool quiet = false;
   po::options_description o("synth options");
   o.add_options()("out", po::value(&out)->required(), "output model directory");
-  add_model_options(o, m, dtype);
+  model_options.add(o, m);
   o.add_options()
     ("shards", po::value(&s.shards)->default_value(s.shards), "number of expert shard files")
     ("seed", po::value(&s.seed)->default_value(s.seed), "random seed (same seed, same model)")
@@ -36,7 +37,7 @@ int cmd_synth(int argc, char** argv) {
     ("quiet", po::bool_switch(&quiet), "no progress lines");
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun synth --out DIR [options]", o, vm)) return 0;
-  apply_model_dtype(dtype, m);
+  model_options.finish(m);
   try {
     m.validate("synth options");
   } catch (const Error& e) {
@@ -45,7 +46,7 @@ int cmd_synth(int argc, char** argv) {
   io::write_synthetic_model(out, s, quiet);
   if (!quiet)
     std::cerr << "moerun synth: " << out << ": " << m.total_params() << " parameters (" << m.expert_params()
-              << " in experts), " << dtype << "\n";
+              << " in experts), " << m.architecture << ", " << dtype_name(m.dtype) << "\n";
   return 0;
 }
 

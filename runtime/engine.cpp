@@ -147,8 +147,8 @@ void Engine::build_store(int64_t rank) {
 
 void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
   placement_ = cfg_.placement_file.empty() || !distributed()
-                   ? experts::round_robin_placement(mc_.num_layers, mc_.num_experts, topo_)
-                   : experts::placement_from_json(cfg_.placement_file, mc_.num_layers, mc_.num_experts, topo_);
+                   ? experts::round_robin_placement(mc_.num_moe_layers(), mc_.num_experts, topo_)
+                   : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);
   if (is_router()) {
     dense_ = io::load_dense_weights(*location_);
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
@@ -234,7 +234,7 @@ void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingSta
 
 void Engine::serve_step() {
   if (!server_) fail(ErrorKind::Internal, "Engine::serve_step on a rank that is not an expert rank, or before start_serving()");
-  for (int64_t l = 0; l < mc_.num_layers; ++l) server_->serve_layer(l, cfg_.micro_batches);
+  for (int64_t m = 0; m < mc_.num_moe_layers(); ++m) server_->serve_layer(m, cfg_.micro_batches);
 }
 
 PhaseSeconds Engine::my_phases() const {
@@ -244,6 +244,7 @@ PhaseSeconds Engine::my_phases() const {
     PhaseSeconds p{{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
                    {"wait_experts", mt.wait}, {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
     if (mc_.shared_expert_intermediate_size > 0) p["shared_expert"] = dt.shared_expert;
+    if (mc_.num_dense_layers() > 0) p["dense_mlp"] = dt.dense_mlp;
     return p;
   }
   if (server_) {

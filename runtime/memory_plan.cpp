@@ -52,17 +52,20 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   const bool single = p.nodes * p.ranks_per_node == 1;
   m.routers = single ? 1 : p.nodes * p.routers_per_node;
   m.expert_ranks = single ? 1 : p.nodes * (p.ranks_per_node - p.routers_per_node);
-  const int64_t all_experts = c.num_layers * c.num_experts;
+  const int64_t all_experts = c.num_expert_slots();
   m.experts_per_rank = p.experts_per_rank > 0 ? p.experts_per_rank : (all_experts + m.expert_ranks - 1) / m.expert_ranks;
   // Router rank. Embeddings, norms and the gate are held as fp32; projections and LM head stored dtype.
   const int64_t sff = c.shared_expert_intermediate_size;
   // Variants: biases, q/k norms and the shared expert's gate are fp32; the shared expert itself is
   // held in the stored dtype like the other projections.
   const int64_t qk_norm = c.qk_norm == io::QkNorm::Projection ? q + kv : c.qk_norm == io::QkNorm::PerHead ? 2 * c.head_dim : 0;
-  const int64_t fp32_per_layer = 2 * d + c.num_experts * d + (c.attention_bias ? q + 2 * kv : 0) + qk_norm + (sff > 0 ? d : 0) +
-                                 (c.attention_out_bias ? d : 0) + (c.attention_sinks ? c.num_heads : 0) + (c.router_bias ? c.num_experts : 0);
-  const int64_t fp32_elems = c.vocab_size * d + d + c.num_layers * fp32_per_layer;
-  const int64_t stored_elems = c.vocab_size * d + c.num_layers * (q * d + 2 * kv * d + d * q + 3 * sff * d);
+  const int64_t fp32_per_layer = 2 * d + (c.attention_bias ? q + 2 * kv : 0) + qk_norm + (c.attention_out_bias ? d : 0) +
+                                 (c.attention_sinks ? c.num_heads : 0);
+  const int64_t fp32_per_moe_layer = c.num_experts * d + (sff > 0 ? d : 0) + (c.router_bias ? c.num_experts : 0);
+  const int64_t L = c.num_layers, Lm = c.num_moe_layers(), Ld = c.num_dense_layers();
+  const int64_t fp32_elems = c.vocab_size * d + d + L * fp32_per_layer + Lm * fp32_per_moe_layer;
+  const int64_t stored_elems =
+      c.vocab_size * d + L * (q * d + 2 * kv * d + d * q) + Lm * 3 * sff * d + Ld * 3 * c.dense_intermediate_size * d;
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
@@ -110,6 +113,9 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   if (c.architecture != "mixtral")
     os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
        << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
+  if (c.num_dense_layers() > 0)
+    os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size
+       << "; " << c.num_moe_layers() << " MoE layers hold the experts)\n";
   if (c.attention_out_bias || c.attention_sinks || c.sliding_window > 0 || c.rope.type != io::RopeType::Default || c.router_bias ||
       c.expert_bias)
     os << "  attention_out_bias " << c.attention_out_bias << ", sinks " << c.attention_sinks << ", sliding_window " << c.sliding_window
@@ -121,7 +127,7 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";
-  os << "  experts          " << c.expert_params() << " (" << c.num_layers * c.num_experts << " experts of "
+  os << "  experts          " << c.expert_params() << " (" << c.num_expert_slots() << " experts of "
      << c.params_per_expert() << ")\n";
   os << std::fixed << std::setprecision(2);
   os << "  active per token " << c.active_params_per_token() << " ("

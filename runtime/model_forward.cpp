@@ -50,8 +50,14 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
   // larger prefill steps.
   constexpr int64_t kTypicalRows = 32;
   mm.pack(w.lm_head, kTypicalRows);
-  for (auto& l : w.layers) {
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) mm.pack(*m, kTypicalRows);
+  for (std::size_t i = 0; i < w.layers.size(); ++i) {
+    io::DenseLayerWeights& l = w.layers[i];
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) mm.pack(*m, kTypicalRows);
+    if (!w.config.is_moe_layer(static_cast<int64_t>(i))) {
+      for (WeightMatrix* m : {&l.mlp.w1, &l.mlp.w3, &l.mlp.w2}) mm.pack(*m, kTypicalRows);
+      continue;
+    }
+    mm.pack(l.gate, kTypicalRows);
     if (w.config.shared_expert_intermediate_size > 0) experts::pack_expert(mm, l.shared_expert);
   }
 }
@@ -63,9 +69,10 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.
   router_.renormalize = weights.config.norm_topk_prob || weights.config.router_scoring == io::RouterScoring::TopKSoftmax;
+  for (int64_t l = 0; l < weights.config.num_layers; ++l) moe_index_.push_back(weights.config.moe_index(l));
 }
 
-void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
+void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
   const io::ModelConfig& c = w_.config;
   const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
@@ -78,7 +85,6 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
   float* v = v_.as<float>() + t0 * KV * hd;
   float* attn = attn_.as<float>() + t0 * H * hd;
   float* tmp = tmp_.as<float>() + t0 * d;
-  double s0 = now();
   if (n > 0) {
     rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
     mm_.linear(xn, n, L.wq, q);
@@ -112,6 +118,15 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
     add_inplace(h, tmp, n * d);
     rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
   }
+}
+
+void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
+  const io::ModelConfig& c = w_.config;
+  const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, m = moe_index_[static_cast<std::size_t>(l)];
+  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+  const float* xn = xn_.as<float>() + t0 * d;
+  double s0 = now();
+  attention(b, mb, l);
   double s1 = now();
   const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
   router::RoutingDecision r =
@@ -120,15 +135,15 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
     const SeqChunk& ch = b.chunks[ci];
     if (!ch.routing) continue;
     const auto first = r.expert.begin() + (ch.first - t0) * c.top_k;
-    (*ch.routing)[static_cast<std::size_t>(l)].insert((*ch.routing)[static_cast<std::size_t>(l)].end(), first, first + ch.count * c.top_k);
+    (*ch.routing)[static_cast<std::size_t>(m)].insert((*ch.routing)[static_cast<std::size_t>(m)].end(), first, first + ch.count * c.top_k);
   }
   if (stats) {
     const std::vector<int64_t> req(b.request.begin() + t0, b.request.begin() + t0 + n);
     const std::vector<int32_t> pos(b.positions.begin() + t0, b.positions.begin() + t0 + n);
-    stats->record(l, r, req, pos);
+    stats->record(m, r, req, pos);
   }
   double s2 = now();
-  moe_.start(l, index, xn, n, r);
+  moe_.start(m, index, xn, n, r);
   double s3 = now();
   // The shared expert runs while the routed experts work on this micro-batch; forward() adds it.
   if (c.shared_expert_intermediate_size > 0 && n > 0)
@@ -137,6 +152,20 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
   times_.gate += s2 - s1;
   times_.moe += s3 - s2;
   times_.shared_expert += now() - s3;
+}
+
+void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t l) {
+  const int64_t T = b.tokens(), d = w_.config.hidden_size;
+  double t0 = now();
+  for (const MicroBatch& mb : mbs) attention(b, mb, l);
+  double t1 = now();
+  if (T > 0) {
+    float* tmp = tmp_.as<float>();
+    experts::expert_ffn_forward(mm_, xn_.as<float>(), T, w_.layers[static_cast<std::size_t>(l)].mlp, tmp, shared_scratch_);
+    add_inplace(h_.as<float>(), tmp, T * d);
+  }
+  times_.attention += t1 - t0;
+  times_.dense_mlp += now() - t1;
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
@@ -155,6 +184,10 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   embed_tokens(w_.embed_tokens.data(), b.ids.data(), T, d, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (moe_index_[static_cast<std::size_t>(l)] < 0) {
+      dense_layer(b, mbs, l);
+      continue;
+    }
     // Ping-pong: micro-batch i+1's attention runs while micro-batch i is with the experts.
     for (int i = 0; i < micro_batches_; ++i) attention_and_gate(b, mbs[static_cast<std::size_t>(i)], l, stats, i);
     double t0 = now();

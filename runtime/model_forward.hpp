@@ -46,6 +46,7 @@ struct DensePhaseTimes {
   double gate = 0;
   double moe = 0;        // inside MoeLayer start/finish (see MoeLayer::times for its split)
   double shared_expert = 0;  // the dense shared expert, where the model has one
+  double dense_mlp = 0;      // the MLP of the dense layers, where the model has some
   double head = 0;       // final norm + LM head
 };
 
@@ -79,7 +80,12 @@ class ModelForward {
   MoeLayer& moe_;
   router::RouterConfig router_;
   int micro_batches_;
+  // Attention of one micro-batch, leaving the normed input of the MLP block in xn_.
+  void attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
+  // A dense layer: attention, then its MLP over the whole batch (no exchange to overlap).
+  void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
+  std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
   RopeFrequencies rope_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   experts::ExpertScratch shared_scratch_;

@@ -17,8 +17,8 @@ void PrefixCacheConfig::validate() const {
   if (block_tokens < 1 || block_tokens > 4096) fail_config("block_tokens", "must be in [1, 4096], not ", block_tokens);
 }
 
-PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t kv_dim, int64_t top_k)
-    : cfg_(cfg), layers_(layers), kv_dim_(kv_dim), top_k_(top_k) {}
+PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t kv_dim, int64_t top_k)
+    : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), kv_dim_(kv_dim), top_k_(top_k) {}
 
 uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t start) const {
   Xxh64 h;
@@ -32,7 +32,7 @@ uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t 
 int64_t PrefixCache::block_bytes() const {
   const int64_t B = cfg_.block_tokens;
   return B * static_cast<int64_t>(sizeof(int32_t)) +
-         layers_ * B * (2 * kv_dim_ * static_cast<int64_t>(sizeof(float)) + top_k_ * static_cast<int64_t>(sizeof(int32_t)));
+         layers_ * B * 2 * kv_dim_ * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
 }
 
 uint64_t PrefixCache::first_block_key(const std::vector<int32_t>& prompt) const {
@@ -48,7 +48,7 @@ bool PrefixCache::has_first_block(const std::vector<int32_t>& prompt) const {
 int64_t PrefixCache::reuse(const std::vector<int32_t>& prompt, int64_t max_tokens, KvCache& kv, PromptRouting& routing) {
   ++c_.lookups;
   const int64_t B = cfg_.block_tokens;
-  routing.assign(static_cast<std::size_t>(layers_), {});
+  routing.assign(static_cast<std::size_t>(moe_layers_), {});
   uint64_t parent = 0;
   int64_t n = 0;
   std::vector<uint64_t> used;
@@ -60,10 +60,8 @@ int64_t PrefixCache::reuse(const std::vector<int32_t>& prompt, int64_t max_token
         !std::equal(it->second.tokens.begin(), it->second.tokens.end(), prompt.begin() + n))
       break;
     Block& b = it->second;
-    for (int64_t l = 0; l < layers_; ++l) {
-      kv.append(l, b.k[l].data(), b.v[l].data(), B);
-      routing[l].insert(routing[l].end(), b.experts[l].begin(), b.experts[l].end());
-    }
+    for (int64_t l = 0; l < layers_; ++l) kv.append(l, b.k[l].data(), b.v[l].data(), B);
+    for (int64_t m = 0; m < moe_layers_; ++m) routing[m].insert(routing[m].end(), b.experts[m].begin(), b.experts[m].end());
     used.push_back(key);
     parent = key;
     n += B;
@@ -91,7 +89,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       b.tokens.assign(prompt.begin() + start, prompt.begin() + start + B);
       b.k.resize(static_cast<std::size_t>(layers_));
       b.v.resize(static_cast<std::size_t>(layers_));
-      b.experts.resize(static_cast<std::size_t>(layers_));
+      b.experts.resize(static_cast<std::size_t>(moe_layers_));
       for (int64_t l = 0; l < layers_; ++l) {
         const int64_t row0 = start - kv.start[l];
         const auto rows = [&](const std::vector<float>& m) {
@@ -99,8 +97,9 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
         };
         b.k[l] = rows(kv.k[l]);
         b.v[l] = rows(kv.v[l]);
-        b.experts[l].assign(routing[l].begin() + start * top_k_, routing[l].begin() + (start + B) * top_k_);
       }
+      for (int64_t m = 0; m < moe_layers_; ++m)
+        b.experts[m].assign(routing[m].begin() + start * top_k_, routing[m].begin() + (start + B) * top_k_);
       lru_.push_front(key);
       b.lru = lru_.begin();
       blocks_.emplace(key, std::move(b));

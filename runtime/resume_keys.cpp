@@ -29,12 +29,14 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
                     int64_t{c.norm_topk_prob}, c.shared_expert_intermediate_size, int64_t{c.attention_bias}, static_cast<int64_t>(c.qk_norm),
                     int64_t{c.attention_out_bias}, int64_t{c.attention_sinks}, c.sliding_window, int64_t{c.router_bias},
                     static_cast<int64_t>(c.router_scoring), int64_t{c.expert_bias}, static_cast<int64_t>(c.expert_activation),
-                    static_cast<int64_t>(c.rope.type), c.rope.original_max_position, int64_t{c.rope.truncate}})
+                    static_cast<int64_t>(c.rope.type), c.rope.original_max_position, int64_t{c.rope.truncate},
+                    c.dense_intermediate_size})
     h.value(v);
   for (double v : {c.rope.factor, c.rope.beta_fast, c.rope.beta_slow, c.rope.attention_factor, c.rope.mscale, c.rope.mscale_all_dim,
                    c.rope.low_freq_factor, c.rope.high_freq_factor, c.swiglu_alpha, c.swiglu_limit})
     h.value(v);
   for (io::AttentionKind k : c.layer_attention) h.value(static_cast<int64_t>(k));
+  for (io::MlpKind k : c.layer_mlp) h.value(static_cast<int64_t>(k));
   h.value(c.rope_theta);
   h.value(c.rms_norm_eps);
   h.vec(w.embed_tokens);
@@ -45,14 +47,15 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
     h.vec(l.ffn_norm);
     for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) hash_matrix(h, *m);
     for (const auto* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.shared_expert_gate, &l.bo, &l.sinks, &l.gate_bias}) h.vec(*v);
-    for (const WeightMatrix* m : {&l.shared_expert.w1, &l.shared_expert.w3, &l.shared_expert.w2}) hash_matrix(h, *m);
+    for (const WeightMatrix* m : {&l.shared_expert.w1, &l.shared_expert.w3, &l.shared_expert.w2, &l.mlp.w1, &l.mlp.w3, &l.mlp.w2})
+      hash_matrix(h, *m);
   }
   return h.digest();
 }
 
 uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const io::ModelConfig& c) {
   Xxh64 h;
-  for (int64_t l = 0; l < c.num_layers; ++l)
+  for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) h.value(index.checksum(l, e));
   return h.digest();
 }

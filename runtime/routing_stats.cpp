@@ -8,11 +8,11 @@
 namespace moerun::runtime {
 
 RoutingStats::RoutingStats(const io::ModelConfig& c, bool keep_trace) : config_(c), keep_trace_(keep_trace) {
-  usage_.assign(static_cast<std::size_t>(c.num_layers), std::vector<int64_t>(static_cast<std::size_t>(c.num_experts), 0));
-  trace_.num_layers = c.num_layers;
+  usage_.assign(static_cast<std::size_t>(c.num_moe_layers()), std::vector<int64_t>(static_cast<std::size_t>(c.num_experts), 0));
+  trace_.num_layers = c.num_moe_layers();
   trace_.num_experts = c.num_experts;
   trace_.top_k = c.top_k;
-  trace_.experts.assign(static_cast<std::size_t>(c.num_layers), {});
+  trace_.experts.assign(static_cast<std::size_t>(c.num_moe_layers()), {});
 }
 
 void RoutingStats::record(int64_t layer, const router::RoutingDecision& d, const std::vector<int64_t>& request,
@@ -71,7 +71,7 @@ double RoutingStats::rerouted_fraction() const { return slots_ ? static_cast<dou
 double RoutingStats::dropped_fraction() const { return slots_ ? static_cast<double>(dropped_) / static_cast<double>(slots_) : 0; }
 double RoutingStats::pruned_fraction() const { return slots_ ? static_cast<double>(pruned_) / static_cast<double>(slots_) : 0; }
 double RoutingStats::experts_per_token() const {
-  return tokens_ ? static_cast<double>(used_slots_) / static_cast<double>(tokens_ * config_.num_layers) : 0;
+  return tokens_ ? static_cast<double>(used_slots_) / static_cast<double>(tokens_ * config_.num_moe_layers()) : 0;
 }
 
 std::string RoutingStats::to_json(double tokens_per_s, double seconds) const {
@@ -92,7 +92,7 @@ std::string RoutingStats::to_json(double tokens_per_s, double seconds) const {
 std::string RoutingStats::summary(double tokens_per_s) const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
-  os << "routing: " << tokens_ << " tokens through " << config_.num_layers << " layers, " << tokens_per_s << " tokens/s\n";
+  os << "routing: " << tokens_ << " tokens through " << config_.num_moe_layers() << " layers, " << tokens_per_s << " tokens/s\n";
   os << "  activation rate " << 100 * activation_rate() << "% of all parameters per token ("
      << 100 * expert_activation_rate() << "% of expert parameters), rerouted " << 100 * rerouted_fraction()
      << "%, dropped " << 100 * dropped_fraction() << "%\n";

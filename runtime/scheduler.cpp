@@ -97,7 +97,7 @@ StepBatch Scheduler::next_step() {
     s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve, windows);
     // At least the last prompt token is computed: its logits give the first generated token.
     if (prefix_) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
-    else s.routing.assign(static_cast<std::size_t>(model_.num_layers), {});
+    else s.routing.assign(static_cast<std::size_t>(model_.num_moe_layers()), {});
     add_chunk(s, std::min(budget, s.prompt_len - s.processed));
   }
   return b;

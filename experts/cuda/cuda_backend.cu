@@ -45,7 +45,7 @@ constexpr std::size_t kCudaMallocAlign = 256;  // cudaMalloc's documented alignm
 
 class CudaExpert final : public ResidentExpert {
  public:
-  cuda::DeviceBuffer weights;  // w1‖w3‖w2 as stored: row-major, the model's dtype
+  cuda::DeviceBuffer weights;  // w1‖w3‖w2 [‖b1‖b3‖b2] as stored: row-major, the model's dtype
   cuda::Event last_use;        // recorded on the compute stream after the GEMMs that read them
   BufferInfo buffer() const override {
     return {MemoryKind::Device, weights.bytes(), round_up(weights.bytes(), kCudaMallocAlign)};
@@ -156,11 +156,28 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     const char* x = t == DType::BF16 ? xb_.as<const char>() : x_.as<const char>();
     x += static_cast<std::size_t>(r.offset * d) * es;
     // G = x·W1ᵀ, U = x·W3ᵀ (fp32), A = silu(G) ⊙ U (rounded to the weights' dtype, as the CPU FFN
-    // stores it), Y = A·W2ᵀ into this expert's rows.
+    // stores it), Y = A·W2ᵀ into this expert's rows. gpt-oss: the biases and the clamped form.
     linear(cublas_.get(), x, r.rows, w1, ff, d, t, g_.as<float>());
     linear(cublas_.get(), x, r.rows, w3, ff, d, t, u_.as<float>());
-    kernels::silu_mul(g_.as<float>(), u_.as<float>(), act_.get(), t == DType::BF16, r.rows * ff, stream_.get());
-    linear(cublas_.get(), act_.get(), r.rows, w2, d, ff, t, y_.as<float>() + r.offset * d);
+    float* y = y_.as<float>() + r.offset * d;
+    const char* bias = w + static_cast<std::size_t>(3 * ff * d) * es;  // b1‖b3‖b2 follow the matrices
+    if (config_.expert_bias || config_.expert_activation == io::ExpertActivation::ClampedSwiGlu) {
+      kernels::GatedActivation a;
+      if (config_.expert_bias) {
+        a.b1 = bias;
+        a.b3 = bias + static_cast<std::size_t>(ff) * es;
+      }
+      a.bias_bf16 = t == DType::BF16;
+      a.clamped = config_.expert_activation == io::ExpertActivation::ClampedSwiGlu;
+      a.alpha = static_cast<float>(config_.swiglu_alpha);
+      a.limit = static_cast<float>(config_.swiglu_limit);
+      kernels::gated_activation(g_.as<float>(), u_.as<float>(), a, act_.get(), t == DType::BF16, r.rows, ff, stream_.get());
+    } else {
+      kernels::silu_mul(g_.as<float>(), u_.as<float>(), act_.get(), t == DType::BF16, r.rows * ff, stream_.get());
+    }
+    linear(cublas_.get(), act_.get(), r.rows, w2, d, ff, t, y);
+    if (config_.expert_bias)
+      kernels::add_row_bias(y, bias + static_cast<std::size_t>(2 * ff) * es, t == DType::BF16, r.rows, d, stream_.get());
     CUDA_CHECK(cudaEventRecord(e.last_use.get(), stream_.get()));
   }
 
@@ -184,9 +201,9 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
   double copy_seconds() const override { return copy_s_; }
 
  private:
-  // w1‖w3‖w2 as stored (io::expert_raw_bytes, which this library does not link).
+  // w1‖w3‖w2 [‖b1‖b3‖b2] as stored (io::expert_raw_bytes, which this library does not link).
   std::size_t raw_bytes() const {
-    return static_cast<std::size_t>(3 * config_.intermediate_size * config_.hidden_size) * dtype_size(config_.dtype);
+    return static_cast<std::size_t>(config_.params_per_expert()) * dtype_size(config_.dtype);
   }
 
   io::ModelConfig config_;

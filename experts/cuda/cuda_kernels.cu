@@ -41,6 +41,39 @@ __global__ void silu_mul_kernel(const float* g, const float* u, void* act, bool 
   }
 }
 
+__device__ float bias_at(const void* b, bool bf16, int64_t i) {
+  return bf16 ? __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(b)[i]) << 16) : static_cast<const float*>(b)[i];
+}
+
+// The CPU's expression order, with _rn operations (no contraction into FMAs).
+__global__ void gated_activation_kernel(const float* g, const float* u, GatedActivation a, void* act, bool bf16_out, int64_t rows,
+                                        int64_t ff) {
+  const int64_t n = rows * ff;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float gv = g[i], uv = u[i];
+    if (a.b1) {
+      gv = __fadd_rn(gv, bias_at(a.b1, a.bias_bf16, i % ff));
+      uv = __fadd_rn(uv, bias_at(a.b3, a.bias_bf16, i % ff));
+    }
+    float out;
+    if (a.clamped) {
+      gv = fminf(gv, a.limit);
+      uv = fminf(fmaxf(uv, -a.limit), a.limit);
+      out = __fmul_rn(__fadd_rn(uv, 1.0f), __fdiv_rn(gv, __fadd_rn(1.0f, expf(__fmul_rn(-a.alpha, gv)))));
+    } else {
+      out = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
+    }
+    if (bf16_out) static_cast<uint16_t*>(act)[i] = round_to_bf16(out);
+    else static_cast<float*>(act)[i] = out;
+  }
+}
+
+__global__ void add_row_bias_kernel(float* y, const void* b, bool bf16, int64_t rows, int64_t d) {
+  const int64_t n = rows * d;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = __fadd_rn(y[i], bias_at(b, bf16, i % d));
+}
+
 __global__ void permute_rows_kernel(const float* x, const int32_t* row_token, int64_t rows, int64_t d, float* out) {
   const int64_t n = rows * d;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -82,6 +115,19 @@ void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream)
 void silu_mul(const float* g, const float* u, void* act, bool bf16_out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(g, u, act, bf16_out, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gated_activation(const float* g, const float* u, const GatedActivation& a, void* act, bool bf16_out, int64_t rows, int64_t ff,
+                      cudaStream_t stream) {
+  if (rows * ff <= 0) return;
+  gated_activation_kernel<<<blocks_for(rows * ff), kThreads, 0, stream>>>(g, u, a, act, bf16_out, rows, ff);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_row_bias(float* y, const void* b, bool bias_bf16, int64_t rows, int64_t d, cudaStream_t stream) {
+  if (rows * d <= 0) return;
+  add_row_bias_kernel<<<blocks_for(rows * d), kThreads, 0, stream>>>(y, b, bias_bf16, rows, d);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,6 +15,21 @@ void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream)
 void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream);
 // act[i] = silu(g[i]) * u[i]; `act` is float32 (bf16_out false) or bf16 bits.
 void silu_mul(const float* g, const float* u, void* act, bool bf16_out, int64_t n, cudaStream_t stream);
+// The biased or clamped activation (gpt-oss), as experts/cpu/expert_ffn's gated_activation: per
+// element g += b1, u += b3 (b1, b3 [ff] in the weights' dtype, null without biases), then
+// clamped: (clamp(u, -limit, limit) + 1) * min(g, limit) * sigmoid(alpha * min(g, limit)),
+// else silu(g) * u; `act` float32 or bf16 bits.
+struct GatedActivation {
+  const void* b1 = nullptr;
+  const void* b3 = nullptr;
+  bool bias_bf16 = false;
+  bool clamped = false;
+  float alpha = 1.702f, limit = 7.0f;
+};
+void gated_activation(const float* g, const float* u, const GatedActivation& a, void* act, bool bf16_out, int64_t rows, int64_t ff,
+                      cudaStream_t stream);
+// y[r, i] += b[i] for r < rows, i < d; b in bf16 bits or float32.
+void add_row_bias(float* y, const void* b, bool bias_bf16, int64_t rows, int64_t d, cudaStream_t stream);
 // out[r] = x[row_token[r]] for r < rows; rows of d floats.
 void permute_rows(const float* x, const int32_t* row_token, int64_t rows, int64_t d, float* out, cudaStream_t stream);
 // out[t] = sum over k of weight[t*top_k + k] * results[slot_row[t*top_k + k]] (slot order; a

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A moe-hdf5 model (Mixtral architecture) as a GGUF file for llama.cpp, for the side-by-side
-benchmark (launch/bench-peer.sh). The weights are the same bytes: float32 stays float32, bfloat16
-stays bfloat16 (GGUF BF16). As llama.cpp's own converter does:
-- architecture "llama" with n_expert / n_expert_used;
-- q and k rows permuted from the rotate_half RoPE convention (ours, Hugging Face's) to llama.cpp's
-  interleaved one;
+"""A moe-hdf5 model (Mixtral or Qwen3-MoE architecture) as a GGUF file for llama.cpp, for the
+side-by-side benchmark (launch/bench-peer.sh). The weights are the same bytes: float32 stays
+float32, bfloat16 stays bfloat16 (GGUF BF16). As llama.cpp's own converter does:
+- Mixtral: architecture "llama" with n_expert / n_expert_used, q and k rows permuted from the
+  rotate_half RoPE convention (ours, Hugging Face's) to llama.cpp's interleaved one;
+- Qwen3-MoE: architecture "qwen3moe" (NEOX RoPE, rotate_half: no permutation), per-head q/k norms
+  attn_{q,k}_norm, expert_feed_forward_length, top-k weights renormalised (norm_topk_prob);
 - experts stacked per layer into ffn_{gate,up,down}_exps [E, ...].
 
 The vocabulary is a placeholder ("<t0>", "<t1>", ...): the benchmark feeds token ids, never text.
@@ -34,15 +35,19 @@ def main():
     mf = h5py.File(os.path.join(model_dir, "model.h5"), "r")
     a = mf.attrs
     arch = attr(a, "architecture")
-    if arch != "mixtral":
-        sys.exit(f"moe_to_gguf: {model_dir}: architecture {arch}: only mixtral models map to llama.cpp's llama arch here")
+    if arch not in ("mixtral", "qwen3_moe"):
+        sys.exit(f"moe_to_gguf: {model_dir}: architecture {arch}: only mixtral and qwen3_moe models map to llama.cpp here")
+    qwen3 = arch == "qwen3_moe"
+    if qwen3 and (attr(a, "qk_norm") != 2 or attr(a, "norm_topk_prob") != 1 or "layer_mlp" in a or attr(a, "sliding_window")):
+        sys.exit(f"moe_to_gguf: {model_dir}: a qwen3_moe model maps to llama.cpp's qwen3moe with per-head q/k norms, "
+                 "norm_topk_prob, no dense layers and no window")
     V, d, L = attr(a, "vocab_size"), attr(a, "hidden_size"), attr(a, "num_layers")
     H, KV, hd = attr(a, "num_heads"), attr(a, "num_kv_heads"), attr(a, "head_dim")
     ff, E, k = attr(a, "intermediate_size"), attr(a, "num_experts"), attr(a, "top_k")
     bf16 = attr(a, "dtype") == "bfloat16"
     qtype = gguf.GGMLQuantizationType.BF16 if bf16 else gguf.GGMLQuantizationType.F32
 
-    w = gguf.GGUFWriter(out, "llama")
+    w = gguf.GGUFWriter(out, "qwen3moe" if qwen3 else "llama")
     w.add_context_length(int(attr(a, "max_position")))
     w.add_embedding_length(int(d))
     w.add_block_count(int(L))
@@ -56,6 +61,8 @@ def main():
     w.add_layer_norm_rms_eps(float(attr(a, "rms_norm_eps")))
     w.add_expert_count(int(E))
     w.add_expert_used_count(int(k))
+    if qwen3:
+        w.add_expert_feed_forward_length(int(ff))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("llama")
     w.add_token_list([f"<t{i}>".encode() for i in range(V)])
@@ -91,8 +98,11 @@ def main():
         p = f"blk.{l}."
         put(p + "attn_norm.weight", vec(g["attn_norm"]), stored=False)
         put(p + "ffn_norm.weight", vec(g["ffn_norm"]), stored=False)
-        put(p + "attn_q.weight", permute(g["wq"][()], H))
-        put(p + "attn_k.weight", permute(g["wk"][()], KV))
+        put(p + "attn_q.weight", g["wq"][()] if qwen3 else permute(g["wq"][()], H))
+        put(p + "attn_k.weight", g["wk"][()] if qwen3 else permute(g["wk"][()], KV))
+        if qwen3:
+            put(p + "attn_q_norm.weight", vec(g["q_norm"]), stored=False)
+            put(p + "attn_k_norm.weight", vec(g["k_norm"]), stored=False)
         put(p + "attn_v.weight", g["wv"][()])
         put(p + "attn_output.weight", g["wo"][()])
         put(p + "ffn_gate_inp.weight", vec(g["gate"]), stored=False)

@@ -6,6 +6,7 @@
 // (ctest label gpu, shown as Skipped).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -70,6 +71,30 @@ TEST(CudaKernels, SiluMulMatchesFp64) {
     const double want = static_cast<double>(g[i]) / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
     ASSERT_NEAR(y32[i], want, 1e-5 * (1 + std::abs(want))) << i;
     ASSERT_NEAR(bf16_to_f32(y16[i]), want, 1e-2 * (1 + std::abs(want))) << i;
+  }
+}
+
+// gpt-oss's activation with biases, against its definition in fp64 (and bf16 biases read as such).
+TEST(CudaKernels, ClampedGatedActivationMatchesFp64) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 300, ff = 96;
+  const std::size_t n = static_cast<std::size_t>(rows * ff);
+  auto g = random_normal(n, 2, 6.0f), u = random_normal(n, 3, 6.0f);
+  const auto b1 = random_normal(ff, 4), b3 = random_normal(ff, 5);
+  auto dg = to_device(g), du = to_device(u), db1 = to_device(b1), db3 = to_device(b3);
+  cuda::DeviceBuffer act(n * 4);
+  kernels::GatedActivation a;
+  a.b1 = db1.get();
+  a.b3 = db3.get();
+  a.clamped = true;
+  kernels::gated_activation(dg.as<float>(), du.as<float>(), a, act.get(), false, rows, ff, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto y = to_host<float>(act, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double gv = std::min(static_cast<double>(g[i]) + b1[i % ff], 7.0);
+    const double uv = std::clamp(static_cast<double>(u[i]) + b3[i % ff], -7.0, 7.0);
+    const double want = (uv + 1) * gv / (1 + std::exp(-1.702 * gv));
+    ASSERT_NEAR(y[i], want, 1e-5 * (1 + std::abs(want))) << i;
   }
 }
 
@@ -192,6 +217,32 @@ TEST_P(CudaBackendLayer, ReloadingASlotWaitsForTheComputeThatReadsIt) {
   const double tol = tolerance();
   EXPECT_LE(worst_relative(y, run_grouped(*cpu_, {ca.get()}, {2048}, x, 256)), tol);
   EXPECT_LE(worst_relative(run_grouped(*gpu_, {slot.get()}, {2048}, x, 256), run_grouped(*cpu_, {cb.get()}, {2048}, x, 256)), tol);
+}
+
+// gpt-oss's experts: biases b1‖b3‖b2 after the matrices in the raw form, the clamped SwiGLU (a
+// small limit, so the clamp acts), and biases with the plain SwiGLU.
+TEST_P(CudaBackendLayer, BiasedAndClampedExpertsMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  for (int variant = 0; variant < 2; ++variant) {
+    c_ = {};
+    c_.expert_bias = true;
+    c_.expert_activation = variant == 0 ? io::ExpertActivation::ClampedSwiGlu : io::ExpertActivation::SwiGlu;
+    c_.swiglu_limit = 0.7;
+    make(64, 96, 2);
+    std::vector<char> raw = raw_expert(c_, 5);
+    const auto bias = random_normal(static_cast<std::size_t>(c_.expert_bias_params()), 6, 0.3f);
+    const std::size_t es = dtype_size(c_.dtype), at = raw.size();
+    raw.resize(at + bias.size() * es);
+    if (c_.dtype == DType::F32) std::memcpy(raw.data() + at, bias.data(), bias.size() * 4);
+    else f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(raw.data() + at), bias.size());
+    auto ce = cpu_->allocate_expert(), ge = gpu_->allocate_expert();
+    cpu_->load_expert(raw.data(), *ce);
+    gpu_->load_expert(raw.data(), *ge);
+    EXPECT_GE(ge->buffer().bytes, raw.size());
+    const auto x = random_normal(77 * 64, 8);
+    EXPECT_LE(worst_relative(run_grouped(*gpu_, {ge.get()}, {77}, x, 64), run_grouped(*cpu_, {ce.get()}, {77}, x, 64)), tolerance())
+        << (variant == 0 ? "clamped" : "biased SwiGLU");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendLayer, ::testing::Values(DType::F32, DType::BF16));

@@ -61,7 +61,7 @@ TEST_F(ExpertSwapTest, MalformedControlFilesNameTheField) {
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[1]]}]}").find("is not [layer, expert]"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[0, 1.5]]}]}").find("is not [layer, expert]"),
             std::string::npos);
-  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[2, 0]]}]}").find("outside the model's 2 layers x 4"),
+  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[2, 0]]}]}").find("outside the model's 2 MoE layers x 4"),
             std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[0, -1]]}]}").find("outside"), std::string::npos);
   // The file is named in every message.

@@ -122,6 +122,75 @@ TEST_F(ModelFormat, BadLayerVariantsAreRefused) {
   EXPECT_EQ(read_model_config(dir).window_of(1), 0);
 }
 
+// Dense MLP layers (layer_mlp): the expert tables number the MoE layers only, the dense layer's MLP
+// lives in model.h5, and every count follows.
+TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
+  const std::string dir = moerun::testing::scratch_dir("fmt-dense").string();
+  SynthConfig s;
+  ModelConfig& m = s.model;
+  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 3; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
+  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  m.layer_mlp = {MlpKind::Dense, MlpKind::Moe, MlpKind::Moe};
+  m.dense_intermediate_size = 40;
+  write_synthetic_model(dir, s, true);
+  const ModelConfig c = read_model_config(dir);
+  EXPECT_EQ(layer_mlp_text(c.layer_mlp), "dense,moe,moe");
+  EXPECT_EQ(c.dense_intermediate_size, 40);
+  EXPECT_EQ(c.num_moe_layers(), 2);
+  EXPECT_EQ(c.moe_index(0), -1);
+  EXPECT_EQ(c.moe_index(2), 1);
+  EXPECT_EQ(c.expert_params(), 2 * 4 * 3 * 16 * 24);
+  // 3 layers of attention and norms, 2 gates, 1 dense MLP; embeddings, LM head and final norm.
+  const int64_t attention = 16 + 16 * 16 + 2 * 8 * 16 + 16 * 16 + 16;
+  EXPECT_EQ(c.dense_params(), 2 * 50 * 16 + 16 + 3 * attention + 2 * 4 * 16 + 3 * 40 * 16);
+  const DenseWeights w = load_dense_weights(dir);
+  EXPECT_EQ(w.layers[0].mlp.w2.rows, 16);
+  EXPECT_EQ(w.layers[0].mlp.w2.cols, 40);
+  EXPECT_EQ(w.layers[0].gate.rows, 0) << "a dense layer has no gate";
+  EXPECT_EQ(w.layers[1].gate.rows, 4);
+  const ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
+  EXPECT_NO_THROW(idx.load_raw(1, 3));
+  EXPECT_THROW(idx.locate(2, 0), Error) << "there are 2 MoE layers, not 3";
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
+    EXPECT_FALSE(h5_exists(f, "/layers/0/gate"));
+  }
+  auto set_attr = [&](const std::function<void(hid_t)>& edit) {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    edit(f);
+  };
+  auto set_mlp = [&](const char* v) {
+    set_attr([&](hid_t f) { h5_delete_attr(f, "layer_mlp"); h5_set_attr(f, "layer_mlp", std::string(v)); });
+  };
+  auto refused = [&](const std::string& part) {
+    try {
+      read_model_config(dir);
+      ADD_FAILURE() << "no error for " << part;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_NE(std::string(e.what()).find("model.h5"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  set_mlp("dense,sparse,moe");
+  refused("layer_mlp entry 1 is \"sparse\", expected moe or dense");
+  set_mlp("dense,moe");
+  refused("layer_mlp has 2 entries for 3 layers");
+  set_mlp("dense,dense,dense");
+  refused("layer_mlp has no moe layer");
+  set_mlp("dense,moe,moe");
+  set_attr([](hid_t f) { h5_set_attr(f, "dense_intermediate_size", int64_t{0}); });
+  refused("dense_intermediate_size is 0");
+  set_attr([](hid_t f) { h5_set_attr(f, "dense_intermediate_size", int64_t{24}); });
+  try {
+    load_dense_weights(dir);
+    ADD_FAILURE() << "a dense MLP of another width than the attribute loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/layers/0/mlp/w1"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST_F(ModelFormat, MissingDirectory) {
   expect_error([&] { read_model_config(dir + "-nope"); }, ErrorKind::Io, {"-nope", "does not exist"});
 }

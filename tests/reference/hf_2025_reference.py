@@ -53,6 +53,12 @@ def families():
                                                                rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
                                                                                 "factor": 4.0,
                                                                                 "original_max_position_embeddings": 128})),
+        # Dense MLP layers: decoder_sparse_step 2 makes layers 1, 3, 5 MoE, mlp_only_layers takes 3 back: the
+        # experts of decoder layers 1 and 5 are MoE layers 0 and 1 of the moe-hdf5 file.
+        "qwen3_moe_dense": (Qwen3MoeForCausalLM, Qwen3MoeConfig(**dict(COMMON, num_hidden_layers=6), head_dim=16, intermediate_size=80,
+                                                                moe_intermediate_size=48, num_experts=6, num_experts_per_tok=2,
+                                                                norm_topk_prob=True, max_position_embeddings=256,
+                                                                decoder_sparse_step=2, mlp_only_layers=[3])),
         # gpt-oss: sliding and full layers alternating (window 5), sinks, biases, yarn as its config has it.
         "gpt_oss": (GptOssForCausalLM, GptOssConfig(**COMMON, head_dim=16, intermediate_size=64, num_local_experts=6,
                                                     num_experts_per_tok=2, sliding_window=5, max_position_embeddings=4096)),
@@ -176,10 +182,25 @@ def same_bytes_elsewhere(check, moerun, work, tag, model_dir, reqs, out, logits)
         o, lg = out + "." + name.replace(" ", "_"), logits + "." + name.replace(" ", "_")
         r = run(cmd + ["--model", model_dir, "--input", reqs, "--output", o, "--logits-out", lg, "--quiet"], env=MPI_ENV)
         same = r.returncode == 0 and records_by_id(out) == records_by_id(o)
-        if "prefix" not in name:  # the prefix cache may batch differently; its tokens must still be equal
-            same = same and records_by_id(logits) == records_by_id(lg)
-        check(same, f"{tag}: {name} gives the same {'tokens' if 'prefix' in name else 'tokens and logits, bit for bit'} "
-                    f"{r.stderr.strip()[-200:]}")
+        if "prefix" in name:  # the prefix cache may batch differently; its tokens must still be equal
+            what = "tokens"
+        elif "routers" in name and "dense" in tag:
+            # Each router runs a dense layer's MLP over its own requests' rows: oneDNN's GEMM at another
+            # row count rounds differently (docs/NOTES.md), so equal tokens and logits to float rounding.
+            worst = max_relative_error(logits, lg) if same else float("inf")
+            same, what = same and worst <= 1e-5, f"tokens, logits within 1e-5 ({worst:.1e})"
+        else:
+            same, what = same and records_by_id(logits) == records_by_id(lg), "tokens and logits, bit for bit"
+        check(same, f"{tag}: {name} gives the same {what} {r.stderr.strip()[-200:]}")
+
+
+def max_relative_error(ref_path, path):
+    ref, got = records_by_id(ref_path), records_by_id(path)
+    worst = 0.0
+    for k, lines in ref.items():
+        for a, b in zip(got.get(k, []), lines):
+            worst = max(worst, relative_error(np.array(json.loads(a)["logits"]), np.array(json.loads(b)["logits"])))
+    return worst if ref.keys() == got.keys() else float("inf")
 
 
 def bad_cases(check, moerun, work, src_dir, mx_dir):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`moerun convert` against Hugging Face transformers, for each supported family.
 
-For Mixtral, Qwen2-MoE and OLMoE: a tiny random model made with transformers (seeded, weights
+For Mixtral, Qwen2-MoE (also with dense MLP layers) and OLMoE: a tiny random model made with transformers (seeded, weights
 scaled so routing is not decided by ties), saved with save_pretrained as sharded safetensors,
 converted with `moerun convert`, run with `moerun infer --logits-out`. Every step's logits must agree
 with the Hugging Face model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal.
@@ -38,6 +38,11 @@ def families():
         "qwen2_moe": (Qwen2MoeForCausalLM, Qwen2MoeConfig(**COMMON, intermediate_size=96, moe_intermediate_size=48,
                                                           shared_expert_intermediate_size=80, num_experts=6,
                                                           num_experts_per_tok=2, norm_topk_prob=False)),
+        # Dense MLP layers: decoder_sparse_step 2 makes layers 0 and 2 dense, mlp_only_layers layer 3 too.
+        "qwen2_moe-dense": (Qwen2MoeForCausalLM, Qwen2MoeConfig(**dict(COMMON, num_hidden_layers=5), intermediate_size=96,
+                                                                moe_intermediate_size=48, shared_expert_intermediate_size=80,
+                                                                num_experts=6, num_experts_per_tok=2, norm_topk_prob=True,
+                                                                decoder_sparse_step=2, mlp_only_layers=[3])),
         "olmoe": (OlmoeForCausalLM, OlmoeConfig(**COMMON, intermediate_size=48, num_experts=6, num_experts_per_tok=2,
                                                 norm_topk_prob=False)),
     }
@@ -78,7 +83,7 @@ def main():
         with h5py.File(os.path.join(out_dir, "model.h5"), "r") as f:
             arch = f.attrs["architecture"]
             arch = arch.decode() if isinstance(arch, bytes) else arch
-            check(arch == fam, f"{fam}: architecture attribute {arch}")
+            check(arch == cfg.model_type, f"{fam}: architecture attribute {arch}")
         r = run([moerun, "inspect", "--model", out_dir])
         total = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
         hf_total = sum(p.numel() for p in model.parameters())

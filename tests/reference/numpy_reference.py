@@ -76,22 +76,37 @@ class Rng:
         return (base + 0.1 * self.g.standard_normal(shape)).astype(np.float32)
 
 
+def dense_layer(cfg, l):  # Qwen3MoeDecoderLayer: a dense MLP unless MoE by decoder_sparse_step and not in mlp_only_layers
+    step = cfg.get("decoder_sparse_step", 1)
+    return l in cfg.get("mlp_only_layers", []) or (l + 1) % step != 0
+
+
+def swiglu(h, w1, w3, w2):
+    a1 = h @ w1.T
+    return (a1 / (1 + np.exp(-a1)) * (h @ w3.T)) @ w2.T
+
+
 def qwen3_checkpoint(rng):
-    V, D, L, H, KV, HD, FF, E = 128, 64, 3, 4, 2, 32, 48, 8
+    V, D, L, H, KV, HD, FF, E = 128, 64, 4, 4, 2, 32, 48, 8
     cfg = dict(model_type="qwen3_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
                num_key_value_heads=KV, head_dim=HD, intermediate_size=96, moe_intermediate_size=FF, num_experts=E,
                num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
                eos_token_id=127, tie_word_embeddings=False, use_sliding_window=True, sliding_window=6, attention_bias=False,
                rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
-               decoder_sparse_step=1, mlp_only_layers=[], hidden_act="silu")
+               decoder_sparse_step=1, mlp_only_layers=[1], hidden_act="silu")  # layer 1: a dense MLP of intermediate_size
     t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
     for l in range(L):
         p = f"model.layers.{l}."
         t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
                   p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
                   p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
-                  p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD),
-                  p + "mlp.gate.weight": rng.w(E, D)})
+                  p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
+        if dense_layer(cfg, l):
+            DFF = cfg["intermediate_size"]
+            t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D),
+                      p + "mlp.down_proj.weight": rng.w(D, DFF)})
+            continue
+        t[p + "mlp.gate.weight"] = rng.w(E, D)
         for e in range(E):
             t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
                       p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
@@ -197,6 +212,9 @@ def forward(cfg, t, ids):
         a = attention(q, kk, v, window, g(p + "self_attn.sinks") if gpt else None).reshape(len(ids), H * hd)
         x = x + lin("self_attn.o_proj", a)
         h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        if not gpt and dense_layer(cfg, l):
+            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+            continue
         out = np.zeros_like(h)
         if gpt:
             logits = h @ g(p + "mlp.router.weight").T + g(p + "mlp.router.bias")

@@ -27,7 +27,7 @@ void fill(const std::vector<int32_t>& prompt, KvCache& kv, PromptRouting& routin
 }
 
 TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
-  PrefixCache cache({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   KvCache kv;
   PromptRouting routing;
@@ -56,7 +56,7 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
 }
 
 TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
-  PrefixCache cache({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 0};
   KvCache kv;
   PromptRouting routing;
@@ -79,14 +79,14 @@ TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
 
 TEST(PrefixCache, EvictsLeastRecentChainEndsWithinBudget) {
   // Room for 3 blocks.
-  PrefixCache probe({1 << 20, kB}, kLayers, kKvDim, kTopK);
+  PrefixCache probe({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 0};
   KvCache kv;
   PromptRouting routing;
   fill(a, kv, routing);
   probe.insert(a, 12, kv, routing);
   const int64_t block = probe.counters().bytes / 3;
-  PrefixCache cache({3 * block, kB}, kLayers, kKvDim, kTopK);
+  PrefixCache cache({3 * block, kB}, kLayers, kLayers, kKvDim, kTopK);
   cache.insert(a, 12, kv, routing);
   EXPECT_EQ(cache.counters().evicted_blocks, 0);
   // A second prompt sharing the first block adds one block: the end of a's chain goes.
@@ -104,7 +104,7 @@ TEST(PrefixCache, EvictsLeastRecentChainEndsWithinBudget) {
   out.init(kLayers, kKvDim, 12);
   EXPECT_EQ(cache.reuse(b, 8, out, r), 8);
   // A budget below one block stores nothing.
-  PrefixCache none({block - 1, kB}, kLayers, kKvDim, kTopK);
+  PrefixCache none({block - 1, kB}, kLayers, kLayers, kKvDim, kTopK);
   EXPECT_FALSE(none.can_store());
   none.insert(a, 12, kv, routing);
   EXPECT_EQ(none.counters().bytes, 0);
