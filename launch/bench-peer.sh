@@ -30,22 +30,11 @@ if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ]
   mkdir -p "$PEER/bin"
   if [ ! -d "$LLAMA" ]; then
     echo "== llama-cpp-python $LLAMA_CPP_PYTHON source package from PyPI" >&2
-    # The package index's simple page (PEP 503, what pip reads): the file's URL and its sha256.
-    # The index pip itself is configured with: PIP_INDEX_URL, else pip's own configuration.
-    index=${PIP_INDEX_URL:-$(python3 -m pip config get global.index-url 2>/dev/null || true)}
-    [ -n "$index" ] || index=$(python3 -m pip config list 2>/dev/null | sed -n "s/^[a-z:]*\.index-url='\(.*\)'$/\1/p" | head -1)
-    if [ -z "$index" ]; then
-      echo "bench-peer: no package index configured: set PIP_INDEX_URL, or pip config set global.index-url URL" >&2
-      exit 2
-    fi
-    page="${index%/}/llama-cpp-python/"
-    read -r url sha < <(curl -sSfL "$page" | python3 -c '
-import re, sys, urllib.parse
-m = re.search(r"href=\"([^\"]*llama_cpp_python-" + sys.argv[2] + r"\.tar\.gz)#sha256=([0-9a-f]{64})", sys.stdin.read())
-if not m: sys.exit("llama_cpp_python-" + sys.argv[2] + ".tar.gz is not on " + sys.argv[1])
-print(urllib.parse.urljoin(sys.argv[1], m.group(1)), m.group(2))' "$page" "$LLAMA_CPP_PYTHON")
-    curl -sSfL -o "$PEER/sdist.tar.gz" "$url"
-    echo "$sha  $PEER/sdist.tar.gz" | sha256sum -c --quiet -
+    # pip fetches it from the index and mirrors this machine's pip configuration names (its
+    # default index when none is set) and checks the index's sha256 of the file.
+    python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_CPP_PYTHON" -d "$PEER" >&2
+    sha256sum "$PEER/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" >&2
+    mv "$PEER/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz" "$PEER/sdist.tar.gz"
     mkdir -p "$SRC" && tar xzf "$PEER/sdist.tar.gz" -C "$SRC" --strip-components=1 && rm "$PEER/sdist.tar.gz"
   fi
   echo "== building llama.cpp (GGML_NATIVE, static)" >&2

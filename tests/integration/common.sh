@@ -34,3 +34,17 @@ requests() {
     echo "{\"id\": \"r$i\", \"prompt_tokens\": [$toks], \"max_new_tokens\": $max_new}" >> "$file"
   done
 }
+
+# kill_after_journal OUTPUT N CMD...: runs CMD in the background and SIGKILLs it once OUTPUT's
+# journal holds N results (or after 12 s)
+kill_after_journal() {
+  local out=$1 n=$2; shift 2
+  "$@" &
+  local pid=$!
+  for _ in $(seq 1 1200); do
+    [ -s "$out.journal" ] && [ "$(wc -l < "$out.journal")" -ge "$n" ] && break
+    sleep 0.01
+  done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}

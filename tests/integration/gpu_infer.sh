@@ -1,7 +1,8 @@
 #!/bin/bash
 # --device cuda end to end (needs a GPU; exits 77, shown as Skipped, without one): fp32 greedy
 # tokens equal the CPU backend's in one process and across ranks (np 3, expert ranks on the GPU
-# with an L1 of two device slots and L2 on disk, twice: the second run reads L2); a bf16 model runs
+# with an L1 of two device slots and L2 on disk, twice: the second run reads L2); gpt-oss's biased,
+# clamped experts give the CPU's tokens; a bf16 model runs
 # and returns every request; bench layer --device cuda prints its cuBLAS ratio.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
@@ -34,6 +35,11 @@ for run in 1 2; do
 done
 check "the second run reads experts back from L2 (raw form)" "$PY" -c \
   "import json,sys; c=json.load(open('$WORK/np3-2.stats'))['cache']; assert c['l2_hits'] > 0 and c['evictions'] > 0, c"
+# gpt-oss's experts (biases, clamped SwiGLU) on the GPU, with a dense layer on the router.
+synth_model "$WORK/oss" --family gpt_oss --layer-mlp moe,dense,moe --sliding-window 4
+"$MOERUN" infer --model "$WORK/oss" --input "$WORK/reqs.jsonl" --output "$WORK/oss-cpu.jsonl" --quiet
+"$MOERUN" infer --model "$WORK/oss" --input "$WORK/reqs.jsonl" --output "$WORK/oss-gpu.jsonl" --quiet --device cuda
+check "gpt_oss experts, fp32: --device cuda gives the CPU backend's tokens" same_tokens "$WORK/oss-cpu.jsonl" "$WORK/oss-gpu.jsonl"
 synth_model "$WORK/b" --dtype bfloat16
 "$MOERUN" infer --model "$WORK/b" --input "$WORK/reqs.jsonl" --output "$WORK/bf16.jsonl" --quiet --device cuda
 check "bf16 model on the GPU returns every request" test "$(wc -l < "$WORK/bf16.jsonl")" -eq 12

@@ -6,14 +6,7 @@ SYNTH_HIDDEN=256 SYNTH_HEAD_DIM=64 SYNTH_FF=512 synth_model "$WORK/m"
 requests "$WORK/reqs.jsonl" 40 24
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/full.jsonl" --quiet --max-batch-size 2
 
-"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 2 &
-pid=$!
-for _ in $(seq 1 600); do
-  [ -s "$WORK/out.jsonl.journal" ] && [ "$(wc -l < "$WORK/out.jsonl.journal")" -ge 5 ] && break
-  sleep 0.02
-done
-kill -9 "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
+kill_after_journal "$WORK/out.jsonl" 5 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 2
 before=$(wc -l < "$WORK/out.jsonl.journal")
 check "killed before the end: journal has results, no final file" bash -c "[ $before -ge 5 ] && [ $before -lt 40 ] && [ ! -e '$WORK/out.jsonl' ]"
 cp "$WORK/out.jsonl.journal" "$WORK/killed.journal"

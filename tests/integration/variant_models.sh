@@ -112,14 +112,7 @@ check "gpt_oss: hot swap of every expert (np 4): the swapped model's output" cmp
 for i in $(seq 0 39); do echo "{\"id\": \"k$i\", \"prompt_tokens\": [1, $((i + 2)), $((i + 3)), 7, 9, 11, 13, 15], \"max_new_tokens\": 24}"; done > "$WORK/many.jsonl"
 m="$WORK/qwen3_moe"
 "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/full.jsonl" --quiet --max-batch-size 1
-"$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 1 &
-pid=$!
-for _ in $(seq 1 1000); do
-  [ -s "$WORK/out.jsonl.journal" ] && [ "$(wc -l < "$WORK/out.jsonl.journal")" -ge 3 ] && break
-  sleep 0.01
-done
-kill -9 "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
+kill_after_journal "$WORK/out.jsonl" 3 "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 1
 before=$(wc -l < "$WORK/out.jsonl.journal" 2>/dev/null || echo 0)
 "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 1 --resume
 check "qwen3_moe: --resume after SIGKILL ($before of 40 journaled) equals the uninterrupted run" \
