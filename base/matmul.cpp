@@ -226,6 +226,7 @@ bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
 
 Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) { impl_->hand_kernels = hand_kernels; }
 Matmul::~Matmul() = default;
+bool Matmul::hand_kernels() const { return impl_->hand_kernels; }
 
 int64_t Matmul::padded_rows(int64_t M) {
   if (M <= Impl::kChunk) return Impl::pad_chunk(M);

@@ -56,6 +56,7 @@ class Matmul {
   // hand_kernels = false: every GEMM in oneDNN, never in base/small_m_matmul's kernels (the
   // baseline of `moerun bench gemm`).
   explicit Matmul(bool hand_kernels = true);
+  bool hand_kernels() const;
   ~Matmul();
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;

@@ -2,6 +2,8 @@
 // Each thread takes pairs of 64-column blocks of W and streams them once; x (a few rows) stays in L1.
 #include "base/small_m_matmul.hpp"
 
+#include <omp.h>
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -113,19 +115,27 @@ struct KernelSet {
   BlocksKernel<T> one[kSmallM];
 };
 
+// Each thread takes an equal run of 64-column blocks, two per pass and a single one at an odd end:
+// with pairs handed out alone, 6 blocks on 2 threads (an expert's w1 of 384 rows) left one thread
+// idle for a third of the GEMM.
 template <typename T>
 void run_blocks(const KernelSet<T>& ks, const T* x, int64_t M, int64_t K, int64_t N, const T* w, float* y,
                 int64_t block_elems) {
   const int64_t nb_count = ceil_div(N, kNB);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < ceil_div(nb_count, 2); ++t) {
+  // Inside a parallel region (an expert per thread: CpuBackend::run_all) on the calling thread alone.
+#pragma omp parallel if (!omp_in_parallel())
+  {
+    const int64_t threads = omp_get_num_threads(), id = omp_get_thread_num();
+    const int64_t first = nb_count * id / threads, last = nb_count * (id + 1) / threads;
     alignas(64) float out[kSmallM * 2 * kNB];
-    const int64_t nb0 = 2 * t, blocks = std::min<int64_t>(2, nb_count - nb0);
-    (blocks == 2 ? ks.two : ks.one)[M - 1](x, K, w + nb0 * block_elems, block_elems, out);
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = (nb0 + b) * kNB, cols = std::min<int64_t>(kNB, N - n0);
-      for (int64_t r = 0; r < M; ++r)
-        std::memcpy(y + r * N + n0, out + (r * blocks + b) * kNB, static_cast<std::size_t>(cols) * sizeof(float));
+    for (int64_t nb0 = first; nb0 < last; nb0 += 2) {
+      const int64_t blocks = std::min<int64_t>(2, last - nb0);
+      (blocks == 2 ? ks.two : ks.one)[M - 1](x, K, w + nb0 * block_elems, block_elems, out);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t n0 = (nb0 + b) * kNB, cols = std::min<int64_t>(kNB, N - n0);
+        for (int64_t r = 0; r < M; ++r)
+          std::memcpy(y + r * N + n0, out + (r * blocks + b) * kNB, static_cast<std::size_t>(cols) * sizeof(float));
+      }
     }
   }
 }

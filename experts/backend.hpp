@@ -111,6 +111,11 @@ class ExpertBackend {
   // Any host memory works for begin(); these save a GPU backend a staging copy each way.
   virtual RowBuffers row_buffers(int64_t rows) = 0;
   virtual void run(const ExpertRun& r) = 0;
+  // Several experts' runs at once, every expert acquired until it returns (a backend may compute
+  // them concurrently); the same results as run() on each.
+  virtual void run_all(const std::vector<ExpertRun>& runs) {
+    for (const ExpertRun& r : runs) run(r);
+  }
   virtual void finish() = 0;
 };
 

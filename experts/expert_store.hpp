@@ -26,6 +26,9 @@ class ExpertStore {
   }
   virtual const ResidentExpert& acquire(int64_t layer, int64_t expert) = 0;
   virtual void release(int64_t layer, int64_t expert) { (void)layer, (void)expert; }
+  // Every owned expert is in memory for good (acquire never waits): a layer's experts may all be
+  // acquired at once and computed together (ExpertBackend::run_all).
+  virtual bool holds_all() const { return false; }
   // Hot swap, between steps (nothing acquired): an owned expert's new weights in raw form (w1‖w3‖w2
   // as stored, verified against `xxh64`), from `where`. Later acquires see only the new weights.
   virtual void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) = 0;

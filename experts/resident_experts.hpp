@@ -24,6 +24,7 @@ class ResidentExperts : public ExpertStore {
   bool has(int64_t layer, int64_t expert) const;
   bool owns(int64_t layer, int64_t expert) const override { return has(layer, expert); }
   const ResidentExpert& acquire(int64_t layer, int64_t expert) override { return get(layer, expert); }
+  bool holds_all() const override { return true; }
   // Loads the new weights into the old ones' memory.
   void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
   int64_t count() const { return static_cast<int64_t>(weights_.size()); }

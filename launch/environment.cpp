@@ -1,6 +1,8 @@
 // Reading the environment once.
 #include "launch/environment.hpp"
 
+#include <malloc.h>
+
 #include <cstdlib>
 
 #include "base/error.hpp"
@@ -26,7 +28,14 @@ Environment Environment::read() {
   e.ranks_per_node = get("MOERUN_RANKS_PER_NODE");
   e.python = get("MOERUN_PYTHON");
   e.omp_num_threads = std::getenv("OMP_NUM_THREADS") != nullptr;
+  e.malloc_tuned = std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr;
   return e;
+}
+
+void keep_freed_memory(const Environment& env) {
+  if (env.malloc_tuned) return;
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);  // below 256 MiB from the heap, reused after free
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);    // and not handed back until 1 GiB is free at the top
 }
 
 void apply_log_level(const Environment& env) {

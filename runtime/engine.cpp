@@ -1,6 +1,8 @@
 // The engine: set-up agreed across ranks, then the router and expert roles of a step.
 #include "runtime/engine.hpp"
 
+#include <cstring>
+
 #include <omp.h>
 
 #include <chrono>
@@ -207,6 +209,7 @@ void Engine::start_serving() {
     if (distributed()) moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts);
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches);
+    if (cfg_.reserve_step_tokens > 0) reserve_step_buffers(cfg_.reserve_step_tokens);
   } else {
     server_ = std::make_unique<ExpertServer>(*protocol_, *backend_, *store_, mc_.num_experts);
   }
@@ -217,6 +220,15 @@ void Engine::start_serving() {
     swap_.emplace(cfg_.swap_control, mc_, cfg_.hdf5_probe, cfg_.quiet);
     swap_->start(*store_);
   }
+}
+
+void Engine::reserve_step_buffers(int64_t tokens) {
+  forward_->reserve(tokens);
+  if (distributed()) return;  // an expert rank's rows per step depend on every router's batch
+  const experts::RowBuffers rows = backend_->row_buffers(tokens * mc_.top_k);
+  const std::size_t bytes = static_cast<std::size_t>(tokens * mc_.top_k * mc_.hidden_size) * sizeof(float);
+  std::memset(rows.gathered, 0, bytes);
+  std::memset(rows.results, 0, bytes);
 }
 
 void Engine::step_boundary() {

@@ -57,6 +57,10 @@ struct EngineConfig {
   experts::ExpertCacheConfig cache;   // l1_bytes 0: every owned expert resident
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
+  // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's
+  // max_batch_tokens; 0: grown on first use): the first large step would otherwise fault in 100 MB
+  // of fresh pages one by one (0.3 s of a 1024-token prefill on a VM).
+  int64_t reserve_step_tokens = 0;
   std::string cuda_library;           // libmoerun_cuda.so to load; empty: next to the executable
   double comm_timeout_s = 300;        // a peer silent this long ends the job (set-up included)
   io::Hdf5Probe hdf5_probe;           // walks local HDF5 inputs in a child process first (off when empty)
@@ -143,6 +147,7 @@ class Engine {
   // fingerprints of what this rank read.
   void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
   void build_exchanges();
+  void reserve_step_buffers(int64_t tokens);
   PhaseSeconds my_phases() const;
 
   EngineConfig cfg_;

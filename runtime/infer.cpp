@@ -245,6 +245,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   if (distributed) request_text = comm::broadcast_string_timed(request_text, world, setup_timeout, "set-up (requests)");
   EngineConfig ec = cfg.engine;
   ec.quiet = ec.quiet || cfg.quiet;
+  ec.reserve_step_tokens = cfg.scheduler.max_batch_tokens;
   Engine engine(ec, world);
   std::vector<io::Request> requests;
   engine.load([&] { requests = take_requests(cfg, engine, request_text); });

@@ -168,6 +168,14 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
   times_.dense_mlp += now() - t1;
 }
 
+void ModelForward::reserve(int64_t T) {
+  const io::ModelConfig& c = w_.config;
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  for (auto [buf, n] : {std::pair{&h_, T * d}, {&xn_, T * d}, {&q_, T * q}, {&k_, T * kv}, {&v_, T * kv}, {&attn_, T * q},
+                        {&tmp_, T * d}, {&shared_, c.shared_expert_intermediate_size > 0 ? T * d : 0}})
+    std::fill_n(fbuf(*buf, n), n, 0.0f);
+}
+
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
   const io::ModelConfig& c = w_.config;
   const int64_t T = b.tokens(), d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;

@@ -70,6 +70,8 @@ class ModelForward {
   // top-k renormalisation).
   ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                int micro_batches);
+  // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
+  void reserve(int64_t tokens);
   // Fills logits [batch.emitting(), vocab] in chunk order.
   void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
   const DensePhaseTimes& times() const { return times_; }

@@ -13,6 +13,13 @@ void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& st
   std::vector<int64_t> rows(static_cast<std::size_t>(plan.num_experts));
   for (int64_t e = 0; e < plan.num_experts; ++e) rows[static_cast<std::size_t>(e)] = plan.rows_of(e);
   backend.begin(gathered, plan.rows(), results);
+  if (store.holds_all()) {  // nothing to wait for: the backend gets the whole layer
+    std::vector<experts::ExpertRun> runs;
+    for (int64_t e : store.begin_layer(layer, rows)) runs.push_back({&store.acquire(layer, e), plan.offset[e], rows[static_cast<std::size_t>(e)]});
+    backend.run_all(runs);
+    backend.finish();
+    return;
+  }
   // The store orders the experts: those already in memory first, while the others load.
   for (int64_t e : store.begin_layer(layer, rows)) {
     backend.run({&store.acquire(layer, e), plan.offset[e], rows[static_cast<std::size_t>(e)]});

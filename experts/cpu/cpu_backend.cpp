@@ -1,11 +1,16 @@
 // The CPU expert backend.
 #include "experts/cpu/cpu_backend.hpp"
 
+#include <omp.h>
+
+#include <algorithm>
+
 #include <chrono>
 #include <cmath>
 #include <random>
 
 #include "base/error.hpp"
+#include "base/small_m_matmul.hpp"
 #include "base/host.hpp"
 #include "experts/cpu/expert_packing.hpp"
 
@@ -63,6 +68,26 @@ void CpuBackend::run(const ExpertRun& r) {
   const int64_t d = config_.hidden_size;
   expert_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
                      scratch_, activation_);
+}
+
+void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
+  const int threads = omp_get_max_threads();
+  const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) { return r.rows <= kSmallM; });
+  if (!small || runs.size() < 2 || threads < 2 || omp_in_parallel()) {
+    for (const ExpertRun& r : runs) run(r);
+    return;
+  }
+  while (static_cast<int>(threads_.size()) < threads) threads_.push_back({std::make_unique<Matmul>(mm_.hand_kernels()), {}});
+  const int64_t d = config_.hidden_size;
+  // Each expert's GEMMs run on one thread (the kernels' own parallel regions are nested, so one
+  // thread each): the same arithmetic per output element as run(), so the same bits.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    ThreadCompute& t = threads_[static_cast<std::size_t>(omp_get_thread_num())];
+    const ExpertRun& r = runs[i];
+    expert_ffn_forward(*t.mm, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
+                       t.scratch, activation_);
+  }
 }
 
 std::vector<double> CpuBackend::dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) {

@@ -36,6 +36,10 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   void begin(const float* gathered, int64_t rows, float* results) override;
   RowBuffers row_buffers(int64_t rows) override;
   void run(const ExpertRun& r) override;
+  // Decode-sized runs (at most kSmallM rows each) go one expert per thread: a GEMM of a few rows
+  // against a small expert matrix is too short to split across threads without them waiting at
+  // its barriers (Qwen3-MoE's 384 x 1024). Larger runs split each GEMM as run() does.
+  void run_all(const std::vector<ExpertRun>& runs) override;
   void finish() override {}
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
 
@@ -44,6 +48,11 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   Matmul& mm_;
   FfnActivation activation_;
   ExpertScratch scratch_;
+  struct ThreadCompute {  // run_all's per-thread GEMM engine and scratch
+    std::unique_ptr<Matmul> mm;
+    ExpertScratch scratch;
+  };
+  std::vector<ThreadCompute> threads_;
   AlignedBuffer gathered_buf_, results_buf_;
   const float* gathered_ = nullptr;
   float* results_ = nullptr;
