@@ -221,7 +221,8 @@ bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
 }
 
 bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
-  return M >= 1 && M <= kSmallM && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
+  const int64_t rows = W.rows * W.cols <= kTwoPassMaxElements ? small_m_max_rows() : kSmallM;
+  return M >= 1 && M <= rows && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
 }
 
 Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) { impl_->hand_kernels = hand_kernels; }

@@ -93,7 +93,7 @@ class Matmul {
   std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
   // Whether a GEMM of M rows on W runs in the small-M kernels (base/small_m_matmul.hpp) rather than
-  // in oneDNN: W packed in a layout they read, this CPU's ISA, M <= kSmallM.
+  // in oneDNN: W packed in a layout they read, this CPU's ISA, M <= small_m_max_rows().
   static bool uses_small_m(const WeightMatrix& W, int64_t M);
   // Whether it runs in the f32 panel kernel instead: W packed as F32_16a64b, AVX-512F,
   // kPanelMinM <= M <= kPanelMaxM.

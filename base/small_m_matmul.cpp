@@ -2,6 +2,7 @@
 // Each thread takes pairs of 64-column blocks of W and streams them once; x (a few rows) stays in L1.
 #include "base/small_m_matmul.hpp"
 
+#include <cpuid.h>
 #include <omp.h>
 
 #include <immintrin.h>
@@ -130,11 +131,15 @@ void run_blocks(const KernelSet<T>& ks, const T* x, int64_t M, int64_t K, int64_
     alignas(64) float out[kSmallM * 2 * kNB];
     for (int64_t nb0 = first; nb0 < last; nb0 += 2) {
       const int64_t blocks = std::min<int64_t>(2, last - nb0);
-      (blocks == 2 ? ks.two : ks.one)[M - 1](x, K, w + nb0 * block_elems, block_elems, out);
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t n0 = (nb0 + b) * kNB, cols = std::min<int64_t>(kNB, N - n0);
-        for (int64_t r = 0; r < M; ++r)
-          std::memcpy(y + r * N + n0, out + (r * blocks + b) * kNB, static_cast<std::size_t>(cols) * sizeof(float));
+      // Up to kSmallM rows per pass; a second pass reads the blocks again from L2.
+      for (int64_t m0 = 0; m0 < M; m0 += kSmallM) {
+        const int64_t rows = std::min<int64_t>(kSmallM, M - m0);
+        (blocks == 2 ? ks.two : ks.one)[rows - 1](x + m0 * K, K, w + nb0 * block_elems, block_elems, out);
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int64_t n0 = (nb0 + b) * kNB, cols = std::min<int64_t>(kNB, N - n0);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(y + (m0 + r) * N + n0, out + (r * blocks + b) * kNB, static_cast<std::size_t>(cols) * sizeof(float));
+        }
       }
     }
   }
@@ -239,8 +244,17 @@ bool small_m_supported(BlockedLayout layout) {
   return layout == BlockedLayout::F32_16a64b ? f32 : layout == BlockedLayout::BF16_16a64b2a ? bf16 : false;
 }
 
+int64_t small_m_max_rows() {
+  static const int64_t rows = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));  // CPUID.(7,0):EDX[22]
+    return amx_bf16 ? kSmallM : kSmallMMaxRows;
+  }();
+  return rows;
+}
+
 void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, float* y) {
-  if (M < 1 || M > kSmallM) fail(ErrorKind::Internal, "small_m_matmul: M = ", M, " is not in [1, ", kSmallM, "]");
+  if (M < 1 || M > kSmallMMaxRows) fail(ErrorKind::Internal, "small_m_matmul: M = ", M, " is not in [1, ", kSmallMMaxRows, "]");
   if (layout == BlockedLayout::F32_16a64b) {
     run_blocks(kF32, static_cast<const float*>(x), M, K, N, static_cast<const float*>(w), y, ceil_div(K, 16) * 16 * kNB);
   } else if (layout == BlockedLayout::BF16_16a64b2a) {

@@ -14,15 +14,23 @@ namespace moerun {
 // Padding (beyond K or N) is zero, as oneDNN's reorder leaves it.
 enum class BlockedLayout { None, F32_16a64b, BF16_16a64b2a };
 
-// Rows up to which Matmul uses the streaming kernels (small_m_matmul).
+// Rows one pass of the streaming kernels computes (small_m_matmul); more rows take several passes
+// over each pair of weight blocks while it sits in L2.
 constexpr int64_t kSmallM = 4;
+constexpr int64_t kSmallMMaxRows = 8;
+// Rows up to which Matmul uses them: kSmallMMaxRows (two passes) on matrices of at most
+// kTwoPassMaxElements (an expert's; `moerun bench gemm --m 8`, bf16 on the AMD host: 384 x 1024
+// 1.07-1.17x oneDNN, 2048 x 1024 0.94x, 32000 x 1024 0.91x), else kSmallM; kSmallM on CPUs with
+// AMX-BF16, where oneDNN's AMX kernels are faster from 5 rows (docs/PERFORMANCE.md, "Tried and dropped").
+constexpr int64_t kTwoPassMaxElements = int64_t{1} << 20;
+int64_t small_m_max_rows();
 // Rows for which Matmul uses the f32 panel kernel (panel_matmul) instead of oneDNN.
 constexpr int64_t kPanelMinM = 16, kPanelMaxM = 64;
 
 // Whether this CPU runs the kernel for `layout` (AVX-512F; AVX512_BF16 for bf16).
 bool small_m_supported(BlockedLayout layout);
 
-// y[m, n] = sum_k x[m, k] * W[k, n] for m < M <= kSmallM, n < N: x float32 [M, K] (F32) or bf16 bits
+// y[m, n] = sum_k x[m, k] * W[k, n] for m < M <= kSmallMMaxRows, n < N: x float32 [M, K] (F32) or bf16 bits
 // [M, K] (BF16), y float32 [M, N] (row stride N). Threads: the OpenMP team, over 64-column blocks.
 void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, float* y);
 

@@ -72,7 +72,10 @@ void CpuBackend::run(const ExpertRun& r) {
 
 void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
   const int threads = omp_get_max_threads();
-  const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) { return r.rows <= kSmallM; });
+  const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) {
+    const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
+    return Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows);
+  });
   if (!small || runs.size() < 2 || threads < 2 || omp_in_parallel()) {
     for (const ExpertRun& r : runs) run(r);
     return;

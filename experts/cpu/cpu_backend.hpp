@@ -36,7 +36,7 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   void begin(const float* gathered, int64_t rows, float* results) override;
   RowBuffers row_buffers(int64_t rows) override;
   void run(const ExpertRun& r) override;
-  // Decode-sized runs (at most kSmallM rows each) go one expert per thread: a GEMM of a few rows
+  // Decode-sized runs (in the small-M kernels: Matmul::uses_small_m) go one expert per thread: a GEMM of a few rows
   // against a small expert matrix is too short to split across threads without them waiting at
   // its barriers (Qwen3-MoE's 384 x 1024). Larger runs split each GEMM as run() does.
   void run_all(const std::vector<ExpertRun>& runs) override;

@@ -88,7 +88,8 @@ TEST(Matmul, SiluAndMulEpilogues) {
   }
 }
 
-// The small-M kernels (M <= 4 on oneDNN's blocked layouts) and the f32 panel kernel (16 <= M <= 64)
+// The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX, on oneDNN's blocked
+// layouts) and the f32 panel kernel (16 <= M <= 64)
 // against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
 // (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
 // 6-row panel and an odd count of blocks. Skipped with the reason where the CPU lacks AVX-512 (BF16).
@@ -98,18 +99,18 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
   };
   int checked = 0, panels = 0;
   for (DType dt : {DType::F32, DType::BF16})
-    for (Shape s : {Shape{1024, 3584}, Shape{3584, 1024}, Shape{100, 70}, Shape{33, 130}, Shape{64, 64}})
-      for (int64_t M : {1, 2, 3, 4, 16, 17, 64}) {
+    for (Shape s : {Shape{1024, 3584}, Shape{3584, 1024}, Shape{1024, 384}, Shape{100, 70}, Shape{33, 130}, Shape{64, 64}})
+      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 16, 17, 64}) {
         auto x = randv(static_cast<std::size_t>(M * s.K), 10 + static_cast<uint32_t>(M)),
              w = randv(static_cast<std::size_t>(s.N * s.K), 20), w3 = randv(static_cast<std::size_t>(s.N * s.K), 21);
         Matmul mm;
         WeightMatrix W = make_weight(w, s.N, s.K, dt), W3 = make_weight(w3, s.N, s.K, dt);
         mm.pack(W, 32);
         mm.pack(W3, 32);
-        const bool kernel = M <= 4 ? Matmul::uses_small_m(W, M) : Matmul::uses_panel(W, M);
+        const bool kernel = M < kPanelMinM ? Matmul::uses_small_m(W, M) : Matmul::uses_panel(W, M);
         if (!kernel) continue;  // this CPU, or oneDNN chose another layout for the shape (bf16: no panel kernel)
         ++checked;
-        panels += M > 4;
+        panels += M >= kPanelMinM;
         std::vector<float> y(static_cast<std::size_t>(M * s.N));
         mm.linear(x.data(), M, W, y.data());
         const auto ref = reference(x, w, M, s.K, s.N, dt == DType::BF16);

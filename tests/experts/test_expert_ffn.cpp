@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "experts/cpu/cpu_backend.hpp"
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "tests/test_support.hpp"
@@ -104,6 +105,46 @@ TEST(ExpertFfnVariants, BiasedClampedSwiGluMatchesFp64Reference) {
 
 INSTANTIATE_TEST_SUITE_P(Rows, ExpertFfn,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values<int64_t>(1, 5, 53, 130)));
+
+// A layer's decode-sized experts one per thread (CpuBackend::run_all) give run()'s bits, bf16 and
+// f32, with rows 1 to 8 (one and two passes of the small-M kernels) and an expert of 12 rows that
+// sends the layer back to run() one expert at a time.
+TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t big : {0, 12}) {
+      io::ModelConfig c;
+      c.hidden_size = 64;
+      c.intermediate_size = 96;
+      c.dtype = dt;
+      Matmul mm;
+      CpuBackend backend(c, mm);
+      const int64_t d = c.hidden_size, E = 6;
+      std::vector<std::unique_ptr<ResidentExpert>> experts;
+      for (int64_t e = 0; e < E; ++e) {
+        const auto raw = randv(static_cast<std::size_t>(c.params_per_expert()), 10 + static_cast<uint32_t>(e), 0.1f);
+        std::vector<uint16_t> bits(raw.size());
+        f32_to_bf16(raw.data(), bits.data(), raw.size());
+        experts.push_back(backend.allocate_expert());
+        backend.load_expert(dt == DType::F32 ? static_cast<const void*>(raw.data()) : bits.data(), *experts.back());
+      }
+      std::vector<ExpertRun> runs;
+      int64_t offset = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t rows = e == 0 && big ? big : e + 1 + (e > 3 ? 2 : 0);  // 1, 2, 3, 4, 7, 8 (or 12 first)
+        runs.push_back({experts[static_cast<std::size_t>(e)].get(), offset, rows});
+        offset += rows;
+      }
+      const auto x = randv(static_cast<std::size_t>(offset * d), 5, 1.0f);
+      std::vector<float> seq(x.size(), -1.0f), par(x.size(), -2.0f);
+      backend.begin(x.data(), offset, seq.data());
+      for (const ExpertRun& r : runs) backend.run(r);
+      backend.finish();
+      backend.begin(x.data(), offset, par.data());
+      backend.run_all(runs);
+      backend.finish();
+      EXPECT_EQ(par, seq) << dtype_name(dt) << (big ? ", one expert of 12 rows" : "");
+    }
+}
 
 }  // namespace
 }  // namespace moerun::experts
