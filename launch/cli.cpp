@@ -160,6 +160,7 @@ void ModelOptions::finish(io::ModelConfig& m) const {
   if (dtype != "float32" && dtype != "bfloat16") fail(ErrorKind::Usage, "--dtype must be float32 or bfloat16");
   m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
   io::apply_family(family, m);
+  if (dense_intermediate > 0 && layer_mlp.empty()) fail(ErrorKind::Usage, "--dense-intermediate needs --layer-mlp with a dense layer");
   try {
     if (!layer_mlp.empty()) {
       m.layer_mlp = io::parse_layer_mlp(layer_mlp, "--layer-mlp");

@@ -246,7 +246,8 @@ void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingSta
 
 void Engine::serve_step() {
   if (!server_) fail(ErrorKind::Internal, "Engine::serve_step on a rank that is not an expert rank, or before start_serving()");
-  for (int64_t m = 0; m < mc_.num_moe_layers(); ++m) server_->serve_layer(m, cfg_.micro_batches);
+  const int64_t moe_layers = mc_.num_moe_layers();
+  for (int64_t m = 0; m < moe_layers; ++m) server_->serve_layer(m, cfg_.micro_batches);
 }
 
 PhaseSeconds Engine::my_phases() const {

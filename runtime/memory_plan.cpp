@@ -73,7 +73,9 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
     fail(ErrorKind::Usage, "--batch ", p.batch, " x --context ", context, " needs a KV cache beyond 2^60 bytes");
   m.kv_bytes = kv_cache;
   const int64_t T = p.max_batch_tokens;
-  m.activation_bytes = 4 * T * (4 * d + 2 * q + 2 * kv + c.num_experts) + 4 * p.batch * c.vocab_size;
+  // The router's own FFN scratch (gate, up, activation rows) for a shared expert or a dense layer.
+  const int64_t router_ff = std::max(sff, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
+  m.activation_bytes = 4 * T * (4 * d + 2 * q + 2 * kv + c.num_experts + 3 * router_ff) + 4 * p.batch * c.vocab_size;
   const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back
   m.router_exchange_bytes = single ? 0 : T * c.top_k * (record + result);
   const int64_t router_sum = m.dense_bytes + m.kv_bytes + m.activation_bytes + m.router_exchange_bytes;

@@ -94,6 +94,11 @@ echo "not a shared library" > "$WORK/fake-backend.so"
 MOERUN_CUDA_BACKEND="$WORK/fake-backend.so" expect "--device cuda, backend library unloadable" 4 \
   "cannot load .*fake-backend.so" -- $(infer "$WORK/m" "$WORK/good.jsonl") --device cuda
 expect "synth --gate-topics without --gate-skew" 2 "--gate-topics needs --gate-skew" -- synth --out "$WORK/topics" --gate-topics 4 --quiet
+expect "synth --family of an unknown family" 2 "--family \"llama\" is not one of" -- synth --out "$WORK/fam" --family llama --quiet
+expect "synth --layer-mlp with an entry of neither kind" 2 "layer_mlp entry 1 is \"sparse\"" -- synth --out "$WORK/fam" --layer-mlp moe,sparse,moe,moe --quiet
+expect "synth --layer-mlp of another length" 2 "layer_mlp has 2 entries for 4 layers" -- synth --out "$WORK/fam" --layer-mlp moe,dense --quiet
+expect "synth --dense-intermediate without dense layers" 2 "--dense-intermediate needs --layer-mlp" -- synth --out "$WORK/fam" --dense-intermediate 64 --quiet
+check "a refused synth writes nothing" test ! -e "$WORK/fam"
 expect "--top-p-experts 0" 2 "--top-p-experts must be in (0, 1\]" -- $(infer "$WORK/m" "$WORK/good.jsonl") --top-p-experts 0
 expect "--capacity-factor-decode -1" 2 "--capacity-factor-decode (or --capacity-factor) must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --capacity-factor-decode -1
 expect "--load-penalty nan" 2 "--load-penalty must be in" -- $(infer "$WORK/m" "$WORK/good.jsonl") --load-penalty nan

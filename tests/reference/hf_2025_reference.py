@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 import torch
-from reference_common import convert_refused, hf_greedy, read_logits, relative_error, run, write_requests
+from reference_common import convert_refused, hf_greedy, infer_against, inspect_total, relative_error, run
 from safetensors.torch import load_file, save_file
 from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
@@ -130,27 +130,6 @@ class Checks:
         print(("ok   " if ok else "FAIL ") + what, flush=True)
         if not ok:
             self.failures.append(what)
-
-
-def compare_run(check, moerun, model, work, tag, model_dir, reference):
-    reqs = os.path.join(work, tag + "-reqs.jsonl")
-    write_requests(reqs, PROMPTS, STEPS)
-    out, logits = os.path.join(work, tag + "-out.jsonl"), os.path.join(work, tag + "-logits.jsonl")
-    r = run([moerun, "infer", "--model", model_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
-    check(r.returncode == 0, f"{tag}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")
-    if r.returncode:
-        return None
-    ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
-    ours_logits = read_logits(logits)
-    worst = 0.0
-    for i, p in enumerate(PROMPTS):
-        toks, ref = reference[i]
-        got = ours[f"p{i}"]["output_tokens"]
-        check(got == toks[:len(got)] and len(got) > 0, f"{tag}: prompt {i} ({len(p)} tokens): greedy tokens {got} vs Hugging Face {toks}")
-        for a, b in zip(ours_logits[f"p{i}"], ref):
-            worst = max(worst, relative_error(a, b))
-    check(worst <= REL_TOL, f"{tag}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
-    return reqs, out, logits
 
 
 def records_by_id(path):
@@ -264,12 +243,11 @@ def main():
         check(r.returncode == 0, f"{fam}: convert {len(shards)} safetensors shards (exit {r.returncode}) {r.stderr.strip()[-300:]}")
         if r.returncode:
             continue
-        r = run([moerun, "inspect", "--model", out_dir])
-        total = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
+        total = inspect_total(moerun, out_dir)
         hf_total = sum(p.numel() for p in model.parameters())
         check(total == hf_total, f"{fam}: inspect counts {total} parameters, transformers {hf_total}")
         reference = [hf_greedy(model, p, STEPS) for p in PROMPTS]
-        got = compare_run(check, moerun, model, work, fam, out_dir, reference)
+        got = infer_against(check, moerun, work, fam, out_dir, PROMPTS, STEPS, reference, REL_TOL)
         if got:
             same_bytes_elsewhere(check, moerun, work, fam, out_dir, *got)
         if packed is not None:
@@ -278,7 +256,7 @@ def main():
             r = run([moerun, "convert", "--from-hf", mx_dir, "--out", mx_out, "--shards", "2"])
             check(r.returncode == 0 and "MXFP4" in r.stderr, f"{fam}: convert the MXFP4 checkpoint (exit {r.returncode}) {r.stderr.strip()[-300:]}")
             if r.returncode == 0:
-                compare_run(check, moerun, model, work, fam + "-mxfp4", mx_out, reference)
+                infer_against(check, moerun, work, fam + "-mxfp4", mx_out, PROMPTS, STEPS, reference, REL_TOL)
                 # The same experts in either form: the same tokens and logits, bit for bit.
                 ok = all(open(os.path.join(work, f"{fam}{s}-logits.jsonl")).read() ==
                          open(os.path.join(work, f"{fam}-mxfp4{s}-logits.jsonl")).read() for s in [""])

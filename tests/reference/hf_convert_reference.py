@@ -19,7 +19,7 @@ import sys
 import h5py
 import numpy as np
 import torch
-from reference_common import convert_refused, hf_greedy, read_logits, relative_error, run, write_requests
+from reference_common import convert_refused, hf_greedy, infer_against, inspect_total, run
 from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM)
 
@@ -84,28 +84,13 @@ def main():
             arch = f.attrs["architecture"]
             arch = arch.decode() if isinstance(arch, bytes) else arch
             check(arch == cfg.model_type, f"{fam}: architecture attribute {arch}")
-        r = run([moerun, "inspect", "--model", out_dir])
-        total = next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
+        total = inspect_total(moerun, out_dir)
         hf_total = sum(p.numel() for p in model.parameters())
         check(total == hf_total, f"{fam}: inspect counts {total} parameters, transformers {hf_total}")
-        reqs = os.path.join(work, fam + "-reqs.jsonl")
-        write_requests(reqs, PROMPTS, STEPS)
-        out, logits = os.path.join(work, fam + "-out.jsonl"), os.path.join(work, fam + "-logits.jsonl")
-        r = run([moerun, "infer", "--model", out_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
-        check(r.returncode == 0, f"{fam}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")
-        if r.returncode:
+        got = infer_against(check, moerun, work, fam, out_dir, PROMPTS, STEPS, [hf_greedy(model, p, STEPS) for p in PROMPTS], REL_TOL)
+        if not got:
             continue
-        ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
-        ours_logits = read_logits(logits)
-        worst = 0.0
-        for i, p in enumerate(PROMPTS):
-            toks, ref = hf_greedy(model, p, STEPS)
-            got = ours[f"p{i}"]["output_tokens"]
-            # The run ends at EOS; the reference continues: compare what moerun produced.
-            check(got == toks[:len(got)] and len(got) > 0, f"{fam}: prompt {i}: greedy tokens {got} vs Hugging Face {toks}")
-            for a, b in zip(ours_logits[f"p{i}"], ref):
-                worst = max(worst, relative_error(a, b))
-        check(worst <= REL_TOL, f"{fam}: logits within {REL_TOL} of Hugging Face (worst relative error {worst:.2e})")
+        reqs, out, logits = got
         # The distributed runtime (1 router, 2 expert ranks) gives the same bytes, the variants included
         # (with one micro-batch, as the single process runs by default: the same GEMM shapes).
         mpi = os.environ.get("MPIEXEC", "mpirun")

@@ -1,7 +1,9 @@
 """What the reference scripts share: running moerun, reading its --logits-out file, greedy
 decoding of a Hugging Face model by full recomputation (no KV cache: the reference for every step),
-and the relative error the scripts bound."""
+and the relative error the scripts bound; a converted model run against a reference, and its
+parameter count as `inspect` prints it."""
 import json
+import os
 import subprocess
 
 import numpy as np
@@ -58,3 +60,34 @@ def convert_refused(moerun, src, d, edit, pattern):
     ok = (r.returncode == 3 and len(lines) == 1 and pattern in lines[0] and (named is None or named in lines[0])
           and not os.path.exists(os.path.join(out, "model.h5")))
     return ok, r.stderr.strip(), r.returncode
+
+
+def inspect_total(moerun, model_dir):
+    """The parameter count `moerun inspect` prints for a model (-1 when it prints none)."""
+    r = run([moerun, "inspect", "--model", model_dir])
+    return next((int(l.split()[1]) for l in r.stdout.splitlines() if l.strip().startswith("total ")), -1)
+
+
+def infer_against(check, moerun, work, tag, model_dir, prompts, steps, reference, rel_tol):
+    """Runs `moerun infer --logits-out` on the prompts and checks each one's greedy tokens and every
+    step's logits against reference[i] = (tokens, logits) (hf_greedy's). The run ends at EOS and the
+    reference continues: what moerun produced is compared. Returns (requests, output, logits) paths,
+    or None when infer failed."""
+    reqs = os.path.join(work, tag + "-reqs.jsonl")
+    write_requests(reqs, prompts, steps)
+    out, logits = os.path.join(work, tag + "-out.jsonl"), os.path.join(work, tag + "-logits.jsonl")
+    r = run([moerun, "infer", "--model", model_dir, "--input", reqs, "--output", out, "--logits-out", logits, "--quiet"])
+    check(r.returncode == 0, f"{tag}: infer (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    if r.returncode:
+        return None
+    ours = {json.loads(l)["id"]: json.loads(l) for l in open(out)}
+    ours_logits = read_logits(logits)
+    worst = 0.0
+    for i, p in enumerate(prompts):
+        toks, ref = reference[i]
+        got = ours[f"p{i}"]["output_tokens"]
+        check(got == toks[:len(got)] and len(got) > 0, f"{tag}: prompt {i} ({len(p)} tokens): greedy tokens {got} vs Hugging Face {toks}")
+        for a, b in zip(ours_logits[f"p{i}"], ref):
+            worst = max(worst, relative_error(a, b))
+    check(worst <= rel_tol, f"{tag}: logits within {rel_tol} of Hugging Face (worst relative error {worst:.2e})")
+    return reqs, out, logits

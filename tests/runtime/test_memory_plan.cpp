@@ -24,6 +24,25 @@ io::ModelConfig tiny() {
   return c;
 }
 
+// A dense layer: its MLP is a dense weight on the router, its scratch an activation there, and
+// the experts are the MoE layers' only.
+TEST(MemoryPlan, DenseLayersAreRouterWeights) {
+  MemoryPlanConfig p;
+  p.batch = 1;
+  p.context = 8;
+  p.max_batch_tokens = 4;
+  p.margin = 0;
+  io::ModelConfig c = tiny();
+  c.num_layers = 2;
+  const MemoryPlan moe = plan_memory(c, p);
+  c.layer_mlp = {io::MlpKind::Dense, io::MlpKind::Moe};
+  c.dense_intermediate_size = 5;
+  const MemoryPlan dense = plan_memory(c, p);
+  EXPECT_EQ(dense.dense_bytes - moe.dense_bytes, (3 * 5 * 4 - 2 * 4) * 4);  // + w1, w3, w2; - a gate [2, 4]
+  EXPECT_EQ(dense.activation_bytes - moe.activation_bytes, 4 * 4 * 3 * 5);
+  EXPECT_EQ(dense.experts_per_rank, moe.experts_per_rank / 2);
+}
+
 TEST(MemoryPlan, OneProcess) {
   MemoryPlanConfig p;
   p.batch = 1;
