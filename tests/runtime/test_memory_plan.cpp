@@ -24,14 +24,20 @@ io::ModelConfig tiny() {
   return c;
 }
 
-// A dense layer: its MLP is a dense weight on the router, its scratch an activation there, and
-// the experts are the MoE layers' only.
-TEST(MemoryPlan, DenseLayersAreRouterWeights) {
+// One sequence of 8 positions, 4 tokens per step, no margin.
+MemoryPlanConfig small_job() {
   MemoryPlanConfig p;
   p.batch = 1;
   p.context = 8;
   p.max_batch_tokens = 4;
   p.margin = 0;
+  return p;
+}
+
+// A dense layer: its MLP is a dense weight on the router, its scratch an activation there, and
+// the experts are the MoE layers' only.
+TEST(MemoryPlan, DenseLayersAreRouterWeights) {
+  const MemoryPlanConfig p = small_job();
   io::ModelConfig c = tiny();
   c.num_layers = 2;
   const MemoryPlan moe = plan_memory(c, p);
@@ -44,11 +50,7 @@ TEST(MemoryPlan, DenseLayersAreRouterWeights) {
 }
 
 TEST(MemoryPlan, OneProcess) {
-  MemoryPlanConfig p;
-  p.batch = 1;
-  p.context = 8;
-  p.max_batch_tokens = 4;
-  p.margin = 0;
+  const MemoryPlanConfig p = small_job();
   const MemoryPlan m = plan_memory(tiny(), p);
   // fp32: embed 40 + final norm 4 + per layer (2 norms 8 + gate 8) = 60 elems = 240 B;
   // stored: lm_head 40 + wq 16 + wk 8 + wv 8 + wo 16 = 88 elems = 352 B.
