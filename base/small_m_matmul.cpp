@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "base/dtype.hpp"
+#include "base/exp_avx512.hpp"
 #include "base/error.hpp"
 
 namespace moerun {
@@ -180,19 +181,6 @@ __attribute__((target("avx512f"))) void f32_panel(const float* x, int64_t K, con
 
 using PanelKernel = void (*)(const float*, int64_t, const float*, float*, const char*, int64_t);
 const PanelKernel kPanels[kPanelRows] = {f32_panel<1>, f32_panel<2>, f32_panel<3>, f32_panel<4>, f32_panel<5>, f32_panel<6>};
-
-// exp(v) = 2^n · 2^f with n = round(v·log2 e), |f| <= 1/2, 2^f by its Taylor series to degree 7
-// (relative error below 2e-8 before rounding); scalef gives 0 and inf where exp under- or overflows.
-__attribute__((target("avx512f"))) __m512 exp_ps(__m512 v) {
-  const __m512 t = _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f));
-  // (The masked forms with an all-ones mask: GCC 12 warns of an uninitialised pass-through in the
-  // plain ones.)
-  const __m512 n = _mm512_mask_roundscale_ps(t, 0xffff, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 g = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.693147180559945309f));  // f·ln 2
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  for (float c : {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(p, g, _mm512_set1_ps(c));
-  return _mm512_mask_scalef_ps(p, 0xffff, p, n);
-}
 
 // The epilogue on one tile row (cols <= 64 valid columns), stored to y's row.
 __attribute__((target("avx512f"))) void store_row(float* t, int64_t cols, const PanelEpilogue& ep, const float* mul_row,

@@ -245,6 +245,44 @@ void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& sh
   if (!empty) H5_CHECK(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
+H5RowAppender::H5RowAppender(hid_t loc, const std::string& path, int64_t cols, int64_t chunk_rows, hid_t file_type)
+    : cols_(cols) {
+  const hsize_t dims[2] = {0, static_cast<hsize_t>(cols)}, max[2] = {H5S_UNLIMITED, static_cast<hsize_t>(cols)};
+  const hsize_t chunk[2] = {static_cast<hsize_t>(std::max<int64_t>(chunk_rows, 1)), static_cast<hsize_t>(std::max<int64_t>(cols, 1))};
+  H5Handle space(H5_CHECK(H5Screate_simple(2, dims, max)), H5Sclose);
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(dcpl, 0));
+  H5_CHECK(H5Pset_chunk(dcpl, 2, chunk));
+  d_ = H5Handle(H5_CHECK(H5Dcreate2(loc, path.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)), H5Dclose);
+}
+
+void H5RowAppender::append(const void* rows, int64_t count, hid_t mem_type) {
+  if (count <= 0) return;
+  const hsize_t size[2] = {static_cast<hsize_t>(rows_ + count), static_cast<hsize_t>(cols_)};
+  H5_CHECK(H5Dset_extent(d_, size));
+  H5Handle file_space(H5_CHECK(H5Dget_space(d_)), H5Sclose);
+  const hsize_t start[2] = {static_cast<hsize_t>(rows_), 0}, block[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(cols_)};
+  H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, block, nullptr));
+  H5Handle mem_space(H5_CHECK(H5Screate_simple(2, block, nullptr)), H5Sclose);
+  H5_CHECK(H5Dwrite(d_, mem_type, mem_space, file_space, H5P_DEFAULT, rows));
+  rows_ += count;
+}
+
+void h5_read_rows(hid_t loc, const std::string& path, int64_t row0, int64_t count, hid_t mem_type, void* out) {
+  H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle file_space(H5_CHECK(H5Dget_space(d)), H5Sclose);
+  hsize_t dims[2] = {0, 0};
+  if (H5_CHECK(H5Sget_simple_extent_ndims(file_space)) != 2) fail(ErrorKind::BadInput, path, " is not a 2-D dataset");
+  H5_CHECK(H5Sget_simple_extent_dims(file_space, dims, nullptr));
+  if (row0 < 0 || count < 0 || static_cast<hsize_t>(row0 + count) > dims[0])
+    fail(ErrorKind::BadInput, path, " has ", dims[0], " rows, not rows ", row0, "..", row0 + count);
+  if (count == 0) return;
+  const hsize_t start[2] = {static_cast<hsize_t>(row0), 0}, block[2] = {static_cast<hsize_t>(count), dims[1]};
+  H5_CHECK(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, block, nullptr));
+  H5Handle mem_space(H5_CHECK(H5Screate_simple(2, block, nullptr)), H5Sclose);
+  H5_CHECK(H5Dread(d, mem_type, mem_space, file_space, H5P_DEFAULT, out));
+}
+
 namespace {
 
 // Opens an attribute that must hold one value: a scalar, or a simple dataspace of exactly one

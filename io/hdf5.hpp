@@ -133,6 +133,21 @@ void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& sh
               hid_t mem_type, const void* data, bool one_chunk);
 H5Handle h5_create_group(hid_t loc, const std::string& path);
 
+// A 2-D dataset [rows, cols] that grows by rows (chunks of `chunk_rows` rows), for outputs larger
+// than memory: created empty, then appended to. Rows are read back in ranges.
+class H5RowAppender {
+ public:
+  H5RowAppender(hid_t loc, const std::string& path, int64_t cols, int64_t chunk_rows, hid_t file_type);
+  void append(const void* rows, int64_t count, hid_t mem_type);  // rows [count, cols]
+  int64_t rows() const { return rows_; }
+
+ private:
+  H5Handle d_;
+  int64_t cols_ = 0, rows_ = 0;
+};
+// Rows [row0, row0 + count) of a 2-D dataset into out [count, cols] (mem_type elements).
+void h5_read_rows(hid_t loc, const std::string& path, int64_t row0, int64_t count, hid_t mem_type, void* out);
+
 // Where the single chunk of a one-chunk dataset lies in the file (address and stored size, and
 // the filters skipped for it); nullopt when the dataset is not stored as exactly one chunk.
 struct H5ChunkExtent {

@@ -77,4 +77,26 @@ std::string read_stream_file(const std::string& path, const std::string& option)
   return read_to_end(fd, path);
 }
 
+int64_t first_invalid_utf8(const std::string& text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const std::size_t n = text.size();
+  for (std::size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    std::size_t len = 0;
+    uint32_t cp = 0, min = 0;
+    if (c < 0x80) len = 1, cp = c;
+    else if ((c >> 5) == 0x6) len = 2, cp = c & 0x1f, min = 0x80;
+    else if ((c >> 4) == 0xe) len = 3, cp = c & 0x0f, min = 0x800;
+    else if ((c >> 3) == 0x1e) len = 4, cp = c & 0x07, min = 0x10000;
+    if (len == 0 || i + len > n) return static_cast<int64_t>(i);
+    for (std::size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return static_cast<int64_t>(i);
+      cp = cp << 6 | (p[i + k] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return static_cast<int64_t>(i);
+    i += len;
+  }
+  return -1;
+}
+
 }  // namespace moerun::io

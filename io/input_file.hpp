@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 
 #include "base/error.hpp"
@@ -24,5 +25,9 @@ std::string read_stream_file(const std::string& path, const std::string& option)
 // The same checks without reading: true when `path` exists and is regular; false when it is
 // missing; throws `not_regular` naming it when it exists as anything else.
 bool check_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);
+
+// The byte offset of the first byte of `text` that is not part of well-formed UTF-8 (no overlong
+// forms, surrogates or code points beyond U+10FFFF), or -1 when it is all well-formed.
+int64_t first_invalid_utf8(const std::string& text);
 
 }  // namespace moerun::io

@@ -42,6 +42,16 @@ int64_t cap_budget(int64_t budget, std::size_t prompt, const RequestLimits& lim)
   return std::min(budget, lim.max_position - static_cast<int64_t>(prompt));
 }
 
+// A scoring field's top-K: absent or null is -1 (not asked), else an integer in [0, vocab_size].
+int64_t top_count(const json& j, const char* field, const RequestLimits& lim) {
+  if (!j.contains(field) || j[field].is_null()) return -1;
+  const json& v = j[field];
+  if (!v.is_number_integer()) fail(ErrorKind::BadInput, "field ", field, " is not an integer (the number of top alternatives)");
+  if (!fits_int64(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > lim.vocab_size)
+    fail(ErrorKind::BadInput, "field ", field, " is ", int_text(v), ", expected in [0, ", lim.vocab_size, "] (the vocabulary)");
+  return v.get<int64_t>();
+}
+
 // Validates one parsed line; throws Error(BadInput) without the file and line prefix.
 Request parse_object(const json& j, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
@@ -97,6 +107,13 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
     r.top_p = j["top_p"].get<double>();
   }
   if (!(r.top_p > 0 && r.top_p <= 1)) fail(ErrorKind::BadInput, "field top_p is ", r.top_p, ", expected in (0, 1]");
+  r.logprobs = top_count(j, "logprobs", lim);
+  r.prompt_logprobs = top_count(j, "prompt_logprobs", lim);
+  if (j.contains("echo") && !j["echo"].is_null()) {
+    if (!j["echo"].is_boolean()) fail(ErrorKind::BadInput, "field echo is not true or false");
+    // OpenAI's completions: echo returns the prompt's log-probs with as many alternatives as logprobs.
+    if (j["echo"].get<bool>() && r.prompt_logprobs < 0) r.prompt_logprobs = std::max<int64_t>(r.logprobs, 0);
+  }
   r.seed = d.seed;
   if (j.contains("seed") && !j["seed"].is_null()) {
     if (!j["seed"].is_number_integer()) fail(ErrorKind::BadInput, "field seed is not an integer");
@@ -189,6 +206,9 @@ uint64_t request_fingerprint(const Request& r) {
       .value(r.temperature)
       .value(r.top_p)
       .value(r.seed)
+      .value(r.logprobs)
+      .value(r.prompt_logprobs)
+      .value(r.score_from)
       .text(r.error)
       .digest();
 }
@@ -234,6 +254,33 @@ std::vector<Request> parse_requests(const std::string& all, const std::string& p
   return out;
 }
 
+namespace {
+
+json logprobs_json(const std::vector<TokenLogprob>& v) {
+  json a = json::array();
+  for (const TokenLogprob& t : v) {
+    json top = json::array();
+    for (const auto& [id, lp] : t.top) top.push_back(json::array({id, lp}));
+    a.push_back(json{{"token", t.token}, {"logprob", t.logprob}, {"top", std::move(top)}});
+  }
+  return a;
+}
+
+// Throws json::exception on a malformed entry (result_from_json turns it into false).
+std::vector<TokenLogprob> logprobs_from_json(const json& a) {
+  std::vector<TokenLogprob> v;
+  for (const json& e : a) {
+    TokenLogprob t;
+    t.token = e.at("token").get<int32_t>();
+    t.logprob = e.at("logprob").get<double>();
+    for (const json& p : e.at("top")) t.top.emplace_back(p.at(0).get<int32_t>(), p.at(1).get<double>());
+    v.push_back(std::move(t));
+  }
+  return v;
+}
+
+}  // namespace
+
 std::string result_to_json(const Result& r, bool with_key) {
   json j;
   j["id"] = r.id;
@@ -246,6 +293,8 @@ std::string result_to_json(const Result& r, bool with_key) {
   if (r.has_text) j["text"] = r.text;
   j["finish_reason"] = r.finish_reason;
   j["prompt_len"] = r.prompt_len;
+  if (r.has_prompt_logprobs) j["prompt_logprobs"] = logprobs_json(r.prompt_logprobs);
+  if (r.has_logprobs) j["logprobs"] = logprobs_json(r.logprobs);
   // A tokenizer may decode to invalid UTF-8 (a cut multi-byte character): replaced, not thrown.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
@@ -268,6 +317,8 @@ bool result_from_json(const std::string& line, Result* out) {
       r.output_tokens = j["output_tokens"].get<std::vector<int32_t>>();
       r.finish_reason = j["finish_reason"].get<std::string>();
       r.prompt_len = j["prompt_len"].get<int64_t>();
+      if ((r.has_prompt_logprobs = j.contains("prompt_logprobs"))) r.prompt_logprobs = logprobs_from_json(j["prompt_logprobs"]);
+      if ((r.has_logprobs = j.contains("logprobs"))) r.logprobs = logprobs_from_json(j["logprobs"]);
     } catch (const json::exception&) {
       return false;
     }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moerun::io {
@@ -18,6 +19,12 @@ struct Request {
   double temperature = 0.0;
   double top_p = 1.0;
   uint64_t seed = 0;
+  // Scoring (docs/FORMATS.md): the top-K alternatives returned with the log-probability of every
+  // generated token (logprobs) and of every prompt token from score_from on (prompt_logprobs);
+  // -1: not asked. score_from is 1 for a JSONL request; perplexity windows score their second half.
+  int64_t logprobs = -1;
+  int64_t prompt_logprobs = -1;
+  int64_t score_from = 1;
   int64_t line = 0;     // 1-based line in the input file
   std::string error;    // non-empty: invalid, skipped (only with skip_invalid)
 };
@@ -58,6 +65,14 @@ bool any_text_prompt(const std::vector<Request>& requests);
 // journal entries carry it so that --resume never takes a result made for another request.
 uint64_t request_fingerprint(const Request& r);
 
+// The log-probability of one token (log_softmax of the model's logits, in float64) and the top-K
+// tokens of the same distribution, most probable first (ties: lower id first).
+struct TokenLogprob {
+  int32_t token = 0;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;
+};
+
 struct Result {
   std::string id;
   std::vector<int32_t> output_tokens;
@@ -67,6 +82,10 @@ struct Result {
   std::string key{};          // journal entries only: what the result was computed from (JournalKeys)
   bool has_text = false;      // the output line carries "text" (the output tokens decoded)
   std::string text{};
+  bool has_prompt_logprobs = false;          // the request asked for them (even when there are none)
+  std::vector<TokenLogprob> prompt_logprobs{};  // prompt tokens score_from.. (one per token)
+  bool has_logprobs = false;
+  std::vector<TokenLogprob> logprobs{};         // one per output token
 };
 
 // One JSON line; `key` is written only when with_key (journals; the output format has no key).

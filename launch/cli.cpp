@@ -10,6 +10,9 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
+#include "comm/exchange_select.hpp"
+#include "experts/backend.hpp"
 #include "io/input_file.hpp"
 #include "io/synthetic_model.hpp"
 
@@ -66,6 +69,42 @@ void CacheOptions::finish(runtime::EngineConfig& c) const {
   if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
     fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
   with_option_names([&] { c.cache.validate(); });
+}
+
+void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
+  o.add_options()
+    ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
+    ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
+     "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
+    ("placement", po::value(&placement)->default_value(placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
+    ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
+     "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
+    ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")
+    ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
+    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)");
+  cache.add(o, c);
+  object_store.add(o);
+}
+
+Environment EngineOptions::finish(runtime::EngineConfig& c) const {
+  with_option_names([&] {
+    c.device = experts::parse_device(device);
+    c.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
+  });
+  c.placement_file = placement == "round-robin" ? "" : placement;
+  cache.finish(c);
+  c.s3 = object_store.finish();
+  const Environment env = Environment::read();
+  apply_environment(env, c);
+  c.hdf5_probe.s3_retries = c.s3.retries;
+  c.hdf5_probe.s3_timeout_s = c.s3.timeout_s;
+  c.option_name = option_name;
+  return env;
+}
+
+void EngineOptions::warn_deprecated() const {
+  if (a2a == "auto")
+    log::warn("--a2a auto is deprecated and means mpi: hier has not measured faster than mpi anywhere yet (docs/PERFORMANCE.md)");
 }
 
 void ObjectStoreOptions::add(po::options_description& o) {

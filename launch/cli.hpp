@@ -8,6 +8,7 @@
 #include "io/model_config.hpp"
 #include "io/object_store.hpp"
 #include "io/output_file.hpp"
+#include "launch/environment.hpp"
 #include "runtime/infer.hpp"
 #include <string>
 #include <vector>
@@ -48,6 +49,19 @@ struct ObjectStoreOptions {
 // `c` with the endpoint, region and credentials of the AWS_* variables.
 io::S3Config s3_from_environment(io::S3Config c);
 
+// The engine's options (infer, perplexity): its layout, exchange, device, the expert cache and the
+// object store. finish() parses the named values and applies the environment (launch/environment).
+struct EngineOptions {
+  std::string device = "cpu", placement = "round-robin", a2a = "mpi";
+  CacheOptions cache;
+  ObjectStoreOptions object_store;
+  void add(po::options_description& o, runtime::EngineConfig& c);
+  // Returns the environment read, for the caller's other settings (MOERUN_PYTHON).
+  Environment finish(runtime::EngineConfig& c) const;
+  // After MPI_Init, on rank 0: the deprecation warnings of what was given.
+  void warn_deprecated() const;
+};
+
 // Outputs given on the command line (empty paths skipped): each a regular file or new, none equal
 // to an input or to another output (io/output_file.hpp).
 void check_output_files(const std::vector<io::PathUse>& outputs, const std::vector<io::PathUse>& inputs = {});
@@ -64,5 +78,6 @@ int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_affinity(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
 
 }  // namespace moerun::launch

@@ -29,7 +29,7 @@ void resolve_capacity(const po::variables_map& vm, router::RouterConfig& r) {
 
 int cmd_infer(int argc, char** argv) {
   runtime::InferConfig c;
-  std::string overflow = "reroute", device = "cpu", placement = "round-robin", a2a = "mpi";
+  std::string overflow = "reroute";
   bool check_weights = false;
   double prefix_mb = 0;
   std::string batching = "fifo";
@@ -75,45 +75,23 @@ int cmd_infer(int argc, char** argv) {
     ("stats-json", po::value(&c.stats_json), "write routing statistics as JSON")
     ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
     ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
-    ("routers-per-node", po::value(&c.engine.routers_per_node)->default_value(c.engine.routers_per_node), "router ranks per node (the first local ranks)")
-    ("ranks-per-node", po::value(&c.engine.ranks_per_node)->default_value(c.engine.ranks_per_node),
-     "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
-    ("placement", po::value(&placement)->default_value(placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
-    ("micro-batches", po::value(&c.engine.micro_batches)->default_value(c.engine.micro_batches),
-     "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
-    ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")
-    ("comm-timeout", po::value(&c.engine.comm_timeout_s)->default_value(c.engine.comm_timeout_s), "seconds to wait for a peer before aborting the job")
-    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
-  CacheOptions cache;
-  cache.add(o, c.engine);
-  ObjectStoreOptions object_store;
-  object_store.add(o);
+  EngineOptions engine;
+  engine.add(o, c.engine);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
     return 0;
   c.engine.router.overflow = router::parse_overflow(overflow);
   resolve_capacity(vm, c.engine.router);
-  with_option_names([&] {
-    c.engine.device = experts::parse_device(device);
-    c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
-  });
-  c.engine.placement_file = placement == "round-robin" ? "" : placement;
   c.scheduler.batching = runtime::parse_batching(batching);
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
   c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
-  cache.finish(c.engine);
-  c.engine.s3 = object_store.finish();
-  const Environment env = Environment::read();
-  apply_environment(env, c.engine);
-  c.engine.hdf5_probe.s3_retries = c.engine.s3.retries;
-  c.engine.hdf5_probe.s3_timeout_s = c.engine.s3.timeout_s;
+  const Environment env = engine.finish(c.engine);
   if (!env.python.empty()) c.tokenizer.python = env.python;
   c.option_name = c.engine.option_name = option_name;
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.size() > 1) log::set_rank(mpi.rank());
-  if (mpi.rank() == 0 && a2a == "auto")
-    log::warn("--a2a auto is deprecated and means mpi: hier has not measured faster than mpi anywhere yet (docs/PERFORMANCE.md)");
+  if (mpi.rank() == 0) engine.warn_deprecated();
   if (mpi.rank() == 0 && check_weights)
     log::warn("--check-weights is deprecated and does nothing: every weight is checked for NaN/Inf as it loads");
   runtime::run_infer(c, MPI_COMM_WORLD);

@@ -19,7 +19,8 @@ const char* kUsage =
     "usage: moerun <command> [options]      (moerun <command> --help for its options)\n"
     "\n"
     "commands:\n"
-    "  infer    batch offline inference of a JSONL file of requests\n"
+    "  infer    batch offline inference of a JSONL file of requests (with log-probs when asked)\n"
+    "  perplexity  perplexity of a text in windows; KL divergence against a saved base run\n"
     "  synth    write a synthetic moe-hdf5 model\n"
     "  convert  a Hugging Face checkpoint (Mixtral, Qwen2-MoE, OLMoE safetensors) to moe-hdf5\n"
     "  inspect  model config, parameter counts and memory per rank\n"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
     if (cmd == "affinity") return launch::cmd_affinity(argc - 1, argv + 1);
     if (cmd == "convert") return launch::cmd_convert(argc - 1, argv + 1);
+    if (cmd == "perplexity") return launch::cmd_perplexity(argc - 1, argv + 1);
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
     return 2;
   } catch (const ReportedError& e) {

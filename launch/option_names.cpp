@@ -43,6 +43,13 @@ std::string option_name(const std::string& field) {
       {"scheduler.max_wait_steps", "--batching-max-wait"},
       {"prefix_cache.max_bytes", "--prefix-cache-mb"},
       {"prefix_cache.block_tokens", "--prefix-cache-block"},
+      {"text", "--text"},
+      {"tokens", "--tokens"},
+      {"context", "--context"},
+      {"stride", "--stride"},
+      {"json_out", "--json"},
+      {"save_logits", "--save-logits"},
+      {"kl_base", "--kl-base"},
   };
   // Sub-configs validated on their own (the cache options, --device) name fields without the path.
   for (const char* prefix : {"", "engine.", "engine.cache.", "engine.router."}) {

@@ -91,13 +91,16 @@ class RouterLoop {
     prompt_ = prompt_tokens + skipped - std::exchange(skipped_seen_, skipped);
     generated_ = batch.emitting();
     run_.generated_tokens += batch.emitting();
-    logits_log_.clear();
-    logits_ids_.clear();
-    const bool want = sink_.wants_logits();
-    for (const io::Result& r : sched.complete_step(logits_, want ? &logits_log_ : nullptr, &logits_ids_)) emit(r);
+    StepLogits out;
+    out.want_emitted = sink_.wants_logits();
+    out.want_scored = sink_.wants_scored_rows();
+    for (const io::Result& r : sched.complete_step(logits_, &out)) emit(r);
+    // Before the results count as done (the Job commits them next): a KL divergence or saved
+    // log-probs of a finished window are complete when its result is.
+    if (out.want_scored) sink_.scored_rows(out.scored, logits_, e_.model().vocab_size);
     sink_.step_done();  // group commit: one fdatasync per step, before the step counts as done
     if (run_.first_token_s < 0 && batch.emitting() > 0) run_.first_token_s = since(e_.serving_since());
-    if (want) sink_.logits(logits_ids_, logits_log_, e_.model().vocab_size);
+    if (out.want_emitted) sink_.logits(out.emitted_ids, out.emitted, e_.model().vocab_size);
     const double step_s = since(step_start);
     if (prompt_tokens > 0) {
       run_.prefill_seconds += step_s;
@@ -115,8 +118,7 @@ class RouterLoop {
   ResultSink& sink_;
   RoutingStats& stats_;
   std::optional<PrefixCache> prefix_;
-  std::vector<float> logits_, logits_log_;
-  std::vector<std::string> logits_ids_;
+  std::vector<float> logits_;
   ThroughputCounters run_;
   // This step's contribution to the next step control.
   int64_t done_ = 0, tokens_ = 0, generated_ = 0, prompt_ = 0;

@@ -29,6 +29,11 @@ class ResultSink {
   virtual void logits(const std::vector<std::string>& ids, const std::vector<float>& logits, int64_t vocab) {
     (void)ids, (void)logits, (void)vocab;
   }
+  // The scored prompt rows of a step, with the step's logits [rows, vocab] (only when wanted).
+  virtual bool wants_scored_rows() const { return false; }
+  virtual void scored_rows(const std::vector<ScoredRow>& rows, const std::vector<float>& logits, int64_t vocab) {
+    (void)rows, (void)logits, (void)vocab;
+  }
 };
 
 // Results dropped (expert ranks, which have none; benchmarks).

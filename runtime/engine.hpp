@@ -128,7 +128,7 @@ class Engine {
   void step_boundary();
   // Tells the cache how many requests have finished (its hotness warm-up counts them).
   void requests_finished(int64_t done);
-  // Router ranks: one forward step; logits [batch.emitting(), vocab] in chunk order.
+  // Router ranks: one forward step; logits [batch.logit_rows(), vocab] in chunk order.
   void step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
   // Expert ranks: serve every layer of one step.
   void serve_step();

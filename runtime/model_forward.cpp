@@ -28,6 +28,12 @@ int64_t StepBatch::emitting() const {
   return n;
 }
 
+int64_t StepBatch::logit_rows() const {
+  int64_t n = 0;
+  for (const auto& c : chunks) n += c.logit_rows();
+  return n;
+}
+
 std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
   std::vector<MicroBatch> out(static_cast<std::size_t>(m));
   const int64_t T = b.tokens();
@@ -210,13 +216,17 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
     times_.moe += now() - t0;
   }
   double t4 = now();
-  const int64_t n = b.emitting();
-  float* last = fbuf(xn_, n * d);
+  const int64_t n = b.logit_rows();
+  float* rows = fbuf(xn_, n * d);
   int64_t i = 0;
-  for (const SeqChunk& ch : b.chunks)
-    if (ch.emit) rms_norm(h + (ch.first + ch.count - 1) * d, 1, d, w_.final_norm.data(), eps, last + d * i++);
+  for (const SeqChunk& ch : b.chunks) {
+    const int64_t scored = ch.score_end - ch.score_begin;
+    if (scored > 0) rms_norm(h + (ch.first + ch.score_begin) * d, scored, d, w_.final_norm.data(), eps, rows + d * i);
+    i += scored;
+    if (ch.emit) rms_norm(h + (ch.first + ch.count - 1) * d, 1, d, w_.final_norm.data(), eps, rows + d * i++);
+  }
   logits.resize(static_cast<std::size_t>(n * c.vocab_size));
-  mm_.linear(last, n, w_.lm_head, logits.data());
+  if (n > 0) mm_.linear(rows, n, w_.lm_head, logits.data());
   times_.head += now() - t4;
 }
 

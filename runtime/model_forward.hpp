@@ -26,6 +26,11 @@ struct SeqChunk {
   bool emit = false;   // produce logits for its last token
   // Prompt chunks: their expert slots are appended here, per layer ([layer][token * top_k + j]).
   std::vector<std::vector<int32_t>>* routing = nullptr;
+  // Scoring: logits also for its tokens [score_begin, score_end) (offsets in the chunk), before the
+  // emitted token's; score_end <= count - 1 when emit (the emitted row is never one of them).
+  int64_t score_begin = 0, score_end = 0;
+
+  int64_t logit_rows() const { return score_end - score_begin + (emit ? 1 : 0); }
 };
 
 struct StepBatch {
@@ -38,6 +43,7 @@ struct StepBatch {
   int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
   int64_t decode_tokens() const;  // generated tokens fed back (not prompt tokens)
   int64_t emitting() const;
+  int64_t logit_rows() const;     // rows of the step's logits: scored tokens and emitted ones
 };
 
 // Seconds per phase on the router side (bench breakdown).
@@ -72,7 +78,8 @@ class ModelForward {
                int micro_batches);
   // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
   void reserve(int64_t tokens);
-  // Fills logits [batch.emitting(), vocab] in chunk order.
+  // Fills logits [batch.logit_rows(), vocab] in chunk order (per chunk: its scored tokens, then
+  // the emitted one).
   void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
   const DensePhaseTimes& times() const { return times_; }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "runtime/log_softmax.hpp"
 #include "runtime/sampling.hpp"
 
 namespace moerun::runtime {
@@ -28,8 +29,10 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, c
     : cfg_(cfg), model_(model), requests_(requests), prefix_(prefix) {
   for (int64_t i : pending) {
     const io::Request& r = requests_[static_cast<std::size_t>(i)];
-    if (r.max_new_tokens == 0) {
-      trivial_.push_back({r.id, {}, "length", static_cast<int64_t>(r.prompt_tokens.size()), ""});
+    if (r.max_new_tokens == 0 && r.prompt_logprobs < 0) {
+      io::Result res{r.id, {}, "length", static_cast<int64_t>(r.prompt_tokens.size()), ""};
+      res.has_logprobs = r.logprobs >= 0;
+      trivial_.push_back(std::move(res));
     } else {
       queue_.push_back(i);
     }
@@ -46,7 +49,7 @@ bool Scheduler::computing_first_block(uint64_t key) const {
 
 StepBatch Scheduler::next_step() {
   StepBatch b;
-  emitted_.clear();
+  rows_of_.clear();
   ++step_;
   const bool minhash = cfg_.batching == Batching::MinHash;
   // In flight: FIFO admits up to the batch size; minhash prefills ahead up to the pool.
@@ -58,8 +61,13 @@ StepBatch Scheduler::next_step() {
     ch.first = b.tokens();
     ch.count = n;
     ch.pos0 = s.processed;
-    ch.emit = s.processed + n == static_cast<int64_t>(s.tokens.size());
+    // The last token computed emits the next one, unless the request only scores its prompt.
+    ch.emit = s.processed + n == static_cast<int64_t>(s.tokens.size()) && s.request->max_new_tokens > 0;
     if (s.processed < s.prompt_len) ch.routing = &s.routing;
+    if (s.request->prompt_logprobs >= 0) {  // rows predicting prompt tokens score_from .. prompt_len - 1
+      ch.score_begin = std::clamp(s.request->score_from - 1 - s.processed, int64_t{0}, n);
+      ch.score_end = std::clamp(s.prompt_len - 1 - s.processed, ch.score_begin, n);
+    }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = s.processed + i;
       b.ids.push_back(s.tokens[static_cast<std::size_t>(p)]);
@@ -70,7 +78,7 @@ StepBatch Scheduler::next_step() {
     s.processed += n;
     budget -= n;
     b.chunks.push_back(ch);
-    if (ch.emit) emitted_.push_back(&s);
+    if (ch.logit_rows() > 0 || s.processed == s.prompt_len) rows_of_.push_back({&s, ch.pos0, ch.score_begin, ch.score_end, ch.emit});
   };
   // Decode tokens first (one each), so generation never starves behind long prompts.
   for (Sequence& s : active_)
@@ -95,16 +103,58 @@ StepBatch Scheduler::next_step() {
     std::vector<int64_t> windows;
     for (int64_t l = 0; l < model_.num_layers; ++l) windows.push_back(model_.window_of(l));
     s.kv.init(model_.num_layers, model_.num_kv_heads * model_.head_dim, reserve, windows);
-    // At least the last prompt token is computed: its logits give the first generated token.
-    if (prefix_) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
+    // At least the last prompt token is computed: its logits give the first generated token. A
+    // request scoring its prompt computes all of it: a cached prefix has no logits.
+    if (prefix_ && r.prompt_logprobs < 0) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
     else s.routing.assign(static_cast<std::size_t>(model_.num_moe_layers()), {});
     add_chunk(s, std::min(budget, s.prompt_len - s.processed));
   }
   return b;
 }
 
-std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, std::vector<float>* logits_log,
-                                                 std::vector<std::string>* logits_ids) {
+io::Result Scheduler::result_of(const Sequence& s, const std::string& reason) const {
+  const io::Request& r = *s.request;
+  io::Result res;
+  res.id = r.id;
+  res.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+  res.finish_reason = reason;
+  res.prompt_len = s.prompt_len;
+  res.has_prompt_logprobs = r.prompt_logprobs >= 0;
+  res.prompt_logprobs = s.prompt_logprobs;
+  res.has_logprobs = r.logprobs >= 0;
+  res.logprobs = s.logprobs;
+  return res;
+}
+
+void Scheduler::score_rows(const std::vector<float>& logits, const std::vector<double>& lse, StepLogits* out) {
+  const int64_t V = model_.vocab_size;
+  int64_t row = 0;
+  for (const RowsOf& c : rows_of_) {
+    Sequence& s = *c.seq;
+    for (int64_t j = c.score_begin; j < c.score_end; ++j, ++row) {
+      const int64_t target_pos = c.pos0 + j + 1;
+      const int32_t target = s.tokens[static_cast<std::size_t>(target_pos)];
+      const float* lg = logits.data() + row * V;
+      s.prompt_logprobs.push_back(token_logprob(lg, V, lse[static_cast<std::size_t>(row)], target, s.request->prompt_logprobs));
+      if (out && out->want_scored) out->scored.push_back({s.index, target_pos, target, row, lse[static_cast<std::size_t>(row)]});
+    }
+    row += c.emit ? 1 : 0;
+  }
+}
+
+bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
+  const io::Request& r = *s.request;
+  const int64_t V = model_.vocab_size;
+  const int64_t step = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+  const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.seed, step);
+  if (r.logprobs >= 0) s.logprobs.push_back(token_logprob(lg, V, lse, tok, r.logprobs));
+  s.tokens.push_back(tok);
+  const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+  return tok == model_.eos_token_id || generated >= r.max_new_tokens ||
+         static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
+}
+
+std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, StepLogits* out) {
   std::vector<io::Result> finished;
   const int64_t V = model_.vocab_size;
   if (prefix_) {
@@ -117,38 +167,42 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
     }
   }
   for (Sequence& s : active_) s.kv.trim_windows();
+  // Log-sum-exps only where a log-probability is wanted (rows in parallel).
+  bool scoring = false;
+  for (const RowsOf& c : rows_of_) scoring = scoring || c.score_end > c.score_begin || (c.emit && c.seq->request->logprobs >= 0);
+  const int64_t rows = static_cast<int64_t>(logits.size()) / V;
+  const std::vector<double> lse = scoring ? log_sum_exp_rows(logits.data(), rows, V) : std::vector<double>(static_cast<std::size_t>(rows));
+  score_rows(logits, lse, out);
   std::vector<const Sequence*> done_seqs;
   std::vector<Sequence*> prefilled;  // sequences whose prompt ended this step
-  for (std::size_t i = 0; i < emitted_.size(); ++i) {
-    Sequence& s = *emitted_[i];
-    if (static_cast<int64_t>(s.tokens.size()) == s.prompt_len) prefilled.push_back(&s);
-    const io::Request& r = *s.request;
-    const float* lg = logits.data() + static_cast<int64_t>(i) * V;
-    if (logits_log) {
-      logits_log->insert(logits_log->end(), lg, lg + V);
-      logits_ids->push_back(r.id);
+  int64_t row = 0;
+  for (const RowsOf& c : rows_of_) {
+    Sequence& s = *c.seq;
+    row += c.score_end - c.score_begin;
+    if (!c.emit) {  // a scoring request's prompt ended: it is done
+      if (s.processed == s.prompt_len && s.request->max_new_tokens == 0) {
+        finished.push_back(result_of(s, "length"));
+        done_seqs.push_back(&s);
+      }
+      continue;
     }
-    const int64_t step = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.seed, step);
-    s.tokens.push_back(tok);
-    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    std::string reason;
-    if (tok == model_.eos_token_id) reason = "eos";
-    else if (generated >= r.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.max_position) reason = "length";
-    if (reason.empty()) continue;
-    io::Result res;
-    res.id = r.id;
-    res.output_tokens.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    res.finish_reason = reason;
-    res.prompt_len = s.prompt_len;
-    finished.push_back(std::move(res));
+    if (static_cast<int64_t>(s.tokens.size()) == s.prompt_len) prefilled.push_back(&s);
+    const float* lg = logits.data() + row * V;
+    if (out && out->want_emitted) {
+      out->emitted.insert(out->emitted.end(), lg, lg + V);
+      out->emitted_ids.push_back(s.request->id);
+    }
+    const bool ended = emit_token(s, lg, lse[static_cast<std::size_t>(row)]);
+    ++row;
+    if (!ended) continue;
+    finished.push_back(result_of(s, s.tokens.back() == model_.eos_token_id ? "eos" : "length"));
     done_seqs.push_back(&s);
   }
   prefilled.erase(std::remove_if(prefilled.begin(), prefilled.end(),
                                  [&](Sequence* s) { return std::find(done_seqs.begin(), done_seqs.end(), s) != done_seqs.end(); }),
                   prefilled.end());
   active_.remove_if([&](const Sequence& s) { return std::find(done_seqs.begin(), done_seqs.end(), &s) != done_seqs.end(); });
-  emitted_.clear();
+  rows_of_.clear();
   if (cfg_.batching == Batching::MinHash) form_decode_batch(prefilled);
   return finished;
 }

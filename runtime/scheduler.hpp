@@ -54,6 +54,27 @@ struct Sequence {
   bool decoding = true;            // minhash: in the decode batch (false: parked after its prefill)
   int64_t parked_at = 0;           // minhash: step it parked at
   MinHashSignature signature;      // minhash: of its prompt's experts
+  std::vector<io::TokenLogprob> prompt_logprobs, logprobs;  // scoring requests: so far
+};
+
+// A scored prompt token of the last step: row `row` of the step's logits predicts token `target`
+// at position `target_pos` of request `request` (an index into the request list); lse is the row's
+// log-sum-exp.
+struct ScoredRow {
+  int64_t request = 0;
+  int64_t target_pos = 0;
+  int32_t target = 0;
+  int64_t row = 0;
+  double lse = 0;
+};
+
+// What a step's caller may take besides its results (each only when asked for).
+struct StepLogits {
+  bool want_emitted = false;             // --logits-out: the logits behind every emitted token
+  std::vector<float> emitted;            // [emitted tokens, vocab]
+  std::vector<std::string> emitted_ids;
+  bool want_scored = false;              // perplexity's KL divergence and saved log-probs
+  std::vector<ScoredRow> scored;
 };
 
 struct BatchingCounters {
@@ -79,10 +100,10 @@ class Scheduler {
   bool done() const { return active_.empty() && queue_.empty(); }
   // Builds the next step (call only when !done()).
   StepBatch next_step();
-  // Samples from logits [emitting, vocab] of the last step; returns the requests that finished.
-  std::vector<io::Result> complete_step(const std::vector<float>& logits, std::vector<float>* logits_log = nullptr,
-                                        std::vector<std::string>* logits_ids = nullptr);
-  // Results of requests that need no compute (max_new_tokens == 0); taken once.
+  // Samples from logits [logit_rows, vocab] of the last step and scores its scored rows; returns the
+  // requests that finished.
+  std::vector<io::Result> complete_step(const std::vector<float>& logits, StepLogits* out = nullptr);
+  // Results of requests that need no compute (max_new_tokens 0, nothing to score); taken once.
   std::vector<io::Result> take_trivial();
   int64_t active() const { return static_cast<int64_t>(active_.size()); }
   const BatchingCounters& batching() const { return batching_; }
@@ -93,7 +114,14 @@ class Scheduler {
   const std::vector<io::Request>& requests_;
   std::deque<int64_t> queue_;
   std::list<Sequence> active_;
-  std::vector<Sequence*> emitted_;  // emitting sequences of the last step, in chunk order
+  // The chunks of the last step that produced logits, in chunk order.
+  struct RowsOf {
+    Sequence* seq = nullptr;
+    int64_t pos0 = 0;                // position of the chunk's first token
+    int64_t score_begin = 0, score_end = 0;
+    bool emit = false;
+  };
+  std::vector<RowsOf> rows_of_;
   std::vector<io::Result> trivial_;
   PrefixCache* prefix_ = nullptr;
   int64_t step_ = 0;
@@ -102,6 +130,11 @@ class Scheduler {
   void form_decode_batch(const std::vector<Sequence*>& prefilled);
   // Whether an active sequence is still computing the first prompt block keyed `key`.
   bool computing_first_block(uint64_t key) const;
+  // The scored rows of the last step: log-probs appended to their sequences (and listed in out).
+  void score_rows(const std::vector<float>& logits, const std::vector<double>& lse, StepLogits* out);
+  // Samples the emitted token of a sequence from `row`; true when the sequence finished.
+  bool emit_token(Sequence& s, const float* row, double lse);
+  io::Result result_of(const Sequence& s, const std::string& reason) const;
 };
 
 }  // namespace moerun::runtime
