@@ -38,6 +38,19 @@ bool fits_int64(const json& v) {
   return !v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
 }
 
+// A prompt fills at most max_position; one that fills it leaves no room to generate, so only a
+// scoring request (max_new_tokens 0) may be that long.
+std::string room_problem(int64_t prompt, int64_t max_new_tokens, const RequestLimits& lim) {
+  if (prompt > lim.max_position) return str("prompt of ", prompt, " tokens does not fit max_position ", lim.max_position);
+  if (prompt == lim.max_position && max_new_tokens > 0)
+    return str("prompt of ", prompt, " tokens fills max_position ", lim.max_position,
+               " and leaves no room to generate (with max_new_tokens 0 it is scored only)");
+  return "";
+}
+void check_room(int64_t prompt, int64_t max_new_tokens, const RequestLimits& lim) {
+  if (const std::string why = room_problem(prompt, max_new_tokens, lim); !why.empty()) fail(ErrorKind::BadInput, why);
+}
+
 int64_t cap_budget(int64_t budget, std::size_t prompt, const RequestLimits& lim) {
   return std::min(budget, lim.max_position - static_cast<int64_t>(prompt));
 }
@@ -73,7 +86,7 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
       fail(ErrorKind::BadInput, "field prompt_tokens is missing or not an array (or give \"prompt\" text)");
     const json& toks = j["prompt_tokens"];
     if (toks.empty()) fail(ErrorKind::BadInput, "field prompt_tokens is empty");
-    if (static_cast<int64_t>(toks.size()) >= lim.max_position)
+    if (static_cast<int64_t>(toks.size()) > lim.max_position)
       fail(ErrorKind::BadInput, "prompt of ", toks.size(), " tokens does not fit max_position ", lim.max_position);
     r.prompt_tokens.reserve(toks.size());
     for (std::size_t i = 0; i < toks.size(); ++i) {
@@ -91,6 +104,7 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
     r.max_new_tokens = v.get<int64_t>();
   }
   if (r.max_new_tokens < 0) fail(ErrorKind::BadInput, "field max_new_tokens is ", r.max_new_tokens, ", expected >= 0");
+  if (!r.has_text) check_room(static_cast<int64_t>(r.prompt_tokens.size()), r.max_new_tokens, lim);
   // Generation stops at max_position anyway: the effective budget, so that no later sum of
   // prompt and budget can overflow (text prompts: once they are tokenized).
   if (!r.has_text) r.max_new_tokens = cap_budget(r.max_new_tokens, r.prompt_tokens.size(), lim);
@@ -180,8 +194,7 @@ void tokenize_prompts(std::vector<Request>& requests, const std::string& path, c
     Request& r = *todo[i];
     std::string why;
     if (ids[i].empty()) why = "prompt is empty after tokenization";
-    else if (static_cast<int64_t>(ids[i].size()) >= lim.max_position)
-      why = str("prompt of ", ids[i].size(), " tokens does not fit max_position ", lim.max_position);
+    else why = room_problem(static_cast<int64_t>(ids[i].size()), r.max_new_tokens, lim);
     for (std::size_t k = 0; k < ids[i].size() && why.empty(); ++k)
       if (ids[i][k] < 0 || ids[i][k] >= lim.vocab_size)
         why = str("the tokenizer gives token ", ids[i][k], ", outside the model's vocabulary [0, ", lim.vocab_size, ")");

@@ -31,6 +31,7 @@ int cmd_perplexity(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun perplexity --model DIR (--text FILE | --tokens FILE.json) [options]", o, vm))
     return 0;
+  if ((vm.count("text") > 0) == (vm.count("tokens") > 0)) fail(ErrorKind::Usage, "give --text FILE or --tokens FILE (one of them)");
   const Environment env = engine.finish(c.engine);
   if (!env.python.empty()) c.tokenizer.python = env.python;
   c.option_name = option_name;

@@ -12,13 +12,23 @@ moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" "${MOERUN_TEST_PACKAGES[@
 
 # Test Python: Debian's CPU torch, h5py and matplotlib (numpy 1.x, which torch 1.13 needs; PyPI's
 # matplotlib would pull numpy 2) plus transformers 4.46 (Mixtral, Qwen2-MoE and OLMoE; the last
-# release that still runs on torch 1.13) with its tokenizers and safetensors.
+# release that still runs on torch 1.13) with its tokenizers and safetensors, and lm-evaluation-harness
+# (the scoring test's adapter, against lm-eval's own hf model; accelerate for that one; Debian's
+# typing_extensions is older than lm-eval needs). Debian's
+# torch and numpy are pinned by a constraints file: its torch reports a pre-release version
+# (1.13.0a0), which pip would otherwise "upgrade" to a 5 GB wheel to satisfy torch>=1.13.
 VENV=$BUILD/venv
 TRANSFORMERS=4.46.3
+LM_EVAL=0.4.13
+ACCELERATE=0.34.2
 mkdir -p "$BUILD"
-if ! "$VENV/bin/python" -c "import torch, h5py, matplotlib, tokenizers, safetensors, transformers as t; assert t.__version__ == '$TRANSFORMERS'" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import torch, h5py, matplotlib, tokenizers, safetensors, accelerate, transformers as t, lm_eval
+from importlib.metadata import version
+assert t.__version__ == '$TRANSFORMERS' and version('lm_eval') == '$LM_EVAL'" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS"
+  "$VENV/bin/python" -c 'import torch, numpy; print(f"torch=={torch.__version__}\nnumpy=={numpy.__version__}\npyarrow<20")' > "$BUILD/venv-constraints.txt"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -c "$BUILD/venv-constraints.txt" "transformers==$TRANSFORMERS" \
+    "lm-eval==$LM_EVAL" "accelerate==$ACCELERATE" "typing_extensions>=4.12"
 fi
 
 moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"

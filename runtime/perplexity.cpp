@@ -182,7 +182,7 @@ WindowPlan plan_windows(int64_t tokens, int64_t context, int64_t stride) {
 
 void PerplexityConfig::validate() const {
   if (engine.model.empty()) fail_config("engine.model", "is required");
-  if (text.empty() == tokens.empty()) fail_config("text", "or tokens is required (one of them)");
+  if (text.empty() == tokens.empty()) fail_config("text", "(a text file) or the tokens (a JSON file of ids) is required, one of them");
   if (context < 2 || context > (int64_t{1} << 20)) fail_config("context", "must be in [2, 2^20], not ", context);
   if (stride < 0 || stride > context) fail_config("stride", "must be in [1, --context], or 0 for --context; not ", stride);
   validate_part("engine", [&] { engine.validate(); });

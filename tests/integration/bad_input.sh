@@ -140,6 +140,35 @@ for i in range(2000): print('{\"id\": \"q%d\", \"prompt_tokens\": [1, %d], \"max
 check "2000 results journaled with at most one sync per step ($(grep -o '"syncs": [0-9]*' "$WORK/many.stats"))" \
   bash -c "'$PY' -c \"import json,sys; j=json.load(open('$WORK/many.stats'))['journal']; sys.exit(0 if j['results']==2000 and 2000//32 <= j['syncs'] <= 2000//32+2 else 1)\" && [ \$(wc -l < '$WORK/many.out') -eq 2000 ]"
 
+# Scoring (issue 24): the top-K counts, and moerun perplexity's inputs and --kl-base.
+printf '%s\n' '{"id": "a", "prompt_tokens": [1, 2], "logprobs": -1}' > "$WORK/lp-neg.jsonl"
+printf '%s\n' '{"id": "a", "prompt_tokens": [1, 2], "prompt_logprobs": 201}' > "$WORK/lp-big.jsonl"
+printf '%s\n' '{"id": "a", "prompt_tokens": [1, 2], "echo": "yes"}' > "$WORK/lp-echo.jsonl"
+expect "logprobs negative" 3 "lp-neg.jsonl: line 1: field logprobs is -1, expected in \[0, 200\]" -- $(infer "$WORK/m" "$WORK/lp-neg.jsonl")
+expect "prompt_logprobs beyond the vocabulary" 3 "line 1: field prompt_logprobs is 201, expected in \[0, 200\]" -- $(infer "$WORK/m" "$WORK/lp-big.jsonl")
+expect "echo not a boolean" 3 "line 1: field echo is not true or false" -- $(infer "$WORK/m" "$WORK/lp-echo.jsonl")
+ppl() { echo perplexity --model "$1" --json "$WORK/out.jsonl" --quiet; }
+python3 -c "import json, random; random.seed(2); print(json.dumps([random.randrange(200) for _ in range(300)]))" > "$WORK/toks.json"
+python3 -c "import json, random; random.seed(3); print(json.dumps([random.randrange(200) for _ in range(300)]))" > "$WORK/toks2.json"
+printf '[1, 200, 3]' > "$WORK/toks-big.json"
+printf 'the cat \xff sat' > "$WORK/latin1.txt"
+expect "perplexity --text not UTF-8" 3 "latin1.txt: byte 8 is not UTF-8" -- $(ppl "$WORK/m") --text "$WORK/latin1.txt" --context 4
+expect "perplexity --tokens beyond the vocabulary" 3 "toks-big.json: element 1 is 200, not a token id in \[0, 200)" -- $(ppl "$WORK/m") --tokens "$WORK/toks-big.json"
+printf '[1, 2, 3]' > "$WORK/toks-short.json"
+expect "perplexity text shorter than a window" 2 "the text has 3 tokens, fewer than one window (--context 64)" -- $(ppl "$WORK/m") --tokens "$WORK/toks-short.json" --context 64
+expect "perplexity --context beyond max_position" 2 "--context 512 is longer than the model's max_position 256" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json"
+expect "perplexity --text and --tokens" 2 "give --text FILE or --tokens FILE (one of them)" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json" --text "$WORK/latin1.txt"
+expect "perplexity --stride beyond --context" 2 "--stride must be in \[1, --context\]" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json" --context 64 --stride 65
+"$MOERUN" perplexity --model "$WORK/m" --tokens "$WORK/toks.json" --context 64 --save-logits "$WORK/base.h5" --quiet
+"$MOERUN" synth --out "$WORK/m100" --layers 1 --experts 2 --hidden 32 --heads 2 --kv-heads 1 --head-dim 16 --intermediate 32 \
+  --vocab 100 --eos 99 --quiet
+expect "--kl-base of another tokenization" 3 "base.h5: tokens differ" -- $(ppl "$WORK/m") --tokens "$WORK/toks2.json" --context 64 --kl-base "$WORK/base.h5"
+expect "--kl-base of other windows" 3 "base.h5: context 64 / stride 64 differ from this run's 32 / 32" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json" --context 32 --kl-base "$WORK/base.h5"
+python3 -c "import json; print(json.dumps([t % 100 for t in json.load(open('$WORK/toks.json'))]))" > "$WORK/toks100.json"
+expect "--kl-base of another model" 3 "base.h5: vocab_size 200 is not this model's 100" -- $(ppl "$WORK/m100") --tokens "$WORK/toks100.json" --context 64 --kl-base "$WORK/base.h5"
+expect "--kl-base not HDF5" 3 "good.jsonl: not a readable HDF5 file" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json" --context 64 --kl-base "$WORK/good.jsonl"
+expect "--kl-base not a moe-logprobs file" 3 "model.h5: attribute format is \"moe-hdf5\", not \"moe-logprobs\"" -- $(ppl "$WORK/m") --tokens "$WORK/toks.json" --context 64 --kl-base "$WORK/m/model.h5"
+
 # --skip-invalid turns bad lines into results carrying an error field.
 printf '{"id": "a", "prompt_tokens": [1, 2], "max_new_tokens": 2}\nnot json\n' > "$WORK/mixed.jsonl"
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/mixed.jsonl" --output "$WORK/mixed.out" --quiet --skip-invalid
