@@ -149,7 +149,8 @@ int bench_infer(int argc, char** argv) {
   ModelOptions model_options;
   bool no_baseline = false;
   SweepOptions sweep;
-  bool cache_compare = false;
+  bool cache_compare = false, scoring_compare = false;
+  int runs = 3;
   double l1_fraction = 0.25;
   std::string l2_io = "direct", device = "cpu", a2a = "mpi";
   po::options_description o("bench infer options");
@@ -170,6 +171,11 @@ int bench_infer(int argc, char** argv) {
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
     ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
     ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru (LRU eviction) vs lru with --warmup hotness vs affinity with a small L1, in one job")
+    ("scoring-compare", po::bool_switch(&scoring_compare),
+     "the prompts as prefill (one new token) vs prompt log-probs of every token vs perplexity's second half, interleaved")
+    ("runs", po::value(&runs)->default_value(runs), "scoring-compare: interleaved runs of each mode")
+    ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens),
+     "scoring-compare: tokens per step (the other modes hold the whole batch in one step)")
     ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
     ("io-threads", po::value(&c.engine.cache.io_threads)->default_value(c.engine.cache.io_threads), "cache-compare: loader threads per expert rank");
@@ -192,6 +198,17 @@ int bench_infer(int argc, char** argv) {
     return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
   }
   if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
+  if (scoring_compare) {
+    if (runs < 1) fail(ErrorKind::Usage, "--runs must be >= 1");
+    comm::MpiSession mpi(&argc, &argv);
+    if (mpi.rank() == 0) check_output_files({{json, "--json"}});
+    const auto rows = bench::run_scoring_bench(c, runs, MPI_COMM_WORLD);
+    if (mpi.rank() == 0) {
+      std::cout << bench::scoring_bench_table(c, rows);
+      if (!json.empty()) io::write_file_atomically(json, {bench::scoring_bench_json(c, rows)});
+    }
+    return 0;
+  }
   if (cache_compare) {
     if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
     if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered");

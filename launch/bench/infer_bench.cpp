@@ -42,10 +42,14 @@ std::vector<io::Request> bench_requests(const InferBenchConfig& cfg, const io::M
     std::vector<int64_t> toks(static_cast<std::size_t>(cfg.prompt_len));
     for (int64_t t = 0; t < cfg.prompt_len; ++t) toks[t] = (i * 131 + t * 17 + 1 + salt * 7919) % m.vocab_size;
     j["prompt_tokens"] = toks;
-    j["max_new_tokens"] = cfg.new_tokens;
+    j["max_new_tokens"] = cfg.scoring == BenchScoring::None ? cfg.new_tokens : 0;
+    if (cfg.scoring != BenchScoring::None) j["prompt_logprobs"] = 0;
     text += j.dump() + "\n";
   }
-  return io::parse_requests(text, "bench requests", {}, {m.vocab_size, m.max_position}, false);
+  auto requests = io::parse_requests(text, "bench requests", {}, {m.vocab_size, m.max_position}, false);
+  if (cfg.scoring == BenchScoring::SecondHalf)
+    for (io::Request& r : requests) r.score_from = cfg.prompt_len / 2;
+  return requests;
 }
 
 }  // namespace
@@ -60,8 +64,10 @@ BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& d
   const std::vector<io::Request> requests = bench_requests(cfg, engine.model(), salt);
   runtime::BatchLoopConfig loop;
   loop.scheduler = cfg.scheduler;
-  loop.scheduler.max_batch_size = std::max<int64_t>(loop.scheduler.max_batch_size, cfg.batch);
-  loop.scheduler.max_batch_tokens = std::max<int64_t>(loop.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  if (cfg.whole_batch_steps) {
+    loop.scheduler.max_batch_size = std::max<int64_t>(loop.scheduler.max_batch_size, cfg.batch);
+    loop.scheduler.max_batch_tokens = std::max<int64_t>(loop.scheduler.max_batch_tokens, cfg.batch * cfg.prompt_len);
+  }
   loop.progress = false;
   runtime::RouterWork work;
   if (engine.is_router()) {

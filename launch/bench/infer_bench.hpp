@@ -15,14 +15,21 @@
 
 namespace moerun::bench {
 
+// What the benchmark's requests ask for besides generation (bench infer --scoring-compare).
+enum class BenchScoring { None, PromptLogprobs, SecondHalf };
+
 struct InferBenchConfig {
   io::SynthConfig model;
+  // PromptLogprobs: prefill-only requests scoring every prompt token; SecondHalf: those scoring the
+  // second half only, as moerun perplexity's windows.
+  BenchScoring scoring = BenchScoring::None;
   int64_t batch = 64;        // requests, all in flight together
   int64_t prompt_len = 16;
   int64_t new_tokens = 16;
   bool baseline = true;      // also run single-process on rank 0
   runtime::EngineConfig engine;        // layout and runtime options (the model is filled in)
-  runtime::SchedulerConfig scheduler;  // batch limits are raised to hold the whole batch
+  runtime::SchedulerConfig scheduler;  // batch limits are raised to hold the whole batch (unless not)
+  bool whole_batch_steps = true;       // false: the scheduler's limits as given, as infer runs
   std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
 };
 
@@ -91,6 +98,18 @@ class BenchDir {
 BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt = 0,
                                const std::string& trace = "");
 double tokens_per_second(const BenchRun& r);
+
+// `bench infer --scoring-compare`: the same prompts run `runs` times interleaved as generation of one
+// token (the prefill of infer), as prompt log-probs of every position and as perplexity's windows
+// (the second half scored); prompt tokens per second of prefill steps, and the LM head's seconds.
+struct ScoringBenchRow {
+  std::string mode;                    // prefill | prompt-logprobs | second-half
+  std::vector<double> tokens_per_s;    // per run
+  std::vector<double> head_s;
+};
+std::vector<ScoringBenchRow> run_scoring_bench(const InferBenchConfig& cfg, int runs, MPI_Comm world);
+std::string scoring_bench_table(const InferBenchConfig& cfg, const std::vector<ScoringBenchRow>& rows);
+std::string scoring_bench_json(const InferBenchConfig& cfg, const std::vector<ScoringBenchRow>& rows);
 
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r);
 std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult& r);

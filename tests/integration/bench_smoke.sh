@@ -50,4 +50,14 @@ assert 0 < j["top2_share"]["min"] <= j["top2_share"]["max"] <= 1, j["top2_share"
 for r in j["rows"][1:]:
     assert r["tokens_per_s"] > 0 and 0 <= r["l1_hit_rate"] <= 1 and r["l3_bytes_read"] > 0, r
 PY
+"$MOERUN" bench infer --scoring-compare --runs 2 --layers 2 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --head-dim 16 \
+  --vocab 1000 --batch 4 --prompt-len 32 --json "$WORK/scoring.json" > "$WORK/scoring.txt"
+check "bench infer --scoring-compare: three modes, two runs each, the LM head counted for the scored rows" "$PY" - "$WORK/scoring.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["modes"]
+assert sorted(m) == ["prefill", "prompt-logprobs", "second-half"], m
+assert all(len(v["tokens_per_s"]) == 2 and min(v["tokens_per_s"]) > 0 for v in m.values()), m
+# every prompt row through the LM head takes longer than one row per prompt
+assert min(m["prompt-logprobs"]["head_s"]) > max(m["prefill"]["head_s"]), m
+PY
 finish
