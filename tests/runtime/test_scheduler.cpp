@@ -8,6 +8,7 @@
 #include "runtime/infer.hpp"
 #include "runtime/minhash.hpp"
 #include "runtime/scheduler.hpp"
+#include "tests/runtime/fake_forward.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -37,13 +38,6 @@ std::vector<float> logits_for(const std::vector<int32_t>& next) {
   return l;
 }
 
-// Simulates what the forward pass does to KV caches (length bookkeeping only).
-void fake_forward(const StepBatch& b) {
-  for (const auto& ch : b.chunks) {
-    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->kv_dim), 0.0f);
-    ch.kv->append(0, z.data(), z.data(), ch.count);
-  }
-}
 
 TEST(Scheduler, BudgetsChunkingAndJoining) {
   std::vector<io::Request> rs = {req("a", {1, 2, 3, 4, 5}, 2), req("b", {1}, 1), req("c", {1, 2}, 1)};

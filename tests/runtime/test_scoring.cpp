@@ -10,6 +10,7 @@
 #include "runtime/perplexity.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/scheduler.hpp"
+#include "tests/runtime/fake_forward.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -95,16 +96,6 @@ io::ModelConfig tiny() {
   c.num_experts = 2;
   c.top_k = 1;
   return c;
-}
-
-// What the forward pass leaves behind: K/V appended, and (top-1) expert slots of prompt tokens.
-void fake_forward(const StepBatch& b) {
-  for (const auto& ch : b.chunks) {
-    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->kv_dim), 0.0f);
-    ch.kv->append(0, z.data(), z.data(), ch.count);
-    if (ch.routing)
-      for (auto& layer : *ch.routing) layer.insert(layer.end(), static_cast<std::size_t>(ch.count), 0);
-  }
 }
 
 // Logits whose row r makes token (r + 1) % 10 the most likely (logit 2, the rest 0).
@@ -209,7 +200,7 @@ TEST(ScoringScheduler, ScoringRequestsComputeACachedPrefix) {
     StepBatch step = s.next_step();
     for (const SeqChunk& ch : step.chunks)
       if (ch.pos0 < 5) computed.push_back(ch.pos0);
-    fake_forward(step);
+    fake_forward(step, 1);
     s.complete_step(rows_logits(step.logit_rows()));
   }
   // p computes its prompt from 0; s (scoring) from 0 again, although the prefix is cached; p2 reuses it.
