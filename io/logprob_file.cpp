@@ -30,7 +30,6 @@ struct LogprobWriter::Impl {
   std::optional<H5RowAppender> rows;
   std::vector<int64_t> positions;
   std::vector<float> pending;
-  bool finished = false;
 
   Impl(const std::string& p, const LogprobHeader& h) : path(p), header(h), file(p) {}
 
@@ -83,7 +82,6 @@ void LogprobWriter::finish() {
   m.rows.reset();
   h5_close_written(m.h5, m.path);
   m.file.commit();
-  m.finished = true;
 }
 
 struct LogprobBase::Part {

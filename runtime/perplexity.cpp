@@ -99,9 +99,8 @@ struct SlotValues {
 // with --kl-base the divergence from the saved rows.
 class ScoringSink final : public ResultSink {
  public:
-  ScoringSink(const WindowPlan& plan, const std::vector<int32_t>& tokens, int64_t vocab, SlotValues& slots,
-              io::LogprobWriter* writer, const io::LogprobBase* base)
-      : plan_(plan), tokens_(tokens), V_(vocab), slots_(slots), writer_(writer), base_(base) {}
+  ScoringSink(const WindowPlan& plan, int64_t vocab, SlotValues& slots, io::LogprobWriter* writer, const io::LogprobBase* base)
+      : plan_(plan), V_(vocab), slots_(slots), writer_(writer), base_(base) {}
 
   void result(const io::Result& r) override {
     const int64_t k = std::stoll(r.id.substr(1));
@@ -144,7 +143,6 @@ class ScoringSink final : public ResultSink {
   }
 
   const WindowPlan& plan_;
-  const std::vector<int32_t>& tokens_;
   int64_t V_;
   SlotValues& slots_;
   io::LogprobWriter* writer_;
@@ -323,7 +321,7 @@ PerplexityReport serve(const PerplexityConfig& cfg, Engine& engine, const Shared
     work.requests = split_requests(windows, all, engine.routers())[static_cast<std::size_t>(engine.router_index())];
     work.total_requests = rep.plan.windows;
     work.token_budget = rep.processed;
-    ScoringSink sink(rep.plan, shared.tokens, mc.vocab_size, slots, writer ? &*writer : nullptr, base ? &*base : nullptr);
+    ScoringSink sink(rep.plan, mc.vocab_size, slots, writer ? &*writer : nullptr, base ? &*base : nullptr);
     res = run_batch_loop(engine, windows, work, loop, sink, stats);
     if (writer) writer->finish();
   } else {
