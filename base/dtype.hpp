@@ -26,6 +26,10 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// IEEE half precision (the scales of the quantized formats), round-to-nearest-even, as numpy does.
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+
 void f32_to_bf16(const float* src, uint16_t* dst, std::size_t n);
 void bf16_to_f32(const uint16_t* src, float* dst, std::size_t n);
 

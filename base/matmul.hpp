@@ -9,6 +9,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/dtype.hpp"
+#include "base/quant_format.hpp"
 
 namespace moerun {
 
@@ -17,14 +18,17 @@ struct PackedLayout;
 
 // A weight matrix [rows=out, cols=in] in its stored dtype (float32, or bfloat16 bits). Plain
 // row-major unless `packed` is set, in which case `data` holds oneDNN's preferred blocked layout.
+// A q8/q4 `scheme` means `data` holds base/quant_matmul's blocked form instead (computed with
+// quant_matmul, never by oneDNN; `dtype` is then the dense dtype it stands in for).
 struct WeightMatrix {
   DType dtype = DType::F32;
+  WeightScheme scheme = WeightScheme::Plain;
   int64_t rows = 0;
   int64_t cols = 0;
   AlignedBuffer data;
   std::shared_ptr<const PackedLayout> packed;
 
-  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * dtype_size(dtype); }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * dtype_size(dtype); }  // plain only
   void allocate(DType t, int64_t r, int64_t c) {
     dtype = t;
     rows = r;

@@ -58,13 +58,15 @@ moerun_backend_open_fn load_cuda_backend(const std::string& library, std::string
 
 std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config) {
   const StoredForm* form = backend.stored_form();
-  return form ? form->name() : str("raw;", dtype_name(config.dtype));
+  return form ? form->name() : str("raw;", io::WeightFormat{config.dtype, config.expert_format.scheme}.name());
 }
 
 std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
                                                    int local_rank) {
-  // Every backend today computes plain f32/bf16 experts; quantized formats need their kernels first.
-  if (config.expert_format.scheme != io::WeightScheme::Plain)
+  // The CPU backend computes plain f32/bf16 and q8/q4 experts; the CUDA backend plain ones only.
+  const io::WeightScheme scheme = config.expert_format.scheme;
+  const bool cpu_can = scheme == io::WeightScheme::Plain || is_group_quantized(scheme);
+  if (spec.device == DeviceKind::Cpu ? !cpu_can : scheme != io::WeightScheme::Plain)
     fail(ErrorKind::Usage, "experts in weight format ", config.expert_format.name(), " have no kernels in the ",
          device_name(spec.device), " backend yet");
   if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);

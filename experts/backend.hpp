@@ -53,6 +53,10 @@ class StoredForm {
   virtual std::string name() const = 0;
   // The host memory of `e` that holds this form, in parts (w1, w3, w2).
   virtual std::vector<io::BlobPart> parts(ResidentExpert& e) const = 0;
+  // The NaN/Inf scan of `e` just read back into this form (BadInput naming `where` and `group`): a
+  // packed form has the same numbers plus zero padding, so the scan still finds any, e.g. in an
+  // L2 written before loads were scanned.
+  virtual void check_finite(ResidentExpert& e, const std::string& where, const std::string& group) const = 0;
 };
 
 // What `bench layer` times a backend by: its own dense GEMM, and its host-device copies.

@@ -441,15 +441,8 @@ void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot)
     if (l2_->read(l, e, want, parts)) {  // checksummed by the blob store
       const double read = since(t0);
       auto t1 = Clock::now();
-      const DType dt = source_.config().dtype;
       if (packed) {
-        // The packed form has the same elements (plus zero padding): a NaN scan still finds any,
-        // e.g. in an L2 written before loads were scanned.
-        const std::string gp = io::expert_group_path(l, e);
-        const char* names[] = {"/w1", "/w3", "/w2"};
-        for (std::size_t i = 0; i < parts.size() && i < 3; ++i)
-          io::check_finite(parts[i].data, dt, 1, static_cast<int64_t>(parts[i].size / dtype_size(dt)), l2_->dir(),
-                           gp + names[i] + " (packed, in L2)");
+        form->check_finite(slot, l2_->dir(), io::expert_group_path(l, e));
       } else {
         io::verify_expert(raw.data(), source_.config(), want, l2_->dir() + " (L2)", l, e);
       }

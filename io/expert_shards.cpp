@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <mutex>
 
 #include "base/xxh64.hpp"
@@ -30,25 +31,77 @@ std::string shard_file_name(int index) {
   return buf;
 }
 
+std::size_t part_elem_size(PartElem e, DType dense) {
+  switch (e) {
+    case PartElem::Dense: return dtype_size(dense);
+    case PartElem::Fp16: return 2;
+    default: return 1;
+  }
+}
+
 std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
-  std::vector<ExpertPart> parts{{"w1", {ff, d}}, {"w3", {ff, d}}, {"w2", {d, ff}}};
+  const WeightScheme s = c.expert_format.scheme;
+  std::vector<ExpertPart> parts;
+  if (is_group_quantized(s)) {
+    const PartElem values = s == WeightScheme::Q8 ? PartElem::Int8 : PartElem::Uint8;
+    for (auto [name, scales, rows, cols] : {std::tuple{"w1", "w1_scales", ff, d}, std::tuple{"w3", "w3_scales", ff, d},
+                                            std::tuple{"w2", "w2_scales", d, ff}}) {
+      parts.push_back({name, {rows, quant_row_bytes(s, cols)}, values});
+      parts.push_back({scales, {rows, quant_row_scales(s, cols)}, PartElem::Fp16});
+    }
+  } else {
+    parts = {{"w1", {ff, d}}, {"w3", {ff, d}}, {"w2", {d, ff}}};
+  }
   if (c.expert_bias)
     for (auto [name, n] : {std::pair{"b1", ff}, std::pair{"b3", ff}, std::pair{"b2", d}}) parts.push_back({name, {n}});
   std::size_t offset = 0;
   for (ExpertPart& p : parts) {
     int64_t n = 1;
-    for (int64_t s : p.shape) n *= s;
+    for (int64_t v : p.shape) n *= v;
     p.offset = offset;
-    p.bytes = static_cast<std::size_t>(n) * dtype_size(c.dtype);
+    p.bytes = static_cast<std::size_t>(n) * part_elem_size(p.elem, c.dtype);
     offset += p.bytes;
   }
   return parts;
 }
 
+const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::string& name) {
+  for (const ExpertPart& p : parts)
+    if (name == p.name) return p;
+  fail(ErrorKind::Internal, "expert part ", name, " is not in this format");
+}
+
+namespace {
+// HDF5's element types for a part: in memory, and what the file must hold.
+hid_t part_mem_type(PartElem e, DType dense) {
+  switch (e) {
+    case PartElem::Int8: return H5T_NATIVE_INT8;
+    case PartElem::Uint8: return H5T_NATIVE_UINT8;
+    case PartElem::Fp16: return H5T_NATIVE_UINT16;
+    default: return dense == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
+  }
+}
+hid_t part_file_type(PartElem e, DType dense) {
+  switch (e) {
+    case PartElem::Int8: return H5T_STD_I8LE;
+    case PartElem::Uint8: return H5T_STD_U8LE;
+    case PartElem::Fp16: return H5T_STD_U16LE;
+    default: return dense == DType::F32 ? H5T_IEEE_F32LE : H5T_STD_U16LE;
+  }
+}
+void expect_part(hid_t file, const std::string& fname, const std::string& path, const ExpertPart& p, DType dense) {
+  if (p.elem == PartElem::Dense) return expect_dataset(file, fname, path, p.shape, dense);
+  const bool is_signed = p.elem == PartElem::Int8;
+  const std::size_t size = part_elem_size(p.elem, dense);
+  const char* want = p.elem == PartElem::Int8 ? "int8" : p.elem == PartElem::Uint8 ? "uint8" : "uint16 (fp16 bits)";
+  expect_dataset_type(file, fname, path, p.shape, {H5T_INTEGER, size, is_signed}, want);
+}
+}  // namespace
+
 uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c) {
   const std::string gp = expert_group_path(layer, expert);
-  for (const ExpertPart& p : expert_raw_parts(c)) expect_dataset(file, fname, gp + "/" + p.name, p.shape, c.dtype);
+  for (const ExpertPart& p : expert_raw_parts(c)) expect_part(file, fname, gp + "/" + p.name, p, c.dtype);
   H5Handle group = h5_open_object(file, gp);
   std::optional<uint64_t> sum;
   try {
@@ -62,9 +115,8 @@ uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer,
 
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw) {
   const std::string gp = expert_group_path(layer, expert);
-  const hid_t mem = c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
   auto* b = static_cast<unsigned char*>(raw);
-  for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, mem, b + p.offset);
+  for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, part_mem_type(p.elem, c.dtype), b + p.offset);
 }
 
 uint64_t shard_identity(std::vector<ShardEntry> entries) {
@@ -166,8 +218,12 @@ void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, con
   const std::string gp = expert_group_path(layer, expert);
   const auto* b = static_cast<const unsigned char*>(raw);
   // The NaN scan comes first: it names the tensor and element, the checksum cannot.
-  for (const ExpertPart& p : expert_raw_parts(c))
-    check_finite(b + p.offset, c.dtype, p.shape[0], p.shape.size() > 1 ? p.shape[1] : 1, where, gp + "/" + p.name);
+  for (const ExpertPart& p : expert_raw_parts(c)) {
+    if (p.elem == PartElem::Int8 || p.elem == PartElem::Uint8) continue;  // integers are always finite
+    const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;
+    if (p.elem == PartElem::Fp16) check_finite_fp16(reinterpret_cast<const uint16_t*>(b + p.offset), rows, cols, where, gp + "/" + p.name);
+    else check_finite(b + p.offset, c.dtype, rows, cols, where, gp + "/" + p.name);
+  }
   const uint64_t sum = Xxh64().bytes(b, expert_raw_bytes(c)).digest();
   if (sum != expected)
     fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
@@ -274,7 +330,25 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
     data[5] = bias + 2 * ff;
   }
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
-  for (std::size_t m = 0; m < parts.size(); ++m) write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
+  const WeightScheme scheme = c.expert_format.scheme;
+  if (!is_group_quantized(scheme)) {
+    for (std::size_t m = 0; m < parts.size(); ++m) write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
+  } else {
+    // Each matrix quantized as a whole (one expert's worth of memory), values then scales.
+    for (int m = 0; m < 3; ++m) {
+      const ExpertPart& v = parts[static_cast<std::size_t>(2 * m)];
+      const ExpertPart& sc = parts[static_cast<std::size_t>(2 * m + 1)];
+      std::vector<uint8_t> q(v.bytes);
+      std::vector<uint16_t> scales(sc.bytes / 2);
+      const int64_t rows = v.shape[0], cols = m == 2 ? c.intermediate_size : c.hidden_size;
+      quantize_rows(scheme, data[m], rows, cols, q.data(), scales.data());
+      h5_write(file_, gp + "/" + v.name, v.shape, part_file_type(v.elem, c.dtype), part_mem_type(v.elem, c.dtype), q.data(), true);
+      h5_write(file_, gp + "/" + sc.name, sc.shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, scales.data(), true);
+      sum.bytes(q.data(), q.size()).bytes(scales.data(), sc.bytes);
+    }
+    for (std::size_t m = 6; m < parts.size(); ++m)
+      write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m - 3], c.dtype, true, &sum);
+  }
   h5_set_attr_uint64(group, "xxh64", sum.digest());
 }
 

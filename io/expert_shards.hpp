@@ -17,13 +17,24 @@ namespace moerun::io {
 
 // One tensor of an expert's raw form, which concatenates them in this order: w1 [ff, d], w3 [ff, d],
 // w2 [d, ff], then with expert biases b1 [ff], b3 [ff], b2 [d] (format version 3). All as stored.
+// Quantized experts (version 4) store each matrix as its values and then its fp16 scales
+// ("w1", "w1_scales", "w3", ...; shapes as quantize_rows lays them out), biases in the dtype.
+enum class PartElem {
+  Dense,  // the model's dtype (float32, or bfloat16 bits as uint16)
+  Int8,   // q8 values
+  Uint8,  // q4 values, two per byte
+  Fp16,   // scales (and q4's minimums): IEEE half bits as uint16
+};
 struct ExpertPart {
   const char* name;              // dataset in the expert's group: "w1"
   std::vector<int64_t> shape;
+  PartElem elem = PartElem::Dense;
   std::size_t offset = 0, bytes = 0;  // in the raw form
 };
-inline constexpr int kMaxExpertParts = 6;
+inline constexpr int kMaxExpertParts = 9;
 std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c);
+// The part called `name` ("w2_scales"); Internal if this format has none.
+const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::string& name);
 
 struct ExpertLocation {
   std::string shard;   // path or s3:// URL of the shard file
@@ -88,8 +99,8 @@ class ExpertShardIndex : public ExpertSource {
 };
 
 std::string expert_group_path(int64_t layer, int64_t expert);
-// In an open shard file `fname` (hdf5_mutex held): checks the group of (layer, expert) has w1, w3,
-// w2 of the model's shapes and dtype, and returns its xxh64 attribute; BadInput naming file and group.
+// In an open shard file `fname` (hdf5_mutex held): checks the group of (layer, expert) has the
+// parts of expert_raw_parts with their shapes and types, and returns its xxh64 attribute; BadInput naming file and group.
 uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c);
 // Reads the group's raw form (expert_raw_parts) into `raw` (expert_raw_bytes(c) bytes), without verifying.
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw);
@@ -108,8 +119,9 @@ uint64_t shard_identity(std::vector<ShardEntry> entries);
 class ExpertShardWriter {
  public:
   ExpertShardWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");  // name: as ModelFileWriter
-  // Float32 inputs, stored in the config's dtype. w1/w3: [ff, d]; w2: [d, ff]; `bias` b1‖b3‖b2
-  // ([ff], [ff], [d]) when the config has expert biases, else null.
+  // Float32 inputs, stored in the config's dtype, or quantized to its expert format (the matrices;
+  // biases stay in the dtype). w1/w3: [ff, d]; w2: [d, ff]; `bias` b1‖b3‖b2 ([ff], [ff], [d]) when
+  // the config has expert biases, else null.
   void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias = nullptr);
   void set_attr(const std::string& name, const std::string& value);  // a root attribute
   void close();  // as ModelFileWriter::close

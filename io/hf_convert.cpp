@@ -347,6 +347,8 @@ void ConvertConfig::validate() const {
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
+  if (quantize != "none" && quantize != "q8" && quantize != "q4")
+    fail(ErrorKind::Usage, "--quantize must be none, q8 or q4, not \"", quantize, "\"");
 }
 
 namespace {
@@ -606,6 +608,15 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); check_regular_file(g))
     generation = read_regular_file(g);
   ModelConfig c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, generation);
+  if (cfg.quantize != "none") {
+    c.expert_format = parse_weight_format(cfg.quantize, dtype, "--quantize");
+    try {
+      c.validate(ckpt.config_path());
+    } catch (const Error& e) {
+      throw Error(ErrorKind::Usage, std::string("--quantize: ") + e.what());
+    }
+    rep.notes += "experts quantized to " + cfg.quantize + " (groups of 32, fp16 scales); dense layers stay " + dtype_name(dtype) + "\n";
+  }
   rep.config = c;
   const NameMap nm = names_for(c.architecture);
   const bool tied = [&] {
@@ -626,7 +637,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   rep.shards = shards;
   // What every output file is made from: the checkpoint, the target dtype and the shard plan.
   const std::string fingerprint =
-      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v3").digest());
+      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v4").text(cfg.quantize).digest());
 
   std::error_code ec;
   fs::create_directories(cfg.out, ec);

@@ -24,6 +24,7 @@ struct ConvertConfig {
                                // system temp directory, named by the checkpoint; removed after the upload)
   std::string dtype = "keep";  // keep | float32 | bfloat16 (keep: bf16 stays bf16, f32 and f16 become f32)
   int shards = 0;              // expert shards; 0: about 2 GiB each
+  std::string quantize = "none";  // none | q8 | q4: the experts' stored format (dense layers keep `dtype`)
   void validate() const;       // Usage errors naming the option
 };
 

@@ -87,7 +87,7 @@ struct ModelConfig {
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
   // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
-  int64_t format_version = 3;
+  int64_t format_version = 4;
   std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
@@ -116,7 +116,8 @@ struct ModelConfig {
   int64_t total_params() const { return dense_params() + expert_params(); }
   // Parameters applied to one token: all dense ones plus top_k experts per layer.
   int64_t active_params_per_token() const { return dense_params() + num_moe_layers() * top_k * params_per_expert(); }
-  int64_t bytes_per_expert() const { return params_per_expert() * static_cast<int64_t>(dtype_size(dtype)); }
+  // Bytes of one expert as stored (its raw form: quantized values and scales for q8/q4).
+  int64_t bytes_per_expert() const;
   // KV cache bytes per token of context (fp32 K and V for every layer).
   int64_t kv_bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
   // KV cache bytes of one sequence of `context` tokens: a sliding layer holds at most its window.

@@ -72,17 +72,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return os.str();
 }
 
-void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
-                    DType dtype) {
+void expect_dataset_type(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                         const H5TypeInfo& type, const char* type_text) {
   if (!h5_exists(file, path)) fail(ErrorKind::BadInput, fname, ": dataset ", path, " is missing");
   H5DatasetInfo info = h5_dataset_info(file, path);
   if (info.shape != shape)
     fail(ErrorKind::BadInput, fname, ": ", path, " has shape ", shape_str(info.shape), ", expected ", shape_str(shape));
-  const bool ok = dtype == DType::F32 ? (info.type.cls == H5T_FLOAT && info.type.size == 4)
-                                      : (info.type.cls == H5T_INTEGER && info.type.size == 2 && !info.type.is_signed);
-  if (!ok)
-    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ",
-         dtype == DType::F32 ? "float32" : "uint16 (bfloat16 bits)");
+  if (info.type.cls != type.cls || info.type.size != type.size || (type.cls == H5T_INTEGER && info.type.is_signed != type.is_signed))
+    fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ", type_text);
+}
+
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                    DType dtype) {
+  if (dtype == DType::F32) expect_dataset_type(file, fname, path, shape, {H5T_FLOAT, 4, true}, "float32");
+  else expect_dataset_type(file, fname, path, shape, {H5T_INTEGER, 2, false}, "uint16 (bfloat16 bits)");
 }
 
 std::string model_h5_path(const std::string& model_dir) {
@@ -112,6 +115,13 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
       fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", i / cols, ",",
            i % cols, "]");
   }
+}
+
+void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor) {
+  if (!any_not_finite<uint16_t, 0x7c00>(data, rows * cols)) return;
+  for (int64_t i = 0; i < rows * cols; ++i)
+    if ((data[i] & 0x7c00) == 0x7c00)
+      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", (data[i] & 0x3ff) ? "NaN" : "Inf", " at [", i / cols, ",", i % cols, "]");
 }
 
 namespace {
@@ -178,7 +188,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 3) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1, 2 or 3");
+    if (ver < 1 || ver > 4) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 4");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -363,7 +373,8 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, 
 void ModelFileWriter::write_root_attributes() {
   const ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
-  h5_set_attr(file_, "format_version", int64_t{3});
+  // Version 4 only where it is needed (quantized experts), so plain files stay readable by older builds.
+  h5_set_attr(file_, "format_version", int64_t{is_group_quantized(c.expert_format.scheme) ? 4 : 3});
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);

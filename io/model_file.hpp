@@ -62,10 +62,15 @@ std::string shape_str(const std::vector<int64_t>& shape);
 // BadInput naming `fname` and `path` otherwise.
 void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
                     DType dtype);
+// The same for any element type (class, size, signedness); `type_text` says what was expected.
+void expect_dataset_type(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                         const H5TypeInfo& type, const char* type_text);
 
 // Throws BadInput "`where`: `tensor` contains NaN at [r,c]" if any element is not finite.
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
                   const std::string& tensor);
+// The same for IEEE half bits (the quantized formats' scales).
+void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor);
 
 // Writes a model.h5 at `path` piece by piece (synth, convert). Float data is given as float32 and
 // stored in the config's dtype.

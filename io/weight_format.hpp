@@ -1,21 +1,17 @@
 // WeightFormat: how the experts' weights are stored and computed with: an element dtype plus a
-// quantization scheme. Today every scheme is `plain` (f32 or bf16 elements); the quantized
-// schemes are named here so that the model file, the backends and the cache tiers carry one
-// parameter, and a backend refuses a format it has no kernels for (docs/FORMATS.md).
+// quantization scheme (plain f32/bf16 elements, or q8/q4 groups; mxfp4 and fp8-block are named for
+// the native checkpoints and not stored yet). The model file, the backends and the cache tiers carry
+// this one parameter, and a backend refuses a format it has no kernels for (docs/FORMATS.md).
 #pragma once
 #include <string>
 
 #include "base/dtype.hpp"
+#include "base/quant_format.hpp"
 
 namespace moerun::io {
 
-enum class WeightScheme {
-  Plain,     // one element of `dtype` per weight
-  Q8,        // int8 in groups with a per-group scale
-  Q4,        // 4-bit in groups with a scale (and minimum)
-  Mxfp4,     // E2M1 pairs with an E8M0 scale per 32 (gpt-oss)
-  Fp8Block,  // e4m3 with 128x128 block scales (DeepSeek-V3)
-};
+using moerun::WeightScheme;  // base/quant_format.hpp: the kernels and the file share it
+
 
 struct WeightFormat {
   DType dtype = DType::F32;  // Plain: the element type; quantized: the type they dequantize to

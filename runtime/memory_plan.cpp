@@ -106,7 +106,9 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
 std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir) {
   const MemoryPlan m = plan_memory(c, p);
   std::ostringstream os;
-  os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype) << ")\n";
+  os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype);
+  if (c.expert_format.scheme != io::WeightScheme::Plain) os << ", experts " << c.expert_format.name();
+  os << ")\n";
   os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
      << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
   os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size

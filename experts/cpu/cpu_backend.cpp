@@ -35,6 +35,10 @@ std::vector<io::BlobPart> CpuBackend::parts(ResidentExpert& e) const {
   return parts;
 }
 
+void CpuBackend::check_finite(ResidentExpert& e, const std::string& where, const std::string& group) const {
+  check_packed_finite(static_cast<CpuExpert&>(e).w, config_, where, group);
+}
+
 int64_t CpuBackend::memory_bytes() { return host_memory_bytes(); }
 
 std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
@@ -74,6 +78,7 @@ void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
   const int threads = omp_get_max_threads();
   const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) {
     const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
+    if (is_group_quantized(w.w2.scheme)) return r.rows <= kSmallMMaxRows;  // a thread per expert, as below
     return Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows);
   });
   if (!small || runs.size() < 2 || threads < 2 || omp_in_parallel()) {

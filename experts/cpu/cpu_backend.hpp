@@ -31,6 +31,7 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   BackendTiming* timing() override { return this; }
   std::string name() const override { return expert_layout_name(mm_, config_); }
   std::vector<io::BlobPart> parts(ResidentExpert& e) const override;
+  void check_finite(ResidentExpert& e, const std::string& where, const std::string& group) const override;
   std::unique_ptr<ResidentExpert> allocate_expert() override;
   void load_expert(const void* raw, ResidentExpert& into) override;
   void begin(const float* gathered, int64_t rows, float* results) override;

@@ -32,11 +32,29 @@ void gated_activation(const float* G, float* U, const FfnWeights& w, int64_t row
     else std::memcpy(static_cast<float*>(act) + r * ff, row, static_cast<std::size_t>(ff) * sizeof(float));
   }
 }
+void add_b2(float* y, int64_t rows, int64_t d, const FfnWeights& w) {
+  if (w.bias.size() == 0) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < d; ++i) y[r * d + i] += w.b2()[i];
+}
+
+void quantized_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, ExpertScratch& s, const FfnActivation& a) {
+  const int64_t d = w.w2.rows, ff = w.w2.cols;
+  for (AlignedBuffer* b : {&s.g, &s.u, &s.act}) b->resize(static_cast<std::size_t>(rows * ff) * 4);
+  quantize_activations(x, rows, d, s.xq);
+  quant_matmul(w.w1.scheme, s.xq, ff, w.w1.data.as<uint8_t>(), s.g.as<float>());
+  quant_matmul(w.w3.scheme, s.xq, ff, w.w3.data.as<uint8_t>(), s.u.as<float>());
+  gated_activation(s.g.as<float>(), s.u.as<float>(), w, rows, ff, a, DType::F32, s.act.data());
+  quantize_activations(s.act.as<float>(), rows, ff, s.aq);
+  quant_matmul(w.w2.scheme, s.aq, d, w.w2.data.as<uint8_t>(), y);
+  add_b2(y, rows, d, w);
+}
 }  // namespace
 
 void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
                         ExpertScratch& s, const FfnActivation& activation) {
   if (rows == 0) return;
+  if (is_group_quantized(w.w2.scheme)) return quantized_ffn_forward(x, rows, w, y, s, activation);
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   const DType dt = w.w2.dtype;
   // Scratch is sized for the padded row count so bf16 GEMMs compute padding rows in place.
@@ -57,9 +75,7 @@ void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
     gated_activation(s.g.as<float>(), s.u.as<float>(), w, rows, ff, activation, dt, s.act.data());
     if (cap > rows) std::memset(s.act.as<unsigned char>() + rows * ff * dtype_size(dt), 0, static_cast<std::size_t>((cap - rows) * ff) * dtype_size(dt));
     mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);
-    if (w.bias.size() > 0)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t i = 0; i < d; ++i) y[r * d + i] += w.b2()[i];
+    add_b2(y, rows, d, w);
     return;
   }
   mm.gemm(xin, rows, w.w1, s.g.data(), DType::F32, Epilogue::Silu, nullptr, cap);

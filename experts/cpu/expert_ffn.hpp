@@ -6,6 +6,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
+#include "base/quant_matmul.hpp"
 
 namespace moerun::experts {
 
@@ -22,11 +23,13 @@ struct ExpertScratch {
   AlignedBuffer g;    // [rows, ff] float32
   AlignedBuffer u;    // [rows, ff] float32 (biased or clamped experts only)
   AlignedBuffer act;  // [rows, ff] float32 or bf16
+  QuantizedRows xq, aq;  // q8/q4 experts: x and the activation, quantized per row and group
 };
 
 // x: [rows, d] float32; y: [rows, d] float32. Without biases and with plain SwiGLU the activation
 // is fused into the GEMMs' epilogues; otherwise one pass over [rows, ff] adds b1, b3 and applies it,
-// and b2 is added to y.
+// and b2 is added to y. q8/q4 experts run quant_matmul: x quantized once for w1 and w3, the float32
+// activation quantized for w2.
 void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
                         ExpertScratch& scratch, const FfnActivation& activation = {});
 

@@ -1,9 +1,14 @@
 // Expert weight packing.
 #include "experts/cpu/expert_packing.hpp"
 
+#include "base/error.hpp"
+
 #include <cstring>
-#include <vector>
 #include <tuple>
+#include <vector>
+
+#include "base/quant_matmul.hpp"
+#include "io/model_file.hpp"
 
 namespace moerun::experts {
 
@@ -13,24 +18,55 @@ void pack_expert(Matmul& mm, FfnWeights& w) {
   mm.pack(w.w2, kExpertTypicalRows);
 }
 
+namespace {
+// The three matrices of an expert with their shapes: w1, w3 [ff, d], w2 [d, ff].
+std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const io::ModelConfig& c, int i) {
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  WeightMatrix* m[] = {&w.w1, &w.w3, &w.w2};
+  return {m[i], i == 2 ? d : ff, i == 2 ? ff : d};
+}
+const char* const kMatrixNames[] = {"w1", "w3", "w2"};
+
+// A q8/q4 matrix shaped for quant_matmul's blocked form (reusing the buffer when big enough).
+void shape_quantized(WeightMatrix& m, const io::ModelConfig& c, int64_t rows, int64_t cols) {
+  m.dtype = c.dtype;
+  m.scheme = c.expert_format.scheme;
+  m.rows = rows;
+  m.cols = cols;
+  m.packed = nullptr;
+  m.data.resize(static_cast<std::size_t>(quant_blocked_bytes(m.scheme, rows, cols)));
+}
+}  // namespace
+
 void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into) {
   const auto* b = static_cast<const unsigned char*>(raw);
   const std::vector<io::ExpertPart> parts = io::expert_raw_parts(c);
-  mm.pack_from(b + parts[0].offset, c.dtype, c.intermediate_size, c.hidden_size, into.w1, kExpertTypicalRows);
-  mm.pack_from(b + parts[1].offset, c.dtype, c.intermediate_size, c.hidden_size, into.w3, kExpertTypicalRows);
-  mm.pack_from(b + parts[2].offset, c.dtype, c.hidden_size, c.intermediate_size, into.w2, kExpertTypicalRows);
+  const bool quantized = is_group_quantized(c.expert_format.scheme);
+  for (int i = 0; i < 3; ++i) {
+    auto [m, rows, cols] = matrices(into, c, i);
+    const io::ExpertPart& values = io::expert_part(parts, kMatrixNames[i]);
+    if (!quantized) {
+      mm.pack_from(b + values.offset, c.dtype, rows, cols, *m, kExpertTypicalRows);
+      continue;
+    }
+    const io::ExpertPart& scales = io::expert_part(parts, std::string(kMatrixNames[i]) + "_scales");
+    shape_quantized(*m, c, rows, cols);
+    quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>());
+  }
   if (!c.expert_bias) return;
-  // b1‖b3‖b2 follow the matrices in the raw form, in the same order as FfnWeights::bias.
+  // b1‖b3‖b2 are adjacent in the raw form, in the same order as FfnWeights::bias.
   const std::size_t n = static_cast<std::size_t>(c.expert_bias_params());
+  const std::size_t at = io::expert_part(parts, "b1").offset;
   into.bias.resize(n * sizeof(float));
-  if (c.dtype == DType::F32) std::memcpy(into.bias.data(), b + parts[3].offset, n * sizeof(float));
-  else bf16_to_f32(reinterpret_cast<const uint16_t*>(b + parts[3].offset), into.bias.as<float>(), n);
+  if (c.dtype == DType::F32) std::memcpy(into.bias.data(), b + at, n * sizeof(float));
+  else bf16_to_f32(reinterpret_cast<const uint16_t*>(b + at), into.bias.as<float>(), n);
 }
 
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
-  const int64_t ff = c.intermediate_size, d = c.hidden_size;
-  for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
-    mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
+  for (int i = 0; i < 3; ++i) {
+    auto [m, rows, cols] = matrices(w, c, i);
+    if (is_group_quantized(c.expert_format.scheme)) shape_quantized(*m, c, rows, cols);
+    else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
   }
   if (c.expert_bias) {
@@ -40,11 +76,12 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
 }
 
 int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
-  const int64_t ff = c.intermediate_size, d = c.hidden_size;
   int64_t total = 0;
   FfnWeights w;  // shaped only: the buffers are allocated, never touched
-  for (auto [m, rows, cols] : {std::tuple{&w.w1, ff, d}, std::tuple{&w.w3, ff, d}, std::tuple{&w.w2, d, ff}}) {
-    mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
+  for (int i = 0; i < 3; ++i) {
+    auto [m, rows, cols] = matrices(w, c, i);
+    if (is_group_quantized(c.expert_format.scheme)) shape_quantized(*m, c, rows, cols);
+    else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());
   }
   return total + c.expert_bias_params() * static_cast<int64_t>(sizeof(float));
@@ -52,8 +89,27 @@ int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
 
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  if (is_group_quantized(c.expert_format.scheme))
+    return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
   return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +
          mm.packed_layout_name(c.dtype, d, ff, kExpertTypicalRows);
+}
+
+void check_packed_finite(FfnWeights& w, const io::ModelConfig& c, const std::string& where, const std::string& group) {
+  for (int i = 0; i < 3; ++i) {
+    auto [m, rows, cols] = matrices(w, c, i);
+    const std::string tensor = group + "/" + kMatrixNames[i] + " (packed, in L2)";
+    if (!is_group_quantized(m->scheme)) {
+      io::check_finite(m->data.data(), c.dtype, 1, static_cast<int64_t>(m->data.size() / dtype_size(c.dtype)), where, tensor);
+      continue;
+    }
+    const int64_t n = quant_blocked_scales(m->scheme, rows, cols);
+    std::vector<uint16_t> scales(static_cast<std::size_t>(n));
+    quant_blocked_copy_scales(m->scheme, rows, cols, m->data.as<uint8_t>(), scales.data());
+    io::check_finite_fp16(scales.data(), 1, n, where, tensor + " scales");
+  }
+  if (w.bias.size() > 0)
+    io::check_finite(w.bias.data(), DType::F32, 1, static_cast<int64_t>(w.bias.size() / 4), where, group + "/biases (packed, in L2)");
 }
 
 }  // namespace moerun::experts

@@ -1,5 +1,6 @@
 // The CPU backend's resident form of an expert: its matrices in oneDNN's preferred blocked layout
-// for the row counts experts see (a few dozen to a few hundred per call). Packing happens after the
+// for the row counts experts see (a few dozen to a few hundred per call), or for q8/q4 experts in
+// quant_matmul's blocked form (packed bytes, 8.5 or 5 bits per weight). Packing happens after the
 // checksum was verified on the raw bytes.
 #pragma once
 #include "base/matmul.hpp"
@@ -29,5 +30,8 @@ inline FfnActivation activation_of(const io::ModelConfig& c) {
 }
 // The packed layout of an expert of this model on this machine (see Matmul::packed_layout_name).
 std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c);
+// The NaN/Inf scan of an expert read back packed from L2 (its floats, or its fp16 scales): BadInput
+// naming `where` and the expert's `group`.
+void check_packed_finite(FfnWeights& w, const io::ModelConfig& c, const std::string& where, const std::string& group);
 
 }  // namespace moerun::experts

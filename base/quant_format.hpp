@@ -1,0 +1,39 @@
+// Quantized weight formats as stored (moe-hdf5, docs/FORMATS.md): rows of a weight matrix W[rows,
+// cols] cut into groups of 32 along cols (the input dimension), each group with its own fp16 scale.
+//   q8: int8 q per weight, w = d * q (llama.cpp's Q8_0 arithmetic, 8.5 bits per weight);
+//   q4: 4-bit q in [0, 15], two per byte (low nibble first), w = d * q + m with an fp16 minimum
+//       per group too (Q4_1's arithmetic, 5 bits per weight; d and m chosen by least squares).
+// Quantization is deterministic (no threads, no randomness) and per row, so it streams.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace moerun {
+
+// How a matrix's weights are stored: plain elements of its dtype, or one of the quantized schemes.
+// Mxfp4 and Fp8Block are gpt-oss's and DeepSeek-V3's native forms, named for the model file; no
+// backend computes with them yet (they are dequantized at convert time).
+enum class WeightScheme {
+  Plain,     // one element of the dtype per weight
+  Q8,        // int8 in groups of 32 with an fp16 scale
+  Q4,        // 4-bit in groups of 32 with an fp16 scale and minimum
+  Mxfp4,     // E2M1 pairs with an E8M0 scale per 32 (gpt-oss)
+  Fp8Block,  // e4m3 with 128x128 block scales (DeepSeek-V3)
+};
+
+inline constexpr int64_t kQuantGroup = 32;  // weights per scale
+
+inline bool is_group_quantized(WeightScheme s) { return s == WeightScheme::Q8 || s == WeightScheme::Q4; }
+// Bytes of one row's quantized values: cols (q8) or cols / 2 (q4).
+int64_t quant_row_bytes(WeightScheme s, int64_t cols);
+// fp16 values per row in the scales: one per group (q8), or a scale and a minimum per group (q4,
+// interleaved d0 m0 d1 m1 ...).
+int64_t quant_row_scales(WeightScheme s, int64_t cols);
+
+// Quantizes `rows` rows of float32 x [rows, cols] (cols a multiple of 32) into q [rows,
+// quant_row_bytes] and scales [rows, quant_row_scales] (fp16 bits). x must be finite.
+void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, uint8_t* q, uint16_t* scales);
+// The weights those bytes stand for, exactly (every product d * q + m in float32).
+void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out);
+
+}  // namespace moerun

@@ -1,0 +1,181 @@
+// q8/q4 group quantization and the quantized matmul, against fp64 references of the dequantized
+// weights; fp16 conversions against the CPU's own F16C instructions.
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/dtype.hpp"
+#include "base/quant_format.hpp"
+#include "base/quant_matmul.hpp"
+
+namespace moerun {
+namespace {
+
+__attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
+__attribute__((target("f16c"))) float hw_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+TEST(Fp16, EveryHalfWidensAsTheCpuDoes) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU to compare against";
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = f16_to_f32(static_cast<uint16_t>(h)), b = hw_f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(b)) EXPECT_TRUE(std::isnan(a)) << h;
+    else ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "half " << h << ": " << a << " vs " << b;
+  }
+}
+
+TEST(Fp16, NarrowingRoundsToNearestEvenAsTheCpuDoes) {
+  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU to compare against";
+  std::mt19937 rng(7);
+  std::vector<float> xs{0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e-8f, 2.98e-8f, 5.96e-8f, 6.1e-5f, INFINITY, -INFINITY};
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bits = rng();
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isnan(f)) continue;
+    xs.push_back(f);
+    xs.push_back(std::ldexp(static_cast<float>(rng() % 100000) / 100000.0f, static_cast<int>(rng() % 50) - 30));
+  }
+  for (float f : xs) ASSERT_EQ(f32_to_f16(f), hw_f32_to_f16(f)) << f;
+}
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (float& x : v) x = nd(rng);
+  // An outlier per few groups, as trained weights have.
+  for (std::size_t i = 0; i < v.size(); i += 97) v[i] *= 6.0f;
+  return v;
+}
+
+struct Stored {
+  std::vector<uint8_t> q;
+  std::vector<uint16_t> scales;
+};
+Stored quantize(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols) {
+  Stored st{std::vector<uint8_t>(static_cast<std::size_t>(rows * quant_row_bytes(s, cols))),
+            std::vector<uint16_t>(static_cast<std::size_t>(rows * quant_row_scales(s, cols)))};
+  quantize_rows(s, w.data(), rows, cols, st.q.data(), st.scales.data());
+  return st;
+}
+std::vector<float> dequantize(WeightScheme s, const Stored& st, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<std::size_t>(rows * cols));
+  dequantize_rows(s, st.q.data(), st.scales.data(), rows, cols, out.data());
+  return out;
+}
+
+TEST(QuantFormat, Q8ErrorIsAtMostHalfAStep) {
+  const int64_t rows = 7, cols = 96;
+  const auto w = random_matrix(rows, cols, 1);
+  const Stored st = quantize(WeightScheme::Q8, w, rows, cols);
+  const auto back = dequantize(WeightScheme::Q8, st, rows, cols);
+  for (int64_t g = 0; g < rows * cols / 32; ++g) {
+    float amax = 0;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(w[g * 32 + k]));
+    const float d = f16_to_f32(st.scales[g]);
+    EXPECT_NEAR(d, amax / 127, amax / 127 * 1e-3) << "the fp16 scale of group " << g;
+    for (int k = 0; k < 32; ++k) EXPECT_LE(std::fabs(w[g * 32 + k] - back[g * 32 + k]), d * 0.5f * 1.0001f + 1e-7f);
+  }
+}
+
+TEST(QuantFormat, Q4LeastSquaresBeatsTheMinMaxGridAndIsDeterministic) {
+  const int64_t rows = 16, cols = 256;
+  const auto w = random_matrix(rows, cols, 2);
+  const Stored st = quantize(WeightScheme::Q4, w, rows, cols);
+  const auto back = dequantize(WeightScheme::Q4, st, rows, cols);
+  double err = 0, grid_err = 0;
+  for (int64_t g = 0; g < rows * cols / 32; ++g) {
+    const float* x = w.data() + g * 32;
+    const float mn = *std::min_element(x, x + 32), mx = *std::max_element(x, x + 32);
+    const double d = (mx - mn) / 15.0;
+    for (int k = 0; k < 32; ++k) {
+      const double l = std::clamp(std::nearbyint((x[k] - mn) / d), 0.0, 15.0);
+      grid_err += std::pow(x[k] - (mn + d * l), 2);
+      err += std::pow(x[k] - back[g * 32 + k], 2);
+      EXPECT_LE(std::fabs(x[k] - back[g * 32 + k]), d) << "group " << g;
+    }
+  }
+  EXPECT_LT(err, 0.95 * grid_err) << "least squares should improve on min/max by more than fp16 noise";
+  const Stored again = quantize(WeightScheme::Q4, w, rows, cols);
+  EXPECT_EQ(again.q, st.q);
+  EXPECT_EQ(again.scales, st.scales);
+}
+
+// The weight level q and its group's (d, m) (m = 0 for q8), from the stored form.
+struct Level {
+  double q, d, m;
+};
+Level level(WeightScheme s, const Stored& st, int64_t K, int64_t n, int64_t k) {
+  const int64_t g = k / 32;
+  if (s == WeightScheme::Q8)
+    return {static_cast<double>(static_cast<int8_t>(st.q[n * K + k])), f16_to_f32(st.scales[n * (K / 32) + g]), 0.0};
+  const uint8_t byte = st.q[n * K / 2 + k / 2];
+  return {static_cast<double>((byte >> (4 * (k % 2))) & 15), f16_to_f32(st.scales[n * (K / 16) + 2 * g]),
+          f16_to_f32(st.scales[n * (K / 16) + 2 * g + 1])};
+}
+
+// In fp64, what the kernel computes up to float rounding: Σ d q (dx qx) + m Σ x per group.
+struct Expected {
+  double y, mag, exact, bound;  // y; Σ|x w|; x·w with the real x; Σ|d q| dx / 2 (activation rounding)
+};
+Expected expected(WeightScheme s, const Stored& st, const QuantizedRows& x, const std::vector<float>& xf, int64_t m, int64_t n) {
+  const int64_t K = x.cols;
+  Expected e{0, 0, 0, 0};
+  for (int64_t k = 0; k < K; ++k) {
+    const Level l = level(s, st, K, n, k);
+    const double dx = x.dx.as<float>()[m * (K / 32) + k / 32], xr = xf[m * K + k];
+    e.y += l.d * l.q * dx * x.q.as<int8_t>()[m * K + k] + l.m * xr;
+    e.mag += std::fabs(xr * (l.d * l.q + l.m));
+    e.exact += xr * (l.d * l.q + l.m);
+    e.bound += std::fabs(l.d * l.q) * dx * 0.5;
+  }
+  return e;
+}
+
+class QuantMatmul : public ::testing::TestWithParam<std::tuple<WeightScheme, int64_t, int64_t, int64_t>> {};
+
+TEST_P(QuantMatmul, MatchesFp64OfDequantizedWeightsAndVnniEqualsPortable) {
+  const auto [s, M, N, K] = GetParam();
+  const auto w = random_matrix(N, K, 3, 0.05f);
+  const auto xf = random_matrix(M, K, 4);
+  const Stored st = quantize(s, w, N, K);
+  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+  quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
+  QuantizedRows x;
+  quantize_activations(xf.data(), M, K, x);
+  std::vector<float> y(static_cast<std::size_t>(M * N)), yp(y.size());
+  quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data());
+  quant_matmul(s, x, N, blocked.as<uint8_t>(), yp.data(), /*portable=*/true);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      const Expected e = expected(s, st, x, xf, m, n);
+      const std::size_t i = static_cast<std::size_t>(m * N + n);
+      ASSERT_NEAR(y[i], e.y, 2e-6 * e.mag + 1e-7) << "m " << m << " n " << n;
+      ASSERT_LE(std::fabs(y[i] - e.exact), e.bound * 1.001 + 2e-6 * e.mag + 1e-7) << "activation rounding bound, m " << m << " n " << n;
+      ASSERT_EQ(y[i], yp[i]) << "VNNI and portable loops differ at m " << m << " n " << n;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4), ::testing::Values(1, 3, 4, 5, 9),
+                                            ::testing::Values(1, 16, 17, 33, 100), ::testing::Values(32, 96, 1024)));
+
+TEST(QuantMatmul, ZeroActivationsGiveZero) {
+  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4}) {
+    const auto w = random_matrix(20, 64, 5);
+    const Stored st = quantize(s, w, 20, 64);
+    AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, 20, 64)));
+    quant_pack(s, st.q.data(), st.scales.data(), 20, 64, blocked.as<uint8_t>());
+    std::vector<float> xf(2 * 64, 0.0f), y(2 * 20, 1.0f);
+    QuantizedRows x;
+    quantize_activations(xf.data(), 2, 64, x);
+    quant_matmul(s, x, 20, blocked.as<uint8_t>(), y.data());
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+  }
+}
+
+}  // namespace
+}  // namespace moerun
