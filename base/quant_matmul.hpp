@@ -10,18 +10,28 @@
 
 namespace moerun {
 
-// Activations x [M, K] quantized per row in groups of 32: x ≈ dx[g] * q[k]; qsum[g] = Σ q over the
-// group (q8's offset correction), xsum[g] = Σ x (q4's minimum term, exact).
+// How quant_matmul takes the activations. Int8: quantized per row in groups of 32, integer dot
+// products with VNNI (decode, a few rows). Bf16: rows rounded to bfloat16, the weights dequantized
+// to bf16 a 16x32 chunk at a time straight into AMX tiles (prefill, where the int8 path is bound by
+// its per-group scaling; needs AMX-BF16). Auto: Bf16 from kQuantAmxMinRows rows where the CPU has
+// AMX, else Int8.
+enum class ActivationForm { Auto, Int8, Bf16 };
+inline constexpr int64_t kQuantAmxMinRows = 16;
+
+// Activations x [M, K] in one of those forms. Int8: x ≈ dx[g] * q[k]; qsum[g] = Σ q over the group
+// (q8's offset correction), xsum[g] = Σ x (q4's minimum term, exact).
 struct QuantizedRows {
   int64_t rows = 0, cols = 0;
+  ActivationForm form = ActivationForm::Int8;
+  AlignedBuffer bf16;  // Bf16: [rows rounded up to 32, cols], padding rows zero
   AlignedBuffer q;     // int8 [rows, cols]
   AlignedBuffer dx;    // float [rows, cols / 32]
   AlignedBuffer qsum;  // int32 [rows, cols / 32]
   AlignedBuffer xsum;  // float [rows, cols / 32]
 };
 
-// Quantizes x [M, K] (K a multiple of 32) into `out`, reusing its buffers.
-void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out);
+// Converts x [M, K] (K a multiple of 32) into `out` in `form`, reusing its buffers.
+void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out, ActivationForm form = ActivationForm::Auto);
 
 // The blocked form of W [N, K] (rows N = outputs): blocks of 16 output rows, and in each, per group
 // of 32 k, the 16 rows' quantized values interleaved for vpdpbusd (4 consecutive k of one row per
@@ -40,10 +50,12 @@ void quant_blocked_copy_scales(WeightScheme s, int64_t N, int64_t K, const uint8
 
 // y[M, N] = x · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already inside a
 // parallel region), over pairs of 16-row blocks. `portable` forces the loop without VNNI, whose
-// results are bitwise the same.
+// results are bitwise the same (Int8 form; the Bf16 form always runs AMX).
 void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, bool portable = false);
 
 // Whether this CPU runs the VNNI kernel (AVX-512F, BW and VNNI); else quant_matmul runs the loop.
 bool quant_vnni_supported();
+// Whether it runs the AMX-BF16 kernel (and the OS granted this process the tile state).
+bool quant_amx_supported();
 
 }  // namespace moerun

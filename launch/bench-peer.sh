@@ -26,7 +26,8 @@ moerun_build "$ROOT" "$BUILD" moerun
 # 1. llama.cpp, from the source package (no git, no network beyond PyPI).
 SRC=$PEER/llama-cpp-python-$LLAMA_CPP_PYTHON
 LLAMA=$SRC/vendor/llama.cpp
-if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ]; then
+if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ] || [ ! -x "$PEER/bin/llama-quantize" ] ||
+   [ ! -x "$PEER/bin/llama-perplexity" ]; then
   mkdir -p "$PEER/bin"
   if [ ! -d "$LLAMA" ]; then
     echo "== llama-cpp-python $LLAMA_CPP_PYTHON source package from PyPI" >&2
@@ -41,9 +42,9 @@ if [ ! -x "$PEER/bin/llama-batched-bench" ] || [ ! -x "$PEER/bin/llama_greedy" ]
   cmake -S "$LLAMA" -B "$PEER/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF \
     -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CCACHE=OFF > "$PEER/configure.log" 2>&1 ||
     { tail -30 "$PEER/configure.log" >&2; exit 1; }
-  cmake --build "$PEER/build" --target llama-batched-bench llama -j "${MOERUN_BUILD_JOBS:-2}" > "$PEER/build.log" 2>&1 ||
+  cmake --build "$PEER/build" --target llama-batched-bench llama-quantize llama-perplexity llama -j "${MOERUN_BUILD_JOBS:-2}" > "$PEER/build.log" 2>&1 ||
     { tail -30 "$PEER/build.log" >&2; exit 1; }
-  cp "$PEER/build/bin/llama-batched-bench" "$PEER/bin/"
+  cp "$PEER/build/bin/llama-batched-bench" "$PEER/build/bin/llama-quantize" "$PEER/build/bin/llama-perplexity" "$PEER/bin/"
   libs=$(find "$PEER/build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
   g++ -O2 -std=c++17 -I"$LLAMA/include" -I"$LLAMA/ggml/include" "$ROOT/launch/peer/llama_greedy.cpp" -o "$PEER/bin/llama_greedy" \
     -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl

@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "base/host.hpp"
 #include "base/matmul.hpp"
+#include "base/quant_matmul.hpp"
 #include "base/splitmix64.hpp"
 #include "experts/cpu/expert_packing.hpp"
 
@@ -48,24 +49,94 @@ uint64_t sum_words(const uint64_t* p, int64_t n) {
   return s;
 }
 
-uint64_t read_all(const std::vector<WeightMatrix>& ws) {
-  uint64_t total = 0;
-  for (const WeightMatrix& w : ws) {
-    const auto* p = static_cast<const uint64_t*>(w.data.data());
-    const int64_t n = static_cast<int64_t>(w.data.size() / 8);
-    uint64_t s = 0;
+// Best seconds of `iters` plain reads over the buffers (all threads, each reading one contiguous stream).
+double read_seconds(const std::vector<const AlignedBuffer*>& bufs, int iters) {
+  double best = 1e30;
+  volatile uint64_t sink = 0;
+  for (int it = 0; it < iters; ++it) {
+    const double t0 = now();
+    uint64_t total = 0;
+    for (const AlignedBuffer* b : bufs) {
+      const auto* p = static_cast<const uint64_t*>(b->data());
+      const int64_t n = static_cast<int64_t>(b->size() / 8);
+      uint64_t s = 0;
 #pragma omp parallel reduction(+ : s)
-    {
-      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-      const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
-      s += sum_words(p + begin, end - begin);
+      {
+        const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+        s += sum_words(p + begin, end - begin);
+      }
+      total += s;
     }
-    total += s;
+    sink = sink + total;
+    best = std::min(best, now() - t0);
   }
-  return total;
+  return best;
 }
 
 const char* dtype_label(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+const char* row_label(const GemmBenchRow& r) {
+  return r.scheme == WeightScheme::Q8 ? "q8" : r.scheme == WeightScheme::Q4 ? "q4" : dtype_label(r.dtype);
+}
+
+// As many matrices as take cfg.weight_mb at `bytes_each`, at least 2.
+int64_t matrix_count(const GemmBenchConfig& cfg, double bytes_each) {
+  return std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(cfg.weight_mb) * 1e6 / bytes_each));
+}
+
+// The q8/q4 rows: the same random matrix quantized and packed as the CPU backend packs an expert,
+// timed with the activations' quantization included (the model pays it on every call).
+void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vector<float>& plain, const std::vector<float>& xf,
+                   GemmBenchResult& r) {
+  std::vector<uint8_t> q(static_cast<std::size_t>(cfg.rows * quant_row_bytes(sch, cfg.cols)));
+  std::vector<uint16_t> scales(static_cast<std::size_t>(cfg.rows * quant_row_scales(sch, cfg.cols)));
+  quantize_rows(sch, plain.data(), cfg.rows, cfg.cols, q.data(), scales.data());
+  const double bytes_each = static_cast<double>(quant_blocked_bytes(sch, cfg.rows, cfg.cols));
+  const int64_t count = matrix_count(cfg, bytes_each);
+  std::vector<AlignedBuffer> ws(static_cast<std::size_t>(count));
+  for (AlignedBuffer& w : ws) {
+    w.resize(static_cast<std::size_t>(bytes_each));
+    quant_pack(sch, q.data(), scales.data(), cfg.rows, cfg.cols, w.as<uint8_t>());
+  }
+  std::vector<const AlignedBuffer*> bufs;
+  for (const AlignedBuffer& w : ws) bufs.push_back(&w);
+  r.read_gbps = std::max(r.read_gbps, bytes_each * static_cast<double>(count) / read_seconds(bufs, cfg.iters) * 1e-9);
+  std::vector<float> y(static_cast<std::size_t>(*std::max_element(cfg.m.begin(), cfg.m.end()) * cfg.rows));
+  QuantizedRows xq;
+  for (int64_t M : cfg.m) {
+    auto gemm = [&](const AlignedBuffer& w) {
+      quantize_activations(xf.data(), M, cfg.cols, xq);
+      quant_matmul(sch, xq, cfg.rows, w.as<uint8_t>(), y.data());
+    };
+    const double t0 = now();
+    gemm(ws[0]);
+    const double t1 = now();
+    gemm(ws[1]);
+    GemmBenchRow row{};
+    row.dtype = DType::BF16;
+    row.scheme = sch;
+    row.m = M;
+    row.matrices = count;
+    row.kernel = xq.form == ActivationForm::Bf16 ? (quant_amx_supported() ? "amx" : "portable") : quant_vnni_supported() ? "vnni" : "portable";
+    row.moerun_first_extra_s = std::max(0.0, (t1 - t0) - (now() - t1));
+    double best = 1e30;
+    for (int it = 0; it < cfg.iters + 1; ++it) {
+      const double a = now();
+      for (const AlignedBuffer& w : ws) gemm(w);
+      if (it > 0) best = std::min(best, now() - a);
+    }
+    row.moerun_s = best / static_cast<double>(count);
+    row.onednn_s = 0;
+    for (const GemmBenchRow& b : r.rows)
+      if (b.scheme == WeightScheme::Plain && b.dtype == DType::BF16 && b.m == M) row.onednn_s = b.moerun_s;
+    const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(cfg.rows * cfg.cols);
+    row.weight_gbps = bytes_each / row.moerun_s * 1e-9;
+    row.moerun_gflops = flops / row.moerun_s * 1e-9;
+    row.onednn_gflops = row.onednn_s > 0 ? flops / row.onednn_s * 1e-9 : 0;
+    row.speedup = row.onednn_s > 0 ? row.onednn_s / row.moerun_s : 0;
+    r.rows.push_back(row);
+  }
+}
 
 }  // namespace
 
@@ -73,7 +144,8 @@ void GemmBenchConfig::validate() const {
   if (rows < 1 || cols < 1) fail(ErrorKind::Usage, "--rows and --cols must be >= 1");
   if (weight_mb < 1) fail(ErrorKind::Usage, "--weight-mb must be >= 1");
   if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
-  if (m.empty() || dtypes.empty()) fail(ErrorKind::Usage, "--m and --dtype need at least one value");
+  if (m.empty() || (dtypes.empty() && schemes.empty())) fail(ErrorKind::Usage, "--m and --dtype need at least one value");
+  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8 and q4");
   for (int64_t v : m)
     if (v < 1 || v > 4096) fail(ErrorKind::Usage, "--m: ", v, " is not in [1, 4096]");
   const int64_t host_mb = host_memory_bytes() / 1000000;
@@ -88,7 +160,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
   for (DType dt : cfg.dtypes) {
     Matmul ours(true), onednn(false);
     const double bytes_each = static_cast<double>(cfg.rows * cfg.cols) * static_cast<double>(dtype_size(dt));
-    const int64_t count = std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(cfg.weight_mb) * 1e6 / bytes_each));
+    const int64_t count = matrix_count(cfg, bytes_each);
     std::vector<WeightMatrix> ws(static_cast<std::size_t>(count));
     uint64_t state = 7;
     auto uniform = [&] {  // [0, 1)
@@ -114,14 +186,9 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
     f32_to_bf16(xf.data(), xb.data(), xf.size());
     const void* x = dt == DType::F32 ? static_cast<const void*>(xf.data()) : xb.data();
     std::vector<float> y(static_cast<std::size_t>(cap * cfg.rows));
-    double read_best = 1e30;
-    volatile uint64_t sink = 0;
-    for (int it = 0; it < cfg.iters; ++it) {
-      const double t0 = now();
-      sink = sink + read_all(ws);
-      read_best = std::min(read_best, now() - t0);
-    }
-    r.read_gbps = std::max(r.read_gbps, bytes_each * static_cast<double>(count) / read_best * 1e-9);
+    std::vector<const AlignedBuffer*> bufs;
+    for (const WeightMatrix& w : ws) bufs.push_back(&w.data);
+    r.read_gbps = std::max(r.read_gbps, bytes_each * static_cast<double>(count) / read_seconds(bufs, cfg.iters) * 1e-9);
     for (int64_t M : cfg.m) {
       auto gemm = [&](Matmul& mm, const WeightMatrix& w) {
         mm.gemm(x, M, w, y.data(), DType::F32, Epilogue::None, nullptr, cap);
@@ -161,6 +228,17 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
       r.rows.push_back(row);
     }
   }
+  if (!cfg.schemes.empty()) {
+    uint64_t state = 7;
+    auto uniform = [&] {
+      state += kSplitmix64Gamma;
+      return static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53);
+    };
+    std::vector<float> plain(static_cast<std::size_t>(cfg.rows * cfg.cols)), xf(static_cast<std::size_t>(maxm * cfg.cols));
+    for (float& v : plain) v = uniform() * 0.02f - 0.01f;
+    for (float& v : xf) v = uniform() - 0.5f;
+    for (WeightScheme sch : cfg.schemes) run_quantized(cfg, sch, plain, xf, r);
+  }
   return r;
 }
 
@@ -177,25 +255,34 @@ std::string gemm_bench_table(const GemmBenchConfig& cfg, const GemmBenchResult& 
   std::snprintf(buf, sizeof buf, "#%6s %5s %8s %11s %9s %7s %9s %11s %9s %8s %9s %9s\n", "", "", "", "", "(GB/s)", "read",
                 "(GFLOP/s)", "", "(GFLOP/s)", "", "+ms ours", "+ms 1DNN");
   s += buf;
-  bool pass = true, any = false;
+  bool pass = true, any = false, qpass = true, qany = false;
   for (const auto& row : r.rows) {
     char ours_new[16] = "-";
     if (row.kernel != "oneDNN") std::snprintf(ours_new, sizeof ours_new, "%.2f", row.moerun_first_extra_s * 1e3);
     std::snprintf(buf, sizeof buf, " %6s %5lld %8s %11.3f %9.1f %7.2f %9.1f %11.3f %9.1f %8.2f %9s %9.2f\n",
-                  dtype_label(row.dtype), static_cast<long long>(row.m), row.kernel.c_str(), row.moerun_s * 1e3,
+                  row_label(row), static_cast<long long>(row.m), row.kernel.c_str(), row.moerun_s * 1e3,
                   row.weight_gbps, row.weight_gbps / r.read_gbps, row.moerun_gflops, row.onednn_s * 1e3, row.onednn_gflops,
                   row.speedup, ours_new, row.onednn_first_extra_s * 1e3);
     s += buf;
-    if (row.m == 1) {
+    if (row.m == 1 && row.scheme == WeightScheme::Plain) {
       any = true;
       if (row.weight_gbps < 0.7 * r.read_gbps) pass = false;
+    } else if (row.m == 1) {
+      qany = true;
+      if (row.weight_gbps < 0.8 * r.read_gbps) qpass = false;
     }
   }
   s += "# new M: how much longer the first call at a new M takes than the next (oneDNN creates its primitive then;\n"
        "# moerun's only where its own kernel runs)\n";
+  if (qany)
+    s += "# q8/q4 rows: weights in their packed bytes; the oneDNN columns hold moerun's bf16 row at the same M, speedup\n"
+         "# its time over theirs (activation quantization included)\n";
   if (any)
     s += str("# verdict: weights stream at ", pass ? ">= " : "< ", "0.7 of the read bandwidth at M = 1",
              pass ? " for every dtype: PASS" : ": BELOW TARGET", "\n");
+  if (qany)
+    s += str("# verdict: quantized weights stream at ", qpass ? ">= " : "< ", "0.8 of the read bandwidth at M = 1 in packed bytes",
+             qpass ? ": PASS" : ": BELOW TARGET", "\n");
   return s;
 }
 
@@ -209,7 +296,7 @@ std::string gemm_bench_json(const GemmBenchConfig& cfg, const GemmBenchResult& r
   j["read_gbps"] = r.read_gbps;
   j["results"] = nlohmann::json::array();
   for (const auto& row : r.rows)
-    j["results"].push_back({{"dtype", dtype_label(row.dtype)},
+    j["results"].push_back({{"dtype", row_label(row)},
                             {"m", row.m},
                             {"kernel", row.kernel},
                             {"matrices", row.matrices},

@@ -145,7 +145,7 @@ TEST_P(QuantMatmul, MatchesFp64OfDequantizedWeightsAndVnniEqualsPortable) {
   AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
   quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
   QuantizedRows x;
-  quantize_activations(xf.data(), M, K, x);
+  quantize_activations(xf.data(), M, K, x, ActivationForm::Int8);
   std::vector<float> y(static_cast<std::size_t>(M * N)), yp(y.size());
   quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data());
   quant_matmul(s, x, N, blocked.as<uint8_t>(), yp.data(), /*portable=*/true);
@@ -157,6 +157,39 @@ TEST_P(QuantMatmul, MatchesFp64OfDequantizedWeightsAndVnniEqualsPortable) {
       ASSERT_LE(std::fabs(y[i] - e.exact), e.bound * 1.001 + 2e-6 * e.mag + 1e-7) << "activation rounding bound, m " << m << " n " << n;
       ASSERT_EQ(y[i], yp[i]) << "VNNI and portable loops differ at m " << m << " n " << n;
     }
+}
+
+// The Bf16 form (AMX where the CPU has it): x and the dequantized weights rounded to bf16, products
+// summed in float; against fp64 of those same bf16 values.
+TEST_P(QuantMatmul, Bf16FormMatchesFp64OfBf16RoundedOperands) {
+  auto [s, M, N, K] = GetParam();
+  M = M * 7 + 11;  // prefill-sized: 18 to 74 rows, none a multiple of 16
+  const auto w = random_matrix(N, K, 6, 0.05f);
+  const auto xf = random_matrix(M, K, 7);
+  const Stored st = quantize(s, w, N, K);
+  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+  quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
+  QuantizedRows x;
+  quantize_activations(xf.data(), M, K, x, ActivationForm::Bf16);
+  std::vector<float> y(static_cast<std::size_t>(M * N), -1.0f);
+  quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data());
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<double> wn(static_cast<std::size_t>(K));
+    for (int64_t k = 0; k < K; ++k) {
+      const Level l = level(s, st, K, n, k);
+      const float v = s == WeightScheme::Q8 ? static_cast<float>(l.d * l.q) : std::fma(static_cast<float>(l.q), static_cast<float>(l.d), static_cast<float>(l.m));
+      wn[static_cast<std::size_t>(k)] = bf16_to_f32(f32_to_bf16(v));
+    }
+    for (int64_t m = 0; m < M; ++m) {
+      double ref = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(xf[m * K + k]))) * wn[static_cast<std::size_t>(k)];
+        ref += p;
+        mag += std::fabs(p);
+      }
+      ASSERT_NEAR(y[static_cast<std::size_t>(m * N + n)], ref, 2e-6 * mag + 1e-7) << (quant_amx_supported() ? "AMX" : "portable") << " m " << m << " n " << n;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,

@@ -10,6 +10,7 @@
 #include "experts/cpu/cpu_backend.hpp"
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
+#include "io/expert_shards.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
@@ -145,6 +146,69 @@ TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
       EXPECT_EQ(par, seq) << dtype_name(dt) << (big ? ", one expert of 12 rows" : "");
     }
 }
+
+
+// q8/q4 experts through the raw form the shards store (quantize_rows' values and fp16 scales),
+// packed as the backend packs them, against fp64 of the dequantized weights with the real x: the
+// int8 path (1-8 rows) and the bf16/AMX path (16 rows and up) differ from it by the activations'
+// rounding only.
+class QuantizedExpertFfn : public ::testing::TestWithParam<std::tuple<WeightScheme, int64_t>> {};
+
+TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
+  const auto [scheme, rows] = GetParam();
+  io::ModelConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.dtype = DType::BF16;
+  c.expert_format = {DType::BF16, scheme};
+  const int64_t d = c.hidden_size, ff = c.intermediate_size;
+  const std::vector<float> w[3] = {randv(ff * d, 21, 0.125f), randv(ff * d, 22, 0.125f), randv(d * ff, 23, 0.1f)};
+  const auto parts = io::expert_raw_parts(c);
+  AlignedBuffer raw(io::expert_raw_bytes(c));
+  std::vector<float> dq[3];
+  const char* names[] = {"w1", "w3", "w2"};
+  for (int m = 0; m < 3; ++m) {
+    const int64_t r = m == 2 ? d : ff, cols = m == 2 ? ff : d;
+    auto* q = raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset;
+    auto* sc = reinterpret_cast<uint16_t*>(raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset);
+    quantize_rows(scheme, w[m].data(), r, cols, q, sc);
+    dq[m].resize(static_cast<std::size_t>(r * cols));
+    dequantize_rows(scheme, q, sc, r, cols, dq[m].data());
+  }
+  Matmul mm;
+  FfnWeights fw;
+  pack_expert_from_raw(mm, raw.data(), c, fw);
+  EXPECT_EQ(fw.w1.scheme, scheme);
+  auto x = randv(static_cast<std::size_t>(rows * d), 24, 1.0f);
+  ExpertScratch s;
+  std::vector<float> y(static_cast<std::size_t>(rows * d));
+  expert_ffn_forward(mm, x.data(), rows, fw, y.data(), s);
+  double worst = 0, scale = 0;
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<double> a(static_cast<std::size_t>(ff));
+    for (int64_t i = 0; i < ff; ++i) {
+      double g = 0, u = 0;
+      for (int64_t k = 0; k < d; ++k) {
+        g += static_cast<double>(x[t * d + k]) * dq[0][i * d + k];
+        u += static_cast<double>(x[t * d + k]) * dq[1][i * d + k];
+      }
+      a[static_cast<std::size_t>(i)] = g / (1 + std::exp(-g)) * u;
+    }
+    for (int64_t o = 0; o < d; ++o) {
+      double want = 0;
+      for (int64_t i = 0; i < ff; ++i) want += a[static_cast<std::size_t>(i)] * dq[2][o * ff + i];
+      worst = std::max(worst, std::abs(y[t * d + o] - want));
+      scale = std::max(scale, std::abs(want));
+    }
+  }
+  // int8 activations: half a step of amax/127 per group, times Σ|d q| (for q4 about twice Σ|w|, its
+  // levels being offset by the minimum); bf16: 2^-9 relative.
+  EXPECT_LE(worst / scale, scheme == WeightScheme::Q4 ? 4e-2 : 2e-2) << "rows " << rows;
+  EXPECT_GT(worst, 0.0) << "exactly equal would mean the reference is not independent of the rounding";
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, QuantizedExpertFfn,
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4), ::testing::Values(1, 3, 8, 16, 53)));
 
 }  // namespace
 }  // namespace moerun::experts
