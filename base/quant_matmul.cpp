@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -35,14 +34,14 @@ int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (is_q4(s) ? 64 : 3
 struct RowPass {
   const int8_t* q;
   const float* dx;
-  const int32_t* qsum;
+  const int32_t* qoff;
   const float* xsum;
   int64_t K, G;
 };
 
 RowPass row_pass(const QuantizedRows& x, int64_t row) {
   const int64_t G = x.cols / kG;
-  return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qsum.as<int32_t>() + row * G,
+  return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qoff.as<int32_t>() + row * G,
           x.xsum.as<float>() + row * G, x.cols, G};
 }
 
@@ -98,7 +97,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_blocks(const Ro
     }
     for (int r = 0; r < R; ++r) {
       const __m512 dx = _mm512_set1_ps(p.dx[r * p.G + g]);
-      const __m512i off = _mm512_set1_epi32(Q4 ? 0 : 128 * p.qsum[r * p.G + g]);
+      const __m512i off = _mm512_set1_epi32(Q4 ? 0 : p.qoff[r * p.G + g]);
       for (int b = 0; b < B; ++b) {
         const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(ia[0][r][b], off));
         acc[r][b] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw[b], dx), acc[r][b]);
@@ -132,7 +131,7 @@ void portable_blocks(const RowPass& p, int R, int B, const uint8_t* w, float* ou
           uint16_t bits[2];
           std::memcpy(bits, chunk + vb + 2 * n, 2);
           if (Q4) std::memcpy(bits + 1, chunk + vb + 32 + 2 * n, 2);
-          const float f = static_cast<float>(ia - (Q4 ? 0 : 128 * p.qsum[r * p.G + g]));
+          const float f = static_cast<float>(ia - (Q4 ? 0 : p.qoff[r * p.G + g]));
           acc = std::fma(f, f16_to_f32(bits[0]) * p.dx[r * p.G + g], acc);
           if (Q4) acc = std::fma(f16_to_f32(bits[1]), p.xsum[r * p.G + g], acc);
         }
@@ -158,45 +157,8 @@ void run_blocks(const RowPass& p, int R, int B, const uint8_t* w, float* out, bo
 }
 
 
-// ---- The Bf16 form: weights dequantized into AMX B tiles, activations as bf16 A tiles. ----
-
-// A 16x32 chunk dequantized is exactly one B tile of TDPBF16PS: 16 rows (k-pairs) of 64 bytes, lane n
-// of row kp holding bf16(w[n][2kp]) | bf16(w[n][2kp+1]) << 16.
-constexpr int64_t kTileBytes = 1024;
-
-// Lane n = bf16(a[n]) | bf16(b[n]) << 16, both rounded to nearest even.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512i bf16_pairs(__m512 a, __m512 b) {
-  alignas(64) static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // words 0-15 a, 16-31 b
-  return _mm512_permutexvar_epi16(_mm512_load_si512(interleave), both);
-}
-
-// The levels at bit `shift` of each lane (masked by `mask`), times d plus m.
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) inline __m512 level_value(__m512i v, int shift, __m512i mask, __m512 d, __m512 m) {
-  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, static_cast<unsigned>(shift)), mask)), d, m);
-}
-
-template <bool Q4>
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void dequantize_chunk_tile(const uint8_t* chunk, uint8_t* tile) {
-  constexpr int64_t vb = Q4 ? 256 : 512;
-  const __m512i byte = _mm512_set1_epi32(Q4 ? 0x0f : 0xff);
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + vb)));
-  // q8 stores q + 128: (q + 128) d - 128 d is q d exactly (one rounding, of an exact product).
-  const __m512 m = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + vb + 32)))
-                      : _mm512_mul_ps(d, _mm512_set1_ps(-128.0f));
-  for (int j = 0; j < (Q4 ? 4 : 8); ++j) {
-    const __m512i v = _mm512_loadu_si512(chunk + 64 * j);
-    // q8: k = 4j + byte. q4: low nibbles k = 4j + byte, high nibbles k = 16 + 4j + byte.
-    uint8_t* t = tile + 64 * 2 * j;
-    _mm512_store_si512(t, bf16_pairs(level_value(v, 0, byte, d, m), level_value(v, 8, byte, d, m)));
-    _mm512_store_si512(t + 64, bf16_pairs(level_value(v, 16, byte, d, m), level_value(v, 24, byte, d, m)));
-    if constexpr (Q4) {
-      _mm512_store_si512(t + 64 * 8, bf16_pairs(level_value(v, 4, byte, d, m), level_value(v, 12, byte, d, m)));
-      _mm512_store_si512(t + 64 * 9, bf16_pairs(level_value(v, 20, byte, d, m), level_value(v, 28, byte, d, m)));
-    }
-  }
-}
+// ---- AMX-INT8: C tiles of Σ qx qw per group (tdpbsud: signed activations, unsigned weights),
+// then the same float step as the VNNI kernel, row by row, into float accumulators. ----
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -205,164 +167,266 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// tmm0-3: C (2 row blocks x 2 column blocks), tmm4-5: A, tmm6-7: B; all 16 rows of 64 bytes.
-__attribute__((target("amx-tile,amx-bf16"))) void amx_row_blocks(const uint16_t* xb, int64_t rows_padded, int64_t K, const uint8_t* tiles,
-                                                                 int64_t tiles_per_block, bool two, float* c, int64_t M, float* y,
-                                                                 int64_t N, int64_t n0) {
-  const int64_t G = K / kG, stride = K * 2;
-  for (int64_t m0 = 0; m0 < rows_padded; m0 += 32) {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    const uint16_t* a0 = xb + m0 * K;
-    for (int64_t g = 0; g < G; ++g) {
-      _tile_loadd(4, a0 + g * kG, stride);
-      _tile_loadd(5, a0 + 16 * K + g * kG, stride);
-      _tile_loadd(6, tiles + g * kTileBytes, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(2, 5, 6);
-      if (two) {
-        _tile_loadd(7, tiles + (tiles_per_block + g) * kTileBytes, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-    }
-    _tile_stored(0, c, 64);
-    _tile_stored(1, c + 256, 64);
-    _tile_stored(2, c + 512, 64);
-    _tile_stored(3, c + 768, 64);
-    // c: [row block][column block][16][16]
-    const int64_t width = std::min<int64_t>(two ? 32 : 16, N - n0);
-    for (int64_t r = m0; r < std::min(m0 + 32, M); ++r)
-      for (int64_t n = 0; n < width; ++n) y[r * N + n0 + n] = c[((r - m0) / 16 * 2 + n / 16) * 256 + (r - m0) % 16 * 16 + n % 16];
-  }
-}
-
-// tmm0-7 all 16 rows of 64 bytes. A static object: GCC 12's _tile_loadconfig does not tell the
-// compiler it reads memory, and the stores that fill a local one were dropped (an invalid config).
+// tmm0-3: C, int32 16 x 16 (2 row blocks x 2 column blocks); tmm4-5: A, 16 rows x 32 int8 (one
+// group); tmm6-7: B, 8 k-quads x 64 bytes (one group of 16 columns: a q8 chunk's values as stored).
+// A static object: GCC 12's _tile_loadconfig does not tell the compiler it reads memory, and the
+// stores filling a local one were dropped (an invalid config, a fault).
 constexpr TileConfig tile_config() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
+    cfg.colsb[t] = t == 4 || t == 5 ? 32 : 64;
+    cfg.rows[t] = t >= 6 ? 8 : 16;
   }
   return cfg;
 }
 const TileConfig kTileConfig = tile_config();
+constexpr int64_t kBTileBytes = 512;
 
 __attribute__((target("amx-tile"))) void amx_configure() { _tile_loadconfig(&kTileConfig); }
 __attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
 
+// q4's B tiles: a chunk's nibbles as levels 0-15, k-quad j in row j.
+__attribute__((target("avx512f,avx512bw"))) void unpack_q4_tile(const uint8_t* chunk, uint8_t* tile) {
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(chunk + 64 * j);
+    _mm512_store_si512(tile + 64 * j, _mm512_and_si512(v, low4));
+    _mm512_store_si512(tile + 64 * (j + 4), _mm512_and_si512(_mm512_srli_epi16(v, 4), low4));
+  }
+}
+
+// One column block of 16 rows: per group a C tile of Σ qx qw, stored and then scaled row by row into
+// 16 float accumulators held in registers, by exactly vnni_blocks' float steps:
+// acc = fma(float(c - qoff), dw * dx, acc), then for q4 acc = fma(mw, xsum, acc).
+// The activations' per-group numbers of 16 rows, group-major ([G][16]), so that a group's 16
+// broadcasts are fixed offsets from one pointer.
+struct RowBlockScales {
+  const float* dx;
+  const int32_t* qoff;
+  const float* xsum;
+};
+
+// Group g's C tile scaled into the accumulators.
+template <bool Q4>
+__attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales& rs, int64_t g, const int32_t* c, const uint8_t* sc,
+                                                           __m512* acc) {
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+  const __m512 mw = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
+  const float* dx = rs.dx + 16 * g;
+  const int32_t* qoff = rs.qoff + 16 * g;
+  const float* xsum = rs.xsum + 16 * g;
+  for (int r = 0; r < 16; ++r) {
+    __m512i ci = _mm512_load_si512(c + 16 * r);
+    if constexpr (!Q4) ci = _mm512_sub_epi32(ci, _mm512_set1_epi32(qoff[r]));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
+    if constexpr (Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xsum[r]), acc[r]);
+  }
+}
+
+// Starts group g's tdpbsud in tile set T (C T, A 4 + T, B 6 + T).
+template <int T, bool Q4>
+__attribute__((target("amx-tile,amx-int8"))) inline void start_group(const int8_t* a, int64_t K, const uint8_t* b) {
+  _tile_zero(T);
+  _tile_loadd(4 + T, a, K);
+  _tile_loadd(6 + T, b, 64);
+  _tile_dpbsud(T, 4 + T, 6 + T);
+}
+
+// One column block of 16 rows: per group a C tile of Σ qx qw, stored and then scaled row by row into
+// 16 float accumulators in registers, by exactly vnni_blocks' float steps: acc = fma(float(c - qoff),
+// dw * dx, acc), then for q4 acc = fma(mw, xsum, acc). Software-pipelined over two tile sets (even
+// groups in C0 A4 B6, odd in C1 A5 B7): group g + 1's tdpbsud runs while g's C is stored, and the
+// scaling reads the C stored one group earlier; done in order, the tdpbsud -> tilestored -> load
+// latency took most of the time.
+template <bool Q4>
+__attribute__((target("amx-tile,amx-int8,avx512f"))) void amx_block(const RowBlockScales& rs, int64_t K, const int8_t* a, const uint8_t* wb,
+                                                                    const uint8_t* b_tiles, int32_t* c, float* out) {
+  constexpr int64_t cb = Q4 ? 320 : 544, vb = Q4 ? 256 : 512;
+  const int64_t G = K / kG;
+  auto b_tile = [&](int64_t g) { return Q4 ? b_tiles + g * kBTileBytes : wb + g * cb; };
+  __m512 acc[16];
+  for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+  start_group<0, Q4>(a, K, b_tile(0));
+  for (int64_t g = 0; g < G; g += 2) {
+    if (g + 1 < G) start_group<1, Q4>(a + (g + 1) * kG, K, b_tile(g + 1));
+    _tile_stored(0, c, 64);
+    if (g > 0) scale_group<Q4>(rs, g - 1, c + 256, wb + (g - 1) * cb + vb, acc);
+    if (g + 1 >= G) {
+      scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
+      break;
+    }
+    if (g + 2 < G) start_group<0, Q4>(a + (g + 2) * kG, K, b_tile(g + 2));
+    _tile_stored(1, c + 256, 64);
+    scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
+    if (g + 2 >= G) scale_group<Q4>(rs, g + 1, c + 256, wb + (g + 1) * cb + vb, acc);
+  }
+  for (int r = 0; r < 16; ++r) _mm512_store_ps(out + 16 * r, acc[r]);
+}
+
+// The output columns of blocks nb and nb + 1 (`two`) for every row, 16 rows at a time.
+// `b_tiles`: q4's unpacked tiles of both blocks ([2][G]); q8's are read straight from w.
+template <bool Q4>
+void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8_t* wb, int64_t block_bytes, const uint8_t* b_tiles,
+              bool two, int32_t* c, float* out, float* y, int64_t N, int64_t n0) {
+  const int64_t K = x.cols, G = K / kG, M = x.rows;
+  for (int64_t m0 = 0; m0 < M; m0 += 16) {
+    const float* t = scales_t.as<float>() + (m0 / 16) * 3 * G * 16;
+    const RowBlockScales rs{t, reinterpret_cast<const int32_t*>(t + G * 16), t + 2 * G * 16};
+    for (int b = 0; b < (two ? 2 : 1); ++b) {
+      amx_block<Q4>(rs, K, x.q.as<int8_t>() + m0 * K, wb + b * block_bytes, Q4 ? b_tiles + b * G * kBTileBytes : nullptr, c, out);
+      const int64_t width = std::min<int64_t>(16, N - n0 - 16 * b);
+      for (int64_t r = m0; r < std::min(m0 + 16, M); ++r)
+        std::memcpy(y + r * N + n0 + 16 * b, out + (r - m0) * 16, static_cast<std::size_t>(width) * 4);
+    }
+  }
+}
+
+// x's dx, qoff and xsum per block of 16 rows, group-major: [M/16][3][G][16] (4-byte values).
+void transpose_row_scales(const QuantizedRows& x, AlignedBuffer& out) {
+  const int64_t G = x.cols / kG, blocks = ceil_div(x.rows, 16);
+  out.resize(static_cast<std::size_t>(blocks * 3 * G * 16) * 4);
+  const uint32_t* src[3] = {x.dx.as<uint32_t>(), x.qoff.as<uint32_t>(), x.xsum.as<uint32_t>()};
+  uint32_t* dst = out.as<uint32_t>();
+  for (int64_t rb = 0; rb < blocks; ++rb)
+    for (int f = 0; f < 3; ++f)
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t r = 0; r < 16; ++r) *dst++ = src[f][(rb * 16 + r) * G + g];  // padded rows: zero
+}
+
 void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y) {
-  const int64_t K = x.cols, G = K / kG, nblocks = ceil_div(N, kNB), pairs = ceil_div(nblocks, 2);
-  const int64_t block_bytes = G * chunk_bytes(s), rows_padded = ceil_div(x.rows, 32) * 32;
+  const int64_t G = x.cols / kG, nblocks = ceil_div(N, kNB), pairs = ceil_div(nblocks, 2);
+  const int64_t block_bytes = G * chunk_bytes(s);
+  thread_local AlignedBuffer scales_t;
+  transpose_row_scales(x, scales_t);
+  const AlignedBuffer& st = scales_t;
 #pragma omp parallel if (!omp_in_parallel())
   {
-    // A thread's B tiles for one pair of blocks (2 x K/32 KiB: in L2), and its C tiles.
-    thread_local AlignedBuffer tiles, cbuf;
-    tiles.resize(static_cast<std::size_t>(2 * G * kTileBytes));
-    cbuf.resize(4 * 256 * sizeof(float));
+    thread_local AlignedBuffer b_tiles, out, c;
+    if (is_q4(s)) b_tiles.resize(static_cast<std::size_t>(2 * G * kBTileBytes));
+    out.resize(256 * sizeof(float));
+    c.resize(2 * 256 * sizeof(int32_t));
     // The tile state is the thread's: configured here, released before anything else (oneDNN) runs.
     amx_configure();
 #pragma omp for schedule(static)
     for (int64_t pi = 0; pi < pairs; ++pi) {
       const int64_t nb = 2 * pi;
       const bool two = nb + 1 < nblocks;
-      for (int b = 0; b < (two ? 2 : 1); ++b)
-        for (int64_t g = 0; g < G; ++g) {
-          const uint8_t* chunk = w + (nb + b) * block_bytes + g * chunk_bytes(s);
-          uint8_t* tile = tiles.as<uint8_t>() + (b * G + g) * kTileBytes;
-          if (is_q4(s)) dequantize_chunk_tile<true>(chunk, tile);
-          else dequantize_chunk_tile<false>(chunk, tile);
-        }
-      amx_row_blocks(x.bf16.as<uint16_t>(), rows_padded, K, tiles.as<uint8_t>(), G, two, cbuf.as<float>(), x.rows, y, N, nb * kNB);
+      const uint8_t* wb = w + nb * block_bytes;
+      if (is_q4(s)) {
+        for (int b = 0; b < (two ? 2 : 1); ++b)
+          for (int64_t g = 0; g < G; ++g) unpack_q4_tile(wb + b * block_bytes + g * 320, b_tiles.as<uint8_t>() + (b * G + g) * kBTileBytes);
+        amx_pair<true>(x, st, wb, block_bytes, b_tiles.as<uint8_t>(), two, c.as<int32_t>(), out.as<float>(), y, N, nb * kNB);
+      } else {
+        amx_pair<false>(x, st, wb, block_bytes, nullptr, two, c.as<int32_t>(), out.as<float>(), y, N, nb * kNB);
+      }
     }
     amx_release();
   }
 }
 
-// Without AMX (an explicit Bf16 request): the same products in float, in k order.
-void portable_bf16_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y) {
-  const int64_t K = x.cols, G = K / kG, block_bytes = G * chunk_bytes(s), vb = value_bytes(s);
-  for (int64_t n = 0; n < N; ++n) {
-    std::vector<float> wn(static_cast<std::size_t>(K));
-    for (int64_t g = 0; g < G; ++g) {
-      const uint8_t* chunk = w + (n / kNB) * block_bytes + g * chunk_bytes(s);
-      const int64_t lane = n % kNB;
-      uint16_t db, mb = 0;
-      std::memcpy(&db, chunk + vb + 2 * lane, 2);
-      if (is_q4(s)) std::memcpy(&mb, chunk + vb + 32 + 2 * lane, 2);
-      const float d = f16_to_f32(db), m = is_q4(s) ? f16_to_f32(mb) : -128.0f * d;
-      for (int64_t k = 0; k < kG; ++k) {
-        const int64_t j = is_q4(s) ? (k % 16) / 4 : k / 4, t = k % 4;
-        const uint8_t v = chunk[64 * j + 4 * lane + t];
-        const int level = is_q4(s) ? (k < 16 ? v & 15 : v >> 4) : v;
-        wn[static_cast<std::size_t>(g * kG + k)] = bf16_to_f32(f32_to_bf16(std::fma(static_cast<float>(level), d, m)));
-      }
-    }
-    for (int64_t r = 0; r < x.rows; ++r) {
-      float acc = 0;
-      for (int64_t k = 0; k < K; ++k) acc += bf16_to_f32(x.bf16.as<uint16_t>()[r * K + k]) * wn[static_cast<std::size_t>(k)];
-      y[r * N + n] = acc;
-    }
+
+// ---- Activation quantization: one group of 32, the same numbers in the loop and in AVX-512. ----
+struct GroupQuant {
+  float dx, xsum;
+  int32_t qsum;
+};
+
+// Σ of 32 floats in a fixed tree (halves, then halves of those...), so the vector code below can
+// add in the same order and give the same bits.
+float tree_sum32(const float* v) {
+  float t[16];
+  for (int l = 0; l < 16; ++l) t[l] = v[l] + v[l + 16];
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) t[l] = t[l] + t[l + w];
+  return t[0];
+}
+
+void quantize_group(const float* x, int8_t* q, GroupQuant& out) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < kG; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int32_t qs = 0;
+  for (int64_t k = 0; k < kG; ++k) {
+    q[k] = static_cast<int8_t>(std::nearbyint(x[k] * id));
+    qs += q[k];
   }
+  out = {amax / 127.0f, tree_sum32(x), qs};
+}
+
+__attribute__((target("avx512f,avx512bw"))) void quantize_group_avx512(const float* x, int8_t* q, GroupQuant& out) {
+  const __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));  // max: exact in any order
+  alignas(64) float t[16];
+  _mm512_store_ps(t, _mm512_add_ps(a, b));
+  __m256 h = _mm256_add_ps(_mm256_load_ps(t), _mm256_load_ps(t + 8));
+  __m128 v = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+  v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  // cvtps rounds to nearest even (the default MXCSR), as nearbyint does.
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id))), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
+  out = {amax / 127.0f, _mm_cvtss_f32(v), _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb))};
 }
 
 }  // namespace
 
-bool quant_amx_supported() {
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
-    if (!tile || !bf16 || !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512bf16")) return false;
-    // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-  }();
-  return ok;
+namespace {
+bool amx_int8_available() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
+  if (!tile || !int8 || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
+  // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
+  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+}  // namespace
+
+bool quant_kernel_supported(QuantKernel k) {
+  static const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vnni");
+  static const bool amx = amx_int8_available();
+  switch (k) {
+    case QuantKernel::Vnni: return vnni;
+    case QuantKernel::Amx: return amx;
+    default: return true;
+  }
 }
 
-bool quant_vnni_supported() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vnni");
-  return ok;
+QuantKernel quant_kernel_for(int64_t M) {
+  if (M >= kQuantAmxMinRows && quant_kernel_supported(QuantKernel::Amx)) return QuantKernel::Amx;
+  return quant_kernel_supported(QuantKernel::Vnni) ? QuantKernel::Vnni : QuantKernel::Portable;
 }
 
-void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out, ActivationForm form) {
+const char* quant_kernel_name(QuantKernel k) {
+  switch (k) {
+    case QuantKernel::Vnni: return "vnni";
+    case QuantKernel::Amx: return "amx-int8";
+    case QuantKernel::Portable: return "portable";
+    default: return "auto";
+  }
+}
+
+void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out) {
   if (K % kG != 0) fail(ErrorKind::Internal, "quantize_activations: ", K, " columns are not a multiple of ", kG);
-  if (form == ActivationForm::Auto)
-    form = M >= kQuantAmxMinRows && quant_amx_supported() ? ActivationForm::Bf16 : ActivationForm::Int8;
-  const int64_t G = K / kG;
+  const int64_t G = K / kG, padded = ceil_div(M, 32) * 32;
   out.rows = M;
   out.cols = K;
-  out.form = form;
-  if (form == ActivationForm::Bf16) {
-    const int64_t padded = ceil_div(M, 32) * 32;
-    out.bf16.resize(static_cast<std::size_t>(padded * K) * 2);
-    f32_to_bf16(x, out.bf16.as<uint16_t>(), static_cast<std::size_t>(M * K));
-    std::memset(out.bf16.as<uint16_t>() + M * K, 0, static_cast<std::size_t>((padded - M) * K) * 2);
-    return;
+  out.q.resize(static_cast<std::size_t>(padded * K));
+  std::memset(out.q.as<int8_t>() + M * K, 0, static_cast<std::size_t>((padded - M) * K));
+  for (AlignedBuffer* b : {&out.dx, &out.qoff, &out.xsum}) {
+    b->resize(static_cast<std::size_t>(padded * G) * 4);
+    std::memset(b->as<unsigned char>() + M * G * 4, 0, static_cast<std::size_t>((padded - M) * G) * 4);
   }
-  out.q.resize(static_cast<std::size_t>(M * K));
-  for (AlignedBuffer* b : {&out.dx, &out.qsum, &out.xsum}) b->resize(static_cast<std::size_t>(M * G) * 4);
+  const bool avx512 = quant_kernel_supported(QuantKernel::Vnni);
   for (int64_t i = 0; i < M * G; ++i) {
-    const float* xg = x + i * kG;
-    float amax = 0.0f, sum = 0.0f;
-    for (int64_t k = 0; k < kG; ++k) {
-      amax = std::max(amax, std::fabs(xg[k]));
-      sum += xg[k];
-    }
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int8_t* q = out.q.as<int8_t>() + i * kG;
-    int32_t qs = 0;
-    for (int64_t k = 0; k < kG; ++k) {
-      q[k] = static_cast<int8_t>(std::nearbyint(xg[k] * id));
-      qs += q[k];
-    }
-    out.dx.as<float>()[i] = amax / 127.0f;
-    out.qsum.as<int32_t>()[i] = qs;
-    out.xsum.as<float>()[i] = sum;
+    GroupQuant gq;
+    if (avx512) quantize_group_avx512(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
+    else quantize_group(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
+    out.dx.as<float>()[i] = gq.dx;
+    out.qoff.as<int32_t>()[i] = 128 * gq.qsum;
+    out.xsum.as<float>()[i] = gq.xsum;
   }
 }
 
@@ -410,14 +474,13 @@ void quant_blocked_copy_scales(WeightScheme s, int64_t N, int64_t K, const uint8
   for (int64_t i = 0; i < chunks; ++i) std::memcpy(out + i * sb / 2, w + i * chunk_bytes(s) + value_bytes(s), static_cast<std::size_t>(sb));
 }
 
-void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, bool portable) {
+void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel) {
   if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quant_matmul: not a q8/q4 matrix");
-  if (x.form == ActivationForm::Bf16) {
-    if (quant_amx_supported()) amx_matmul(s, x, N, w, y);
-    else portable_bf16_matmul(s, x, N, w, y);
-    return;
-  }
-  const bool vnni = !portable && quant_vnni_supported();
+  if (kernel == QuantKernel::Auto) kernel = quant_kernel_for(x.rows);
+  if (!quant_kernel_supported(kernel)) fail(ErrorKind::Internal, "quant_matmul: this CPU has no ", quant_kernel_name(kernel), " kernel");
+  if (x.rows == 0) return;
+  if (kernel == QuantKernel::Amx) return amx_matmul(s, x, N, w, y);
+  const bool vnni = kernel == QuantKernel::Vnni;
   const int64_t M = x.rows, nblocks = ceil_div(N, kNB), pairs = ceil_div(nblocks, 2);
   const int64_t block_bytes = (x.cols / kG) * chunk_bytes(s);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())

@@ -1,7 +1,10 @@
 // Matmul on group-quantized weights (q8, q4; base/quant_format.hpp) in a blocked resident form,
-// with the activations quantized per row and group to int8 as llama.cpp does: integer dot products
-// (AVX-512 VNNI vpdpbusd, or a portable loop with the same arithmetic) scaled per group. The weights
-// are read once per pass of up to 4 rows, in their packed bytes (8.5 or 5 bits per weight).
+// with the activations quantized per row and group to int8 as llama.cpp does. Integer dot products
+// per group of 32, then one float step per group: y += (Σ qw qx - offset) * (dw dx) (+ m Σx for q4).
+// Three kernels compute exactly those numbers, so their results are bitwise equal whatever the row
+// count or CPU: AVX-512 VNNI vpdpbusd for a few rows (decode: the weights read once per pass of up to
+// 4 rows, in their packed bytes), AMX-INT8 tdpbsud for many (prefill: the blocked bytes are already
+// AMX B tiles for q8; q4 unpacks its nibbles), and a portable loop.
 #pragma once
 #include <cstdint>
 
@@ -10,28 +13,19 @@
 
 namespace moerun {
 
-// How quant_matmul takes the activations. Int8: quantized per row in groups of 32, integer dot
-// products with VNNI (decode, a few rows). Bf16: rows rounded to bfloat16, the weights dequantized
-// to bf16 a 16x32 chunk at a time straight into AMX tiles (prefill, where the int8 path is bound by
-// its per-group scaling; needs AMX-BF16). Auto: Bf16 from kQuantAmxMinRows rows where the CPU has
-// AMX, else Int8.
-enum class ActivationForm { Auto, Int8, Bf16 };
-inline constexpr int64_t kQuantAmxMinRows = 16;
-
-// Activations x [M, K] in one of those forms. Int8: x ≈ dx[g] * q[k]; qsum[g] = Σ q over the group
-// (q8's offset correction), xsum[g] = Σ x (q4's minimum term, exact).
+// Activations x [M, K] quantized per row in groups of 32: x ≈ dx[g] * q[k]; qoff[g] = 128 Σ q over
+// the group (q8's weights are stored + 128: its offset correction), xsum[g] = Σ x (q4's minimum
+// term, exact). Rows are padded to a multiple of 32 with zeros (AMX reads whole tiles).
 struct QuantizedRows {
   int64_t rows = 0, cols = 0;
-  ActivationForm form = ActivationForm::Int8;
-  AlignedBuffer bf16;  // Bf16: [rows rounded up to 32, cols], padding rows zero
-  AlignedBuffer q;     // int8 [rows, cols]
-  AlignedBuffer dx;    // float [rows, cols / 32]
-  AlignedBuffer qsum;  // int32 [rows, cols / 32]
-  AlignedBuffer xsum;  // float [rows, cols / 32]
+  AlignedBuffer q;     // int8 [padded rows, cols]
+  AlignedBuffer dx;    // float [padded rows, cols / 32]
+  AlignedBuffer qoff;  // int32 [padded rows, cols / 32]
+  AlignedBuffer xsum;  // float [padded rows, cols / 32]
 };
 
-// Converts x [M, K] (K a multiple of 32) into `out` in `form`, reusing its buffers.
-void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out, ActivationForm form = ActivationForm::Auto);
+// Quantizes x [M, K] (K a multiple of 32) into `out`, reusing its buffers.
+void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out);
 
 // The blocked form of W [N, K] (rows N = outputs): blocks of 16 output rows, and in each, per group
 // of 32 k, the 16 rows' quantized values interleaved for vpdpbusd (4 consecutive k of one row per
@@ -48,14 +42,20 @@ void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_
 int64_t quant_blocked_scales(WeightScheme s, int64_t N, int64_t K);
 void quant_blocked_copy_scales(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, uint16_t* out);
 
-// y[M, N] = x · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already inside a
-// parallel region), over pairs of 16-row blocks. `portable` forces the loop without VNNI, whose
-// results are bitwise the same (Int8 form; the Bf16 form always runs AMX).
-void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, bool portable = false);
+enum class QuantKernel {
+  Auto,      // AMX from kQuantAmxMinRows rows where the CPU has it, else VNNI where it has that, else Portable
+  Portable,
+  Vnni,      // AVX-512F, BW and VNNI
+  Amx,       // AMX-TILE and AMX-INT8 (and the OS granting this process the tile state)
+};
+inline constexpr int64_t kQuantAmxMinRows = 16;
+bool quant_kernel_supported(QuantKernel k);
+// What Auto runs for M rows on this CPU.
+QuantKernel quant_kernel_for(int64_t M);
+const char* quant_kernel_name(QuantKernel k);
 
-// Whether this CPU runs the VNNI kernel (AVX-512F, BW and VNNI); else quant_matmul runs the loop.
-bool quant_vnni_supported();
-// Whether it runs the AMX-BF16 kernel (and the OS granted this process the tile state).
-bool quant_amx_supported();
+// y[M, N] = x · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already inside a
+// parallel region), over pairs of 16-row blocks. A kernel this CPU lacks is an Internal error.
+void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel = QuantKernel::Auto);
 
 }  // namespace moerun

@@ -117,7 +117,7 @@ void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vect
     row.scheme = sch;
     row.m = M;
     row.matrices = count;
-    row.kernel = xq.form == ActivationForm::Bf16 ? (quant_amx_supported() ? "amx" : "portable") : quant_vnni_supported() ? "vnni" : "portable";
+    row.kernel = quant_kernel_name(quant_kernel_for(M));
     row.moerun_first_extra_s = std::max(0.0, (t1 - t0) - (now() - t1));
     double best = 1e30;
     for (int it = 0; it < cfg.iters + 1; ++it) {

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""The runs of launch/bench-peer.sh: moerun and llama.cpp side by side (issue 11).
+"""The runs of launch/bench-peer.sh: moerun and llama.cpp side by side (issues 11, 25).
 
-For each dtype: a synthetic Mixtral-shaped model (moerun synth) and its GGUF (moe_to_gguf.py); a
-greedy-token check (moerun infer against llama_greedy on the same prompts); then for each run and
-each batch size N, one `moerun bench infer` and one `llama-batched-bench`, interleaved so that
-drift of the machine hits both alike. Prints an nccl-tests-style table of prefill, decode and total
-tokens/s (min / median / max) and the ratio of the medians, and moerun's decode weight streaming
-at N=1 as a fraction of the machine's copy bandwidth (measured by moerun bench infer).
+For each dtype: a synthetic Mixtral-shaped model (moerun synth) and its GGUF (moe_to_gguf.py); for
+q8 and q4, moerun's quantized experts and llama-quantize's Q8_0, Q4_K_M and Q4_0 of the float32
+model's GGUF; a greedy-token check (moerun infer against llama_greedy on the same prompts); then for
+each run and each batch size N, one `moerun infer` and one `llama-batched-bench` per peer,
+interleaved so that drift of the machine hits all alike. Prints an nccl-tests-style table of
+prefill, decode and total tokens/s (min / median / max) and the ratio of the medians, and moerun's
+decode weight streaming at N=1 as a fraction of the machine's copy bandwidth (measured by moerun
+bench infer). With quantized dtypes, also their quality against the bf16 model: KL divergence and
+top-1 agreement over the same tokens, moerun perplexity --kl-base beside llama-perplexity
+--kl-divergence.
 """
 import argparse
 import json
 import os
 import random
+import re
 import statistics
+import struct
 import subprocess
 import sys
 
@@ -28,6 +34,10 @@ SHAPES = {
                   "--max-position", "4096"],
 }
 SYNTH = ["--shards", "2", "--seed", "1"]
+# moerun's quantized experts against the llama.cpp types a user would pick at those bits, each made by
+# llama-quantize from the GGUF of the same float32 model (the same seed: the same weights).
+QUANT_PEERS = {"q8": ["Q8_0"], "q4": ["Q4_K_M", "Q4_0"]}
+QUALITY_CONTEXT = 512
 # The prefill target against llama.cpp per shape (issue 11: 2x on Mixtral's; issue 23: 1.5x on Qwen3-MoE's).
 PREFILL_TARGET = {"mixtral": 2.0, "qwen3_moe": 1.5}
 
@@ -59,12 +69,36 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(o.threads), MOERUN_LOG="warn")
     batches = [int(x) for x in o.batches.split(",")]
     results, checks, streams = [], {}, {}
-    for dt in o.dtypes.split(","):
-        model, gguf = os.path.join(o.work, f"{o.shape}-{dt}"), os.path.join(o.work, f"{o.shape}-{dt}.gguf")
+    def synth(dt):
+        model = os.path.join(o.work, f"{o.shape}-{dt}")
         if not os.path.exists(os.path.join(model, "model.h5")):
             sh([o.moerun, "synth", "--out", model, "--dtype", dt, "--quiet"] + MODEL + SYNTH)
+        return model
+
+    def to_gguf(model):
+        gguf = model + ".gguf"
         if not os.path.exists(gguf):
             sh([sys.executable, os.path.join(HERE, "moe_to_gguf.py"), model, gguf])
+        return gguf
+
+    def peers_of(dt):
+        """[(label, gguf)]: the GGUF of the same model, or llama-quantize's types of the float32 one."""
+        if dt not in QUANT_PEERS:
+            return [("llama.cpp", to_gguf(synth(dt)))]
+        f32 = to_gguf(synth("float32"))
+        out = []
+        for q in QUANT_PEERS[dt]:
+            path = os.path.join(o.work, f"{o.shape}-{q}.gguf")
+            if not os.path.exists(path):
+                sh([os.path.join(o.peer_bin, "llama-quantize"), f32, path, q, str(o.threads)])
+            out.append((f"llama.cpp {q}", path))
+        return out
+
+    peers = {}
+    for dt in o.dtypes.split(","):
+        model = synth(dt)
+        peers[dt] = peers_of(dt)
+        gguf = peers[dt][0][1]
         # Greedy tokens: the same prompts through both.
         rng = random.Random(7)
         prompts = [[1] + [rng.randrange(3, 32000) for _ in range(15)] for _ in range(6)]
@@ -78,7 +112,7 @@ def main():
         r = sh([os.path.join(o.peer_bin, "llama_greedy"), gguf, str(o.threads)], input=peer_in)
         theirs = [[int(t) for t in line.split()[1:]] for line in r.stdout.splitlines()]
         equal = sum(1 for x, y in zip(ours, theirs) if x == y)
-        checks[dt] = f"{equal}/{len(prompts)}"
+        checks[dt] = f"{equal}/{len(prompts)}" + (f" (vs {peers[dt][0][0]}: other quantizers, not expected equal)" if dt in QUANT_PEERS else "")
         print(f"# {dt}: greedy tokens equal for {equal} of {len(prompts)} prompts (24 new tokens each)", flush=True)
         # The requests of each batch size: N prompts of the same length, as batched-bench's.
         for n in batches:
@@ -98,53 +132,107 @@ def main():
                                 "decode": t["decode_tokens"] / t["decode_seconds"],
                                 "total": (t["prefill_tokens"] + t["decode_tokens"]) / (t["prefill_seconds"] + t["decode_seconds"])})
                 ctx = n * (o.prompt + o.new) + 64
-                r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb", str(o.threads),
-                        "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
-                        "--output-format", "jsonl"], env=env)
-                line = next(l for l in (r.stdout + r.stderr).splitlines() if l.startswith("{") and '"speed_tg"' in l)
-                b = json.loads(line)
-                results.append({"dtype": dt, "n": n, "run": run, "who": "llama.cpp", "prefill": b["speed_pp"],
-                                "decode": b["speed_tg"], "total": b["speed"]})
-                print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {results[-2]['decode']:.1f}, "
-                      f"llama.cpp {results[-1]['decode']:.1f} tokens/s", flush=True)
+                for label, path in peers[dt]:
+                    r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
+                            "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
+                            "--output-format", "jsonl"], env=env)
+                    line = next(l for l in (r.stdout + r.stderr).splitlines() if l.startswith("{") and '"speed_tg"' in l)
+                    b = json.loads(line)
+                    results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": b["speed_pp"],
+                                    "decode": b["speed_tg"], "total": b["speed"]})
+                ours = next(r for r in reversed(results) if r["who"] == "moerun")
+                print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {ours['decode']:.1f}, " +
+                      ", ".join(f"{r['who']} {r['decode']:.1f}" for r in results[-len(peers[dt]):]) + " tokens/s", flush=True)
         # Weight streaming at N=1 against this machine's copy bandwidth (moerun bench infer measures both).
         js = os.path.join(o.work, "stream.json")
         sh([o.moerun, "bench", "infer", "--batch", "1", "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
             "--no-baseline", "--json", js, "--dtype", dt] + MODEL, env=env)
         m = json.load(open(js))
         streams[dt] = (m.get("decode_stream_fraction", 0.0), m.get("copy_gbps", 0.0), m.get("decode_stream_gbps", 0.0))
+    quality = measure_quality(o, env, synth, to_gguf, peers) if any(dt in QUANT_PEERS for dt in peers) else []
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build), {o.shape}-shaped model: {o.threads} threads, prompt {o.prompt}, "
              f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max",
-             f"#{'dtype':>9} {'N':>3} {'who':>9} {'prefill':>23} {'decode':>23} {'total':>23}"]
+             f"#{'dtype':>9} {'N':>3} {'who':>18} {'prefill':>23} {'decode':>23} {'total':>23}"]
     ratios = []
     for dt in o.dtypes.split(","):
         for n in batches:
             med = {}
-            for who in ("moerun", "llama.cpp"):
+            for who in ["moerun"] + [label for label, _ in peers[dt]]:
                 rs = [r for r in results if r["dtype"] == dt and r["n"] == n and r["who"] == who]
                 cols = []
                 for k in ("prefill", "decode", "total"):
                     v = [r[k] for r in rs]
                     med[(who, k)] = statistics.median(v)
                     cols.append(f"{min(v):7.1f}/{statistics.median(v):7.1f}/{max(v):7.1f}")
-                lines.append(f" {dt:>9} {n:>3} {who:>9} " + " ".join(f"{c:>23}" for c in cols))
-            ratio = {k: med[("moerun", k)] / med[("llama.cpp", k)] for k in ("prefill", "decode", "total")}
-            ratios.append({"dtype": dt, "n": n, **ratio})
-            lines.append(f" {dt:>9} {n:>3} {'ratio':>9} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
+                lines.append(f" {dt:>9} {n:>3} {who:>18} " + " ".join(f"{c:>23}" for c in cols))
+            for i, (label, _) in enumerate(peers[dt]):
+                ratio = {k: med[("moerun", k)] / med[(label, k)] for k in ("prefill", "decode", "total")}
+                ratios.append({"dtype": dt, "n": n, "peer": label, "bar": i == 0, **ratio})
+                name = "ratio" if len(peers[dt]) == 1 else "vs " + label.split()[-1]
+                lines.append(f" {dt:>9} {n:>3} {name:>18} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
     for dt, (frac, copy, gbps) in streams.items():
         lines.append(f"# {dt}, N=1: moerun's decode streams weights at {gbps:.1f} GB/s, {frac:.2f} of this machine's copy "
                      f"bandwidth ({copy:.1f} GB/s, read + write, measured in the same bench infer run)")
     lines.append("# greedy tokens equal: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
-    worst = min(min(r["decode"], r["total"]) for r in ratios)
+    lines += [q["line"] for q in quality]
+    bars = [r for r in ratios if r["bar"]]  # q8 vs Q8_0, q4 vs Q4_K_M (issue 25); plain dtypes vs the same GGUF
+    worst = min(min(r["decode"], r["total"]) for r in bars)
+    target = PREFILL_TARGET[o.shape] if not any(dt in QUANT_PEERS for dt in peers) else 1.5
     lines.append(f"# verdict: decode and total >= 1.0x llama.cpp at every N and dtype: {'yes' if worst >= 1.0 else 'no'} "
-                 f"(lowest {worst:.2f}); prefill >= {PREFILL_TARGET[o.shape]}x: "
-                 f"{'yes' if min(r['prefill'] for r in ratios) >= PREFILL_TARGET[o.shape] else 'no'}")
+                 f"(lowest {worst:.2f}); prefill >= {target}x: {'yes' if min(r['prefill'] for r in bars) >= target else 'no'}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
-    name = "peer" if o.shape == "mixtral" else f"peer-{o.shape}"
+    name = ("peer" if o.shape == "mixtral" else f"peer-{o.shape}") + ("-quant" if quality else "")
     open(os.path.join(o.out, name + ".txt"), "w").write(text)
-    json.dump({"results": results, "ratios": ratios, "greedy_equal": checks, "args": vars(o)},
+    json.dump({"results": results, "ratios": ratios, "greedy_equal": checks, "quality": quality, "args": vars(o)},
               open(os.path.join(o.out, name + ".json"), "w"), indent=1)
+
+
+def measure_quality(o, env, synth, to_gguf, peers):
+    """KL divergence and top-1 agreement against the bf16 model, both tools over the same tokens:
+    llama-perplexity tokenizes a random text (byte tokens), its logits file holds the ids, moerun
+    perplexity scores those ids in the same windows (the second half of each of QUALITY_CONTEXT)."""
+    base = synth("bfloat16")
+    base_gguf = to_gguf(base)
+    text = os.path.join(o.work, "quality.txt")
+    rng = random.Random(11)
+    with open(text, "w") as f:  # 8 windows of 512 tokens: 2,048 scored
+        f.write("".join(rng.choice("abcdefghijklmnopqrstuvwxyz ,.") for _ in range(8 * QUALITY_CONTEXT + 64)))
+    kld = os.path.join(o.work, "quality-base.kld")
+    ppl = os.path.join(o.peer_bin, "llama-perplexity")
+    common = ["-f", text, "-c", str(QUALITY_CONTEXT), "-t", str(o.threads), "-b", str(QUALITY_CONTEXT)]
+    sh([ppl, "-m", base_gguf, "--kl-divergence-base", kld] + common, env=env)
+    with open(kld, "rb") as f:
+        head = f.read(20)
+        n_ctx, _, n_chunk = struct.unpack("<iii", head[8:20])
+        ids = list(struct.unpack(f"<{n_ctx * n_chunk}i", f.read(4 * n_ctx * n_chunk)))
+    ids_json = os.path.join(o.work, "quality-ids.json")
+    json.dump(ids, open(ids_json, "w"))
+    base_h5 = os.path.join(o.work, "quality-base.h5")
+    ctx = ["--tokens", ids_json, "--context", str(n_ctx), "--quiet"]
+    if os.path.exists(base_h5):
+        os.remove(base_h5)
+    sh([o.moerun, "perplexity", "--model", base, "--save-logits", base_h5] + ctx, env=env)
+    out = []
+    for dt, plist in peers.items():
+        if dt not in QUANT_PEERS:
+            continue
+        js = os.path.join(o.work, f"quality-{dt}.json")
+        sh([o.moerun, "perplexity", "--model", synth(dt), "--kl-base", base_h5, "--json", js] + ctx, env=env)
+        k = json.load(open(js))["kl_divergence"]
+        entry = {"dtype": dt, "tokens": k["tokens"], "moerun": {"kl_mean": k["mean"], "top1": k["top1_agreement"]}}
+        parts = [f"moerun {dt} KL {k['mean']:.5f} top-1 {100 * k['top1_agreement']:.2f}%"]
+        for label, path in plist:
+            r = sh([ppl, "-m", path, "--kl-divergence-base", kld, "--kl-divergence"] + common, env=env)
+            log = r.stdout + r.stderr
+            mean = float(re.search(r"Mean\s+KLD:\s+([0-9.eE+-]+)", log).group(1))
+            top = float(re.search(r"Same top p:\s+([0-9.]+)", log).group(1)) / 100
+            entry[label] = {"kl_mean": mean, "top1": top}
+            parts.append(f"{label} KL {mean:.5f} top-1 {100 * top:.2f}%")
+        entry["line"] = f"# quality vs bf16 over {k['tokens']} scored tokens: " + "; ".join(parts)
+        out.append(entry)
+        print(entry["line"], flush=True)
+    return out
 
 
 if __name__ == "__main__":

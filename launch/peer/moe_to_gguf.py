@@ -8,7 +8,10 @@ float32, bfloat16 stays bfloat16 (GGUF BF16). As llama.cpp's own converter does:
   attn_{q,k}_norm, expert_feed_forward_length, top-k weights renormalised (norm_topk_prob);
 - experts stacked per layer into ffn_{gate,up,down}_exps [E, ...].
 
-The vocabulary is a placeholder ("<t0>", "<t1>", ...): the benchmark feeds token ids, never text.
+The vocabulary is a placeholder ("<t0>", "<t1>", ...): the benchmark feeds token ids, never text,
+except that ids 3-258 are SentencePiece byte tokens (<0x00>...), so that llama-perplexity can
+tokenize a text (every byte one token) for the quality comparison; the ids it picks are read back
+from its logits file and given to moerun.
 
 usage: moe_to_gguf.py MODEL_DIR OUT.gguf   (needs numpy, h5py, and gguf-py on PYTHONPATH)
 """
@@ -65,9 +68,10 @@ def main():
         w.add_expert_feed_forward_length(int(ff))
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16 if bf16 else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model("llama")
-    w.add_token_list([f"<t{i}>".encode() for i in range(V)])
+    byte_ids = range(3, 259) if V >= 259 else range(0)
+    w.add_token_list([(f"<0x{i - 3:02X}>" if i in byte_ids else f"<t{i}>").encode() for i in range(V)])
     w.add_token_scores([0.0] * V)
-    types = [gguf.TokenType.NORMAL] * V
+    types = [gguf.TokenType.BYTE if i in byte_ids else gguf.TokenType.NORMAL for i in range(V)]
     bos, eos = int(attr(a, "bos_token_id")), int(attr(a, "eos_token_id"))
     types[bos] = types[eos] = gguf.TokenType.CONTROL
     w.add_token_types(types)

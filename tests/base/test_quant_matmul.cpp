@@ -135,66 +135,77 @@ Expected expected(WeightScheme s, const Stored& st, const QuantizedRows& x, cons
   return e;
 }
 
-class QuantMatmul : public ::testing::TestWithParam<std::tuple<WeightScheme, int64_t, int64_t, int64_t>> {};
-
-TEST_P(QuantMatmul, MatchesFp64OfDequantizedWeightsAndVnniEqualsPortable) {
-  const auto [s, M, N, K] = GetParam();
-  const auto w = random_matrix(N, K, 3, 0.05f);
-  const auto xf = random_matrix(M, K, 4);
-  const Stored st = quantize(s, w, N, K);
-  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
-  quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
-  QuantizedRows x;
-  quantize_activations(xf.data(), M, K, x, ActivationForm::Int8);
-  std::vector<float> y(static_cast<std::size_t>(M * N)), yp(y.size());
-  quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data());
-  quant_matmul(s, x, N, blocked.as<uint8_t>(), yp.data(), /*portable=*/true);
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < N; ++n) {
-      const Expected e = expected(s, st, x, xf, m, n);
-      const std::size_t i = static_cast<std::size_t>(m * N + n);
-      ASSERT_NEAR(y[i], e.y, 2e-6 * e.mag + 1e-7) << "m " << m << " n " << n;
-      ASSERT_LE(std::fabs(y[i] - e.exact), e.bound * 1.001 + 2e-6 * e.mag + 1e-7) << "activation rounding bound, m " << m << " n " << n;
-      ASSERT_EQ(y[i], yp[i]) << "VNNI and portable loops differ at m " << m << " n " << n;
-    }
-}
-
-// The Bf16 form (AMX where the CPU has it): x and the dequantized weights rounded to bf16, products
-// summed in float; against fp64 of those same bf16 values.
-TEST_P(QuantMatmul, Bf16FormMatchesFp64OfBf16RoundedOperands) {
-  auto [s, M, N, K] = GetParam();
-  M = M * 7 + 11;  // prefill-sized: 18 to 74 rows, none a multiple of 16
-  const auto w = random_matrix(N, K, 6, 0.05f);
-  const auto xf = random_matrix(M, K, 7);
-  const Stored st = quantize(s, w, N, K);
-  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
-  quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
-  QuantizedRows x;
-  quantize_activations(xf.data(), M, K, x, ActivationForm::Bf16);
-  std::vector<float> y(static_cast<std::size_t>(M * N), -1.0f);
-  quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data());
-  for (int64_t n = 0; n < N; ++n) {
-    std::vector<double> wn(static_cast<std::size_t>(K));
-    for (int64_t k = 0; k < K; ++k) {
-      const Level l = level(s, st, K, n, k);
-      const float v = s == WeightScheme::Q8 ? static_cast<float>(l.d * l.q) : std::fma(static_cast<float>(l.q), static_cast<float>(l.d), static_cast<float>(l.m));
-      wn[static_cast<std::size_t>(k)] = bf16_to_f32(f32_to_bf16(v));
-    }
-    for (int64_t m = 0; m < M; ++m) {
-      double ref = 0, mag = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(xf[m * K + k]))) * wn[static_cast<std::size_t>(k)];
-        ref += p;
-        mag += std::fabs(p);
+class QuantMatmul : public ::testing::TestWithParam<std::tuple<WeightScheme, int64_t, int64_t, int64_t>> {
+ protected:
+  // y from every kernel this CPU has, all bitwise equal to the portable loop's, and that within
+  // float rounding of the fp64 expectation and within the activation-rounding bound of x·W.
+  void check(WeightScheme s, int64_t M, int64_t N, int64_t K, std::initializer_list<QuantKernel> kernels) {
+    const auto w = random_matrix(N, K, 3, 0.05f);
+    const auto xf = random_matrix(M, K, 4);
+    const Stored st = quantize(s, w, N, K);
+    AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+    quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
+    QuantizedRows x;
+    quantize_activations(xf.data(), M, K, x);
+    std::vector<float> yp(static_cast<std::size_t>(M * N));
+    quant_matmul(s, x, N, blocked.as<uint8_t>(), yp.data(), QuantKernel::Portable);
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n) {
+        const Expected e = expected(s, st, x, xf, m, n);
+        const float v = yp[static_cast<std::size_t>(m * N + n)];
+        ASSERT_NEAR(v, e.y, 2e-6 * e.mag + 1e-7) << "m " << m << " n " << n;
+        ASSERT_LE(std::fabs(v - e.exact), e.bound * 1.001 + 2e-6 * e.mag + 1e-7) << "activation rounding bound, m " << m << " n " << n;
       }
-      ASSERT_NEAR(y[static_cast<std::size_t>(m * N + n)], ref, 2e-6 * mag + 1e-7) << (quant_amx_supported() ? "AMX" : "portable") << " m " << m << " n " << n;
+    for (QuantKernel k : kernels) {
+      if (!quant_kernel_supported(k)) {
+        std::printf("  (no %s kernel on this CPU: not run)\n", quant_kernel_name(k));
+        continue;
+      }
+      std::vector<float> y(yp.size(), -7.0f);
+      quant_matmul(s, x, N, blocked.as<uint8_t>(), y.data(), k);
+      for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], yp[i]) << quant_kernel_name(k) << " and portable differ at " << i;
     }
   }
+};
+
+TEST_P(QuantMatmul, DecodeRowsMatchFp64AndEveryKernelIsBitwiseEqual) {
+  const auto [s, M, N, K] = GetParam();
+  check(s, M, N, K, {QuantKernel::Vnni, QuantKernel::Amx});
+}
+
+TEST_P(QuantMatmul, PrefillRowsMatchFp64AndEveryKernelIsBitwiseEqual) {
+  const auto [s, M, N, K] = GetParam();
+  check(s, M * 7 + 11, N, K, {QuantKernel::Vnni, QuantKernel::Amx});  // 18 to 74 rows, none a multiple of 16
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,
                          ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4), ::testing::Values(1, 3, 4, 5, 9),
                                             ::testing::Values(1, 16, 17, 33, 100), ::testing::Values(32, 96, 1024)));
+
+TEST(QuantizeActivations, PerGroupAmaxScaleAndNearestLevels) {
+  const int64_t M = 3, K = 96;
+  const auto x = random_matrix(M, K, 9);
+  QuantizedRows q;
+  quantize_activations(x.data(), M, K, q);
+  ASSERT_GE(q.q.size(), static_cast<std::size_t>(32 * K)) << "rows padded to 32 for AMX tiles";
+  for (int64_t g = 0; g < M * K / 32; ++g) {
+    double amax = 0, sum = 0;
+    for (int k = 0; k < 32; ++k) {
+      amax = std::max(amax, std::fabs(static_cast<double>(x[g * 32 + k])));
+      sum += x[g * 32 + k];
+    }
+    EXPECT_EQ(q.dx.as<float>()[g], static_cast<float>(amax) / 127.0f);
+    EXPECT_NEAR(q.xsum.as<float>()[g], sum, 1e-5 * amax * 32);
+    int32_t qs = 0;
+    for (int k = 0; k < 32; ++k) {
+      const int v = q.q.as<int8_t>()[g * 32 + k];
+      EXPECT_LE(std::fabs(x[g * 32 + k] / (amax / 127.0) - v), 0.5 + 1e-4) << "group " << g << " k " << k;
+      qs += v;
+    }
+    EXPECT_EQ(q.qoff.as<int32_t>()[g], 128 * qs);
+  }
+  for (std::size_t i = static_cast<std::size_t>(M * K); i < static_cast<std::size_t>(32 * K); ++i) ASSERT_EQ(q.q.as<int8_t>()[i], 0);
+}
 
 TEST(QuantMatmul, ZeroActivationsGiveZero) {
   for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4}) {

@@ -1,0 +1,74 @@
+#!/bin/bash
+# q8/q4 experts end to end (issue 25): synth and convert write them, inspect counts their bytes,
+# one process and np 4 give the same tokens, a 25% L1 with an L2 on disk gives the all-resident
+# run's tokens (and a second run reads the packed form back from L2), KL divergence against the
+# bf16 model is small and ordered (q8 < q4), and bad options fail with exit 2.
+source "$(dirname "$0")/common.sh"
+MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
+synth_model "$WORK/bf16" --dtype bfloat16
+for q in q8 q4; do synth_model "$WORK/$q" --dtype $q; done
+requests "$WORK/reqs.jsonl" 10 6
+
+slot() { expert_slot_bytes "$1"; }
+check "inspect names the expert format" bash -c "'$MOERUN' inspect --model '$WORK/q4' | grep -q 'moe-hdf5 v4, mixtral, bfloat16, experts q4'"
+check "an expert's bytes: q8 17/32 and q4 10/32 of bf16's, as stored and packed" "$PY" - "$(slot "$WORK/bf16")" "$(slot "$WORK/q8")" "$(slot "$WORK/q4")" <<'PY'
+import sys
+b, q8, q4 = map(int, sys.argv[1:])
+# bf16: 16 bits a weight; q8: 8 + 16/32 = 8.5; q4: 4 + 32/32 = 5 (the packed form adds no padding at 64 x 96)
+assert q8 * 32 == b * 17 and q4 * 32 == b * 10, (b, q8, q4)
+PY
+
+for q in q8 q4; do
+  "$MOERUN" infer --model "$WORK/$q" --input "$WORK/reqs.jsonl" --output "$WORK/$q-ref.jsonl" --quiet
+  $MPI -np 4 "$MOERUN" infer --model "$WORK/$q" --input "$WORK/reqs.jsonl" --output "$WORK/$q-np4.jsonl" --quiet
+  check "$q: np 4 (1 router, 3 expert ranks) gives the one-process tokens" cmp -s "$WORK/$q-ref.jsonl" "$WORK/$q-np4.jsonl"
+  SLOT=$(slot "$WORK/$q")
+  "$MOERUN" infer --model "$WORK/$q" --input "$WORK/reqs.jsonl" --output "$WORK/$q-l1.jsonl" --quiet \
+    --l1-bytes $((6 * SLOT)) --l2-dir "$WORK/l2-$q" --stats-json "$WORK/$q-l1.stats"
+  check "$q: L1 of 6 of 24 experts, L2 on disk: the all-resident tokens" cmp -s "$WORK/$q-ref.jsonl" "$WORK/$q-l1.jsonl"
+  "$MOERUN" infer --model "$WORK/$q" --input "$WORK/reqs.jsonl" --output "$WORK/$q-warm.jsonl" --quiet \
+    --l1-bytes $((6 * SLOT)) --l2-dir "$WORK/l2-$q" --stats-json "$WORK/$q-warm.stats"
+  check "$q: a second run reads the packed experts back from L2 (no L3 reads), same tokens" "$PY" - "$WORK/$q-warm.stats" \
+    "$WORK/$q-ref.jsonl" "$WORK/$q-warm.jsonl" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))["cache"]
+assert open(sys.argv[2]).read() == open(sys.argv[3]).read()
+assert c["l3_reads"] == 0 and c["l2_hits"] > 0, c
+PY
+done
+check "q8 and q4 tokens differ from each other (the formats are really different)" bash -c "! cmp -s '$WORK/q8-ref.jsonl' '$WORK/q4-ref.jsonl'"
+
+# KL divergence against the bf16 model over 1,536 scored tokens.
+"$PY" -c "import json, random; random.seed(3); print(json.dumps([random.randrange(1, 199) for _ in range(3072)]))" > "$WORK/ids.json"
+"$MOERUN" perplexity --model "$WORK/bf16" --tokens "$WORK/ids.json" --context 128 --save-logits "$WORK/base.h5" --quiet > /dev/null
+for q in q8 q4; do
+  "$MOERUN" perplexity --model "$WORK/$q" --tokens "$WORK/ids.json" --context 128 --kl-base "$WORK/base.h5" --quiet \
+    --json "$WORK/$q-kl.json" > /dev/null
+done
+check "KL against bf16: q8 < q4, both small; q8's top-1 agreement >= q4's" "$PY" - "$WORK/q8-kl.json" "$WORK/q4-kl.json" <<'PY'
+import json, sys
+q8, q4 = (json.load(open(p)) for p in sys.argv[1:])
+k8, k4 = q8["kl_divergence"]["mean"], q4["kl_divergence"]["mean"]
+print("  KL q8", k8, "q4", k4, "top-1", q8["kl_divergence"]["top1_agreement"], q4["kl_divergence"]["top1_agreement"])
+assert 0 < k8 < k4 < 0.1, (k8, k4)
+assert q8["kl_divergence"]["top1_agreement"] >= q4["kl_divergence"]["top1_agreement"] > 0.5
+PY
+
+# convert --quantize: the same checkpoint stored as q4 experts runs, and is close to the f32 conversion.
+"$PY" "$(dirname "$0")/make_hf_checkpoint.py" "$WORK/hf" --hidden 64 --intermediate 96 > /dev/null
+"$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/hf-f32" --quiet
+"$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/hf-q4" --quantize q4 --quiet
+check "convert --quantize q4 writes a v4 model with q4 experts" bash -c "'$MOERUN' inspect --model '$WORK/hf-q4' | grep -q 'experts q4'"
+"$MOERUN" infer --model "$WORK/hf-q4" --input "$WORK/reqs.jsonl" --output "$WORK/hf-q4.jsonl" --quiet
+check "the converted q4 model answers every request" bash -c "[ \$(wc -l < '$WORK/hf-q4.jsonl') -eq 10 ]"
+
+expect_exit() {  # expect_exit WHAT CODE TEXT -- CMD...
+  local what=$1 code=$2 text=$3; shift 4
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  if [ "$rc" -eq "$code" ] && grep -qF -- "$text" <<< "$out"; then ok "$what"; else bad "$what (exit $rc: $out)"; fi
+}
+expect_exit "synth --dtype q3 is a usage error" 2 "--dtype must be float32, bfloat16, q8 or q4" -- "$MOERUN" synth --out "$WORK/x" --dtype q3
+expect_exit "synth q8 with a hidden size not a multiple of 32" 2 "needs hidden_size (48)" -- "$MOERUN" synth --out "$WORK/x" --dtype q8 --hidden 48 --heads 4 --head-dim 12
+expect_exit "convert --quantize q5 is a usage error" 2 "--quantize must be none, q8 or q4" -- "$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/x" --quantize q5
+finish
