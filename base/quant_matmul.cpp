@@ -195,9 +195,6 @@ __attribute__((target("avx512f,avx512bw"))) void unpack_q4_tile(const uint8_t* c
   }
 }
 
-// One column block of 16 rows: per group a C tile of Σ qx qw, stored and then scaled row by row into
-// 16 float accumulators held in registers, by exactly vnni_blocks' float steps:
-// acc = fma(float(c - qoff), dw * dx, acc), then for q4 acc = fma(mw, xsum, acc).
 // The activations' per-group numbers of 16 rows, group-major ([G][16]), so that a group's 16
 // broadcasts are fixed offsets from one pointer.
 struct RowBlockScales {
@@ -223,13 +220,19 @@ __attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales&
   }
 }
 
-// Starts group g's tdpbsud in tile set T (C T, A 4 + T, B 6 + T).
-template <int T, bool Q4>
-__attribute__((target("amx-tile,amx-int8"))) inline void start_group(const int8_t* a, int64_t K, const uint8_t* b) {
-  _tile_zero(T);
-  _tile_loadd(4 + T, a, K);
-  _tile_loadd(6 + T, b, 64);
-  _tile_dpbsud(T, 4 + T, 6 + T);
+// Starts a group's tdpbsud in tile set 0 (C0 A4 B6) or 1 (C1 A5 B7). GCC's tile intrinsics are
+// macros that paste the tile number into the instruction: constants only, hence two functions.
+__attribute__((target("amx-tile,amx-int8"))) inline void start_group0(const int8_t* a, int64_t K, const uint8_t* b) {
+  _tile_zero(0);
+  _tile_loadd(4, a, K);
+  _tile_loadd(6, b, 64);
+  _tile_dpbsud(0, 4, 6);
+}
+__attribute__((target("amx-tile,amx-int8"))) inline void start_group1(const int8_t* a, int64_t K, const uint8_t* b) {
+  _tile_zero(1);
+  _tile_loadd(5, a, K);
+  _tile_loadd(7, b, 64);
+  _tile_dpbsud(1, 5, 7);
 }
 
 // One column block of 16 rows: per group a C tile of Σ qx qw, stored and then scaled row by row into
@@ -246,16 +249,16 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void amx_block(const RowBlo
   auto b_tile = [&](int64_t g) { return Q4 ? b_tiles + g * kBTileBytes : wb + g * cb; };
   __m512 acc[16];
   for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-  start_group<0, Q4>(a, K, b_tile(0));
+  start_group0(a, K, b_tile(0));
   for (int64_t g = 0; g < G; g += 2) {
-    if (g + 1 < G) start_group<1, Q4>(a + (g + 1) * kG, K, b_tile(g + 1));
+    if (g + 1 < G) start_group1(a + (g + 1) * kG, K, b_tile(g + 1));
     _tile_stored(0, c, 64);
     if (g > 0) scale_group<Q4>(rs, g - 1, c + 256, wb + (g - 1) * cb + vb, acc);
     if (g + 1 >= G) {
       scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
       break;
     }
-    if (g + 2 < G) start_group<0, Q4>(a + (g + 2) * kG, K, b_tile(g + 2));
+    if (g + 2 < G) start_group0(a + (g + 2) * kG, K, b_tile(g + 2));
     _tile_stored(1, c + 256, 64);
     scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
     if (g + 2 >= G) scale_group<Q4>(rs, g + 1, c + 256, wb + (g + 1) * cb + vb, acc);

@@ -33,8 +33,10 @@ $3
 }
 
 # 0. The experts' weight format: one without kernels is a usage error (exit 2), an unknown one bad input.
+edit "$WORK/mx" model.h5 "    f.attrs['expert_format'] = 'mxfp4'"
+run "experts in a weight format without kernels" 2 "experts in weight format mxfp4 have no kernels in the cpu backend" 10 -- $(infer "$WORK/mx")
 edit "$WORK/q8" model.h5 "    f.attrs['expert_format'] = 'q8'"
-run "experts in a weight format without kernels" 2 "experts in weight format q8 have no kernels in the cpu backend" 10 -- $(infer "$WORK/q8")
+run "q8 experts in a version-3 file" 3 "expert_format q8 needs format_version 4, the file says 3" 10 -- $(infer "$WORK/q8")
 edit "$WORK/int3" model.h5 "    f.attrs['expert_format'] = 'int3'"
 run "an unknown expert_format" 3 "model.h5: expert_format \"int3\" is not float32" 10 -- $(infer "$WORK/int3")
 

@@ -10,12 +10,15 @@ for q in q8 q4; do synth_model "$WORK/$q" --dtype $q; done
 requests "$WORK/reqs.jsonl" 10 6
 
 slot() { expert_slot_bytes "$1"; }
+stored() { "$MOERUN" inspect --model "$1" | sed -n 's/^bytes per expert *\([0-9]*\) .*as stored.*/\1/p'; }
 check "inspect names the expert format" bash -c "'$MOERUN' inspect --model '$WORK/q4' | grep -q 'moe-hdf5 v4, mixtral, bfloat16, experts q4'"
-check "an expert's bytes: q8 17/32 and q4 10/32 of bf16's, as stored and packed" "$PY" - "$(slot "$WORK/bf16")" "$(slot "$WORK/q8")" "$(slot "$WORK/q4")" <<'PY'
+check "an expert's bytes: q8 17/32 and q4 10/32 of bf16's as stored; packed in memory the same" "$PY" - \
+  "$(stored "$WORK/bf16")" "$(stored "$WORK/q8")" "$(stored "$WORK/q4")" "$(slot "$WORK/q8")" "$(slot "$WORK/q4")" <<'PY'
 import sys
-b, q8, q4 = map(int, sys.argv[1:])
-# bf16: 16 bits a weight; q8: 8 + 16/32 = 8.5; q4: 4 + 32/32 = 5 (the packed form adds no padding at 64 x 96)
+b, q8, q4, q8_slot, q4_slot = map(int, sys.argv[1:])
+# bf16: 16 bits a weight; q8: 8 + 16/32 = 8.5; q4: 4 + 32/32 = 5 (no padding at 64 x 96)
 assert q8 * 32 == b * 17 and q4 * 32 == b * 10, (b, q8, q4)
+assert (q8_slot, q4_slot) == (q8, q4), (q8_slot, q4_slot)
 PY
 
 for q in q8 q4; do
