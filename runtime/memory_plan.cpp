@@ -142,6 +142,20 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
     os << ", " << p.packed_bytes_per_expert << " (" << human(p.packed_bytes_per_expert)
        << ") packed in memory on this machine (an L1 slot: what --l1-bytes counts)";
   os << "\n";
+  // What the same experts take in each stored format (convert --quantize, synth --dtype): the
+  // packed CPU forms of q8/q4 are these bytes too, so an L1 of the same bytes holds that many more.
+  os << "  at each format   ";
+  const char* sep = "";
+  for (const char* name : {"float32", "bfloat16", "q8", "q4"}) {
+    io::ModelConfig f = c;
+    f.dtype = std::string(name) == "float32" ? DType::F32 : DType::BF16;
+    f.expert_format = io::parse_weight_format(name, f.dtype, "inspect");
+    const bool whole = c.hidden_size % kQuantGroup == 0 && c.intermediate_size % kQuantGroup == 0;
+    if (is_group_quantized(f.expert_format.scheme) && !whole) continue;  // q8/q4 need whole groups of 32
+    os << sep << name << " " << human(f.bytes_per_expert());
+    sep = ", ";
+  }
+  os << " per expert (stored)\n";
   os << "KV cache per token " << c.kv_bytes_per_token() << " bytes";
   if (c.sliding_window > 0 && c.kv_bytes(c.max_position) < c.kv_bytes_per_token() * c.max_position)
     os << " (sliding layers hold at most 2 x " << c.sliding_window << " positions: " << human(c.kv_bytes(c.max_position))

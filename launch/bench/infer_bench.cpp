@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/xxh64.hpp"
 #include "comm/counter_reduction.hpp"
 #include "io/requests.hpp"
 #include "runtime/request_split.hpp"
@@ -52,6 +53,21 @@ std::vector<io::Request> bench_requests(const InferBenchConfig& cfg, const io::M
   return requests;
 }
 
+// The bench's results, kept only as BenchRun::outputs_digest's sum.
+class OutputDigest final : public runtime::ResultSink {
+ public:
+  void result(const io::Result& r) override {
+    Xxh64 h;
+    h.text(r.id);
+    for (int32_t t : r.output_tokens) h.value(t);
+    sum_ += static_cast<int64_t>(h.digest() >> 32);
+  }
+  int64_t sum() const { return sum_; }
+
+ private:
+  int64_t sum_ = 0;
+};
+
 }  // namespace
 
 BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt,
@@ -77,7 +93,7 @@ BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& d
     work.total_requests = static_cast<int64_t>(requests.size());
   }
   runtime::RoutingStats stats(engine.model(), !trace.empty());
-  runtime::NullSink sink;
+  OutputDigest sink;
   engine.start_serving();
   const runtime::BatchLoopResult res = runtime::run_batch_loop(engine, requests, work, loop, sink, stats);
   if (!trace.empty() && engine.is_router()) {
@@ -90,6 +106,9 @@ BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& d
   r.seconds = res.seconds;
   r.engine = engine.report();
   comm::reduce_counters_to_root(r.run, comm);
+  std::vector<int64_t> digest{sink.sum()};
+  comm::allreduce_sum(digest, comm);
+  r.outputs_digest = digest[0];
   return r;
 }
 
@@ -167,7 +186,7 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   return r;
 }
 
-CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world) {
+CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world, const std::string& l1_budget_of) {
   CacheBenchResult res;
   const int rank = comm::rank_of(world), P = comm::size_of(world);
   const BenchDir bench_dir(cfg.work_dir, world);
@@ -205,14 +224,21 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   int64_t owned = 0;
   for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
+  // The L1 budget: that many experts of the model's format, or of `l1_budget_of`'s.
+  io::ModelConfig budget_model = m;
+  if (!l1_budget_of.empty()) {
+    budget_model.dtype = l1_budget_of == "float32" ? DType::F32 : DType::BF16;
+    budget_model.expert_format = io::parse_weight_format(l1_budget_of, budget_model.dtype, "--l1-budget-of");
+  }
+  Matmul budget_mm;
+  const int64_t l1_bytes = slots * experts::make_expert_backend({cfg.engine.device, cfg.engine.cuda_library}, budget_model, budget_mm)->expert_bytes();
   std::vector<CacheBenchRow>& rows = res.rows;
   // lru: LRU prefetch and eviction; hotness: LRU prefetch, coldest evicted first (--warmup hotness);
   // affinity: the graph's predictions for both.
   for (const std::string mode : {"all-resident", "lru", "hotness", "affinity"}) {
     InferBenchConfig bc = cfg;
     if (mode != "all-resident") {
-      Matmul mm;
-      bc.engine.cache.l1_bytes = slots * experts::make_expert_backend({bc.engine.device, bc.engine.cuda_library}, m, mm)->expert_bytes();
+      bc.engine.cache.l1_bytes = l1_bytes;
       bc.engine.cache.prefetch = experts::parse_prefetch(mode == "affinity" ? "affinity" : "lru");
       bc.engine.cache.warmup = mode == "hotness" ? experts::WarmupPolicy::Hotness : experts::WarmupPolicy::None;
       bc.engine.cache.l2_dir = dir + "/l2-" + mode;
@@ -223,6 +249,7 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     }
     CacheBenchRow row;
     row.mode = mode;
+    row.l1_bytes = mode == "all-resident" ? 0 : l1_bytes;
     row.report = run_infer_bench_point(bc, dir, world);
     row.tokens_per_s = tokens_per_second(row.report);
     rows.push_back(std::move(row));
@@ -236,14 +263,15 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
   const std::vector<CacheBenchRow>& rows = res.rows;
   std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.engine.ranks, " rank(s), model ", m.num_layers,
                       " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
-                      "; L1 = ", l1_fraction, " of a rank's experts, L2 on local disk (",
+                      "; L1 = ", l1_fraction, " of a rank's experts", rows.back().l1_bytes > 0 ? str(" (", rows.back().l1_bytes >> 20, " MiB)") : std::string(),
+                      ", L2 on local disk (",
                       cfg.engine.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.engine.cache.io_threads,
-                      " I/O threads per rank; ", dtype_name(m.dtype), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
+                      " I/O threads per rank; experts ", m.expert_format.name(), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
                       ", new ", cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-",
                       res.top2_share_max, " of its routed slots (trace run)\n");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s %7s\n", "mode", "tokens/s", "ratio",
-                "L1 hit", "L2 hit", "stall(s)", "precision", "recall", "L3 MiB", "loads", "read_ms", "hash_ms", "pack_ms");
+  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s %7s %9s\n", "mode", "tokens/s", "ratio",
+                "L1 hit", "L2 hit", "stall(s)", "precision", "recall", "L3 MiB", "loads", "read_ms", "hash_ms", "pack_ms", "same out");
   s += buf;
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
@@ -251,13 +279,15 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
     // Per-load means of the I/O threads' time: reading (L2 or L3), checksums, packing.
     const int64_t loads = c.l2_hits + c.l3_reads;
     const double per = loads > 0 ? 1e3 / static_cast<double>(loads) : 0.0;
-    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f\n",
+    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f %9s\n",
                   r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 0.0,
                   r.report.engine.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s, c.prefetch_precision(),
                   c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20), static_cast<long long>(loads),
-                  c.read_s * per, c.verify_s * per, c.pack_s * per);
+                  c.read_s * per, c.verify_s * per, c.pack_s * per,
+                  r.report.outputs_digest == rows.front().report.outputs_digest ? "yes" : "NO");
     s += buf;
   }
+  s += "# same out: every request's output tokens equal the all-resident run's\n";
   return s;
 }
 
@@ -266,6 +296,7 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
   nlohmann::json j;
   j["top2_share"] = {{"min", res.top2_share_min}, {"max", res.top2_share_max}};
   j["l1_fraction"] = l1_fraction;
+  j["expert_format"] = cfg.model.model.expert_format.name();
   j["gate_skew"] = cfg.model.gate_skew;
   j["batch"] = cfg.batch;
   nlohmann::json arr = nlohmann::json::array();
@@ -276,7 +307,8 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
                    {"l1_hit_rate", r.report.engine.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
                    {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
                    {"l3_bytes_read", c.l3_bytes_read}, {"loads", c.l2_hits + c.l3_reads}, {"read_s", c.read_s},
-                   {"verify_s", c.verify_s}, {"pack_s", c.pack_s}});
+                   {"verify_s", c.verify_s}, {"pack_s", c.pack_s}, {"l1_bytes", r.l1_bytes},
+                   {"outputs_equal_all_resident", r.report.outputs_digest == rows.front().report.outputs_digest}});
   }
   j["rows"] = arr;
   return j.dump(2);

@@ -39,6 +39,9 @@ struct BenchRun {
   int64_t processed_tokens = 0;
   double seconds = 0;               // the batch loop
   runtime::EngineReport engine;
+  // Σ over the requests of a 32-bit hash of (id, output tokens), over every router: two runs of
+  // the same requests with the same outputs have the same digest, in any completion order.
+  int64_t outputs_digest = 0;
 };
 
 // `bench infer --cache-compare`: the same workload all-resident, then with L1 = l1_fraction of each
@@ -48,6 +51,7 @@ struct CacheBenchRow {
   std::string mode;             // all-resident | lru | affinity
   double tokens_per_s = 0;
   BenchRun report;
+  int64_t l1_bytes = 0;         // 0: all resident
 };
 struct CacheBenchResult {
   std::vector<CacheBenchRow> rows;
@@ -55,7 +59,9 @@ struct CacheBenchResult {
   // layer take, lowest and highest over the layers.
   double top2_share_min = 0, top2_share_max = 0;
 };
-CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world);
+// `l1_budget_of`: the format whose expert size sizes L1 (l1_fraction of a rank's experts at that
+// size); empty: the model's own. A q4 run with bf16's budget holds 3.2x the experts.
+CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction, MPI_Comm world, const std::string& l1_budget_of = "");
 std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& r);
 std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& r);
 

@@ -222,7 +222,18 @@ def measure_quality(o, env, synth, to_gguf, peers):
         k = json.load(open(js))["kl_divergence"]
         entry = {"dtype": dt, "tokens": k["tokens"], "moerun": {"kl_mean": k["mean"], "top1": k["top1_agreement"]}}
         parts = [f"moerun {dt} KL {k['mean']:.5f} top-1 {100 * k['top1_agreement']:.2f}%"]
-        for label, path in plist:
+        # Also llama.cpp with only the experts quantized (dense layers bf16, as moerun's): equal bits
+        # where the two differ, and what its own types lose in the dense layers.
+        f32 = to_gguf(synth("float32"))
+        dense_bf16 = ["--output-tensor-type", "bf16", "--token-embedding-type", "bf16"] + \
+            [a for t in ("attn_q", "attn_k", "attn_v", "attn_output") for a in ("--tensor-type", f"{t}=bf16")]
+        variants = list(plist)
+        for q in QUANT_PEERS[dt]:
+            path = os.path.join(o.work, f"{o.shape}-{q}-experts.gguf")
+            if not os.path.exists(path):
+                sh([os.path.join(o.peer_bin, "llama-quantize")] + dense_bf16 + [f32, path, q, str(o.threads)])
+            variants.append((f"llama.cpp {q} experts only", path))
+        for label, path in variants:
             r = sh([ppl, "-m", path, "--kl-divergence-base", kld, "--kl-divergence"] + common, env=env)
             log = r.stdout + r.stderr
             mean = float(re.search(r"Mean\s+KLD:\s+([0-9.eE+-]+)", log).group(1))

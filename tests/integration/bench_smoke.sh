@@ -50,6 +50,22 @@ assert 0 < j["top2_share"]["min"] <= j["top2_share"]["max"] <= 1, j["top2_share"
 for r in j["rows"][1:]:
     assert r["tokens_per_s"] > 0 and 0 <= r["l1_hit_rate"] <= 1 and r["l3_bytes_read"] > 0, r
 PY
+# q4 experts with bf16's L1 bytes (issue 25): the same budget, 3.2x the experts in it; outputs equal
+# the all-resident run's in every mode.
+CC=(--cache-compare --gate-skew 1 --layers 3 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --head-dim 16 --batch 4
+    --prompt-len 4 --new-tokens 4 --l1-fraction 0.25)
+"$MOERUN" bench infer "${CC[@]}" --dtype bfloat16 --json "$WORK/cache-bf16.json" > /dev/null
+"$MOERUN" bench infer "${CC[@]}" --dtype q4 --l1-budget-of bfloat16 --json "$WORK/cache-q4.json" > "$WORK/cache-q4.txt"
+check "bench infer --cache-compare at q4 with bf16's L1 bytes: same budget, higher L1 hit rate, same outputs" "$PY" - \
+  "$WORK/cache-bf16.json" "$WORK/cache-q4.json" <<'PY'
+import json, sys
+b, q = (json.load(open(p)) for p in sys.argv[1:])
+assert q["expert_format"] == "q4" and b["expert_format"] == "bfloat16"
+for rb, rq in zip(b["rows"][1:], q["rows"][1:]):
+    assert rb["l1_bytes"] == rq["l1_bytes"] > 0, (rb["l1_bytes"], rq["l1_bytes"])
+    assert rq["l1_hit_rate"] > rb["l1_hit_rate"], (rq["mode"], rq["l1_hit_rate"], rb["l1_hit_rate"])
+assert all(r["outputs_equal_all_resident"] for r in b["rows"] + q["rows"])
+PY
 "$MOERUN" bench infer --scoring-compare --runs 2 --layers 2 --hidden 64 --intermediate 96 --heads 4 --kv-heads 2 --head-dim 16 \
   --vocab 1000 --batch 4 --prompt-len 32 --json "$WORK/scoring.json" > "$WORK/scoring.txt"
 check "bench infer --scoring-compare: three modes, two runs each, the LM head counted for the scored rows" "$PY" - "$WORK/scoring.json" <<'PY'
