@@ -77,32 +77,28 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   EXPECT_LT(std::sqrt(err / mag), s == WeightScheme::Q8 ? 0.01 : 0.12);
 }
 
+// Rewrites dataset `ds` of a shard in place: read as T, `change` applied, written back.
+template <typename T, typename F>
+void rewrite(const std::string& shard, const std::string& ds, hid_t mem_type, F change) {
+  H5Handle f = h5_open_file(shard, H5Mode::ReadWrite);
+  const H5DatasetInfo info = h5_dataset_info(f, ds);
+  std::vector<T> v(static_cast<std::size_t>(info.shape[0] * info.shape[1]));
+  h5_read(f, ds, mem_type, v.data());
+  change(v, info.shape[1]);
+  H5Handle d(H5Dopen2(f, ds.c_str(), H5P_DEFAULT), H5Dclose);
+  ASSERT_GE(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
+}
+
 TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
-  {
-    H5Handle f = h5_open_file(dir + "/" + shard_file_name(0), H5Mode::ReadWrite);
-    const std::string ds = expert_group_path(0, 1) + "/w3_scales";
-    const H5DatasetInfo info = h5_dataset_info(f, ds);
-    std::vector<uint16_t> v(static_cast<std::size_t>(info.shape[0] * info.shape[1]));
-    h5_read(f, ds, H5T_NATIVE_UINT16, v.data());
-    v[static_cast<std::size_t>(2 * info.shape[1] + 1)] = 0x7e00;  // fp16 NaN
-    H5Handle d(H5Dopen2(f, ds.c_str(), H5P_DEFAULT), H5Dclose);
-    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT16, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
-  }
+  rewrite<uint16_t>(dir + "/" + shard_file_name(0), expert_group_path(0, 1) + "/w3_scales", H5T_NATIVE_UINT16,
+                    [](std::vector<uint16_t>& v, int64_t cols) { v[static_cast<std::size_t>(2 * cols + 1)] = 0x7e00; });  // fp16 NaN
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
   expect_error([&] { idx.load_raw(0, 1); }, {"experts-00000.h5", "/layers/0/experts/1/w3_scales contains NaN at [2,1]"});
 }
 
 TEST_P(QuantizedExperts, ChangedValueByteIsAChecksumMismatch) {
-  {
-    H5Handle f = h5_open_file(dir + "/" + shard_file_name(1), H5Mode::ReadWrite);
-    const std::string ds = expert_group_path(1, 3) + "/w1";
-    const H5DatasetInfo info = h5_dataset_info(f, ds);
-    std::vector<uint8_t> v(static_cast<std::size_t>(info.shape[0] * info.shape[1]));
-    h5_read(f, ds, H5T_NATIVE_UINT8, v.data());
-    v[7] ^= 1;
-    H5Handle d(H5Dopen2(f, ds.c_str(), H5P_DEFAULT), H5Dclose);
-    ASSERT_GE(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), 0);
-  }
+  rewrite<uint8_t>(dir + "/" + shard_file_name(1), expert_group_path(1, 3) + "/w1", H5T_NATIVE_UINT8,
+                   [](std::vector<uint8_t>& v, int64_t) { v[7] ^= 1; });
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
   expect_error([&] { idx.load_raw(1, 3); }, {"experts-00001.h5", "/layers/1/experts/3 checksum mismatch"});
 }
