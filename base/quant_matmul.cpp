@@ -1,5 +1,5 @@
-// Quantized matmul: activation quantization, the blocked weight form, and the VNNI and portable
-// kernels over it (same integer sums and the same float operations in the same order).
+// Quantized matmul: activation quantization, the blocked weight form, and the VNNI, AMX-INT8 and
+// portable kernels over it (same integer sums and the same float operations in the same order).
 #include "base/quant_matmul.hpp"
 
 #include <omp.h>

@@ -73,21 +73,16 @@ const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::s
 }
 
 namespace {
-// HDF5's element types for a part: in memory, and what the file must hold.
-hid_t part_mem_type(PartElem e, DType dense) {
+// HDF5's element types for a part: in memory, and what the file holds.
+struct PartTypes {
+  hid_t mem, file;
+};
+PartTypes part_types(PartElem e, DType dense) {
   switch (e) {
-    case PartElem::Int8: return H5T_NATIVE_INT8;
-    case PartElem::Uint8: return H5T_NATIVE_UINT8;
-    case PartElem::Fp16: return H5T_NATIVE_UINT16;
-    default: return dense == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16;
-  }
-}
-hid_t part_file_type(PartElem e, DType dense) {
-  switch (e) {
-    case PartElem::Int8: return H5T_STD_I8LE;
-    case PartElem::Uint8: return H5T_STD_U8LE;
-    case PartElem::Fp16: return H5T_STD_U16LE;
-    default: return dense == DType::F32 ? H5T_IEEE_F32LE : H5T_STD_U16LE;
+    case PartElem::Int8: return {H5T_NATIVE_INT8, H5T_STD_I8LE};
+    case PartElem::Uint8: return {H5T_NATIVE_UINT8, H5T_STD_U8LE};
+    case PartElem::Fp16: return {H5T_NATIVE_UINT16, H5T_STD_U16LE};
+    default: return dense == DType::F32 ? PartTypes{H5T_NATIVE_FLOAT, H5T_IEEE_F32LE} : PartTypes{H5T_NATIVE_UINT16, H5T_STD_U16LE};
   }
 }
 void expect_part(hid_t file, const std::string& fname, const std::string& path, const ExpertPart& p, DType dense) {
@@ -116,7 +111,7 @@ uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer,
 void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw) {
   const std::string gp = expert_group_path(layer, expert);
   auto* b = static_cast<unsigned char*>(raw);
-  for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, part_mem_type(p.elem, c.dtype), b + p.offset);
+  for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, part_types(p.elem, c.dtype).mem, b + p.offset);
 }
 
 uint64_t shard_identity(std::vector<ShardEntry> entries) {
@@ -342,8 +337,9 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
       std::vector<uint16_t> scales(sc.bytes / 2);
       const int64_t rows = v.shape[0], cols = m == 2 ? c.intermediate_size : c.hidden_size;
       quantize_rows(scheme, data[m], rows, cols, q.data(), scales.data());
-      h5_write(file_, gp + "/" + v.name, v.shape, part_file_type(v.elem, c.dtype), part_mem_type(v.elem, c.dtype), q.data(), true);
-      h5_write(file_, gp + "/" + sc.name, sc.shape, H5T_STD_U16LE, H5T_NATIVE_UINT16, scales.data(), true);
+      const PartTypes vt = part_types(v.elem, c.dtype), st = part_types(sc.elem, c.dtype);
+      h5_write(file_, gp + "/" + v.name, v.shape, vt.file, vt.mem, q.data(), true);
+      h5_write(file_, gp + "/" + sc.name, sc.shape, st.file, st.mem, scales.data(), true);
       sum.bytes(q.data(), q.size()).bytes(scales.data(), sc.bytes);
     }
     for (std::size_t m = 6; m < parts.size(); ++m)

@@ -74,4 +74,10 @@ expect_exit() {  # expect_exit WHAT CODE TEXT -- CMD...
 expect_exit "synth --dtype q3 is a usage error" 2 "--dtype must be float32, bfloat16, q8 or q4" -- "$MOERUN" synth --out "$WORK/x" --dtype q3
 expect_exit "synth q8 with a hidden size not a multiple of 32" 2 "needs hidden_size (48)" -- "$MOERUN" synth --out "$WORK/x" --dtype q8 --hidden 48 --heads 4 --head-dim 12
 expect_exit "convert --quantize q5 is a usage error" 2 "--quantize must be none, q8 or q4" -- "$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/x" --quantize q5
+"$PY" "$(dirname "$0")/make_hf_checkpoint.py" "$WORK/hf48" --hidden 48 --head-dim 12 > /dev/null
+expect_exit "convert --quantize of a checkpoint whose hidden size is not whole groups of 32" 2 "--quantize: " -- \
+  "$MOERUN" convert --from-hf "$WORK/hf48" --out "$WORK/hf48-q4" --quantize q4 --quiet
+check "... and it left no model behind" bash -c "[ ! -e '$WORK/hf48-q4/model.h5' ]"
+expect_exit "bench infer --l1-budget-of of an unknown format" 2 "--l1-budget-of must be float32, bfloat16, q8 or q4" -- \
+  "$MOERUN" bench infer --cache-compare --l1-budget-of q3
 finish
