@@ -22,7 +22,7 @@
 #include "io/hf_checkpoint.hpp"
 #include "io/input_file.hpp"
 #include "io/model_file.hpp"
-#include "io/mxfp4.hpp"
+#include "base/native_quant.hpp"
 #include "io/output_file.hpp"
 #include "io/private_dir.hpp"
 
