@@ -12,6 +12,8 @@
 #include "base/error.hpp"
 #include "base/host.hpp"
 #include "base/matmul.hpp"
+#include "base/native_matmul.hpp"
+#include "base/native_quant.hpp"
 #include "base/quant_matmul.hpp"
 #include "base/splitmix64.hpp"
 #include "experts/cpu/expert_packing.hpp"
@@ -76,7 +78,13 @@ double read_seconds(const std::vector<const AlignedBuffer*>& bufs, int iters) {
 
 const char* dtype_label(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
 const char* row_label(const GemmBenchRow& r) {
-  return r.scheme == WeightScheme::Q8 ? "q8" : r.scheme == WeightScheme::Q4 ? "q4" : dtype_label(r.dtype);
+  switch (r.scheme) {
+    case WeightScheme::Q8: return "q8";
+    case WeightScheme::Q4: return "q4";
+    case WeightScheme::Mxfp4: return "mxfp4";
+    case WeightScheme::Fp8Block: return "fp8";
+    default: return dtype_label(r.dtype);
+  }
 }
 
 // As many matrices as take cfg.weight_mb at `bytes_each`, at least 2.
@@ -84,19 +92,44 @@ int64_t matrix_count(const GemmBenchConfig& cfg, double bytes_each) {
   return std::max<int64_t>(2, static_cast<int64_t>(static_cast<double>(cfg.weight_mb) * 1e6 / bytes_each));
 }
 
-// The q8/q4 rows: the same random matrix quantized and packed as the CPU backend packs an expert,
-// timed with the activations' quantization included (the model pays it on every call).
+// One matrix's blocked form in a quantized scheme, as the CPU backend packs an expert's.
+std::vector<uint8_t> blocked_matrix(WeightScheme sch, const std::vector<float>& plain, int64_t rows, int64_t cols) {
+  std::vector<uint8_t> q, out;
+  if (is_group_quantized(sch)) {
+    q.resize(static_cast<std::size_t>(rows * quant_row_bytes(sch, cols)));
+    std::vector<uint16_t> scales(static_cast<std::size_t>(rows * quant_row_scales(sch, cols)));
+    quantize_rows(sch, plain.data(), rows, cols, q.data(), scales.data());
+    out.resize(static_cast<std::size_t>(quant_blocked_bytes(sch, rows, cols)));
+    quant_pack(sch, q.data(), scales.data(), rows, cols, out.data());
+    return out;
+  }
+  std::vector<uint8_t> scales;
+  if (sch == WeightScheme::Mxfp4) {
+    q.resize(static_cast<std::size_t>(rows * cols / 2));
+    scales.resize(static_cast<std::size_t>(rows * cols / kMxfp4Block));
+    quantize_mxfp4(plain.data(), rows, cols / kMxfp4Block, q.data(), scales.data());
+  } else {
+    q.resize(static_cast<std::size_t>(rows * cols));
+    scales.resize(static_cast<std::size_t>(fp8_scale_rows(rows) * fp8_scale_cols(cols)) * 4);
+    quantize_fp8_block(plain.data(), rows, cols, q.data(), reinterpret_cast<float*>(scales.data()));
+  }
+  out.resize(static_cast<std::size_t>(native_blocked_bytes(sch, rows, cols)));
+  native_pack(sch, q.data(), scales.data(), rows, cols, out.data());
+  return out;
+}
+
+// The quantized rows: the same random matrix quantized and packed as the CPU backend packs an
+// expert, timed as the model calls it (q8/q4 with the activations' quantization included; mxfp4 and
+// fp8 take float32 activations as they are).
 void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vector<float>& plain, const std::vector<float>& xf,
                    GemmBenchResult& r) {
-  std::vector<uint8_t> q(static_cast<std::size_t>(cfg.rows * quant_row_bytes(sch, cfg.cols)));
-  std::vector<uint16_t> scales(static_cast<std::size_t>(cfg.rows * quant_row_scales(sch, cfg.cols)));
-  quantize_rows(sch, plain.data(), cfg.rows, cfg.cols, q.data(), scales.data());
-  const double bytes_each = static_cast<double>(quant_blocked_bytes(sch, cfg.rows, cfg.cols));
+  const std::vector<uint8_t> blocked = blocked_matrix(sch, plain, cfg.rows, cfg.cols);
+  const double bytes_each = static_cast<double>(blocked.size());
   const int64_t count = matrix_count(cfg, bytes_each);
   std::vector<AlignedBuffer> ws(static_cast<std::size_t>(count));
   for (AlignedBuffer& w : ws) {
-    w.resize(static_cast<std::size_t>(bytes_each));
-    quant_pack(sch, q.data(), scales.data(), cfg.rows, cfg.cols, w.as<uint8_t>());
+    w.resize(blocked.size());
+    std::memcpy(w.data(), blocked.data(), blocked.size());
   }
   std::vector<const AlignedBuffer*> bufs;
   for (const AlignedBuffer& w : ws) bufs.push_back(&w);
@@ -105,6 +138,7 @@ void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vect
   QuantizedRows xq;
   for (int64_t M : cfg.m) {
     auto gemm = [&](const AlignedBuffer& w) {
+      if (is_native_quantized(sch)) return native_matmul(sch, xf.data(), M, cfg.cols, cfg.rows, w.as<uint8_t>(), y.data());
       quantize_activations(xf.data(), M, cfg.cols, xq);
       quant_matmul(sch, xq, cfg.rows, w.as<uint8_t>(), y.data());
     };
@@ -117,7 +151,9 @@ void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vect
     row.scheme = sch;
     row.m = M;
     row.matrices = count;
-    row.kernel = quant_kernel_name(quant_kernel_for(M));
+    row.kernel = is_native_quantized(sch) ? native_kernel_name(native_kernel_supported(NativeKernel::Avx512) ? NativeKernel::Avx512
+                                                                                                          : NativeKernel::Portable)
+                                          : quant_kernel_name(quant_kernel_for(M));
     row.moerun_first_extra_s = std::max(0.0, (t1 - t0) - (now() - t1));
     double best = 1e30;
     for (int it = 0; it < cfg.iters + 1; ++it) {
@@ -145,7 +181,7 @@ void GemmBenchConfig::validate() const {
   if (weight_mb < 1) fail(ErrorKind::Usage, "--weight-mb must be >= 1");
   if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
   if (m.empty() || (dtypes.empty() && schemes.empty())) fail(ErrorKind::Usage, "--m and --dtype need at least one value");
-  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8 and q4");
+  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8, q4, mxfp4 and fp8");
   for (int64_t v : m)
     if (v < 1 || v > 4096) fail(ErrorKind::Usage, "--m: ", v, " is not in [1, 4096]");
   const int64_t host_mb = host_memory_bytes() / 1000000;
@@ -275,8 +311,8 @@ std::string gemm_bench_table(const GemmBenchConfig& cfg, const GemmBenchResult& 
   s += "# new M: how much longer the first call at a new M takes than the next (oneDNN creates its primitive then;\n"
        "# moerun's only where its own kernel runs)\n";
   if (qany)
-    s += "# q8/q4 rows: weights in their packed bytes; the oneDNN columns hold moerun's bf16 row at the same M, speedup\n"
-         "# its time over theirs (activation quantization included)\n";
+    s += "# q8/q4/mxfp4/fp8 rows: weights in their packed bytes; the oneDNN columns hold moerun's bf16 row at the same M,\n"
+         "# speedup its time over theirs (q8/q4: activation quantization included)\n";
   if (any)
     s += str("# verdict: weights stream at ", pass ? ">= " : "< ", "0.7 of the read bandwidth at M = 1",
              pass ? " for every dtype: PASS" : ": BELOW TARGET", "\n");

@@ -1,0 +1,48 @@
+// Matmul on the native quantized forms (mxfp4, fp8-block; base/native_quant.hpp) with float32
+// activations: the weights are dequantized in registers, exactly, and multiplied in float32, so the
+// result is transformers' dequantized matmul up to the order of the sums (int8 activations, as q8/q4
+// use, would be ~1e-2 off). Each output is one lane's fixed sequence of FMAs whatever the row count,
+// tile or kernel, so the AVX-512 and portable kernels give the same bits, and a row gives the same
+// bits alone or in a batch:
+//   mxfp4:     per group of 32 k: t = 0; t = fma(e2m1(k), x[k], t) in k order; acc = fma(t, 2^(s-127), acc)
+//   fp8-block: per 128 k: t = 0; t = fma(e4m3(k) / 256, x[k], t) in k order; acc = fma(t, scale * 256, acc)
+// (e4m3 / 256 is what the fp16 widening gives; it and scale * 256 are exact, so each product is
+// e4m3 * scale * x as the reference has it.)
+#pragma once
+#include <cstdint>
+
+#include "base/quant_format.hpp"
+
+namespace moerun {
+
+inline bool is_native_quantized(WeightScheme s) { return s == WeightScheme::Mxfp4 || s == WeightScheme::Fp8Block; }
+
+// The blocked form of W [N, K] (rows N = outputs, K a multiple of 32), blocks of 16 output rows
+// (rows past N zero, their mxfp4 scales 1):
+//   mxfp4: per block and group of 32 k, 16 pairs x 16 bytes (pair p, row r: the stored byte, k = 32g +
+//     2p low nibble, 2p + 1 high), then the 16 rows' E8M0 scales: 272 bytes per 512 weights, as stored;
+//   fp8-block: per block, per k, the 16 rows' e4m3 bytes; after every block the float32 scales
+//     [ceil(N/128), ceil(K/128)] as stored.
+int64_t native_blocked_bytes(WeightScheme s, int64_t N, int64_t K);
+// Stored matrices into that form: mxfp4 `values` [N, K/2] (two E2M1 per byte, low nibble first) and
+// `scales` uint8 [N, K/32]; fp8-block `values` [N, K] e4m3fn and `scales` float32 [ceil(N/128), ceil(K/128)].
+void native_pack(WeightScheme s, const uint8_t* values, const void* scales, int64_t N, int64_t K, uint8_t* out);
+// The first bad scale or value of a blocked matrix, for the NaN/Inf scan of a form read back from L2:
+// an E8M0 255, an e4m3 NaN byte, a float32 scale that is not finite or whose weights would overflow
+// float32 (|scale| >= 2^119). Returns its index in the stored order (or -1) and what it is in `what`.
+int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, const char** what);
+
+enum class NativeKernel {
+  Auto,      // AVX-512 where the CPU has it, else Portable
+  Portable,
+  Avx512,    // AVX-512F, BW (and F16C)
+};
+bool native_kernel_supported(NativeKernel k);
+const char* native_kernel_name(NativeKernel k);
+
+// y[M, N] = x[M, K] · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already
+// inside a parallel region), over runs of 16-row blocks. A kernel this CPU lacks is an Internal error.
+void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t N, const uint8_t* w, float* y,
+                   NativeKernel kernel = NativeKernel::Auto);
+
+}  // namespace moerun
