@@ -63,10 +63,9 @@ std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig
 
 std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
                                                    int local_rank) {
-  // The CPU backend computes plain f32/bf16 and q8/q4 experts; the CUDA backend plain ones only.
+  // The CPU backend computes every format; the CUDA backend plain ones only.
   const io::WeightScheme scheme = config.expert_format.scheme;
-  const bool cpu_can = scheme == io::WeightScheme::Plain || is_group_quantized(scheme);
-  if (spec.device == DeviceKind::Cpu ? !cpu_can : scheme != io::WeightScheme::Plain)
+  if (spec.device == DeviceKind::Cuda && scheme != io::WeightScheme::Plain)
     fail(ErrorKind::Usage, "experts in weight format ", config.expert_format.name(), " have no kernels in the ",
          device_name(spec.device), " backend yet");
   if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);

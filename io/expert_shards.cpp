@@ -2,10 +2,12 @@
 #include "io/expert_shards.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 #include <mutex>
 
+#include "base/native_quant.hpp"
 #include "base/xxh64.hpp"
 #include "io/model_file.hpp"
 
@@ -35,6 +37,7 @@ std::size_t part_elem_size(PartElem e, DType dense) {
   switch (e) {
     case PartElem::Dense: return dtype_size(dense);
     case PartElem::Fp16: return 2;
+    case PartElem::F32: return 4;
     default: return 1;
   }
 }
@@ -43,12 +46,22 @@ std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   const WeightScheme s = c.expert_format.scheme;
   std::vector<ExpertPart> parts;
-  if (is_group_quantized(s)) {
-    const PartElem values = s == WeightScheme::Q8 ? PartElem::Int8 : PartElem::Uint8;
+  if (s != WeightScheme::Plain) {
     for (auto [name, scales, rows, cols] : {std::tuple{"w1", "w1_scales", ff, d}, std::tuple{"w3", "w3_scales", ff, d},
                                             std::tuple{"w2", "w2_scales", d, ff}}) {
-      parts.push_back({name, {rows, quant_row_bytes(s, cols)}, values});
-      parts.push_back({scales, {rows, quant_row_scales(s, cols)}, PartElem::Fp16});
+      switch (s) {
+        case WeightScheme::Mxfp4:
+          parts.push_back({name, {rows, cols / 2}, PartElem::Uint8});
+          parts.push_back({scales, {rows, cols / kMxfp4Block}, PartElem::E8m0});
+          break;
+        case WeightScheme::Fp8Block:
+          parts.push_back({name, {rows, cols}, PartElem::E4m3});
+          parts.push_back({scales, {fp8_scale_rows(rows), fp8_scale_cols(cols)}, PartElem::F32});
+          break;
+        default:
+          parts.push_back({name, {rows, quant_row_bytes(s, cols)}, s == WeightScheme::Q8 ? PartElem::Int8 : PartElem::Uint8});
+          parts.push_back({scales, {rows, quant_row_scales(s, cols)}, PartElem::Fp16});
+      }
     }
   } else {
     parts = {{"w1", {ff, d}}, {"w3", {ff, d}}, {"w2", {d, ff}}};
@@ -80,16 +93,20 @@ struct PartTypes {
 PartTypes part_types(PartElem e, DType dense) {
   switch (e) {
     case PartElem::Int8: return {H5T_NATIVE_INT8, H5T_STD_I8LE};
-    case PartElem::Uint8: return {H5T_NATIVE_UINT8, H5T_STD_U8LE};
+    case PartElem::Uint8:
+    case PartElem::E8m0:
+    case PartElem::E4m3: return {H5T_NATIVE_UINT8, H5T_STD_U8LE};
     case PartElem::Fp16: return {H5T_NATIVE_UINT16, H5T_STD_U16LE};
+    case PartElem::F32: return {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE};
     default: return dense == DType::F32 ? PartTypes{H5T_NATIVE_FLOAT, H5T_IEEE_F32LE} : PartTypes{H5T_NATIVE_UINT16, H5T_STD_U16LE};
   }
 }
 void expect_part(hid_t file, const std::string& fname, const std::string& path, const ExpertPart& p, DType dense) {
   if (p.elem == PartElem::Dense) return expect_dataset(file, fname, path, p.shape, dense);
+  if (p.elem == PartElem::F32) return expect_dataset(file, fname, path, p.shape, DType::F32);
   const bool is_signed = p.elem == PartElem::Int8;
   const std::size_t size = part_elem_size(p.elem, dense);
-  const char* want = p.elem == PartElem::Int8 ? "int8" : p.elem == PartElem::Uint8 ? "uint8" : "uint16 (fp16 bits)";
+  const char* want = p.elem == PartElem::Int8 ? "int8" : p.elem == PartElem::Fp16 ? "uint16 (fp16 bits)" : "uint8";
   expect_dataset_type(file, fname, path, p.shape, {H5T_INTEGER, size, is_signed}, want);
 }
 }  // namespace
@@ -208,6 +225,25 @@ std::size_t expert_raw_bytes(const ModelConfig& c) {
   return parts.back().offset + parts.back().bytes;
 }
 
+namespace {
+// The NaN scan of a native part: an E8M0 scale of 255, an e4m3 NaN, a float32 block scale that is
+// not finite or would overflow a weight (base/native_quant.hpp's fp8_scale_ok).
+void check_native_part(const ExpertPart& p, const unsigned char* data, const std::string& where, const std::string& tensor) {
+  const int64_t cols = p.shape[1], n = p.shape[0] * cols;
+  for (int64_t i = 0; i < n; ++i) {
+    const char* what = nullptr;
+    if (p.elem == PartElem::E8m0 && data[i] == kE8m0Nan) what = "an E8M0 scale of 255 (NaN)";
+    if (p.elem == PartElem::E4m3 && e4m3_is_nan(data[i])) what = "an e4m3 NaN";
+    if (p.elem == PartElem::F32) {
+      float v;
+      std::memcpy(&v, data + 4 * i, 4);
+      if (!fp8_scale_ok(v)) what = std::isfinite(v) ? "a block scale of 2^119 or more (its weights overflow float32)" : "a block scale that is NaN or Inf";
+    }
+    if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
+  }
+}
+}  // namespace
+
 void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
                    int64_t expert) {
   const std::string gp = expert_group_path(layer, expert);
@@ -216,8 +252,14 @@ void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, con
   for (const ExpertPart& p : expert_raw_parts(c)) {
     if (p.elem == PartElem::Int8 || p.elem == PartElem::Uint8) continue;  // integers are always finite
     const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;
-    if (p.elem == PartElem::Fp16) check_finite_fp16(reinterpret_cast<const uint16_t*>(b + p.offset), rows, cols, where, gp + "/" + p.name);
-    else check_finite(b + p.offset, c.dtype, rows, cols, where, gp + "/" + p.name);
+    const std::string tensor = gp + "/" + p.name;
+    switch (p.elem) {
+      case PartElem::Fp16: check_finite_fp16(reinterpret_cast<const uint16_t*>(b + p.offset), rows, cols, where, tensor); break;
+      case PartElem::E8m0:
+      case PartElem::E4m3:
+      case PartElem::F32: check_native_part(p, b + p.offset, where, tensor); break;
+      default: check_finite(b + p.offset, c.dtype, rows, cols, where, tensor);
+    }
   }
   const uint64_t sum = Xxh64().bytes(b, expert_raw_bytes(c)).digest();
   if (sum != expected)
@@ -308,15 +350,36 @@ void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, co
   h5_writing(path_, [&] { write_group(layer, expert, w1, w3, w2, bias); });
 }
 
+void ExpertShardWriter::write_raw(int64_t layer, int64_t expert, const void* raw) {
+  h5_writing(path_, [&] { write_raw_group(layer, expert, static_cast<const unsigned char*>(raw)); });
+}
+
+void ExpertShardWriter::write_raw_group(int64_t layer, int64_t expert, const unsigned char* raw) {
+  const std::string gp = expert_group_path(layer, expert);
+  H5Handle group = h5_create_group(file_, gp);
+  for (const ExpertPart& p : expert_raw_parts(config_)) {
+    const PartTypes t = part_types(p.elem, config_.dtype);
+    h5_write(file_, gp + "/" + p.name, p.shape, t.file, t.mem, raw + p.offset, true);
+  }
+  h5_set_attr_uint64(group, "xxh64", Xxh64().bytes(raw, expert_raw_bytes(config_)).digest());
+}
+
+namespace {
+// One float32 matrix [rows, cols] quantized into a part pair of the raw form (values, scales).
+void quantize_matrix(WeightScheme s, const float* x, int64_t rows, int64_t cols, unsigned char* values, unsigned char* scales) {
+  switch (s) {
+    case WeightScheme::Mxfp4: return quantize_mxfp4(x, rows, cols / kMxfp4Block, values, scales);
+    case WeightScheme::Fp8Block: return quantize_fp8_block(x, rows, cols, values, reinterpret_cast<float*>(scales));
+    default: quantize_rows(s, x, rows, cols, values, reinterpret_cast<uint16_t*>(scales));
+  }
+}
+}  // namespace
+
 void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2,
                                     const float* bias) {
   const ModelConfig& c = config_;
   if (c.expert_bias != (bias != nullptr))
     fail(ErrorKind::Internal, path_, ": expert biases ", bias ? "given for a model without them" : "missing");
-  const std::string gp = expert_group_path(layer, expert);
-  H5Handle group = h5_create_group(file_, gp);
-  // One stream over the raw form as stored: the checksum's bytes, without converting them again.
-  Xxh64 sum;
   const float* data[kMaxExpertParts] = {w1, w3, w2};
   const int64_t ff = c.intermediate_size;
   if (bias) {
@@ -326,26 +389,29 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
   }
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
   const WeightScheme scheme = c.expert_format.scheme;
-  if (!is_group_quantized(scheme)) {
+  if (scheme == WeightScheme::Plain) {
+    // One stream over the raw form as stored: the checksum's bytes, without converting them again.
+    const std::string gp = expert_group_path(layer, expert);
+    H5Handle group = h5_create_group(file_, gp);
+    Xxh64 sum;
     for (std::size_t m = 0; m < parts.size(); ++m) write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
-  } else {
-    // Each matrix quantized as a whole (one expert's worth of memory), values then scales.
-    for (int m = 0; m < 3; ++m) {
-      const ExpertPart& v = parts[static_cast<std::size_t>(2 * m)];
-      const ExpertPart& sc = parts[static_cast<std::size_t>(2 * m + 1)];
-      std::vector<uint8_t> q(v.bytes);
-      std::vector<uint16_t> scales(sc.bytes / 2);
-      const int64_t rows = v.shape[0], cols = m == 2 ? c.intermediate_size : c.hidden_size;
-      quantize_rows(scheme, data[m], rows, cols, q.data(), scales.data());
-      const PartTypes vt = part_types(v.elem, c.dtype), st = part_types(sc.elem, c.dtype);
-      h5_write(file_, gp + "/" + v.name, v.shape, vt.file, vt.mem, q.data(), true);
-      h5_write(file_, gp + "/" + sc.name, sc.shape, st.file, st.mem, scales.data(), true);
-      sum.bytes(q.data(), q.size()).bytes(scales.data(), sc.bytes);
-    }
-    for (std::size_t m = 6; m < parts.size(); ++m)
-      write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m - 3], c.dtype, true, &sum);
+    h5_set_attr_uint64(group, "xxh64", sum.digest());
+    return;
   }
-  h5_set_attr_uint64(group, "xxh64", sum.digest());
+  // Each matrix quantized as a whole (one expert's worth of memory) into the raw form, biases in the dtype.
+  std::vector<unsigned char> raw(expert_raw_bytes(c));
+  for (int m = 0; m < 3; ++m) {
+    const ExpertPart& v = parts[static_cast<std::size_t>(2 * m)];
+    const ExpertPart& sc = parts[static_cast<std::size_t>(2 * m + 1)];
+    const int64_t rows = m == 2 ? c.hidden_size : c.intermediate_size, cols = m == 2 ? c.intermediate_size : c.hidden_size;
+    quantize_matrix(scheme, data[m], rows, cols, raw.data() + v.offset, raw.data() + sc.offset);
+  }
+  for (std::size_t m = 6; m < parts.size(); ++m) {
+    const int64_t n = parts[m].shape[0];
+    if (c.dtype == DType::F32) std::memcpy(raw.data() + parts[m].offset, data[m - 3], static_cast<std::size_t>(n) * 4);
+    else f32_to_bf16(data[m - 3], reinterpret_cast<uint16_t*>(raw.data() + parts[m].offset), static_cast<std::size_t>(n));
+  }
+  write_raw_group(layer, expert, raw.data());
 }
 
 }  // namespace moerun::io

@@ -17,13 +17,17 @@ namespace moerun::io {
 
 // One tensor of an expert's raw form, which concatenates them in this order: w1 [ff, d], w3 [ff, d],
 // w2 [d, ff], then with expert biases b1 [ff], b3 [ff], b2 [d] (format version 3). All as stored.
-// Quantized experts (version 4) store each matrix as its values and then its fp16 scales
-// ("w1", "w1_scales", "w3", ...; shapes as quantize_rows lays them out), biases in the dtype.
+// Quantized experts store each matrix as its values and then its scales ("w1", "w1_scales", "w3",
+// ...): q8/q4 (version 4) as quantize_rows lays them out, mxfp4 and fp8-block (version 5) as the
+// checkpoints ship them (base/native_quant.hpp); biases in the dtype.
 enum class PartElem {
   Dense,  // the model's dtype (float32, or bfloat16 bits as uint16)
   Int8,   // q8 values
-  Uint8,  // q4 values, two per byte
-  Fp16,   // scales (and q4's minimums): IEEE half bits as uint16
+  Uint8,  // q4 and mxfp4 values, two per byte
+  Fp16,   // q8/q4 scales (and q4's minimums): IEEE half bits as uint16
+  E8m0,   // mxfp4 scales: one byte, 2^(s - 127); 255 is NaN
+  E4m3,   // fp8-block values: float8 e4m3fn bits; 0x7f and 0xff are NaN
+  F32,    // fp8-block scales: float32 per 128x128 block, whatever the model's dtype
 };
 struct ExpertPart {
   const char* name;              // dataset in the expert's group: "w1"
@@ -123,11 +127,14 @@ class ExpertShardWriter {
   // biases stay in the dtype). w1/w3: [ff, d]; w2: [d, ff]; `bias` b1‖b3‖b2 ([ff], [ff], [d]) when
   // the config has expert biases, else null.
   void write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias = nullptr);
+  // An expert already in its raw form (expert_raw_parts: as stored, e.g. MXFP4 blocks as shipped).
+  void write_raw(int64_t layer, int64_t expert, const void* raw);
   void set_attr(const std::string& name, const std::string& value);  // a root attribute
   void close();  // as ModelFileWriter::close
 
  private:
   void write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias);
+  void write_raw_group(int64_t layer, int64_t expert, const unsigned char* raw);
   ModelConfig config_;
   std::string path_;
   H5Handle file_;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -65,6 +67,11 @@ struct HfConfig {
     return v.get<int64_t>();
   }
 };
+
+// An fp8 checkpoint's weight "X.weight" (float8 e4m3fn) has its block scales in "X.weight_scale_inv"
+// (float32 [ceil(rows/128), ceil(cols/128)], the weight being e4m3 times them: DeepSeek-V3's and
+// Qwen3-FP8's quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128]}).
+constexpr const char* kFp8ScaleSuffix = "_scale_inv";
 
 // The tensor names of one architecture (without the "model." prefix where HF has it).
 struct NameMap {
@@ -153,16 +160,38 @@ class TensorReader {
   TensorReader(const HfCheckpoint& ckpt, uint64_t total, const std::function<void(uint64_t, uint64_t)>& progress)
       : ckpt_(ckpt), total_(total), progress_(progress) {}
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) {
-    const SafetensorInfo& info = ckpt_.info(name);
-    if (info.shape != shape)
-      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape),
-           ", config.json says ", shape_str(shape));
-    std::vector<float> v = ckpt_.read_f32(name);
+    check_shape(name, shape);
+    std::vector<float> v;
+    if (ckpt_.info(name).dtype == "F8_E4M3") {  // dequantized with its block scales (the dense layers of an fp8 checkpoint)
+      const Fp8Tensor t = read_fp8(name, shape);
+      v.resize(t.values.size());
+      dequantize_fp8_block(t.values.data(), t.scales.data(), shape[1], 0, shape[0], v.data());
+    } else {
+      v = ckpt_.read_f32(name);
+      count(name);
+    }
     check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), name);
-    used_.insert(name);
-    done_ += info.end - info.begin;
-    if (progress_) progress_(done_, total_);
     return v;
+  }
+  // An fp8 matrix as shipped: its e4m3 bytes and float32 block scales (name + "_scale_inv"), each
+  // scanned: no NaN code, every scale one the kernels take (finite, below 2^119).
+  struct Fp8Tensor {
+    std::vector<unsigned char> values;
+    std::vector<float> scales;
+  };
+  Fp8Tensor read_fp8(const std::string& name, const std::vector<int64_t>& shape) {
+    check_shape(name, shape);
+    Fp8Tensor t{ckpt_.read_raw(name), ckpt_.read_f32(name + kFp8ScaleSuffix)};
+    for (std::size_t i = 0; i < t.values.size(); ++i)
+      if (e4m3_is_nan(t.values[i]))
+        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " contains an e4m3 NaN at [", i / shape[1], ",", i % shape[1], "]");
+    for (std::size_t i = 0; i < t.scales.size(); ++i)
+      if (!fp8_scale_ok(t.scales[i]))
+        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, kFp8ScaleSuffix, " has ", t.scales[i], " at ", i,
+             ": a block scale must be finite and below 2^119");
+    count(name);
+    count(name + kFp8ScaleSuffix);
+    return t;
   }
   // Slice `index` of a fused [E, ...] tensor (one expert), its whole shape checked; floats or bytes.
   std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
@@ -181,11 +210,11 @@ class TensorReader {
   // Counts a tensor (or one slice) as done without reading it (its file was kept from an earlier run).
   void skip(const std::string& name, bool slice = false) {
     if (slice) return count_slice(name);
-    const SafetensorInfo& info = ckpt_.info(name);
-    used_.insert(name);
-    done_ += info.end - info.begin;
+    count(name);
+    if (ckpt_.info(name).dtype == "F8_E4M3") count(name + kFp8ScaleSuffix);
   }
   const std::set<std::string>& used() const { return used_; }
+  std::string file_of(const std::string& name) const { return ckpt_.file_of(name); }
   uint64_t done() const { return done_; }
 
  private:
@@ -194,6 +223,12 @@ class TensorReader {
     if (info.shape != shape)
       fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " has shape ", shape_str(info.shape), ", config.json says ",
            shape_str(shape));
+  }
+  void count(const std::string& name) {
+    const SafetensorInfo& info = ckpt_.info(name);
+    used_.insert(name);
+    done_ += info.end - info.begin;
+    if (progress_) progress_(done_, total_);
   }
   void count_slice(const std::string& name) {
     const SafetensorInfo& info = ckpt_.info(name);
@@ -212,25 +247,45 @@ struct ExpertTensors {
   std::vector<float> w1, w3, w2, bias;
 };
 
-// A tensor the config implies: its shape, and whether it is packed bytes (MXFP4) or floats.
+// A tensor the config implies: its shape, and whether it is packed bytes (MXFP4) or floats (which an
+// fp8 checkpoint may hold as e4m3 with block scales).
 struct ExpectedTensor {
   std::vector<int64_t> shape;
   bool bytes = false;
 };
 
+// The raw form's bytes of biases b1‖b3‖b2 (float32) in the model's dtype, at `out`.
+void store_biases(const std::vector<float>& bias, DType dtype, unsigned char* out) {
+  if (dtype == DType::F32) std::memcpy(out, bias.data(), bias.size() * 4);
+  else f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(out), bias.size());
+}
+
 // How a checkpoint holds its experts: one tensor per matrix and expert (Mixtral, Qwen, OLMoE), or
 // per layer fused over the experts (gpt-oss): gate_up_proj [E, d, 2ff] with gate and up in
 // alternating columns and down_proj [E, ff, d], as transformers saves them, or as shipped in MXFP4
-// (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj likewise over ff),
-// dequantized here (exactly: every MXFP4 value is a bfloat16).
+// (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj likewise over ff).
+// Per-expert matrices may be fp8 (e4m3 with 128 x 128 block scales). The native forms (MXFP4,
+// fp8) are kept as shipped when the model's expert format is theirs (read_raw), and dequantized
+// exactly otherwise (read).
 class CheckpointExperts {
  public:
   enum class Form { PerExpert, Fused, Mxfp4 };
   CheckpointExperts(const HfCheckpoint& ckpt, const ModelConfig& c, const NameMap& nm) : c_(c), nm_(nm) {
     if (c.architecture != "gpt_oss") form_ = Form::PerExpert;
     else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
+    if (form_ != Form::PerExpert) return;
+    // fp8 when every expert matrix is (a mix is dequantized; the config check names a missing one).
+    fp8_ = true;
+    for (int64_t l = 0; l < c.num_layers && fp8_; ++l)
+      for (int64_t e = 0; c.is_moe_layer(l) && e < c.num_experts && fp8_; ++e)
+        for (const std::string* p : {&nm.expert_w1, &nm.expert_w3, &nm.expert_w2}) {
+          const std::string n = expert_name(l, e, *p);
+          fp8_ = fp8_ && ckpt.has(n) && ckpt.info(n).dtype == "F8_E4M3";
+        }
   }
   Form form() const { return form_; }
+  // The form the checkpoint ships its experts in: mxfp4, fp8-block, or plain (floats).
+  WeightScheme native() const { return form_ == Form::Mxfp4 ? WeightScheme::Mxfp4 : fp8_ ? WeightScheme::Fp8Block : WeightScheme::Plain; }
 
   void expect(std::map<std::string, ExpectedTensor>& out) const {
     const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
@@ -258,6 +313,7 @@ class CheckpointExperts {
     }
   }
 
+  // Float32 matrices and biases (any form, native ones dequantized exactly).
   ExpertTensors read(TensorReader& r, int64_t l, int64_t e) const {
     const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
     ExpertTensors t;
@@ -277,8 +333,9 @@ class CheckpointExperts {
       for (int64_t i = 0; i < ff; ++i)
         for (int64_t j = 0; j < d; ++j) t.w2[j * ff + i] = down[i * d + j];
     } else {
-      dequantize(r, l, e, "gate_up_proj", 2 * ff, d, gate_up.data());
-      dequantize(r, l, e, "down_proj", d, ff, t.w2.data());
+      const Mxfp4Slice gu = read_mxfp4(r, l, e, "gate_up_proj", 2 * ff, d), down = read_mxfp4(r, l, e, "down_proj", d, ff);
+      dequantize_mxfp4(gu.blocks.data(), gu.scales.data(), 2 * ff, d / kMxfp4Block, gate_up.data());
+      dequantize_mxfp4(down.blocks.data(), down.scales.data(), d, ff / kMxfp4Block, t.w2.data());
     }
     t.w1.resize(static_cast<std::size_t>(ff * d));
     t.w3.resize(t.w1.size());
@@ -286,15 +343,49 @@ class CheckpointExperts {
       std::copy_n(gate_up.data() + (2 * i) * d, d, t.w1.data() + i * d);
       std::copy_n(gate_up.data() + (2 * i + 1) * d, d, t.w3.data() + i * d);
     }
-    const std::vector<float> gub = r.read_slice(layer_name(l, "mlp.experts.gate_up_proj_bias"), {E, 2 * ff}, e);
-    const std::vector<float> db = r.read_slice(layer_name(l, "mlp.experts.down_proj_bias"), {E, d}, e);
-    t.bias.resize(static_cast<std::size_t>(2 * ff + d));
-    for (int64_t i = 0; i < ff; ++i) {
-      t.bias[i] = gub[2 * i];
-      t.bias[ff + i] = gub[2 * i + 1];
-    }
-    std::copy(db.begin(), db.end(), t.bias.begin() + 2 * ff);
+    t.bias = read_biases(r, l, e);
     return t;
+  }
+
+  // The expert's raw form in its native scheme, as shipped (the model's expert_format is native()).
+  std::vector<unsigned char> read_raw(TensorReader& r, int64_t l, int64_t e, const ModelConfig& c) const {
+    const int64_t ff = c_.intermediate_size, d = c_.hidden_size;
+    const std::vector<ExpertPart> parts = expert_raw_parts(c);
+    std::vector<unsigned char> raw(expert_raw_bytes(c));
+    auto put = [&](const char* part, const void* src, std::size_t bytes) {
+      const ExpertPart& p = expert_part(parts, part);
+      if (p.bytes != bytes) fail(ErrorKind::Internal, "convert: part ", part, " is ", p.bytes, " bytes, the checkpoint's ", bytes);
+      std::memcpy(raw.data() + p.offset, src, bytes);
+    };
+    if (form_ == Form::PerExpert) {  // fp8: the e4m3 bytes and their float32 scales
+      for (auto [part, pattern, rows, cols] : {std::tuple{"w1", &nm_.expert_w1, ff, d}, std::tuple{"w3", &nm_.expert_w3, ff, d},
+                                               std::tuple{"w2", &nm_.expert_w2, d, ff}}) {
+        const TensorReader::Fp8Tensor t = r.read_fp8(expert_name(l, e, *pattern), {rows, cols});
+        put(part, t.values.data(), t.values.size());
+        put((std::string(part) + "_scales").c_str(), t.scales.data(), t.scales.size() * 4);
+      }
+      return raw;
+    }
+    // MXFP4: gate_up's even rows are w1, odd rows w3 (blocks and scales alike); down_proj is w2.
+    const Mxfp4Slice gu = read_mxfp4(r, l, e, "gate_up_proj", 2 * ff, d), down = read_mxfp4(r, l, e, "down_proj", d, ff);
+    const std::size_t row_bytes = static_cast<std::size_t>(d / 2), row_scales = static_cast<std::size_t>(d / kMxfp4Block);
+    std::vector<unsigned char> blocks[2], scales[2];
+    for (int h = 0; h < 2; ++h) {
+      for (int64_t i = 0; i < ff; ++i) {
+        const auto* b = gu.blocks.data() + static_cast<std::size_t>(2 * i + h) * row_bytes;
+        const auto* s = gu.scales.data() + static_cast<std::size_t>(2 * i + h) * row_scales;
+        blocks[h].insert(blocks[h].end(), b, b + row_bytes);
+        scales[h].insert(scales[h].end(), s, s + row_scales);
+      }
+    }
+    put("w1", blocks[0].data(), blocks[0].size());
+    put("w1_scales", scales[0].data(), scales[0].size());
+    put("w3", blocks[1].data(), blocks[1].size());
+    put("w3_scales", scales[1].data(), scales[1].size());
+    put("w2", down.blocks.data(), down.blocks.size());
+    put("w2_scales", down.scales.data(), down.scales.size());
+    store_biases(read_biases(r, l, e), c.dtype, raw.data() + expert_part(parts, "b1").offset);
+    return raw;
   }
 
   void skip(TensorReader& r, int64_t l, int64_t e) const {
@@ -309,19 +400,39 @@ class CheckpointExperts {
   }
 
  private:
-  // One expert's [rows, cols] matrix from its MXFP4 blocks and scales.
-  void dequantize(TensorReader& r, int64_t l, int64_t e, const std::string& which, int64_t rows, int64_t cols, float* out) const {
+  // One expert's MXFP4 matrix [rows, cols] as shipped, its scales scanned (255 is NaN).
+  struct Mxfp4Slice {
+    std::vector<unsigned char> blocks, scales;
+  };
+  Mxfp4Slice read_mxfp4(TensorReader& r, int64_t l, int64_t e, const std::string& which, int64_t rows, int64_t cols) const {
     const int64_t E = c_.num_experts, groups = cols / kMxfp4Block;
-    const std::string blocks_name = layer_name(l, "mlp.experts." + which + "_blocks");
-    const std::vector<unsigned char> blocks = r.read_bytes_slice(blocks_name, {E, rows, groups, kMxfp4BlockBytes}, e);
-    const std::vector<unsigned char> scales = r.read_bytes_slice(layer_name(l, "mlp.experts." + which + "_scales"), {E, rows, groups}, e);
-    dequantize_mxfp4(blocks.data(), scales.data(), rows, groups, out);
-    check_finite(out, DType::F32, rows, cols, blocks_name, "expert " + std::to_string(e) + " (an E8M0 scale of 255)");
+    const std::string scales_name = layer_name(l, "mlp.experts." + which + "_scales");
+    Mxfp4Slice m{r.read_bytes_slice(layer_name(l, "mlp.experts." + which + "_blocks"), {E, rows, groups, kMxfp4BlockBytes}, e),
+                 r.read_bytes_slice(scales_name, {E, rows, groups}, e)};
+    for (std::size_t i = 0; i < m.scales.size(); ++i)
+      if (m.scales[i] == kE8m0Nan)
+        fail(ErrorKind::BadInput, r.file_of(scales_name), ": tensor ", scales_name, "[", e, "] contains an E8M0 scale of 255 (NaN) at [",
+             static_cast<int64_t>(i) / groups, ",", static_cast<int64_t>(i) % groups, "]");
+    return m;
+  }
+  // gpt-oss's biases as b1‖b3‖b2: gate_up_proj_bias alternates gate and up.
+  std::vector<float> read_biases(TensorReader& r, int64_t l, int64_t e) const {
+    const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
+    const std::vector<float> gub = r.read_slice(layer_name(l, "mlp.experts.gate_up_proj_bias"), {E, 2 * ff}, e);
+    const std::vector<float> db = r.read_slice(layer_name(l, "mlp.experts.down_proj_bias"), {E, d}, e);
+    std::vector<float> bias(static_cast<std::size_t>(2 * ff + d));
+    for (int64_t i = 0; i < ff; ++i) {
+      bias[i] = gub[2 * i];
+      bias[ff + i] = gub[2 * i + 1];
+    }
+    std::copy(db.begin(), db.end(), bias.begin() + 2 * ff);
+    return bias;
   }
 
   ModelConfig c_;
   const NameMap& nm_;
   Form form_ = Form::PerExpert;
+  bool fp8_ = false;
 };
 
 // Was `path` written by a conversion of exactly this input (its converted_from attribute)?
@@ -347,8 +458,8 @@ void ConvertConfig::validate() const {
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
-  if (quantize != "none" && quantize != "q8" && quantize != "q4")
-    fail(ErrorKind::Usage, "--quantize must be none, q8 or q4, not \"", quantize, "\"");
+  if (quantize != "keep" && quantize != "none" && quantize != "q8" && quantize != "q4")
+    fail(ErrorKind::Usage, "--quantize must be keep, none, q8 or q4, not \"", quantize, "\"");
 }
 
 namespace {
@@ -593,32 +704,87 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
 
 namespace {
 
+// quantization_config of an fp8 checkpoint: block-wise e4m3 with 128 x 128 blocks is what is read
+// (a per-tensor or other block size would need other scales).
+void check_fp8_config(const HfCheckpoint& ckpt) {
+  const json j = json::parse(ckpt.config_text(), nullptr, false);
+  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return;
+  const json& q = j["quantization_config"];
+  const std::string where = ckpt.config_path() + ": field quantization_config";
+  const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
+  if (method == "mxfp4") return;  // gpt-oss: the blocks and scales say it all
+  if (method != "fp8")
+    fail(ErrorKind::BadInput, where, ".quant_method is \"", method, "\"; supported: fp8 (128 x 128 blocks) and mxfp4");
+  if (q.contains("fmt") && q["fmt"] != "e4m3") fail(ErrorKind::BadInput, where, ".fmt is ", q["fmt"].dump(), ", expected e4m3");
+  if (!q.contains("weight_block_size") || q["weight_block_size"] != json::array({kFp8Block, kFp8Block}))
+    fail(ErrorKind::BadInput, where, ".weight_block_size is ", q.contains("weight_block_size") ? q["weight_block_size"].dump() : "missing",
+         ", expected [128, 128]");
+}
+
+// An fp8 weight's scales: "X.weight_scale_inv", float32 (or bf16/f16) [ceil(rows/128), ceil(cols/128)].
+void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
+  const std::string sname = name + kFp8ScaleSuffix;
+  if (!ckpt.has(sname))
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " is F8_E4M3 but the checkpoint has no ", sname, " (its block scales)");
+  const SafetensorInfo& si = ckpt.info(sname);
+  const std::vector<int64_t> want{fp8_scale_rows(shape[0]), fp8_scale_cols(shape[1])};
+  if (si.shape != want)
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", sname, " has shape ", shape_str(si.shape), ", expected ", shape_str(want),
+         " (128 x 128 blocks of ", shape_str(shape), ")");
+  if (si.dtype != "F32" && si.dtype != "BF16" && si.dtype != "F16")
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", sname, " has dtype ", si.dtype, ", expected F32, BF16 or F16");
+}
+
+// The experts' stored format: --quantize keep takes the checkpoint's native form (MXFP4, fp8) when
+// it has one and the shapes allow it, none dequantizes, q8/q4 quantize. Notes say which.
+void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const std::string& where, ModelConfig& c, std::string& notes) {
+  const std::string dense = dtype_name(c.dtype);
+  const char* shipped = native == WeightScheme::Mxfp4 ? "MXFP4" : "fp8 (e4m3, 128 x 128 block scales)";
+  if (cfg.quantize == "none" || (cfg.quantize == "keep" && native == WeightScheme::Plain)) {
+    if (native != WeightScheme::Plain) notes += std::string("experts: ") + shipped + " dequantized to " + dense + " (--quantize none)\n";
+    return;
+  }
+  const WeightFormat want = cfg.quantize == "keep" ? WeightFormat{c.dtype, native} : parse_weight_format(cfg.quantize, c.dtype, "--quantize");
+  const WeightFormat before = c.expert_format;
+  c.expert_format = want;
+  try {
+    c.validate(where);
+  } catch (const Error& e) {
+    if (cfg.quantize != "keep") throw Error(ErrorKind::Usage, std::string("--quantize: ") + e.what());
+    c.expert_format = before;  // kept only where the kernels take the shapes
+    notes += std::string("experts: ") + shipped + " dequantized to " + dense + ": " + e.what() + "\n";
+    return;
+  }
+  if (cfg.quantize == "keep") notes += std::string("experts: kept as shipped, ") + shipped + "; dense layers " + dense + "\n";
+  else notes += "experts quantized to " + cfg.quantize + " (groups of 32, fp16 scales)" +
+                (native != WeightScheme::Plain ? std::string(" from ") + shipped + " dequantized" : "") + "; dense layers stay " + dense + "\n";
+}
+
 ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress) {
   ConvertReport rep;
-  // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32.
+  // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32. An fp8
+  // checkpoint's e4m3 weights and their float32 scales do not count: its other tensors decide.
   DType dtype = DType::F32;
   if (cfg.dtype == "bfloat16") {
     dtype = DType::BF16;
   } else if (cfg.dtype == "keep") {
     bool all_bf16 = true;
-    for (const auto& n : ckpt.names()) all_bf16 = all_bf16 && ckpt.info(n).dtype == "BF16";
+    for (const auto& n : ckpt.names()) {
+      const std::string& t = ckpt.info(n).dtype;
+      const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10)));
+      all_bf16 = all_bf16 && (t == "BF16" || fp8_part);
+    }
     dtype = all_bf16 ? DType::BF16 : DType::F32;
   }
   std::string generation;
   if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); check_regular_file(g))
     generation = read_regular_file(g);
   ModelConfig c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, generation);
-  if (cfg.quantize != "none") {
-    c.expert_format = parse_weight_format(cfg.quantize, dtype, "--quantize");
-    try {
-      c.validate(ckpt.config_path());
-    } catch (const Error& e) {
-      throw Error(ErrorKind::Usage, std::string("--quantize: ") + e.what());
-    }
-    rep.notes += "experts quantized to " + cfg.quantize + " (groups of 32, fp16 scales); dense layers stay " + dtype_name(dtype) + "\n";
-  }
-  rep.config = c;
+  check_fp8_config(ckpt);
   const NameMap nm = names_for(c.architecture);
+  const CheckpointExperts experts(ckpt, c, nm);
+  choose_expert_format(cfg, experts.native(), ckpt.config_path(), c, rep.notes);
+  rep.config = c;
   const bool tied = [&] {
     json j = json::parse(ckpt.config_text(), nullptr, false);
     return j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
@@ -637,7 +803,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   rep.shards = shards;
   // What every output file is made from: the checkpoint, the target dtype and the shard plan.
   const std::string fingerprint =
-      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v4").text(cfg.quantize).digest());
+      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v5").text(c.expert_format.name()).digest());
 
   std::error_code ec;
   fs::create_directories(cfg.out, ec);
@@ -670,13 +836,9 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   // Before anything is written: every tensor the config implies is there with its shape, and the
   // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
   // and the tensor.
-  const CheckpointExperts experts(ckpt, c, nm);
-  if (experts.form() == CheckpointExperts::Form::Mxfp4) {
-    if (d % kMxfp4Block != 0 || ff % kMxfp4Block != 0)
-      fail(ErrorKind::BadInput, ckpt.config_path(), ": hidden_size ", d, " and intermediate_size ", ff,
-           " must be multiples of 32 for MXFP4 experts");
-    rep.notes += "experts: MXFP4 blocks dequantized to " + std::string(dtype_name(c.dtype)) + " (exact)\n";
-  }
+  if (experts.form() == CheckpointExperts::Form::Mxfp4 && (d % kMxfp4Block != 0 || ff % kMxfp4Block != 0))
+    fail(ErrorKind::BadInput, ckpt.config_path(), ": hidden_size ", d, " and intermediate_size ", ff,
+         " must be multiples of 32 for MXFP4 experts");
   {
     std::map<std::string, ExpectedTensor> expected;
     for (const auto& [hf, shape] : dense) expected[hf] = {shape};
@@ -692,11 +854,18 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
              shape_str(shape));
       if (want.bytes && info.dtype != "U8")
         fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected U8 (MXFP4)");
+      if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) {
+        expect_fp8_scales(ckpt, name, shape);
+        continue;
+      }
       if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
-        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16");
+        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16",
+             shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
     }
     for (const auto& n : ckpt.names()) {
-      if (expected.count(n) || n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n == "lm_head.weight")) continue;
+      const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))) &&
+                              ckpt.info(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))).dtype == "F8_E4M3";
+      if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n == "lm_head.weight")) continue;
       fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
            c.num_layers, " layers, ", c.num_experts, " experts)");
     }
@@ -718,8 +887,13 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     AtomicFile out(path);
     {
       ExpertShardWriter w(out.temp_path(), c, path);
-      for (int64_t i = begin; i < end; ++i) {
-        const ExpertTensors t = experts.read(reader, decoder_layer(i), i % c.num_experts);  // written at its MoE layer's row
+      const bool as_shipped = c.expert_format.scheme != WeightScheme::Plain && c.expert_format.scheme == experts.native();
+      for (int64_t i = begin; i < end; ++i) {  // written at its MoE layer's row
+        if (as_shipped) {
+          w.write_raw(i / c.num_experts, i % c.num_experts, experts.read_raw(reader, decoder_layer(i), i % c.num_experts, c).data());
+          continue;
+        }
+        const ExpertTensors t = experts.read(reader, decoder_layer(i), i % c.num_experts);
         w.write(i / c.num_experts, i % c.num_experts, t.w1.data(), t.w3.data(), t.w2.data(), t.bias.empty() ? nullptr : t.bias.data());
       }
       w.set_attr("converted_from", fingerprint);

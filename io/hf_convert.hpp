@@ -1,5 +1,6 @@
 // `moerun convert`: a Hugging Face checkpoint (config.json + safetensors) to a moe-hdf5 model.
-// Mixtral exactly; Qwen2-MoE and OLMoE as the architecture variants of the format (docs/FORMATS.md).
+// Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE and gpt-oss as the architecture variants of the format
+// (docs/FORMATS.md); MXFP4 and fp8 (128 x 128 block) checkpoints keep their experts as shipped.
 // Tensors stream one at a time (memory bounded by the largest tensor). Every output file is
 // written atomically and carries the fingerprint of what it was made from, so a rerun after an
 // interruption keeps the files already finished and makes only the rest. The expert shards come
@@ -24,7 +25,9 @@ struct ConvertConfig {
                                // system temp directory, named by the checkpoint; removed after the upload)
   std::string dtype = "keep";  // keep | float32 | bfloat16 (keep: bf16 stays bf16, f32 and f16 become f32)
   int shards = 0;              // expert shards; 0: about 2 GiB each
-  std::string quantize = "none";  // none | q8 | q4: the experts' stored format (dense layers keep `dtype`)
+  // The experts' stored format (dense layers keep `dtype`): keep (the checkpoint's MXFP4 or fp8 as
+  // shipped, else `dtype`) | none (dequantized to `dtype`) | q8 | q4.
+  std::string quantize = "keep";
   void validate() const;       // Usage errors naming the option
 };
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "base/native_quant.hpp"
 
 namespace moerun::io {
 
@@ -195,20 +196,28 @@ void ModelConfig::validate(const std::string& where) const {
   if (eos_token_id < 0 || eos_token_id >= vocab_size)
     fail(ErrorKind::BadInput, where, ": attribute eos_token_id is ", eos_token_id, ", expected in [0, ", vocab_size, ")");
   validate_variants(*this, where);
-  if (is_group_quantized(expert_format.scheme) && (hidden_size % kQuantGroup != 0 || intermediate_size % kQuantGroup != 0))
+  // Every quantized scheme works in groups of 32 along a matrix's input dimension (fp8-block's
+  // 128 x 128 blocks may be partial at the edges, its kernels still take 32 k at a time).
+  const WeightScheme s = expert_format.scheme;
+  if (s != WeightScheme::Plain && (hidden_size % kQuantGroup != 0 || intermediate_size % kQuantGroup != 0))
     fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs hidden_size (", hidden_size,
          ") and intermediate_size (", intermediate_size, ") to be multiples of ", kQuantGroup, " (its group size)");
-  if (is_group_quantized(expert_format.scheme) && format_version < 4)
-    fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs format_version 4, the file says ", format_version);
+  if (format_version < format_version_for(s))
+    fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs format_version ", format_version_for(s),
+         ", the file says ", format_version);
 }
 
 int64_t ModelConfig::bytes_per_expert() const {
   const WeightScheme s = expert_format.scheme;
   const int64_t bias = expert_bias_params() * static_cast<int64_t>(dtype_size(dtype));
-  if (!is_group_quantized(s)) return params_per_expert() * static_cast<int64_t>(dtype_size(dtype));
-  // Values and fp16 scales of w1, w3 [ff, d] and w2 [d, ff].
+  if (s == WeightScheme::Plain) return params_per_expert() * static_cast<int64_t>(dtype_size(dtype));
+  // Values and scales of w1, w3 [ff, d] and w2 [d, ff] (docs/FORMATS.md).
   const int64_t ff = intermediate_size, d = hidden_size;
-  auto matrix = [&](int64_t rows, int64_t cols) { return rows * (quant_row_bytes(s, cols) + 2 * quant_row_scales(s, cols)); };
+  auto matrix = [&](int64_t rows, int64_t cols) {
+    if (s == WeightScheme::Mxfp4) return rows * (cols / 2 + cols / kMxfp4Block);
+    if (s == WeightScheme::Fp8Block) return rows * cols + 4 * fp8_scale_rows(rows) * fp8_scale_cols(cols);
+    return rows * (quant_row_bytes(s, cols) + 2 * quant_row_scales(s, cols));
+  };
   return 2 * matrix(ff, d) + matrix(d, ff) + bias;
 }
 

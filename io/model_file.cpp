@@ -188,7 +188,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 4) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 4");
+    if (ver < 1 || ver > 5) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 5");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -373,8 +373,8 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, 
 void ModelFileWriter::write_root_attributes() {
   const ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
-  // Version 4 only where it is needed (quantized experts), so plain files stay readable by older builds.
-  h5_set_attr(file_, "format_version", int64_t{is_group_quantized(c.expert_format.scheme) ? 4 : 3});
+  // Version 4 or 5 only where it is needed (quantized experts), so other files stay readable by older builds.
+  h5_set_attr(file_, "format_version", format_version_for(c.expert_format.scheme));
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);

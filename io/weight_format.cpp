@@ -15,6 +15,17 @@ std::string WeightFormat::name() const {
   }
 }
 
+bool is_weight_format_name(const std::string& name) {
+  for (const char* n : {"float32", "bfloat16", "q8", "q4", "mxfp4", "fp8-block"})
+    if (name == n) return true;
+  return false;
+}
+
+int64_t format_version_for(WeightScheme s) {
+  if (s == WeightScheme::Plain) return 3;
+  return is_group_quantized(s) ? 4 : 5;
+}
+
 WeightFormat parse_weight_format(const std::string& name, DType dtype, const std::string& where) {
   if (name == dtype_name(dtype)) return {dtype, WeightScheme::Plain};
   for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block})

@@ -183,7 +183,8 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
     ("bos", po::value(&m.bos_token_id)->default_value(m.bos_token_id), "bos_token_id")
     ("eos", po::value(&m.eos_token_id)->default_value(m.eos_token_id), "eos_token_id")
     ("dtype", po::value(&dtype)->default_value(dtype),
-     "float32 or bfloat16; q8 or q4: bfloat16 dense layers, experts quantized in groups of 32 (docs/FORMATS.md)")
+     "float32 or bfloat16; q8, q4, mxfp4 or fp8-block: bfloat16 dense layers, experts quantized from the same float32 "
+     "weights (docs/FORMATS.md)")
     ("family", po::value(&family)->default_value(family),
      "layer variants of a family, as convert sets them: mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss (docs/FORMATS.md)")
     ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
@@ -197,10 +198,10 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
 }
 
 void ModelOptions::finish(io::ModelConfig& m) const {
-  if (dtype != "float32" && dtype != "bfloat16" && dtype != "q8" && dtype != "q4")
-    fail(ErrorKind::Usage, "--dtype must be float32, bfloat16, q8 or q4");
+  if (!io::is_weight_format_name(dtype)) fail(ErrorKind::Usage, "--dtype must be ", io::kWeightFormatNames);
+  const bool quantized = dtype != "float32" && dtype != "bfloat16";
   m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
-  m.expert_format = io::parse_weight_format(dtype == "q8" || dtype == "q4" ? dtype : dtype_name(m.dtype), m.dtype, "--dtype");
+  m.expert_format = io::parse_weight_format(quantized ? dtype : dtype_name(m.dtype), m.dtype, "--dtype");
   io::apply_family(family, m);
   if (dense_intermediate > 0 && layer_mlp.empty()) fail(ErrorKind::Usage, "--dense-intermediate needs --layer-mlp with a dense layer");
   try {

@@ -185,7 +185,7 @@ int bench_infer(int argc, char** argv) {
      "scoring-compare: tokens per step (the other modes hold the whole batch in one step)")
     ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
     ("l1-budget-of", po::value(&l1_budget_of),
-     "cache-compare: size L1 in experts of this format (float32, bfloat16, q8, q4), e.g. --dtype q4 --l1-budget-of bfloat16: "
+     "cache-compare: size L1 in experts of this format (float32, bfloat16, q8, q4, mxfp4, fp8-block), e.g. --dtype q4 --l1-budget-of bfloat16: "
      "bf16's L1 bytes, which hold 3.2x the q4 experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
     ("io-threads", po::value(&c.engine.cache.io_threads)->default_value(c.engine.cache.io_threads), "cache-compare: loader threads per expert rank");
@@ -225,8 +225,8 @@ int bench_infer(int argc, char** argv) {
     c.engine.cache.l2_direct = l2_io == "direct";
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-    if (!l1_budget_of.empty() && l1_budget_of != "float32" && l1_budget_of != "bfloat16" && l1_budget_of != "q8" && l1_budget_of != "q4")
-      fail(ErrorKind::Usage, "--l1-budget-of must be float32, bfloat16, q8 or q4");
+    if (!l1_budget_of.empty() && !io::is_weight_format_name(l1_budget_of))
+      fail(ErrorKind::Usage, "--l1-budget-of must be ", io::kWeightFormatNames);
     const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD, l1_budget_of);
     if (mpi.rank() == 0) {
       std::cout << bench::cache_bench_table(c, l1_fraction, r);

@@ -51,7 +51,8 @@ int cmd_convert(int argc, char** argv) {
     ("dtype", po::value(&c.dtype)->default_value(c.dtype), "keep (bf16 stays bf16; f32 and f16 become f32), float32 or bfloat16")
     ("shards", po::value(&c.shards)->default_value(c.shards), "expert shard files (0: about 2 GiB each)")
     ("quantize", po::value(&c.quantize)->default_value(c.quantize),
-     "none, q8 or q4: store the experts quantized in groups of 32 (docs/FORMATS.md); dense layers keep --dtype")
+     "the experts' stored format: keep (an MXFP4 or fp8 checkpoint's experts as shipped, else --dtype), none (dequantized "
+     "to --dtype), q8 or q4 (quantized in groups of 32; docs/FORMATS.md); dense layers keep --dtype")
     ("quiet", po::bool_switch(&quiet), "no progress line or summary");
   ObjectStoreOptions object_store;
   object_store.add(o);

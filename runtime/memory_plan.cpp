@@ -143,15 +143,16 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
        << ") packed in memory on this machine (an L1 slot: what --l1-bytes counts)";
   os << "\n";
   // What the same experts take in each stored format (convert --quantize, synth --dtype): the
-  // packed CPU forms of q8/q4 are these bytes too, so an L1 of the same bytes holds that many more.
+  // packed CPU forms of the quantized formats are these bytes too (plus padding rows to 16), so an
+  // L1 of the same bytes holds that many more.
   os << "  at each format   ";
   const char* sep = "";
-  for (const char* name : {"float32", "bfloat16", "q8", "q4"}) {
+  for (const char* name : {"float32", "bfloat16", "q8", "q4", "mxfp4", "fp8-block"}) {
     io::ModelConfig f = c;
     f.dtype = std::string(name) == "float32" ? DType::F32 : DType::BF16;
     f.expert_format = io::parse_weight_format(name, f.dtype, "inspect");
     const bool whole = c.hidden_size % kQuantGroup == 0 && c.intermediate_size % kQuantGroup == 0;
-    if (is_group_quantized(f.expert_format.scheme) && !whole) continue;  // q8/q4 need whole groups of 32
+    if (f.expert_format.scheme != io::WeightScheme::Plain && !whole) continue;  // quantized formats need whole groups of 32
     os << sep << name << " " << human(f.bytes_per_expert());
     sep = ", ";
   }

@@ -78,7 +78,7 @@ void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
   const int threads = omp_get_max_threads();
   const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) {
     const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
-    if (is_group_quantized(w.w2.scheme)) return r.rows <= kSmallMMaxRows;  // a thread per expert, as below
+    if (w.w2.scheme != WeightScheme::Plain) return r.rows <= kSmallMMaxRows;  // a thread per expert, as below
     return Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows);
   });
   if (!small || runs.size() < 2 || threads < 2 || omp_in_parallel()) {

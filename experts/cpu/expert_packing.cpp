@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/native_matmul.hpp"
 #include "base/quant_matmul.hpp"
 #include "io/model_file.hpp"
 
@@ -27,31 +28,35 @@ std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const io::Mo
 }
 const char* const kMatrixNames[] = {"w1", "w3", "w2"};
 
-// A q8/q4 matrix shaped for quant_matmul's blocked form (reusing the buffer when big enough).
+bool quantized(const io::ModelConfig& c) { return c.expert_format.scheme != WeightScheme::Plain; }
+
+// A quantized matrix shaped for its kernel's blocked form: quant_matmul's (q8/q4) or native_matmul's
+// (mxfp4/fp8-block), reusing the buffer when big enough.
 void shape_quantized(WeightMatrix& m, const io::ModelConfig& c, int64_t rows, int64_t cols) {
   m.dtype = c.dtype;
   m.scheme = c.expert_format.scheme;
   m.rows = rows;
   m.cols = cols;
   m.packed = nullptr;
-  m.data.resize(static_cast<std::size_t>(quant_blocked_bytes(m.scheme, rows, cols)));
+  m.data.resize(static_cast<std::size_t>(is_native_quantized(m.scheme) ? native_blocked_bytes(m.scheme, rows, cols)
+                                                                       : quant_blocked_bytes(m.scheme, rows, cols)));
 }
 }  // namespace
 
 void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into) {
   const auto* b = static_cast<const unsigned char*>(raw);
   const std::vector<io::ExpertPart> parts = io::expert_raw_parts(c);
-  const bool quantized = is_group_quantized(c.expert_format.scheme);
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(into, c, i);
     const io::ExpertPart& values = io::expert_part(parts, kMatrixNames[i]);
-    if (!quantized) {
+    if (!quantized(c)) {
       mm.pack_from(b + values.offset, c.dtype, rows, cols, *m, kExpertTypicalRows);
       continue;
     }
     const io::ExpertPart& scales = io::expert_part(parts, std::string(kMatrixNames[i]) + "_scales");
     shape_quantized(*m, c, rows, cols);
-    quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>());
+    if (is_native_quantized(m->scheme)) native_pack(m->scheme, b + values.offset, b + scales.offset, rows, cols, m->data.as<uint8_t>());
+    else quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>());
   }
   if (!c.expert_bias) return;
   // b1‖b3‖b2 are adjacent in the raw form, in the same order as FfnWeights::bias.
@@ -65,7 +70,7 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
 void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
-    if (is_group_quantized(c.expert_format.scheme)) shape_quantized(*m, c, rows, cols);
+    if (quantized(c)) shape_quantized(*m, c, rows, cols);
     else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
   }
@@ -80,7 +85,7 @@ int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
   FfnWeights w;  // shaped only: the buffers are allocated, never touched
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
-    if (is_group_quantized(c.expert_format.scheme)) shape_quantized(*m, c, rows, cols);
+    if (quantized(c)) shape_quantized(*m, c, rows, cols);
     else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());
   }
@@ -91,6 +96,7 @@ std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   if (is_group_quantized(c.expert_format.scheme))
     return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
+  if (quantized(c)) return str(c.expert_format.name(), "-blocked16-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
   return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +
          mm.packed_layout_name(c.dtype, d, ff, kExpertTypicalRows);
 }
@@ -99,8 +105,14 @@ void check_packed_finite(FfnWeights& w, const io::ModelConfig& c, const std::str
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
     const std::string tensor = group + "/" + kMatrixNames[i] + " (packed, in L2)";
-    if (!is_group_quantized(m->scheme)) {
+    if (m->scheme == WeightScheme::Plain) {
       io::check_finite(m->data.data(), c.dtype, 1, static_cast<int64_t>(m->data.size() / dtype_size(c.dtype)), where, tensor);
+      continue;
+    }
+    if (is_native_quantized(m->scheme)) {
+      const char* what = nullptr;
+      const int64_t at = native_blocked_find_bad(m->scheme, rows, cols, m->data.as<uint8_t>(), &what);
+      if (at >= 0) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " (element ", at, " of its values or scales as stored)");
       continue;
     }
     const int64_t n = quant_blocked_scales(m->scheme, rows, cols);

@@ -8,8 +8,13 @@ transformers itself (docs/data/hf_2025_reference.txt). The checkpoints are writt
 the layout Hugging Face ships: Qwen3-MoE with one tensor per expert matrix, per-head q/k norms, an
 explicit head_dim, yarn and a sliding window on every layer; gpt-oss with its experts in MXFP4
 (blocks and E8M0 scales), attention sinks, biases everywhere, sliding and full layers alternating,
-and yarn without truncation. Prompts are longer than the windows. Greedy tokens must be equal and
-every step's logits within 1e-4 (max |a-b| / max |b|) of the reference.
+and yarn without truncation; and Qwen3-MoE as an fp8 checkpoint ships (Qwen3-FP8, DeepSeek-V3):
+every linear weight but the router's and the LM head's in float8 e4m3 with float32 scales per
+128 x 128 block (`weight_scale_inv`), at sizes with partial blocks. gpt-oss's experts are converted
+twice: kept in MXFP4 as shipped (the default) and dequantized (--quantize none); the fp8 experts are
+kept as shipped. The reference computes with the dequantized weights in float64. Prompts are longer
+than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
+max |b|) of the reference.
 
 usage: numpy_reference.py MOERUN_BIN WORKDIR
 """
@@ -29,11 +34,16 @@ PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41], [3, 100, 7], [2] + list(ra
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
 
 
+class Fp8(np.ndarray):
+    """e4m3fn bytes (uint8) that the file calls F8_E4M3."""
+
+
 def write_safetensors(path, tensors):
     header, off, blobs = {}, 0, []
     for name, a in tensors.items():
+        fp8 = isinstance(a, Fp8)
         a = np.ascontiguousarray(a)
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}[a.dtype]
+        dtype = "F8_E4M3" if fp8 else {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}[a.dtype]
         header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         off += a.nbytes
         blobs.append(a.tobytes())
@@ -62,6 +72,45 @@ def dequant_mxfp4(blocks, scales):
     vals = np.stack([lo, hi], axis=-1).reshape(*blocks.shape[:-1], 32)
     vals = vals * np.exp2(scales.astype(np.float64) - 127)[..., None]
     return vals.reshape(*blocks.shape[:-2], -1)
+
+
+def e4m3_values():
+    """The 256 codes of float8 e4m3fn as float64 (0x7f, 0xff: NaN), from the definition."""
+    b = np.arange(256)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
+    v = np.where(b & 0x80, -v, v)
+    v[[0x7f, 0xff]] = np.nan
+    return v
+
+
+E4M3 = e4m3_values()
+
+
+def quantize_fp8(w):
+    """[rows, cols] float32 -> (e4m3 codes, float32 scales per 128 x 128 block), DeepSeek's weight
+    quantization: scale = amax / 448 per block, each value the nearest code of w / scale."""
+    rows, cols = w.shape
+    sr, sc = -(-rows // 128), -(-cols // 128)
+    scales = np.zeros((sr, sc), np.float32)
+    q = np.zeros(w.shape, np.uint8)
+    pos = E4M3[:127]
+    for i in range(sr):
+        for j in range(sc):
+            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128].astype(np.float64)
+            s = np.float32(np.abs(blk).max() / 448)
+            scales[i, j] = s
+            a = np.minimum(np.abs(blk) / s, 448)
+            k = np.clip(np.searchsorted(pos, a), 1, 126)
+            k = np.where(a - pos[k - 1] < pos[k] - a, k - 1, k)
+            q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = k | np.where(blk < 0, 0x80, 0)
+    return q.view(Fp8), scales
+
+
+def dequant_fp8(q, scales):
+    """e4m3 * its block's scale, one float32 product (DeepSeek's weight_dequant), as float64."""
+    s = np.repeat(np.repeat(scales, 128, axis=0), 128, axis=1)[:q.shape[0], :q.shape[1]]
+    return (E4M3[np.asarray(q, np.uint8)].astype(np.float32) * s).astype(np.float64)
 
 
 class Rng:
@@ -111,6 +160,44 @@ def qwen3_checkpoint(rng):
             t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
                       p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
     return cfg, t
+
+
+def qwen3_fp8_checkpoint(rng):
+    """Qwen3-MoE as an fp8 checkpoint: hidden 160 and expert width 160 (two 128-blocks, the second
+    partial), every linear weight but mlp.gate and lm_head in e4m3 with block scales. Returns the
+    file's tensors and the reference's (dequantized)."""
+    V, D, L, H, KV, HD, FF, E = 128, 160, 3, 4, 2, 40, 160, 6
+    cfg = dict(model_type="qwen3_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+               num_key_value_heads=KV, head_dim=HD, intermediate_size=192, moe_intermediate_size=FF, num_experts=E,
+               num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
+               eos_token_id=127, tie_word_embeddings=False, attention_bias=False, rope_theta=1e6, mlp_only_layers=[1],
+               hidden_act="silu", quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                                       "weight_block_size": [128, 128]})
+    ref = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        ref.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                    p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
+                    p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
+                    p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
+        if dense_layer(cfg, l):
+            DFF = cfg["intermediate_size"]
+            ref.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D),
+                        p + "mlp.down_proj.weight": rng.w(D, DFF)})
+            continue
+        ref[p + "mlp.gate.weight"] = rng.w(E, D)
+        for e in range(E):
+            ref.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
+                        p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    t = {}
+    for n, w in ref.items():
+        if w.ndim == 2 and "proj.weight" in n:
+            q, sc = quantize_fp8(w)
+            t[n], t[n + "_scale_inv"] = q, sc
+            ref[n] = dequant_fp8(q, sc)
+        else:
+            t[n] = w
+    return cfg, t, ref
 
 
 def gpt_oss_checkpoint(rng):
@@ -247,44 +334,60 @@ def forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
+def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format):
+    """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
+    it, and compares with the float64 forward over `ref_tensors`. Returns the failures."""
+    hf, moe = os.path.join(work, name + "-hf"), os.path.join(work, name + "-moe")
+    if not os.path.exists(hf):
+        write_checkpoint(hf, cfg, tensors)
+    r = run([moerun, "convert", "--from-hf", hf, "--out", moe, "--shards", "2", "--quiet"] + convert_args)
+    if r.returncode:
+        print(f"FAIL {name}: convert exit {r.returncode}: {r.stderr.strip()}")
+        return 1
+    info = run([moerun, "inspect", "--model", moe]).stdout
+    fmt_ok = (f"experts {expect_format}" in info.splitlines()[0]) if expect_format else "experts " not in info.splitlines()[0]
+    print(f"{'ok  ' if fmt_ok else 'FAIL'} {name}: experts stored as {expect_format or 'the dtype'} ({info.splitlines()[0]})")
+    failures = 0 if fmt_ok else 1
+    reqs, out, lg = (os.path.join(work, name + s) for s in ("-reqs.jsonl", "-out.jsonl", "-logits.jsonl"))
+    write_requests(reqs, PROMPTS, STEPS)
+    r = run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"])
+    if r.returncode:
+        print(f"FAIL {name}: infer exit {r.returncode}: {r.stderr.strip()}")
+        return failures + 1
+    ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
+    ours_logits = read_logits(lg)
+    worst = 0.0
+    for i, prompt in enumerate(PROMPTS):
+        ids, ref = list(prompt), []
+        for _ in range(STEPS):
+            ref.append(forward(cfg, ref_tensors, ids)[-1])
+            ids.append(int(np.argmax(ref[-1])))
+        want, got = ids[len(prompt):], ours[f"p{i}"]
+        for a, b in zip(ours_logits[f"p{i}"], ref):
+            worst = max(worst, relative_error(a, b))
+        ok = got == want[:len(got)] and len(got) > 0
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: prompt {i} ({len(prompt)} tokens): tokens {got}, float64 reference {want}")
+    ok = worst <= REL_TOL
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: logits within {REL_TOL} of the float64 reference (worst relative error {worst:.2e})")
+    return failures
+
+
 def main():
     moerun, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     failures = 0
-    for name, make in (("qwen3_moe", qwen3_checkpoint), ("gpt_oss", gpt_oss_checkpoint)):
-        cfg, tensors = make(Rng(7))
-        hf, moe = os.path.join(work, name + "-hf"), os.path.join(work, name + "-moe")
-        write_checkpoint(hf, cfg, tensors)
-        r = run([moerun, "convert", "--from-hf", hf, "--out", moe, "--shards", "2", "--quiet"])
-        if r.returncode:
-            print(f"FAIL {name}: convert exit {r.returncode}: {r.stderr.strip()}")
-            failures += 1
-            continue
-        reqs, out, lg = (os.path.join(work, name + s) for s in ("-reqs.jsonl", "-out.jsonl", "-logits.jsonl"))
-        write_requests(reqs, PROMPTS, STEPS)
-        r = run([moerun, "infer", "--model", moe, "--input", reqs, "--output", out, "--logits-out", lg, "--quiet"])
-        if r.returncode:
-            print(f"FAIL {name}: infer exit {r.returncode}: {r.stderr.strip()}")
-            failures += 1
-            continue
-        ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
-        ours_logits = read_logits(lg)
-        worst = 0.0
-        for i, prompt in enumerate(PROMPTS):
-            ids, ref = list(prompt), []
-            for _ in range(STEPS):
-                ref.append(forward(cfg, tensors, ids)[-1])
-                ids.append(int(np.argmax(ref[-1])))
-            want, got = ids[len(prompt):], ours[f"p{i}"]
-            for a, b in zip(ours_logits[f"p{i}"], ref):
-                worst = max(worst, relative_error(a, b))
-            ok = got == want[:len(got)] and len(got) > 0
-            failures += not ok
-            print(f"{'ok  ' if ok else 'FAIL'} {name}: prompt {i} ({len(prompt)} tokens): tokens {got}, float64 reference {want}")
-        ok = worst <= REL_TOL
-        failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {name}: logits within {REL_TOL} of the float64 reference (worst relative error {worst:.2e})")
+    cfg, t = qwen3_checkpoint(Rng(7))
+    failures += check_model(moerun, work, "qwen3_moe", cfg, t, t, [], None)
+    cfg, t = gpt_oss_checkpoint(Rng(7))
+    failures += check_model(moerun, work, "gpt_oss", cfg, t, t, [], "mxfp4")
+    # The same checkpoint dequantized at convert: the same reference.
+    os.symlink(os.path.join(work, "gpt_oss-hf"), os.path.join(work, "gpt_oss_dequantized-hf"))
+    failures += check_model(moerun, work, "gpt_oss_dequantized", cfg, t, t, ["--quantize", "none"], None)
+    cfg, t, ref = qwen3_fp8_checkpoint(Rng(9))
+    failures += check_model(moerun, work, "qwen3_moe_fp8", cfg, t, ref, [], "fp8-block")
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
