@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "base/native_quant.hpp"
+#include "base/quant_format.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
@@ -148,10 +152,39 @@ TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
 }
 
 
-// q8/q4 experts through the raw form the shards store (quantize_rows' values and fp16 scales),
-// packed as the backend packs them, against fp64 of the dequantized weights with the real x: the
-// int8 path (1-8 rows) and the bf16/AMX path (16 rows and up) differ from it by the activations'
-// rounding only.
+// One quantized matrix [rows, cols] into its raw parts (values at q, scales at sc) as the shards
+// store it, and the weights those bytes stand for into `dq`.
+void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, uint8_t* q, uint8_t* sc, std::vector<float>& dq) {
+  dq.resize(static_cast<std::size_t>(rows * cols));
+  if (s == WeightScheme::Mxfp4) {
+    quantize_mxfp4(w.data(), rows, cols / 32, q, sc);
+    dequantize_mxfp4(q, sc, rows, cols / 32, dq.data());
+  } else if (s == WeightScheme::Fp8Block) {
+    quantize_fp8_block(w.data(), rows, cols, q, reinterpret_cast<float*>(sc));
+    dequantize_fp8_block(q, reinterpret_cast<const float*>(sc), cols, 0, rows, dq.data());
+  } else {
+    quantize_rows(s, w.data(), rows, cols, q, reinterpret_cast<uint16_t*>(sc));
+    dequantize_rows(s, q, reinterpret_cast<const uint16_t*>(sc), rows, cols, dq.data());
+  }
+}
+
+// An expert of `c` (a quantized format) from seeded float32 weights: its raw form, and dq[0..2]
+// the dequantized w1, w3, w2.
+AlignedBuffer quantized_expert(const io::ModelConfig& c, uint32_t seed, std::vector<float> dq[3]) {
+  const int64_t d = c.hidden_size, ff = c.intermediate_size;
+  const std::vector<float> w[3] = {randv(ff * d, seed, 0.125f), randv(ff * d, seed + 1, 0.125f), randv(d * ff, seed + 2, 0.1f)};
+  const auto parts = io::expert_raw_parts(c);
+  AlignedBuffer raw(io::expert_raw_bytes(c));
+  const char* names[] = {"w1", "w3", "w2"};
+  for (int m = 0; m < 3; ++m)
+    quantize_part(c.expert_format.scheme, w[m], m == 2 ? d : ff, m == 2 ? ff : d, raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset,
+                  raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset, dq[m]);
+  return raw;
+}
+
+// Quantized experts through the raw form the shards store, packed as the backend packs them,
+// against fp64 of the dequantized weights with the real x: q8/q4 differ from it by the int8
+// activations' rounding; mxfp4 and fp8-block compute in float32 and differ by its rounding only.
 class QuantizedExpertFfn : public ::testing::TestWithParam<std::tuple<WeightScheme, int64_t>> {};
 
 TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
@@ -162,19 +195,8 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
   c.dtype = DType::BF16;
   c.expert_format = {DType::BF16, scheme};
   const int64_t d = c.hidden_size, ff = c.intermediate_size;
-  const std::vector<float> w[3] = {randv(ff * d, 21, 0.125f), randv(ff * d, 22, 0.125f), randv(d * ff, 23, 0.1f)};
-  const auto parts = io::expert_raw_parts(c);
-  AlignedBuffer raw(io::expert_raw_bytes(c));
   std::vector<float> dq[3];
-  const char* names[] = {"w1", "w3", "w2"};
-  for (int m = 0; m < 3; ++m) {
-    const int64_t r = m == 2 ? d : ff, cols = m == 2 ? ff : d;
-    auto* q = raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset;
-    auto* sc = reinterpret_cast<uint16_t*>(raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset);
-    quantize_rows(scheme, w[m].data(), r, cols, q, sc);
-    dq[m].resize(static_cast<std::size_t>(r * cols));
-    dequantize_rows(scheme, q, sc, r, cols, dq[m].data());
-  }
+  const AlignedBuffer raw = quantized_expert(c, 21, dq);
   Matmul mm;
   FfnWeights fw;
   pack_expert_from_raw(mm, raw.data(), c, fw);
@@ -202,13 +224,83 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
     }
   }
   // int8 activations: half a step of amax/127 per group, times Σ|d q| (for q4 about twice Σ|w|, its
-  // levels being offset by the minimum); bf16: 2^-9 relative.
-  EXPECT_LE(worst / scale, scheme == WeightScheme::Q4 ? 4e-2 : 2e-2) << "rows " << rows;
+  // levels being offset by the minimum). Native formats: float32 sums of 64-96 products.
+  const double bound = scheme == WeightScheme::Q4 ? 4e-2 : scheme == WeightScheme::Q8 ? 2e-2 : 2e-6;
+  EXPECT_LE(worst / scale, bound) << "rows " << rows;
   EXPECT_GT(worst, 0.0) << "exactly equal would mean the reference is not independent of the rounding";
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, QuantizedExpertFfn,
-                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4), ::testing::Values(1, 3, 8, 16, 53)));
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                                            ::testing::Values(1, 3, 8, 16, 53)));
+
+// gpt-oss's experts kept in MXFP4 (and the same in fp8-block): biases and the clamped SwiGLU on the
+// native kernels against fp64, and a layer's experts one per thread (run_all) give run()'s bits.
+TEST(NativeExpertFfn, BiasedClampedExpertsMatchFp64AndRunAllGivesRunsBits) {
+  for (WeightScheme scheme : {WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+    io::ModelConfig c;
+    c.hidden_size = 64;
+    c.intermediate_size = 96;
+    c.dtype = DType::F32;
+    c.expert_format = {DType::F32, scheme};
+    c.expert_bias = true;
+    c.expert_activation = io::ExpertActivation::ClampedSwiGlu;
+    c.swiglu_limit = 1.5;  // low enough that both clamps act on these weights
+    const int64_t d = c.hidden_size, ff = c.intermediate_size, E = 5;
+    Matmul mm;
+    CpuBackend backend(c, mm);
+    std::vector<std::unique_ptr<ResidentExpert>> experts;
+    std::vector<std::array<std::vector<float>, 4>> ref(E);  // dequantized w1, w3, w2 and the biases
+    for (int64_t e = 0; e < E; ++e) {
+      std::vector<float> dq[3];
+      AlignedBuffer raw = quantized_expert(c, 40 + 3 * static_cast<uint32_t>(e), dq);
+      const auto bias = randv(2 * ff + d, 90 + static_cast<uint32_t>(e), 0.3f);
+      std::memcpy(raw.as<uint8_t>() + io::expert_part(io::expert_raw_parts(c), "b1").offset, bias.data(), bias.size() * 4);
+      ref[e] = {dq[0], dq[1], dq[2], bias};
+      experts.push_back(backend.allocate_expert());
+      backend.load_expert(raw.data(), *experts.back());
+    }
+    std::vector<ExpertRun> runs;
+    int64_t offset = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      runs.push_back({experts[static_cast<std::size_t>(e)].get(), offset, e + 1});
+      offset += e + 1;
+    }
+    const auto x = randv(static_cast<std::size_t>(offset * d), 6, 1.0f);
+    std::vector<float> seq(x.size()), par(x.size());
+    backend.begin(x.data(), offset, seq.data());
+    for (const ExpertRun& r : runs) backend.run(r);
+    backend.finish();
+    backend.begin(x.data(), offset, par.data());
+    backend.run_all(runs);
+    backend.finish();
+    EXPECT_EQ(par, seq) << "run_all, " << c.expert_format.name();
+    double worst = 0, scale = 0;
+    const double lim = c.swiglu_limit, alpha = c.swiglu_alpha;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t t = runs[e].offset; t < runs[e].offset + runs[e].rows; ++t) {
+        const auto& [w1, w3, w2, b] = ref[e];
+        std::vector<double> a(static_cast<std::size_t>(ff));
+        for (int64_t i = 0; i < ff; ++i) {
+          double g = b[i], u = b[ff + i];
+          for (int64_t k = 0; k < d; ++k) {
+            g += static_cast<double>(x[t * d + k]) * w1[i * d + k];
+            u += static_cast<double>(x[t * d + k]) * w3[i * d + k];
+          }
+          g = std::min(g, lim);
+          u = std::clamp(u, -lim, lim);
+          a[i] = (u + 1) * g / (1 + std::exp(-alpha * g));
+        }
+        for (int64_t o = 0; o < d; ++o) {
+          double want = b[2 * ff + o];
+          for (int64_t i = 0; i < ff; ++i) want += a[i] * w2[o * ff + i];
+          worst = std::max(worst, std::abs(seq[t * d + o] - want));
+          scale = std::max(scale, std::abs(want));
+        }
+      }
+    EXPECT_LE(worst / scale, 2e-6) << c.expert_format.name();
+  }
+}
 
 }  // namespace
 }  // namespace moerun::experts

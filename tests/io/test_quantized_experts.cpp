@@ -1,9 +1,11 @@
-// q8/q4 experts in moe-hdf5 (format version 4): what synth writes is the quantization of the same
-// seeded float32 weights, and a broken scale, type or byte is refused by name.
+// Quantized experts in moe-hdf5 (q8/q4: format version 4; mxfp4, fp8-block: version 5): what synth
+// writes is the quantization of the same seeded float32 weights, and a broken scale, value, type or
+// byte is refused by name.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
+#include "base/native_quant.hpp"
 #include "base/quant_format.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
@@ -45,36 +47,67 @@ class QuantizedExperts : public ::testing::TestWithParam<WeightScheme> {
   ModelConfig config;
 };
 
+// One matrix [rows, cols] quantized as the writer stores it: values and scales, as raw bytes.
+void quantize_matrix(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, std::vector<uint8_t>& q,
+                     std::vector<uint8_t>& scales) {
+  switch (s) {
+    case WeightScheme::Mxfp4:
+      q.resize(rows * cols / 2);
+      scales.resize(rows * cols / 32);
+      return quantize_mxfp4(w.data(), rows, cols / 32, q.data(), scales.data());
+    case WeightScheme::Fp8Block:
+      q.resize(rows * cols);
+      scales.resize(fp8_scale_rows(rows) * fp8_scale_cols(cols) * 4);
+      return quantize_fp8_block(w.data(), rows, cols, q.data(), reinterpret_cast<float*>(scales.data()));
+    default:
+      q.resize(rows * quant_row_bytes(s, cols));
+      scales.resize(rows * quant_row_scales(s, cols) * 2);
+      quantize_rows(s, w.data(), rows, cols, q.data(), reinterpret_cast<uint16_t*>(scales.data()));
+  }
+}
+std::vector<float> dequantize_matrix(WeightScheme s, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales, int64_t rows,
+                                     int64_t cols) {
+  std::vector<float> out(rows * cols);
+  if (s == WeightScheme::Mxfp4) dequantize_mxfp4(q.data(), scales.data(), rows, cols / 32, out.data());
+  else if (s == WeightScheme::Fp8Block) dequantize_fp8_block(q.data(), reinterpret_cast<const float*>(scales.data()), cols, 0, rows, out.data());
+  else dequantize_rows(s, q.data(), reinterpret_cast<const uint16_t*>(scales.data()), rows, cols, out.data());
+  return out;
+}
+
 TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   const WeightScheme s = GetParam();
-  EXPECT_EQ(config.format_version, 4);
+  const bool native = s == WeightScheme::Mxfp4 || s == WeightScheme::Fp8Block;
+  EXPECT_EQ(config.format_version, native ? 5 : 4);
   EXPECT_EQ(config.expert_format.scheme, s);
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
   const AlignedBuffer raw = idx.load_raw(1, 2);  // verified: NaN scan and checksum
   ASSERT_EQ(raw.size(), expert_raw_bytes(config));
   EXPECT_EQ(static_cast<int64_t>(raw.size()), config.bytes_per_expert());
-  const int64_t bits = s == WeightScheme::Q8 ? 8 * 32 + 16 : 4 * 32 + 32;  // per group of 32
-  EXPECT_EQ(config.bytes_per_expert() * 8, config.params_per_expert() / 32 * bits);
+  // Bits per group of 32 weights: values and scales (fp8: one byte a weight, a float per 128 x 128
+  // block, here one block per matrix: 64 x 96 and 96 x 64).
+  const int64_t bits = s == WeightScheme::Q8 ? 8 * 32 + 16 : s == WeightScheme::Q4 ? 4 * 32 + 32 : s == WeightScheme::Mxfp4 ? 4 * 32 + 8 : 8 * 32;
+  EXPECT_EQ(config.bytes_per_expert() * 8, config.params_per_expert() / 32 * bits + (native && s != WeightScheme::Mxfp4 ? 3 * 32 : 0));
   // The same synth_tensor, quantized here: byte for byte what the shard holds.
   const int64_t d = 64, ff = 96;
   const auto w2 = synth_tensor(SynthConfig{}.seed, expert_group_path(1, 2) + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
-  std::vector<uint8_t> q(static_cast<std::size_t>(d * quant_row_bytes(s, ff)));
-  std::vector<uint16_t> scales(static_cast<std::size_t>(d * quant_row_scales(s, ff)));
-  quantize_rows(s, w2.data(), d, ff, q.data(), scales.data());
+  std::vector<uint8_t> q, scales;
+  quantize_matrix(s, w2, d, ff, q, scales);
   const auto parts = expert_raw_parts(config);
   const ExpertPart& pv = expert_part(parts, "w2");
   const ExpertPart& ps = expert_part(parts, "w2_scales");
+  ASSERT_EQ(pv.bytes, q.size());
+  ASSERT_EQ(ps.bytes, scales.size());
   EXPECT_EQ(std::memcmp(raw.as<uint8_t>() + pv.offset, q.data(), q.size()), 0);
   EXPECT_EQ(std::memcmp(raw.as<uint8_t>() + ps.offset, scales.data(), ps.bytes), 0);
   // And it dequantizes close to the float32 original.
-  std::vector<float> back(w2.size());
-  dequantize_rows(s, q.data(), scales.data(), d, ff, back.data());
+  const std::vector<float> back = dequantize_matrix(s, q, scales, d, ff);
   double err = 0, mag = 0;
   for (std::size_t i = 0; i < w2.size(); ++i) {
     err += std::pow(back[i] - w2[i], 2);
     mag += std::pow(w2[i], 2);
   }
-  EXPECT_LT(std::sqrt(err / mag), s == WeightScheme::Q8 ? 0.01 : 0.12);
+  const double bound = s == WeightScheme::Q8 ? 0.01 : s == WeightScheme::Fp8Block ? 0.04 : 0.12;  // 3 and 2 mantissa bits
+  EXPECT_LT(std::sqrt(err / mag), bound);
 }
 
 // Rewrites dataset `ds` of a shard in place: read as T, `change` applied, written back.
@@ -90,10 +123,30 @@ void rewrite(const std::string& shard, const std::string& ds, hid_t mem_type, F 
 }
 
 TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
-  rewrite<uint16_t>(dir + "/" + shard_file_name(0), expert_group_path(0, 1) + "/w3_scales", H5T_NATIVE_UINT16,
-                    [](std::vector<uint16_t>& v, int64_t cols) { v[static_cast<std::size_t>(2 * cols + 1)] = 0x7e00; });  // fp16 NaN
+  const std::string shard = dir + "/" + shard_file_name(0), ds = expert_group_path(0, 1) + "/w3_scales";
+  auto load = [&] { ExpertShardIndex::build(dir, config).load_raw(0, 1); };  // an index per load: it keeps the file open
+  switch (GetParam()) {
+    case WeightScheme::Mxfp4:  // [96, 2] E8M0 bytes
+      rewrite<uint8_t>(shard, ds, H5T_NATIVE_UINT8, [](std::vector<uint8_t>& v, int64_t cols) { v[2 * cols + 1] = 255; });
+      return expect_error(load, {"experts-00000.h5", ds + " contains an E8M0 scale of 255 (NaN) at [2,1]"});
+    case WeightScheme::Fp8Block:  // [1, 1] float32
+      rewrite<float>(shard, ds, H5T_NATIVE_FLOAT, [](std::vector<float>& v, int64_t) { v[0] = INFINITY; });
+      expect_error(load, {"experts-00000.h5", ds + " contains a block scale that is NaN or Inf at [0,0]"});
+      rewrite<float>(shard, ds, H5T_NATIVE_FLOAT, [](std::vector<float>& v, int64_t) { v[0] = 0x1p120f; });
+      return expect_error(load, {ds + " contains a block scale of 2^119 or more"});
+    default:
+      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7e00; });  // fp16 NaN
+      expect_error(load, {"experts-00000.h5", ds + " contains NaN at [2,1]"});
+  }
+}
+
+// Only e4m3 has NaN codes among the stored values (every q8, q4 or MXFP4 byte is a number).
+class Fp8Experts : public QuantizedExperts {};
+TEST_P(Fp8Experts, NanValueCodeIsNamedBeforeTheChecksum) {
+  const std::string ds = expert_group_path(0, 1) + "/w2";
+  rewrite<uint8_t>(dir + "/" + shard_file_name(0), ds, H5T_NATIVE_UINT8, [](std::vector<uint8_t>& v, int64_t cols) { v[3 * cols + 5] = 0xff; });
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
-  expect_error([&] { idx.load_raw(0, 1); }, {"experts-00000.h5", "/layers/0/experts/1/w3_scales contains NaN at [2,1]"});
+  expect_error([&] { idx.load_raw(0, 1); }, {"experts-00000.h5", ds + " contains an e4m3 NaN at [3,5]"});
 }
 
 TEST_P(QuantizedExperts, ChangedValueByteIsAChecksumMismatch) {
@@ -112,26 +165,50 @@ TEST_P(QuantizedExperts, ValuesOfAnotherTypeAreRefused) {
     std::vector<float> v(static_cast<std::size_t>(info.shape[0] * info.shape[1]));
     h5_write(f, ds, info.shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, v.data(), true);
   }
-  const char* want = GetParam() == WeightScheme::Q8 ? "expected int8" : "expected uint8";
+  const char* want = GetParam() == WeightScheme::Q8 ? "expected int8" : "expected uint8";  // mxfp4 and e4m3 bytes too
   expect_error([&] { ExpertShardIndex::build(dir, config); }, {"experts-00000.h5", "/layers/0/experts/0/w2 has type float32", want});
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts, ::testing::Values(WeightScheme::Q8, WeightScheme::Q4),
-                         [](const auto& info) { return std::string(info.param == WeightScheme::Q8 ? "q8" : "q4"); });
+std::string scheme_test_name(const ::testing::TestParamInfo<WeightScheme>& info) {
+  return WeightFormat{DType::F32, info.param}.name() == "fp8-block" ? "fp8_block" : WeightFormat{DType::F32, info.param}.name();
+}
+INSTANTIATE_TEST_SUITE_P(Fp8, Fp8Experts, ::testing::Values(WeightScheme::Fp8Block), scheme_test_name);
+INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts,
+                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         scheme_test_name);
 
 TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
   ModelConfig m;
   m.architecture = "mixtral";
   m.vocab_size = 50; m.hidden_size = 48; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 12;
   m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
-  m.expert_format = {DType::F32, WeightScheme::Q4};
-  try {
-    m.validate("here");
-    FAIL() << "hidden_size 48 is not whole groups of 32";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
-    EXPECT_NE(std::string(e.what()).find("expert_format q4 needs hidden_size (48)"), std::string::npos) << e.what();
+  for (WeightScheme s : {WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+    m.expert_format = {DType::F32, s};
+    try {
+      m.validate("here");
+      FAIL() << "hidden_size 48 is not whole groups of 32";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+      EXPECT_NE(std::string(e.what()).find("expert_format " + m.expert_format.name() + " needs hidden_size (48)"), std::string::npos) << e.what();
+    }
   }
+}
+
+TEST(QuantizedExpertsConfig, NativeFormatsNeedVersion5) {
+  ModelConfig m;
+  m.architecture = "mixtral";
+  m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
+  m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  m.expert_format = {DType::F32, WeightScheme::Mxfp4};
+  m.format_version = 4;
+  try {
+    m.validate("model.h5");
+    FAIL() << "a version-4 file cannot hold mxfp4 experts";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert_format mxfp4 needs format_version 5, the file says 4"), std::string::npos) << e.what();
+  }
+  m.format_version = 5;
+  EXPECT_NO_THROW(m.validate("model.h5"));
 }
 
 }  // namespace

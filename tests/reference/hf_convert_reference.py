@@ -5,6 +5,9 @@ For Mixtral, Qwen2-MoE (also with dense MLP layers) and OLMoE: a tiny random mod
 scaled so routing is not decided by ties), saved with save_pretrained as sharded safetensors,
 converted with `moerun convert`, run with `moerun infer --logits-out`. Every step's logits must agree
 with the Hugging Face model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal.
+An fp8 Mixtral checkpoint (attention and expert weights in e4m3 with 128 x 128 block scales, as
+Qwen3-FP8 and DeepSeek-V3 ship) keeps its experts as shipped and is checked against transformers
+running the dequantized weights, np 3 bit for bit.
 Then a bf16 checkpoint converts losslessly (`--dtype keep`), and bad checkpoints fail with exit 3
 naming the file and tensor: a truncated safetensors file, a config that disagrees with the
 weights, an unsupported architecture.
@@ -19,7 +22,7 @@ import sys
 import h5py
 import numpy as np
 import torch
-from reference_common import convert_refused, hf_greedy, infer_against, inspect_total, run
+from reference_common import convert_refused, dequant_fp8, hf_greedy, infer_against, inspect_total, quantize_fp8, run, write_safetensors
 from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM)
 
@@ -107,6 +110,41 @@ def main():
               f"{fam}: a rerun keeps the finished files ({r.stderr.strip().splitlines()[0] if r.stderr.strip() else r.returncode})")
         r = run([moerun, "infer", "--model", out_dir, "--input", reqs, "--output", out + ".2", "--quiet"])
         check(r.returncode == 0 and open(out).read() == open(out + ".2").read(), f"{fam}: the resumed conversion gives the same tokens")
+
+    # fp8: experts kept as shipped (fp8-block), the attention weights dequantized at convert; the
+    # reference is transformers' Mixtral with every weight dequantized (e4m3 * scale in float32).
+    cls, cfg = families()["mixtral"]
+    model = make_model(cls, cfg, seed=11)
+    tensors = {}
+    with torch.no_grad():
+        for n, p in model.state_dict().items():
+            w = p.numpy()
+            if w.ndim == 2 and ("self_attn" in n or ".experts." in n):
+                q, sc = quantize_fp8(w)
+                tensors[n], tensors[n + "_scale_inv"] = q, sc
+                p.copy_(torch.from_numpy(dequant_fp8(q, sc).astype(np.float32)))
+            else:
+                tensors[n] = w.copy()
+    hf_dir, out_dir = os.path.join(work, "fp8-hf"), os.path.join(work, "fp8-moe")
+    os.makedirs(hf_dir)
+    config = dict(cfg.to_dict(), quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                                      "weight_block_size": [128, 128]})
+    json.dump(config, open(os.path.join(hf_dir, "config.json"), "w"))
+    write_safetensors(os.path.join(hf_dir, "model.safetensors"), tensors)
+    r = run([moerun, "convert", "--from-hf", hf_dir, "--out", out_dir, "--shards", "2"])
+    check(r.returncode == 0 and "kept as shipped, fp8" in r.stderr, f"fp8: convert keeps the experts as shipped (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    if r.returncode == 0:
+        head = run([moerun, "inspect", "--model", out_dir]).stdout.splitlines()[0]
+        check("experts fp8-block" in head, f"fp8: {head}")
+        got = infer_against(check, moerun, work, "fp8", out_dir, PROMPTS, STEPS, [hf_greedy(model, p, STEPS) for p in PROMPTS], REL_TOL)
+        if got:
+            reqs, out, logits = got
+            mpi = os.environ.get("MPIEXEC", "mpirun")
+            env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            r = run([mpi, "--oversubscribe", "--bind-to", "none", "-np", "3", moerun, "infer", "--model", out_dir, "--input", reqs,
+                     "--output", out + ".np3", "--logits-out", logits + ".np3", "--quiet"], env=env)
+            check(r.returncode == 0 and open(out).read() == open(out + ".np3").read() and open(logits).read() == open(logits + ".np3").read(),
+                  f"fp8: mpirun -np 3 gives the same tokens and logits, bit for bit {r.stderr.strip()[-200:]}")
 
     # bf16 checkpoints stay bf16, bit for bit.
     cls, cfg = families()["mixtral"]

@@ -22,35 +22,15 @@ import json
 import math
 import os
 import shutil
-import struct
 import sys
 
 import numpy as np
-from reference_common import read_logits, relative_error, run, write_requests
+from reference_common import dequant_fp8, quantize_fp8, read_logits, relative_error, run, write_requests, write_safetensors
 
 REL_TOL = 1e-4
 STEPS = 5
 PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41], [3, 100, 7], [2] + list(range(60, 78))]
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
-
-
-class Fp8(np.ndarray):
-    """e4m3fn bytes (uint8) that the file calls F8_E4M3."""
-
-
-def write_safetensors(path, tensors):
-    header, off, blobs = {}, 0, []
-    for name, a in tensors.items():
-        fp8 = isinstance(a, Fp8)
-        a = np.ascontiguousarray(a)
-        dtype = "F8_E4M3" if fp8 else {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}[a.dtype]
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
-        off += a.nbytes
-        blobs.append(a.tobytes())
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def write_checkpoint(d, config, tensors, shards=3):
@@ -72,45 +52,6 @@ def dequant_mxfp4(blocks, scales):
     vals = np.stack([lo, hi], axis=-1).reshape(*blocks.shape[:-1], 32)
     vals = vals * np.exp2(scales.astype(np.float64) - 127)[..., None]
     return vals.reshape(*blocks.shape[:-2], -1)
-
-
-def e4m3_values():
-    """The 256 codes of float8 e4m3fn as float64 (0x7f, 0xff: NaN), from the definition."""
-    b = np.arange(256)
-    e, m = (b >> 3) & 15, b & 7
-    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
-    v = np.where(b & 0x80, -v, v)
-    v[[0x7f, 0xff]] = np.nan
-    return v
-
-
-E4M3 = e4m3_values()
-
-
-def quantize_fp8(w):
-    """[rows, cols] float32 -> (e4m3 codes, float32 scales per 128 x 128 block), DeepSeek's weight
-    quantization: scale = amax / 448 per block, each value the nearest code of w / scale."""
-    rows, cols = w.shape
-    sr, sc = -(-rows // 128), -(-cols // 128)
-    scales = np.zeros((sr, sc), np.float32)
-    q = np.zeros(w.shape, np.uint8)
-    pos = E4M3[:127]
-    for i in range(sr):
-        for j in range(sc):
-            blk = w[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128].astype(np.float64)
-            s = np.float32(np.abs(blk).max() / 448)
-            scales[i, j] = s
-            a = np.minimum(np.abs(blk) / s, 448)
-            k = np.clip(np.searchsorted(pos, a), 1, 126)
-            k = np.where(a - pos[k - 1] < pos[k] - a, k - 1, k)
-            q[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128] = k | np.where(blk < 0, 0x80, 0)
-    return q.view(Fp8), scales
-
-
-def dequant_fp8(q, scales):
-    """e4m3 * its block's scale, one float32 product (DeepSeek's weight_dequant), as float64."""
-    s = np.repeat(np.repeat(scales, 128, axis=0), 128, axis=1)[:q.shape[0], :q.shape[1]]
-    return (E4M3[np.asarray(q, np.uint8)].astype(np.float32) * s).astype(np.float64)
 
 
 class Rng:
