@@ -1,33 +1,14 @@
 // Bulk dtype conversions (vectorised by the compiler; used on activations before bf16 GEMMs).
 #include "base/dtype.hpp"
 
+#include "base/weight_dequant.hpp"
+
 #include <cmath>
 #include <cstring>
 
 namespace moerun {
 
-float f16_to_f32(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);  // Inf, NaN
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      man <<= 1;
-      ++e;
-    } while ((man & 0x400u) == 0);
-    bits = sign | (static_cast<uint32_t>(112 - e) << 23) | ((man & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float f16_to_f32(uint16_t h) { return dequant::f16(h); }
 
 uint16_t f32_to_f16(float f) {
   uint32_t x;

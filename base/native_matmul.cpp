@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
+#include "base/weight_dequant.hpp"
 
 // GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* pass-through operands may be
 // used uninitialized (they are not: the masks are all ones).
@@ -31,8 +32,14 @@ bool is_mx(WeightScheme s) { return s == WeightScheme::Mxfp4; }
 int64_t block_bytes(WeightScheme s, int64_t K) { return is_mx(s) ? (K / kG) * kMxChunk : K * kNB; }
 int64_t fp8_scale_count(int64_t N, int64_t K) { return fp8_scale_rows(N) * fp8_scale_cols(K); }
 
-constexpr float kE2M1[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+// The 16 E2M1 values, the AVX-512 kernel's permute table.
+struct E2m1Table {
+  float v[16];
+  E2m1Table() {
+    for (int i = 0; i < 16; ++i) v[i] = dequant::e2m1(static_cast<uint8_t>(i));
+  }
+};
+const E2m1Table kE2M1;
 
 // The view of one call: x rows, the blocks' bytes, and the fp8 scale grid.
 struct Pass {
@@ -52,7 +59,7 @@ float fp8_block_scale(const Pass& p, int64_t nb, int64_t kb) {
 template <int R, int B>
 __attribute__((target("avx512f,avx512bw"))) void mx_avx512(const Pass& p, float* out) {
   const int64_t G = p.K / kG, bb = block_bytes(WeightScheme::Mxfp4, p.K);
-  const __m512 table = _mm512_loadu_ps(kE2M1);
+  const __m512 table = _mm512_loadu_ps(kE2M1.v);
   __m512 acc[R][B];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
@@ -132,8 +139,6 @@ __attribute__((target("avx512f,avx512bw,f16c"))) void fp8_avx512(const Pass& p, 
 
 // ---- Portable: the same operations lane by lane. ----
 
-float mx_scale(uint8_t s) { return std::ldexp(1.0f, static_cast<int>(s) - 127); }
-
 void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) {
   const int64_t bb = block_bytes(sch, p.K);
   for (int r = 0; r < R; ++r)
@@ -147,17 +152,17 @@ void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) 
             float te = 0.0f, to = 0.0f;
             for (int pr = 0; pr < 16; ++pr) {
               const uint8_t v = wb[g * kMxChunk + 16 * pr + n];
-              te = std::fma(kE2M1[v & 15], x[g * kG + 2 * pr], te);
-              to = std::fma(kE2M1[v >> 4], x[g * kG + 2 * pr + 1], to);
+              te = std::fma(dequant::e2m1(v & 15), x[g * kG + 2 * pr], te);
+              to = std::fma(dequant::e2m1(v >> 4), x[g * kG + 2 * pr + 1], to);
             }
-            acc = std::fma(te + to, mx_scale(wb[g * kMxChunk + 256 + n]), acc);
+            acc = std::fma(te + to, dequant::e8m0(wb[g * kMxChunk + 256 + n]), acc);
           }
         } else {
           for (int64_t k0 = 0, kb = 0; k0 < p.K; k0 += kFp8Block, ++kb) {
             float te = 0.0f, to = 0.0f;
             for (int64_t k = k0; k < std::min(p.K, k0 + kFp8Block); k += 2) {
-              te = std::fma(e4m3_to_f32(wb[k * kNB + n]) / kFp8Widen, x[k], te);
-              to = std::fma(e4m3_to_f32(wb[(k + 1) * kNB + n]) / kFp8Widen, x[k + 1], to);
+              te = std::fma(dequant::e4m3(wb[k * kNB + n]) / kFp8Widen, x[k], te);
+              to = std::fma(dequant::e4m3(wb[(k + 1) * kNB + n]) / kFp8Widen, x[k + 1], to);
             }
             acc = std::fma(te + to, fp8_block_scale(p, b, kb) * kFp8Widen, acc);
           }

@@ -1,16 +1,14 @@
 // MXFP4 and fp8-block (e4m3 with 128x128 scales): conversions and (de)quantization.
 #include "base/native_quant.hpp"
 
+#include "base/weight_dequant.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 
 namespace moerun {
 namespace {
-
-constexpr float kE2M1[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 // |v| (already divided by the block's scale, <= 6) to the nearest E2M1 magnitude code 0..7; a tie
 // between two codes goes to the even one.
@@ -25,12 +23,7 @@ uint8_t e2m1_code(float a) {
 const std::array<float, 256>& e4m3_table() {
   static const std::array<float, 256> t = [] {
     std::array<float, 256> v{};
-    for (int b = 0; b < 256; ++b) {
-      const int e = (b >> 3) & 15, m = b & 7;
-      float a = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7);
-      if (e == 15 && m == 7) a = std::numeric_limits<float>::quiet_NaN();
-      v[static_cast<std::size_t>(b)] = (b & 0x80) ? -a : a;
-    }
+    for (int b = 0; b < 256; ++b) v[static_cast<std::size_t>(b)] = dequant::e4m3(static_cast<uint8_t>(b));
     return v;
   }();
   return t;
@@ -55,16 +48,9 @@ uint8_t f32_to_e4m3(float f) {
 }
 
 void dequantize_mxfp4(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int64_t groups, float* out) {
+  const dequant::QuantMatrix m{WeightScheme::Mxfp4, blocks, scales, rows, groups * kMxfp4Block};
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t g = 0; g < groups; ++g) {
-      const int exponent = static_cast<int>(scales[r * groups + g]) - 127;
-      const uint8_t* b = blocks + (r * groups + g) * kMxfp4BlockBytes;
-      float* o = out + r * groups * kMxfp4Block + g * kMxfp4Block;
-      for (int64_t i = 0; i < kMxfp4BlockBytes; ++i) {
-        o[2 * i] = std::ldexp(kE2M1[b[i] & 15], exponent);
-        o[2 * i + 1] = std::ldexp(kE2M1[b[i] >> 4], exponent);
-      }
-    }
+    for (int64_t c = 0; c < m.cols; ++c) out[r * m.cols + c] = dequant::weight(m, r, c);
 }
 
 void quantize_mxfp4(const float* x, int64_t rows, int64_t groups, uint8_t* blocks, uint8_t* scales) {
@@ -94,14 +80,10 @@ void quantize_mxfp4(const float* x, int64_t rows, int64_t groups, uint8_t* block
 }
 
 void dequantize_fp8_block(const uint8_t* q, const float* scales, int64_t cols, int64_t r0, int64_t r1, float* out) {
-  const std::array<float, 256>& t = e4m3_table();
-  const int64_t scols = fp8_scale_cols(cols);
-  for (int64_t r = r0; r < r1; ++r) {
-    const float* srow = scales + (r / kFp8Block) * scols;
-    const uint8_t* qr = q + r * cols;
-    float* o = out + (r - r0) * cols;
-    for (int64_t c = 0; c < cols; ++c) o[c] = t[qr[c]] * srow[c / kFp8Block];
-  }
+  // Rows [r0, r1) of a matrix of at least r1 rows: its scale rows up to r1's are all the view needs.
+  const dequant::QuantMatrix m{WeightScheme::Fp8Block, q, reinterpret_cast<const uint8_t*>(scales), r1, cols};
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[(r - r0) * cols + c] = dequant::weight(m, r, c);
 }
 
 void quantize_fp8_block(const float* x, int64_t rows, int64_t cols, uint8_t* q, float* scales) {

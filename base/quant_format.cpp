@@ -1,6 +1,8 @@
 // Group quantization of weight rows (q8, q4) and its exact inverse.
 #include "base/quant_format.hpp"
 
+#include "base/weight_dequant.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -95,19 +97,9 @@ void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, u
 
 void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out) {
   check_cols(s, cols);
-  const int64_t groups = rows * (cols / kQuantGroup);
-  for (int64_t g = 0; g < groups; ++g) {
-    float* o = out + g * kQuantGroup;
-    if (s == WeightScheme::Q8) {
-      const float d = f16_to_f32(scales[g]);
-      const auto* qg = reinterpret_cast<const int8_t*>(q) + g * kQuantGroup;
-      for (int i = 0; i < kG; ++i) o[i] = d * static_cast<float>(qg[i]);
-    } else {
-      const float d = f16_to_f32(scales[2 * g]), m = f16_to_f32(scales[2 * g + 1]);
-      const uint8_t* qg = q + g * (kQuantGroup / 2);
-      for (int i = 0; i < kG; ++i) o[i] = d * static_cast<float>((qg[i / 2] >> (4 * (i % 2))) & 15) + m;
-    }
-  }
+  const dequant::QuantMatrix m{s, q, reinterpret_cast<const uint8_t*>(scales), rows, cols};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = dequant::weight(m, r, c);
 }
 
 }  // namespace moerun

@@ -43,9 +43,33 @@ void linear(cublasHandle_t h, const void* x, int64_t M, const void* W, int64_t N
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 constexpr std::size_t kCudaMallocAlign = 256;  // cudaMalloc's documented alignment
 
+// Where the parts of an expert's raw form are (io::expert_raw_parts, which this library does not
+// link, in its byte arithmetic base/weight_dequant): w1, w3, w2 (and their scales when quantized),
+// then b1‖b3‖b2 in the model's dtype.
+struct RawLayout {
+  std::size_t values[3] = {}, scales[3] = {}, bias = 0, bytes = 0;
+};
+RawLayout raw_layout(const io::ModelConfig& c) {
+  const WeightScheme s = c.expert_format.scheme;
+  const int64_t ff = c.intermediate_size, d = c.hidden_size;
+  const std::size_t es = dtype_size(c.dtype);
+  RawLayout l;
+  std::size_t at = 0;
+  for (int m = 0; m < 3; ++m) {
+    const int64_t rows = m == 2 ? d : ff, cols = m == 2 ? ff : d;
+    l.values[m] = at;
+    at += s == WeightScheme::Plain ? static_cast<std::size_t>(rows * cols) * es : static_cast<std::size_t>(dequant::values_bytes(s, rows, cols));
+    l.scales[m] = at;
+    at += static_cast<std::size_t>(dequant::scales_bytes(s, rows, cols));
+  }
+  l.bias = at;
+  l.bytes = at + static_cast<std::size_t>(c.expert_bias_params()) * es;
+  return l;
+}
+
 class CudaExpert final : public ResidentExpert {
  public:
-  cuda::DeviceBuffer weights;  // w1‖w3‖w2 [‖b1‖b3‖b2] as stored: row-major, the model's dtype
+  cuda::DeviceBuffer weights;  // the raw form as stored (RawLayout): plain matrices row-major, or quantized bytes
   cuda::Event last_use;        // recorded on the compute stream after the GEMMs that read them
   BufferInfo buffer() const override {
     return {MemoryKind::Device, weights.bytes(), round_up(weights.bytes(), kCudaMallocAlign)};
@@ -62,7 +86,9 @@ struct LoadStaging {
 
 class CudaBackend final : public ExpertBackend, public BackendTiming {
  public:
-  CudaBackend(const io::ModelConfig& c, int local_rank) : config_(c) {
+  CudaBackend(const io::ModelConfig& c, int local_rank)
+      : config_(c), layout_(raw_layout(c)), quantized_(c.expert_format.scheme != WeightScheme::Plain),
+        compute_(quantized_ ? DType::F32 : c.dtype) {
     device_ = use_cuda_device(local_rank, "--device cuda");
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
@@ -78,7 +104,8 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
   }
 
   std::string describe() const override {
-    return str("cuda (device ", device_, ": ", name_, ", ", memory_ >> 30, " GiB, cuBLAS)");
+    return str("cuda (device ", device_, ": ", name_, ", ", memory_ >> 30, " GiB, cuBLAS",
+               quantized_ ? ", quantized experts dequantized to float32" : "", ")");
   }
   MemoryKind weight_memory() const override { return MemoryKind::Device; }
   int64_t expert_bytes() override { return static_cast<int64_t>(round_up(raw_bytes(), kCudaMallocAlign)); }
@@ -126,13 +153,13 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     y_.resize(n * d * 4);
     g_.resize(n * ff * 4);
     u_.resize(n * ff * 4);
-    act_.resize(n * ff * dtype_size(config_.dtype));
-    if (config_.dtype == DType::BF16) xb_.resize(n * d * 2);
+    act_.resize(n * ff * dtype_size(compute_));
+    if (compute_ == DType::BF16) xb_.resize(n * d * 2);
     if (rows == 0) return;
     CUDA_CHECK(cudaEventRecord(in_start_.get(), stream_.get()));
     CUDA_CHECK(cudaMemcpyAsync(x_.get(), gathered, static_cast<std::size_t>(rows * d) * 4, cudaMemcpyHostToDevice, stream_.get()));
     CUDA_CHECK(cudaEventRecord(in_end_.get(), stream_.get()));
-    if (config_.dtype == DType::BF16) kernels::f32_to_bf16(x_.as<float>(), xb_.as<uint16_t>(), rows * d, stream_.get());
+    if (compute_ == DType::BF16) kernels::f32_to_bf16(x_.as<float>(), xb_.as<uint16_t>(), rows * d, stream_.get());
   }
 
   RowBuffers row_buffers(int64_t rows) override {
@@ -146,28 +173,27 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
   void run(const ExpertRun& r) override {
     if (r.rows == 0) return;
     const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
-    const DType t = config_.dtype;
+    const DType t = compute_;
     const std::size_t es = dtype_size(t);
     const auto& e = static_cast<const CudaExpert&>(*r.expert);
-    const char* w = e.weights.as<const char>();
-    const void* w1 = w;
-    const void* w3 = w + static_cast<std::size_t>(ff * d) * es;
-    const void* w2 = w + static_cast<std::size_t>(2 * ff * d) * es;
+    const void* w[3];
+    matrices(e, w);
     const char* x = t == DType::BF16 ? xb_.as<const char>() : x_.as<const char>();
     x += static_cast<std::size_t>(r.offset * d) * es;
     // G = x·W1ᵀ, U = x·W3ᵀ (fp32), A = silu(G) ⊙ U (rounded to the weights' dtype, as the CPU FFN
     // stores it), Y = A·W2ᵀ into this expert's rows. gpt-oss: the biases and the clamped form.
-    linear(cublas_.get(), x, r.rows, w1, ff, d, t, g_.as<float>());
-    linear(cublas_.get(), x, r.rows, w3, ff, d, t, u_.as<float>());
+    linear(cublas_.get(), x, r.rows, w[0], ff, d, t, g_.as<float>());
+    linear(cublas_.get(), x, r.rows, w[1], ff, d, t, u_.as<float>());
     float* y = y_.as<float>() + r.offset * d;
-    const char* bias = w + static_cast<std::size_t>(3 * ff * d) * es;  // b1‖b3‖b2 follow the matrices
+    const char* bias = e.weights.as<const char>() + layout_.bias;  // b1‖b3‖b2 in the model's dtype
+    const std::size_t bias_es = dtype_size(config_.dtype);
     if (config_.expert_bias || config_.expert_activation == io::ExpertActivation::ClampedSwiGlu) {
       kernels::GatedActivation a;
       if (config_.expert_bias) {
         a.b1 = bias;
-        a.b3 = bias + static_cast<std::size_t>(ff) * es;
+        a.b3 = bias + static_cast<std::size_t>(ff) * bias_es;
       }
-      a.bias_bf16 = t == DType::BF16;
+      a.bias_bf16 = config_.dtype == DType::BF16;
       a.clamped = config_.expert_activation == io::ExpertActivation::ClampedSwiGlu;
       a.alpha = static_cast<float>(config_.swiglu_alpha);
       a.limit = static_cast<float>(config_.swiglu_limit);
@@ -175,9 +201,9 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     } else {
       kernels::silu_mul(g_.as<float>(), u_.as<float>(), act_.get(), t == DType::BF16, r.rows * ff, stream_.get());
     }
-    linear(cublas_.get(), act_.get(), r.rows, w2, d, ff, t, y);
+    linear(cublas_.get(), act_.get(), r.rows, w[2], d, ff, t, y);
     if (config_.expert_bias)
-      kernels::add_row_bias(y, bias + static_cast<std::size_t>(2 * ff) * es, t == DType::BF16, r.rows, d, stream_.get());
+      kernels::add_row_bias(y, bias + static_cast<std::size_t>(2 * ff) * bias_es, config_.dtype == DType::BF16, r.rows, d, stream_.get());
     CUDA_CHECK(cudaEventRecord(e.last_use.get(), stream_.get()));
   }
 
@@ -201,12 +227,32 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
   double copy_seconds() const override { return copy_s_; }
 
  private:
-  // w1‖w3‖w2 [‖b1‖b3‖b2] as stored (io::expert_raw_bytes, which this library does not link).
-  std::size_t raw_bytes() const {
-    return static_cast<std::size_t>(config_.params_per_expert()) * dtype_size(config_.dtype);
+  std::size_t raw_bytes() const { return layout_.bytes; }
+
+  // The expert's w1, w3, w2 as the GEMMs take them: its own memory (plain), or dequantized to
+  // float32 into the backend's scratch on the compute stream (quantized: one matrix at a time is
+  // all cuBLAS needs, and the stream orders the next expert's dequantization after these GEMMs).
+  void matrices(const CudaExpert& e, const void* w[3]) {
+    const int64_t d = config_.hidden_size, ff = config_.intermediate_size;
+    const auto* base = e.weights.as<const uint8_t>();
+    for (int m = 0; m < 3; ++m) {
+      if (!quantized_) {
+        w[m] = base + layout_.values[m];
+        continue;
+      }
+      const int64_t rows = m == 2 ? d : ff, cols = m == 2 ? ff : d;
+      dequantized_[m].resize(static_cast<std::size_t>(rows * cols) * 4);
+      kernels::dequantize({config_.expert_format.scheme, base + layout_.values[m], base + layout_.scales[m], rows, cols},
+                          dequantized_[m].as<float>(), stream_.get());
+      w[m] = dequantized_[m].get();
+    }
   }
 
   io::ModelConfig config_;
+  RawLayout layout_;
+  bool quantized_ = false;
+  DType compute_ = DType::F32;  // the GEMMs' operand type: the model's dtype, float32 for quantized experts
+  cuda::DeviceBuffer dequantized_[3];  // quantized experts: w1, w3, w2 as float32
   int device_ = 0;
   std::string name_;
   int64_t memory_ = 0;

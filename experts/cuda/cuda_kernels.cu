@@ -41,6 +41,12 @@ __global__ void silu_mul_kernel(const float* g, const float* u, void* act, bool 
   }
 }
 
+__global__ void dequantize_kernel(dequant::QuantMatrix w, float* out) {
+  const int64_t n = w.rows * w.cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = dequant::weight(w, i / w.cols, i % w.cols);
+}
+
 __device__ float bias_at(const void* b, bool bf16, int64_t i) {
   return bf16 ? __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(b)[i]) << 16) : static_cast<const float*>(b)[i];
 }
@@ -141,6 +147,11 @@ void combine_rows(const float* results, const int64_t* slot_row, const float* we
                   int64_t d, float* out, cudaStream_t stream) {
   if (tokens * d <= 0) return;
   combine_rows_kernel<<<blocks_for(tokens * d), kThreads, 0, stream>>>(results, slot_row, weight, tokens, top_k, d, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void dequantize(const dequant::QuantMatrix& w, float* out, cudaStream_t stream) {
+  dequantize_kernel<<<blocks_for(w.rows * w.cols), kThreads, 0, stream>>>(w, out);
   CUDA_CHECK(cudaGetLastError());
 }
 

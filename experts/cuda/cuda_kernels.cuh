@@ -3,11 +3,14 @@
 // - f32_to_bf16: round to nearest even, as base/dtype's f32_to_bf16;
 // - silu_mul: act = silu(g) * u, in float32, stored as float32 or rounded to bf16 (the CPU FFN's
 //   fused epilogues compute the same expression);
-// - permute_rows / combine_rows: router/dispatch_plan's permute and slot-order weighted combine.
+// - permute_rows / combine_rows: router/dispatch_plan's permute and slot-order weighted combine;
+// - dequantize: base/weight_dequant's element function, the code the CPU runs too.
 #pragma once
 #include <cstdint>
 
 #include <cuda_runtime.h>
+
+#include "base/weight_dequant.hpp"
 
 namespace moerun::experts::kernels {
 
@@ -36,5 +39,8 @@ void permute_rows(const float* x, const int32_t* row_token, int64_t rows, int64_
 // slot_row of -1 adds nothing), for t < tokens.
 void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k,
                   int64_t d, float* out, cudaStream_t stream);
+
+// out[r, c] = W[r, c] (float32, row-major) for a quantized matrix whose bytes are in device memory.
+void dequantize(const dequant::QuantMatrix& w, float* out, cudaStream_t stream);
 
 }  // namespace moerun::experts::kernels

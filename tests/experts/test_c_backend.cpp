@@ -11,6 +11,7 @@
 #include "experts/backend.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 #include "io/synthetic_model.hpp"
+#include "tests/experts/quantized_expert.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
@@ -105,12 +106,28 @@ TEST(CBackend, GptOssExpertsCrossTheInterface) {
   (void)ff;
 }
 
-TEST(CBackend, AWeightFormatWithoutKernelsIsRefused) {
-  io::ModelConfig c = config();
-  c.expert_format.scheme = io::WeightScheme::Mxfp4;
-  Matmul mm;
-  const std::string msg = moerun::testing::error_of([&] { make_expert_backend({}, c, mm); }, ErrorKind::Usage);
-  EXPECT_NE(msg.find("weight format mxfp4 have no kernels in the cpu backend"), std::string::npos) << msg;
+// The weight format crosses too: each quantized format's raw form through the library gives the
+// in-process CPU backend's bits, and its slot bytes.
+TEST(CBackend, QuantizedExpertsCrossTheInterface) {
+  for (io::WeightScheme s : {io::WeightScheme::Q8, io::WeightScheme::Q4, io::WeightScheme::Mxfp4, io::WeightScheme::Fp8Block}) {
+    io::ModelConfig c = config();
+    c.hidden_size = 64;  // whole groups of 32
+    c.intermediate_size = 96;
+    c.expert_format = {c.dtype, s};
+    Matmul mm;
+    auto lib = make_expert_backend(spec(), c, mm, 0);
+    CpuBackend cpu(c, mm);
+    EXPECT_EQ(lib->weight_format(), c.expert_format);
+    EXPECT_EQ(lib->expert_bytes(), cpu.expert_bytes()) << c.expert_format.name();
+    std::vector<float> dq[3];
+    const AlignedBuffer raw = moerun::testing::quantized_expert(c, 31, dq);
+    auto a = lib->allocate_expert(), b = cpu.allocate_expert();
+    lib->load_expert(raw.data(), *a);
+    cpu.load_expert(raw.data(), *b);
+    const int64_t d = c.hidden_size, rows = 3;
+    const auto x = io::synth_tensor(4, "x", rows * d, 1.0f);
+    EXPECT_EQ(run_one(*lib, *a, x, rows, d), run_one(cpu, *b, x, rows, d)) << c.expert_format.name();
+  }
 }
 
 }  // namespace

@@ -9,12 +9,11 @@
 #include <random>
 #include <vector>
 
-#include "base/native_quant.hpp"
-#include "base/quant_format.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "io/expert_shards.hpp"
+#include "tests/experts/quantized_expert.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
@@ -152,36 +151,6 @@ TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
 }
 
 
-// One quantized matrix [rows, cols] into its raw parts (values at q, scales at sc) as the shards
-// store it, and the weights those bytes stand for into `dq`.
-void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, uint8_t* q, uint8_t* sc, std::vector<float>& dq) {
-  dq.resize(static_cast<std::size_t>(rows * cols));
-  if (s == WeightScheme::Mxfp4) {
-    quantize_mxfp4(w.data(), rows, cols / 32, q, sc);
-    dequantize_mxfp4(q, sc, rows, cols / 32, dq.data());
-  } else if (s == WeightScheme::Fp8Block) {
-    quantize_fp8_block(w.data(), rows, cols, q, reinterpret_cast<float*>(sc));
-    dequantize_fp8_block(q, reinterpret_cast<const float*>(sc), cols, 0, rows, dq.data());
-  } else {
-    quantize_rows(s, w.data(), rows, cols, q, reinterpret_cast<uint16_t*>(sc));
-    dequantize_rows(s, q, reinterpret_cast<const uint16_t*>(sc), rows, cols, dq.data());
-  }
-}
-
-// An expert of `c` (a quantized format) from seeded float32 weights: its raw form, and dq[0..2]
-// the dequantized w1, w3, w2.
-AlignedBuffer quantized_expert(const io::ModelConfig& c, uint32_t seed, std::vector<float> dq[3]) {
-  const int64_t d = c.hidden_size, ff = c.intermediate_size;
-  const std::vector<float> w[3] = {randv(ff * d, seed, 0.125f), randv(ff * d, seed + 1, 0.125f), randv(d * ff, seed + 2, 0.1f)};
-  const auto parts = io::expert_raw_parts(c);
-  AlignedBuffer raw(io::expert_raw_bytes(c));
-  const char* names[] = {"w1", "w3", "w2"};
-  for (int m = 0; m < 3; ++m)
-    quantize_part(c.expert_format.scheme, w[m], m == 2 ? d : ff, m == 2 ? ff : d, raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset,
-                  raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset, dq[m]);
-  return raw;
-}
-
 // Quantized experts through the raw form the shards store, packed as the backend packs them,
 // against fp64 of the dequantized weights with the real x: q8/q4 differ from it by the int8
 // activations' rounding; mxfp4 and fp8-block compute in float32 and differ by its rounding only.
@@ -196,7 +165,7 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
   c.expert_format = {DType::BF16, scheme};
   const int64_t d = c.hidden_size, ff = c.intermediate_size;
   std::vector<float> dq[3];
-  const AlignedBuffer raw = quantized_expert(c, 21, dq);
+  const AlignedBuffer raw = moerun::testing::quantized_expert(c, 21, dq);
   Matmul mm;
   FfnWeights fw;
   pack_expert_from_raw(mm, raw.data(), c, fw);
@@ -253,7 +222,7 @@ TEST(NativeExpertFfn, BiasedClampedExpertsMatchFp64AndRunAllGivesRunsBits) {
     std::vector<std::array<std::vector<float>, 4>> ref(E);  // dequantized w1, w3, w2 and the biases
     for (int64_t e = 0; e < E; ++e) {
       std::vector<float> dq[3];
-      AlignedBuffer raw = quantized_expert(c, 40 + 3 * static_cast<uint32_t>(e), dq);
+      AlignedBuffer raw = moerun::testing::quantized_expert(c, 40 + 3 * static_cast<uint32_t>(e), dq);
       const auto bias = randv(2 * ff + d, 90 + static_cast<uint32_t>(e), 0.3f);
       std::memcpy(raw.as<uint8_t>() + io::expert_part(io::expert_raw_parts(c), "b1").offset, bias.data(), bias.size() * 4);
       ref[e] = {dq[0], dq[1], dq[2], bias};

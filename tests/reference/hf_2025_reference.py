@@ -12,8 +12,10 @@ safetensors shards, converted, and run. Every step's logits must agree with the 
 model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal, for prompts longer
 than the sliding window. The same run with mpirun -np 3 (1 router, 2 expert ranks, flat and hier),
 with the expert cache (L1 at 25% plus L2) and with the prefix cache gives the same bytes. gpt-oss
-is also converted from an MXFP4 checkpoint (blocks and scales as shipped, dequantized by
-transformers' own convert_moe_packed_tensors for the reference). `inspect` counts the parameters
+is also converted from an MXFP4 checkpoint (blocks and scales as shipped; the reference model's
+weights are transformers' own convert_moe_packed_tensors of them): kept in MXFP4 (the default)
+within 1e-4 and np 3 bit for bit, and dequantized (--quantize none) bit for bit with the fused
+float32 checkpoint. `inspect` counts the parameters
 transformers does. Bad checkpoints fail with exit 3 naming the file and the tensor or field.
 
 usage: hf_2025_reference.py MOERUN_BIN WORKDIR
@@ -254,13 +256,23 @@ def main():
             mx_dir, mx_out = os.path.join(work, fam + "-mxfp4-hf"), os.path.join(work, fam + "-mxfp4-moe")
             write_mxfp4_checkpoint(hf_dir, mx_dir, packed)
             r = run([moerun, "convert", "--from-hf", mx_dir, "--out", mx_out, "--shards", "2"])
-            check(r.returncode == 0 and "MXFP4" in r.stderr, f"{fam}: convert the MXFP4 checkpoint (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            check(r.returncode == 0 and "kept as shipped, MXFP4" in r.stderr,
+                  f"{fam}: convert the MXFP4 checkpoint, experts kept in MXFP4 (exit {r.returncode}) {r.stderr.strip()[-300:]}")
             if r.returncode == 0:
-                infer_against(check, moerun, work, fam + "-mxfp4", mx_out, PROMPTS, STEPS, reference, REL_TOL)
+                head = run([moerun, "inspect", "--model", mx_out]).stdout.splitlines()[0]
+                check("experts mxfp4" in head, f"{fam}: {head}")
+                got = infer_against(check, moerun, work, fam + "-mxfp4", mx_out, PROMPTS, STEPS, reference, REL_TOL)
+                if got:
+                    same_bytes_elsewhere(check, moerun, work, fam + "-mxfp4", mx_out, *got)
+            dq_out = os.path.join(work, fam + "-mxfp4-dequantized-moe")
+            r = run([moerun, "convert", "--from-hf", mx_dir, "--out", dq_out, "--shards", "2", "--quantize", "none"])
+            check(r.returncode == 0 and "MXFP4 dequantized" in r.stderr,
+                  f"{fam}: convert the MXFP4 checkpoint with --quantize none (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            if r.returncode == 0:
+                infer_against(check, moerun, work, fam + "-mxfp4-dequantized", dq_out, PROMPTS, STEPS, reference, REL_TOL)
                 # The same experts in either form: the same tokens and logits, bit for bit.
-                ok = all(open(os.path.join(work, f"{fam}{s}-logits.jsonl")).read() ==
-                         open(os.path.join(work, f"{fam}-mxfp4{s}-logits.jsonl")).read() for s in [""])
-                check(ok, f"{fam}: MXFP4 and fused float32 checkpoints give the same logits, bit for bit")
+                ok = open(os.path.join(work, f"{fam}-logits.jsonl")).read() == open(os.path.join(work, f"{fam}-mxfp4-dequantized-logits.jsonl")).read()
+                check(ok, f"{fam}: MXFP4 dequantized at convert and the fused float32 checkpoint give the same logits, bit for bit")
             gpt_dirs = (hf_dir, mx_dir)
     if gpt_dirs:
         bad_cases(check, moerun, work, *gpt_dirs)

@@ -25,7 +25,8 @@ import shutil
 import sys
 
 import numpy as np
-from reference_common import dequant_fp8, quantize_fp8, read_logits, relative_error, run, write_requests, write_safetensors
+from reference_common import (convert_refused, dequant_fp8, quantize_fp8, read_logits, relative_error, run, write_requests,
+                              write_safetensors)
 
 REL_TOL = 1e-4
 STEPS = 5
@@ -315,6 +316,39 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     return failures
 
 
+def bad_native_checkpoints(moerun, work):
+    """MXFP4 and fp8 checkpoints that cannot be read as shipped: exit 3, one line naming the file and
+    the tensor or field, nothing written."""
+    failures = 0
+    g_cfg, g_t = gpt_oss_checkpoint(Rng(7))
+    f_cfg, f_t, _ = qwen3_fp8_checkpoint(Rng(9))
+    e = "model.layers.2.mlp.experts.3.down_proj.weight"
+    nan_scale = g_t["model.layers.1.mlp.experts.down_proj_scales"].copy()
+    nan_scale[4, 10, 1] = 255
+    nan_code = f_t[e].copy()
+    nan_code[7, 9] = 0x7f
+    no_scales = {k: v for k, v in f_t.items() if k != e + "_scale_inv"}
+    block64 = dict(f_cfg, quantization_config=dict(f_cfg["quantization_config"], weight_block_size=[64, 64]))
+    cases = [  # what, config, tensors, what the one error line must hold
+        ("an MXFP4 scale of 255", g_cfg, dict(g_t, **{"model.layers.1.mlp.experts.down_proj_scales": nan_scale}),
+         "model.layers.1.mlp.experts.down_proj_scales[4] contains an E8M0 scale of 255 (NaN) at [10,1]"),
+        ("an fp8 weight without its scales", f_cfg, no_scales, e + " is F8_E4M3 but the checkpoint has no " + e + "_scale_inv"),
+        ("fp8 scales of the wrong shape", f_cfg, dict(f_t, **{e + "_scale_inv": np.ones((2, 1), np.float32)}),
+         e + "_scale_inv has shape [2,1], expected [2,2]"),
+        ("an e4m3 NaN in an expert", f_cfg, dict(f_t, **{e: nan_code}), e + " contains an e4m3 NaN at [7,9]"),
+        ("an infinite fp8 scale", f_cfg, dict(f_t, **{e + "_scale_inv": np.array([[1e-3, np.inf], [1e-3, 1e-3]], np.float32)}),
+         e + "_scale_inv has inf at 1"),
+        ("64 x 64 fp8 blocks", block64, f_t, "quantization_config.weight_block_size is [64,64], expected [128, 128]"),
+    ]
+    for i, (what, cfg, t, named) in enumerate(cases):
+        src = os.path.join(work, f"bad-src-{i}")
+        write_checkpoint(src, cfg, t)
+        ok, err, rc = convert_refused(moerun, src, os.path.join(work, f"bad-{i}"), lambda d, n=named: n, "")
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} bad checkpoint, {what}: exit {rc}: {err}")
+    return failures
+
+
 def main():
     moerun, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
@@ -329,6 +363,7 @@ def main():
     failures += check_model(moerun, work, "gpt_oss_dequantized", cfg, t, t, ["--quantize", "none"], None)
     cfg, t, ref = qwen3_fp8_checkpoint(Rng(9))
     failures += check_model(moerun, work, "qwen3_moe_fp8", cfg, t, ref, [], "fp8-block")
+    failures += bad_native_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
