@@ -68,19 +68,19 @@ __attribute__((target("avx512f,avx512bw"))) void mx_avx512(const Pass& p, float*
     for (int r = 0; r < R; ++r)
       for (int b = 0; b < B; ++b) te[r][b] = to[r][b] = _mm512_setzero_ps();
     const float* xg = p.x + g * kG;
-#pragma GCC unroll 4
-    for (int pr = 0; pr < 16; ++pr) {
-      __m512 we[B], wo[B];
-      for (int b = 0; b < B; ++b) {
-        const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.w + b * bb + g * kMxChunk + 16 * pr)));
-        we[b] = _mm512_permutexvar_ps(v, table);  // the index is the low 4 bits of each lane
-        wo[b] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 xe = _mm512_set1_ps(xg[r * p.K + 2 * pr]), xo = _mm512_set1_ps(xg[r * p.K + 2 * pr + 1]);
-        for (int b = 0; b < B; ++b) {
-          te[r][b] = _mm512_fmadd_ps(we[b], xe, te[r][b]);
-          to[r][b] = _mm512_fmadd_ps(wo[b], xo, to[r][b]);
+    for (int j = 0; j < 4; ++j) {  // 8 k per 32-bit lane: nibble m of lane r is k = 8j + m of row r
+      __m512i v[B];
+      for (int b = 0; b < B; ++b) v[b] = _mm512_loadu_si512(p.w + b * bb + g * kMxChunk + 64 * j);
+#pragma GCC unroll 8
+      for (int m = 0; m < 8; ++m) {
+        __m512 w[B];
+        for (int b = 0; b < B; ++b) w[b] = _mm512_permutexvar_ps(m == 0 ? v[b] : _mm512_srli_epi32(v[b], 4 * m), table);  // low 4 bits index
+        for (int r = 0; r < R; ++r) {
+          const __m512 xk = _mm512_set1_ps(xg[r * p.K + 8 * j + m]);
+          for (int b = 0; b < B; ++b) {
+            if (m % 2 == 0) te[r][b] = _mm512_fmadd_ps(w[b], xk, te[r][b]);
+            else to[r][b] = _mm512_fmadd_ps(w[b], xk, to[r][b]);
+          }
         }
       }
     }
@@ -150,8 +150,8 @@ void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) 
         if (is_mx(sch)) {
           for (int64_t g = 0; g < p.K / kG; ++g) {
             float te = 0.0f, to = 0.0f;
-            for (int pr = 0; pr < 16; ++pr) {
-              const uint8_t v = wb[g * kMxChunk + 16 * pr + n];
+            for (int pr = 0; pr < 16; ++pr) {  // the stored byte of k = 2pr, 2pr + 1: byte pr % 4 of lane n's dword pr / 4
+              const uint8_t v = wb[g * kMxChunk + 64 * (pr / 4) + 4 * n + pr % 4];
               te = std::fma(dequant::e2m1(v & 15), x[g * kG + 2 * pr], te);
               to = std::fma(dequant::e2m1(v >> 4), x[g * kG + 2 * pr + 1], to);
             }
@@ -230,7 +230,7 @@ void native_pack(WeightScheme s, const uint8_t* values, const void* scales, int6
         const int64_t lane = n % kNB;
         chunk[256 + lane] = n < N ? sc[n * G + g] : 127;  // padding: zeros times 1
         if (n >= N) continue;
-        for (int pr = 0; pr < 16; ++pr) chunk[16 * pr + lane] = values[n * (K / 2) + g * 16 + pr];
+        for (int i = 0; i < 16; ++i) chunk[64 * (i / 4) + 4 * lane + i % 4] = values[n * (K / 2) + g * 16 + i];
       }
     return;
   }

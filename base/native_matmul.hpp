@@ -19,8 +19,9 @@ inline bool is_native_quantized(WeightScheme s) { return s == WeightScheme::Mxfp
 
 // The blocked form of W [N, K] (rows N = outputs, K a multiple of 32), blocks of 16 output rows
 // (rows past N zero, their mxfp4 scales 1):
-//   mxfp4: per block and group of 32 k, 16 pairs x 16 bytes (pair p, row r: the stored byte, k = 32g +
-//     2p low nibble, 2p + 1 high), then the 16 rows' E8M0 scales: 272 bytes per 512 weights, as stored;
+//   mxfp4: per block and group of 32 k, 4 x 64 bytes (j, then row r: the row's 4 stored bytes of k =
+//     32g + 8j .. + 7, so nibble m of that 32-bit lane is k = 32g + 8j + m), then the 16 rows' E8M0
+//     scales: 272 bytes per 512 weights, as stored;
 //   fp8-block: per block, per k, the 16 rows' e4m3 bytes; after every block the float32 scales
 //     [ceil(N/128), ceil(K/128)] as stored.
 int64_t native_blocked_bytes(WeightScheme s, int64_t N, int64_t K);

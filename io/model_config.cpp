@@ -202,7 +202,7 @@ void ModelConfig::validate(const std::string& where) const {
   if (s != WeightScheme::Plain && (hidden_size % kQuantGroup != 0 || intermediate_size % kQuantGroup != 0))
     fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs hidden_size (", hidden_size,
          ") and intermediate_size (", intermediate_size, ") to be multiples of ", kQuantGroup, " (its group size)");
-  if (format_version < format_version_for(s))
+  if (s != WeightScheme::Plain && format_version < format_version_for(s))
     fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs format_version ", format_version_for(s),
          ", the file says ", format_version);
 }

@@ -96,7 +96,7 @@ std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   if (is_group_quantized(c.expert_format.scheme))
     return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
-  if (quantized(c)) return str(c.expert_format.name(), "-blocked16-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
+  if (quantized(c)) return str(c.expert_format.name(), "-blocked16-v2 [", ff, ",", d, "];[", d, ",", ff, "]");
   return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +
          mm.packed_layout_name(c.dtype, d, ff, kExpertTypicalRows);
 }
