@@ -826,12 +826,11 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   // The dense tensors, in the order model.h5 gets them.
   const std::string model_path = model_h5_path(cfg.out);
   std::vector<std::pair<std::string, std::vector<int64_t>>> dense;  // HF name, shape, in write order
-  std::vector<std::string> ours;
-  auto plan = [&](const std::string& hf, std::vector<int64_t> shape, const std::string& dataset) {
-    dense.emplace_back(hf, std::move(shape));
-    ours.push_back(dataset);
-  };
-  for (const DenseDataset& ds : dense_datasets(c)) plan(hf_dense_name(ds, nm, tied), ds.shape, ds.path);
+  std::vector<DenseDataset> ours;
+  for (const DenseDataset& ds : dense_datasets(c)) {
+    dense.emplace_back(hf_dense_name(ds, nm, tied), ds.shape);
+    ours.push_back(ds);
+  }
 
   // Before anything is written: every tensor the config implies is there with its shape, and the
   // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
@@ -916,7 +915,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
       for (std::size_t i = 0; i < dense.size(); ++i) {
         const auto& [hf, shape] = dense[i];
         const auto v = reader.read(hf, shape);
-        w.write(ours[i], shape, v.data());
+        w.write(ours[i], v.data());
       }
       w.set_attr("num_expert_shards", shards);
       w.set_shard_identities(ExpertShardIndex::build(cfg.out, c).shard_identities());

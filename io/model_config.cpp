@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
@@ -15,7 +16,24 @@ DType parse_dtype(const std::string& name, const std::string& where) {
   fail(ErrorKind::BadInput, where, ": dtype is \"", name, "\", expected \"float32\" or \"bfloat16\"");
 }
 
-const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss"; }
+const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3"; }
+
+namespace {
+bool is_supported_architecture(const std::string& a) {
+  for (const char* n : {"mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3"})
+    if (a == n) return true;
+  return false;
+}
+}  // namespace
+
+bool uses_version6(const ModelConfig& c) {
+  return c.attention_type == AttentionType::Mla || c.router_groups > 1 || c.router_scoring == RouterScoring::Sigmoid ||
+         c.router_correction_bias || c.routed_scaling_factor != 1.0 || (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated);
+}
+
+int64_t required_format_version(const ModelConfig& c) {
+  return std::max(format_version_for(c.expert_format.scheme), uses_version6(c) ? int64_t{6} : int64_t{3});
+}
 
 const char* rope_type_name(RopeType t) {
   switch (t) {
@@ -83,6 +101,54 @@ int64_t ModelConfig::moe_index(int64_t layer) const {
 
 namespace {
 // The layer variants' own checks (validate() has checked the shapes they size).
+// MLA's dimensions, and what it does not combine with here (kv heads, q/k norms, biases, sinks,
+// windows: no MLA model has them).
+void validate_mla(const ModelConfig& c, const std::string& where) {
+  if (c.attention_type != AttentionType::Mla) return;
+  const MlaShape& m = c.mla;
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [", lo, ", ", hi, "]");
+  };
+  in_range("q_lora_rank", m.q_lora_rank, 0, kMaxHidden);
+  in_range("kv_lora_rank", m.kv_lora_rank, 1, kMaxHidden);
+  in_range("qk_nope_head_dim", m.qk_nope_head_dim, 1, kMaxHeadDim);
+  in_range("qk_rope_head_dim", m.qk_rope_head_dim, 2, kMaxHeadDim);
+  in_range("v_head_dim", m.v_head_dim, 1, kMaxHeadDim);
+  if (m.qk_rope_head_dim % 2 != 0)
+    fail(ErrorKind::BadInput, where, ": attribute qk_rope_head_dim is ", m.qk_rope_head_dim, ", expected even (RoPE rotates pairs)");
+  if (c.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim)
+    fail(ErrorKind::BadInput, where, ": attribute head_dim is ", c.head_dim, ", expected qk_nope_head_dim + qk_rope_head_dim = ",
+         m.qk_nope_head_dim + m.qk_rope_head_dim, " (MLA)");
+  if (c.num_kv_heads != c.num_heads)
+    fail(ErrorKind::BadInput, where, ": attribute num_kv_heads is ", c.num_kv_heads, ", expected num_heads (", c.num_heads, ") with MLA");
+  if (c.qk_norm != QkNorm::None || c.attention_bias || c.attention_out_bias || c.attention_sinks || c.sliding_window > 0)
+    fail(ErrorKind::BadInput, where, ": attention_type mla takes no q/k norm, attention biases, sinks or sliding window");
+  const int64_t H = c.num_heads;
+  for (auto [what, a, b] : {std::tuple{"wq/wq_b [num_heads*head_dim, ...]", H * c.head_dim, std::max(m.q_lora_rank, c.hidden_size)},
+                            std::tuple{"wkv_b [num_heads*(qk_nope_head_dim+v_head_dim), kv_lora_rank]", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
+                            std::tuple{"wo [hidden_size, num_heads*v_head_dim]", c.hidden_size, H * m.v_head_dim},
+                            std::tuple{"wkv_a [kv_lora_rank+qk_rope_head_dim, hidden_size]", m.kv_lora_rank + m.qk_rope_head_dim, c.hidden_size}})
+    if (a * b > kMaxMatrixElements) fail(ErrorKind::BadInput, where, ": ", what, " is ", a, " x ", b, ", more than ", kMaxMatrixElements);
+}
+
+// Group-limited routing: whole groups, enough experts in the kept groups for top_k, a scale that
+// is a number.
+void validate_group_routing(const ModelConfig& c, const std::string& where) {
+  if (c.router_groups < 1 || c.router_groups > c.num_experts || c.num_experts % c.router_groups != 0)
+    fail(ErrorKind::BadInput, where, ": attribute router_groups is ", c.router_groups, ", expected a divisor of num_experts (", c.num_experts, ")");
+  if (c.router_topk_groups < 1 || c.router_topk_groups > c.router_groups)
+    fail(ErrorKind::BadInput, where, ": attribute router_topk_groups is ", c.router_topk_groups, ", expected in [1, router_groups = ",
+         c.router_groups, "]");
+  const int64_t per_group = c.num_experts / c.router_groups;
+  if (c.top_k > c.router_topk_groups * per_group)
+    fail(ErrorKind::BadInput, where, ": top_k (", c.top_k, ") exceeds the experts of the kept groups (", c.router_topk_groups, " x ",
+         per_group, ")");
+  if (c.router_groups > 1 && c.router_group_score == GroupScore::Top2Sum && per_group < 2)
+    fail(ErrorKind::BadInput, where, ": router_group_score top2_sum needs at least 2 experts a group, there are ", per_group);
+  if (!(c.routed_scaling_factor > 0) || !std::isfinite(c.routed_scaling_factor))
+    fail(ErrorKind::BadInput, where, ": attribute routed_scaling_factor is ", c.routed_scaling_factor, ", expected a finite number > 0");
+}
+
 void validate_variants(const ModelConfig& c, const std::string& where) {
   if (!c.layer_attention.empty() && static_cast<int64_t>(c.layer_attention.size()) != c.num_layers)
     fail(ErrorKind::BadInput, where, ": attribute layer_types has ", c.layer_attention.size(), " entries for ", c.num_layers, " layers");
@@ -132,6 +198,8 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     finite_positive("swiglu_alpha", c.swiglu_alpha);
     finite_positive("swiglu_limit", c.swiglu_limit);
   }
+  validate_mla(c, where);
+  validate_group_routing(c, where);
 }
 }  // namespace
 
@@ -139,8 +207,7 @@ void ModelConfig::validate(const std::string& where) const {
   auto positive = [&](const char* name, int64_t v) {
     if (v <= 0) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected > 0");
   };
-  if (architecture != "mixtral" && architecture != "qwen2_moe" && architecture != "olmoe" && architecture != "qwen3_moe" &&
-      architecture != "gpt_oss")
+  if (!is_supported_architecture(architecture))
     fail(ErrorKind::BadInput, where, ": attribute architecture is \"", architecture, "\"; supported: ", supported_architectures());
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -205,6 +272,8 @@ void ModelConfig::validate(const std::string& where) const {
   if (s != WeightScheme::Plain && format_version < format_version_for(s))
     fail(ErrorKind::BadInput, where, ": expert_format ", expert_format.name(), " needs format_version ", format_version_for(s),
          ", the file says ", format_version);
+  if (uses_version6(*this) && format_version < 6)
+    fail(ErrorKind::BadInput, where, ": MLA or DeepSeek routing attributes need format_version 6, the file says ", format_version);
 }
 
 int64_t ModelConfig::bytes_per_expert() const {
@@ -226,20 +295,26 @@ int64_t ModelConfig::dense_params() const {
   const int64_t q = num_heads * head_dim;
   const int64_t kv = num_kv_heads * head_dim;
   int64_t per_layer = d /*attn_norm*/ + q * d + 2 * kv * d + d * q + d /*ffn_norm*/;
+  if (attention_type == AttentionType::Mla) {
+    const MlaShape& m = mla;
+    const int64_t wq = m.q_lora_rank > 0 ? m.q_lora_rank * d + m.q_lora_rank + q * m.q_lora_rank : q * d;
+    per_layer = d + wq + (m.kv_lora_rank + m.qk_rope_head_dim) * d + m.kv_lora_rank +
+                num_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank + d * attention_out_dim() + d;
+  }
   if (attention_bias) per_layer += q + 2 * kv;
   if (attention_out_bias) per_layer += d;
   if (attention_sinks) per_layer += num_heads;
   if (qk_norm == QkNorm::Projection) per_layer += q + kv;
   if (qk_norm == QkNorm::PerHead) per_layer += 2 * head_dim;
   // The MoE layers' gate and shared expert; the dense layers' MLP.
-  int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0);
-  if (shared_expert_intermediate_size > 0) per_moe_layer += 3 * shared_expert_intermediate_size * d + d;
+  int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0) + (router_correction_bias ? num_experts : 0);
+  if (shared_expert_intermediate_size > 0) per_moe_layer += 3 * shared_expert_intermediate_size * d + (shared_expert_gated ? d : 0);
   const int64_t per_dense_layer = 3 * dense_intermediate_size * d;
   return 2 * vocab_size * d + d + num_layers * per_layer + num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;
 }
 
 int64_t ModelConfig::kv_bytes(int64_t context) const {
-  const int64_t per_position = 2 * num_kv_heads * head_dim * 4;
+  const int64_t per_position = (kv_k_dim() + kv_v_dim()) * 4;
   int64_t total = 0;
   // A sliding layer holds at most 2W positions between steps (KvCache::trim_windows).
   for (int64_t l = 0; l < num_layers; ++l) total += per_position * (window_of(l) > 0 ? std::min(context, 2 * window_of(l)) : context);

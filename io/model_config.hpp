@@ -27,7 +27,13 @@ inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x exp
 // behaviour of the earlier files, so a file without the attribute reads as before.
 enum class QkNorm : int64_t { None = 0, Projection = 1, PerHead = 2 };  // OLMoE: the whole projection; Qwen3: each head
 enum class AttentionKind : uint8_t { Full, Sliding };
-enum class RouterScoring { SoftmaxTopK, TopKSoftmax };  // gpt-oss: top-k of the logits, softmax over the chosen
+// softmax_topk: softmax, then top-k; topk_softmax (gpt-oss): top-k of the logits, softmax over the
+// chosen; sigmoid (DeepSeek-V3): sigmoid scores, chosen with the correction bias added.
+enum class RouterScoring { SoftmaxTopK, TopKSoftmax, Sigmoid };
+// How a group of experts is scored for group-limited routing (DeepSeek): its best expert (V2's
+// group_limited_greedy) or the sum of its best two (V3).
+enum class GroupScore { Max, Top2Sum };
+enum class AttentionType : uint8_t { Mha, Mla };  // multi-head (grouped-query), or DeepSeek's multi-head latent attention
 enum class ExpertActivation : int32_t { SwiGlu = 0, ClampedSwiGlu = 1 };  // values cross the backend C interface  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
 enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3 };
 enum class MlpKind : uint8_t { Moe, Dense };  // Qwen's mlp_only_layers / decoder_sparse_step, DeepSeek's first_k_dense_replace
@@ -43,6 +49,19 @@ struct RopeScaling {
   bool truncate = true;                      // yarn: round the correction range to whole dimensions
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
 };
+// Multi-head latent attention (DeepSeek-V2/V3): q from x (or through a rank-q_lora_rank path with
+// an RMSNorm), keys and values from a shared latent of kv_lora_rank (RMSNorm'd) expanded per head by
+// kv_b; each head's q and k are qk_nope_head_dim values without RoPE and qk_rope_head_dim with it,
+// the RoPE part of k shared by all heads; values are v_head_dim per head. The KV cache holds the
+// latent and the RoPE key: kv_lora_rank + qk_rope_head_dim values a token and layer.
+struct MlaShape {
+  int64_t q_lora_rank = 0;  // 0: q_proj straight from x
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+};
+
 const char* rope_type_name(RopeType t);
 const char* attention_kind_name(AttentionKind k);
 const char* mlp_kind_name(MlpKind k);
@@ -82,6 +101,15 @@ struct ModelConfig {
   RopeScaling rope;
   bool router_bias = false;                     // a bias on the gate linear (gpt_oss)
   RouterScoring router_scoring = RouterScoring::SoftmaxTopK;
+  // Group-limited routing (DeepSeek): experts in router_groups equal groups, the router_topk_groups
+  // best groups kept (by router_group_score), the top-k chosen inside them. 1 group: plain top-k.
+  int64_t router_groups = 1, router_topk_groups = 1;
+  GroupScore router_group_score = GroupScore::Max;
+  bool router_correction_bias = false;          // a per-expert bias added to the scores for the choice only (V3's e_score_correction_bias)
+  double routed_scaling_factor = 1.0;           // the routed experts' weights times this (after any renormalisation)
+  bool shared_expert_gated = true;              // the shared expert's output through a sigmoid gate (Qwen2-MoE), or added as is (DeepSeek)
+  AttentionType attention_type = AttentionType::Mha;
+  MlaShape mla;                                 // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
   bool expert_bias = false;                     // biases on the expert projections w1, w3, w2 (gpt_oss)
   ExpertActivation expert_activation = ExpertActivation::SwiGlu;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
@@ -118,8 +146,14 @@ struct ModelConfig {
   int64_t active_params_per_token() const { return dense_params() + num_moe_layers() * top_k * params_per_expert(); }
   // Bytes of one expert as stored (its raw form: quantized values and scales for q8/q4).
   int64_t bytes_per_expert() const;
-  // KV cache bytes per token of context (fp32 K and V for every layer).
-  int64_t kv_bytes_per_token() const { return num_layers * 2 * num_kv_heads * head_dim * 4; }
+  // What the KV cache holds per token and layer: K and V rows of kv_heads * head_dim floats, or for
+  // MLA one row of the latent and the RoPE key (kv_lora_rank + qk_rope_head_dim) and no V.
+  int64_t kv_k_dim() const { return attention_type == AttentionType::Mla ? mla.kv_lora_rank + mla.qk_rope_head_dim : num_kv_heads * head_dim; }
+  int64_t kv_v_dim() const { return attention_type == AttentionType::Mla ? 0 : num_kv_heads * head_dim; }
+  // Width of the attention output that o_proj takes: heads * head_dim, or heads * v_head_dim (MLA).
+  int64_t attention_out_dim() const { return num_heads * (attention_type == AttentionType::Mla ? mla.v_head_dim : head_dim); }
+  // KV cache bytes per token of context (fp32, every layer).
+  int64_t kv_bytes_per_token() const { return num_layers * (kv_k_dim() + kv_v_dim()) * 4; }
   // KV cache bytes of one sequence of `context` tokens: a sliding layer holds at most its window.
   int64_t kv_bytes(int64_t context) const;
 };
@@ -132,6 +166,14 @@ std::string layer_attention_text(const std::vector<AttentionKind>& kinds);
 std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where);
 std::string layer_mlp_text(const std::vector<MlpKind>& kinds);
 RopeType parse_rope_type(const std::string& name, const std::string& where);
+
+// The format_version a writer gives a file of this config: 3, or the version that first has what it
+// uses (4 q8/q4 experts, 5 mxfp4/fp8-block, 6 MLA and DeepSeek's routing), so every file stays
+// readable by the oldest build that can compute it.
+int64_t required_format_version(const ModelConfig& c);
+// Whether the config uses anything of format version 6 (MLA, group-limited or sigmoid routing, a
+// correction bias, a routed scaling factor, an ungated shared expert).
+bool uses_version6(const ModelConfig& c);
 
 // The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss").
 const char* supported_architectures();

@@ -138,6 +138,34 @@ std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
   return ids;
 }
 
+// Format version 6 (docs/FORMATS.md): MLA and DeepSeek's routing; absent, each keeps the earlier behaviour.
+void read_version6_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+  auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
+  const std::string attention = h5_attr_string(file, "attention_type").value_or("mha");
+  if (attention != "mha" && attention != "mla")
+    fail(ErrorKind::BadInput, fname, ": attribute attention_type is \"", attention, "\", expected mha or mla");
+  c.attention_type = attention == "mla" ? AttentionType::Mla : AttentionType::Mha;
+  if (c.attention_type == AttentionType::Mla) {
+    c.mla.q_lora_rank = integer("q_lora_rank", 0);
+    c.mla.kv_lora_rank = integer("kv_lora_rank", 0);
+    c.mla.qk_nope_head_dim = integer("qk_nope_head_dim", 0);
+    c.mla.qk_rope_head_dim = integer("qk_rope_head_dim", 0);
+    c.mla.v_head_dim = integer("v_head_dim", 0);
+  }
+  c.router_groups = integer("router_groups", 1);
+  c.router_topk_groups = integer("router_topk_groups", c.router_groups);
+  const std::string group_score = h5_attr_string(file, "router_group_score").value_or("max");
+  if (group_score != "max" && group_score != "top2_sum")
+    fail(ErrorKind::BadInput, fname, ": attribute router_group_score is \"", group_score, "\", expected max or top2_sum");
+  c.router_group_score = group_score == "top2_sum" ? GroupScore::Top2Sum : GroupScore::Max;
+  const auto flag = integer("router_correction_bias", 0), gated = integer("shared_expert_gated", 1);
+  if ((flag != 0 && flag != 1) || (gated != 0 && gated != 1))
+    fail(ErrorKind::BadInput, fname, ": attributes router_correction_bias and shared_expert_gated must be 0 or 1");
+  c.router_correction_bias = flag == 1;
+  c.shared_expert_gated = gated == 1;
+  c.routed_scaling_factor = h5_attr_double(file, "routed_scaling_factor").value_or(1.0);
+}
+
 // The layer variants of format version 3 (docs/FORMATS.md); each absent attribute keeps the
 // behaviour of the files before it.
 void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
@@ -170,9 +198,10 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   c.rope.high_freq_factor = number("rope_high_freq_factor", 4.0);
   c.router_bias = flag("router_bias");
   const std::string scoring = text("router_scoring", "softmax_topk");
-  if (scoring != "softmax_topk" && scoring != "topk_softmax")
-    fail(ErrorKind::BadInput, fname, ": attribute router_scoring is \"", scoring, "\", expected softmax_topk or topk_softmax");
-  c.router_scoring = scoring == "topk_softmax" ? RouterScoring::TopKSoftmax : RouterScoring::SoftmaxTopK;
+  if (scoring != "softmax_topk" && scoring != "topk_softmax" && scoring != "sigmoid")
+    fail(ErrorKind::BadInput, fname, ": attribute router_scoring is \"", scoring, "\", expected softmax_topk, topk_softmax or sigmoid");
+  c.router_scoring = scoring == "topk_softmax" ? RouterScoring::TopKSoftmax : scoring == "sigmoid" ? RouterScoring::Sigmoid
+                                                                                                    : RouterScoring::SoftmaxTopK;
   c.expert_bias = flag("expert_bias");
   const std::string act = text("expert_activation", "swiglu");
   if (act != "swiglu" && act != "swiglu_clamped")
@@ -180,6 +209,7 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   c.expert_activation = act == "swiglu_clamped" ? ExpertActivation::ClampedSwiGlu : ExpertActivation::SwiGlu;
   c.swiglu_alpha = number("swiglu_alpha", 1.702);
   c.swiglu_limit = number("swiglu_limit", 7.0);
+  read_version6_attributes(file, fname, c);
 }
 
 // The root attributes of an open model.h5 (`fname` names it in messages).
@@ -188,7 +218,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 5) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 5");
+    if (ver < 1 || ver > 6) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 6");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -243,12 +273,26 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
   add(-1, "embed_tokens", {c.vocab_size, d});
   add(-1, "final_norm", {d});
   add(-1, "lm_head", {c.vocab_size, d});
+  const bool mla = c.attention_type == AttentionType::Mla;
+  const MlaShape& m = c.mla;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     add(l, "attn_norm", {d});
-    add(l, "wq", {q, d});
-    add(l, "wk", {kv, d});
-    add(l, "wv", {kv, d});
-    add(l, "wo", {d, q});
+    if (mla && m.q_lora_rank > 0) {
+      add(l, "wq_a", {m.q_lora_rank, d});
+      add(l, "q_a_norm", {m.q_lora_rank});
+      add(l, "wq_b", {q, m.q_lora_rank});
+    } else {
+      add(l, "wq", {q, d});
+    }
+    if (mla) {
+      add(l, "wkv_a", {m.kv_lora_rank + m.qk_rope_head_dim, d});
+      add(l, "kv_a_norm", {m.kv_lora_rank});
+      add(l, "wkv_b", {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+    } else {
+      add(l, "wk", {kv, d});
+      add(l, "wv", {kv, d});
+    }
+    add(l, "wo", {d, c.attention_out_dim()});
     add(l, "ffn_norm", {d});
     if (c.attention_bias) {
       add(l, "bq", {q});
@@ -271,17 +315,38 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
     }
     add(l, "gate", {c.num_experts, d});
     if (c.router_bias) add(l, "gate_bias", {c.num_experts});
+    if (c.router_correction_bias) {
+      add(l, "gate_correction_bias", {c.num_experts});
+      out.back().float32 = true;  // kept in float32 as the checkpoints keep it: it decides close choices
+    }
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
       add(l, "shared_expert/w1", {sff, d});
       add(l, "shared_expert/w3", {sff, d});
       add(l, "shared_expert/w2", {d, sff});
-      add(l, "shared_expert_gate", {1, d});
+      if (c.shared_expert_gated) add(l, "shared_expert_gate", {1, d});
     }
   }
   return out;
 }
 
 namespace {
+// An MLA layer's attention weights (q through q_lora_rank or straight, the latent's down and up
+// projections and its norm); o_proj is read with the others.
+void read_mla_weights(hid_t file, const std::string& fname, const std::string& p, const ModelConfig& c, DenseLayerWeights& L) {
+  const MlaShape& m = c.mla;
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, v = c.format_version;
+  if (m.q_lora_rank > 0) {
+    L.wq_a = read_matrix(file, fname, p + "wq_a", m.q_lora_rank, d, c.dtype, v);
+    L.q_a_norm = read_vector_f32(file, fname, p + "q_a_norm", {m.q_lora_rank}, c.dtype, v);
+    L.wq_b = read_matrix(file, fname, p + "wq_b", q, m.q_lora_rank, c.dtype, v);
+  } else {
+    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, v);
+  }
+  L.wkv_a = read_matrix(file, fname, p + "wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, d, c.dtype, v);
+  L.kv_a_norm = read_vector_f32(file, fname, p + "kv_a_norm", {m.kv_lora_rank}, c.dtype, v);
+  L.wkv_b = read_matrix(file, fname, p + "wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype, v);
+}
+
 DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
   DenseWeights w;
   w.config = read_model_config(file, fname);
@@ -302,10 +367,14 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     const std::string p = "/layers/" + std::to_string(l) + "/";
     DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
     L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, c.format_version);
-    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, c.format_version);
-    L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, c.format_version);
-    L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, c.format_version);
-    L.wo = read_matrix(file, fname, p + "wo", d, q, c.dtype, c.format_version);
+    if (c.attention_type == AttentionType::Mla) {
+      read_mla_weights(file, fname, p, c, L);
+    } else {
+      L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, c.format_version);
+      L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, c.format_version);
+      L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, c.format_version);
+    }
+    L.wo = read_matrix(file, fname, p + "wo", d, c.attention_out_dim(), c.dtype, c.format_version);
     L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
     if (c.is_moe_layer(l)) {
       std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
@@ -331,11 +400,14 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     if (c.attention_sinks) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
     if (!c.is_moe_layer(l)) continue;  // the rest belongs to the MoE block
     if (c.router_bias) L.gate_bias = read_vector_f32(file, fname, p + "gate_bias", {c.num_experts}, c.dtype, c.format_version);
+    if (c.router_correction_bias)
+      L.gate_correction_bias = read_vector_f32(file, fname, p + "gate_correction_bias", {c.num_experts}, DType::F32, c.format_version);
     if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
       L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype, c.format_version);
       L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype, c.format_version);
       L.shared_expert.w2 = read_matrix(file, fname, p + "shared_expert/w2", d, sff, c.dtype, c.format_version);
-      L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype, c.format_version);
+      if (c.shared_expert_gated)
+        L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype, c.format_version);
     }
   }
   return w;
@@ -374,7 +446,7 @@ void ModelFileWriter::write_root_attributes() {
   const ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
   // Version 4 or 5 only where it is needed (quantized experts), so other files stay readable by older builds.
-  h5_set_attr(file_, "format_version", format_version_for(c.expert_format.scheme));
+  h5_set_attr(file_, "format_version", required_format_version(c));
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);
@@ -418,7 +490,10 @@ void ModelFileWriter::write_root_attributes() {
     h5_set_attr(file_, "rope_high_freq_factor", c.rope.high_freq_factor);
   }
   h5_set_attr(file_, "router_bias", int64_t{c.router_bias ? 1 : 0});
-  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == RouterScoring::TopKSoftmax ? "topk_softmax" : "softmax_topk"));
+  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == RouterScoring::TopKSoftmax ? "topk_softmax"
+                                                   : c.router_scoring == RouterScoring::Sigmoid   ? "sigmoid"
+                                                                                                  : "softmax_topk"));
+  if (uses_version6(c)) write_version6_attributes();
   h5_set_attr(file_, "expert_bias", int64_t{c.expert_bias ? 1 : 0});
   h5_set_attr(file_, "expert_activation",
               std::string(c.expert_activation == ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));
@@ -426,6 +501,32 @@ void ModelFileWriter::write_root_attributes() {
     h5_set_attr(file_, "swiglu_alpha", c.swiglu_alpha);
     h5_set_attr(file_, "swiglu_limit", c.swiglu_limit);
   }
+}
+
+void ModelFileWriter::write_version6_attributes() {
+  const ModelConfig& c = config_;
+  h5_set_attr(file_, "attention_type", std::string(c.attention_type == AttentionType::Mla ? "mla" : "mha"));
+  if (c.attention_type == AttentionType::Mla) {
+    h5_set_attr(file_, "q_lora_rank", c.mla.q_lora_rank);
+    h5_set_attr(file_, "kv_lora_rank", c.mla.kv_lora_rank);
+    h5_set_attr(file_, "qk_nope_head_dim", c.mla.qk_nope_head_dim);
+    h5_set_attr(file_, "qk_rope_head_dim", c.mla.qk_rope_head_dim);
+    h5_set_attr(file_, "v_head_dim", c.mla.v_head_dim);
+  }
+  h5_set_attr(file_, "router_groups", c.router_groups);
+  h5_set_attr(file_, "router_topk_groups", c.router_topk_groups);
+  h5_set_attr(file_, "router_group_score", std::string(c.router_group_score == GroupScore::Top2Sum ? "top2_sum" : "max"));
+  h5_set_attr(file_, "router_correction_bias", int64_t{c.router_correction_bias ? 1 : 0});
+  h5_set_attr(file_, "routed_scaling_factor", c.routed_scaling_factor);
+  h5_set_attr(file_, "shared_expert_gated", int64_t{c.shared_expert_gated ? 1 : 0});
+}
+
+void ModelFileWriter::write(const DenseDataset& ds, const float* data) {
+  h5_writing(path_, [&] {
+    Xxh64 sum;
+    write_tensor(file_, ds.path, ds.shape, data, ds.float32 ? DType::F32 : config_.dtype, false, &sum);
+    h5_set_attr_uint64(h5_open_object(file_, ds.path), "xxh64", sum.digest());
+  });
 }
 
 void ModelFileWriter::write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data) {

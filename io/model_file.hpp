@@ -25,8 +25,18 @@ struct DenseLayerWeights {
   std::vector<float> bo;                    // attention_out_bias: [d]
   std::vector<float> sinks;                 // attention_sinks: [heads]
   std::vector<float> gate_bias;             // router_bias: [experts]
+  std::vector<float> gate_correction_bias;  // router_correction_bias: [experts], float32 in the file
+  // MLA (attention_type mla): wq_a [q_lora, d], q_a_norm [q_lora], wq_b [heads*head_dim, q_lora]
+  // (or wq [heads*head_dim, d] without q_lora_rank), wkv_a [kv_lora + rope, d], kv_a_norm
+  // [kv_lora], wkv_b [heads*(nope + v), kv_lora]; wo [d, heads*v]. Each head's q is nope values
+  // then rope values, the RoPE part in rotate_half order (convert de-interleaves DeepSeek's).
+  WeightMatrix wq_a, wq_b, wkv_a, wkv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
+  // wkv_b split per head by the runtime when it prepares the weights (runtime/mla_attention):
+  // W_uk [nope, kv_lora], its transpose [kv_lora, nope] and W_uv [v, kv_lora]; wkv_b is then freed.
+  std::vector<WeightMatrix> mla_uk, mla_uk_t, mla_uv;
   FfnWeights shared_expert;                // shared expert: w1, w3 [sff, d], w2 [d, sff]
-  std::vector<float> shared_expert_gate;    // its gate [d] (one output row)
+  std::vector<float> shared_expert_gate;    // its gate [d] (one output row), when shared_expert_gated
 };
 
 struct DenseWeights {
@@ -47,6 +57,7 @@ struct DenseDataset {
   std::string name;  // "wq", "embed_tokens"
   int64_t layer = -1;
   std::vector<int64_t> shape;
+  bool float32 = false;  // stored as float32 whatever the model's dtype (gate_correction_bias)
 };
 std::vector<DenseDataset> dense_datasets(const ModelConfig& c);
 
@@ -79,6 +90,7 @@ class ModelFileWriter {
   // `name`: what messages call the file (its final name when `path` is a temp file).
   ModelFileWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");
   void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
+  void write(const DenseDataset& dataset, const float* data);  // in its own dtype (float32 where it says so)
   void set_attr(const std::string& name, int64_t value);
   void set_attr(const std::string& name, const std::string& value);
   // /expert_shards: each shard's identity in name order (ExpertShardIndex::shard_identities).
@@ -89,6 +101,7 @@ class ModelFileWriter {
 
  private:
   void write_root_attributes();
+  void write_version6_attributes();
   ModelConfig config_;
   std::string path_;
   H5Handle file_;

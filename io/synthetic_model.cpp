@@ -204,7 +204,8 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
         write_skewed_gate(w, cfg, ds, dirs);
         continue;
       }
-      put(ds.path, ds.shape, synth_scale(ds), synth_offset(ds));
+      std::vector<float> t = synth_tensor(seed, ds.path, ds.shape[0] * (ds.shape.size() > 1 ? ds.shape[1] : 1), synth_scale(ds), synth_offset(ds));
+      w.write(ds, t.data());
     }
     w.close();
     out.commit();

@@ -81,7 +81,10 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
      "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
     ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")
     ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
-    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)");
+    ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
+    ("mla-attention", po::value(&mla_attention)->default_value(mla_attention),
+     "MLA models (DeepSeek): absorbed (attend to the compressed cache), expanded (per-head keys and values), or auto "
+     "(expanded for chunks of 32 tokens or more)");
   cache.add(o, c);
   object_store.add(o);
 }
@@ -90,6 +93,7 @@ Environment EngineOptions::finish(runtime::EngineConfig& c) const {
   with_option_names([&] {
     c.device = experts::parse_device(device);
     c.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
+    c.mla_attention = runtime::parse_mla_mode(mla_attention);
   });
   c.placement_file = placement == "round-robin" ? "" : placement;
   cache.finish(c);

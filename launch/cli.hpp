@@ -52,7 +52,7 @@ io::S3Config s3_from_environment(io::S3Config c);
 // The engine's options (infer, perplexity): its layout, exchange, device, the expert cache and the
 // object store. finish() parses the named values and applies the environment (launch/environment).
 struct EngineOptions {
-  std::string device = "cpu", placement = "round-robin", a2a = "mpi";
+  std::string device = "cpu", placement = "round-robin", a2a = "mpi", mla_attention = "auto";
   CacheOptions cache;
   ObjectStoreOptions object_store;
   void add(po::options_description& o, runtime::EngineConfig& c);

@@ -22,6 +22,7 @@ std::string option_name(const std::string& field) {
       {"engine.comm_timeout_s", "--comm-timeout"},
       {"engine.a2a", "--a2a"},
       {"engine.device", "--device"},
+      {"mla_attention", "--mla-attention"},
       {"engine.affinity", "--affinity"},
       {"engine.placement_file", "--placement"},
       {"engine.swap_control", "--swap-control"},

@@ -48,6 +48,38 @@ void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, 
   }
 }
 
+void gate_sigmoid(const float* logits, int64_t T, int64_t E, float temperature, float* probs) {
+  for (int64_t i = 0; i < T * E; ++i) probs[i] = 1.0f / (1.0f + std::exp(-logits[i] / temperature));
+}
+
+void mask_groups(float* choice, int64_t T, int64_t E, int64_t groups, int64_t keep, bool top2) {
+  if (groups <= 1) return;
+  const int64_t size = E / groups;
+  std::vector<float> score(static_cast<std::size_t>(groups));
+  std::vector<int32_t> kept(static_cast<std::size_t>(keep));
+  std::vector<uint8_t> on(static_cast<std::size_t>(groups));
+  for (int64_t t = 0; t < T; ++t) {
+    float* c = choice + t * E;
+    for (int64_t g = 0; g < groups; ++g) {
+      float best = -INFINITY, second = -INFINITY;
+      for (int64_t e = g * size; e < (g + 1) * size; ++e) {
+        if (c[e] > best) {
+          second = best;
+          best = c[e];
+        } else if (c[e] > second) {
+          second = c[e];
+        }
+      }
+      score[static_cast<std::size_t>(g)] = top2 ? best + second : best;
+    }
+    top_k_desc(score.data(), groups, keep, kept.data());
+    std::fill(on.begin(), on.end(), 0);
+    for (int32_t g : kept) on[static_cast<std::size_t>(g)] = 1;
+    for (int64_t e = 0; e < E; ++e)
+      if (!on[static_cast<std::size_t>(e / size)]) c[e] = -INFINITY;
+  }
+}
+
 void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
   // Selection by repeated scans: E is small (8..128) and strict '>' keeps ties on the lower id.
   for (int64_t j = 0; j < k; ++j) {
@@ -62,26 +94,28 @@ void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
   }
 }
 
-void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
-                 int64_t t0, RoutingDecision* out) {
+void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+                 double capacity_factor, int64_t t0, RoutingDecision* out) {
   int32_t* ids = out->expert.data() + t0 * k;
   float* wts = out->weight.data() + t0 * k;
-  // 1. Choice: plain top-k of p, or sequential load-aware top-k of p - λ·load.
+  if (!choice) choice = probs;
+  // 1. Choice: plain top-k of the choice scores, or sequential load-aware top-k of them - λ·load.
   if (cfg.load_penalty > 0) {
     std::vector<int64_t> load(static_cast<std::size_t>(E), 0);
     std::vector<float> score(static_cast<std::size_t>(E));
     const double fair = std::max(1.0, static_cast<double>(T * k) / static_cast<double>(E));
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t e = 0; e < E; ++e)
-        score[e] = probs[t * E + e] - static_cast<float>(cfg.load_penalty * static_cast<double>(load[e]) / fair);
+        score[e] = choice[t * E + e] - static_cast<float>(cfg.load_penalty * static_cast<double>(load[e]) / fair);
       top_k_desc(score.data(), E, k, ids + t * k);
       for (int64_t j = 0; j < k; ++j) ++load[ids[t * k + j]];
     }
   } else {
-    for (int64_t t = 0; t < T; ++t) top_k_desc(probs + t * E, E, k, ids + t * k);
+    for (int64_t t = 0; t < T; ++t) top_k_desc(choice + t * E, E, k, ids + t * k);
   }
   // 1b. Dynamic top-k: keep the most probable of the chosen experts until their mass reaches P.
-  //     Pruned slots are empty (-1) from here on, so capacity never counts them.
+  //     Pruned slots are empty (-1) from here on, so capacity never counts them. Sigmoid scores do
+  //     not sum to 1 over the experts: their mass is taken over the chosen ones.
   if (cfg.top_p_experts < 1) {
     std::vector<int32_t> by_prob(static_cast<std::size_t>(k));
     for (int64_t t = 0; t < T; ++t) {
@@ -89,9 +123,13 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
       const float* p = probs + t * E;
       by_prob.assign(slot, slot + k);
       std::stable_sort(by_prob.begin(), by_prob.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
-      double mass = 0;
+      double total = 1, mass = 0;
+      if (cfg.sigmoid) {
+        total = 0;
+        for (int64_t j = 0; j < k; ++j) total += p[slot[j]];
+      }
       int64_t keep = 0;
-      while (keep < k && mass < cfg.top_p_experts) mass += p[by_prob[static_cast<std::size_t>(keep++)]];
+      while (keep < k && mass < cfg.top_p_experts * total) mass += p[by_prob[static_cast<std::size_t>(keep++)]];
       for (int64_t j = 0; j < k; ++j)
         if (std::find(by_prob.begin(), by_prob.begin() + keep, slot[j]) == by_prob.begin() + keep) {
           slot[j] = -1;
@@ -119,9 +157,9 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
         }
         int32_t chosen = -1;
         if (cfg.overflow == Overflow::Reroute) {
-          top_k_desc(probs + t * E, E, E, order.data());
+          top_k_desc(choice + t * E, E, E, order.data());
           for (int32_t e : order) {
-            if (count[e] >= cap) continue;
+            if (count[e] >= cap || choice[t * E + e] == -INFINITY) continue;  // not in a kept group
             bool used = false;
             for (int64_t i = 0; i < k; ++i) used |= original[t * k + i] == e || (i < j && ids[t * k + i] == e);
             if (used) continue;
@@ -154,23 +192,35 @@ void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
     }
     for (int64_t j = 0; j < k; ++j) {
       const int32_t e = ids[t * k + j];
-      wts[t * k + j] = e < 0 ? 0.0f : !cfg.renormalize ? p[e] : sum > 0 ? p[e] / sum : 0.0f;
+      const float w = e < 0 ? 0.0f : !cfg.renormalize ? p[e] : sum > 0 ? p[e] / sum : 0.0f;
+      wts[t * k + j] = cfg.routed_scaling == 1.0f ? w : w * cfg.routed_scaling;
     }
   }
 }
 
 RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias) {
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias, const float* correction) {
   const int64_t E = gate_w.rows;
   std::vector<float> logits(static_cast<std::size_t>(T * E)), probs(logits.size());
   mm.linear(x, T, gate_w, logits.data());
   if (bias)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < E; ++e) logits[static_cast<std::size_t>(t * E + e)] += bias[e];
-  gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  if (cfg.sigmoid) gate_sigmoid(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  else gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  // The choice scores: the scores plus the correction bias, outside the best groups -inf.
+  std::vector<float> choice;
+  if (correction || cfg.groups > 1) {
+    choice = probs;
+    if (correction)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t e = 0; e < E; ++e) choice[static_cast<std::size_t>(t * E + e)] += correction[e];
+    mask_groups(choice.data(), T, E, cfg.groups, cfg.topk_groups, cfg.group_top2);
+  }
+  const float* ch = choice.empty() ? nullptr : choice.data();
   RoutingDecision d = RoutingDecision::empty(T, top_k);
   if (!cfg.capacity_on() && cfg.load_penalty <= 0) {
-    route_group(probs.data(), T, E, top_k, cfg, 0.0, 0, &d);
+    route_group(probs.data(), ch, T, E, top_k, cfg, 0.0, 0, &d);
     return d;
   }
   // Capacity and load are per group: gather prefill and decode tokens separately.
@@ -180,10 +230,14 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
       if (is_prefill[static_cast<std::size_t>(t)] == group) rows.push_back(t);
     if (rows.empty()) continue;
     const int64_t n = static_cast<int64_t>(rows.size());
-    std::vector<float> gp(static_cast<std::size_t>(n * E));
-    for (int64_t i = 0; i < n; ++i) std::copy_n(probs.data() + rows[i] * E, E, gp.data() + i * E);
+    std::vector<float> gp(static_cast<std::size_t>(n * E)), gc(ch ? gp.size() : 0);
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(probs.data() + rows[i] * E, E, gp.data() + i * E);
+      if (ch) std::copy_n(ch + rows[i] * E, E, gc.data() + i * E);
+    }
     RoutingDecision g = RoutingDecision::empty(n, top_k);
-    route_group(gp.data(), n, E, top_k, cfg, group ? cfg.capacity_factor_prefill : cfg.capacity_factor_decode, 0, &g);
+    route_group(gp.data(), ch ? gc.data() : nullptr, n, E, top_k, cfg, group ? cfg.capacity_factor_prefill : cfg.capacity_factor_decode,
+                0, &g);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < top_k; ++j) {
         d.expert[rows[i] * top_k + j] = g.expert[i * top_k + j];

@@ -1,6 +1,8 @@
-// Gate and top-k routing (DESIGN §2): logits = W_gate·x in fp32, p = softmax(logits / T), top-k with
-// ties to the lower expert id, weights = top-k probabilities renormalised to sum 1; then optional
-// load-aware scoring and per-group capacity with reroute/drop. Every choice is deterministic.
+// Gate and top-k routing (DESIGN §2): logits = W_gate·x in fp32, p = softmax(logits / T) (or a
+// sigmoid per expert, DeepSeek-V3), top-k with ties to the lower expert id (inside the best groups
+// when routing is group-limited, DeepSeek), weights = top-k probabilities renormalised to sum 1
+// (or not) and scaled; then optional load-aware scoring and per-group capacity with reroute/drop.
+// Every choice is deterministic.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -37,15 +39,25 @@ void gate_softmax(const float* logits, int64_t T, int64_t E, float temperature, 
 // Indices of the k largest of scores[0..E), descending, ties to the lower index.
 void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out);
 
-// Routes one group of tokens (one micro-batch's prefill or decode tokens) given their probabilities,
-// with that group's capacity factor (0: no limit). Writes slots [t0*k, (t0+T)*k) of `out`.
-void route_group(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
-                 int64_t t0, RoutingDecision* out);
+// probs[t, e] = sigmoid(logits[t, e] / temperature), in fp32 (DeepSeek-V3's scores).
+void gate_sigmoid(const float* logits, int64_t T, int64_t E, float temperature, float* probs);
+// Group-limited routing on choice scores [T, E]: per token the experts outside its best `keep` of
+// `groups` equal groups (scored by their best expert, or best two with `top2`; ties to the lower
+// group) get -inf, so no top-k or reroute picks them.
+void mask_groups(float* choice, int64_t T, int64_t E, int64_t groups, int64_t keep, bool top2);
+// Routes one group of tokens (one micro-batch's prefill or decode tokens) given their scores, with
+// that group's capacity factor (0: no limit). Writes slots [t0*k, (t0+T)*k) of `out`. `choice`
+// ranks the experts (top-k, load penalty, reroute): the scores plus any correction bias, groups
+// masked; null means `probs`. Weights come from `probs`.
+void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+                 double capacity_factor, int64_t t0, RoutingDecision* out);
 
 // The gate network of one layer: fp32 logits through Matmul, then routing. `is_prefill[t]` splits
 // the tokens into the prefill and decode groups that capacity treats separately.
-// `bias` [E], where the gate linear has one (gpt-oss), is added to the logits.
+// `bias` [E], where the gate linear has one (gpt-oss), is added to the logits; `correction` [E]
+// (DeepSeek-V3's e_score_correction_bias) to the scores, for the choice only.
 RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias = nullptr);
+                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias = nullptr,
+                      const float* correction = nullptr);
 
 }  // namespace moerun::router

@@ -29,9 +29,18 @@ struct RouterConfig {
   // Dynamic top-k: per token, the fewest of its top-k experts (in probability order) whose gate
   // probabilities sum to at least P; 1 keeps all k.
   double top_p_experts = 1.0;
-  // Set from the model, not an option: renormalise the chosen experts' probabilities to sum 1
-  // (Mixtral), or keep them as they are (norm_topk_prob = false: Qwen2-MoE, OLMoE).
+  // Set from the model, not options (ModelForward fills them from the config):
+  // renormalise the chosen experts' probabilities to sum 1 (Mixtral), or keep them as they are
+  // (norm_topk_prob = false: Qwen2-MoE, OLMoE);
   bool renormalize = true;
+  // scores: softmax over the experts, or each expert's sigmoid (DeepSeek-V3);
+  bool sigmoid = false;
+  // group-limited routing: the best `topk_groups` of `groups` equal groups of experts kept, each
+  // scored by its best expert or its best two (DeepSeek); 1 group: off;
+  int64_t groups = 1, topk_groups = 1;
+  bool group_top2 = false;
+  // the routed experts' weights times this (DeepSeek's routed_scaling_factor).
+  float routed_scaling = 1.0f;
 
   bool capacity_on() const { return capacity_factor_prefill > 0 || capacity_factor_decode > 0; }
   // Throws ErrorKind::Usage naming the option.

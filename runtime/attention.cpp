@@ -6,16 +6,17 @@
 
 namespace moerun::runtime {
 
-void KvCache::init(int64_t layers, int64_t kvd, int64_t reserve, const std::vector<int64_t>& windows) {
-  kv_dim = kvd;
+void KvCache::init(int64_t layers, int64_t kd, int64_t vd, int64_t reserve, const std::vector<int64_t>& windows) {
+  k_dim = kd;
+  v_dim = vd;
   start.assign(static_cast<std::size_t>(layers), 0);
   window = windows.empty() ? std::vector<int64_t>(static_cast<std::size_t>(layers), 0) : windows;
   k.assign(static_cast<std::size_t>(layers), {});
   v.assign(static_cast<std::size_t>(layers), {});
   for (int64_t l = 0; l < layers; ++l) {
     const int64_t rows = window[l] > 0 ? std::min(reserve, 2 * window[l]) : reserve;
-    k[l].reserve(static_cast<std::size_t>(rows * kvd));
-    v[l].reserve(static_cast<std::size_t>(rows * kvd));
+    k[l].reserve(static_cast<std::size_t>(rows * kd));
+    v[l].reserve(static_cast<std::size_t>(rows * vd));
   }
 }
 
@@ -25,15 +26,15 @@ void KvCache::trim_windows() {
 }
 
 void KvCache::append(int64_t layer, const float* kr, const float* vr, int64_t n) {
-  k[layer].insert(k[layer].end(), kr, kr + n * kv_dim);
-  v[layer].insert(v[layer].end(), vr, vr + n * kv_dim);
+  k[layer].insert(k[layer].end(), kr, kr + n * k_dim);
+  if (v_dim > 0) v[layer].insert(v[layer].end(), vr, vr + n * v_dim);
 }
 
 void KvCache::trim(int64_t layer, int64_t keep) {
   const int64_t drop = rows(layer) - keep;
   if (drop <= 0) return;
-  k[layer].erase(k[layer].begin(), k[layer].begin() + drop * kv_dim);
-  v[layer].erase(v[layer].begin(), v[layer].begin() + drop * kv_dim);
+  k[layer].erase(k[layer].begin(), k[layer].begin() + drop * k_dim);
+  v[layer].erase(v[layer].begin(), v[layer].begin() + drop * v_dim);
   start[layer] += drop;
 }
 
@@ -60,9 +61,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float w, 
 
 void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
                        const AttentionShape& a, float* out) {
-  const int64_t H = a.heads, hd = a.head_dim;
+  const int64_t H = a.heads, hd = a.head_dim, vd = a.v_dim > 0 ? a.v_dim : hd;
   const int64_t group = H / a.kv_heads;
-  const int64_t kvd = a.kv_heads * hd;
+  const int64_t ks = a.k_stride > 0 ? a.k_stride : a.kv_heads * hd, vs = a.v_stride > 0 ? a.v_stride : a.kv_heads * vd;
   // Heads in parallel as soon as there is work for more than one thread: at decode (n = 1) the
   // context makes the work, not the query count.
 #pragma omp parallel for collapse(2) schedule(dynamic) if (n * H > 1 && n * H * (pos0 + n - kv_start) * hd > 32768)
@@ -71,15 +72,15 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
       const int64_t pos = pos0 + i;
       const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
       const int64_t len = pos - first + 1;
-      const float* kr = kc + (first - kv_start) * kvd;
-      const float* vr = vc + (first - kv_start) * kvd;
+      const float* kr = kc + (first - kv_start) * ks;
+      const float* vr = vc + (first - kv_start) * vs;
       const int64_t g = h / group;
       const float* qv = q + i * H * hd + h * hd;
       std::vector<float> s(static_cast<std::size_t>(len));
       // A sink joins the max and the sum like one more key, and has no value row.
       float mx = a.sinks ? a.sinks[h] : -INFINITY;
       for (int64_t j = 0; j < len; ++j) {
-        s[j] = dot(qv, kr + j * kvd + g * hd, hd) * a.scale;
+        s[j] = dot(qv, kr + j * ks + g * hd, hd) * a.scale;
         mx = std::max(mx, s[j]);
       }
       float sum = 0;
@@ -88,9 +89,9 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
         sum += s[j];
       }
       if (a.sinks) sum += std::exp(a.sinks[h] - mx);
-      float* o = out + i * H * hd + h * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) axpy(s[j] / sum, vr + j * kvd + g * hd, o, hd);
+      float* o = out + i * H * vd + h * vd;
+      std::fill(o, o + vd, 0.0f);
+      for (int64_t j = 0; j < len; ++j) axpy(s[j] / sum, vr + j * vs + g * vd, o, vd);
     }
   }
 }

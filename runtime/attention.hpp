@@ -8,20 +8,22 @@
 
 namespace moerun::runtime {
 
-// K and V of every layer of one sequence, [positions, kv_heads * head_dim] each, fp32. A sliding
-// layer drops the positions no later query can see (trim_windows), so its rows start at start[layer].
+// K and V of every layer of one sequence, [positions, k_dim] and [positions, v_dim], fp32: k_dim =
+// v_dim = kv_heads * head_dim for grouped-query attention; for MLA one row of k_dim = kv_lora_rank +
+// qk_rope_head_dim (the latent and the RoPE key) and no V (v_dim 0). A sliding layer drops the
+// positions no later query can see (trim_windows), so its rows start at start[layer].
 struct KvCache {
-  int64_t kv_dim = 0;
+  int64_t k_dim = 0, v_dim = 0;
   std::vector<std::vector<float>> k, v;  // [layer]
   std::vector<int64_t> start;            // [layer]: position of row 0
   std::vector<int64_t> window;           // [layer]: W of a sliding layer, 0 for full attention
 
   // `windows`: per layer (empty: all full).
-  void init(int64_t layers, int64_t kv_dim_, int64_t reserve_positions, const std::vector<int64_t>& windows = {});
-  int64_t rows(int64_t layer) const { return static_cast<int64_t>(k[layer].size()) / kv_dim; }
+  void init(int64_t layers, int64_t k_dim_, int64_t v_dim_, int64_t reserve_positions, const std::vector<int64_t>& windows = {});
+  int64_t rows(int64_t layer) const { return static_cast<int64_t>(k[layer].size()) / k_dim; }
   // Positions covered: start + rows.
   int64_t length(int64_t layer) const { return start[layer] + rows(layer); }
-  void append(int64_t layer, const float* k_rows, const float* v_rows, int64_t n);
+  void append(int64_t layer, const float* k_rows, const float* v_rows, int64_t n);  // v_rows unused when v_dim is 0
   // Keeps the last `keep` positions of `layer` (no-op when it holds fewer).
   void trim(int64_t layer, int64_t keep);
   // Sliding layers that hold 2W rows or more keep their last W - 1 (all a later query can see):
@@ -36,11 +38,16 @@ struct AttentionShape {
   float scale = 0;               // on q·k (1/sqrt(head_dim))
   int64_t window = 0;            // 0: every earlier position; W: positions p-W+1 .. p
   const float* sinks = nullptr;  // [heads] or null
+  // Values of another width than the keys, and rows of another stride than kv_heads times the
+  // width (0: the defaults). MLA expanded: v_dim = v_head_dim; MLA absorbed: one kv head whose
+  // value is the first kv_lora_rank of its key row (v_dim kv_lora_rank, v_stride the key row's).
+  int64_t v_dim = 0, k_stride = 0, v_stride = 0;
 };
 
-// q: [n, H*hd] (RoPE applied); kc, vc: rows for positions kv_start .. pos0+n-1, [rows, KV*hd];
-// out: [n, H*hd]. Softmax in fp32; head h reads kv head h / (H/KV). The rows a query needs must
-// be there: kv_start <= max(0, pos0 - window + 1) for a window, kv_start = 0 without one.
+// q: [n, H*hd] (RoPE applied); kc, vc: rows for positions kv_start .. pos0+n-1, [rows, k_stride]
+// and [rows, v_stride]; out: [n, H*v_dim]. Softmax in fp32; head h reads kv head h / (H/KV). The
+// rows a query needs must be there: kv_start <= max(0, pos0 - window + 1) for a window, kv_start
+// = 0 without one.
 void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
                        const AttentionShape& shape, float* out);
 

@@ -42,7 +42,7 @@ class RouterLoop {
         emit({r.id, {}, "", 0, str("line ", r.line, ": ", r.error)});
       }
     }
-    if (cfg_.prefix_cache.max_bytes > 0) prefix_.emplace(cfg_.prefix_cache, mc.num_layers, mc.num_moe_layers(), mc.num_kv_heads * mc.head_dim, mc.top_k);
+    if (cfg_.prefix_cache.max_bytes > 0) prefix_.emplace(cfg_.prefix_cache, mc.num_layers, mc.num_moe_layers(), mc.kv_k_dim(), mc.kv_v_dim(), mc.top_k);
     Scheduler sched(cfg_.scheduler, mc, requests_, runnable, prefix_ ? &*prefix_ : nullptr);
     for (const io::Result& r : sched.take_trivial()) emit(r);
     sink_.step_done();

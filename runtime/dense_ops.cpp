@@ -10,6 +10,8 @@
 
 namespace moerun::runtime {
 
+double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
 void embed_tokens(const float* table, const int32_t* ids, int64_t T, int64_t d, float* out) {
   for (int64_t t = 0; t < T; ++t)
     std::memcpy(out + t * d, table + static_cast<int64_t>(ids[t]) * d, static_cast<std::size_t>(d) * sizeof(float));
@@ -54,8 +56,6 @@ std::vector<float> yarn_inv_freq(const std::vector<float>& pos_freqs, double the
   }
   return out;
 }
-
-double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 void llama3_scale(std::vector<float>& inv_freq, const io::RopeScaling& r) {
   const double kPi = 3.14159265358979323846;

@@ -20,6 +20,8 @@ struct RopeFrequencies {
   std::vector<float> inv_freq;
   float attention_scaling = 1.0f;
 };
+// YaRN's magnitude correction 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1), as transformers' get_mscale.
+double yarn_mscale(double scale, double mscale);
 RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const io::RopeScaling& scaling = {});
 // In place on x [T, heads * head_dim]: x' = (x·cos + rotate_half(x)·sin) at positions[t], cos and
 // sin times the attention scaling.

@@ -208,7 +208,7 @@ void Engine::start_serving() {
   if (is_router()) {
     if (distributed()) moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts);
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
-    forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches);
+    forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);
     if (cfg_.reserve_step_tokens > 0) reserve_step_buffers(cfg_.reserve_step_tokens);
   } else {
     server_ = std::make_unique<ExpertServer>(*protocol_, *backend_, *store_, mc_.num_experts);

@@ -39,6 +39,7 @@
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
 #include "runtime/hot_swap.hpp"
+#include "runtime/mla_attention.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/routing_stats.hpp"
 
@@ -57,6 +58,7 @@ struct EngineConfig {
   experts::ExpertCacheConfig cache;   // l1_bytes 0: every owned expert resident
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
+  MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
   // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's
   // max_batch_tokens; 0: grown on first use): the first large step would otherwise fault in 100 MB
   // of fresh pages one by one (with launch's keep_freed_memory, a cold 1024-token Qwen3-shaped

@@ -56,9 +56,12 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
   // larger prefill steps.
   constexpr int64_t kTypicalRows = 32;
   mm.pack(w.lm_head, kTypicalRows);
+  const bool mla = w.config.attention_type == io::AttentionType::Mla;
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     io::DenseLayerWeights& l = w.layers[i];
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) mm.pack(*m, kTypicalRows);
+    if (mla) prepare_mla_weights(mm, w.config, l);  // before anything else: it reads wkv_b row-major
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a})
+      if (m->rows > 0) mm.pack(*m, kTypicalRows);
     if (!w.config.is_moe_layer(static_cast<int64_t>(i))) {
       for (WeightMatrix* m : {&l.mlp.w1, &l.mlp.w3, &l.mlp.w2}) mm.pack(*m, kTypicalRows);
       continue;
@@ -69,12 +72,19 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
 }
 
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
-                           int micro_batches)
+                           int micro_batches, MlaMode mla_mode)
     : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
       rope_(rope_frequencies(weights.config.rope_theta, weights.config.head_dim, weights.config.rope)) {
+  const io::ModelConfig& c = weights.config;
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.
-  router_.renormalize = weights.config.norm_topk_prob || weights.config.router_scoring == io::RouterScoring::TopKSoftmax;
+  router_.renormalize = c.norm_topk_prob || c.router_scoring == io::RouterScoring::TopKSoftmax;
+  router_.sigmoid = c.router_scoring == io::RouterScoring::Sigmoid;
+  router_.groups = c.router_groups;
+  router_.topk_groups = c.router_topk_groups;
+  router_.group_top2 = c.router_group_score == io::GroupScore::Top2Sum;
+  router_.routed_scaling = static_cast<float>(c.routed_scaling_factor);
+  if (c.attention_type == io::AttentionType::Mla) mla_ = std::make_unique<MlaAttention>(weights, mm, mla_mode);
   for (int64_t l = 0; l < weights.config.num_layers; ++l) moe_index_.push_back(weights.config.moe_index(l));
 }
 
@@ -91,7 +101,24 @@ void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l
   float* v = v_.as<float>() + t0 * KV * hd;
   float* attn = attn_.as<float>() + t0 * H * hd;
   float* tmp = tmp_.as<float>() + t0 * d;
-  if (n > 0) {
+  if (n > 0 && mla_) {
+    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+    const int64_t row = c.kv_k_dim();
+    float* rows = k_.as<float>() + t0 * row;  // the cache rows: latent and RoPE key
+    mla_->project(l, xn, n, b.positions.data() + t0, rows);
+    std::vector<MlaChunk> chunks;
+    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+      const SeqChunk& ch = b.chunks[ci];
+      const int64_t off = ch.first - t0;
+      ch.kv->append(l, rows + off * row, nullptr, ch.count);
+      chunks.push_back({off, ch.count, ch.pos0, ch.kv});
+    }
+    float* out = attn_.as<float>() + t0 * c.attention_out_dim();
+    mla_->attend(l, chunks, n, out);
+    mm_.linear(out, n, L.wo, tmp);
+    add_inplace(h, tmp, n * d);
+    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+  } else if (n > 0) {
     rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
     mm_.linear(xn, n, L.wq, q);
     mm_.linear(xn, n, L.wk, k);
@@ -135,8 +162,8 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
   attention(b, mb, l);
   double s1 = now();
   const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
-  router::RoutingDecision r =
-      router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill, c.router_bias ? L.gate_bias.data() : nullptr);
+  router::RoutingDecision r = router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill, c.router_bias ? L.gate_bias.data() : nullptr,
+                                            c.router_correction_bias ? L.gate_correction_bias.data() : nullptr);
   for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
     const SeqChunk& ch = b.chunks[ci];
     if (!ch.routing) continue;
@@ -176,22 +203,23 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
 
 void ModelForward::reserve(int64_t T) {
   const io::ModelConfig& c = w_.config;
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  for (auto [buf, n] : {std::pair{&h_, T * d}, {&xn_, T * d}, {&q_, T * q}, {&k_, T * kv}, {&v_, T * kv}, {&attn_, T * q},
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.kv_k_dim();
+  for (auto [buf, n] : {std::pair{&h_, T * d}, {&xn_, T * d}, {&q_, T * q}, {&k_, T * kv}, {&v_, T * c.kv_v_dim()},
+                        {&attn_, T * std::max(q, c.attention_out_dim())},
                         {&tmp_, T * d}, {&shared_, c.shared_expert_intermediate_size > 0 ? T * d : 0}})
     std::fill_n(fbuf(*buf, n), n, 0.0f);
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
   const io::ModelConfig& c = w_.config;
-  const int64_t T = b.tokens(), d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
+  const int64_t T = b.tokens(), d = c.hidden_size, H = c.num_heads, hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   float* h = fbuf(h_, T * d);
   fbuf(xn_, T * d);
   fbuf(q_, T * H * hd);
-  fbuf(k_, T * KV * hd);
-  fbuf(v_, T * KV * hd);
-  fbuf(attn_, T * H * hd);
+  fbuf(k_, T * c.kv_k_dim());
+  fbuf(v_, T * c.kv_v_dim());
+  fbuf(attn_, T * std::max(H * hd, c.attention_out_dim()));
   float* tmp = fbuf(tmp_, T * d);
   const bool shared = c.shared_expert_intermediate_size > 0;
   float* sh = shared ? fbuf(shared_, T * d) : nullptr;
@@ -209,9 +237,11 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
       const MicroBatch& mb = mbs[static_cast<std::size_t>(i)];
       moe_.finish(i, tmp + mb.tok0 * d);
       add_inplace(h + mb.tok0 * d, tmp + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
-      if (shared)  // the gate reads the expert's input, still in xn
+      if (shared && c.shared_expert_gated)  // the gate reads the expert's input, still in xn
         add_sigmoid_gated(h + mb.tok0 * d, sh + mb.tok0 * d, xn_.as<float>() + mb.tok0 * d,
                           w_.layers[static_cast<std::size_t>(l)].shared_expert_gate.data(), mb.tok1 - mb.tok0, d);
+      else if (shared)  // DeepSeek: the shared experts' output added as it is
+        add_inplace(h + mb.tok0 * d, sh + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
     }
     times_.moe += now() - t0;
   }

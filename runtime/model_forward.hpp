@@ -3,6 +3,7 @@
 // block through a MoeLayer, then final norm and LM head for the chunks that emit a token.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
@@ -12,6 +13,7 @@
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/mla_attention.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
 
@@ -67,7 +69,8 @@ struct MicroBatch {
 std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
 // Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
-// weights: a third of decode time, issue 11). Call after the weights were fingerprinted.
+// weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
+// weights were fingerprinted.
 void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
 
 class ModelForward {
@@ -75,7 +78,7 @@ class ModelForward {
   // The architecture variants of `weights.config` apply (biases, q/k norms, a shared expert, the
   // top-k renormalisation).
   ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
-               int micro_batches);
+               int micro_batches, MlaMode mla_mode = MlaMode::Auto);
   // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
   void reserve(int64_t tokens);
   // Fills logits [batch.logit_rows(), vocab] in chunk order (per chunk: its scored tokens, then
@@ -96,6 +99,7 @@ class ModelForward {
   void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
   std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
   RopeFrequencies rope_;
+  std::unique_ptr<MlaAttention> mla_;  // MLA models
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   experts::ExpertScratch shared_scratch_;
   DensePhaseTimes times_;

@@ -17,8 +17,8 @@ void PrefixCacheConfig::validate() const {
   if (block_tokens < 1 || block_tokens > 4096) fail_config("block_tokens", "must be in [1, 4096], not ", block_tokens);
 }
 
-PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t kv_dim, int64_t top_k)
-    : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), kv_dim_(kv_dim), top_k_(top_k) {}
+PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k)
+    : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), k_dim_(k_dim), v_dim_(v_dim), top_k_(top_k) {}
 
 uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t start) const {
   Xxh64 h;
@@ -32,7 +32,7 @@ uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t 
 int64_t PrefixCache::block_bytes() const {
   const int64_t B = cfg_.block_tokens;
   return B * static_cast<int64_t>(sizeof(int32_t)) +
-         layers_ * B * 2 * kv_dim_ * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
+         layers_ * B * (k_dim_ + v_dim_) * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
 }
 
 uint64_t PrefixCache::first_block_key(const std::vector<int32_t>& prompt) const {
@@ -92,11 +92,11 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       b.experts.resize(static_cast<std::size_t>(moe_layers_));
       for (int64_t l = 0; l < layers_; ++l) {
         const int64_t row0 = start - kv.start[l];
-        const auto rows = [&](const std::vector<float>& m) {
-          return std::vector<float>(m.begin() + row0 * kv_dim_, m.begin() + (row0 + B) * kv_dim_);
+        const auto rows = [&](const std::vector<float>& m, int64_t dim) {
+          return std::vector<float>(m.begin() + row0 * dim, m.begin() + (row0 + B) * dim);
         };
-        b.k[l] = rows(kv.k[l]);
-        b.v[l] = rows(kv.v[l]);
+        b.k[l] = rows(kv.k[l], k_dim_);
+        b.v[l] = rows(kv.v[l], v_dim_);
       }
       for (int64_t m = 0; m < moe_layers_; ++m)
         b.experts[m].assign(routing[m].begin() + start * top_k_, routing[m].begin() + (start + B) * top_k_);

@@ -45,7 +45,7 @@ using PromptRouting = std::vector<std::vector<int32_t>>;
 class PrefixCache {
  public:
   // `layers` hold K/V, the first `moe_layers` of the routing's rows expert slots.
-  PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t kv_dim, int64_t top_k);
+  PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k);
 
   // The longest cached block-aligned prefix of `prompt` of at most `max_tokens` tokens: its K/V rows
   // are appended to `kv` (empty on entry) and its expert slots to `routing`. Returns its length.
@@ -68,7 +68,7 @@ class PrefixCache {
   struct Block {
     uint64_t parent = 0;
     std::vector<int32_t> tokens;                 // [B]
-    std::vector<std::vector<float>> k, v;        // [layer][B * kv_dim]
+    std::vector<std::vector<float>> k, v;        // [layer][B * k_dim], [layer][B * v_dim]
     std::vector<std::vector<int32_t>> experts;   // [moe layer][B * top_k]
     std::list<uint64_t>::iterator lru;
   };
@@ -78,7 +78,7 @@ class PrefixCache {
   void evict_to_fit();
 
   PrefixCacheConfig cfg_;
-  int64_t layers_, moe_layers_, kv_dim_, top_k_;
+  int64_t layers_, moe_layers_, k_dim_, v_dim_, top_k_;
   std::unordered_map<uint64_t, Block> blocks_;
   std::list<uint64_t> lru_;  // most recent first
   PrefixCacheCounters c_;

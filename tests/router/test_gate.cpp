@@ -39,7 +39,7 @@ TEST(Gate, TopKTiesGoToLowerId) {
 RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
                     double capacity = 0) {
   RoutingDecision d = RoutingDecision::empty(T, k);
-  route_group(probs.data(), T, E, k, cfg, capacity, 0, &d);
+  route_group(probs.data(), nullptr, T, E, k, cfg, capacity, 0, &d);
   return d;
 }
 
@@ -183,6 +183,79 @@ TEST(Gate, RouterOptionRanges) {
   EXPECT_THROW(cfg.validate(), Error);
   cfg.capacity_factor_decode = 1.25;
   EXPECT_NO_THROW(cfg.validate());
+}
+
+// DeepSeek-V3's routing, by hand: 8 experts in 4 groups of 2, keep 2 groups, top-2. Scores are
+// sigmoids; the correction bias changes the choice, not the weights; groups score by their best two.
+TEST(Gate, SigmoidGroupLimitedWithCorrectionBias) {
+  //                         g0          g1          g2          g3
+  const float logits[8] = {2.0f, -3.0f, 0.5f, 0.4f, 1.0f, 0.9f, -1.0f, 3.0f};
+  const float corr[8] = {0, 0, 0, 0, 0, 0, 0.5f, -2.0f};
+  float s[8];
+  gate_sigmoid(logits, 1, 8, 1.0f, s);
+  for (int e = 0; e < 8; ++e) EXPECT_NEAR(s[e], 1 / (1 + std::exp(-static_cast<double>(logits[e]))), 1e-7);
+  // choice = s + corr: g0 = .881 + .047 = .928, g1 = .622 + .599 = 1.221, g2 = .731 + .711 = 1.442,
+  // g3 = (.269 + .5) + (.953 - 2) = -.278: groups 2 and 1 are kept.
+  float choice[8];
+  for (int e = 0; e < 8; ++e) choice[e] = s[e] + corr[e];
+  mask_groups(choice, 1, 8, 4, 2, true);
+  for (int e : {0, 1, 6, 7}) EXPECT_EQ(choice[e], -INFINITY) << e;
+  for (int e : {2, 3, 4, 5}) EXPECT_GT(choice[e], 0.5f) << e;
+  RouterConfig cfg;
+  cfg.sigmoid = true;
+  cfg.renormalize = true;
+  cfg.routed_scaling = 2.5f;
+  RoutingDecision d = RoutingDecision::empty(1, 2);
+  route_group(s, choice, 1, 8, 2, cfg, 0, 0, &d);
+  // Expert 0 has the best score but its group lost; 4 and 5 win inside the kept groups.
+  EXPECT_EQ(d.expert[0], 4);
+  EXPECT_EQ(d.expert[1], 5);
+  const double s4 = 1 / (1 + std::exp(-1.0)), s5 = 1 / (1 + std::exp(-0.9));
+  EXPECT_NEAR(d.weight[0], 2.5 * s4 / (s4 + s5), 1e-6);
+  EXPECT_NEAR(d.weight[1], 2.5 * s5 / (s4 + s5), 1e-6);
+  // Without renormalisation the weights are the raw sigmoids, scaled.
+  cfg.renormalize = false;
+  d = RoutingDecision::empty(1, 2);
+  route_group(s, choice, 1, 8, 2, cfg, 0, 0, &d);
+  EXPECT_NEAR(d.weight[0], 2.5 * s4, 1e-6);
+}
+
+// DeepSeek-V2's group_limited_greedy: softmax scores, a group scores by its best expert. With one
+// group kept, the top-2 come from it even when another group holds the single best expert's runner-up.
+TEST(Gate, SoftmaxGroupLimitedByBestExpert) {
+  // 6 experts in 3 groups of 2: g0 {.30, .02}, g1 {.25, .24}, g2 {.10, .09}.
+  const std::vector<float> p = {0.30f, 0.02f, 0.25f, 0.24f, 0.10f, 0.09f};
+  std::vector<float> choice = p;
+  mask_groups(choice.data(), 1, 6, 3, 1, false);  // by max: g0 (.30) wins; by top-2 sum g1 (.49) would
+  RouterConfig cfg;
+  cfg.renormalize = false;
+  RoutingDecision d = RoutingDecision::empty(1, 2);
+  route_group(p.data(), choice.data(), 1, 6, 2, cfg, 0, 0, &d);
+  EXPECT_EQ(d.expert[0], 0);
+  EXPECT_EQ(d.expert[1], 1);
+  EXPECT_FLOAT_EQ(d.weight[1], 0.02f);
+  std::vector<float> by_sum = p;
+  mask_groups(by_sum.data(), 1, 6, 3, 1, true);
+  d = RoutingDecision::empty(1, 2);
+  route_group(p.data(), by_sum.data(), 1, 6, 2, cfg, 0, 0, &d);
+  EXPECT_EQ(d.expert[0], 2);
+  EXPECT_EQ(d.expert[1], 3);
+}
+
+// Capacity on top of group-limited routing reroutes only inside the kept groups, and drops when
+// they are full.
+TEST(Gate, CapacityReroutesInsideTheKeptGroups) {
+  // 2 tokens, 4 experts in 2 groups; both tokens keep group 0 only; top-1; capacity 1 each.
+  const std::vector<float> p = {0.5f, 0.3f, 0.1f, 0.1f, 0.6f, 0.2f, 0.1f, 0.1f};
+  std::vector<float> choice = p;
+  mask_groups(choice.data(), 2, 4, 2, 1, false);
+  RouterConfig cfg;
+  cfg.overflow = Overflow::Reroute;
+  RoutingDecision d = RoutingDecision::empty(2, 1);
+  route_group(p.data(), choice.data(), 2, 4, 1, cfg, 0.5, 0, &d);  // cap = ceil(0.5 * 2 / 4) = 1
+  EXPECT_EQ(d.expert[0], 0);
+  EXPECT_EQ(d.expert[1], 1) << "rerouted to the next expert of its kept group, not to group 1";
+  EXPECT_EQ(d.rerouted, 1);
 }
 
 }  // namespace

@@ -57,8 +57,8 @@ TEST(Attention, CausalGqaMatchesFp64) {
 TEST(Attention, PrefillEqualsDecodeSteps) {
   auto q = randv(n * H * hd, 4), k = randv(n * KV * hd, 5), v = randv(n * KV * hd, 6);
   KvCache prefill, decode;
-  prefill.init(1, KV * hd, n);
-  decode.init(1, KV * hd, n);
+  prefill.init(1, KV * hd, KV * hd, n);
+  decode.init(1, KV * hd, KV * hd, n);
   std::vector<float> a(n * H * hd), b(n * H * hd);
   prefill.append(0, k.data(), v.data(), n);
   attention_forward(q.data(), prefill.k[0].data(), prefill.v[0].data(), 0, 0, n, shape(), a.data());
@@ -94,8 +94,8 @@ TEST(Attention, TrimmedWindowCacheGivesTheSameOutputs) {
   constexpr int64_t len = 40, W = 3;
   auto q = randv(len * H * hd, 7), k = randv(len * KV * hd, 8), v = randv(len * KV * hd, 9);
   KvCache whole, trimmed;
-  whole.init(1, KV * hd, len);
-  trimmed.init(1, KV * hd, len, {W});
+  whole.init(1, KV * hd, KV * hd, len);
+  trimmed.init(1, KV * hd, KV * hd, len, {W});
   const auto want = reference(q, k, v, W, nullptr, len);
   for (int64_t i = 0; i < len; ++i) {
     std::vector<float> a(H * hd), b(H * hd);

@@ -52,7 +52,7 @@ class ModelForwardTest : public ::testing::Test {
   }
   KvCache fresh_cache() {
     KvCache kv;
-    kv.init(mc_.num_layers, mc_.num_kv_heads * mc_.head_dim, 16);
+    kv.init(mc_.num_layers, mc_.kv_k_dim(), mc_.kv_v_dim(), 16);
     return kv;
   }
   std::vector<float> run(int micro_batches, const StepBatch& b) {

@@ -11,7 +11,7 @@ constexpr int64_t kLayers = 2, kKvDim = 3, kTopK = 2, kB = 4;
 
 // K/V rows whose values name (layer, position, token), and routing slots naming (layer, position).
 void fill(const std::vector<int32_t>& prompt, KvCache& kv, PromptRouting& routing) {
-  kv.init(kLayers, kKvDim, static_cast<int64_t>(prompt.size()));
+  kv.init(kLayers, kKvDim, kKvDim, static_cast<int64_t>(prompt.size()));
   routing.assign(kLayers, {});
   for (int64_t l = 0; l < kLayers; ++l)
     for (std::size_t p = 0; p < prompt.size(); ++p) {
@@ -27,7 +27,7 @@ void fill(const std::vector<int32_t>& prompt, KvCache& kv, PromptRouting& routin
 }
 
 TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
-  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
+  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   KvCache kv;
   PromptRouting routing;
@@ -37,7 +37,7 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
 
   const std::vector<int32_t> b = {1, 2, 3, 4, 5, 6, 7, 8, 42, 43, 44};
   KvCache got;
-  got.init(kLayers, kKvDim, 11);
+  got.init(kLayers, kKvDim, kKvDim, 11);
   PromptRouting r;
   EXPECT_EQ(cache.reuse(b, 10, got, r), 8);
   KvCache want;
@@ -50,13 +50,13 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
   }
   // max_tokens below a block boundary stops at the block before it.
   KvCache kv2;
-  kv2.init(kLayers, kKvDim, 8);
+  kv2.init(kLayers, kKvDim, kKvDim, 8);
   EXPECT_EQ(cache.reuse(b, 7, kv2, r), 4);
   EXPECT_EQ(cache.counters().skipped_tokens, 12);
 }
 
 TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
-  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
+  PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 0};
   KvCache kv;
   PromptRouting routing;
@@ -65,13 +65,13 @@ TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
   KvCache out;
   PromptRouting r;
   // Block [5..8] of a, but at position 0: not the same K/V.
-  out.init(kLayers, kKvDim, 8);
+  out.init(kLayers, kKvDim, kKvDim, 8);
   EXPECT_EQ(cache.reuse({5, 6, 7, 8, 1, 2, 3, 4, 0}, 8, out, r), 0);
   // Same second block after another first block: not reusable either.
-  out.init(kLayers, kKvDim, 8);
+  out.init(kLayers, kKvDim, kKvDim, 8);
   EXPECT_EQ(cache.reuse({9, 2, 3, 4, 5, 6, 7, 8, 0}, 8, out, r), 0);
   // Same first block, other second block: the first only.
-  out.init(kLayers, kKvDim, 8);
+  out.init(kLayers, kKvDim, kKvDim, 8);
   EXPECT_EQ(cache.reuse({1, 2, 3, 4, 5, 6, 7, 9, 0}, 8, out, r), 4);
   EXPECT_EQ(cache.first_block_key({1, 2, 3, 4, 77}), cache.first_block_key(a));
   EXPECT_EQ(cache.first_block_key({1, 2, 3}), 0u);
@@ -79,14 +79,14 @@ TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
 
 TEST(PrefixCache, EvictsLeastRecentChainEndsWithinBudget) {
   // Room for 3 blocks.
-  PrefixCache probe({1 << 20, kB}, kLayers, kLayers, kKvDim, kTopK);
+  PrefixCache probe({1 << 20, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 0};
   KvCache kv;
   PromptRouting routing;
   fill(a, kv, routing);
   probe.insert(a, 12, kv, routing);
   const int64_t block = probe.counters().bytes / 3;
-  PrefixCache cache({3 * block, kB}, kLayers, kLayers, kKvDim, kTopK);
+  PrefixCache cache({3 * block, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   cache.insert(a, 12, kv, routing);
   EXPECT_EQ(cache.counters().evicted_blocks, 0);
   // A second prompt sharing the first block adds one block: the end of a's chain goes.
@@ -99,12 +99,12 @@ TEST(PrefixCache, EvictsLeastRecentChainEndsWithinBudget) {
   EXPECT_LE(cache.counters().bytes, 3 * block);
   KvCache out;
   PromptRouting r;
-  out.init(kLayers, kKvDim, 12);
+  out.init(kLayers, kKvDim, kKvDim, 12);
   EXPECT_EQ(cache.reuse(a, 12, out, r), 8);  // a's first two blocks are still there
-  out.init(kLayers, kKvDim, 12);
+  out.init(kLayers, kKvDim, kKvDim, 12);
   EXPECT_EQ(cache.reuse(b, 8, out, r), 8);
   // A budget below one block stores nothing.
-  PrefixCache none({block - 1, kB}, kLayers, kLayers, kKvDim, kTopK);
+  PrefixCache none({block - 1, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   EXPECT_FALSE(none.can_store());
   none.insert(a, 12, kv, routing);
   EXPECT_EQ(none.counters().bytes, 0);

@@ -182,7 +182,7 @@ TEST(ScoringScheduler, ScoringRequestsComputeACachedPrefix) {
   pc.max_bytes = 1 << 20;
   pc.block_tokens = 2;
   const io::ModelConfig mc = tiny();
-  PrefixCache cache(pc, mc.num_layers, mc.num_moe_layers(), mc.num_kv_heads * mc.head_dim, 1);
+  PrefixCache cache(pc, mc.num_layers, mc.num_moe_layers(), mc.kv_k_dim(), mc.kv_v_dim(), 1);
   io::Request plain;
   plain.id = "p";
   plain.prompt_tokens = {1, 2, 3, 4, 5};

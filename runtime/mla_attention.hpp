@@ -1,0 +1,72 @@
+// Multi-head latent attention (DeepSeek-V2/V3) on the router rank, as transformers computes it:
+//   q = q_b(RMSNorm(q_a(x))) (or q_proj(x)), per head [nope | rope];
+//   [c | k_rope] = kv_a(x), c = RMSNorm(c); RoPE on q's rope part and on k_rope (shared by the heads);
+//   k_nope, v = kv_b(c) per head; scores (q_nope·k_nope + q_rope·k_rope) * scale; o_proj(heads' outputs).
+// The KV cache holds [c | k_rope] per token (kv_lora_rank + qk_rope_head_dim values). Two ways to
+// attend, equal up to float rounding:
+//   absorbed: kv_b's key part folded into the query (q_lat = W_ukᵀ q_nope) and its value part into
+//     the output (W_uv o_lat), so the cached latents are the keys and values themselves: what
+//     decode uses, reading the compressed cache only;
+//   expanded: k_nope and v computed for the cached positions, then ordinary attention: cheaper for
+//     a long prefill chunk (per query the absorbed form does kv_lora-wide dots).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/matmul.hpp"
+#include "io/model_file.hpp"
+#include "runtime/attention.hpp"
+#include "runtime/dense_ops.hpp"
+
+namespace moerun::runtime {
+
+// Which form runs: absorbed or expanded always, or by chunk (auto: expanded for chunks of at least
+// kMlaExpandMinRows query tokens, absorbed below: decode steps are always absorbed).
+enum class MlaMode { Auto, Absorbed, Expanded };
+inline constexpr int64_t kMlaExpandMinRows = 32;
+MlaMode parse_mla_mode(const std::string& s);  // ConfigError naming the field "mla_attention"
+
+// The softmax scale: 1/sqrt(qk_nope + qk_rope), times mscale(factor, mscale_all_dim)^2 under YaRN
+// with mscale_all_dim set (transformers' yarn_apply_mscale).
+float mla_softmax_scale(const io::ModelConfig& c);
+
+// One query chunk for attend(): its queries' rows in the micro-batch and the sequence's cache.
+struct MlaChunk {
+  int64_t first = 0, count = 0;  // rows in the micro-batch's q arrays
+  int64_t pos0 = 0;
+  const KvCache* kv = nullptr;   // its rows up to pos0 + count - 1 appended already
+};
+
+// Splits a layer's wkv_b per head into mla_uk, mla_uk_t and mla_uv (packed for `mm`) and frees it:
+// what pack_dense_weights does for an MLA model before the forward runs.
+void prepare_mla_weights(Matmul& mm, const io::ModelConfig& c, io::DenseLayerWeights& layer);
+
+class MlaAttention {
+ public:
+  // `w`'s MLA layers prepared (prepare_mla_weights).
+  MlaAttention(const io::DenseWeights& w, Matmul& mm, MlaMode mode);
+
+  // Projections of n rows of normed input xn [n, d] of `layer`: the cache rows [n, kv_lora + rope]
+  // (normed latent, RoPE'd key) into `rows`, and the queries kept for attend().
+  void project(int64_t layer, const float* xn, int64_t n, const int32_t* positions, float* rows);
+  // Attention of the projected queries against each chunk's cache; out [n, heads * v_head_dim].
+  void attend(int64_t layer, const std::vector<MlaChunk>& chunks, int64_t n, float* out);
+
+ private:
+  void attend_absorbed(int64_t layer, const MlaChunk& ch, float* out);
+  void attend_expanded(int64_t layer, const MlaChunk& ch, float* out);
+  const io::ModelConfig& c_;
+  const io::DenseWeights& w_;
+  Matmul& mm_;
+  MlaMode mode_;
+  RopeFrequencies rope_;
+  float scale_;
+  // Scratch: queries of the last project() (q_nope [H][n][nope], q_rope [n][H][rope]), and the
+  // forms' working rows.
+  AlignedBuffer qa_, q_, q_nope_, q_rope_, kv_a_, kr_, q_cat_, lat_, head_in_, head_out_, kvb_, keys_, vals_, q_full_;
+  int64_t n_ = 0;  // rows of the last project()
+};
+
+}  // namespace moerun::runtime
