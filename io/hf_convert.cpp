@@ -103,9 +103,10 @@ NameMap names_for(const std::string& arch) {
   }
   n.q_norm = "self_attn.q_norm.weight";
   n.k_norm = "self_attn.k_norm.weight";
-  n.shared_w1 = "mlp.shared_expert.gate_proj.weight";
-  n.shared_w3 = "mlp.shared_expert.up_proj.weight";
-  n.shared_w2 = "mlp.shared_expert.down_proj.weight";
+  const std::string shared = arch == "deepseek_v2" || arch == "deepseek_v3" ? "mlp.shared_experts." : "mlp.shared_expert.";
+  n.shared_w1 = shared + "gate_proj.weight";
+  n.shared_w3 = shared + "up_proj.weight";
+  n.shared_w2 = shared + "down_proj.weight";
   n.shared_gate = "mlp.shared_expert_gate.weight";
   return n;
 }
@@ -129,7 +130,11 @@ std::string hf_dense_name(const DenseDataset& ds, const NameMap& nm, bool tied) 
       {"bo", nm.o + ".bias"}, {"gate", nm.gate}, {"q_norm", nm.q_norm}, {"k_norm", nm.k_norm}, {"sinks", "self_attn.sinks"},
       {"gate_bias", "mlp.router.bias"}, {"mlp/w1", "mlp.gate_proj.weight"}, {"mlp/w3", "mlp.up_proj.weight"},
       {"mlp/w2", "mlp.down_proj.weight"}, {"shared_expert/w1", nm.shared_w1}, {"shared_expert/w3", nm.shared_w3},
-      {"shared_expert/w2", nm.shared_w2}, {"shared_expert_gate", nm.shared_gate}};
+      {"shared_expert/w2", nm.shared_w2}, {"shared_expert_gate", nm.shared_gate},
+      // MLA (DeepSeek): q_proj is "wq" above when there is no q_lora_rank
+      {"wq_a", "self_attn.q_a_proj.weight"}, {"q_a_norm", "self_attn.q_a_layernorm.weight"}, {"wq_b", "self_attn.q_b_proj.weight"},
+      {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"}, {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
+      {"wkv_b", "self_attn.kv_b_proj.weight"}, {"gate_correction_bias", "mlp.gate.e_score_correction_bias"}};
   const auto it = by_name.find(ds.name);
   if (it == by_name.end()) fail(ErrorKind::Internal, "no checkpoint name for dataset ", ds.path);
   return layer_name(ds.layer, it->second);
@@ -545,6 +550,111 @@ void read_layer_types(const HfConfig& h, ModelConfig& c) {
 
 }  // namespace
 
+// DeepSeek-V2/V3 (transformers' modeling_deepseek_v2/v3): MLA, the routed experts of
+// moe_intermediate_size in n_group groups, n_shared_experts shared ones without a gate, dense
+// first_k_dense_replace layers of intermediate_size. V3: sigmoid scores with e_score_correction_bias,
+// groups by their best two, renormalised by norm_topk_prob; V2: softmax scores, greedy or
+// group_limited_greedy (groups by their best), never renormalised (transformers' DeepseekV2).
+// Both scale by routed_scaling_factor. RoPE is interleaved (V2 always, V3 with rope_interleave):
+// convert de-interleaves the rows (deinterleave_rope), so the runtime's rotate_half applies.
+void read_deepseek(const HfConfig& h, ModelConfig& c, const std::function<void(const std::string&)>& note) {
+  const bool v3 = h.j["model_type"] == "deepseek_v3";
+  c.attention_type = AttentionType::Mla;
+  c.mla.q_lora_rank = h.integer_or("q_lora_rank", 0);
+  c.mla.kv_lora_rank = h.integer("kv_lora_rank");
+  c.mla.qk_nope_head_dim = h.integer("qk_nope_head_dim");
+  c.mla.qk_rope_head_dim = h.integer("qk_rope_head_dim");
+  c.mla.v_head_dim = h.integer("v_head_dim");
+  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+  c.num_kv_heads = c.num_heads;  // MLA: every head has its own keys and values
+  c.num_experts = h.integer("n_routed_experts");
+  c.intermediate_size = h.integer("moe_intermediate_size");
+  c.shared_expert_intermediate_size = h.integer_or("n_shared_experts", 0) * c.intermediate_size;
+  c.shared_expert_gated = false;
+  c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
+  if (h.flag_or("attention_bias", false)) fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for ", h.j["model_type"].get<std::string>());
+  if (h.flag_or("mlp_bias", false)) fail(ErrorKind::BadInput, h.where, ": field mlp_bias is true; not supported");
+  if (h.integer_or("moe_layer_freq", 1) != 1) fail(ErrorKind::BadInput, h.where, ": field moe_layer_freq is not 1; not supported");
+  const std::string scoring = h.has("scoring_func") && h.j["scoring_func"].is_string() ? h.j["scoring_func"].get<std::string>() : (v3 ? "sigmoid" : "softmax");
+  if (scoring != (v3 ? "sigmoid" : "softmax"))
+    fail(ErrorKind::BadInput, h.where, ": field scoring_func is \"", scoring, "\"; ", v3 ? "deepseek_v3 scores with sigmoid" : "deepseek_v2 scores with softmax");
+  if (v3) {
+    c.router_scoring = RouterScoring::Sigmoid;
+    c.router_correction_bias = true;
+    c.router_group_score = GroupScore::Top2Sum;
+    c.router_groups = h.integer_or("n_group", 1);
+    c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
+    c.norm_topk_prob = h.flag_or("norm_topk_prob", true);
+  } else {
+    const std::string method = h.has("topk_method") && h.j["topk_method"].is_string() ? h.j["topk_method"].get<std::string>() : "greedy";
+    if (method != "greedy" && method != "group_limited_greedy")
+      fail(ErrorKind::BadInput, h.where, ": field topk_method is \"", method, "\", expected greedy or group_limited_greedy");
+    if (method == "group_limited_greedy") {
+      c.router_groups = h.integer_or("n_group", 1);
+      c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
+    }
+    c.router_group_score = GroupScore::Max;
+    if (h.flag_or("norm_topk_prob", false))
+      fail(ErrorKind::BadInput, h.where, ": field norm_topk_prob is true: transformers' DeepseekV2 does not renormalise (DeepSeek's own code would); not supported");
+    c.norm_topk_prob = false;
+  }
+  const int64_t k = h.integer_or("first_k_dense_replace", 0);
+  if (k < 0 || k >= c.num_layers)
+    fail(ErrorKind::BadInput, h.where, ": field first_k_dense_replace is ", k, ", expected in [0, num_hidden_layers = ", c.num_layers, ")");
+  if (k > 0) {
+    c.layer_mlp.assign(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
+    for (int64_t l = 0; l < k; ++l) c.layer_mlp[static_cast<std::size_t>(l)] = MlpKind::Dense;
+    c.dense_intermediate_size = h.integer("intermediate_size");
+  }
+  if (const int64_t mtp = h.integer_or("num_nextn_predict_layers", 0); mtp > 0)
+    note("num_nextn_predict_layers " + std::to_string(mtp) + ": the multi-token prediction layer(s) model.layers." +
+         std::to_string(c.num_layers) + ".* are not converted (they serve speculative decoding only)");
+}
+
+// DeepSeek lays each RoPE part out as interleaved pairs (x0, x1), (x2, x3)...; moe-hdf5 in
+// rotate_half order (the evens, then the odds). Both rotate the same pairs by the same
+// frequencies, and q and k are permuted alike, so every score is unchanged. Rows of `w` [rows, cols]:
+// the RoPE rows of each head of q (wq, wq_b) or the shared RoPE key's rows of wkv_a.
+bool rope_interleaved(const std::string& config_text) {
+  const json j = json::parse(config_text, nullptr, false);
+  if (!j.is_object() || !j.contains("model_type")) return false;
+  if (j["model_type"] == "deepseek_v2") return true;
+  return j["model_type"] == "deepseek_v3" && !(j.contains("rope_interleave") && j["rope_interleave"] == false);
+}
+void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector<float>& w) {
+  const MlaShape& m = c.mla;
+  const int64_t cols = ds.shape[1], rope = m.qk_rope_head_dim;
+  std::vector<int64_t> first_rows;  // where each RoPE part starts
+  if (ds.name == "wq" || ds.name == "wq_b")
+    for (int64_t h = 0; h < c.num_heads; ++h) first_rows.push_back(h * c.head_dim + m.qk_nope_head_dim);
+  else if (ds.name == "wkv_a")
+    first_rows.push_back(m.kv_lora_rank);
+  std::vector<float> part(static_cast<std::size_t>(rope * cols));
+  for (int64_t r0 : first_rows) {
+    for (int64_t i = 0; i < rope; ++i) {
+      const int64_t from = i < rope / 2 ? 2 * i : 2 * (i - rope / 2) + 1;
+      std::copy_n(w.data() + (r0 + from) * cols, cols, part.data() + i * cols);
+    }
+    std::copy(part.begin(), part.end(), w.begin() + r0 * cols);
+  }
+}
+
+// A tensor of DeepSeek-V3's multi-token prediction layers (model.layers.L.* for L from
+// num_hidden_layers on, num_nextn_predict_layers of them).
+bool is_mtp_tensor(const std::string& name, const std::string& config_text, const ModelConfig& c) {
+  static const std::string prefix = "model.layers.";
+  if (c.architecture != "deepseek_v3" || name.rfind(prefix, 0) != 0) return false;
+  const json j = json::parse(config_text, nullptr, false);
+  const int64_t mtp = j.is_object() && j.contains("num_nextn_predict_layers") && j["num_nextn_predict_layers"].is_number_integer()
+                          ? j["num_nextn_predict_layers"].get<int64_t>() : 0;
+  const std::size_t dot = name.find('.', prefix.size());
+  if (mtp <= 0 || dot == std::string::npos) return false;
+  const std::string digits = name.substr(prefix.size(), dot - prefix.size());
+  if (digits.empty() || digits.size() > 6 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return false;
+  const int64_t l = std::stoll(digits);
+  return l >= c.num_layers && l < c.num_layers + mtp;
+}
+
 ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
                                  const std::string& generation_text) {
   json j = json::parse(text, nullptr, false);
@@ -554,7 +664,8 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   const HfConfig h{j, where};
   if (!h.has("model_type") || !j["model_type"].is_string()) fail(ErrorKind::BadInput, where, ": field model_type is missing");
   const std::string type = j["model_type"].get<std::string>();
-  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe" && type != "qwen3_moe" && type != "gpt_oss")
+  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe" && type != "qwen3_moe" && type != "gpt_oss" && type != "deepseek_v2" &&
+      type != "deepseek_v3")
     fail(ErrorKind::BadInput, where, ": model_type \"", type, "\" is not supported; supported: ", supported_architectures());
   auto note = [&](const std::string& s) {
     if (notes) *notes += s + "\n";
@@ -613,6 +724,8 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
     c.swiglu_alpha = h.number_or("swiglu_alpha", 1.702);
     c.swiglu_limit = h.number_or("swiglu_limit", 7.0);
     read_layer_types(h, c);
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    read_deepseek(h, c, note);
   } else {  // olmoe
     c.num_experts = h.integer("num_experts");
     c.intermediate_size = h.integer("intermediate_size");
@@ -772,7 +885,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     for (const auto& n : ckpt.names()) {
       const std::string& t = ckpt.info(n).dtype;
       const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10)));
-      all_bf16 = all_bf16 && (t == "BF16" || fp8_part);
+      const bool kept_f32 = n.ends_with("e_score_correction_bias");  // float32 in the file whatever the dtype
+      all_bf16 = all_bf16 && (t == "BF16" || fp8_part || kept_f32);
     }
     dtype = all_bf16 ? DType::BF16 : DType::F32;
   }
@@ -862,6 +976,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
              shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
     }
     for (const auto& n : ckpt.names()) {
+      if (is_mtp_tensor(n, ckpt.config_text(), c)) continue;  // not converted (a note says so)
       const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))) &&
                               ckpt.info(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))).dtype == "F8_E4M3";
       if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n == "lm_head.weight")) continue;
@@ -872,6 +987,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
 
   uint64_t total = ckpt.total_bytes();
   if (tied && ckpt.has("lm_head.weight")) total -= ckpt.info("lm_head.weight").end - ckpt.info("lm_head.weight").begin;
+  for (const auto& n : ckpt.names())
+    if (is_mtp_tensor(n, ckpt.config_text(), c)) total -= ckpt.info(n).end - ckpt.info(n).begin;
   TensorReader reader(ckpt, total, progress);
 
   // 1. Expert shards: contiguous runs of the (layer, expert) order, as synth makes them.
@@ -912,9 +1029,11 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     AtomicFile out(model_path);
     {
       ModelFileWriter w(out.temp_path(), c, model_path);
+      const bool interleaved = c.attention_type == AttentionType::Mla && rope_interleaved(ckpt.config_text());
       for (std::size_t i = 0; i < dense.size(); ++i) {
         const auto& [hf, shape] = dense[i];
-        const auto v = reader.read(hf, shape);
+        auto v = reader.read(hf, shape);
+        if (interleaved) deinterleave_rope(ours[i], c, v);
         w.write(ours[i], v.data());
       }
       w.set_attr("num_expert_shards", shards);

@@ -307,7 +307,8 @@ int64_t ModelConfig::dense_params() const {
   if (qk_norm == QkNorm::Projection) per_layer += q + kv;
   if (qk_norm == QkNorm::PerHead) per_layer += 2 * head_dim;
   // The MoE layers' gate and shared expert; the dense layers' MLP.
-  int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0) + (router_correction_bias ? num_experts : 0);
+  // (V3's correction bias is a buffer, not a parameter, in transformers' count too.)
+  int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0);
   if (shared_expert_intermediate_size > 0) per_moe_layer += 3 * shared_expert_intermediate_size * d + (shared_expert_gated ? d : 0);
   const int64_t per_dense_layer = 3 * dense_intermediate_size * d;
   return 2 * vocab_size * d + d + num_layers * per_layer + num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;

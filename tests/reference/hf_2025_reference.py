@@ -18,7 +18,7 @@ within 1e-4 and np 3 bit for bit, and dequantized (--quantize none) bit for bit 
 float32 checkpoint. `inspect` counts the parameters
 transformers does. Bad checkpoints fail with exit 3 naming the file and the tensor or field.
 
-usage: hf_2025_reference.py MOERUN_BIN WORKDIR
+usage: hf_2025_reference.py MOERUN_BIN WORKDIR [FAMILY,...]
 """
 import json
 import os
@@ -29,7 +29,9 @@ import numpy as np
 import torch
 from reference_common import convert_refused, hf_greedy, infer_against, inspect_total, relative_error, run
 from safetensors.torch import load_file, save_file
-from transformers import GptOssConfig, GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from reference_common import dequant_fp8, quantize_fp8
+from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, GptOssConfig,
+                          GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
 REL_TOL = 1e-4
@@ -38,6 +40,12 @@ PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45], [3, 100, 7], [2] + lis
 COMMON = dict(vocab_size=128, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
               rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False)
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+# DeepSeek's tiny shape: MLA with a latent of 32, nope 16, rope 8, values 16; 8 experts of 32 (whole groups of 32
+# for fp8-block), top-2; dense layers of 96; 3 layers.
+DEEPSEEK = dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, rms_norm_eps=1e-5,
+                bos_token_id=1, eos_token_id=127, tie_word_embeddings=False, intermediate_size=96, moe_intermediate_size=32,
+                n_routed_experts=8, num_experts_per_tok=2, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                max_position_embeddings=512)
 
 
 def families():
@@ -64,6 +72,24 @@ def families():
         # gpt-oss: sliding and full layers alternating (window 5), sinks, biases, yarn as its config has it.
         "gpt_oss": (GptOssForCausalLM, GptOssConfig(**COMMON, head_dim=16, intermediate_size=64, num_local_experts=6,
                                                     num_experts_per_tok=2, sliding_window=5, max_position_embeddings=4096)),
+        # DeepSeek-V2 (V2-Lite's shape: no q_lora, greedy top-k, 2 shared experts, a dense first layer).
+        "deepseek_v2": (DeepseekV2ForCausalLM, DeepseekV2Config(**DEEPSEEK, q_lora_rank=None, n_shared_experts=2, topk_method="greedy",
+                                                                first_k_dense_replace=1, routed_scaling_factor=1.0)),
+        # DeepSeek-V2 with q_lora and group_limited_greedy (4 groups, 2 kept, each by its best expert), scaled weights.
+        "deepseek_v2_group": (DeepseekV2ForCausalLM, DeepseekV2Config(**DEEPSEEK, q_lora_rank=48, n_shared_experts=1,
+                                                                      topk_method="group_limited_greedy", n_group=4, topk_group=2,
+                                                                      first_k_dense_replace=0, routed_scaling_factor=2.0)),
+        # DeepSeek-V3: sigmoid scores, a nonzero correction bias (make_model), 4 groups by their best two, a dense
+        # first layer, a shared expert; the second with YaRN (mscale and mscale_all_dim, DeepSeek's form).
+        "deepseek_v3": (DeepseekV3ForCausalLM, DeepseekV3Config(**DEEPSEEK, q_lora_rank=48, n_shared_experts=1, n_group=4, topk_group=2,
+                                                                first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5)),
+        "deepseek_v3_yarn": (DeepseekV3ForCausalLM, DeepseekV3Config(**DEEPSEEK, q_lora_rank=None, n_shared_experts=1, n_group=2,
+                                                                     topk_group=1, first_k_dense_replace=1, norm_topk_prob=False,
+                                                                     routed_scaling_factor=1.5,
+                                                                     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0,
+                                                                                      "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                                                      "beta_fast": 32, "beta_slow": 1,
+                                                                                      "original_max_position_embeddings": 64})),
     }
 
 
@@ -74,13 +100,57 @@ def make_model(cls, cfg, seed):
         for name, p in model.named_parameters():
             if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
-            elif p.dim() == 3:  # fused experts [E, in, out]
-                p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
+            elif p.dim() == 3:  # fused experts: [E, in, out] (gpt-oss), [E, out, in] (DeepSeek)
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if "deepseek" in cfg.model_type else p.shape[1]))
             elif "sinks" in name:
                 p.copy_(torch.randn_like(p))
             else:  # norms and biases: near their defaults, but not equal to them
                 p.copy_((1.0 if "norm" in name or "layernorm" in name else 0.0) + 0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3: large enough to change some choices
+                b.copy_(0.05 * torch.randn_like(b))
     return model
+
+
+def write_fp8_checkpoint(model, hf_dir, fp8_dir):
+    """hf_dir's checkpoint with every attention, expert and dense-MLP matrix in float8 e4m3 and its
+    float32 scales per 128 x 128 block (weight_scale_inv), as DeepSeek-V3 ships; the model's weights
+    set to their dequantized values (the reference)."""
+    shutil.copytree(hf_dir, fp8_dir)
+    index_path = os.path.join(fp8_dir, "model.safetensors.index.json")
+    index = json.load(open(index_path))
+    wm = index["weight_map"]
+    deq = {}
+    for f in sorted(set(wm.values())):
+        path = os.path.join(fp8_dir, f)
+        tensors = load_file(path)
+        for name in list(tensors):
+            if tensors[name].dim() == 2 and (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")):
+                q, sc = quantize_fp8(tensors[name].float().numpy())
+                tensors[name] = torch.from_numpy(np.asarray(q, np.uint8).copy()).view(torch.float8_e4m3fn)
+                tensors[name + "_scale_inv"] = torch.from_numpy(sc)
+                wm[name + "_scale_inv"] = f
+                deq[name] = torch.from_numpy(dequant_fp8(q, sc).astype(np.float32))
+        save_file(tensors, path, metadata={"format": "pt"})
+    json.dump(index, open(index_path, "w"))
+    cfg = json.load(open(os.path.join(fp8_dir, "config.json")))
+    cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    json.dump(cfg, open(os.path.join(fp8_dir, "config.json"), "w"))
+    # The model as transformers holds it (its experts fused): load the dequantized checkpoint.
+    state = {**load_all(hf_dir), **deq}
+    ref_dir = fp8_dir + "-dequantized"
+    os.makedirs(ref_dir)
+    shutil.copy(os.path.join(hf_dir, "config.json"), ref_dir)
+    save_file({k: v.contiguous() for k, v in state.items()}, os.path.join(ref_dir, "model.safetensors"), metadata={"format": "pt"})
+    return type(model).from_pretrained(ref_dir, attn_implementation="eager").eval()
+
+
+def load_all(d):
+    out = {}
+    for f in os.listdir(d):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, f)))
+    return out
 
 
 def mxfp4_experts(model, seed):
@@ -165,7 +235,7 @@ def same_bytes_elsewhere(check, moerun, work, tag, model_dir, reqs, out, logits)
         same = r.returncode == 0 and records_by_id(out) == records_by_id(o)
         if "prefix" in name:  # the prefix cache may batch differently; its tokens must still be equal
             what = "tokens"
-        elif "routers" in name and "dense" in tag:
+        elif "routers" in name and ("dense" in tag or "deepseek" in tag):
             # Each router runs a dense layer's MLP over its own requests' rows: oneDNN's GEMM at another
             # row count rounds differently (docs/NOTES.md), so equal tokens and logits to float rounding.
             worst = max_relative_error(logits, lg) if same else float("inf")
@@ -235,7 +305,10 @@ def main():
     check = Checks()
     print(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}")
     gpt_dirs = None
+    only = sys.argv[3].split(",") if len(sys.argv) > 3 else None  # a subset of the families, while developing
     for fam, (cls, cfg) in families().items():
+        if only and fam not in only:
+            continue
         model = make_model(cls, cfg, seed=11)
         packed = mxfp4_experts(model, seed=5) if fam == "gpt_oss" else None
         hf_dir, out_dir = os.path.join(work, fam + "-hf"), os.path.join(work, fam + "-moe")
@@ -274,6 +347,17 @@ def main():
                 ok = open(os.path.join(work, f"{fam}-logits.jsonl")).read() == open(os.path.join(work, f"{fam}-mxfp4-dequantized-logits.jsonl")).read()
                 check(ok, f"{fam}: MXFP4 dequantized at convert and the fused float32 checkpoint give the same logits, bit for bit")
             gpt_dirs = (hf_dir, mx_dir)
+        if fam == "deepseek_v3":  # the same model as an fp8 checkpoint, as DeepSeek-V3 ships it
+            fp8_dir, fp8_out = os.path.join(work, fam + "-fp8-hf"), os.path.join(work, fam + "-fp8-moe")
+            fp8_model = write_fp8_checkpoint(model, hf_dir, fp8_dir)
+            r = run([moerun, "convert", "--from-hf", fp8_dir, "--out", fp8_out, "--shards", "2"])
+            check(r.returncode == 0 and "kept as shipped, fp8" in r.stderr,
+                  f"{fam}: convert the fp8 checkpoint, experts kept as fp8-block (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+            if r.returncode == 0:
+                fp8_ref = [hf_greedy(fp8_model, p, STEPS) for p in PROMPTS]
+                got = infer_against(check, moerun, work, fam + "-fp8", fp8_out, PROMPTS, STEPS, fp8_ref, REL_TOL)
+                if got:
+                    same_bytes_elsewhere(check, moerun, work, fam + "-fp8", fp8_out, *got)
     if gpt_dirs:
         bad_cases(check, moerun, work, *gpt_dirs)
     print(f"{len(check.failures)} failure(s)")
