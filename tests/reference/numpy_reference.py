@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Qwen3-MoE and gpt-oss in CI: an independent float64 numpy forward, written from transformers'
-modeling_qwen3_moe.py and modeling_gpt_oss.py, against `moerun convert` + `moerun infer`.
+"""Qwen3-MoE, gpt-oss and DeepSeek-V2/V3 in CI: an independent float64 numpy forward, written from
+transformers' modeling_qwen3_moe.py, modeling_gpt_oss.py and modeling_deepseek_v2/v3.py, against
+`moerun convert` + `moerun infer`.
 
 The CI venv's transformers (4.46) has neither family, and the 5.x venv that has them is 5.6 GB
 (docs/NOTES.md), so CI checks them here and tests/reference/hf_2025_reference.py checks against
@@ -12,7 +13,11 @@ and yarn without truncation; and Qwen3-MoE as an fp8 checkpoint ships (Qwen3-FP8
 every linear weight but the router's and the LM head's in float8 e4m3 with float32 scales per
 128 x 128 block (`weight_scale_inv`), at sizes with partial blocks. gpt-oss's experts are converted
 twice: kept in MXFP4 as shipped (the default) and dequantized (--quantize none); the fp8 experts are
-kept as shipped. The reference computes with the dequantized weights in float64. Prompts are longer
+kept as shipped. DeepSeek-V2 (MLA without q_lora, group_limited_greedy over softmax scores, 2
+shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA with q_lora, sigmoid
+scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
+prediction layer that convert skips), both with interleaved RoPE. The reference computes with the
+dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
 max |b|) of the reference.
 
@@ -170,6 +175,136 @@ def gpt_oss_checkpoint(rng):
     return cfg, t
 
 
+def deepseek_checkpoint(rng, v3):
+    """DeepSeek in the layout its checkpoints ship: MLA (V3 with a q_lora path, V2 without), a dense first
+    layer, shared experts, routed experts per expert. V3: sigmoid scores with a nonzero correction bias, 4
+    groups of 2 scored by their best two, 2 kept, renormalised and scaled; YaRN with mscale and
+    mscale_all_dim; one multi-token-prediction layer that convert must skip. V2: softmax,
+    group_limited_greedy (groups by their best), raw weights scaled."""
+    V, D, L, H, E, FF, DFF = 128, 64, 3, 4, 8, 32, 96
+    KVL, NOPE, ROPE, VD, QL = 32, 16, 8, 16, 48
+    cfg = dict(model_type="deepseek_v3" if v3 else "deepseek_v2", vocab_size=V, hidden_size=D, num_hidden_layers=L,
+               num_attention_heads=H, num_key_value_heads=H, intermediate_size=DFF, moe_intermediate_size=FF, n_routed_experts=E,
+               n_shared_experts=1 if v3 else 2, num_experts_per_tok=2, kv_lora_rank=KVL, q_lora_rank=QL if v3 else None,
+               qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=VD, first_k_dense_replace=1, n_group=4, topk_group=2,
+               routed_scaling_factor=2.5 if v3 else 2.0, norm_topk_prob=v3, max_position_embeddings=512, rms_norm_eps=1e-6,
+               rope_theta=10000.0, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False, hidden_act="silu",
+               scoring_func="sigmoid" if v3 else "softmax", topk_method="noaux_tc" if v3 else "group_limited_greedy")
+    if v3:
+        cfg.update(num_nextn_predict_layers=1, rope_scaling={"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+                                                             "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1})
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L + (1 if v3 else 0)):  # V3: layer L is the MTP layer
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                  p + "self_attn.kv_a_proj_with_mqa.weight": rng.w(KVL + ROPE, D), p + "self_attn.kv_a_layernorm.weight": rng.near(1, KVL),
+                  p + "self_attn.kv_b_proj.weight": rng.w(H * (NOPE + VD), KVL), p + "self_attn.o_proj.weight": rng.w(D, H * VD)})
+        if v3:
+            t.update({p + "self_attn.q_a_proj.weight": rng.w(QL, D), p + "self_attn.q_a_layernorm.weight": rng.near(1, QL),
+                      p + "self_attn.q_b_proj.weight": rng.w(H * (NOPE + ROPE), QL)})
+        else:
+            t[p + "self_attn.q_proj.weight"] = rng.w(H * (NOPE + ROPE), D)
+        if l == 0:
+            t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D), p + "mlp.down_proj.weight": rng.w(D, DFF)})
+            continue
+        t[p + "mlp.gate.weight"] = rng.w(E, D)
+        if v3:
+            t[p + "mlp.gate.e_score_correction_bias"] = rng.near(0, E) * 0.5
+        SFF = FF * cfg["n_shared_experts"]
+        t.update({p + "mlp.shared_experts.gate_proj.weight": rng.w(SFF, D), p + "mlp.shared_experts.up_proj.weight": rng.w(SFF, D),
+                  p + "mlp.shared_experts.down_proj.weight": rng.w(D, SFF)})
+        for e in range(E):
+            t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
+                      p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    if v3:  # an fp8 checkpoint, as V3 ships: every projection of the attention, the MLPs and the experts
+        ref = dict(t)
+        for n, w in ref.items():
+            if w.ndim == 2 and ("proj.weight" in n or "proj_with_mqa.weight" in n):
+                q, sc = quantize_fp8(w)
+                t[n], t[n + "_scale_inv"] = q, sc
+                ref[n] = dequant_fp8(q, sc)
+        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        return cfg, t, ref
+    return cfg, t, t
+
+
+def deepseek_forward(cfg, t, ids):
+    """modeling_deepseek_v2/v3 in float64: MLA with interleaved RoPE, group-limited routing, shared experts."""
+    g = lambda n: t[n].astype(np.float64)
+    v3 = cfg["model_type"] == "deepseek_v3"
+    H, L, eps = cfg["num_attention_heads"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
+    KVL, NOPE, ROPE, VD = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    E, k, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
+    freq, att = inv_freq(cfg, ROPE)
+    scale = (NOPE + ROPE) ** -0.5
+    r = cfg.get("rope_scaling") or {}
+    if r.get("mscale_all_dim"):
+        m = 0.1 * r["mscale_all_dim"] * math.log(r["factor"]) + 1.0
+        scale *= m * m
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    ang = pos[:, None] * freq[None, :]
+    cos, sin = np.cos(ang) * att, np.sin(ang) * att
+
+    def rope_pairs(x):  # x [T, heads, ROPE]: pairs (2i, 2i+1) rotated by frequency i, kept interleaved
+        a, b = x[..., 0::2], x[..., 1::2]
+        out = np.empty_like(x)
+        out[..., 0::2] = a * cos[:, None, :] - b * sin[:, None, :]
+        out[..., 1::2] = b * cos[:, None, :] + a * sin[:, None, :]
+        return out
+
+    x = g("model.embed_tokens.weight")[ids]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = rms(x, g(p + "input_layernorm.weight"), eps)
+        if cfg["q_lora_rank"]:
+            q = rms(h @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), eps) @ g(p + "self_attn.q_b_proj.weight").T
+        else:
+            q = h @ g(p + "self_attn.q_proj.weight").T
+        q = q.reshape(T, H, NOPE + ROPE)
+        ckv = h @ g(p + "self_attn.kv_a_proj_with_mqa.weight").T
+        c = rms(ckv[:, :KVL], g(p + "self_attn.kv_a_layernorm.weight"), eps)
+        k_rot = rope_pairs(ckv[:, None, KVL:])
+        q = np.concatenate([q[..., :NOPE], rope_pairs(q[..., NOPE:])], axis=-1)
+        kv = (c @ g(p + "self_attn.kv_b_proj.weight").T).reshape(T, H, NOPE + VD)
+        kk = np.concatenate([kv[..., :NOPE], np.repeat(k_rot, H, axis=1)], axis=-1)
+        s_ = np.einsum("thd,shd->hts", q, kk) * scale
+        s_ = np.where(np.tril(np.ones((T, T), bool))[None], s_, -np.inf)
+        pr = np.exp(s_ - s_.max(axis=-1, keepdims=True))
+        pr /= pr.sum(axis=-1, keepdims=True)
+        o = np.einsum("hts,shd->thd", pr, kv[..., NOPE:]).reshape(T, H * VD)
+        x = x + o @ g(p + "self_attn.o_proj.weight").T
+        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        if l < cfg["first_k_dense_replace"]:
+            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+            continue
+        logits = h @ g(p + "mlp.gate.weight").T
+        out = swiglu(h, g(p + "mlp.shared_experts.gate_proj.weight"), g(p + "mlp.shared_experts.up_proj.weight"),
+                     g(p + "mlp.shared_experts.down_proj.weight"))
+        for ti in range(T):
+            if v3:
+                sc = 1 / (1 + np.exp(-logits[ti]))
+                choice = sc + g(p + "mlp.gate.e_score_correction_bias")
+                gs = np.sort(choice.reshape(G, -1), axis=-1)[:, -2:].sum(axis=-1)
+            else:
+                sc = np.exp(logits[ti] - logits[ti].max())
+                sc /= sc.sum()
+                choice = sc.copy()
+                gs = choice.reshape(G, -1).max(axis=-1)
+            keep = np.argsort(-gs, kind="stable")[:TG]
+            mask = np.repeat(np.isin(np.arange(G), keep), E // G)
+            top = np.argsort(-np.where(mask, choice, -np.inf), kind="stable")[:k]
+            w = sc[top]
+            if cfg["norm_topk_prob"]:
+                w = w / (w.sum() + 1e-20)
+            w = w * cfg["routed_scaling_factor"]
+            for e, we in zip(top, w):
+                ep = p + f"mlp.experts.{e}."
+                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+        x = x + out
+    return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
+
+
 # ---- the float64 forward, as the modeling files compute it ----
 
 def rms(x, w, eps):
@@ -190,7 +325,9 @@ def inv_freq(cfg, hd):
     low, high = max(low, 0), min(high, hd - 1)
     ramp = np.clip((np.arange(hd // 2) - low) / (high - low if high > low else 0.001), 0, 1)
     extrapolate = 1 - ramp
-    return freq / factor * (1 - extrapolate) + freq * extrapolate, 0.1 * math.log(factor) + 1.0
+    mscale = lambda m: 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+    att = mscale(r["mscale"]) / mscale(r["mscale_all_dim"]) if r.get("mscale") and r.get("mscale_all_dim") else mscale(1.0)
+    return freq / factor * (1 - extrapolate) + freq * extrapolate, att
 
 
 def rope(x, pos, freq, scale):  # x [T, heads, hd], rotate_half
@@ -302,7 +439,7 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     for i, prompt in enumerate(PROMPTS):
         ids, ref = list(prompt), []
         for _ in range(STEPS):
-            ref.append(forward(cfg, ref_tensors, ids)[-1])
+            ref.append((deepseek_forward if "deepseek" in cfg["model_type"] else forward)(cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
         want, got = ids[len(prompt):], ours[f"p{i}"]
         for a, b in zip(ours_logits[f"p{i}"], ref):
@@ -363,6 +500,10 @@ def main():
     failures += check_model(moerun, work, "gpt_oss_dequantized", cfg, t, t, ["--quantize", "none"], None)
     cfg, t, ref = qwen3_fp8_checkpoint(Rng(9))
     failures += check_model(moerun, work, "qwen3_moe_fp8", cfg, t, ref, [], "fp8-block")
+    cfg, t, ref = deepseek_checkpoint(Rng(5), v3=False)
+    failures += check_model(moerun, work, "deepseek_v2", cfg, t, ref, [], None)
+    cfg, t, ref = deepseek_checkpoint(Rng(6), v3=True)
+    failures += check_model(moerun, work, "deepseek_v3_fp8", cfg, t, ref, [], "fp8-block")
     failures += bad_native_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
