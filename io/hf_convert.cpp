@@ -817,6 +817,20 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
 
 namespace {
 
+}  // namespace
+
+WeightScheme shipped_expert_scheme(const std::string& config_json) {
+  const json j = json::parse(config_json, nullptr, false);
+  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return WeightScheme::Plain;
+  const json& q = j["quantization_config"];
+  if (q.contains("quant_method") && q["quant_method"] == "mxfp4") return WeightScheme::Mxfp4;
+  const bool fp8 = q.contains("quant_method") && q["quant_method"] == "fp8" && q.contains("weight_block_size") &&
+                   q["weight_block_size"] == json::array({kFp8Block, kFp8Block});
+  return fp8 ? WeightScheme::Fp8Block : WeightScheme::Plain;
+}
+
+namespace {
+
 // quantization_config of an fp8 checkpoint: block-wise e4m3 with 128 x 128 blocks is what is read
 // (a per-tensor or other block size would need other scales).
 void check_fp8_config(const HfCheckpoint& ckpt) {

@@ -46,6 +46,11 @@ struct ConvertReport {
 ModelConfig model_config_from_hf(const std::string& config_json, const std::string& where, DType dtype, std::string* notes,
                                  const std::string& generation_config_json = "");
 
+// The experts' format a checkpoint of this config.json ships (its quantization_config: fp8 with
+// 128 x 128 blocks, or mxfp4), which convert keeps by default; plain otherwise. For planning from a
+// config alone (inspect --hf-config): the tensors themselves decide at convert.
+WeightScheme shipped_expert_scheme(const std::string& config_json);
+
 // progress(done, total): tensor bytes processed so far, called after every tensor.
 ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::function<void(uint64_t, uint64_t)>& progress);
 

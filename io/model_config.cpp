@@ -314,6 +314,15 @@ int64_t ModelConfig::dense_params() const {
   return 2 * vocab_size * d + d + num_layers * per_layer + num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;
 }
 
+int64_t ModelConfig::attention_matrix_params() const {
+  const int64_t d = hidden_size, q = num_heads * head_dim;
+  if (attention_type != AttentionType::Mla) return q * d + 2 * num_kv_heads * head_dim * d + d * attention_out_dim();
+  const MlaShape& m = mla;
+  const int64_t wq = m.q_lora_rank > 0 ? m.q_lora_rank * d + q * m.q_lora_rank : q * d;
+  return wq + (m.kv_lora_rank + m.qk_rope_head_dim) * d + num_heads * (m.qk_nope_head_dim + m.v_head_dim) * m.kv_lora_rank +
+         d * attention_out_dim();
+}
+
 int64_t ModelConfig::kv_bytes(int64_t context) const {
   const int64_t per_position = (kv_k_dim() + kv_v_dim()) * 4;
   int64_t total = 0;

@@ -141,6 +141,9 @@ struct ModelConfig {
   int64_t expert_params() const { return num_moe_layers() * num_experts * params_per_expert(); }
   int64_t num_expert_slots() const { return num_moe_layers() * num_experts; }  // experts in the model
   int64_t dense_params() const;
+  // One layer's attention projections (matrices only): wq, wk, wv, wo; for MLA wq (or wq_a and
+  // wq_b), wkv_a, wkv_b, wo.
+  int64_t attention_matrix_params() const;
   int64_t total_params() const { return dense_params() + expert_params(); }
   // Parameters applied to one token: all dense ones plus top_k experts per layer.
   int64_t active_params_per_token() const { return dense_params() + num_moe_layers() * top_k * params_per_expert(); }

@@ -41,7 +41,14 @@ int cmd_inspect(int argc, char** argv) {
   p.validate();
   if (!hf_config.empty()) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
-    const io::ModelConfig c = io::model_config_from_hf(io::read_regular_file(hf_config), hf_config, DType::BF16, nullptr);
+    const std::string text = io::read_regular_file(hf_config);
+    io::ModelConfig c = io::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
+    // The experts as convert keeps them: a quantized checkpoint's native form where the shapes allow it.
+    if (const WeightScheme s = io::shipped_expert_scheme(text); s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 &&
+                                                                c.intermediate_size % kQuantGroup == 0) {
+      c.expert_format = {c.dtype, s};
+      c.format_version = io::required_format_version(c);
+    }
     Matmul mm;
     p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
     std::cout << runtime::inspect_report(c, p, hf_config + " (config only)");

@@ -59,13 +59,17 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   // Variants: biases, q/k norms and the shared expert's gate are fp32; the shared expert itself is
   // held in the stored dtype like the other projections.
   const int64_t qk_norm = c.qk_norm == io::QkNorm::Projection ? q + kv : c.qk_norm == io::QkNorm::PerHead ? 2 * c.head_dim : 0;
+  const bool mla = c.attention_type == io::AttentionType::Mla;
   const int64_t fp32_per_layer = 2 * d + (c.attention_bias ? q + 2 * kv : 0) + qk_norm + (c.attention_out_bias ? d : 0) +
-                                 (c.attention_sinks ? c.num_heads : 0);
-  const int64_t fp32_per_moe_layer = c.num_experts * d + (sff > 0 ? d : 0) + (c.router_bias ? c.num_experts : 0);
+                                 (c.attention_sinks ? c.num_heads : 0) + (mla ? c.mla.q_lora_rank + c.mla.kv_lora_rank : 0);
+  const int64_t fp32_per_moe_layer = c.num_experts * d + (sff > 0 && c.shared_expert_gated ? d : 0) + (c.router_bias ? c.num_experts : 0) +
+                                     (c.router_correction_bias ? c.num_experts : 0);
   const int64_t L = c.num_layers, Lm = c.num_moe_layers(), Ld = c.num_dense_layers();
   const int64_t fp32_elems = c.vocab_size * d + d + L * fp32_per_layer + Lm * fp32_per_moe_layer;
+  // MLA: the runtime holds kv_b split per head, its key half twice (as is and transposed).
+  const int64_t mla_split = mla ? c.num_heads * c.mla.qk_nope_head_dim * c.mla.kv_lora_rank : 0;
   const int64_t stored_elems =
-      c.vocab_size * d + L * (q * d + 2 * kv * d + d * q) + Lm * 3 * sff * d + Ld * 3 * c.dense_intermediate_size * d;
+      c.vocab_size * d + L * (c.attention_matrix_params() + mla_split) + Lm * 3 * sff * d + Ld * 3 * c.dense_intermediate_size * d;
   m.dense_bytes = fp32_elems * 4 + stored_elems * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
@@ -75,7 +79,8 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t T = p.max_batch_tokens;
   // The router's own FFN scratch (gate, up, activation rows) for a shared expert or a dense layer.
   const int64_t router_ff = std::max(sff, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
-  m.activation_bytes = 4 * T * (4 * d + 2 * q + 2 * kv + c.num_experts + 3 * router_ff) + 4 * p.batch * c.vocab_size;
+  m.activation_bytes = 4 * T * (4 * d + 2 * std::max(q, c.attention_out_dim()) + c.kv_k_dim() + c.kv_v_dim() + c.num_experts + 3 * router_ff) +
+                       4 * p.batch * c.vocab_size;
   const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back
   m.router_exchange_bytes = single ? 0 : T * c.top_k * (record + result);
   const int64_t router_sum = m.dense_bytes + m.kv_bytes + m.activation_bytes + m.router_exchange_bytes;
@@ -125,9 +130,23 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
     os << "  attention_out_bias " << c.attention_out_bias << ", sinks " << c.attention_sinks << ", sliding_window " << c.sliding_window
        << " (" << std::count(c.layer_attention.begin(), c.layer_attention.end(), io::AttentionKind::Sliding) << " of " << c.num_layers
        << " layers), rope " << io::rope_type_name(c.rope.type) << " x" << c.rope.factor << ", router_bias " << c.router_bias
-       << ", router " << (c.router_scoring == io::RouterScoring::TopKSoftmax ? "topk_softmax" : "softmax_topk") << ", expert_bias "
+       << ", router " << (c.router_scoring == io::RouterScoring::TopKSoftmax ? "topk_softmax"
+                          : c.router_scoring == io::RouterScoring::Sigmoid ? "sigmoid" : "softmax_topk") << ", expert_bias "
        << c.expert_bias << ", expert activation "
        << (c.expert_activation == io::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu") << "\n";
+  if (c.attention_type == io::AttentionType::Mla)
+    os << "  attention mla: q_lora_rank " << c.mla.q_lora_rank << ", kv_lora_rank " << c.mla.kv_lora_rank << ", qk_nope_head_dim "
+       << c.mla.qk_nope_head_dim << ", qk_rope_head_dim " << c.mla.qk_rope_head_dim << ", v_head_dim " << c.mla.v_head_dim
+       << "; the KV cache holds " << c.kv_k_dim() << " values a token and layer (multi-head attention of these heads: "
+       << c.num_heads * (c.head_dim + c.mla.v_head_dim) << ")\n";
+  if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 || c.router_scoring == io::RouterScoring::Sigmoid ||
+      (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated))
+    os << "  routing: " << (c.router_scoring == io::RouterScoring::Sigmoid ? "sigmoid" : "softmax") << " scores"
+       << (c.router_correction_bias ? " with a correction bias" : "") << ", " << c.router_groups << " group(s), best "
+       << c.router_topk_groups << " kept (by their " << (c.router_group_score == io::GroupScore::Top2Sum ? "best two" : "best") << ")"
+       << ", weights " << (c.norm_topk_prob ? "renormalised" : "as they are") << " x " << c.routed_scaling_factor
+       << (c.shared_expert_intermediate_size > 0 ? c.shared_expert_gated ? "; a gated shared expert" : "; shared experts, ungated" : "")
+       << "\n";
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";

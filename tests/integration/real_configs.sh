@@ -1,8 +1,10 @@
 #!/bin/bash
-# The published configurations of Qwen3-30B-A3B and gpt-oss-20b (config.json only, no weights;
-# tests/data/hf_configs) through `inspect --hf-config`: the parameter counts their model cards give
-# (30.5B total / 3.3B active; 20.9B / 3.6B active, which OpenAI counts without the embedding
-# lookup), and memory per rank for 2 nodes x 8 ranks, gpt-oss's sliding layers' KV bounded.
+# The published configurations of Qwen3-30B-A3B, gpt-oss-20b, DeepSeek-V3 and DeepSeek-V2-Lite
+# (config.json only, no weights; tests/data/hf_configs) through `inspect --hf-config`: the parameter
+# counts their model cards give (30.5B total / 3.3B active; 20.9B / 3.6B active, which OpenAI
+# counts without the embedding lookup; 671B / 37B; 15.7B / 2.4B without the lookup), memory per
+# rank for 2 nodes x 8 ranks (DeepSeek-V3: 4 x 8), gpt-oss's sliding layers' KV bounded, MLA's KV
+# from its compressed cache, the experts in the form the checkpoints ship (MXFP4, fp8).
 source "$(dirname "$0")/common.sh"
 CONFIGS="$(dirname "$0")/../data/hf_configs"
 
@@ -25,6 +27,25 @@ for m in qwen3-30b-a3b gpt-oss-20b; do
     || bad "$m: no 2 x 8 layout in the report"
 done
 grep -q "qk_norm 2" "$WORK/qwen3-30b-a3b.txt" && ok "Qwen3: per-head q/k norms" || bad "Qwen3: qk_norm is not per head"
+grep -q "experts mxfp4" "$WORK/gpt-oss-20b.txt" && ok "gpt-oss: experts planned in MXFP4, as shipped" || bad "gpt-oss: experts not MXFP4"
+
+for m in deepseek-v3 deepseek-v2-lite; do
+  "$MOERUN" inspect --hf-config "$CONFIGS/$m.json" --nodes 4 --ranks-per-node 8 > "$WORK/$m.txt" 2> "$WORK/$m.err" \
+    || bad "$m: inspect exited $? ($(cat "$WORK/$m.err"))"
+done
+expect_value "DeepSeek-V3 total parameters (B, without the MTP layer)" "$(billions "$WORK/deepseek-v3.txt" '^  total ')" 671.0
+expect_value "DeepSeek-V3 active per token (B)" "$(billions "$WORK/deepseek-v3.txt" 'active per token')" 37.5
+expect_value "DeepSeek-V2-Lite total parameters (B)" "$(billions "$WORK/deepseek-v2-lite.txt" '^  total ')" 15.7
+expect_value "DeepSeek-V2-Lite active per token without the embedding lookup (B)" "$(billions "$WORK/deepseek-v2-lite.txt" 'active per token' 2)" 2.4
+# MLA's cache: kv_lora_rank 512 + qk_rope_head_dim 64 float32 values a token and layer.
+expect_value "DeepSeek-V3 KV bytes per token (61 layers x 576 x 4)" "$(sed -n 's/^KV cache per token \([0-9]*\) bytes.*/\1/p' "$WORK/deepseek-v3.txt")" 140544
+expect_value "DeepSeek-V2-Lite KV bytes per token (27 layers x 576 x 4)" "$(sed -n 's/^KV cache per token \([0-9]*\) bytes.*/\1/p' "$WORK/deepseek-v2-lite.txt")" 62208
+grep -q "multi-head attention of these heads: 40960" "$WORK/deepseek-v3.txt" && ok "DeepSeek-V3: 576 cached values against 40,960 for multi-head attention" \
+  || bad "DeepSeek-V3: no MLA line"
+grep -q "experts fp8-block" "$WORK/deepseek-v3.txt" && ok "DeepSeek-V3: experts planned in fp8-block, as shipped" || bad "DeepSeek-V3: experts not fp8"
+grep -q "layout: 4 node(s) x 8 rank(s), 4 router rank(s), 28 expert rank(s)" "$WORK/deepseek-v3.txt" \
+  && ok "DeepSeek-V3: memory per rank for 4 nodes x 8 ranks: $(grep -A5 '^expert rank holding' "$WORK/deepseek-v3.txt" | tail -1 | xargs)" \
+  || bad "DeepSeek-V3: no 4 x 8 layout"
 grep -q "sliding_window 128 (12 of 24 layers), rope yarn x32" "$WORK/gpt-oss-20b.txt" && ok "gpt-oss: 12 sliding layers, yarn x32" \
   || bad "gpt-oss: layer kinds or rope: $(grep sliding "$WORK/gpt-oss-20b.txt")"
 grep -q "sliding layers hold at most 2 x 128 positions" "$WORK/gpt-oss-20b.txt" && ok "gpt-oss: the sliding layers' KV is bounded" \
