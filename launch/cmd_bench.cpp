@@ -14,6 +14,7 @@
 #include "launch/bench/gemm_bench.hpp"
 #include "launch/bench/infer_bench.hpp"
 #include "launch/bench/layer_bench.hpp"
+#include "launch/bench/mla_bench.hpp"
 #include "launch/bench/scaling_sweep.hpp"
 
 namespace moerun::launch {
@@ -103,12 +104,13 @@ int bench_layer(int argc, char** argv) {
   po::options_description o("bench layer options");
   o.add_options()
     ("shape", po::value(&shape)->default_value(shape),
-     "layer shape: mixtral (hidden 1024, 8 experts of 3584, top-2) or qwen3_moe (Qwen3-30B-A3B's: hidden 2048, 128 experts "
-     "of 768, top-8); the options below override it")
+     "layer shape: mixtral (hidden 1024, 8 experts of 3584, top-2), qwen3_moe (Qwen3-30B-A3B's: hidden 2048, 128 experts "
+     "of 768, top-8) or deepseek_v2_lite (hidden 2048, 64 experts of 1408, top-6, 2 shared experts); the options below override it")
     ("hidden", po::value(&c.hidden)->default_value(c.hidden), "hidden size")
     ("experts", po::value(&c.experts)->default_value(c.experts), "number of experts")
     ("intermediate", po::value(&c.intermediate)->default_value(c.intermediate), "expert intermediate size")
     ("top-k", po::value(&c.top_k)->default_value(c.top_k), "experts per token")
+    ("shared", po::value(&c.shared)->default_value(c.shared), "width of a shared expert on every token (0: none)")
     ("tokens", po::value(&tokens)->default_value(tokens), "comma-separated token counts")
     ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16")
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed iterations (median reported)")
@@ -121,8 +123,13 @@ int bench_layer(int argc, char** argv) {
     for (auto [name, field, value] : {std::tuple{"hidden", &c.hidden, int64_t{2048}}, std::tuple{"experts", &c.experts, int64_t{128}},
                                       std::tuple{"intermediate", &c.intermediate, int64_t{768}}, std::tuple{"top-k", &c.top_k, int64_t{8}}})
       if (vm[name].defaulted()) *field = value;
+  } else if (shape == "deepseek_v2_lite") {
+    for (auto [name, field, value] : {std::tuple{"hidden", &c.hidden, int64_t{2048}}, std::tuple{"experts", &c.experts, int64_t{64}},
+                                      std::tuple{"intermediate", &c.intermediate, int64_t{1408}}, std::tuple{"top-k", &c.top_k, int64_t{6}},
+                                      std::tuple{"shared", &c.shared, int64_t{2816}}})
+      if (vm[name].defaulted()) *field = value;
   } else if (shape != "mixtral") {
-    fail(ErrorKind::Usage, "--shape must be mixtral or qwen3_moe, not \"", shape, "\"");
+    fail(ErrorKind::Usage, "--shape must be mixtral, qwen3_moe or deepseek_v2_lite, not \"", shape, "\"");
   }
   with_option_names([&] { c.backend.device = experts::parse_device(device); });
   apply_environment(Environment::read(), c.backend);
@@ -296,10 +303,36 @@ int bench_a2a(int argc, char** argv) {
   return 0;
 }
 
+int bench_mla(int argc, char** argv) {
+  bench::MlaBenchConfig c;
+  std::string shape = "deepseek_v2_lite", contexts = "512,4096", batch = "1,8", dtype = "bf16", json;
+  po::options_description o("bench mla options");
+  o.add_options()
+    ("shape", po::value(&shape)->default_value(shape), "deepseek_v2_lite (hidden 2048, 16 heads) or deepseek_v3 (hidden 7168, 128 heads, q_lora 1536)")
+    ("context", po::value(&contexts)->default_value(contexts), "comma-separated cached positions per sequence")
+    ("batch", po::value(&batch)->default_value(batch), "comma-separated sequences decoding together")
+    ("dtype", po::value(&dtype)->default_value(dtype), "weights: fp32 or bf16")
+    ("iters", po::value(&c.iters)->default_value(c.iters), "timed steps (median reported)")
+    ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed steps first")
+    ("json", po::value(&json), "also write the results as JSON");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun bench mla [options]", o, vm)) return 0;
+  const std::vector<DType> dt = parse_dtype_list(dtype);
+  if (dt.size() != 1) fail(ErrorKind::Usage, "--dtype takes one of fp32, bf16");
+  c.model = bench::mla_bench_shape(shape, dt[0]);
+  c.contexts = parse_int_list(contexts, "context");
+  c.batch = parse_int_list(batch, "batch");
+  check_output_files({{json, "--json"}});
+  const auto rows = bench::run_mla_bench(c);
+  std::cout << bench::mla_bench_table(c, rows);
+  if (!json.empty()) io::write_file_atomically(json, {bench::mla_bench_json(c, rows)});
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const char* usage = "usage: moerun bench <layer|gemm|infer|a2a> [options]   (moerun bench layer --help)";
+  const char* usage = "usage: moerun bench <layer|gemm|infer|a2a|mla> [options]   (moerun bench layer --help)";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage << "\n";
     return argc < 2 ? 2 : 0;
@@ -309,6 +342,7 @@ int cmd_bench(int argc, char** argv) {
   if (what == "gemm") return bench_gemm(argc - 1, argv + 1);
   if (what == "infer") return bench_infer(argc - 1, argv + 1);
   if (what == "a2a") return bench_a2a(argc - 1, argv + 1);
+  if (what == "mla") return bench_mla(argc - 1, argv + 1);
   fail(ErrorKind::Usage, "unknown benchmark \"", what, "\" (", usage, ")");
 }
 

@@ -81,16 +81,26 @@ void mask_groups(float* choice, int64_t T, int64_t E, int64_t groups, int64_t ke
 }
 
 void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
-  // Selection by repeated scans: E is small (8..128) and strict '>' keeps ties on the lower id.
-  for (int64_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken |= out[i] == e;
-      if (taken) continue;
-      if (best < 0 || scores[e] > scores[best]) best = static_cast<int32_t>(e);
+  if (k > 16) {  // a long ordering (reroute ranks every expert): sort, ties to the lower id
+    std::vector<int32_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [scores](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+    std::copy_n(order.begin(), k, out);
+    return;
+  }
+  // The best k so far, in order: one pass over the experts, an insertion where one beats the k-th.
+  // Strict '>' keeps ties on the lower id (it was seen first). O(E + inserts * k), not O(E * k^2):
+  // 256 experts at top-8 are routed for every token of every layer.
+  int64_t n = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const float s = scores[e];
+    if (n == k && !(s > scores[out[k - 1]])) continue;
+    int64_t i = n < k ? n++ : k - 1;
+    while (i > 0 && s > scores[out[i - 1]]) {
+      out[i] = out[i - 1];
+      --i;
     }
-    out[j] = best;
+    out[i] = static_cast<int32_t>(e);
   }
 }
 

@@ -64,35 +64,44 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
   const int64_t H = a.heads, hd = a.head_dim, vd = a.v_dim > 0 ? a.v_dim : hd;
   const int64_t group = H / a.kv_heads;
   const int64_t ks = a.k_stride > 0 ? a.k_stride : a.kv_heads * hd, vs = a.v_stride > 0 ? a.v_stride : a.kv_heads * vd;
-  // Heads in parallel as soon as there is work for more than one thread: at decode (n = 1) the
-  // context makes the work, not the query count.
-#pragma omp parallel for collapse(2) schedule(dynamic) if (n * H > 1 && n * H * (pos0 + n - kv_start) * hd > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t pos = pos0 + i;
-      const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
-      const int64_t len = pos - first + 1;
-      const float* kr = kc + (first - kv_start) * ks;
-      const float* vr = vc + (first - kv_start) * vs;
-      const int64_t g = h / group;
-      const float* qv = q + i * H * hd + h * hd;
-      std::vector<float> s(static_cast<std::size_t>(len));
+  // The heads that share a kv head go through its rows together, up to kHeadsTogether at a time:
+  // each key and value row is read once for all of them (grouped-query attention, and MLA's
+  // absorbed form, where every head shares one), not once per head. Each head's sums run in
+  // position order as they would alone, so the grouping does not change a bit.
+  constexpr int64_t kHeadsTogether = 8;
+  const int64_t per_task = std::min(group, kHeadsTogether), tasks_per_group = (group + per_task - 1) / per_task;
+  const int64_t tasks = n * a.kv_heads * tasks_per_group;
+  // In parallel as soon as there is work for more than one thread: at decode (n = 1) the context
+  // and the heads make the work, not the query count.
+#pragma omp parallel for schedule(dynamic) if (tasks > 1 && n * H * (pos0 + n - kv_start) * hd > 32768)
+  for (int64_t task = 0; task < tasks; ++task) {
+    const int64_t i = task / (a.kv_heads * tasks_per_group), g = task / tasks_per_group % a.kv_heads;
+    const int64_t h0 = g * group + task % tasks_per_group * per_task, h1 = std::min(h0 + per_task, (g + 1) * group);
+    const int64_t pos = pos0 + i;
+    const int64_t first = a.window > 0 ? std::max<int64_t>(0, pos - a.window + 1) : 0;
+    const int64_t len = pos - first + 1;
+    const float* kr = kc + (first - kv_start) * ks + g * hd;
+    const float* vr = vc + (first - kv_start) * vs + g * vd;
+    std::vector<float> s(static_cast<std::size_t>((h1 - h0) * len));
+    for (int64_t j = 0; j < len; ++j)
+      for (int64_t h = h0; h < h1; ++h) s[(h - h0) * len + j] = dot(q + i * H * hd + h * hd, kr + j * ks, hd) * a.scale;
+    for (int64_t h = h0; h < h1; ++h) {
+      float* sh = s.data() + (h - h0) * len;
       // A sink joins the max and the sum like one more key, and has no value row.
       float mx = a.sinks ? a.sinks[h] : -INFINITY;
-      for (int64_t j = 0; j < len; ++j) {
-        s[j] = dot(qv, kr + j * ks + g * hd, hd) * a.scale;
-        mx = std::max(mx, s[j]);
-      }
+      for (int64_t j = 0; j < len; ++j) mx = std::max(mx, sh[j]);
       float sum = 0;
       for (int64_t j = 0; j < len; ++j) {
-        s[j] = std::exp(s[j] - mx);
-        sum += s[j];
+        sh[j] = std::exp(sh[j] - mx);
+        sum += sh[j];
       }
       if (a.sinks) sum += std::exp(a.sinks[h] - mx);
+      for (int64_t j = 0; j < len; ++j) sh[j] /= sum;
       float* o = out + i * H * vd + h * vd;
       std::fill(o, o + vd, 0.0f);
-      for (int64_t j = 0; j < len; ++j) axpy(s[j] / sum, vr + j * vs + g * vd, o, vd);
     }
+    for (int64_t j = 0; j < len; ++j)
+      for (int64_t h = h0; h < h1; ++h) axpy(s[(h - h0) * len + j], vr + j * vs, out + i * H * vd + h * vd, vd);
   }
 }
 

@@ -1,6 +1,7 @@
-// `moerun bench layer`: one whole MoE layer (gate, permute, experts, combine) timed against one plain
-// matmul of the same dtype and the same expert FLOPs, measured in the same run: oneDNN for the CPU
-// backend, cuBLAS for the CUDA one (experts in device memory, rows copied in and out per layer).
+// `moerun bench layer`: one whole MoE layer (gate, permute, experts, combine, and a shared expert
+// where the shape has one) timed against plain matmuls of the same dtype and the same expert FLOPs,
+// measured in the same run: oneDNN for the CPU backend, cuBLAS for the CUDA one (experts in device
+// memory, rows copied in and out per layer).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,6 +17,7 @@ struct LayerBenchConfig {
   int64_t experts = 8;
   int64_t intermediate = 3584;
   int64_t top_k = 2;
+  int64_t shared = 0;  // > 0: a shared expert of this width on every token (DeepSeek's n_shared x intermediate), timed with the layer
   std::vector<int64_t> tokens{64, 512};
   std::vector<DType> dtypes{DType::F32, DType::BF16};
   int iters = 10;
@@ -33,7 +35,7 @@ struct LayerBenchRow {
   double matmul_s;
   double matmul_gflops;
   double ratio;          // layer_gflops / matmul_gflops
-  double permute_s, experts_s, combine_s, gate_s;  // median breakdown
+  double permute_s, experts_s, combine_s, gate_s, shared_s;  // median breakdown
   double copy_s;  // of experts_s: rows to and from the device (0 on the CPU)
 };
 

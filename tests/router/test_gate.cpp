@@ -4,7 +4,10 @@
 
 #include "base/error.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "router/gate.hpp"
 
@@ -34,6 +37,25 @@ TEST(Gate, TopKTiesGoToLowerId) {
   EXPECT_EQ(out[0], 1);
   EXPECT_EQ(out[1], 2);
   EXPECT_EQ(out[2], 4);
+}
+
+// The fast selection against a full stable sort (descending, ties to the lower id), with many ties
+// and -inf entries (masked groups), at DeepSeek-V3's 256 experts: top-8, and the whole order.
+TEST(Gate, TopKEqualsAStableSortAt256Experts) {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> s(256);
+    for (float& v : s) v = static_cast<float>(rng() % 23) * 0.125f;  // many equal values
+    for (int i = 0; i < 256; i += 7 + trial % 5) s[static_cast<std::size_t>(i)] = -INFINITY;
+    std::vector<int32_t> want(256);
+    std::iota(want.begin(), want.end(), 0);
+    std::stable_sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    for (int64_t k : {1, 6, 8, 16, 17, 256}) {
+      std::vector<int32_t> got(static_cast<std::size_t>(k));
+      top_k_desc(s.data(), 256, k, got.data());
+      ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "trial " << trial << ", k " << k;
+    }
+  }
 }
 
 RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,

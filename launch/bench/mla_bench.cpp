@@ -1,0 +1,181 @@
+// MLA decode-step benchmark.
+#include "launch/bench/mla_bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <omp.h>
+
+#include "base/error.hpp"
+#include "base/matmul.hpp"
+#include "io/model_file.hpp"
+#include "io/synthetic_model.hpp"
+#include "runtime/dense_ops.hpp"
+#include "runtime/mla_attention.hpp"
+
+namespace moerun::bench {
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+WeightMatrix random_weight(const std::string& name, int64_t rows, int64_t cols, DType dt) {
+  const auto v = io::synth_tensor(1, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
+  WeightMatrix m;
+  m.allocate(dt, rows, cols);
+  if (dt == DType::F32) std::copy(v.begin(), v.end(), m.data.as<float>());
+  else f32_to_bf16(v.data(), m.data.as<uint16_t>(), v.size());
+  return m;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// One MLA layer's weights, random, prepared and packed as the runtime holds them.
+io::DenseWeights one_layer(const io::ModelConfig& c, Matmul& mm) {
+  io::DenseWeights w;
+  w.config = c;
+  w.config.num_layers = 1;
+  w.layers.resize(1);
+  io::DenseLayerWeights& L = w.layers[0];
+  const io::MlaShape& m = c.mla;
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
+  if (m.q_lora_rank > 0) {
+    L.wq_a = random_weight("wq_a", m.q_lora_rank, d, c.dtype);
+    L.q_a_norm.assign(static_cast<std::size_t>(m.q_lora_rank), 1.0f);
+    L.wq_b = random_weight("wq_b", q, m.q_lora_rank, c.dtype);
+  } else {
+    L.wq = random_weight("wq", q, d, c.dtype);
+  }
+  L.wkv_a = random_weight("wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, d, c.dtype);
+  L.kv_a_norm.assign(static_cast<std::size_t>(m.kv_lora_rank), 1.0f);
+  L.wkv_b = random_weight("wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype);
+  L.wo = random_weight("wo", d, c.attention_out_dim(), c.dtype);
+  runtime::prepare_mla_weights(mm, w.config, L);
+  for (WeightMatrix* mat : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
+    if (mat->rows > 0) mm.pack(*mat, 32);
+  return w;
+}
+
+}  // namespace
+
+io::ModelConfig mla_bench_shape(const std::string& name, DType dtype) {
+  io::ModelConfig c;
+  c.attention_type = io::AttentionType::Mla;
+  c.dtype = dtype;
+  c.mla = {0, 512, 128, 64, 128};
+  c.head_dim = 192;
+  c.rms_norm_eps = 1e-6;
+  c.vocab_size = 1;
+  c.max_position = 1 << 20;
+  if (name == "deepseek_v2_lite") {
+    c.hidden_size = 2048;
+    c.num_heads = c.num_kv_heads = 16;
+  } else if (name == "deepseek_v3") {
+    c.hidden_size = 7168;
+    c.num_heads = c.num_kv_heads = 128;
+    c.mla.q_lora_rank = 1536;
+  } else {
+    fail(ErrorKind::Usage, "--shape must be deepseek_v2_lite or deepseek_v3, not \"", name, "\"");
+  }
+  return c;
+}
+
+void MlaBenchConfig::validate() const {
+  if (contexts.empty() || batch.empty()) fail(ErrorKind::Usage, "bench mla: --context and --batch need values");
+  for (int64_t s : contexts)
+    if (s < 1 || s > (1 << 20)) fail(ErrorKind::Usage, "--context: ", s, " is not in [1, 1048576]");
+  for (int64_t b : batch)
+    if (b < 1 || b > 1024) fail(ErrorKind::Usage, "--batch: ", b, " is not in [1, 1024]");
+  if (iters < 1 || warmup < 0) fail(ErrorKind::Usage, "--iters must be >= 1 and --warmup >= 0");
+}
+
+std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
+  cfg.validate();
+  Matmul mm;
+  const io::DenseWeights w = one_layer(cfg.model, mm);
+  const io::ModelConfig& c = w.config;
+  const int64_t d = c.hidden_size, row = c.kv_k_dim();
+  runtime::MlaAttention absorbed(w, mm, runtime::MlaMode::Absorbed), expanded(w, mm, runtime::MlaMode::Expanded);
+  std::vector<MlaBenchRow> rows;
+  for (int64_t S : cfg.contexts)
+    for (int64_t B : cfg.batch) {
+      // B sequences with S cached positions of random (normed-sized) latents and keys.
+      std::vector<runtime::KvCache> kv(static_cast<std::size_t>(B));
+      const std::vector<float> cached = io::synth_tensor(2, "cache", S * row, 1.0f);
+      for (auto& k : kv) {
+        k.init(1, row, 0, S + 1);
+        k.append(0, cached.data(), nullptr, S);
+      }
+      const std::vector<float> xn = io::synth_tensor(3, "x", B * d, 1.0f);
+      std::vector<int32_t> pos(static_cast<std::size_t>(B), static_cast<int32_t>(S));
+      std::vector<float> new_rows(static_cast<std::size_t>(B * row)), attn(static_cast<std::size_t>(B * c.attention_out_dim())),
+          out(static_cast<std::size_t>(B * d));
+      auto step = [&](runtime::MlaAttention& a) {
+        a.project(0, xn.data(), B, pos.data(), new_rows.data());
+        std::vector<runtime::MlaChunk> chunks;
+        for (int64_t b = 0; b < B; ++b) {
+          kv[static_cast<std::size_t>(b)].append(0, new_rows.data() + b * row, nullptr, 1);
+          chunks.push_back({b, 1, S, &kv[static_cast<std::size_t>(b)]});
+        }
+        a.attend(0, chunks, B, attn.data());
+        mm.linear(attn.data(), B, w.layers[0].wo, out.data());
+        for (auto& k : kv) k.k[0].resize(static_cast<std::size_t>(S * row));  // back to S positions
+      };
+      // Interleaved, so both forms see the same cache and memory state.
+      std::vector<double> ta, te;
+      for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
+        double t0 = now();
+        step(absorbed);
+        double t1 = now();
+        step(expanded);
+        double t2 = now();
+        if (it < cfg.warmup) continue;
+        ta.push_back(t1 - t0);
+        te.push_back(t2 - t1);
+      }
+      rows.push_back({S, B, median(ta), median(te), B * (S + 1) * row * 4});
+    }
+  return rows;
+}
+
+std::string mla_bench_table(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
+  const io::ModelConfig& c = cfg.model;
+  std::string s = str("# moerun bench mla: one decode step of one MLA layer: hidden ", c.hidden_size, ", ", c.num_heads, " heads, q_lora ",
+                      c.mla.q_lora_rank, ", latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, ", ",
+                      dtype_name(c.dtype), " weights; ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "#%8s %6s %13s %13s %9s %12s %13s\n", "context", "batch", "absorbed(ms)", "expanded(ms)", "speedup",
+                "cache(MiB)", "cache read");
+  s += buf;
+  std::snprintf(buf, sizeof buf, "#%8s %6s %13s %13s %9s %12s %13s\n", "", "", "", "", "", "", "(GB/s, abs.)");
+  s += buf;
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, " %8lld %6lld %13.3f %13.3f %9.2f %12.1f %13.1f\n", static_cast<long long>(r.context),
+                  static_cast<long long>(r.batch), r.absorbed_s * 1e3, r.expanded_s * 1e3, r.expanded_s / r.absorbed_s,
+                  static_cast<double>(r.cache_bytes) / (1 << 20), static_cast<double>(r.cache_bytes) / r.absorbed_s * 1e-9);
+    s += buf;
+  }
+  s += "# absorbed: attention over the cached latents (the KV cache is all a step reads besides the weights); expanded:\n"
+       "# every cached position's keys and values recomputed through kv_b first (what a prefill chunk does)\n";
+  return s;
+}
+
+std::string mla_bench_json(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
+  nlohmann::json j;
+  j["hidden"] = cfg.model.hidden_size;
+  j["heads"] = cfg.model.num_heads;
+  j["q_lora_rank"] = cfg.model.mla.q_lora_rank;
+  j["kv_lora_rank"] = cfg.model.mla.kv_lora_rank;
+  j["dtype"] = dtype_name(cfg.model.dtype);
+  j["threads"] = omp_get_max_threads();
+  j["results"] = nlohmann::json::array();
+  for (const auto& r : rows)
+    j["results"].push_back({{"context", r.context}, {"batch", r.batch}, {"absorbed_s", r.absorbed_s}, {"expanded_s", r.expanded_s},
+                            {"cache_bytes", r.cache_bytes}});
+  return j.dump(2);
+}
+
+}  // namespace moerun::bench
