@@ -11,7 +11,7 @@
 #include "experts/backend.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 #include "io/synthetic_model.hpp"
-#include "tests/experts/quantized_expert.hpp"
+#include "tests/experts/expert_reference.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {

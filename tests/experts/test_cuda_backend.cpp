@@ -20,7 +20,7 @@
 #include "experts/expert_cache.hpp"
 #include "experts/resident_experts.hpp"
 #include "router/dispatch_plan.hpp"
-#include "tests/experts/quantized_expert.hpp"
+#include "tests/experts/expert_reference.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
@@ -284,20 +284,8 @@ TEST(CudaQuantizedExperts, DequantizeBitForBitAndFfnMatchesFp64) {
     const auto y = run_grouped(*gpu, {e.get()}, {rows}, x, d);
     std::vector<float> want(y.size());
     for (int64_t t = 0; t < rows; ++t) {
-      std::vector<double> a(static_cast<std::size_t>(ff));
-      for (int64_t i = 0; i < ff; ++i) {
-        double g = 0, u = 0;
-        for (int64_t k = 0; k < d; ++k) {
-          g += static_cast<double>(x[t * d + k]) * dq[0][i * d + k];
-          u += static_cast<double>(x[t * d + k]) * dq[1][i * d + k];
-        }
-        a[i] = g / (1 + std::exp(-g)) * u;
-      }
-      for (int64_t o = 0; o < d; ++o) {
-        double w = 0;
-        for (int64_t i = 0; i < ff; ++i) w += a[i] * dq[2][o * ff + i];
-        want[t * d + o] = static_cast<float>(w);
-      }
+      const auto w = moerun::testing::ffn_reference({dq[0], dq[1], dq[2]}, x.data() + t * d, d, ff);
+      for (int64_t o = 0; o < d; ++o) want[t * d + o] = static_cast<float>(w[o]);
     }
     EXPECT_LE(worst_relative(y, want), 1e-5) << c.expert_format.name();
   }

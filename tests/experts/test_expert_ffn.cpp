@@ -13,7 +13,7 @@
 #include "experts/cpu/expert_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "io/expert_shards.hpp"
-#include "tests/experts/quantized_expert.hpp"
+#include "tests/experts/expert_reference.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
@@ -110,6 +110,19 @@ TEST(ExpertFfnVariants, BiasedClampedSwiGluMatchesFp64Reference) {
 INSTANTIATE_TEST_SUITE_P(Rows, ExpertFfn,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Values<int64_t>(1, 5, 53, 130)));
 
+// The same runs through run() one by one and through run_all(): both outputs.
+std::pair<std::vector<float>, std::vector<float>> run_one_by_one_and_all(CpuBackend& backend, const std::vector<float>& x, int64_t rows,
+                                                                         const std::vector<ExpertRun>& runs) {
+  std::vector<float> seq(x.size(), -1.0f), par(x.size(), -2.0f);
+  backend.begin(x.data(), rows, seq.data());
+  for (const ExpertRun& r : runs) backend.run(r);
+  backend.finish();
+  backend.begin(x.data(), rows, par.data());
+  backend.run_all(runs);
+  backend.finish();
+  return {seq, par};
+}
+
 // A layer's decode-sized experts one per thread (CpuBackend::run_all) give run()'s bits, bf16 and
 // f32, with rows 1 to 8 (one and two passes of the small-M kernels) and an expert of 12 rows that
 // sends the layer back to run() one expert at a time.
@@ -139,13 +152,7 @@ TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
         offset += rows;
       }
       const auto x = randv(static_cast<std::size_t>(offset * d), 5, 1.0f);
-      std::vector<float> seq(x.size(), -1.0f), par(x.size(), -2.0f);
-      backend.begin(x.data(), offset, seq.data());
-      for (const ExpertRun& r : runs) backend.run(r);
-      backend.finish();
-      backend.begin(x.data(), offset, par.data());
-      backend.run_all(runs);
-      backend.finish();
+      const auto [seq, par] = run_one_by_one_and_all(backend, x, offset, runs);
       EXPECT_EQ(par, seq) << dtype_name(dt) << (big ? ", one expert of 12 rows" : "");
     }
 }
@@ -176,20 +183,10 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
   expert_ffn_forward(mm, x.data(), rows, fw, y.data(), s);
   double worst = 0, scale = 0;
   for (int64_t t = 0; t < rows; ++t) {
-    std::vector<double> a(static_cast<std::size_t>(ff));
-    for (int64_t i = 0; i < ff; ++i) {
-      double g = 0, u = 0;
-      for (int64_t k = 0; k < d; ++k) {
-        g += static_cast<double>(x[t * d + k]) * dq[0][i * d + k];
-        u += static_cast<double>(x[t * d + k]) * dq[1][i * d + k];
-      }
-      a[static_cast<std::size_t>(i)] = g / (1 + std::exp(-g)) * u;
-    }
+    const auto want = moerun::testing::ffn_reference({dq[0], dq[1], dq[2]}, x.data() + t * d, d, ff);
     for (int64_t o = 0; o < d; ++o) {
-      double want = 0;
-      for (int64_t i = 0; i < ff; ++i) want += a[static_cast<std::size_t>(i)] * dq[2][o * ff + i];
-      worst = std::max(worst, std::abs(y[t * d + o] - want));
-      scale = std::max(scale, std::abs(want));
+      worst = std::max(worst, std::abs(y[t * d + o] - want[o]));
+      scale = std::max(scale, std::abs(want[o]));
     }
   }
   // int8 activations: half a step of amax/127 per group, times Σ|d q| (for q4 about twice Σ|w|, its
@@ -236,35 +233,17 @@ TEST(NativeExpertFfn, BiasedClampedExpertsMatchFp64AndRunAllGivesRunsBits) {
       offset += e + 1;
     }
     const auto x = randv(static_cast<std::size_t>(offset * d), 6, 1.0f);
-    std::vector<float> seq(x.size()), par(x.size());
-    backend.begin(x.data(), offset, seq.data());
-    for (const ExpertRun& r : runs) backend.run(r);
-    backend.finish();
-    backend.begin(x.data(), offset, par.data());
-    backend.run_all(runs);
-    backend.finish();
+    const auto [seq, par] = run_one_by_one_and_all(backend, x, offset, runs);
     EXPECT_EQ(par, seq) << "run_all, " << c.expert_format.name();
     double worst = 0, scale = 0;
-    const double lim = c.swiglu_limit, alpha = c.swiglu_alpha;
     for (int64_t e = 0; e < E; ++e)
       for (int64_t t = runs[e].offset; t < runs[e].offset + runs[e].rows; ++t) {
         const auto& [w1, w3, w2, b] = ref[e];
-        std::vector<double> a(static_cast<std::size_t>(ff));
-        for (int64_t i = 0; i < ff; ++i) {
-          double g = b[i], u = b[ff + i];
-          for (int64_t k = 0; k < d; ++k) {
-            g += static_cast<double>(x[t * d + k]) * w1[i * d + k];
-            u += static_cast<double>(x[t * d + k]) * w3[i * d + k];
-          }
-          g = std::min(g, lim);
-          u = std::clamp(u, -lim, lim);
-          a[i] = (u + 1) * g / (1 + std::exp(-alpha * g));
-        }
+        const auto want =
+            moerun::testing::ffn_reference({w1, w3, w2, b.data(), true, c.swiglu_alpha, c.swiglu_limit}, x.data() + t * d, d, ff);
         for (int64_t o = 0; o < d; ++o) {
-          double want = b[2 * ff + o];
-          for (int64_t i = 0; i < ff; ++i) want += a[i] * w2[o * ff + i];
-          worst = std::max(worst, std::abs(seq[t * d + o] - want));
-          scale = std::max(scale, std::abs(want));
+          worst = std::max(worst, std::abs(seq[t * d + o] - want[o]));
+          scale = std::max(scale, std::abs(want[o]));
         }
       }
     EXPECT_LE(worst / scale, 2e-6) << c.expert_format.name();

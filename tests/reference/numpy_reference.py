@@ -82,14 +82,11 @@ def swiglu(h, w1, w3, w2):
     return (a1 / (1 + np.exp(-a1)) * (h @ w3.T)) @ w2.T
 
 
-def qwen3_checkpoint(rng):
-    V, D, L, H, KV, HD, FF, E = 128, 64, 4, 4, 2, 32, 48, 8
-    cfg = dict(model_type="qwen3_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
-               num_key_value_heads=KV, head_dim=HD, intermediate_size=96, moe_intermediate_size=FF, num_experts=E,
-               num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
-               eos_token_id=127, tie_word_embeddings=False, use_sliding_window=True, sliding_window=6, attention_bias=False,
-               rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
-               decoder_sparse_step=1, mlp_only_layers=[1], hidden_act="silu")  # layer 1: a dense MLP of intermediate_size
+def qwen3_tensors(rng, cfg):
+    """A Qwen3-MoE checkpoint's tensors for `cfg` (one tensor per expert matrix, per-head q/k norms)."""
+    V, D, L, H, KV, HD = (cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                           "num_key_value_heads", "head_dim"))
+    FF, E, DFF = cfg["moe_intermediate_size"], cfg["num_experts"], cfg["intermediate_size"]
     t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
     for l in range(L):
         p = f"model.layers.{l}."
@@ -98,7 +95,6 @@ def qwen3_checkpoint(rng):
                   p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
                   p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
         if dense_layer(cfg, l):
-            DFF = cfg["intermediate_size"]
             t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D),
                       p + "mlp.down_proj.weight": rng.w(D, DFF)})
             continue
@@ -106,45 +102,46 @@ def qwen3_checkpoint(rng):
         for e in range(E):
             t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
                       p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
-    return cfg, t
+    return t
+
+
+def qwen3_checkpoint(rng):
+    cfg = dict(model_type="qwen3_moe", vocab_size=128, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=48, num_experts=8,
+               num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
+               eos_token_id=127, tie_word_embeddings=False, use_sliding_window=True, sliding_window=6, attention_bias=False,
+               rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
+               decoder_sparse_step=1, mlp_only_layers=[1], hidden_act="silu")  # layer 1: a dense MLP of intermediate_size
+    return cfg, qwen3_tensors(rng, cfg)
 
 
 def qwen3_fp8_checkpoint(rng):
     """Qwen3-MoE as an fp8 checkpoint: hidden 160 and expert width 160 (two 128-blocks, the second
     partial), every linear weight but mlp.gate and lm_head in e4m3 with block scales. Returns the
     file's tensors and the reference's (dequantized)."""
-    V, D, L, H, KV, HD, FF, E = 128, 160, 3, 4, 2, 40, 160, 6
-    cfg = dict(model_type="qwen3_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
-               num_key_value_heads=KV, head_dim=HD, intermediate_size=192, moe_intermediate_size=FF, num_experts=E,
+    cfg = dict(model_type="qwen3_moe", vocab_size=128, hidden_size=160, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=40, intermediate_size=192, moe_intermediate_size=160, num_experts=6,
                num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
                eos_token_id=127, tie_word_embeddings=False, attention_bias=False, rope_theta=1e6, mlp_only_layers=[1],
                hidden_act="silu", quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                                        "weight_block_size": [128, 128]})
-    ref = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
-    for l in range(L):
-        p = f"model.layers.{l}."
-        ref.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
-                    p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
-                    p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
-                    p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
-        if dense_layer(cfg, l):
-            DFF = cfg["intermediate_size"]
-            ref.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D),
-                        p + "mlp.down_proj.weight": rng.w(D, DFF)})
-            continue
-        ref[p + "mlp.gate.weight"] = rng.w(E, D)
-        for e in range(E):
-            ref.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
-                        p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    ref = qwen3_tensors(rng, cfg)
+    t = fp8_projections(ref)
+    return cfg, t, ref
+
+
+def fp8_projections(ref):
+    """The checkpoint's tensors with every projection in e4m3 and its block scales (weight_scale_inv);
+    `ref` becomes what those bytes stand for."""
     t = {}
     for n, w in ref.items():
-        if w.ndim == 2 and "proj.weight" in n:
+        if w.ndim == 2 and ("proj.weight" in n or "proj_with_mqa.weight" in n):
             q, sc = quantize_fp8(w)
             t[n], t[n + "_scale_inv"] = q, sc
             ref[n] = dequant_fp8(q, sc)
         else:
             t[n] = w
-    return cfg, t, ref
+    return t
 
 
 def gpt_oss_checkpoint(rng):
@@ -218,11 +215,7 @@ def deepseek_checkpoint(rng, v3):
                       p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
     if v3:  # an fp8 checkpoint, as V3 ships: every projection of the attention, the MLPs and the experts
         ref = dict(t)
-        for n, w in ref.items():
-            if w.ndim == 2 and ("proj.weight" in n or "proj_with_mqa.weight" in n):
-                q, sc = quantize_fp8(w)
-                t[n], t[n + "_scale_inv"] = q, sc
-                ref[n] = dequant_fp8(q, sc)
+        t = fp8_projections(ref)
         cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
         return cfg, t, ref
     return cfg, t, t

@@ -9,43 +9,30 @@
 
 #include <cmath>
 
-#include "experts/backend.hpp"
-#include "experts/resident_experts.hpp"
-#include "io/expert_shards.hpp"
-#include "io/model_file.hpp"
-#include "io/model_location.hpp"
-#include "io/synthetic_model.hpp"
 #include "runtime/model_forward.hpp"
-#include "runtime/moe_layer.hpp"
-#include "tests/test_support.hpp"
+#include "tests/runtime/local_model.hpp"
 
 namespace moerun::runtime {
 namespace {
 
+// A tiny DeepSeek-V3: heads 4 of nope 16 + rope 8 (latent 32), 8 experts in 4 groups, 3 layers
+// (the first dense).
+io::SynthConfig tiny_deepseek() {
+  io::SynthConfig s = moerun::testing::tiny_synth_config(2);
+  s.model.hidden_size = 64;
+  s.model.num_heads = 4;
+  s.model.head_dim = 24;
+  s.model.intermediate_size = 32;
+  s.model.num_layers = 3;
+  s.model.num_experts = 8;
+  s.model.vocab_size = 96;
+  io::apply_family("deepseek_v3", s.model);
+  return s;
+}
+
 class MlaForward : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = moerun::testing::scratch_dir("mla");
-    io::SynthConfig s = moerun::testing::tiny_synth_config(2);
-    s.model.hidden_size = 64;
-    s.model.num_heads = 4;
-    s.model.head_dim = 24;  // nope 16 + rope 8; latent 32
-    s.model.intermediate_size = 32;
-    s.model.num_layers = 3;
-    s.model.num_experts = 8;
-    s.model.vocab_size = 96;
-    io::apply_family("deepseek_v3", s.model);
-    io::write_synthetic_model((dir_ / "model").string(), s, true);
-    loc_.emplace(io::model_location((dir_ / "model").string(), {}));
-    mc_ = io::read_model_config(*loc_);
-    dense_.emplace(io::load_dense_weights(*loc_));
-    pack_dense_weights(mm_, *dense_);
-    index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*loc_, mc_));
-    backend_ = experts::make_expert_backend({}, mc_, mm_);
-    store_ = std::make_unique<experts::ResidentExperts>(*backend_, *index_, mc_, [](int64_t, int64_t) { return true; });
-    moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  MlaForward() : m_("mla", tiny_deepseek()), mc_(m_.config) {}
 
   StepBatch chunk(const std::vector<int32_t>& ids, int64_t pos0, KvCache* kv) {
     StepBatch b;
@@ -58,14 +45,10 @@ class MlaForward : public ::testing::Test {
     b.chunks.push_back({kv, 0, static_cast<int64_t>(ids.size()), pos0, true, nullptr});
     return b;
   }
-  KvCache fresh_cache() {
-    KvCache kv;
-    kv.init(mc_.num_layers, mc_.kv_k_dim(), mc_.kv_v_dim(), 64);
-    return kv;
-  }
+  KvCache fresh_cache() { return m_.fresh_cache(64); }
   // A 40-token prompt in one chunk, then `steps` greedy decode steps: each step's logits.
   std::vector<std::vector<float>> generate(MlaMode mode, KvCache& kv, int steps) {
-    ModelForward f(*dense_, mm_, *moe_, {}, 1, mode);
+    ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1, mode);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>((7 * i + 3) % mc_.vocab_size));
     std::vector<std::vector<float>> out(1);
@@ -80,15 +63,8 @@ class MlaForward : public ::testing::Test {
     return out;
   }
 
-  std::filesystem::path dir_;
-  std::optional<io::ModelLocation> loc_;
-  io::ModelConfig mc_;
-  Matmul mm_;
-  std::optional<io::DenseWeights> dense_;
-  std::unique_ptr<io::ExpertShardIndex> index_;
-  std::unique_ptr<experts::ExpertBackend> backend_;
-  std::unique_ptr<experts::ResidentExperts> store_;
-  std::unique_ptr<MoeLayer> moe_;
+  moerun::testing::LocalModel m_;
+  const io::ModelConfig& mc_;
 };
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -132,9 +108,9 @@ TEST_F(MlaForward, DecodingTokenByTokenAgreesWithPrefill) {
   const std::vector<int32_t> prompt{1, 6, 2, 9, 5, 11, 3};
   KvCache whole = fresh_cache(), steps = fresh_cache();
   std::vector<float> at_once, last;
-  ModelForward f(*dense_, mm_, *moe_, {}, 1, MlaMode::Expanded);
+  ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1, MlaMode::Expanded);
   f.forward(chunk(prompt, 0, &whole), at_once, nullptr);
-  ModelForward g(*dense_, mm_, *moe_, {}, 1, MlaMode::Absorbed);
+  ModelForward g(*m_.dense, m_.mm, *m_.moe, {}, 1, MlaMode::Absorbed);
   for (std::size_t i = 0; i < prompt.size(); ++i) g.forward(chunk({prompt[i]}, static_cast<int64_t>(i), &steps), last, nullptr);
   EXPECT_LT(max_rel_diff(last, at_once), 1e-5);
 }

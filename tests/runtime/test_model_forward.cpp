@@ -5,34 +5,15 @@
 
 #include <cmath>
 
-#include "experts/backend.hpp"
-#include "experts/resident_experts.hpp"
-#include "io/expert_shards.hpp"
-#include "io/model_file.hpp"
-#include "io/model_location.hpp"
-#include "io/synthetic_model.hpp"
 #include "runtime/model_forward.hpp"
-#include "runtime/moe_layer.hpp"
-#include "tests/test_support.hpp"
+#include "tests/runtime/local_model.hpp"
 
 namespace moerun::runtime {
 namespace {
 
 class ModelForwardTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = moerun::testing::scratch_dir("forward");
-    io::write_synthetic_model((dir_ / "model").string(), moerun::testing::tiny_synth_config(2), true);
-    loc_.emplace(io::model_location((dir_ / "model").string(), {}));
-    mc_ = io::read_model_config(*loc_);
-    dense_.emplace(io::load_dense_weights(*loc_));
-    pack_dense_weights(mm_, *dense_);
-    index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*loc_, mc_));
-    backend_ = experts::make_expert_backend({}, mc_, mm_);
-    store_ = std::make_unique<experts::ResidentExperts>(*backend_, *index_, mc_, [](int64_t, int64_t) { return true; });
-    moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  ModelForwardTest() : m_("forward", moerun::testing::tiny_synth_config(2)), mc_(m_.config) {}
 
   // A batch of sequences given as (tokens, first position, emit) chunks, each with its own cache.
   StepBatch batch(const std::vector<std::vector<int32_t>>& seqs, const std::vector<int64_t>& pos0,
@@ -50,27 +31,16 @@ class ModelForwardTest : public ::testing::Test {
     }
     return b;
   }
-  KvCache fresh_cache() {
-    KvCache kv;
-    kv.init(mc_.num_layers, mc_.kv_k_dim(), mc_.kv_v_dim(), 16);
-    return kv;
-  }
+  KvCache fresh_cache() { return m_.fresh_cache(16); }
   std::vector<float> run(int micro_batches, const StepBatch& b) {
-    ModelForward f(*dense_, mm_, *moe_, {}, micro_batches);
+    ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, micro_batches);
     std::vector<float> logits;
     f.forward(b, logits, nullptr);
     return logits;
   }
 
-  std::filesystem::path dir_;
-  std::optional<io::ModelLocation> loc_;
-  io::ModelConfig mc_;
-  Matmul mm_;
-  std::optional<io::DenseWeights> dense_;
-  std::unique_ptr<io::ExpertShardIndex> index_;
-  std::unique_ptr<experts::ExpertBackend> backend_;
-  std::unique_ptr<experts::ResidentExperts> store_;
-  std::unique_ptr<MoeLayer> moe_;
+  moerun::testing::LocalModel m_;
+  const io::ModelConfig& mc_;
 };
 
 double max_rel_diff(const float* a, const float* b, int64_t n) {
@@ -112,7 +82,7 @@ TEST_F(ModelForwardTest, DecodingTokenByTokenAgreesWithPrefill) {
   KvCache whole = fresh_cache(), steps = fresh_cache();
   const auto at_once = run(1, batch({prompt}, {0}, {&whole}));
   std::vector<float> last;
-  ModelForward f(*dense_, mm_, *moe_, {}, 1);
+  ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1);
   for (std::size_t i = 0; i < prompt.size(); ++i) f.forward(batch({{prompt[i]}}, {static_cast<int64_t>(i)}, {&steps}), last, nullptr);
   EXPECT_EQ(whole.length(0), static_cast<int64_t>(prompt.size()));
   EXPECT_EQ(steps.length(0), static_cast<int64_t>(prompt.size()));

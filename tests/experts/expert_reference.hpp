@@ -1,7 +1,10 @@
-// A quantized expert for the backend tests: seeded float32 weights quantized into the raw form
-// the shards store (values and scales of w1, w3, w2 as io::expert_raw_parts lays them out), with
-// the weights those bytes stand for, to compute references from.
+// What the expert backend tests compute references with: a quantized expert (seeded float32 weights
+// quantized into the raw form the shards store, values and scales of w1, w3, w2 as
+// io::expert_raw_parts lays them out, with the weights those bytes stand for), and the FFN of one
+// row in float64.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -41,6 +44,38 @@ inline AlignedBuffer quantized_expert(const io::ModelConfig& c, uint32_t seed, s
     quantize_part(c.expert_format.scheme, w[m], m == 2 ? d : ff, m == 2 ? ff : d, raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset,
                   raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset, dq[m]);
   return raw;
+}
+
+// One row x [d] through the FFN in float64: y = W2 · act(W1 x + b1, W3 x + b3) + b2, act SwiGLU or
+// gpt-oss's clamped form; `bias` b1‖b3‖b2 or null.
+struct FfnReference {
+  const std::vector<float>&w1, &w3, &w2;  // [ff, d], [ff, d], [d, ff]
+  const float* bias = nullptr;
+  bool clamped = false;
+  double alpha = 1.702, limit = 7.0;
+};
+inline std::vector<double> ffn_reference(const FfnReference& f, const float* x, int64_t d, int64_t ff) {
+  std::vector<double> a(static_cast<std::size_t>(ff)), y(static_cast<std::size_t>(d));
+  for (int64_t i = 0; i < ff; ++i) {
+    double g = f.bias ? f.bias[i] : 0, u = f.bias ? f.bias[ff + i] : 0;
+    for (int64_t k = 0; k < d; ++k) {
+      g += static_cast<double>(x[k]) * f.w1[i * d + k];
+      u += static_cast<double>(x[k]) * f.w3[i * d + k];
+    }
+    if (f.clamped) {
+      g = std::min(g, f.limit);
+      u = std::clamp(u, -f.limit, f.limit);
+      a[i] = (u + 1) * g / (1 + std::exp(-f.alpha * g));
+    } else {
+      a[i] = g / (1 + std::exp(-g)) * u;
+    }
+  }
+  for (int64_t o = 0; o < d; ++o) {
+    double want = f.bias ? f.bias[2 * ff + o] : 0;
+    for (int64_t i = 0; i < ff; ++i) want += a[i] * f.w2[o * ff + i];
+    y[o] = want;
+  }
+  return y;
 }
 
 }  // namespace moerun::testing
