@@ -6,7 +6,9 @@
 # and np 9 (flat), np 9 over the hierarchical exchange, and the expert cache at 25% (one process and
 # np 5) give the one-process bytes; 2 nodes x 5 with a router each give its tokens
 # (a second router runs the dense layer and shared experts over other rows: rounding only). The
-# absorbed and expanded attention agree; `inspect` names the MLA cache; bad v6 attributes are exit 3.
+# absorbed and expanded attention agree; `inspect` names the MLA cache. At V3's 256 experts top-8: a
+# routing trace, its affinity graph, the cache with affinity prefetch in one process and at np 5
+# give the same bytes, and the stats count every expert. Bad v6 attributes are exit 3.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
 ds_model() {  # ds_model DIR FAMILY EXPERTS TOP_K
@@ -65,6 +67,29 @@ print(f"  worst relative difference {worst:.1e}")
 assert worst <= 1e-5, worst
 PY
 done
+
+# DeepSeek-V3's scale: 256 experts a layer, top-8, in 8 groups of 32 kept 4. A routing trace, the
+# affinity graph built from it (256 x 256 a layer), the cache at 25% with affinity prefetch in one
+# process and at np 5, the stats: the all-resident tokens and logits.
+"$MOERUN" synth --out "$WORK/v3big" --family deepseek_v3 --layers 3 --experts 256 --top-k 8 --hidden 64 --heads 4 --head-dim 24 \
+  --intermediate 32 --vocab 200 --max-position 256 --eos 199 --shards 4 --seed 7 --quiet
+"$MOERUN" infer --model "$WORK/v3big" --input "$WORK/reqs.jsonl" --output "$WORK/big-ref.jsonl" --logits-out "$WORK/big-ref.logits" \
+  --quiet --trace "$WORK/big.trace.h5" --stats-json "$WORK/big.stats"
+check "256 experts: the affinity graph from the trace" "$MOERUN" affinity build --trace "$WORK/big.trace.h5" --out "$WORK/big-aff.h5"
+bigslot=$(expert_slot_bytes "$WORK/v3big")
+"$MOERUN" infer --model "$WORK/v3big" --input "$WORK/reqs.jsonl" --output "$WORK/big-l1.jsonl" --logits-out "$WORK/big-l1.logits" --quiet \
+  --l1-bytes $((2 * 256 * bigslot / 4)) --prefetch affinity --affinity "$WORK/big-aff.h5" 2> "$WORK/big-l1.err"
+same_bytes "256 experts: L1 at 25% with affinity prefetch" "$WORK/big-ref" "$WORK/big-l1"
+$MPI -np 5 "$MOERUN" infer --model "$WORK/v3big" --input "$WORK/reqs.jsonl" --output "$WORK/big-np5.jsonl" --logits-out "$WORK/big-np5.logits" \
+  --quiet --micro-batches 1 --l1-bytes $((2 * 256 * bigslot / 16)) --prefetch affinity --affinity "$WORK/big-aff.h5" 2> "$WORK/big-np5.err"
+same_bytes "256 experts: np 5, L1 at 25% of each rank's experts, affinity prefetch" "$WORK/big-ref" "$WORK/big-np5"
+check "256 experts: the stats count every layer's 256 experts, top-8 of every token" "$PY" - "$WORK/big.stats" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+u = s["expert_usage"]
+assert len(u) == 2 and all(len(row) == 256 for row in u), [len(r) for r in u]  # 2 MoE layers (the first is dense)
+assert all(sum(row) == 8 * s["tokens"] for row in u), ([sum(r) for r in u], s["tokens"])
+PY
 
 # Bad input: DeepSeek's attributes in a file that says version 5, groups that do not divide the experts.
 edit() {  # edit NAME PYTHON: a copy of v3 with model.h5 changed
