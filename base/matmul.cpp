@@ -79,7 +79,7 @@ BlockedLayout classify(const dnnl::memory::desc& d, int64_t K) {
 }  // namespace
 
 struct Matmul::Impl {
-  static constexpr int64_t kChunk = 512;
+  static constexpr int64_t kChunk = Matmul::kRowChunk;
 
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};

@@ -79,6 +79,9 @@ class Matmul {
   // factor (M = 53, 106, 244, 464, 848... measured with bench layer). bf16 GEMMs therefore run in
   // chunks of at most 512 rows, each padded to a multiple of 16 (<= 256 rows) or 32 (<= 512).
   static int64_t padded_rows(int64_t M);
+  // The rows of one bf16 chunk: a GEMM on M rows is the same calls as on its 512-row chunks and
+  // remainder separately, so rows split at multiples of it give the same bits (replicas, issue 27).
+  static constexpr int64_t kRowChunk = 512;
 
   // Reorders W in place into the blocked layout oneDNN prefers for GEMMs of about `typical_rows`
   // rows (for bf16 on AMX this avoids re-blocking the weights on every call). Call after the

@@ -59,6 +59,21 @@ void allreduce_sum_timed(std::vector<int64_t>& v, MPI_Comm comm, double timeout_
   }
 }
 
+std::vector<int64_t> allgather_timed(const std::vector<int64_t>& v, MPI_Comm comm, double timeout_s, const std::string& what) {
+  std::vector<int64_t> all(v.size() * static_cast<std::size_t>(size_of(comm)));
+  std::vector<MPI_Request> req(1);
+  MPI_CHECK(MPI_Iallgather(v.data(), static_cast<int>(v.size()), MPI_INT64_T, all.data(), static_cast<int>(v.size()), MPI_INT64_T,
+                           comm, &req[0]));
+  wait_with_timeout(req, {-1}, timeout_s, rank_of(comm), what);
+  return all;
+}
+
+void allreduce_max_timed(std::vector<int64_t>& v, MPI_Comm comm, double timeout_s, const std::string& what) {
+  std::vector<MPI_Request> req(1);
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm, &req[0]));
+  wait_with_timeout(req, {-1}, timeout_s, rank_of(comm), what);
+}
+
 int64_t allreduce_max(int64_t value, MPI_Comm comm) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));
   return value;

@@ -16,10 +16,15 @@ void allreduce_sum(std::vector<int64_t>& values, MPI_Comm comm);
 // through rank 0, so the error names the ranks that did not arrive (rank 0) or rank 0 (others).
 void allreduce_sum_timed(std::vector<int64_t>& values, MPI_Comm comm, double timeout_s, const std::string& what);
 int64_t allreduce_max(int64_t value, MPI_Comm comm);
+// Element-wise maximum on every rank, giving up after timeout_s (> 0) with ErrorKind::Comm naming `what`.
+void allreduce_max_timed(std::vector<int64_t>& values, MPI_Comm comm, double timeout_s, const std::string& what);
 int64_t allreduce_min(int64_t value, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<int64_t>& values, MPI_Comm comm);  // result valid on rank 0
 void reduce_max_to_root(std::vector<double>& values, MPI_Comm comm);
 void reduce_sum_to_root(std::vector<double>& values, MPI_Comm comm);
+// Every rank's vector (all the same length), concatenated in rank order on every rank; giving up
+// after timeout_s (> 0) with ErrorKind::Comm naming `what`.
+std::vector<int64_t> allgather_timed(const std::vector<int64_t>& values, MPI_Comm comm, double timeout_s, const std::string& what);
 // Every rank's vector (all the same length), concatenated in rank order on rank 0.
 std::vector<double> gather_to_root(const std::vector<double>& values, MPI_Comm comm);
 void barrier(MPI_Comm comm);

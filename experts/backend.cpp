@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "base/error.hpp"
+#include "base/native_matmul.hpp"
+#include "base/quant_format.hpp"
 #include "experts/c_backend.hpp"
 #include "experts/cpu/cpu_backend.hpp"
 
@@ -59,6 +61,13 @@ moerun_backend_open_fn load_cuda_backend(const std::string& library, std::string
 std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config) {
   const StoredForm* form = backend.stored_form();
   return form ? form->name() : str("raw;", io::WeightFormat{config.dtype, config.expert_format.scheme}.name());
+}
+
+int64_t replica_row_granule(const io::ModelConfig& config, DeviceKind device) {
+  if (device != DeviceKind::Cpu) return 0;
+  const WeightScheme s = config.expert_format.scheme;
+  if (is_group_quantized(s) || is_native_quantized(s)) return 1;
+  return config.expert_format.dtype == DType::BF16 ? Matmul::kRowChunk : 0;
 }
 
 std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,

@@ -126,6 +126,13 @@ class ExpertBackend {
 // The name of the form L2 keeps for `backend`'s experts of `config`.
 std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config);
 
+// Rows at whose multiples an expert's rows may be split between replicas with the same bits as
+// computed whole (experts/replica_split): 1 where the kernels are row-independent (the CPU's q8, q4,
+// mxfp4 and fp8 kernels), Matmul::kRowChunk for bf16 through oneDNN (its GEMMs run in chunks of
+// that many rows), 0 (never split) for float32 experts and the CUDA backend (cuBLAS picks its
+// algorithm by row count).
+int64_t replica_row_granule(const io::ModelConfig& config, DeviceKind device);
+
 // The backend of `spec` for the experts of `config`. `compute` is the compute thread's oneDNN
 // context (CPU backend); a CUDA backend needs a build with CUDA and a visible device (Usage error
 // otherwise). `local_rank` (the rank's index on its host) picks the GPU: local_rank mod visible

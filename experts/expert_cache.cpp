@@ -148,7 +148,35 @@ ExpertCache::~ExpertCache() {
 }
 
 bool ExpertCache::owns(int64_t layer, int64_t expert) const {
+  std::lock_guard<std::mutex> lock(mu_);
   return layer >= 0 && layer < num_layers_ && expert >= 0 && expert < num_experts_ && owns_(layer, expert);
+}
+
+std::vector<std::exception_ptr> ExpertCache::prepare(const std::vector<std::pair<int64_t, int64_t>>& experts) {
+  std::vector<std::exception_ptr> errors;
+  AlignedBuffer raw;
+  std::unique_ptr<ResidentExpert> scratch = backend_.allocate_expert();
+  for (const auto& [l, e] : experts) {
+    try {
+      load_into(key(l, e), raw, *scratch);
+      errors.emplace_back();
+    } catch (...) {
+      errors.push_back(std::current_exception());
+    }
+  }
+  return errors;
+}
+
+void ExpertCache::hold(const std::function<bool(int64_t, int64_t)>& holds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  owns_ = holds;
+  auto held = [&](int64_t k) { return owns_(k / num_experts_, k % num_experts_); };
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [&](const Task& t) { return !held(t.key); }), tasks_.end());
+  for (Slot& slot : slots_)
+    if (slot.key >= 0 && !held(slot.key) && slot.pins == 0 && slot.state != State::Loading) {
+      where_.erase(slot.key);
+      slot.clear();
+    }
 }
 
 double ExpertCache::keep_score_locked(int64_t k) const {

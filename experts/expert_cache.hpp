@@ -97,6 +97,11 @@ class ExpertCache : public ExpertStore {
   // The new weights become this expert's L3 (kept in memory); an L1 copy is reloaded in place and
   // an L2 copy forgotten.
   void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
+  // Rebalancing: prepare() loads each expert once through L2/L3 into a scratch expert (verified,
+  // and left in L2); hold() changes what this rank owns, forgetting L1 copies and queued loads of
+  // experts it no longer holds.
+  std::vector<std::exception_ptr> prepare(const std::vector<std::pair<int64_t, int64_t>>& experts) override;
+  void hold(const std::function<bool(int64_t, int64_t)>& holds) override;
 
   CacheCounters counters() const;
   int64_t slots() const { return static_cast<int64_t>(slots_.size()); }

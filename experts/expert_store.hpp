@@ -5,7 +5,10 @@
 // the form of the store's ExpertBackend.
 #pragma once
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "experts/backend.hpp"
@@ -32,6 +35,14 @@ class ExpertStore {
   // Hot swap, between steps (nothing acquired): an owned expert's new weights in raw form (w1‖w3‖w2
   // as stored, verified against `xxh64`), from `where`. Later acquires see only the new weights.
   virtual void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) = 0;
+
+  // Rebalancing (runtime/rebalance.hpp). prepare(), on a background thread while steps go on: reads
+  // and verifies each expert (layer, expert) this rank is to hold next, through the store's load
+  // path (ResidentExperts: from L3 into new memory; the cache: from L2, else L3 into L2); returns
+  // per expert its error or null. hold(), between steps with nothing acquired: from now on the rank
+  // holds what `holds` says (prepared experts that did not fail come in, the others leave).
+  virtual std::vector<std::exception_ptr> prepare(const std::vector<std::pair<int64_t, int64_t>>& experts) = 0;
+  virtual void hold(const std::function<bool(int64_t, int64_t)>& holds) = 0;
 };
 
 }  // namespace moerun::experts

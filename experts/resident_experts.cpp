@@ -8,7 +8,7 @@ namespace moerun::experts {
 
 ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const io::ModelConfig& c,
                                  const std::function<bool(int64_t, int64_t)>& owns)
-    : backend_(backend), num_experts_(c.num_experts) {
+    : backend_(backend), index_(&index), num_experts_(c.num_experts) {
   int64_t owned = 0;
   for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
@@ -37,6 +37,31 @@ void ResidentExperts::replace(int64_t layer, int64_t expert, const void* raw, ui
   if (!has(layer, expert)) fail(ErrorKind::Internal, "hot swap of expert (", layer, ", ", expert, "), not held here");
   // Into the old expert's memory: no allocation, no page faults, and nothing reads it between steps.
   backend_.load_expert(raw, *weights_[layer * num_experts_ + expert]);
+}
+
+std::vector<std::exception_ptr> ResidentExperts::prepare(const std::vector<std::pair<int64_t, int64_t>>& experts) {
+  std::vector<std::exception_ptr> errors;
+  for (const auto& [l, e] : experts) {
+    try {
+      if (!index_) fail(ErrorKind::Internal, "ResidentExperts::prepare without a shard index");
+      const AlignedBuffer raw = index_->load_raw(l, e);  // verified
+      std::unique_ptr<ResidentExpert> w = backend_.allocate_expert();
+      backend_.load_expert(raw.data(), *w);
+      prepared_[l * num_experts_ + e] = std::move(w);
+      errors.emplace_back();
+    } catch (...) {
+      errors.push_back(std::current_exception());
+    }
+  }
+  return errors;
+}
+
+void ResidentExperts::hold(const std::function<bool(int64_t, int64_t)>& holds) {
+  for (auto it = weights_.begin(); it != weights_.end();)
+    it = holds(it->first / num_experts_, it->first % num_experts_) ? std::next(it) : weights_.erase(it);
+  for (auto& [k, w] : prepared_)
+    if (holds(k / num_experts_, k % num_experts_)) weights_[k] = std::move(w);
+  prepared_.clear();
 }
 
 bool ResidentExperts::has(int64_t layer, int64_t expert) const {

@@ -27,13 +27,17 @@ class ResidentExperts : public ExpertStore {
   bool holds_all() const override { return true; }
   // Loads the new weights into the old ones' memory.
   void replace(int64_t layer, int64_t expert, const void* raw, uint64_t xxh64, const std::string& where) override;
+  std::vector<std::exception_ptr> prepare(const std::vector<std::pair<int64_t, int64_t>>& experts) override;
+  void hold(const std::function<bool(int64_t, int64_t)>& holds) override;
   int64_t count() const { return static_cast<int64_t>(weights_.size()); }
   int64_t bytes() const;  // allocated, in the backend's memory
 
  private:
   ExpertBackend& backend_;
+  const io::ExpertShardIndex* index_ = nullptr;  // where prepare() reads (none: built by insert())
   int64_t num_experts_;
   std::unordered_map<int64_t, std::unique_ptr<ResidentExpert>> weights_;
+  std::unordered_map<int64_t, std::unique_ptr<ResidentExpert>> prepared_;  // by prepare(), until hold()
 };
 
 }  // namespace moerun::experts

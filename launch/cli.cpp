@@ -76,7 +76,14 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
     ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
      "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
-    ("placement", po::value(&placement)->default_value(placement), "round-robin, or a JSON file {\"layer\": {\"expert\": rank}}")
+    ("placement", po::value(&placement)->default_value(placement),
+     "round-robin, or a JSON file {\"layer\": {\"expert\": rank or [ranks]}} (moerun placement plan writes one; an expert "
+     "on several ranks has its rows split among them)")
+    ("rebalance-every", po::value(&c.rebalance_every)->default_value(c.rebalance_every),
+     "every N steps, plan a placement from the rows routed since the last plan and switch to it when it makes the busiest "
+     "expert rank at least 5% lighter (experts move between ranks while steps go on; outputs do not change; 0: off)")
+    ("redundant", po::value(&c.redundant)->default_value(c.redundant),
+     "with --rebalance-every: extra expert slots per layer for replicas of the hottest experts")
     ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
      "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
     ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")

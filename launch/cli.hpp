@@ -77,6 +77,7 @@ int cmd_synth(int argc, char** argv);
 int cmd_inspect(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_affinity(int argc, char** argv);
+int cmd_placement(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
 

@@ -26,6 +26,7 @@ const char* kUsage =
     "  inspect  model config, parameter counts and memory per rank\n"
     "  bench    benchmarks: layer (one MoE layer vs a plain matmul), gemm (kernels vs oneDNN), infer, a2a (all-to-all)\n"
     "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"
+    "  placement  plan a placement with replicas of hot experts from routing traces (plan), its expected load (show)\n"
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
     "environment: MOERUN_LOG=warn|info|debug (default info)\n";
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);
     if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
     if (cmd == "affinity") return launch::cmd_affinity(argc - 1, argv + 1);
+    if (cmd == "placement") return launch::cmd_placement(argc - 1, argv + 1);
     if (cmd == "convert") return launch::cmd_convert(argc - 1, argv + 1);
     if (cmd == "perplexity") return launch::cmd_perplexity(argc - 1, argv + 1);
     std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";

@@ -26,6 +26,8 @@ std::string option_name(const std::string& field) {
       {"engine.affinity", "--affinity"},
       {"engine.placement_file", "--placement"},
       {"engine.swap_control", "--swap-control"},
+      {"engine.rebalance_every", "--rebalance-every"},
+      {"engine.redundant", "--redundant"},
       {"engine.transport.internode", "MOERUN_INTERNODE"},
       {"engine.transport.ucx_peer_errors", "MOERUN_UCX_PEER_ERRORS"},
       {"engine.router.capacity_factor_prefill", "--capacity-factor-prefill (or --capacity-factor)"},

@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "comm/collectives.hpp"
+#include "experts/replica_split.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -14,8 +16,45 @@ using Phase = MoeExchangeProtocol::Phase;
 }  // namespace
 
 DistributedMoeLayer::DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement,
-                                         int64_t num_experts)
-    : protocol_(protocol), placement_(placement), num_experts_(num_experts) {}
+                                         int64_t num_experts, RouterGroup group)
+    : protocol_(protocol), placement_(placement), num_experts_(num_experts), group_(group) {}
+
+std::vector<DistributedMoeLayer::Piece> DistributedMoeLayer::pieces(int64_t layer, const router::DispatchPlan& plan) {
+  std::vector<Piece> out;
+  if (!placement_.has_replicas(layer)) {
+    for (int64_t e = 0; e < num_experts_; ++e)
+      if (plan.rows_of(e) > 0) out.push_back({placement_.owner_of(layer, e), static_cast<int32_t>(e), 0, plan.rows_of(e)});
+    return out;
+  }
+  // Every router's rows of each expert: the totals to split, and where this router's rows start.
+  std::vector<int64_t> mine(static_cast<std::size_t>(num_experts_));
+  for (int64_t e = 0; e < num_experts_; ++e) mine[e] = plan.rows_of(e);
+  const std::vector<int64_t> all = group_.comm == MPI_COMM_NULL
+                                       ? mine
+                                       : comm::allgather_timed(mine, group_.comm, group_.timeout_s, "the routers' rows per expert");
+  std::vector<int64_t> totals(static_cast<std::size_t>(num_experts_), 0), first(static_cast<std::size_t>(num_experts_), 0);
+  for (std::size_t r = 0; r * mine.size() < all.size(); ++r)
+    for (int64_t e = 0; e < num_experts_; ++e) {
+      const int64_t n = all[r * mine.size() + static_cast<std::size_t>(e)];
+      totals[e] += n;
+      if (static_cast<int>(r) < group_.index) first[e] += n;
+    }
+  const experts::ReplicaSplit split = experts::split_among_holders(
+      totals, &placement_.holders[static_cast<std::size_t>(layer * num_experts_)], protocol_.ranks(), group_.granule);
+  for (int64_t e = 0; e < num_experts_; ++e)
+    experts::for_each_piece(split.parts[e], first[e], mine[e], [&](int rank, int64_t b, int64_t en) {
+      out.push_back({rank, static_cast<int32_t>(e), b, en});
+    });
+  return out;
+}
+
+void DistributedMoeLayer::count(int64_t layer, const router::DispatchPlan& plan, const std::vector<Piece>& pieces) {
+  const auto need = static_cast<std::size_t>((layer + 1) * num_experts_);
+  if (routed_.per_expert.size() < need) routed_.per_expert.resize(need, 0);
+  for (int64_t e = 0; e < num_experts_; ++e) routed_.per_expert[static_cast<std::size_t>(layer * num_experts_ + e)] += plan.rows_of(e);
+  for (const Piece& p : pieces)
+    if (p.rank != placement_.owner_of(layer, p.expert)) routed_.to_replicas += p.end - p.begin;
+}
 
 void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) {
   double t0 = now();
@@ -26,14 +65,15 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   f.layer = layer;
   f.weight = r.weight;
   const router::DispatchPlan plan = router::DispatchPlan::build(r.expert.data(), T, k, num_experts_);
-  // Experts in (owner, id) order: rows for one destination are contiguous, grouped by expert.
-  std::vector<int32_t> order(static_cast<std::size_t>(num_experts_));
-  for (int64_t e = 0; e < num_experts_; ++e) order[e] = static_cast<int32_t>(e);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return placement_.owner_of(layer, a) < placement_.owner_of(layer, b);
-  });
+  double tg = now();
+  // Rows for one destination are contiguous, grouped by expert (an expert's pieces in row order).
+  std::vector<Piece> order = pieces(layer, plan);
+  double th = now();
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Piece& a, const Piece& b) { return a.rank != b.rank ? a.rank < b.rank : a.expert < b.expert; });
+  count(layer, plan, order);
   f.rows_to.assign(static_cast<std::size_t>(P), 0);
-  for (int64_t e = 0; e < num_experts_; ++e) f.rows_to[placement_.owner_of(layer, e)] += plan.rows_of(e);
+  for (const Piece& p : order) f.rows_to[p.rank] += p.end - p.begin;
   double t1 = now();
   f.dispatch = protocol_.open(Phase::Dispatch, layer, mb, f.rows_to);
   double t2 = now();
@@ -42,10 +82,10 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   char* send = f.dispatch->send_as<char>();
   std::vector<int64_t> plan_row_to_send(static_cast<std::size_t>(plan.rows()), -1);
   int64_t next = 0;
-  for (int32_t e : order)
-    for (int64_t pr = plan.offset[e]; pr < plan.offset[e + 1]; ++pr) {
+  for (const Piece& p : order)
+    for (int64_t pr = plan.offset[p.expert] + p.begin; pr < plan.offset[p.expert] + p.end; ++pr) {
       char* dst = send + static_cast<std::size_t>(next) * rec;
-      std::memcpy(dst, &e, 4);
+      std::memcpy(dst, &p.expert, 4);
       std::memcpy(dst + 4, x + static_cast<int64_t>(plan.row_token[pr]) * d, static_cast<std::size_t>(d) * 4);
       plan_row_to_send[pr] = next++;
     }
@@ -56,8 +96,8 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   double t3 = now();
   f.dispatch->post();
   double t4 = now();
-  times_.pack += (t1 - t0) + (t3 - t2);
-  times_.exchange += (t2 - t1) + (t4 - t3);
+  times_.pack += (tg - t0) + (t1 - th) + (t3 - t2);
+  times_.exchange += (th - tg) + (t2 - t1) + (t4 - t3);
 }
 
 void DistributedMoeLayer::finish(int mb, float* out) {
@@ -91,6 +131,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   replies_.resize(static_cast<std::size_t>(micro_batches));
   const std::vector<int64_t> none(static_cast<std::size_t>(P), 0);
   double t4 = 0;
+  int64_t received = 0;
   for (const MoeExchangeProtocol::Step& step : MoeExchangeProtocol::layer_steps(micro_batches)) {
     Reply& rep = replies_[static_cast<std::size_t>(step.micro_batch)];
     if (step.phase == Phase::Combine) {
@@ -107,6 +148,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     in->wait();
     int64_t rows = 0;
     for (int64_t r : rep.rows_from) rows += r;
+    received += rows;
     double t1 = now();
     // Rows are read where they landed (hier: the node's shared window). Grouped by expert (stable:
     // source rank, then the router's order), as a DispatchPlan whose "tokens" are the arrival rows
@@ -115,10 +157,13 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     std::vector<int32_t> expert(static_cast<std::size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) {
       std::memcpy(&expert[i], rbuf + static_cast<std::size_t>(i) * rec, 4);
-      if (expert[i] < 0 || expert[i] >= num_experts_ || !store_.owns(layer, expert[i]))
-        fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], ") which this rank does not hold");
+      if (expert[i] < 0 || expert[i] >= num_experts_)
+        fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], "), not an expert of the model");
     }
     const router::DispatchPlan plan = router::DispatchPlan::build(expert.data(), rows, 1, num_experts_);
+    for (int64_t e = 0; e < num_experts_; ++e)
+      if (plan.rows_of(e) > 0 && !store_.owns(layer, e))
+        fail(ErrorKind::Internal, "received rows for expert (", layer, ", ", e, ") which this rank does not hold");
     const experts::RowBuffers io = backend_.row_buffers(rows);
     for (int64_t r = 0; r < rows; ++r)
       std::memcpy(io.gathered + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
@@ -136,6 +181,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   }
   for (Reply& rep : replies_) rep.pending->wait();
   times_.exchange += now() - t4;
+  layer_rows_.push_back(received);
 }
 
 }  // namespace moerun::runtime

@@ -1,6 +1,9 @@
 // The MoE layer across ranks (DESIGN §1), following MoeExchangeProtocol (runtime/moe_protocol.hpp).
 // Router side (DistributedMoeLayer): group the routed rows by destination rank and expert, dispatch
-// them, and after the expert ranks answer, combine in slot order. Expert side (ExpertServer): for
+// them, and after the expert ranks answer, combine in slot order. The rows of an expert with
+// replicas are split among its holders (experts/replica_split) by every router alike: the routers
+// first share how many rows of each expert they have (one small allgather, only in layers with
+// replicas). Expert side (ExpertServer): for
 // every layer and micro-batch of every step, receive rows from all routers, run each local expert
 // on its rows, send the results back in arrival order. All ranks step through layers and
 // micro-batches in lockstep.
@@ -8,6 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include <mpi.h>
 
 #include "comm/alltoallv.hpp"
 #include "comm/topology.hpp"
@@ -17,14 +22,41 @@
 
 namespace moerun::runtime {
 
+// The routers as a group: who this router is among them, and their communicator for the split of
+// replicated experts' rows.
+struct RouterGroup {
+  MPI_Comm comm = MPI_COMM_NULL;  // the router ranks; MPI_COMM_NULL: this is the only router
+  int index = 0;                  // this router's position among them
+  double timeout_s = 300;
+  int64_t granule = 0;            // experts::replica_row_granule of the run
+};
+
+// What a router counted of the rows it routed.
+struct RoutedRows {
+  std::vector<int64_t> per_expert;  // [layer * num_experts + expert] rows this router routed (grown by layer)
+  int64_t to_replicas = 0;          // rows of replicated experts sent to a holder other than the first
+};
+
 class DistributedMoeLayer final : public MoeLayer {
  public:
-  DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts);
+  // `placement` is read at every start(): the engine may change it between steps (rebalancing).
+  DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts,
+                      RouterGroup group = {});
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
+  const RoutedRows& routed() const { return routed_; }
+  void reset_routed() { routed_ = {}; }
 
  private:
+  // A run of one expert's rows (plan rows [begin, end) of it) for one rank.
+  struct Piece {
+    int rank;
+    int32_t expert;
+    int64_t begin, end;
+  };
+  std::vector<Piece> pieces(int64_t layer, const router::DispatchPlan& plan);
+  void count(int64_t layer, const router::DispatchPlan& plan, const std::vector<Piece>& pieces);
   // A dispatch in flight and what its combine needs (as DeepEP's combine consumes its dispatch's
   // handle): the layout of the rows sent and how many went to each peer, which is what comes back.
   struct InFlight {
@@ -37,8 +69,10 @@ class DistributedMoeLayer final : public MoeLayer {
   MoeExchangeProtocol& protocol_;
   const experts::Placement& placement_;
   int64_t num_experts_;
+  RouterGroup group_;
   std::vector<InFlight> mbs_;
   MoePhaseTimes times_;
+  RoutedRows routed_;
 };
 
 class ExpertServer {
@@ -48,6 +82,8 @@ class ExpertServer {
   // One layer of `micro_batches`, in the protocol's order; returns when its replies are sent.
   void serve_layer(int64_t layer, int micro_batches);
   const MoePhaseTimes& times() const { return times_; }
+  // Rows this rank received in each serve_layer call so far (all micro-batches), in call order.
+  const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
 
  private:
   struct Reply {
@@ -61,6 +97,7 @@ class ExpertServer {
   int64_t num_experts_;
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
+  std::vector<int64_t> layer_rows_;
 };
 
 }  // namespace moerun::runtime

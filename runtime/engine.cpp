@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <climits>
 #include <cstdio>
 #include <thread>
 
@@ -72,6 +73,8 @@ void EngineConfig::validate() const {
   if (a2a == comm::A2aKind::Hier) validate_part("transport", [&] { comm::internode_transport(transport); });
   if (cache.l1_bytes > 0 && cache.prefetch == experts::PrefetchPolicy::Affinity && affinity.empty())
     fail_config("affinity", "is required for the affinity prefetch (a graph from moerun affinity build)");
+  if (rebalance_every < 0) fail_config("rebalance_every", "must be >= 0 steps (0: off), not ", rebalance_every);
+  if (redundant < 0) fail_config("redundant", "must be >= 0, not ", redundant);
   validate_part("router", [&] { router.validate(); });
   validate_part("cache", [&] { cache.validate(); });
 }
@@ -133,7 +136,7 @@ void Engine::connect() {
 
 void Engine::build_store(int64_t rank) {
   source_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*location_, mc_));
-  auto owns = [this, rank](int64_t l, int64_t e) { return placement_.owner_of(l, e) == rank; };
+  auto owns = [this, rank](int64_t l, int64_t e) { return placement_.holds(static_cast<int>(rank), l, e); };
   backend_ = experts::make_expert_backend({cfg_.device, cfg_.cuda_library}, mc_, mm_,
                                           topo_.ranks[static_cast<std::size_t>(rank)].local_rank);
   if (cfg_.cache.l1_bytes > 0) {
@@ -196,6 +199,7 @@ void Engine::build_exchanges() {
   dispatch_ = comm::make_alltoallv(cfg_.a2a, world_, topo_, cfg_.comm_timeout_s, cfg_.transport);
   combine_ = comm::make_alltoallv(cfg_.a2a, world_, topo_, cfg_.comm_timeout_s, cfg_.transport);
   protocol_ = std::make_unique<MoeExchangeProtocol>(*dispatch_, *combine_, topo_, rank_, mc_.hidden_size);
+  routers_comm_ = comm::OwnedComm::split(world_, is_router() ? 0 : MPI_UNDEFINED, rank_);
   if (rank_ == 0 && !cfg_.quiet)
     log::info("all-to-all: ", comm::a2a_name(cfg_.a2a),
               cfg_.a2a == comm::A2aKind::Hier
@@ -206,7 +210,11 @@ void Engine::build_exchanges() {
 void Engine::start_serving() {
   if (distributed()) build_exchanges();
   if (is_router()) {
-    if (distributed()) moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts);
+    if (distributed()) {
+      const RouterGroup group{routers() > 1 ? routers_comm_.get() : MPI_COMM_NULL, router_index(), cfg_.comm_timeout_s,
+                              experts::replica_row_granule(mc_, cfg_.device)};
+      moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts, group);
+    }
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);
     if (cfg_.reserve_step_tokens > 0) reserve_step_buffers(cfg_.reserve_step_tokens);
@@ -216,10 +224,61 @@ void Engine::start_serving() {
   // Time to first token counts from here, before the warm-up: an id-order warm-up delays it.
   serving_since_ = std::chrono::steady_clock::now();
   if (auto* cache = dynamic_cast<experts::ExpertCache*>(store_.get())) cache->warm_up();
-  if (store_ && !cfg_.swap_control.empty()) {
+  if (!cfg_.swap_control.empty() && (store_ || distributed())) {
     swap_.emplace(cfg_.swap_control, mc_, cfg_.hdf5_probe, cfg_.quiet);
-    swap_->start(*store_);
+    if (distributed()) swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s, true);
+    else swap_->start(*store_);
   }
+  if (distributed() && cfg_.rebalance_every > 0) start_rebalancing();
+}
+
+void Engine::start_rebalancing() {
+  RebalanceConfig rc;
+  rc.every = cfg_.rebalance_every;
+  rc.plan.redundant = cfg_.redundant;
+  rc.plan.groups = mc_.router_groups;
+  rc.granule = experts::replica_row_granule(mc_, cfg_.device);
+  // Resident experts: a rank holds at most what its memory does (the smallest over expert ranks).
+  int64_t fits = INT64_MAX;
+  if (store_ && cfg_.cache.l1_bytes == 0)
+    if (const int64_t have = backend_->memory_bytes(); have > 0) fits = have / std::max<int64_t>(1, backend_->expert_bytes());
+  fits = comm::allreduce_min(fits, world_);
+  rc.plan.max_experts_per_rank = fits == INT64_MAX ? 0 : fits;
+  rebalancer_ = std::make_unique<Rebalancer>(rc, topo_, rank_, world_, cfg_.comm_timeout_s, cfg_.quiet);
+}
+
+BalanceReport Engine::balance_report() {
+  BalanceReport b;
+  b.on = true;
+  b.expert_ranks = static_cast<int64_t>(topo_.experts.size());
+  b.replicas = placement_.replicas();
+  // Each step's rows per expert rank and MoE layer: the busiest and the sum over expert ranks.
+  const int64_t L = mc_.num_moe_layers();
+  std::vector<double> busiest(static_cast<std::size_t>(steps_ * L), 0.0);
+  if (server_) {
+    const std::vector<int64_t>& mine = server_->layer_rows();
+    if (static_cast<int64_t>(mine.size()) != steps_ * L)
+      fail(ErrorKind::Internal, "expert rank ", rank_, " served ", mine.size(), " layers in ", steps_, " steps of ", L);
+    for (std::size_t i = 0; i < mine.size(); ++i) busiest[i] = static_cast<double>(mine[i]);
+  }
+  std::vector<double> sum = busiest;
+  comm::reduce_max_to_root(busiest, world_);
+  comm::reduce_sum_to_root(sum, world_);
+  const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
+  const RebalanceCounters rc = rebalancer_ ? rebalancer_->counters() : RebalanceCounters{};
+  std::vector<int64_t> counts{moe ? moe->routed().to_replicas : 0, 0, rc.moves};
+  if (moe)
+    for (int64_t r : moe->routed().per_expert) counts[1] += r;
+  comm::reduce_sum_to_root(counts, world_);
+  if (rank_ != 0) return b;
+  b.steps = steps_;
+  b.layers = layer_balance(busiest, sum, L, b.expert_ranks);
+  b.replica_rows = counts[0];
+  b.routed_rows = counts[1];
+  b.moves = counts[2];
+  b.rebalances = rc.rebalances;  // the same on every rank
+  b.heals = rc.heals;
+  return b;
 }
 
 void Engine::reserve_step_buffers(int64_t tokens) {
@@ -232,7 +291,18 @@ void Engine::reserve_step_buffers(int64_t tokens) {
 }
 
 void Engine::step_boundary() {
-  if (swap_) swap_->poll(*store_);  // between steps: the last one finished on the old weights
+  ++steps_;
+  // Between steps: the last one finished on the old weights (and the old placement).
+  if (swap_) {
+    if (distributed()) swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s);
+    else swap_->poll(*store_);
+  }
+  if (rebalancer_) {
+    const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
+    static const std::vector<int64_t> none;
+    rebalancer_->at_boundary(steps_, moe ? moe->routed().per_expert : none, swap_ ? swap_->swapped_flags() : none, placement_,
+                             store_.get());
+  }
 }
 
 void Engine::requests_finished(int64_t done) {
@@ -287,6 +357,7 @@ EngineReport Engine::report() {
   } else {
     rep.phases["router"] = mine;
   }
+  if (distributed()) rep.balance = balance_report();
   if (swap_) rep.hot_swap = swap_->counters();
   comm::reduce_counters_to_root(rep.hot_swap, world_);
   // Every rank's cache counters (zeros without a cache) to rank 0: summed and per expert rank.

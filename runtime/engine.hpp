@@ -28,6 +28,7 @@
 #include "base/counter_fields.hpp"
 #include "base/matmul.hpp"
 #include "comm/exchange_select.hpp"
+#include "comm/mpi.hpp"
 #include "comm/topology.hpp"
 #include "experts/backend.hpp"
 #include "experts/expert_cache.hpp"
@@ -38,9 +39,11 @@
 #include "io/model_location.hpp"
 #include "io/object_store.hpp"
 #include "router/router_config.hpp"
+#include "runtime/expert_balance.hpp"
 #include "runtime/hot_swap.hpp"
 #include "runtime/mla_attention.hpp"
 #include "runtime/model_forward.hpp"
+#include "runtime/rebalance.hpp"
 #include "runtime/routing_stats.hpp"
 
 namespace moerun::runtime {
@@ -68,6 +71,8 @@ struct EngineConfig {
   double comm_timeout_s = 300;        // a peer silent this long ends the job (set-up included)
   io::Hdf5Probe hdf5_probe;           // walks local HDF5 inputs in a child process first (off when empty)
   std::string swap_control;           // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
+  int64_t rebalance_every = 0;        // steps between placement plans from live loads (runtime/rebalance.hpp); 0: off
+  int64_t redundant = 0;              // extra expert slots per layer the rebalancing may fill with replicas
   bool share_host_cores = true;       // ranks on one host split its cores (false: OMP_NUM_THREADS was given)
   bool quiet = false;                 // no set-up lines on stderr
   // How the embedding program names a field in messages (launch/: its flag); unset: the field's name.
@@ -89,6 +94,7 @@ struct EngineReport {
   experts::CacheCounters cache;                // summed over expert ranks
   std::map<int, experts::CacheCounters> cache_per_rank;
   HotSwapCounters hot_swap;
+  BalanceReport balance;                       // distributed runs
   bool remote_model = false;                   // the model is in an object store
   io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
 };
@@ -152,6 +158,8 @@ class Engine {
   void build_exchanges();
   void reserve_step_buffers(int64_t tokens);
   PhaseSeconds my_phases() const;
+  void start_rebalancing();
+  BalanceReport balance_report();  // collective
 
   EngineConfig cfg_;
   MPI_Comm world_;
@@ -168,11 +176,14 @@ class Engine {
   std::unique_ptr<experts::ExpertBackend> backend_;  // before the store, which uses it until destroyed
   std::unique_ptr<experts::ExpertStore> store_;
   std::unique_ptr<comm::AllToAllV> dispatch_, combine_;
+  comm::OwnedComm routers_comm_;  // the router ranks (the split of replicated experts' rows)
   std::unique_ptr<class MoeExchangeProtocol> protocol_;
   std::unique_ptr<class MoeLayer> moe_;
   std::unique_ptr<ModelForward> forward_;
   std::unique_ptr<class ExpertServer> server_;
   std::optional<HotSwap> swap_;
+  std::unique_ptr<Rebalancer> rebalancer_;
+  int64_t steps_ = 0;  // step boundaries passed
   uint64_t run_fingerprint_ = 0;
   std::chrono::steady_clock::time_point serving_since_;
   double idle_s_ = 0;

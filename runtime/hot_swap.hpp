@@ -6,13 +6,20 @@
 // and no request is lost or run twice. The pause is the packing only. A control file that fails any
 // check changes nothing on that rank and is reported in one warning; it is not retried until it
 // changes again. A control file present at the start is applied before the first step.
+// Distributed (poll_agreed), the ranks agree first: a control file is applied at the first step
+// boundary where every expert rank has read and verified the same version of it, on all of them at
+// once, so that the replicas of an expert never serve different weights; if any rank refused it,
+// none applies it.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <mpi.h>
 
 #include "base/counter_fields.hpp"
 #include "experts/expert_store.hpp"
@@ -51,12 +58,19 @@ class HotSwap {
   void start(experts::ExpertStore& store);
   // At a step boundary, with nothing acquired from `store`.
   void poll(experts::ExpertStore& store);
+  // The same on every rank of `world` (collective): `store` null on ranks without experts. With
+  // `wait`, before the first step: a load under way is waited for.
+  void poll_agreed(experts::ExpertStore* store, MPI_Comm world, double timeout_s, bool wait = false);
   const HotSwapCounters& counters() const { return c_; }
+  // Every expert a control file applied on this rank named (held here or not), as [layer * E + expert] flags.
+  std::vector<int64_t> swapped_flags() const;
 
  private:
   bool changed();  // the control file exists and is not the version last looked at
   void launch(const experts::ExpertStore& store);
   void finish(experts::ExpertStore& store);  // joins the loader and applies (or reports) its result
+  void apply(experts::ExpertStore& store);   // the loaded experts into the store
+  void refuse(const std::string& why);       // a refused control file: counted, one warning
 
   std::string path_;
   io::ModelConfig config_;
@@ -65,10 +79,13 @@ class HotSwap {
   // Identity of the version last looked at: modification time, size, inode.
   int64_t seen_mtime_ns_ = -1, seen_size_ = -1;
   uint64_t seen_inode_ = 0;
+  int64_t version_ = 0;  // of the version being loaded: > 0, from its identity
   // The background load: its thread, and what it leaves (read once it has been joined).
   std::thread loader_;
   std::atomic<bool> loaded_{false};  // set by the loader as its last act (polled, then joined)
   std::vector<io::NewExpertWeights> fresh_;
+  std::set<std::pair<int64_t, int64_t>> listed_;   // every expert the loaded control file names
+  std::set<std::pair<int64_t, int64_t>> swapped_;  // every expert applied control files named
   std::exception_ptr error_;
   double load_s_ = 0;
   HotSwapCounters c_;

@@ -42,6 +42,7 @@ void print_infer_summary(const InferConfig& cfg, const InferReport& rep, const R
               " s; the progress line's rates are of wall time (", rep.seconds, " s)");
   const EngineReport& e = rep.engine;
   if (e.cache_on) log::info(cache_summary(e.cache));
+  if (e.balance.on) log::info(e.balance.summary());
   if (rep.prefix_on)
     log::info("prefix cache: ", rep.prefix.hits, " of ", rep.prefix.lookups, " prompts reused a prefix, ",
               rep.prefix.skipped_tokens, " prompt tokens not recomputed; ", rep.prefix.bytes >> 20, " MiB held, ",
@@ -60,6 +61,7 @@ std::string infer_stats_json(const InferConfig& cfg, const InferReport& rep, con
     for (const auto& [r, c] : e.cache_per_rank) per[std::to_string(r)] = cache_json(c);
     j["cache_per_rank"] = per;
   }
+  if (e.balance.on) j["balance"] = e.balance.to_json();
   j["journal"] = counters_json(rep.journal);
   if (cfg.scheduler.batching == Batching::MinHash) {
     const BatchingCounters& bc = rep.batching;

@@ -43,9 +43,20 @@ int64_t CpuBackend::memory_bytes() { return host_memory_bytes(); }
 
 std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
 
+int64_t CpuBackend::expert_bytes() {
+  std::lock_guard<std::mutex> lock(layout_mu_);
+  return packed_expert_bytes(layout_mm_, config_);
+}
+
+std::string CpuBackend::name() const {
+  std::lock_guard<std::mutex> lock(layout_mu_);
+  return expert_layout_name(layout_mm_, config_);
+}
+
 std::unique_ptr<ResidentExpert> CpuBackend::allocate_expert() {
   auto e = std::make_unique<CpuExpert>();
-  preallocate_expert(mm_, config_, e->w);
+  std::lock_guard<std::mutex> lock(layout_mu_);
+  preallocate_expert(layout_mm_, config_, e->w);
   return e;
 }
 

@@ -3,6 +3,7 @@
 // its results are the ones every other backend is tested against.
 #pragma once
 #include <memory>
+#include <mutex>
 
 #include "experts/backend.hpp"
 #include "experts/cpu/expert_ffn.hpp"
@@ -24,12 +25,12 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
       : config_(config), mm_(compute), activation_(activation_of(config)) {}
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
-  int64_t expert_bytes() override { return packed_expert_bytes(mm_, config_); }
+  int64_t expert_bytes() override;
   int64_t memory_bytes() override;
   io::WeightFormat weight_format() const override { return config_.expert_format; }
   const StoredForm* stored_form() const override { return this; }
   BackendTiming* timing() override { return this; }
-  std::string name() const override { return expert_layout_name(mm_, config_); }
+  std::string name() const override;
   std::vector<io::BlobPart> parts(ResidentExpert& e) const override;
   void check_finite(ResidentExpert& e, const std::string& where, const std::string& group) const override;
   std::unique_ptr<ResidentExpert> allocate_expert() override;
@@ -46,7 +47,10 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
 
  private:
   io::ModelConfig config_;
-  Matmul& mm_;
+  Matmul& mm_;  // the compute thread's
+  // Shapes and layouts of experts, for any thread (I/O threads allocate experts while mm_ computes).
+  mutable std::mutex layout_mu_;
+  mutable Matmul layout_mm_;
   FfnActivation activation_;
   ExpertScratch scratch_;
   struct ThreadCompute {  // run_all's per-thread GEMM engine and scratch

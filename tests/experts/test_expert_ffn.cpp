@@ -250,5 +250,68 @@ TEST(NativeExpertFfn, BiasedClampedExpertsMatchFp64AndRunAllGivesRunsBits) {
   }
 }
 
+// Replicas (experts/replica_split): an expert's rows split at multiples of replica_row_granule and
+// computed part by part give the bits of computing them whole -- bf16 through oneDNN in its
+// 512-row chunks (parts of 512, 1024 and the tail), the quantized kernels at any row; float32 and
+// the CUDA backend are never split (granule 0).
+TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
+  struct Case {
+    DType dt;
+    WeightScheme scheme;
+    int64_t rows;
+    std::vector<std::vector<int64_t>> cuts;  // part boundaries inside [0, rows)
+  };
+  const std::vector<Case> cases = {
+      {DType::BF16, WeightScheme::Plain, 1100, {{512}, {1024}, {512, 1024}}},
+      {DType::BF16, WeightScheme::Q8, 300, {{1}, {5, 37}, {200, 299}}},
+      {DType::BF16, WeightScheme::Q4, 300, {{1}, {5, 37}, {200, 299}}},
+      {DType::BF16, WeightScheme::Mxfp4, 300, {{1}, {5, 37}, {200, 299}}},
+      {DType::F32, WeightScheme::Fp8Block, 300, {{1}, {5, 37}, {200, 299}}},
+  };
+  for (const Case& k : cases) {
+    io::ModelConfig c;
+    c.hidden_size = 64;
+    c.intermediate_size = 96;
+    c.dtype = k.dt;
+    c.expert_format = {k.dt, k.scheme};
+    const int64_t granule = replica_row_granule(c, DeviceKind::Cpu);
+    ASSERT_GT(granule, 0) << c.expert_format.name();
+    AlignedBuffer raw;
+    if (k.scheme == WeightScheme::Plain) {
+      const auto w = randv(static_cast<std::size_t>(c.params_per_expert()), 31, 0.1f);
+      raw = AlignedBuffer(w.size() * 2);
+      f32_to_bf16(w.data(), raw.as<uint16_t>(), w.size());
+    } else {
+      std::vector<float> dq[3];
+      raw = moerun::testing::quantized_expert(c, 33, dq);
+    }
+    Matmul mm;
+    FfnWeights fw;
+    pack_expert_from_raw(mm, raw.data(), c, fw);
+    const int64_t d = c.hidden_size;
+    const auto x = randv(static_cast<std::size_t>(k.rows * d), 34, 1.0f);
+    ExpertScratch s;
+    std::vector<float> whole(static_cast<std::size_t>(k.rows * d));
+    expert_ffn_forward(mm, x.data(), k.rows, fw, whole.data(), s);
+    for (const auto& cuts : k.cuts) {
+      std::vector<float> parts(whole.size());
+      std::vector<int64_t> bounds{0};
+      bounds.insert(bounds.end(), cuts.begin(), cuts.end());
+      bounds.push_back(k.rows);
+      for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+        ASSERT_EQ(bounds[i] % granule, 0) << "a cut off the granule";
+        expert_ffn_forward(mm, x.data() + bounds[i] * d, bounds[i + 1] - bounds[i], fw, parts.data() + bounds[i] * d, s);
+      }
+      EXPECT_EQ(parts, whole) << c.expert_format.name() << ", " << cuts.size() + 1 << " parts, first cut at " << cuts[0];
+    }
+  }
+  io::ModelConfig f32;
+  f32.dtype = DType::F32;
+  f32.expert_format = {DType::F32, WeightScheme::Plain};
+  EXPECT_EQ(replica_row_granule(f32, DeviceKind::Cpu), 0);
+  f32.expert_format = {DType::BF16, WeightScheme::Plain};
+  EXPECT_EQ(replica_row_granule(f32, DeviceKind::Cuda), 0);
+}
+
 }  // namespace
 }  // namespace moerun::experts

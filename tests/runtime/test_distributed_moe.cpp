@@ -89,7 +89,7 @@ void check_equal_to_local(Transport transport) {
   const comm::Topology topo = comm::build_topology(MPI_COMM_WORLD, 1, 3);  // rank 0 routes; 1, 2 hold experts
   // Layer 0: experts alternate between ranks 1 and 2; layer 1: all on rank 1 (rank 2 gets no rows).
   experts::Placement placement = experts::round_robin_placement(kLayers, kE, topo);
-  for (int64_t e = 0; e < kE; ++e) placement.owner[static_cast<std::size_t>(kE + e)] = 1;
+  for (int64_t e = 0; e < kE; ++e) placement.holders[static_cast<std::size_t>(kE + e)] = {1};
   const io::ModelConfig mc = small_config();
   Matmul mm;
   auto backend = experts::make_expert_backend({}, mc, mm);
