@@ -52,8 +52,12 @@ void DistributedMoeLayer::count(int64_t layer, const router::DispatchPlan& plan,
   const auto need = static_cast<std::size_t>((layer + 1) * num_experts_);
   if (routed_.per_expert.size() < need) routed_.per_expert.resize(need, 0);
   for (int64_t e = 0; e < num_experts_; ++e) routed_.per_expert[static_cast<std::size_t>(layer * num_experts_ + e)] += plan.rows_of(e);
-  for (const Piece& p : pieces)
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const Piece& p = pieces[i];
     if (p.rank != placement_.owner_of(layer, p.expert)) routed_.to_replicas += p.end - p.begin;
+    // Pieces come in expert order: an expert's second piece marks a split.
+    if (i > 0 && pieces[i - 1].expert == p.expert && (i < 2 || pieces[i - 2].expert != p.expert)) ++routed_.split;
+  }
 }
 
 void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) {
@@ -69,9 +73,9 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   // Rows for one destination are contiguous, grouped by expert (an expert's pieces in row order).
   std::vector<Piece> order = pieces(layer, plan);
   double th = now();
+  count(layer, plan, order);
   std::stable_sort(order.begin(), order.end(),
                    [](const Piece& a, const Piece& b) { return a.rank != b.rank ? a.rank < b.rank : a.expert < b.expert; });
-  count(layer, plan, order);
   f.rows_to.assign(static_cast<std::size_t>(P), 0);
   for (const Piece& p : order) f.rows_to[p.rank] += p.end - p.begin;
   double t1 = now();

@@ -35,6 +35,7 @@ struct RouterGroup {
 struct RoutedRows {
   std::vector<int64_t> per_expert;  // [layer * num_experts + expert] rows this router routed (grown by layer)
   int64_t to_replicas = 0;          // rows of replicated experts sent to a holder other than the first
+  int64_t split = 0;                // experts whose rows this router sent to more than one rank (per micro-batch)
 };
 
 class DistributedMoeLayer final : public MoeLayer {

@@ -266,7 +266,7 @@ BalanceReport Engine::balance_report() {
   comm::reduce_sum_to_root(sum, world_);
   const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
   const RebalanceCounters rc = rebalancer_ ? rebalancer_->counters() : RebalanceCounters{};
-  std::vector<int64_t> counts{moe ? moe->routed().to_replicas : 0, 0, rc.moves};
+  std::vector<int64_t> counts{moe ? moe->routed().to_replicas : 0, 0, rc.moves, moe ? moe->routed().split : 0};
   if (moe)
     for (int64_t r : moe->routed().per_expert) counts[1] += r;
   comm::reduce_sum_to_root(counts, world_);
@@ -276,6 +276,7 @@ BalanceReport Engine::balance_report() {
   b.replica_rows = counts[0];
   b.routed_rows = counts[1];
   b.moves = counts[2];
+  b.split_experts = counts[3];
   b.rebalances = rc.rebalances;  // the same on every rank
   b.heals = rc.heals;
   return b;

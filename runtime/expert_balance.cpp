@@ -16,7 +16,7 @@ double BalanceReport::imbalance() const {
 
 nlohmann::json BalanceReport::to_json() const {
   nlohmann::json j = {{"imbalance", imbalance()},   {"steps", steps},           {"expert_ranks", expert_ranks},
-                      {"replicas", replicas},       {"routed_rows", routed_rows}, {"replica_rows", replica_rows},
+                      {"replicas", replicas},       {"routed_rows", routed_rows}, {"replica_rows", replica_rows}, {"split_experts", split_experts},
                       {"rebalances", rebalances},   {"moves", moves},           {"heals", heals}};
   j["layers"] = nlohmann::json::array();
   for (std::size_t l = 0; l < layers.size(); ++l)
@@ -31,7 +31,7 @@ std::string BalanceReport::summary() const {
   return str("expert balance: the busiest of ", expert_ranks, " expert ranks gets ", imbalance(),
              "x the mean rows per layer and step (worst layer ", worst, "x, ", steps, " steps); ", replicas, " replicas took ",
              routed_rows ? 100.0 * static_cast<double>(replica_rows) / static_cast<double>(routed_rows) : 0.0,
-             "% of the rows; ", rebalances, " rebalances moved ", moves, " experts; ", heals, " heals");
+             "% of the rows (", split_experts, " experts split over ranks); ", rebalances, " rebalances moved ", moves, " experts; ", heals, " heals");
 }
 
 std::vector<LayerRowsBalance> layer_balance(const std::vector<double>& busiest, const std::vector<double>& sum, int64_t layers,

@@ -24,6 +24,7 @@ struct BalanceReport {
   int64_t replicas = 0;                  // copies beyond the first, in the placement at the end
   int64_t routed_rows = 0;               // rows the routers dispatched
   int64_t replica_rows = 0;              // of those, rows sent to a holder other than an expert's first
+  int64_t split_experts = 0;             // times a router sent one expert's rows of a micro-batch to several ranks
   int64_t rebalances = 0;                // placements changed by --rebalance-every
   int64_t moves = 0;                     // experts loaded onto a rank by those changes
   int64_t heals = 0;                     // expert copies that failed verification and were left to a replica

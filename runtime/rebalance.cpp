@@ -73,6 +73,8 @@ void Rebalancer::switch_over(experts::Placement& placement, experts::ExpertStore
   pending_.reset();
   const int64_t E = next.num_experts;
   std::vector<int64_t> failed(next.holders.size(), 0);
+  int64_t refused = 0;
+  std::string first;
   for (std::size_t i = 0; i < adopt_.size(); ++i) {
     if (!errors_[i]) {
       ++c_.moves;
@@ -82,13 +84,17 @@ void Rebalancer::switch_over(experts::Placement& placement, experts::ExpertStore
     const std::vector<int>& h = next.holders_of(l, e);
     const auto at = std::find(h.begin(), h.end(), rank_) - h.begin();
     failed[static_cast<std::size_t>(l * E + e)] |= int64_t{1} << std::min<int64_t>(at, 62);
+    if (refused++ > 0) continue;
     try {
       std::rethrow_exception(errors_[i]);
     } catch (const std::exception& ex) {
-      log::warn("rebalancing: rank ", rank_, " cannot take expert (", l, ", ", e, "): ", ex.what(), "; ",
-                h.size() > 1 ? "its other holders serve it" : "it stays where it was");
+      first = str("expert (", l, ", ", e, "): ", ex.what());
     }
   }
+  // One warning per rank and switch: the copies stay with their other holders, or where they were.
+  if (refused > 0)
+    log::warn("rebalancing: rank ", rank_, " cannot take ", refused, " of its ", adopt_.size(), " new expert copies (first: ", first,
+              "); their rows go to their other holders");
   comm::allreduce_sum_timed(failed, world_, timeout_s_, "rebalancing: failed copies");
   for (std::size_t k = 0; k < failed.size(); ++k) {
     if (!failed[k]) continue;
