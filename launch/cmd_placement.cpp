@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "base/error.hpp"
+#include "experts/backend.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "experts/placement_plan.hpp"
 #include "io/hdf5_probe.hpp"
@@ -38,6 +39,13 @@ struct LayoutOptions {
   }
 };
 
+// The model's config, its model.h5 walked by the HDF5 probe first.
+io::ModelConfig model_config_of(const std::string& model) {
+  const io::ModelLocation location = io::model_location(model, s3_from_environment({}));
+  hdf5_probe_from(Environment::read()).check({location.file("model.h5")});
+  return io::read_model_config(location);
+}
+
 experts::ExpertLoads read_loads(const std::vector<std::string>& traces) {
   hdf5_probe_from(Environment::read()).check(traces);
   std::vector<io::RoutingTrace> loaded;
@@ -51,8 +59,9 @@ void print_balance(const experts::Placement& p, const std::string& name, const e
   const experts::Placement rr = experts::round_robin_placement(loads.num_layers, loads.num_experts, topo);
   const auto before = experts::expected_balance(rr, loads, topo, granule);
   const auto after = experts::expected_balance(p, loads, topo, granule);
-  std::printf("# expected rows per expert rank (%lld routed rows; replicated experts split as the routers split them)\n",
-              static_cast<long long>(loads.total()));
+  std::printf("# expected rows per expert rank (%lld routed rows; replicated experts split as the routers split them, %s)\n",
+              static_cast<long long>(loads.total()),
+              granule > 0 ? str("at multiples of ", granule, " rows").c_str() : "each expert whole to one holder");
   std::printf("%-6s %-12s %10s %10s %9s  rows per expert rank (ranks", "layer", "placement", "busiest", "mean", "imbalance");
   for (int r : topo.experts) std::printf(" %d", r);
   std::printf(")\n");
@@ -67,8 +76,7 @@ void print_balance(const experts::Placement& p, const std::string& name, const e
 }
 
 // The most experts an expert rank can hold in `device_bytes` by inspect's memory model.
-int64_t experts_that_fit(const std::string& model, const runtime::MemoryPlanConfig& base) {
-  const io::ModelConfig c = io::read_model_config(io::model_location(model, s3_from_environment({})));
+int64_t experts_that_fit(const io::ModelConfig& c, const runtime::MemoryPlanConfig& base) {
   runtime::MemoryPlanConfig p = base;
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
@@ -81,12 +89,36 @@ int64_t experts_that_fit(const std::string& model, const runtime::MemoryPlanConf
   return lo;
 }
 
+// What the model adds to a plan: a check that the traces are of it, its router groups (unless
+// --groups), the memory cap of --device-bytes; returns its split granule.
+int64_t apply_model(const std::string& model, const experts::ExpertLoads& loads, const LayoutOptions& layout,
+                    int64_t device_bytes, experts::PlacementPlanConfig& pc) {
+  const io::ModelConfig c = model_config_of(model);
+  if (c.num_moe_layers() != loads.num_layers || c.num_experts != loads.num_experts)
+    fail(ErrorKind::BadInput, "the traces have ", loads.num_layers, " MoE layers x ", loads.num_experts, " experts, but ", model,
+         " has ", c.num_moe_layers(), " x ", c.num_experts);
+  if (pc.groups == 0) pc.groups = c.router_groups;
+  if (device_bytes > 0) {
+    runtime::MemoryPlanConfig mp;
+    mp.nodes = layout.nodes;
+    mp.ranks_per_node = layout.ranks_per_node;
+    mp.routers_per_node = layout.routers_per_node;
+    mp.device_bytes = device_bytes;
+    pc.max_experts_per_rank = experts_that_fit(c, mp);
+    if (pc.max_experts_per_rank == 0)
+      fail(ErrorKind::Usage, "--device-bytes ", device_bytes, " holds no expert of ", model,
+           " next to an expert rank's buffers (moerun inspect --model ", model, " --nodes ", layout.nodes, " --ranks-per-node ",
+           layout.ranks_per_node, " prints them)");
+  }
+  return experts::replica_row_granule(c, experts::DeviceKind::Cpu);
+}
+
 int placement_plan(int argc, char** argv) {
   std::vector<std::string> traces;
   std::string out, model;
   LayoutOptions layout;
   experts::PlacementPlanConfig pc;
-  int64_t device_bytes = 0;
+  int64_t device_bytes = 0, granule = 1;
   po::options_description o("placement plan options");
   o.add_options()
     ("trace", po::value(&traces)->required(), "routing trace from `moerun infer --trace` (repeat: each router's file, several runs)")
@@ -112,22 +144,7 @@ int placement_plan(int argc, char** argv) {
   for (const auto& t : traces) inputs.push_back({t, "--trace"});
   check_output_files({{out, "--out"}}, inputs);
   const experts::ExpertLoads loads = read_loads(traces);
-  if (!model.empty()) {
-    hdf5_probe_from(Environment::read()).check({io::model_location(model, s3_from_environment({})).file("model.h5")});
-    const io::ModelConfig c = io::read_model_config(io::model_location(model, s3_from_environment({})));
-    if (c.num_moe_layers() != loads.num_layers || c.num_experts != loads.num_experts)
-      fail(ErrorKind::BadInput, traces[0], ": traced ", loads.num_layers, " layers x ", loads.num_experts, " experts, but ", model,
-           " has ", c.num_moe_layers(), " x ", c.num_experts);
-    if (pc.groups == 0) pc.groups = c.router_groups;
-    if (device_bytes > 0) {
-      runtime::MemoryPlanConfig mp;
-      mp.nodes = layout.nodes;
-      mp.ranks_per_node = layout.ranks_per_node;
-      mp.routers_per_node = layout.routers_per_node;
-      mp.device_bytes = device_bytes;
-      pc.max_experts_per_rank = experts_that_fit(model, mp);
-    }
-  }
+  if (!model.empty()) granule = apply_model(model, loads, layout, device_bytes, pc);
   const experts::PlacementPlan plan = experts::plan_placement(loads, topo, pc);
   io::write_file_atomically(out, {plan.placement.to_json()});
   std::printf("placement: %lld layers x %lld experts over %zu expert ranks (%lld nodes; %lld layers packed nodes first), "
@@ -139,18 +156,19 @@ int placement_plan(int argc, char** argv) {
                                                   " experts per rank fit in --device-bytes, or no expert has rows to share)").c_str()
                                             : "",
               out.c_str());
-  print_balance(plan.placement, "planned", loads, topo, 1);
+  print_balance(plan.placement, "planned", loads, topo, granule);
   return 0;
 }
 
 int placement_show(int argc, char** argv) {
   std::vector<std::string> traces;
-  std::string file;
+  std::string file, model;
   LayoutOptions layout;
   po::options_description o("placement show options");
   o.add_options()
     ("placement", po::value(&file)->required(), "the placement file (moerun placement plan, or written by hand)")
-    ("trace", po::value(&traces)->required(), "routing trace(s) whose loads to expect");
+    ("trace", po::value(&traces)->required(), "routing trace(s) whose loads to expect")
+    ("model", po::value(&model), "the model: its experts' split granule (bf16 experts split at 512 rows; else every row)");
   layout.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv,
@@ -162,7 +180,7 @@ int placement_show(int argc, char** argv) {
   const experts::ExpertLoads loads = read_loads(traces);
   const experts::Placement p = experts::placement_from_json(file, loads.num_layers, loads.num_experts, topo);
   std::printf("# %s: %lld replicas\n%s", file.c_str(), static_cast<long long>(p.replicas()), p.describe().c_str());
-  print_balance(p, "this file", loads, topo, 1);
+  print_balance(p, "this file", loads, topo, model.empty() ? 1 : experts::replica_row_granule(model_config_of(model), experts::DeviceKind::Cpu));
   return 0;
 }
 

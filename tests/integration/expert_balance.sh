@@ -154,7 +154,21 @@ set +e
 "${NP10[@]}" --model "$WORK/q8" --input "$WORK/b.jsonl" --output "$WORK/x.jsonl" --placement "$WORK/twice.json" 2> "$WORK/twice.err"; rc=$?
 "$MOERUN" placement plan --trace "$WORK/t.h5" --nodes 2 --ranks-per-node 5 --redundant -1 --out "$WORK/x.json" 2> "$WORK/neg.err"; rc2=$?
 "$MOERUN" placement plan --trace "$WORK/nowhere.h5" --nodes 2 --ranks-per-node 5 --out "$WORK/x.json" 2> "$WORK/none.err"; rc3=$?
+# --device-bytes: inspect's model of an expert rank's memory caps the experts it holds (fewer extra
+# slots), and a budget that holds none is a usage error.
+total_for() {  # total_for N: inspect's total for an expert rank holding N experts, in bytes (to 0.01 of its unit)
+  "$MOERUN" inspect --model "$WORK/q8" --nodes 2 --ranks-per-node 5 --experts-per-rank "$1" | "$PY" -c "import re, sys; \
+    m = re.search(r'expert rank holding [0-9]+ experts.*?total +([0-9.]+) (KiB|MiB)', sys.stdin.read(), re.S); \
+    print(int(float(m.group(1)) * (1024 if m.group(2) == 'KiB' else 1 << 20)))"
+}
+four=$(( ($(total_for 4) + $(total_for 5)) / 2 ))   # holds 4 experts, not 5
+"$MOERUN" placement plan --model "$WORK/q8" --trace "$WORK/t.h5" --trace "$WORK/t.h5.1" --nodes 2 --ranks-per-node 5 --redundant 8 \
+  --device-bytes "$four" --out "$WORK/capped.json" > "$WORK/capped.txt"; rc4=$?
+"$MOERUN" placement plan --model "$WORK/q8" --trace "$WORK/t.h5" --nodes 2 --ranks-per-node 5 --device-bytes 1000 --out "$WORK/y.json" 2> "$WORK/tiny.err"; rc5=$?
 set -e
+check "--device-bytes that holds 4 experts (an even share, inspect's total): no replicas fit, each rank 4 experts" bash -c \
+  "[ $rc4 -eq 0 ] && grep -q '0 extra slots per layer (0 replicas in all) (8 asked: 4 experts per rank fit' '$WORK/capped.txt'"
+check "--device-bytes that holds no expert: exit 2" bash -c "[ $rc5 -eq 2 ] && grep -q 'holds no expert of' '$WORK/tiny.err' && [ ! -e '$WORK/y.json' ]"
 check "a rank listed twice for one expert: exit 3 naming the file and entry" bash -c "[ $rc -eq 3 ] && grep -q 'twice.json: layer 0 expert 0: rank 1 is listed twice' '$WORK/twice.err'"
 check "--redundant -1: exit 2" bash -c "[ $rc2 -eq 2 ] && grep -q -- '--redundant must be >= 0' '$WORK/neg.err'"
 check "a missing trace: a clear error, no placement file" bash -c "[ $rc3 -ne 0 ] && grep -q 'nowhere.h5' '$WORK/none.err' && [ ! -e '$WORK/x.json' ]"
