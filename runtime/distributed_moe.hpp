@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <mpi.h>
@@ -83,8 +84,8 @@ class ExpertServer {
   // One layer of `micro_batches`, in the protocol's order; returns when its replies are sent.
   void serve_layer(int64_t layer, int micro_batches);
   const MoePhaseTimes& times() const { return times_; }
-  // Rows this rank received in each serve_layer call so far (all micro-batches), in call order.
-  const std::vector<int64_t>& layer_rows() const { return layer_rows_; }
+  // Rows this rank received in each serve_layer call since the last take (all micro-batches), in call order.
+  std::vector<int64_t> take_layer_rows() { return std::exchange(layer_rows_, {}); }
 
  private:
   struct Reply {

@@ -247,23 +247,34 @@ void Engine::start_rebalancing() {
   rebalancer_ = std::make_unique<Rebalancer>(rc, topo_, rank_, world_, cfg_.comm_timeout_s, cfg_.quiet);
 }
 
-BalanceReport Engine::balance_report() {
-  BalanceReport b;
-  b.on = true;
-  b.expert_ranks = static_cast<int64_t>(topo_.experts.size());
-  b.replicas = placement_.replicas();
-  // Each step's rows per expert rank and MoE layer: the busiest and the sum over expert ranks.
-  const int64_t L = mc_.num_moe_layers();
-  std::vector<double> busiest(static_cast<std::size_t>(steps_ * L), 0.0);
+void Engine::reduce_layer_rows() {
+  const int64_t L = mc_.num_moe_layers(), steps = steps_ - balanced_steps_;
+  std::vector<double> busiest(static_cast<std::size_t>(steps * L), 0.0);
   if (server_) {
-    const std::vector<int64_t>& mine = server_->layer_rows();
-    if (static_cast<int64_t>(mine.size()) != steps_ * L)
-      fail(ErrorKind::Internal, "expert rank ", rank_, " served ", mine.size(), " layers in ", steps_, " steps of ", L);
+    const std::vector<int64_t> mine = server_->take_layer_rows();
+    if (static_cast<int64_t>(mine.size()) != steps * L)
+      fail(ErrorKind::Internal, "expert rank ", rank_, " served ", mine.size(), " layers in ", steps, " steps of ", L);
     for (std::size_t i = 0; i < mine.size(); ++i) busiest[i] = static_cast<double>(mine[i]);
   }
   std::vector<double> sum = busiest;
   comm::reduce_max_to_root(busiest, world_);
   comm::reduce_sum_to_root(sum, world_);
+  balanced_steps_ = steps_;
+  if (rank_ != 0) return;
+  const std::vector<LayerRowsBalance> more = layer_balance(busiest, sum, L, static_cast<int64_t>(topo_.experts.size()));
+  if (balance_.empty()) balance_.resize(more.size());
+  for (std::size_t l = 0; l < more.size(); ++l) {
+    balance_[l].busiest_rows += more[l].busiest_rows;
+    balance_[l].mean_rows += more[l].mean_rows;
+  }
+}
+
+BalanceReport Engine::balance_report() {
+  BalanceReport b;
+  b.on = true;
+  b.expert_ranks = static_cast<int64_t>(topo_.experts.size());
+  b.replicas = placement_.replicas();
+  reduce_layer_rows();
   const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
   const RebalanceCounters rc = rebalancer_ ? rebalancer_->counters() : RebalanceCounters{};
   std::vector<int64_t> counts{moe ? moe->routed().to_replicas : 0, 0, rc.moves, moe ? moe->routed().split : 0};
@@ -272,7 +283,7 @@ BalanceReport Engine::balance_report() {
   comm::reduce_sum_to_root(counts, world_);
   if (rank_ != 0) return b;
   b.steps = steps_;
-  b.layers = layer_balance(busiest, sum, L, b.expert_ranks);
+  b.layers = balance_;
   b.replica_rows = counts[0];
   b.routed_rows = counts[1];
   b.moves = counts[2];
@@ -292,6 +303,7 @@ void Engine::reserve_step_buffers(int64_t tokens) {
 }
 
 void Engine::step_boundary() {
+  if (distributed() && steps_ - balanced_steps_ == kBalanceSteps) reduce_layer_rows();
   ++steps_;
   // Between steps: the last one finished on the old weights (and the old placement).
   if (swap_) {

@@ -160,6 +160,7 @@ class Engine {
   PhaseSeconds my_phases() const;
   void start_rebalancing();
   BalanceReport balance_report();  // collective
+  void reduce_layer_rows();        // collective: the rows counted since the last call, into balance_
 
   EngineConfig cfg_;
   MPI_Comm world_;
@@ -184,6 +185,11 @@ class Engine {
   std::optional<HotSwap> swap_;
   std::unique_ptr<Rebalancer> rebalancer_;
   int64_t steps_ = 0;  // step boundaries passed
+  // Rows per expert rank per layer and step, reduced every kBalanceSteps steps (memory stays bounded
+  // on long runs): the sums over steps of the busiest rank's rows and of the mean, on rank 0.
+  static constexpr int64_t kBalanceSteps = 256;
+  int64_t balanced_steps_ = 0;
+  std::vector<LayerRowsBalance> balance_;
   uint64_t run_fingerprint_ = 0;
   std::chrono::steady_clock::time_point serving_since_;
   double idle_s_ = 0;
