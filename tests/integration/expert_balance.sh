@@ -8,7 +8,8 @@
 #  - outputs are the single-process bytes for every placement, over the hierarchical exchange, with
 #    the expert cache, and with rebalancing on (experts moved mid-run, counted);
 #  - bf16 experts split at the 512-row granule: logits bit-identical to one process (1 router);
-#  - a hot swap reaches every holder of a replicated expert at the same step;
+#  - a hot swap reaches every holder of a replicated expert at the same step (from the start, and
+#    written mid-run: every request as before or after it, at most one per router straddling);
 #  - healing: the shards corrupted after start-up, rebalancing's new copies fail verification and
 #    are left out (one warning each, counted) and the job ends with the same outputs; with the
 #    expert cache, an unreplicated expert's failed load ends the job with a clear error and no output;
@@ -100,6 +101,34 @@ echo "{\"swaps\": [{\"shard\": \"$WORK/q8b/experts-00000.h5\", \"experts\": \"al
 check "hot swap with replicas: the output of the model with the new experts, one control file applied" bash -c \
   "! cmp -s '$WORK/ref.jsonl' '$WORK/ab.jsonl' && cmp -s '$WORK/ab.jsonl' '$WORK/swapped.jsonl' && \
    $PY -c \"import json; h = json.load(open('$WORK/swapped-s.json'))['hot_swap']; assert h['applied'] == 1 and h['experts'] == 48, h\""
+
+# Mid-run: the control file appears once two results are journaled; one request at a time per router.
+# Every request is as before the swap or as after it, but for at most one per router that straddles
+# it (replicas swapping at different steps would give more mixed ones).
+skewed_requests "$WORK/long.jsonl" 6 32 12
+"$MOERUN" infer --model "$WORK/q8" --input "$WORK/long.jsonl" --output "$WORK/long-a.jsonl" --quiet --max-batch-size 1
+"$MOERUN" infer --model "$WORK/ab" --input "$WORK/long.jsonl" --output "$WORK/long-ab.jsonl" --quiet --max-batch-size 1
+"${NP10[@]}" --model "$WORK/q8" --input "$WORK/long.jsonl" --output "$WORK/live.jsonl" --placement "$WORK/p8.json" \
+  --max-batch-size 1 --swap-control "$WORK/live.json" --stats-json "$WORK/live-s.json" &
+pid=$!
+for _ in $(seq 1 3000); do
+  [ -s "$WORK/live.jsonl.journal" ] && [ "$(wc -l < "$WORK/live.jsonl.journal")" -ge 2 ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.005
+done
+cp "$WORK/swap.json" "$WORK/live.tmp" && mv "$WORK/live.tmp" "$WORK/live.json"
+wait $pid
+check "hot swap mid-run with replicas: each request as before or after it, at most one per router in between" \
+  "$PY" - "$WORK/long-a.jsonl" "$WORK/long-ab.jsonl" "$WORK/live.jsonl" "$WORK/live-s.json" <<'PY'
+import json, sys
+a, ab, live = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
+assert [r["id"] for r in live] == [r["id"] for r in a], "lost or repeated requests"
+old = sum(l == x for l, x in zip(live, a)); new = sum(l == y for l, y in zip(live, ab))
+mixed = len(live) - old - new
+h = json.load(open(sys.argv[4]))["hot_swap"]
+print(f"{old} requests as before the swap, {new} as after, {mixed} straddling it")
+assert h["applied"] == 1 and new > 0 and mixed <= 2, (h, old, new, mixed)
+PY
 
 # --- Healing: the shards go bad after start-up -----------------------------------------------------
 corrupt_all() {  # corrupt_all MODEL_DIR: one byte of every expert's w1 (a single chunk), in place (offsets read first)
