@@ -35,16 +35,22 @@ requests() {
   done
 }
 
+# wait_for_results OUTPUT N PID: returns once OUTPUT's journal holds N results, PID has ended, or 15 s passed
+wait_for_results() {
+  for _ in $(seq 1 3000); do
+    [ -s "$1.journal" ] && [ "$(wc -l < "$1.journal")" -ge "$2" ] && return 0
+    kill -0 "$3" 2>/dev/null || return 0
+    sleep 0.005
+  done
+}
+
 # kill_after_journal OUTPUT N CMD...: runs CMD in the background and SIGKILLs it once OUTPUT's
-# journal holds N results (or after 12 s)
+# journal holds N results (or after 15 s)
 kill_after_journal() {
   local out=$1 n=$2; shift 2
   "$@" &
   local pid=$!
-  for _ in $(seq 1 1200); do
-    [ -s "$out.journal" ] && [ "$(wc -l < "$out.journal")" -ge "$n" ] && break
-    sleep 0.01
-  done
+  wait_for_results "$out" "$n" "$pid"
   kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }

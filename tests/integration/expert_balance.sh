@@ -111,11 +111,7 @@ skewed_requests "$WORK/long.jsonl" 6 32 12
 "${NP10[@]}" --model "$WORK/q8" --input "$WORK/long.jsonl" --output "$WORK/live.jsonl" --placement "$WORK/p8.json" \
   --max-batch-size 1 --swap-control "$WORK/live.json" --stats-json "$WORK/live-s.json" &
 pid=$!
-for _ in $(seq 1 3000); do
-  [ -s "$WORK/live.jsonl.journal" ] && [ "$(wc -l < "$WORK/live.jsonl.journal")" -ge 2 ] && break
-  kill -0 $pid 2>/dev/null || break
-  sleep 0.005
-done
+wait_for_results "$WORK/live.jsonl" 2 $pid
 cp "$WORK/swap.json" "$WORK/live.tmp" && mv "$WORK/live.tmp" "$WORK/live.json"
 wait $pid
 check "hot swap mid-run with replicas: each request as before or after it, at most one per router in between" \
@@ -145,13 +141,6 @@ for path, off in spots:
         f.seek(off + 3); b = f.read(1); f.seek(off + 3); f.write(bytes([b[0] ^ 0x20]))
 print(len(spots), "experts corrupted")
 PY
-}
-wait_for_results() {  # wait_for_results OUTPUT N PID: until OUTPUT's journal holds N results (or PID ended)
-  for _ in $(seq 1 3000); do
-    [ -s "$1.journal" ] && [ "$(wc -l < "$1.journal")" -ge "$2" ] && return 0
-    kill -0 "$3" 2>/dev/null || return 0
-    sleep 0.005
-  done
 }
 skewed_requests "$WORK/one.jsonl" 5 24 8
 "$MOERUN" infer --model "$WORK/q8" --input "$WORK/one.jsonl" --output "$WORK/one-ref.jsonl" --quiet --max-batch-size 1

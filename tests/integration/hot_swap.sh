@@ -110,10 +110,7 @@ rm -f "$WORK/live.json"
 "$MOERUN" infer --model "$WORK/a" --input "$WORK/long.jsonl" --output "$WORK/live.jsonl" --max-batch-size 1 \
   --swap-control "$WORK/live.json" --stats-json "$WORK/live.stats" 2> "$WORK/live.err" &
 pid=$!
-for _ in $(seq 1 2000); do
-  [ -f "$WORK/live.jsonl.journal" ] && [ "$(wc -l < "$WORK/live.jsonl.journal")" -ge 2 ] && break
-  sleep 0.005
-done
+wait_for_results "$WORK/live.jsonl" 2 $pid
 cp "$WORK/all.json" "$WORK/live.tmp" && mv "$WORK/live.tmp" "$WORK/live.json"
 wait $pid
 check "swap in the middle of a run: every request once; the first as before the swap, the last as after it" \
