@@ -62,12 +62,12 @@ std::vector<int> pack_evenly(const std::vector<double>& weight, int packs, int64
 // EPLB steps 2 and 3 for one pool of one layer: replicas into the pool's spare slots, then the
 // copies onto its ranks. `slots[r]`: free slots of pool rank r. Holders are appended to `p`.
 
-// Rows per world rank in `layer`, replicated experts split as the routers split them (granule 1);
-// experts not placed yet (another pool's) count nowhere.
-std::vector<int64_t> rank_rows(const Placement& p, const ExpertLoads& loads, int64_t layer, int world_size) {
+// Rows per world rank in `layer`, replicated experts split as the routers split them; experts not
+// placed yet (another pool's, while planning) count nowhere.
+std::vector<int64_t> rank_rows(const Placement& p, const ExpertLoads& loads, int64_t layer, int world_size, int64_t granule = 1) {
   std::vector<int64_t> totals(static_cast<std::size_t>(p.num_experts));
   for (int64_t e = 0; e < p.num_experts; ++e) totals[e] = p.holders_of(layer, e).empty() ? 0 : loads.at(layer, e);
-  return split_among_holders(totals, &p.holders[static_cast<std::size_t>(layer * p.num_experts)], world_size, 1).rank_rows;
+  return split_among_holders(totals, &p.holders[static_cast<std::size_t>(layer * p.num_experts)], world_size, granule).rank_rows;
 }
 
 int64_t busiest(const Placement& p, const ExpertLoads& loads, int64_t layer, const comm::Topology& topo) {
@@ -297,12 +297,9 @@ std::vector<LayerBalance> expected_balance(const Placement& p, const ExpertLoads
                                            int64_t granule) {
   std::vector<LayerBalance> out;
   for (int64_t l = 0; l < p.num_layers; ++l) {
-    std::vector<int64_t> totals(static_cast<std::size_t>(p.num_experts));
-    for (int64_t e = 0; e < p.num_experts; ++e) totals[e] = loads.at(l, e);
-    const ReplicaSplit s =
-        split_among_holders(totals, &p.holders[static_cast<std::size_t>(l * p.num_experts)], topo.world_size, granule);
+    const std::vector<int64_t> rows = rank_rows(p, loads, l, topo.world_size, granule);
     LayerBalance b;
-    for (int r : topo.experts) b.rank_rows.push_back(s.rank_rows[r]);
+    for (int r : topo.experts) b.rank_rows.push_back(rows[r]);
     b.max_rows = *std::max_element(b.rank_rows.begin(), b.rank_rows.end());
     b.mean_rows = static_cast<double>(std::accumulate(b.rank_rows.begin(), b.rank_rows.end(), int64_t{0})) /
                   static_cast<double>(b.rank_rows.size());

@@ -313,8 +313,7 @@ void Engine::step_boundary() {
   if (rebalancer_) {
     const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
     static const std::vector<int64_t> none;
-    rebalancer_->at_boundary(steps_, moe ? moe->routed().per_expert : none, swap_ ? swap_->swapped_flags() : none, placement_,
-                             store_.get());
+    rebalancer_->at_boundary(steps_, moe ? moe->routed().per_expert : none, swap_ ? &*swap_ : nullptr, placement_, store_.get());
   }
 }
 

@@ -16,16 +16,16 @@ Rebalancer::~Rebalancer() {
   if (loader_.joinable()) loader_.join();
 }
 
-void Rebalancer::at_boundary(int64_t steps, const std::vector<int64_t>& routed, const std::vector<int64_t>& pinned,
+void Rebalancer::at_boundary(int64_t steps, const std::vector<int64_t>& routed, const HotSwap* swap,
                              experts::Placement& placement, experts::ExpertStore* store) {
   if (pending_) {
     switch_over(placement, store);
     return;
   }
-  if (cfg_.every > 0 && steps > 0 && steps % cfg_.every == 0) plan(routed, pinned, placement, store);
+  if (cfg_.every > 0 && steps > 0 && steps % cfg_.every == 0) plan(routed, swap, placement, store);
 }
 
-void Rebalancer::plan(const std::vector<int64_t>& routed, const std::vector<int64_t>& pinned, const experts::Placement& current,
+void Rebalancer::plan(const std::vector<int64_t>& routed, const HotSwap* swap, const experts::Placement& current,
                       experts::ExpertStore* store) {
   const int64_t L = current.num_layers, E = current.num_experts;
   std::vector<int64_t> rows(static_cast<std::size_t>(L * E), 0);
@@ -38,8 +38,8 @@ void Rebalancer::plan(const std::vector<int64_t>& routed, const std::vector<int6
   ++c_.plans;
   // Every rank computes the same plan and the same decision from the same numbers.
   experts::PlacementPlan next = experts::plan_placement(loads, topo_, cfg_.plan);
-  std::vector<int64_t> keep(rows.size(), 0);  // hot-swapped experts anywhere: the union over ranks
-  for (std::size_t i = 0; i < pinned.size() && i < keep.size(); ++i) keep[i] = pinned[i];
+  // Hot-swapped experts anywhere: the union over ranks.
+  std::vector<int64_t> keep = swap ? swap->swapped_flags() : std::vector<int64_t>(rows.size(), 0);
   comm::allreduce_max_timed(keep, world_, timeout_s_, "rebalancing: hot-swapped experts");
   for (std::size_t i = 0; i < keep.size(); ++i)
     if (keep[i]) next.placement.holders[i] = current.holders[i];

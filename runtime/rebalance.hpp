@@ -24,6 +24,7 @@
 #include "comm/topology.hpp"
 #include "experts/expert_store.hpp"
 #include "experts/placement_plan.hpp"
+#include "runtime/hot_swap.hpp"
 
 namespace moerun::runtime {
 
@@ -49,16 +50,16 @@ class Rebalancer {
   Rebalancer& operator=(const Rebalancer&) = delete;
 
   // At the step boundary after `steps` steps, on every rank (collective). `routed`: the rows this
-  // router routed to each (layer, expert) so far (empty on expert ranks); `pinned`: [layer * E +
-  // expert] flags of experts that must stay where they are (hot-swapped ones: a new holder would
-  // read their old weights; empty: none); `store`: this rank's experts (null on routers). Changes
-  // `placement` in place when a new one takes over.
-  void at_boundary(int64_t steps, const std::vector<int64_t>& routed, const std::vector<int64_t>& pinned,
-                   experts::Placement& placement, experts::ExpertStore* store);
+  // router routed to each (layer, expert) so far (empty on expert ranks); `swap`: this rank's hot
+  // swap, if any (the experts it swapped stay where they are: a new holder would read their old
+  // weights); `store`: this rank's experts (null on routers). Changes `placement` in place when a
+  // new one takes over.
+  void at_boundary(int64_t steps, const std::vector<int64_t>& routed, const HotSwap* swap, experts::Placement& placement,
+                   experts::ExpertStore* store);
   const RebalanceCounters& counters() const { return c_; }
 
  private:
-  void plan(const std::vector<int64_t>& routed, const std::vector<int64_t>& pinned, const experts::Placement& current,
+  void plan(const std::vector<int64_t>& routed, const HotSwap* swap, const experts::Placement& current,
             experts::ExpertStore* store);
   void switch_over(experts::Placement& placement, experts::ExpertStore* store);
 

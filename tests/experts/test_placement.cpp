@@ -135,6 +135,9 @@ TEST(PlacementPlan, ReplicasFlattenASkewedLayer) {
   EXPECT_LE(replicated, 1.05);
   EXPECT_EQ(none.placement.replicas(), 0);
   EXPECT_GE(eight.placement.holders_of(0, 3).size(), 4u) << "the hottest expert gets the most copies";
+  // Nodes first would put the 1000-row expert and 7 others (8 of 16 per node) on one node: at least
+  // 1350 of 2000 rows on 4 of 8 ranks, 1.35x the mean. Without router groups the global pool wins.
+  EXPECT_EQ(eight.hierarchical_layers, 0);
   // Granule 512 (bf16): rows of 1000 are split at 512 only.
   EXPECT_GT(overall_imbalance(expected_balance(eight.placement, loads, kTwoNodes, 512)), replicated);
 }

@@ -183,7 +183,15 @@ four=$(( ($(total_for 4) + $(total_for 5)) / 2 ))   # holds 4 experts, not 5
 "$MOERUN" placement plan --model "$WORK/q8" --trace "$WORK/t.h5" --trace "$WORK/t.h5.1" --nodes 2 --ranks-per-node 5 --redundant 8 \
   --device-bytes "$four" --out "$WORK/capped.json" > "$WORK/capped.txt"; rc4=$?
 "$MOERUN" placement plan --model "$WORK/q8" --trace "$WORK/t.h5" --nodes 2 --ranks-per-node 5 --device-bytes 1000 --out "$WORK/y.json" 2> "$WORK/tiny.err"; rc5=$?
+"$MOERUN" synth --out "$WORK/other" --layers 3 --experts 16 --top-k 2 \
+  --hidden 64 --heads 4 --kv-heads 2 --head-dim 16 --intermediate 96 --vocab 200 --shards 1 --quiet
+"$MOERUN" placement plan --model "$WORK/other" --trace "$WORK/t.h5" --nodes 2 --ranks-per-node 5 --out "$WORK/z.json" 2> "$WORK/other.err"; rc6=$?
+"${NP10[@]}" --model "$WORK/q8" --input "$WORK/b.jsonl" --output "$WORK/w.jsonl" --rebalance-every -1 2> "$WORK/every.err"; rc7=$?
 set -e
+check "traces of another model: exit 3 naming both shapes, no placement file" bash -c \
+  "[ $rc6 -eq 3 ] && grep -q 'the traces have 2 MoE layers x 16 experts, but .*other has 3 x 16' '$WORK/other.err' && [ ! -e '$WORK/z.json' ]"
+check "--rebalance-every -1: exit 2 naming the option, no output" bash -c \
+  "[ $rc7 -eq 2 ] && grep -q -- '--rebalance-every must be >= 0' '$WORK/every.err' && [ ! -e '$WORK/w.jsonl' ]"
 check "--device-bytes that holds 4 experts (an even share, inspect's total): no replicas fit, each rank 4 experts" bash -c \
   "[ $rc4 -eq 0 ] && grep -q '0 extra slots per layer (0 replicas in all) (8 asked: 4 experts per rank fit' '$WORK/capped.txt'"
 check "--device-bytes that holds no expert: exit 2" bash -c "[ $rc5 -eq 2 ] && grep -q 'holds no expert of' '$WORK/tiny.err' && [ ! -e '$WORK/y.json' ]"
