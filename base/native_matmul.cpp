@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
@@ -26,20 +28,88 @@ constexpr int64_t kG = kMxfp4Block;  // mxfp4: k per scale
 constexpr int64_t kMxChunk = 256 + 16;  // mxfp4: a (block, group) chunk, values then scales
 constexpr int kMaxRows = 4;        // rows of x per pass
 constexpr float kFp8Widen = 256.0f;  // e4m3 bits as fp16 are the value / 256
+constexpr int kE2m1Offset = 12;    // mxfp4 weights as unsigned bytes: 2 * e2m1 + 12
+// Software prefetch this far ahead in each block's stream: the hardware prefetcher alone keeps too
+// few misses in flight for 1 to 4 streams per thread (as base/small_m_matmul.cpp measured).
+constexpr int64_t kPrefetchBytes = 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool is_mx(WeightScheme s) { return s == WeightScheme::Mxfp4; }
 int64_t block_bytes(WeightScheme s, int64_t K) { return is_mx(s) ? (K / kG) * kMxChunk : K * kNB; }
 int64_t fp8_scale_count(int64_t N, int64_t K) { return fp8_scale_rows(N) * fp8_scale_cols(K); }
 
-// The 16 E2M1 values, the AVX-512 kernel's permute table.
-struct E2m1Table {
-  float v[16];
-  E2m1Table() {
-    for (int i = 0; i < 16; ++i) v[i] = dequant::e2m1(static_cast<uint8_t>(i));
+// mxfp4's weights as the integer kernels take them: 2 * e2m1 + 12 in [0, 24] (an unsigned byte,
+// as vpdpbusd's first operand wants), repeated 4 times so that a byte's 6 low bits index it
+// (vpermb reads 6 bits; the upper two are the neighbouring nibble's).
+struct E2m1Bytes {
+  alignas(64) uint8_t v[64];
+  int twice[16];  // 2 * e2m1, signed
+  E2m1Bytes() {
+    for (int i = 0; i < 16; ++i) twice[i] = static_cast<int>(2.0f * dequant::e2m1(static_cast<uint8_t>(i)));
+    for (int i = 0; i < 64; ++i) v[i] = static_cast<uint8_t>(twice[i % 16] + kE2m1Offset);
   }
 };
-const E2m1Table kE2M1;
+const E2m1Bytes kE2M1;
+
+// One row's group of 32 activations as three int8 digits on a power-of-two scale s, written so that
+// a 32-bit lane of digits meets the 4 weights vpdpbusd pairs it with: dword 2j holds k = 8j + 0, 2,
+// 4, 6 (a stored byte's low nibbles), dword 2j + 1 k = 8j + 1, 3, 5, 7 (the high ones).
+//   x ≈ s (d1 + d2 / 2^8 + d3 / 2^15), d1 = round(x / s) in [-127, 127], d2 in [-128, 127],
+//   d3 in [0, 127]; |x - that| <= s 2^-15 (24 bits below the group's largest |x|).
+// With I_t = Σ 2 e2m1(k) d_t(k) (exact integers), the group's dot product is
+//   Σ e2m1 x = s 2^-16 ((I1 << 15) + (I2 << 7) + I3),
+// the shifted sum still an int32 (|.| <= 32 * 12 * 127 * 2^15 + ... < 2^31).
+struct MxDigits {
+  int32_t q[3][8];  // digit t's bytes
+  int32_t init[3];  // -12 Σ d_t: the weights' offset, subtracted by starting the sum there
+  float scale;      // s 2^-16; NaN when the group holds a NaN or Inf (the outputs become NaN)
+};
+
+void mx_digits(const float* x, int64_t K, MxDigits* out) {
+  for (int64_t g = 0; g < K / kG; ++g) {
+    const float* xg = x + g * kG;
+    MxDigits& d = out[g];
+    std::memset(&d, 0, sizeof d);
+    float amax = 0.0f;
+    bool finite = true;
+    for (int k = 0; k < kG; ++k) {
+      finite = finite && std::isfinite(xg[k]);
+      amax = std::max(amax, std::fabs(xg[k]));
+    }
+    if (!finite) {
+      d.scale = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    if (amax == 0.0f) continue;  // scale 0: the group adds nothing
+    int e = std::ilogb(amax) - 6;  // amax / 2^e in [64, 128)
+    if (std::ldexp(amax, -e) > 127.0f) ++e;
+    d.scale = std::ldexp(1.0f, e - 16);
+    int8_t digit[3][kG];
+    for (int k = 0; k < kG; ++k) {
+      const float t = std::ldexp(xg[k], -e);
+      const float d1 = std::nearbyint(t);           // |t| <= 127
+      float r = (t - d1) * 256.0f;                 // exact, in [-128, 128]
+      const float d2 = std::min(std::floor(r), 127.0f);
+      r = (r - d2) * 128.0f;                       // exact, in [0, 128]
+      const float d3 = std::min(std::nearbyint(r), 127.0f);
+      digit[0][k] = static_cast<int8_t>(d1);
+      digit[1][k] = static_cast<int8_t>(d2);
+      digit[2][k] = static_cast<int8_t>(d3);
+    }
+    for (int t = 0; t < 3; ++t) {
+      auto* bytes = reinterpret_cast<int8_t*>(d.q[t]);
+      int32_t sum = 0;
+      for (int k = 0; k < kG; ++k) {
+        bytes[4 * (2 * (k / 8) + k % 2) + (k % 8) / 2] = digit[t][k];
+        sum += digit[t][k];
+      }
+      d.init[t] = -kE2m1Offset * sum;
+    }
+  }
+}
+
+// The three digit sums of a group recombined: (I1 << 15) + (I2 << 7) + I3.
+inline int32_t mx_group_sum(int32_t i1, int32_t i2, int32_t i3) { return i1 * 32768 + i2 * 128 + i3; }
 
 // The view of one call: x rows, the blocks' bytes, and the fp8 scale grid.
 struct Pass {
@@ -48,38 +118,47 @@ struct Pass {
   const uint8_t* w;   // first block of the run
   const float* fp8_scales;  // the whole grid (fp8), or null
   int64_t nb0;        // index of the run's first block (fp8: its scale row)
+  const MxDigits* digits;   // mxfp4: row r0's groups (K / 32 per row)
 };
 
 float fp8_block_scale(const Pass& p, int64_t nb, int64_t kb) {
   return p.fp8_scales[((p.nb0 + nb) * kNB / kFp8Block) * fp8_scale_cols(p.K) + kb];
 }
 
-// ---- AVX-512: R rows x B blocks of 16 outputs, two FMA chains (even and odd k) per output. ----
+// ---- AVX-512 VNNI + VBMI (mxfp4): R rows x B blocks of 16 outputs, three int32 sums per output
+// and group (one per digit), then one float FMA per group. ----
 
 template <int R, int B>
-__attribute__((target("avx512f,avx512bw"))) void mx_avx512(const Pass& p, float* out) {
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) void mx_vnni(const Pass& p, float* out) {
   const int64_t G = p.K / kG, bb = block_bytes(WeightScheme::Mxfp4, p.K);
-  const __m512 table = _mm512_loadu_ps(kE2M1.v);
+  const __m512i table = _mm512_load_si512(kE2M1.v);
   __m512 acc[R][B];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    __m512 te[R][B], to[R][B];
+    __m512i sum[R][B][3];
     for (int r = 0; r < R; ++r)
-      for (int b = 0; b < B; ++b) te[r][b] = to[r][b] = _mm512_setzero_ps();
-    const float* xg = p.x + g * kG;
-    for (int j = 0; j < 4; ++j) {  // 8 k per 32-bit lane: nibble m of lane r is k = 8j + m of row r
-      __m512i v[B];
-      for (int b = 0; b < B; ++b) v[b] = _mm512_loadu_si512(p.w + b * bb + g * kMxChunk + 64 * j);
-#pragma GCC unroll 8
-      for (int m = 0; m < 8; ++m) {
-        __m512 w[B];
-        for (int b = 0; b < B; ++b) w[b] = _mm512_permutexvar_ps(m == 0 ? v[b] : _mm512_srli_epi32(v[b], 4 * m), table);  // low 4 bits index
-        for (int r = 0; r < R; ++r) {
-          const __m512 xk = _mm512_set1_ps(xg[r * p.K + 8 * j + m]);
+      for (int t = 0; t < 3; ++t) {
+        const __m512i init = _mm512_set1_epi32(p.digits[r * G + g].init[t]);
+        for (int b = 0; b < B; ++b) sum[r][b][t] = init;
+      }
+    for (int b = 0; b < B; ++b)
+      for (int line = 0; line < kMxChunk; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p.w + b * bb + g * kMxChunk + kPrefetchBytes + line), _MM_HINT_T0);
+    for (int j = 0; j < 4; ++j) {  // 8 k per 32-bit lane: byte i of lane n holds k = 8j + 2i, 8j + 2i + 1 of row n
+      __m512i lo[B], hi[B];
+      for (int b = 0; b < B; ++b) {
+        const __m512i v = _mm512_loadu_si512(p.w + b * bb + g * kMxChunk + 64 * j);
+        lo[b] = _mm512_permutexvar_epi8(v, table);
+        hi[b] = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), table);
+      }
+      for (int r = 0; r < R; ++r) {
+        const MxDigits& d = p.digits[r * G + g];
+        for (int t = 0; t < 3; ++t) {
+          const __m512i de = _mm512_set1_epi32(d.q[t][2 * j]), dodd = _mm512_set1_epi32(d.q[t][2 * j + 1]);
           for (int b = 0; b < B; ++b) {
-            if (m % 2 == 0) te[r][b] = _mm512_fmadd_ps(w[b], xk, te[r][b]);
-            else to[r][b] = _mm512_fmadd_ps(w[b], xk, to[r][b]);
+            sum[r][b][t] = _mm512_dpbusd_epi32(sum[r][b][t], lo[b], de);
+            sum[r][b][t] = _mm512_dpbusd_epi32(sum[r][b][t], hi[b], dodd);
           }
         }
       }
@@ -87,10 +166,14 @@ __attribute__((target("avx512f,avx512bw"))) void mx_avx512(const Pass& p, float*
     for (int b = 0; b < B; ++b) {
       // 2^(s - 127) as float bits s << 23; s = 0 is the subnormal 2^-127.
       const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.w + b * bb + g * kMxChunk + 256)));
-      const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()),
-                                                 _mm512_set1_epi32(0x00400000));
-      const __m512 scale = _mm512_castsi512_ps(bits);
-      for (int r = 0; r < R; ++r) acc[r][b] = _mm512_fmadd_ps(_mm512_add_ps(te[r][b], to[r][b]), scale, acc[r][b]);
+      const __m512 wscale = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()),
+                                                                      _mm512_set1_epi32(0x00400000)));
+      for (int r = 0; r < R; ++r) {
+        const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum[r][b][0], 15), _mm512_slli_epi32(sum[r][b][1], 7)),
+                                               sum[r][b][2]);
+        const __m512 f = _mm512_mul_ps(wscale, _mm512_set1_ps(p.digits[r * G + g].scale));
+        acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), f, acc[r][b]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -112,6 +195,8 @@ __attribute__((target("avx512f,avx512bw,f16c"))) void fp8_avx512(const Pass& p, 
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k1; k += 2) {
       __m512 we[B], wo[B];
+      if (k % 4 == 0)
+        for (int b = 0; b < B; ++b) _mm_prefetch(reinterpret_cast<const char*>(p.w + b * bb + k * kNB + kPrefetchBytes), _MM_HINT_T0);
       for (int b = 0; b < B; ++b) {
         // Sign-extended, shifted by 7: sign at bit 15, exponent and mantissa in fp16's place, bit 14
         // (a copy of the sign) cleared: the fp16 of e4m3 / 256, subnormals included.
@@ -148,14 +233,20 @@ void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) 
         const uint8_t* wb = p.w + b * bb;
         float acc = 0.0f;
         if (is_mx(sch)) {
-          for (int64_t g = 0; g < p.K / kG; ++g) {
-            float te = 0.0f, to = 0.0f;
+          const int64_t G = p.K / kG;
+          for (int64_t g = 0; g < G; ++g) {
+            const MxDigits& d = p.digits[r * G + g];
+            int32_t sum[3] = {0, 0, 0};
             for (int pr = 0; pr < 16; ++pr) {  // the stored byte of k = 2pr, 2pr + 1: byte pr % 4 of lane n's dword pr / 4
               const uint8_t v = wb[g * kMxChunk + 64 * (pr / 4) + 4 * n + pr % 4];
-              te = std::fma(dequant::e2m1(v & 15), x[g * kG + 2 * pr], te);
-              to = std::fma(dequant::e2m1(v >> 4), x[g * kG + 2 * pr + 1], to);
+              for (int t = 0; t < 3; ++t) {
+                const auto* digit = reinterpret_cast<const int8_t*>(d.q[t]);
+                sum[t] += kE2M1.twice[v & 15] * digit[4 * (2 * (pr / 4)) + pr % 4] +
+                          kE2M1.twice[v >> 4] * digit[4 * (2 * (pr / 4) + 1) + pr % 4];
+              }
             }
-            acc = std::fma(te + to, dequant::e8m0(wb[g * kMxChunk + 256 + n]), acc);
+            const float f = dequant::e8m0(wb[g * kMxChunk + 256 + n]) * d.scale;
+            acc = std::fma(static_cast<float>(mx_group_sum(sum[0], sum[1], sum[2])), f, acc);
           }
         } else {
           for (int64_t k0 = 0, kb = 0; k0 < p.K; k0 += kFp8Block, ++kb) {
@@ -173,11 +264,14 @@ void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) 
 
 template <int R>
 void avx512_rows(WeightScheme s, const Pass& p, int B, float* out) {
-  // Up to 8 outputs' chains in flight: one row takes 4 blocks, more rows 2.
+  // Up to 8 outputs' chains in flight: one row takes 4 blocks, more rows 2 (mxfp4: 1 from 3 rows,
+  // its three int32 sums per output filling the registers).
   if (is_mx(s)) {
-    if (B == 4) return mx_avx512<R, 4>(p, out);
-    if (B == 2) return mx_avx512<R, 2>(p, out);
-    return mx_avx512<R, 1>(p, out);
+    if constexpr (R <= 2) {
+      if (B == 4) return mx_vnni<R, 4>(p, out);
+      if (B == 2) return mx_vnni<R, 2>(p, out);
+    }
+    return mx_vnni<R, 1>(p, out);
   }
   if (B == 4) return fp8_avx512<R, 4>(p, out);
   if (B == 2) return fp8_avx512<R, 2>(p, out);
@@ -194,14 +288,15 @@ void run_blocks(WeightScheme s, const Pass& p, int R, int B, float* out, bool av
   }
 }
 
-// Blocks per kernel call for R rows: 4 for one row (decode), else 2.
-int blocks_per_call(int R) { return R == 1 ? 4 : 2; }
+// Blocks per kernel call for R rows: 4 for one row (decode), else 2 (mxfp4: 1 from 3 rows).
+int blocks_per_call(WeightScheme s, int R) { return R == 1 || is_mx(s) ? 1 : 2; }
 
 }  // namespace
 
-bool native_kernel_supported(NativeKernel k) {
+bool native_kernel_supported(WeightScheme s, NativeKernel k) {
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
-  return k == NativeKernel::Avx512 ? avx512 : true;
+  static const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+  return k == NativeKernel::Avx512 ? (is_mx(s) ? vnni : avx512) : true;
 }
 
 const char* native_kernel_name(NativeKernel k) {
@@ -271,12 +366,21 @@ int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint
 
 void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t N, const uint8_t* w, float* y, NativeKernel kernel) {
   if (!is_native_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "native_matmul: not an mxfp4/fp8-block matrix of whole groups of 32");
-  if (kernel == NativeKernel::Auto) kernel = native_kernel_supported(NativeKernel::Avx512) ? NativeKernel::Avx512 : NativeKernel::Portable;
-  if (!native_kernel_supported(kernel)) fail(ErrorKind::Internal, "native_matmul: this CPU has no ", native_kernel_name(kernel), " kernel");
+  if (kernel == NativeKernel::Auto) kernel = native_kernel_supported(s, NativeKernel::Avx512) ? NativeKernel::Avx512 : NativeKernel::Portable;
+  if (!native_kernel_supported(s, kernel)) fail(ErrorKind::Internal, "native_matmul: this CPU has no ", native_kernel_name(kernel), " kernel");
   if (M == 0) return;
   const bool avx512 = kernel == NativeKernel::Avx512;
   const int64_t nblocks = ceil_div(N, kNB), bb = block_bytes(s, K);
   const float* fp8_scales = is_mx(s) ? nullptr : reinterpret_cast<const float*>(w + nblocks * bb);
+  // mxfp4: the activations' digits, once per call (each thread's buffer, reused across calls).
+  thread_local std::vector<MxDigits> digits;
+  if (is_mx(s)) {
+    digits.resize(static_cast<std::size_t>(M * (K / kG)));
+    MxDigits* dst = digits.data();
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && M >= 16)
+    for (int64_t m = 0; m < M; ++m) mx_digits(x + m * K, K, dst + m * (K / kG));
+  }
+  const MxDigits* dg = digits.data();
   // Runs of 4 blocks (64 outputs) per iteration, 2 or 1 where there are too few to share.
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t run = nblocks >= 8 * threads ? 4 : nblocks >= 2 * threads ? 2 : 1;
@@ -287,9 +391,9 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
     for (int64_t r0 = 0; r0 < M; r0 += kMaxRows) {
       const int R = static_cast<int>(std::min<int64_t>(kMaxRows, M - r0));
       for (int64_t b0 = 0; b0 < blocks;) {
-        const int B = static_cast<int>(std::min<int64_t>(blocks_per_call(R), blocks - b0));
+        const int B = static_cast<int>(std::min<int64_t>(blocks_per_call(s, R), blocks - b0));
         const int Bk = B == 3 ? 2 : B;  // kernels come in 1, 2 and 4 blocks
-        const Pass p{x + r0 * K, K, w + (nb0 + b0) * bb, fp8_scales, nb0 + b0};
+        const Pass p{x + r0 * K, K, w + (nb0 + b0) * bb, fp8_scales, nb0 + b0, is_mx(s) ? dg + r0 * (K / kG) : nullptr};
         run_blocks(s, p, R, Bk, out, avx512);
         const int64_t n0 = (nb0 + b0) * kNB, width = std::min<int64_t>(Bk * kNB, N - n0);
         for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * Bk * kNB, static_cast<std::size_t>(width) * 4);

@@ -1,13 +1,16 @@
 // Matmul on the native quantized forms (mxfp4, fp8-block; base/native_quant.hpp) with float32
-// activations: the weights are dequantized in registers, exactly, and multiplied in float32, so the
-// result is transformers' dequantized matmul up to the order of the sums (int8 activations, as q8/q4
-// use, would be ~1e-2 off). Each output is one lane's fixed sequence of FMAs whatever the row count,
-// tile or kernel, so the AVX-512 and portable kernels give the same bits, and a row gives the same
-// bits alone or in a batch:
-//   mxfp4:     per group of 32 k: t = 0; t = fma(e2m1(k), x[k], t) in k order; acc = fma(t, 2^(s-127), acc)
+// activations, the weights decoded exactly in registers. Each output is one lane's fixed sequence of
+// operations whatever the row count, tile or kernel, so the AVX-512 and portable kernels give the
+// same bits, and a row gives the same bits alone or in a batch:
+//   mxfp4:     each row's group of 32 x as three int8 digits on a power-of-two scale s (24 bits
+//              below the group's largest |x|, error <= s 2^-15 per element); per group three exact
+//              integer dot products with 2 e2m1 (vpdpbusd), combined exactly in an int32 T; then
+//              acc = fma(float(T), 2^(e8m0 - 127) * s 2^-16, acc). As accurate as float32 sums of the
+//              products (the test's bound), at a third of the instructions of decoding each nibble to
+//              a float32 lane.
 //   fp8-block: per 128 k: t = 0; t = fma(e4m3(k) / 256, x[k], t) in k order; acc = fma(t, scale * 256, acc)
-// (e4m3 / 256 is what the fp16 widening gives; it and scale * 256 are exact, so each product is
-// e4m3 * scale * x as the reference has it.)
+//              (e4m3 / 256 is what the fp16 widening gives; it and scale * 256 are exact, so each
+//              product is e4m3 * scale * x as the reference has it).
 #pragma once
 #include <cstdint>
 
@@ -36,9 +39,9 @@ int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint
 enum class NativeKernel {
   Auto,      // AVX-512 where the CPU has it, else Portable
   Portable,
-  Avx512,    // AVX-512F, BW (and F16C)
+  Avx512,    // mxfp4: AVX-512F, BW, VNNI and VBMI (Ice Lake, Sapphire Rapids, Zen 4); fp8: F, BW and F16C
 };
-bool native_kernel_supported(NativeKernel k);
+bool native_kernel_supported(WeightScheme s, NativeKernel k);
 const char* native_kernel_name(NativeKernel k);
 
 // y[M, N] = x[M, K] · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already

@@ -151,7 +151,7 @@ void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vect
     row.scheme = sch;
     row.m = M;
     row.matrices = count;
-    row.kernel = is_native_quantized(sch) ? native_kernel_name(native_kernel_supported(NativeKernel::Avx512) ? NativeKernel::Avx512
+    row.kernel = is_native_quantized(sch) ? native_kernel_name(native_kernel_supported(sch, NativeKernel::Avx512) ? NativeKernel::Avx512
                                                                                                           : NativeKernel::Portable)
                                           : quant_kernel_name(quant_kernel_for(M));
     row.moerun_first_extra_s = std::max(0.0, (t1 - t0) - (now() - t1));

@@ -195,6 +195,22 @@ std::vector<float> reference(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
+// mxfp4's bound on what representing x by its digits costs: Σ_k |w[k]| s_g 2^-15, s_g the least power
+// of two with max|x| over the group <= 127 s_g.
+std::vector<double> digit_error_bound(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N) {
+  std::vector<double> bound(static_cast<std::size_t>(M * N), 0.0);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < K / 32; ++g) {
+      double amax = 0;
+      for (int64_t k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(static_cast<double>(x[m * K + g * 32 + k])));
+      double sg = std::ldexp(1.0, -160);
+      while (amax > 127 * sg) sg *= 2;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < 32; ++k) bound[m * N + n] += std::fabs(static_cast<double>(w[n * K + g * 32 + k])) * sg * 0x1p-15;
+    }
+  return bound;
+}
+
 class NativeMatmul : public ::testing::TestWithParam<WeightScheme> {};
 
 TEST_P(NativeMatmul, MatchesFp64OfTheDequantizedWeightsAtOddShapes) {
@@ -206,14 +222,16 @@ TEST_P(NativeMatmul, MatchesFp64OfTheDequantizedWeightsAtOddShapes) {
     const auto ref = reference(x, w.dequantized, M, K, N, &abs_sum);
     std::vector<float> y(static_cast<std::size_t>(M * N), NAN), yp(y.size(), NAN);
     native_matmul(s, x.data(), M, K, N, w.blocked.data(), yp.data(), NativeKernel::Portable);
+    const auto digits = s == WeightScheme::Mxfp4 ? digit_error_bound(x, w.dequantized, M, K, N) : std::vector<double>(y.size(), 0.0);
     for (std::size_t i = 0; i < y.size(); ++i)
-      // float32 sums of K products: a few ulps of Σ|x w| (the rounding bound, not a fitted tolerance)
-      ASSERT_LE(std::fabs(yp[i] - ref[i]), 1e-6 * abs_sum[i] + 1e-30) << M << "x" << K << "x" << N << " at " << i;
-    if (!native_kernel_supported(NativeKernel::Avx512)) continue;
+      // float32 sums of K products: a few ulps of Σ|x w| (the rounding bound, not a fitted tolerance);
+      // mxfp4 adds its activations' digits: at most s 2^-15 off per x, s the group's power of two
+      ASSERT_LE(std::fabs(yp[i] - ref[i]), 1e-6 * abs_sum[i] + digits[i] + 1e-30) << M << "x" << K << "x" << N << " at " << i;
+    if (!native_kernel_supported(s, NativeKernel::Avx512)) continue;
     native_matmul(s, x.data(), M, K, N, w.blocked.data(), y.data(), NativeKernel::Avx512);
     ASSERT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4)) << "AVX-512 and portable differ at " << M << "x" << K << "x" << N;
   }
-  if (!native_kernel_supported(NativeKernel::Avx512)) GTEST_SKIP() << "portable kernel checked; this CPU has no AVX-512 to compare";
+  if (!native_kernel_supported(s, NativeKernel::Avx512)) GTEST_SKIP() << "portable kernel checked; this CPU has no AVX-512 to compare";
 }
 
 TEST_P(NativeMatmul, ARowGivesTheSameBitsAloneAsInABatch) {
@@ -227,6 +245,49 @@ TEST_P(NativeMatmul, ARowGivesTheSameBitsAloneAsInABatch) {
     std::vector<float> one(static_cast<std::size_t>(N));
     native_matmul(s, x.data() + m * K, 1, K, N, w.blocked.data(), one.data());
     ASSERT_EQ(0, std::memcmp(one.data(), all.data() + m * N, N * 4)) << "row " << m;
+  }
+}
+
+// mxfp4's activation digits at their edges: x / s exactly halfway between integers (the second
+// digit clamped at 127, the third at 127), groups whose values span 12 decades, a group of zeros,
+// and subnormal x: within the digits' bound of fp64, and both kernels the same bits.
+TEST(NativeMatmulMxfp4, DigitsKeepTheirBoundAtTiesWideRangesAndZeros) {
+  const int64_t M = 3, K = 128, N = 40;
+  const NativeMatrix w = make_native(WeightScheme::Mxfp4, N, K, 21);
+  std::vector<float> x(static_cast<std::size_t>(M * K));
+  for (int64_t k = 0; k < K; ++k) {
+    x[k] = k % 32 == 0 ? 127.0f : static_cast<float>(k % 7) - 2.5f;  // s = 1: every other value a tie
+    x[K + k] = k % 32 == 5 ? 1e3f : std::ldexp(1.0f, -static_cast<int>(k % 40)) * (k % 2 ? -1.0f : 1.0f);
+    x[2 * K + k] = k < 32 ? 0.0f : k < 64 ? std::ldexp(1.0f, -140) * static_cast<float>(k) : std::sin(static_cast<float>(k));
+  }
+  std::vector<double> abs_sum;
+  const auto ref = reference(x, w.dequantized, M, K, N, &abs_sum);
+  const auto bound = digit_error_bound(x, w.dequantized, M, K, N);
+  std::vector<float> yp(static_cast<std::size_t>(M * N)), y(yp.size());
+  native_matmul(WeightScheme::Mxfp4, x.data(), M, K, N, w.blocked.data(), yp.data(), NativeKernel::Portable);
+  for (std::size_t i = 0; i < yp.size(); ++i) ASSERT_LE(std::fabs(yp[i] - ref[i]), 1e-6 * abs_sum[i] + bound[i] + 1e-38) << i;
+  if (!native_kernel_supported(WeightScheme::Mxfp4, NativeKernel::Avx512)) GTEST_SKIP() << "portable kernel checked; no AVX-512 VNNI/VBMI here";
+  native_matmul(WeightScheme::Mxfp4, x.data(), M, K, N, w.blocked.data(), y.data(), NativeKernel::Avx512);
+  EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4));
+}
+
+// A NaN or Inf activation makes its row's outputs NaN (as float32 sums would give NaN or Inf), and
+// leaves the other rows alone.
+TEST(NativeMatmulMxfp4, NonFiniteActivationsGiveNaNRowsOnly) {
+  const int64_t M = 3, K = 64, N = 20;
+  const NativeMatrix w = make_native(WeightScheme::Mxfp4, N, K, 22);
+  auto x = random_matrix(M, K, 23);
+  x[40] = NAN;
+  x[2 * K + 3] = INFINITY;
+  for (NativeKernel kernel : {NativeKernel::Portable, NativeKernel::Avx512}) {
+    if (!native_kernel_supported(WeightScheme::Mxfp4, kernel)) continue;
+    std::vector<float> y(static_cast<std::size_t>(M * N));
+    native_matmul(WeightScheme::Mxfp4, x.data(), M, K, N, w.blocked.data(), y.data(), kernel);
+    for (int64_t n = 0; n < N; ++n) {
+      EXPECT_TRUE(std::isnan(y[n])) << n;
+      EXPECT_TRUE(std::isfinite(y[N + n])) << n;
+      EXPECT_TRUE(std::isnan(y[2 * N + n])) << n;
+    }
   }
 }
 
