@@ -3,12 +3,15 @@
 // PyTorch layout are described as memory tag "ba" on logical [K, N], so plain weights are never copied.
 #include "base/matmul.hpp"
 
+#include "base/quant_matmul.hpp"
+
 #include <dnnl.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/small_m_matmul.hpp"
@@ -87,6 +90,7 @@ struct Matmul::Impl {
   // One layout object per (K, N, dtype), shared by every matrix packed alike (one cache entry).
   std::unordered_map<ShapeKey, std::shared_ptr<const PackedLayout>, ShapeKeyHash> layouts;
   AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out;
+  QuantizedRows xq;  // x quantized for q8/q4 weights
   bool hand_kernels = true;
 
   static int64_t pad_chunk(int64_t m) {
@@ -237,10 +241,16 @@ int64_t Matmul::padded_rows(int64_t M) {
 
 void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DType y_dtype, Epilogue ep,
                   const float* other, int64_t rows_capacity) {
+  if (W.scheme != WeightScheme::Plain) fail(ErrorKind::Internal, "Matmul::gemm: a q8/q4 matrix goes through linear()");
   impl_->run_chunked(x, M, W, y, y_dtype, ep, other, rows_capacity);
 }
 
 void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) {
+  if (is_group_quantized(W.scheme)) {
+    quantize_activations(x, M, W.cols, impl_->xq);
+    quant_matmul(W.scheme, impl_->xq, W.rows, W.data.as<uint8_t>(), y);
+    return;
+  }
   if (W.dtype == DType::F32) {
     impl_->run(x, M, W, y, DType::F32, Epilogue::None, nullptr);
     return;
@@ -249,6 +259,25 @@ void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) 
   impl_->x_bf16.resize(n * 2);
   f32_to_bf16(x, impl_->x_bf16.as<uint16_t>(), n);
   impl_->run_chunked(impl_->x_bf16.data(), M, W, y, DType::F32, Epilogue::None, nullptr, 0);
+}
+
+void Matmul::quantize(WeightMatrix& W, WeightScheme s) {
+  if (!is_group_quantized(s) || W.scheme != WeightScheme::Plain || W.packed || W.cols % kQuantGroup != 0)
+    fail(ErrorKind::Internal, "Matmul::quantize: needs a plain row-major matrix of whole groups of 32 columns");
+  // Row by row through float32, so the extra memory is the quantized bytes, not a float32 copy.
+  const int64_t rows = W.rows, cols = W.cols;
+  std::vector<uint8_t> q(static_cast<std::size_t>(rows * quant_row_bytes(s, cols)));
+  std::vector<uint16_t> scales(static_cast<std::size_t>(rows * quant_row_scales(s, cols)));
+  std::vector<float> row(static_cast<std::size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (W.dtype == DType::F32) std::memcpy(row.data(), W.data.as<float>() + r * cols, static_cast<std::size_t>(cols) * 4);
+    else bf16_to_f32(W.data.as<uint16_t>() + r * cols, row.data(), static_cast<std::size_t>(cols));
+    quantize_rows(s, row.data(), 1, cols, q.data() + r * quant_row_bytes(s, cols), scales.data() + r * quant_row_scales(s, cols));
+  }
+  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, rows, cols)));
+  quant_pack(s, q.data(), scales.data(), rows, cols, blocked.as<uint8_t>());
+  W.data = std::move(blocked);
+  W.scheme = s;
 }
 
 std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
@@ -309,7 +338,7 @@ std::string Matmul::packed_layout_name(DType t, int64_t rows, int64_t cols, int6
 }
 
 void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
-  if (W.packed) return;
+  if (W.packed || W.scheme != WeightScheme::Plain) return;  // q8/q4: quant_matmul's form already
   if (!layout_for(W.dtype, W.rows, W.cols, typical_rows)) return;
   const AlignedBuffer plain = std::move(W.data);
   W.data = AlignedBuffer();

@@ -65,7 +65,8 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
-  // y[M, W.rows] = x[M, W.cols] · Wᵀ. x is float32; for bf16 weights it is rounded to bf16 first.
+  // y[M, W.rows] = x[M, W.cols] · Wᵀ. x is float32; for bf16 weights it is rounded to bf16 first,
+  // for q8/q4 weights quantized per row and group of 32 (base/quant_matmul).
   void linear(const float* x, int64_t M, const WeightMatrix& W, float* y);
 
   // The general form. x is in W's dtype (float32, or bf16 bits for bf16 weights); y is float32 or
@@ -83,6 +84,9 @@ class Matmul {
   // remainder separately, so rows split at multiples of it give the same bits (replicas, issue 27).
   static constexpr int64_t kRowChunk = 512;
 
+  // Replaces a plain row-major W (float32 or bf16, columns a multiple of 32) by its q8/q4
+  // quantization (base/quant_format) in quant_matmul's blocked form; linear() then runs quant_matmul.
+  void quantize(WeightMatrix& W, WeightScheme s);
   // Reorders W in place into the blocked layout oneDNN prefers for GEMMs of about `typical_rows`
   // rows (for bf16 on AMX this avoids re-blocking the weights on every call). Call after the
   // checksum was verified; a no-op if the preferred layout is the plain one.

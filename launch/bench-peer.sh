@@ -7,7 +7,8 @@
 # total tokens/s (min / median / max over the runs) and the ratio of the medians.
 #
 # Usage: launch/bench-peer.sh [--dtypes float32,bfloat16 or q8,q4] [--batches 1,8,32] [--runs 3] [--threads 2]
-#                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe]
+#                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe] [--moerun-dense none|q8|q4]
+# --moerun-dense q8|q4: moerun quantizes its LM head and attention at load (--quantize-dense), as llama.cpp's types do.
 # --shape qwen3_moe: 128 experts of width 384, top-8, per-head q/k norms (Qwen3-30B-A3B at half width).
 # --dtypes q8,q4: moerun's quantized experts against llama-quantize's Q8_0, Q4_K_M and Q4_0 of the same float32
 # model, plus KL divergence against bf16 from both tools (peer-quant.{json,txt}).
@@ -19,7 +20,7 @@ BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
 LLAMA_CPP_PYTHON=0.3.36  # llama-cpp-python release whose vendored llama.cpp is the peer
 ARGS=("$@")
-for a in "$@"; do [ "$a" = -h ] || [ "$a" = --help ] && { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }; done
+for a in "$@"; do [ "$a" = -h ] || [ "$a" = --help ] && { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }; done
 
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 python3-numpy python3-h5py curl ca-certificates clang

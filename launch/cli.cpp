@@ -71,6 +71,13 @@ void CacheOptions::finish(runtime::EngineConfig& c) const {
   with_option_names([&] { c.cache.validate(); });
 }
 
+WeightScheme parse_dense_quantization(const std::string& name) {
+  if (name == "q8") return WeightScheme::Q8;
+  if (name == "q4") return WeightScheme::Q4;
+  if (name != "none") fail(ErrorKind::Usage, "--quantize-dense must be none, q8 or q4, not \"", name, "\"");
+  return WeightScheme::Plain;
+}
+
 void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
   o.add_options()
     ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
@@ -91,7 +98,8 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
     ("mla-attention", po::value(&mla_attention)->default_value(mla_attention),
      "MLA models (DeepSeek): absorbed (attend to the compressed cache), expanded (per-head keys and values), or auto "
-     "(expanded for chunks of 32 tokens or more)");
+     "(expanded for chunks of 32 tokens or more)")
+    ("quantize-dense", po::value(&quantize_dense)->default_value(quantize_dense), kQuantizeDenseHelp);
   cache.add(o, c);
   object_store.add(o);
 }
@@ -102,6 +110,7 @@ Environment EngineOptions::finish(runtime::EngineConfig& c) const {
     c.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
     c.mla_attention = runtime::parse_mla_mode(mla_attention);
   });
+  c.dense_scheme = parse_dense_quantization(quantize_dense);
   c.placement_file = placement == "round-robin" ? "" : placement;
   cache.finish(c);
   c.s3 = object_store.finish();

@@ -49,10 +49,17 @@ struct ObjectStoreOptions {
 // `c` with the endpoint, region and credentials of the AWS_* variables.
 io::S3Config s3_from_environment(io::S3Config c);
 
+// --quantize-dense (infer, perplexity, bench infer): "none", "q8" or "q4" as the scheme the routers
+// quantize the LM head and attention projections to (Plain for none); a Usage error otherwise.
+WeightScheme parse_dense_quantization(const std::string& name);
+inline constexpr const char* kQuantizeDenseHelp =
+    "none, q8 or q4: quantize the LM head and the attention projections at load (as the experts' q8/q4; MLA's stay as "
+    "stored): decode reads fewer bytes per token, logits move by about int8's error";
+
 // The engine's options (infer, perplexity): its layout, exchange, device, the expert cache and the
 // object store. finish() parses the named values and applies the environment (launch/environment).
 struct EngineOptions {
-  std::string device = "cpu", placement = "round-robin", a2a = "mpi", mla_attention = "auto";
+  std::string device = "cpu", placement = "round-robin", a2a = "mpi", mla_attention = "auto", quantize_dense = "none";
   CacheOptions cache;
   ObjectStoreOptions object_store;
   void add(po::options_description& o, runtime::EngineConfig& c);

@@ -166,7 +166,7 @@ int bench_infer(int argc, char** argv) {
   int runs = 3;
   double l1_fraction = 0.25;
   std::string l1_budget_of;
-  std::string l2_io = "direct", device = "cpu", a2a = "mpi";
+  std::string l2_io = "direct", device = "cpu", a2a = "mpi", quantize_dense = "none";
   po::options_description o("bench infer options");
   model_options.add(o, m);
   o.add_options()
@@ -180,6 +180,7 @@ int bench_infer(int argc, char** argv) {
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu or cuda")
     ("work-dir", po::value(&c.work_dir), "keep the model and files here (default: a temp dir, removed)")
     ("a2a", po::value(&a2a)->default_value(a2a), "exchange: mpi or hier (auto: a deprecated name for mpi)")
+    ("quantize-dense", po::value(&quantize_dense)->default_value(quantize_dense), kQuantizeDenseHelp)
     ("comm-timeout", po::value(&c.engine.comm_timeout_s)->default_value(c.engine.comm_timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write the results as JSON")
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
@@ -205,6 +206,7 @@ int bench_infer(int argc, char** argv) {
     c.engine.device = experts::parse_device(device);
     c.engine.a2a = comm::parse_a2a(a2a == "auto" ? "mpi" : a2a);
   });
+  c.engine.dense_scheme = parse_dense_quantization(quantize_dense);
   apply_environment(Environment::read(), c.engine);
   c.engine.option_name = option_name;
   c.baseline = !no_baseline;

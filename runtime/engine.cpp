@@ -157,7 +157,7 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
   if (is_router()) {
     dense_ = io::load_dense_weights(*location_);
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
-    pack_dense_weights(mm_, *dense_);
+    pack_dense_weights(mm_, *dense_, cfg_.dense_scheme);
   }
   if (topo_.is_expert(rank_)) {
     build_store(rank_);
@@ -184,6 +184,8 @@ void Engine::load(const std::function<void()>& before_weights) {
                       static_cast<uint64_t>(distributed() ? comm::allreduce_max(lo, world_) : lo));
     }
     parts.push_back(routing_fingerprint(cfg_.router));
+    // Quantized dense matrices change the results (a part only when set: older journals still resume).
+    if (cfg_.dense_scheme != WeightScheme::Plain) parts.push_back(static_cast<uint64_t>(cfg_.dense_scheme));
     run_fingerprint_ = combine_fingerprints(parts);
   }
   if (rank_ == 0 && !cfg_.quiet) {

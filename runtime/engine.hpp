@@ -62,6 +62,9 @@ struct EngineConfig {
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
   MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
+  // --quantize-dense: the LM head and the attention projections as q8/q4 on the routers, quantized
+  // at load (runtime/model_forward's pack_dense_weights); Plain keeps the model's dtype.
+  WeightScheme dense_scheme = WeightScheme::Plain;
   // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's
   // max_batch_tokens; 0: grown on first use): the first large step would otherwise fault in 100 MB
   // of fresh pages one by one (with launch's keep_freed_memory, a cold 1024-token Qwen3-shaped

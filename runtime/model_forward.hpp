@@ -70,8 +70,10 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
 // Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
 // weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
-// weights were fingerprinted.
-void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
+// weights were fingerprinted. `quantized` q8/q4: the LM head and multi-head attention's
+// projections are quantized instead (--quantize-dense; matrices whose columns are not whole groups
+// of 32 stay as they are).
+void pack_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme quantized = WeightScheme::Plain);
 
 class ModelForward {
  public:

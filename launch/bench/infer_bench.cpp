@@ -135,13 +135,16 @@ BenchDir::~BenchDir() {
   if (owned_) std::filesystem::remove_all(dir_, ec);
 }
 
-double decode_weight_bytes_per_token(const io::ModelConfig& m) {
-  const double es = static_cast<double>(dtype_size(m.dtype));
+double decode_weight_bytes_per_token(const io::ModelConfig& m, WeightScheme dense) {
+  // Attention and LM head in the model's dtype, or per --quantize-dense (values + fp16 scales per 32).
+  const double es = dense == WeightScheme::Plain
+                        ? static_cast<double>(dtype_size(m.dtype))
+                        : static_cast<double>(quant_row_bytes(dense, kQuantGroup) + 2 * quant_row_scales(dense, kQuantGroup)) / kQuantGroup;
   const double d = static_cast<double>(m.hidden_size), q = static_cast<double>(m.num_heads * m.head_dim),
                kv = static_cast<double>(m.num_kv_heads * m.head_dim);
   const double per_layer = es * (2 * q * d + 2 * kv * d) + 4.0 * static_cast<double>(m.num_experts) * d +
                            static_cast<double>(m.top_k) * static_cast<double>(m.bytes_per_expert()) +
-                           es * 3.0 * static_cast<double>(m.shared_expert_intermediate_size) * d;
+                           static_cast<double>(dtype_size(m.dtype)) * 3.0 * static_cast<double>(m.shared_expert_intermediate_size) * d;
   return static_cast<double>(m.num_layers) * per_layer + es * static_cast<double>(m.vocab_size) * d;
 }
 
@@ -168,7 +171,7 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   r.tokens_per_s = tokens_per_second(r.distributed);
   if (comm::size_of(world) == 1 && cfg.batch == 1 && r.distributed.run.decode_seconds > 0) {
     r.copy_gbps = stream_copy_gbps(omp_get_max_threads());
-    r.decode_weight_bytes_per_step = decode_weight_bytes_per_token(cfg.model.model);
+    r.decode_weight_bytes_per_step = decode_weight_bytes_per_token(cfg.model.model, cfg.engine.dense_scheme);
     r.decode_stream_gbps = r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.run.decode_tokens) /
                            r.distributed.run.decode_seconds / 1e9;
   }

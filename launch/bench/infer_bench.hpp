@@ -79,7 +79,7 @@ struct InferBenchResult {
 
 // Bytes of weights one decode step of a single sequence reads (dense matrices, LM head, gates,
 // top_k experts per layer).
-double decode_weight_bytes_per_token(const io::ModelConfig& m);
+double decode_weight_bytes_per_token(const io::ModelConfig& m, WeightScheme dense = WeightScheme::Plain);
 // Copy bandwidth (read + write bytes per second) of `threads` OpenMP threads over 256 MiB arrays.
 double stream_copy_gbps(int threads);
 

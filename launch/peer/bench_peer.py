@@ -62,7 +62,11 @@ def main():
     a.add_argument("--prompt", type=int, default=128)
     a.add_argument("--new", type=int, default=128)
     a.add_argument("--shape", default="mixtral", choices=sorted(SHAPES))
+    # moerun's LM head and attention projections: as stored (bf16), or quantized at load as
+    # llama.cpp's types quantize theirs (Q8_0: all Q8_0; Q4_K_M: Q4_K with Q6_K head and some V).
+    a.add_argument("--moerun-dense", default="none", choices=["none", "q8", "q4"])
     o = a.parse_args()
+    o.dense_args = ["--quantize-dense", o.moerun_dense]
     MODEL = SHAPES[o.shape]
     os.makedirs(o.work, exist_ok=True)
     os.makedirs(o.out, exist_ok=True)
@@ -106,7 +110,7 @@ def main():
         with open(reqs, "w") as f:
             for i, p in enumerate(prompts):
                 f.write(json.dumps({"id": f"c{i}", "prompt_tokens": p, "max_new_tokens": 24}) + "\n")
-        sh([o.moerun, "infer", "--model", model, "--input", reqs, "--output", reqs + ".out", "--quiet"], env=env)
+        sh([o.moerun, "infer", "--model", model, "--input", reqs, "--output", reqs + ".out", "--quiet"] + o.dense_args, env=env)
         ours = [json.loads(l)["output_tokens"] for l in open(reqs + ".out")]
         peer_in = "".join(f"c{i} 24 {' '.join(map(str, p))}\n" for i, p in enumerate(prompts))
         r = sh([os.path.join(o.peer_bin, "llama_greedy"), gguf, str(o.threads)], input=peer_in)
@@ -125,7 +129,7 @@ def main():
             for n in batches:
                 stats = os.path.join(o.work, "stats.json")
                 sh([o.moerun, "infer", "--model", model, "--input", os.path.join(o.work, f"bench-{n}.jsonl"), "--output",
-                    os.path.join(o.work, "bench.out"), "--stats-json", stats, "--quiet", "--max-batch-size", str(n)], env=env)
+                    os.path.join(o.work, "bench.out"), "--stats-json", stats, "--quiet", "--max-batch-size", str(n)] + o.dense_args, env=env)
                 t = json.load(open(stats))["throughput"]
                 results.append({"dtype": dt, "n": n, "run": run, "who": "moerun",
                                 "prefill": t["prefill_tokens"] / t["prefill_seconds"],
@@ -146,12 +150,13 @@ def main():
         # Weight streaming at N=1 against this machine's copy bandwidth (moerun bench infer measures both).
         js = os.path.join(o.work, "stream.json")
         sh([o.moerun, "bench", "infer", "--batch", "1", "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
-            "--no-baseline", "--json", js, "--dtype", dt] + MODEL, env=env)
+            "--no-baseline", "--json", js, "--dtype", dt] + MODEL + o.dense_args, env=env)
         m = json.load(open(js))
         streams[dt] = (m.get("decode_stream_fraction", 0.0), m.get("copy_gbps", 0.0), m.get("decode_stream_gbps", 0.0))
     quality = measure_quality(o, env, synth, to_gguf, peers) if any(dt in QUANT_PEERS for dt in peers) else []
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build), {o.shape}-shaped model: {o.threads} threads, prompt {o.prompt}, "
-             f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max",
+             f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max"
+             + ("" if o.moerun_dense == "none" else f"; moerun's LM head and attention quantized to {o.moerun_dense} (--quantize-dense)"),
              f"#{'dtype':>9} {'N':>3} {'who':>18} {'prefill':>23} {'decode':>23} {'total':>23}"]
     ratios = []
     for dt in o.dtypes.split(","):
@@ -182,7 +187,8 @@ def main():
                  f"(lowest {worst:.2f}); prefill >= {target}x: {'yes' if min(r['prefill'] for r in bars) >= target else 'no'}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
-    name = ("peer" if o.shape == "mixtral" else f"peer-{o.shape}") + ("-quant" if quality else "")
+    name = ("peer" if o.shape == "mixtral" else f"peer-{o.shape}") + ("-quant" if quality else "") + \
+        ("" if o.moerun_dense == "none" else f"-dense-{o.moerun_dense}")
     open(os.path.join(o.out, name + ".txt"), "w").write(text)
     json.dump({"results": results, "ratios": ratios, "greedy_equal": checks, "quality": quality, "args": vars(o)},
               open(os.path.join(o.out, name + ".json"), "w"), indent=1)
@@ -218,10 +224,11 @@ def measure_quality(o, env, synth, to_gguf, peers):
         if dt not in QUANT_PEERS:
             continue
         js = os.path.join(o.work, f"quality-{dt}.json")
-        sh([o.moerun, "perplexity", "--model", synth(dt), "--kl-base", base_h5, "--json", js] + ctx, env=env)
+        sh([o.moerun, "perplexity", "--model", synth(dt), "--kl-base", base_h5, "--json", js] + ctx + o.dense_args, env=env)
         k = json.load(open(js))["kl_divergence"]
         entry = {"dtype": dt, "tokens": k["tokens"], "moerun": {"kl_mean": k["mean"], "top1": k["top1_agreement"]}}
-        parts = [f"moerun {dt} KL {k['mean']:.5f} top-1 {100 * k['top1_agreement']:.2f}%"]
+        label = dt if o.moerun_dense == "none" else f"{dt} (dense {o.moerun_dense})"
+        parts = [f"moerun {label} KL {k['mean']:.5f} top-1 {100 * k['top1_agreement']:.2f}%"]
         # Also llama.cpp with only the experts quantized (dense layers bf16, as moerun's): equal bits
         # where the two differ, and what its own types lose in the dense layers.
         f32 = to_gguf(synth("float32"))

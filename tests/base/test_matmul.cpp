@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "base/matmul.hpp"
+#include "base/quant_matmul.hpp"
 #include "base/small_m_matmul.hpp"
 #include "tests/test_support.hpp"
 
@@ -57,6 +59,41 @@ TEST_P(MatmulTest, LinearMatchesFp64) {
 INSTANTIATE_TEST_SUITE_P(Shapes, MatmulTest,
                          ::testing::Combine(::testing::Values(DType::F32, DType::BF16), ::testing::Bool(),
                                             ::testing::Values<int64_t>(1, 7, 53, 244, 600)));
+
+// Matmul::quantize (--quantize-dense): linear() on the quantized matrix gives exactly quant_matmul's
+// bits on quantize_rows of the same weights (bf16 rounded to float32 first), pack() leaves it alone,
+// and gemm() refuses it.
+TEST(Matmul, QuantizedWeightsRunQuantMatmulBitForBit) {
+  const int64_t M = 5, K = 96, N = 40;
+  const auto x = randv(static_cast<std::size_t>(M * K), 3), w = randv(static_cast<std::size_t>(N * K), 4);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4}) {
+      Matmul mm;
+      WeightMatrix W = make_weight(w, N, K, dt);
+      std::vector<float> wf(w.size());
+      if (dt == DType::BF16) bf16_to_f32(W.data.as<uint16_t>(), wf.data(), wf.size());
+      else wf = w;
+      mm.quantize(W, s);
+      mm.pack(W, 32);
+      EXPECT_EQ(W.scheme, s);
+      std::vector<uint8_t> q(static_cast<std::size_t>(N * quant_row_bytes(s, K)));
+      std::vector<uint16_t> sc(static_cast<std::size_t>(N * quant_row_scales(s, K)));
+      quantize_rows(s, wf.data(), N, K, q.data(), sc.data());
+      AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+      quant_pack(s, q.data(), sc.data(), N, K, blocked.as<uint8_t>());
+      ASSERT_EQ(W.data.size(), blocked.size());
+      EXPECT_EQ(0, std::memcmp(W.data.data(), blocked.data(), blocked.size()));
+      QuantizedRows xq;
+      quantize_activations(x.data(), M, K, xq);
+      std::vector<float> want(static_cast<std::size_t>(M * N)), got(want.size());
+      quant_matmul(s, xq, N, blocked.as<uint8_t>(), want.data());
+      mm.linear(x.data(), M, W, got.data());
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << dtype_name(dt);
+      // And close to the float64 product of the unquantized weights (int8 activations and q4 weights: ~1e-1 at worst).
+      expect_close(got, reference(x, wf, M, K, N, false), s == WeightScheme::Q8 ? 2e-2 : 1.5e-1);
+      EXPECT_NE(moerun::testing::error_of([&] { mm.gemm(x.data(), M, W, got.data(), DType::F32); }, ErrorKind::Internal), "");
+    }
+}
 
 TEST(Matmul, PaddedRowsAreGoodBlockings) {
   EXPECT_EQ(Matmul::padded_rows(1), 1);

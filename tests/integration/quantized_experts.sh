@@ -2,8 +2,8 @@
 # Quantized experts end to end (issue 25): synth and convert write q8, q4, mxfp4 and fp8-block,
 # inspect counts their bytes, one process and np 4 give the same tokens, a 25% L1 with an L2 on
 # disk gives the all-resident run's tokens (and a second run reads the packed form back from L2),
-# KL divergence against the bf16 model is small and ordered (q8 < q4; fp8 and mxfp4 too), and bad
-# options fail with exit 2.
+# KL divergence against the bf16 model is small and ordered (q8 < q4; fp8 and mxfp4 too),
+# --quantize-dense quantizes the routers' dense matrices too, and bad options fail with exit 2.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 synth_model "$WORK/bf16" --dtype bfloat16
@@ -67,6 +67,29 @@ print("  KL fp8-block", f8, "mxfp4", mx)
 assert 0 < f8 < mx < 0.2, (f8, mx)
 PY
 
+# --quantize-dense: the routers' LM head and attention quantized at load. The bf16 model with only
+# those quantized moves a little; q4 experts with q8 dense layers stay near q4 alone, with q4 dense
+# layers further; np 4 gives the one-process tokens.
+for qd in q8 q4; do
+  "$MOERUN" perplexity --model "$WORK/bf16" --tokens "$WORK/ids.json" --context 128 --kl-base "$WORK/base.h5" --quiet \
+    --json "$WORK/bf16-dense-$qd-kl.json" --quantize-dense $qd > /dev/null
+  "$MOERUN" perplexity --model "$WORK/q4" --tokens "$WORK/ids.json" --context 128 --kl-base "$WORK/base.h5" --quiet \
+    --json "$WORK/q4-dense-$qd-kl.json" --quantize-dense $qd > /dev/null
+done
+check "--quantize-dense: KL of bf16 + q8 dense > 0 and < q8 experts' x 3; q4 experts + q8 dense within 1.5x of q4 alone, + q4 dense above it" \
+  "$PY" - "$WORK" <<'PY'
+import json, sys
+kl = lambda n: json.load(open(f"{sys.argv[1]}/{n}-kl.json"))["kl_divergence"]["mean"]
+d8, d4, q4, q4d8, q4d4 = kl("bf16-dense-q8"), kl("bf16-dense-q4"), kl("q4"), kl("q4-dense-q8"), kl("q4-dense-q4")
+print("  KL bf16+dense q8", d8, "bf16+dense q4", d4, "q4", q4, "q4+dense q8", q4d8, "q4+dense q4", q4d4)
+assert 0 < d8 < 3 * kl("q8") and d8 < d4, (d8, d4)
+assert q4d8 != q4 and q4 / 1.5 < q4d8 < 1.5 * q4 < q4d4 < 0.1, (q4, q4d8, q4d4)
+PY
+"$MOERUN" infer --model "$WORK/q4" --input "$WORK/reqs.jsonl" --output "$WORK/q4-d8.jsonl" --quiet --quantize-dense q8
+$MPI -np 4 "$MOERUN" infer --model "$WORK/q4" --input "$WORK/reqs.jsonl" --output "$WORK/q4-d8-np4.jsonl" --quiet --quantize-dense q8
+check "--quantize-dense q8: np 4 gives the one-process tokens, and not those of the bf16 dense layers" \
+  bash -c "cmp -s '$WORK/q4-d8.jsonl' '$WORK/q4-d8-np4.jsonl' && ! cmp -s '$WORK/q4-d8.jsonl' '$WORK/q4-ref.jsonl'"
+
 # convert --quantize: the same checkpoint stored as q4 experts runs, and is close to the f32 conversion.
 "$PY" "$(dirname "$0")/make_hf_checkpoint.py" "$WORK/hf" --hidden 64 --intermediate 96 > /dev/null
 "$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/hf-f32" --quiet
@@ -88,6 +111,9 @@ expect_exit "convert --quantize q5 is a usage error" 2 "--quantize must be keep,
 expect_exit "convert --quantize of a checkpoint whose hidden size is not whole groups of 32" 2 "--quantize: " -- \
   "$MOERUN" convert --from-hf "$WORK/hf48" --out "$WORK/hf48-q4" --quantize q4 --quiet
 check "... and it left no model behind" bash -c "[ ! -e '$WORK/hf48-q4/model.h5' ]"
+expect_exit "infer --quantize-dense q5 is a usage error" 2 '--quantize-dense must be none, q8 or q4, not "q5"' -- \
+  "$MOERUN" infer --model "$WORK/q4" --input "$WORK/reqs.jsonl" --output "$WORK/x.jsonl" --quantize-dense q5
+check "... and it wrote no output" bash -c "[ ! -e '$WORK/x.jsonl' ]"
 expect_exit "bench infer --l1-budget-of of an unknown format" 2 "--l1-budget-of must be float32, bfloat16, q8, q4, mxfp4 or fp8-block" -- \
   "$MOERUN" bench infer --cache-compare --l1-budget-of q3
 finish

@@ -35,6 +35,10 @@ resume_other "other input, same ids" "$WORK/full2.jsonl" -- --model "$WORK/m" --
 # Other routing options.
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/full-t.jsonl" --quiet --max-batch-size 2 --router-temperature 0.3
 resume_other "other routing options" "$WORK/full-t.jsonl" -- --model "$WORK/m" --input "$WORK/reqs.jsonl" --router-temperature 0.3
+# The same model with its LM head and attention quantized at load.
+"$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/full-q8.jsonl" --quiet --max-batch-size 2 --quantize-dense q8
+check "--quantize-dense q8 gives other tokens (so the check below can fail)" bash -c "! cmp -s '$WORK/full.jsonl' '$WORK/full-q8.jsonl'"
+resume_other "quantized dense layers" "$WORK/full-q8.jsonl" -- --model "$WORK/m" --input "$WORK/reqs.jsonl" --quantize-dense q8
 # Another model with the same shapes (another seed).
 SYNTH_SEED=12 SYNTH_HIDDEN=256 SYNTH_HEAD_DIM=64 SYNTH_FF=512 synth_model "$WORK/m2"
 "$MOERUN" infer --model "$WORK/m2" --input "$WORK/reqs.jsonl" --output "$WORK/full-m2.jsonl" --quiet --max-batch-size 2
