@@ -27,6 +27,7 @@ constexpr int64_t kNB = 16;        // output rows per block: one float lane each
 constexpr int64_t kG = kMxfp4Block;  // mxfp4: k per scale
 constexpr int64_t kMxChunk = 256 + 16;  // mxfp4: a (block, group) chunk, values then scales
 constexpr int kMaxRows = 4;        // rows of x per pass
+constexpr int64_t kDigitRows = 256;  // mxfp4: rows whose activation digits are made at a time
 constexpr float kFp8Widen = 256.0f;  // e4m3 bits as fp16 are the value / 256
 constexpr int kE2m1Offset = 12;    // mxfp4 weights as unsigned bytes: 2 * e2m1 + 12
 // Software prefetch this far ahead in each block's stream: the hardware prefetcher alone keeps too
@@ -372,32 +373,38 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
   const bool avx512 = kernel == NativeKernel::Avx512;
   const int64_t nblocks = ceil_div(N, kNB), bb = block_bytes(s, K);
   const float* fp8_scales = is_mx(s) ? nullptr : reinterpret_cast<const float*>(w + nblocks * bb);
-  // mxfp4: the activations' digits, once per call (each thread's buffer, reused across calls).
-  thread_local std::vector<MxDigits> digits;
-  if (is_mx(s)) {
-    digits.resize(static_cast<std::size_t>(M * (K / kG)));
-    MxDigits* dst = digits.data();
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && M >= 16)
-    for (int64_t m = 0; m < M; ++m) mx_digits(x + m * K, K, dst + m * (K / kG));
-  }
-  const MxDigits* dg = digits.data();
   // Runs of 4 blocks (64 outputs) per iteration, 2 or 1 where there are too few to share.
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   const int64_t run = nblocks >= 8 * threads ? 4 : nblocks >= 2 * threads ? 2 : 1;
+  // mxfp4: the activations' digits, for up to kDigitRows rows at a time (each thread's buffer,
+  // reused across calls: ~3.5 bytes per activation, so a long prefill does not double its memory).
+  thread_local std::vector<MxDigits> digits;
+  const int64_t chunk = is_mx(s) ? kDigitRows : M;
+  for (int64_t c0 = 0; c0 < M; c0 += chunk) {
+    const int64_t rows = std::min(chunk, M - c0);
+    if (is_mx(s)) {
+      digits.resize(static_cast<std::size_t>(rows * (K / kG)));
+      MxDigits* dst = digits.data();
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows >= 16)
+      for (int64_t m = 0; m < rows; ++m) mx_digits(x + (c0 + m) * K, K, dst + m * (K / kG));
+    }
+    const MxDigits* dg = digits.data();
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
-  for (int64_t ri = 0; ri < ceil_div(nblocks, run); ++ri) {
-    const int64_t nb0 = ri * run, blocks = std::min(run, nblocks - nb0);
-    alignas(64) float out[kMaxRows * 4 * kNB];
-    for (int64_t r0 = 0; r0 < M; r0 += kMaxRows) {
-      const int R = static_cast<int>(std::min<int64_t>(kMaxRows, M - r0));
-      for (int64_t b0 = 0; b0 < blocks;) {
-        const int B = static_cast<int>(std::min<int64_t>(blocks_per_call(s, R), blocks - b0));
-        const int Bk = B == 3 ? 2 : B;  // kernels come in 1, 2 and 4 blocks
-        const Pass p{x + r0 * K, K, w + (nb0 + b0) * bb, fp8_scales, nb0 + b0, is_mx(s) ? dg + r0 * (K / kG) : nullptr};
-        run_blocks(s, p, R, Bk, out, avx512);
-        const int64_t n0 = (nb0 + b0) * kNB, width = std::min<int64_t>(Bk * kNB, N - n0);
-        for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * Bk * kNB, static_cast<std::size_t>(width) * 4);
-        b0 += Bk;
+    for (int64_t ri = 0; ri < ceil_div(nblocks, run); ++ri) {
+      const int64_t nb0 = ri * run, blocks = std::min(run, nblocks - nb0);
+      alignas(64) float out[kMaxRows * 4 * kNB];
+      for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
+        const int R = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
+        for (int64_t b0 = 0; b0 < blocks;) {
+          const int B = static_cast<int>(std::min<int64_t>(blocks_per_call(s, R), blocks - b0));
+          const int Bk = B == 3 ? 2 : B;  // kernels come in 1, 2 and 4 blocks
+          const Pass p{x + (c0 + r0) * K, K, w + (nb0 + b0) * bb, fp8_scales, nb0 + b0, is_mx(s) ? dg + r0 * (K / kG) : nullptr};
+          run_blocks(s, p, R, Bk, out, avx512);
+          const int64_t n0 = (nb0 + b0) * kNB, width = std::min<int64_t>(Bk * kNB, N - n0);
+          for (int r = 0; r < R; ++r)
+            std::memcpy(y + (c0 + r0 + r) * N + n0, out + r * Bk * kNB, static_cast<std::size_t>(width) * 4);
+          b0 += Bk;
+        }
       }
     }
   }

@@ -46,7 +46,9 @@ TEST(Fp8, NarrowingRoundsToTheNearestCodeTiesToEven) {
   for (int b = 0; b < 0x7f; ++b) codes.push_back({e4m3_reference(static_cast<uint8_t>(b)), b});
   for (const auto& [v, b] : codes) {
     EXPECT_EQ(f32_to_e4m3(static_cast<float>(v)), b) << v;
-    if (v > 0) EXPECT_EQ(f32_to_e4m3(static_cast<float>(-v)), b | 0x80) << -v;
+    if (v > 0) {
+      EXPECT_EQ(f32_to_e4m3(static_cast<float>(-v)), b | 0x80) << -v;
+    }
   }
   for (std::size_t i = 0; i + 1 < codes.size(); ++i) {
     const double lo = codes[i].first, hi = codes[i + 1].first, mid = (lo + hi) / 2;
@@ -237,6 +239,18 @@ TEST_P(NativeMatmul, MatchesFp64OfTheDequantizedWeightsAtOddShapes) {
 TEST_P(NativeMatmul, ARowGivesTheSameBitsAloneAsInABatch) {
   const WeightScheme s = GetParam();
   const int64_t M = 23, K = 384, N = 200;
+  // And across mxfp4's chunks of 256 rows (their activation digits are made a chunk at a time).
+  {
+    const int64_t Mb = 300, Kb = 64, Nb = 20;
+    const NativeMatrix wb = make_native(s, Nb, Kb, 13);
+    const auto xb = random_matrix(Mb, Kb, 14);
+    std::vector<float> all(static_cast<std::size_t>(Mb * Nb)), one(static_cast<std::size_t>(Nb));
+    native_matmul(s, xb.data(), Mb, Kb, Nb, wb.blocked.data(), all.data());
+    for (int64_t m : {0, 255, 256, 299}) {
+      native_matmul(s, xb.data() + m * Kb, 1, Kb, Nb, wb.blocked.data(), one.data());
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + m * Nb, Nb * 4)) << "row " << m << " of 300";
+    }
+  }
   const NativeMatrix w = make_native(s, N, K, 11);
   const auto x = random_matrix(M, K, 12);
   std::vector<float> all(static_cast<std::size_t>(M * N));
