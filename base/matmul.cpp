@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
-#include <vector>
 
 #include "base/error.hpp"
 #include "base/small_m_matmul.hpp"
@@ -264,18 +263,8 @@ void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) 
 void Matmul::quantize(WeightMatrix& W, WeightScheme s) {
   if (!is_group_quantized(s) || W.scheme != WeightScheme::Plain || W.packed || W.cols % kQuantGroup != 0)
     fail(ErrorKind::Internal, "Matmul::quantize: needs a plain row-major matrix of whole groups of 32 columns");
-  // Row by row through float32, so the extra memory is the quantized bytes, not a float32 copy.
-  const int64_t rows = W.rows, cols = W.cols;
-  std::vector<uint8_t> q(static_cast<std::size_t>(rows * quant_row_bytes(s, cols)));
-  std::vector<uint16_t> scales(static_cast<std::size_t>(rows * quant_row_scales(s, cols)));
-  std::vector<float> row(static_cast<std::size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    if (W.dtype == DType::F32) std::memcpy(row.data(), W.data.as<float>() + r * cols, static_cast<std::size_t>(cols) * 4);
-    else bf16_to_f32(W.data.as<uint16_t>() + r * cols, row.data(), static_cast<std::size_t>(cols));
-    quantize_rows(s, row.data(), 1, cols, q.data() + r * quant_row_bytes(s, cols), scales.data() + r * quant_row_scales(s, cols));
-  }
-  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, rows, cols)));
-  quant_pack(s, q.data(), scales.data(), rows, cols, blocked.as<uint8_t>());
+  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, W.rows, W.cols)));
+  quant_pack_plain(s, W.data.data(), W.dtype == DType::BF16, W.rows, W.cols, blocked.as<uint8_t>());
   W.data = std::move(blocked);
   W.scheme = s;
 }

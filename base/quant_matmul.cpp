@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -431,6 +432,23 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
     out.qoff.as<int32_t>()[i] = 128 * gq.qsum;
     out.xsum.as<float>()[i] = gq.xsum;
   }
+}
+
+void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, int64_t K, uint8_t* out) {
+  if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack_plain: not a q8/q4 matrix of whole groups");
+  const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
+  std::vector<uint8_t> q(static_cast<std::size_t>(N * row_bytes));
+  std::vector<uint16_t> scales(static_cast<std::size_t>(N * row_scales));
+  std::vector<float> row(static_cast<std::size_t>(K));
+  for (int64_t r = 0; r < N; ++r) {
+    const float* x = static_cast<const float*>(plain) + r * K;
+    if (bf16) {
+      bf16_to_f32(static_cast<const uint16_t*>(plain) + r * K, row.data(), static_cast<std::size_t>(K));
+      x = row.data();
+    }
+    quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales);
+  }
+  quant_pack(s, q.data(), scales.data(), N, K, out);
 }
 
 int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) { return ceil_div(N, kNB) * (K / kG) * chunk_bytes(s); }

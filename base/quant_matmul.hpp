@@ -37,6 +37,10 @@ int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K);
 // Stored rows (quantize_rows' q and scales for W [N, K]) into that form; `out` has
 // quant_blocked_bytes.
 void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out);
+// Plain row-major W [N, K] (float32, or bf16 bits when `bf16`) quantized (quantize_rows) straight
+// into that form; one row at a time through float32, so the only extra memory is the quantized
+// bytes. `out` has quant_blocked_bytes.
+void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, int64_t K, uint8_t* out);
 // The fp16 values (scales, q4's minimums) of a blocked matrix, padding rows included, copied out
 // in block order (for the NaN/Inf scan of a form read back from the L2 cache).
 int64_t quant_blocked_scales(WeightScheme s, int64_t N, int64_t K);

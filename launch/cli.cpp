@@ -18,6 +18,17 @@
 
 namespace moerun::launch {
 
+int run_subcommand(int argc, char** argv, const char* usage, const char* unknown,
+                   std::initializer_list<std::pair<const char*, Subcommand>> subcommands) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << usage << "\n";
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& [name, run] : subcommands)
+    if (!std::strcmp(argv[1], name)) return run(argc - 1, argv + 1);
+  fail(ErrorKind::Usage, unknown, " \"", argv[1], "\" (", usage, ")");
+}
+
 bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
                         po::variables_map& vm, const po::positional_options_description* positional) {
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(),

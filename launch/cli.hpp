@@ -10,7 +10,9 @@
 #include "io/output_file.hpp"
 #include "launch/environment.hpp"
 #include "runtime/infer.hpp"
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace moerun::launch {
@@ -20,6 +22,13 @@ namespace po = boost::program_options;
 // Parses argv (after the subcommand) into vm. Returns false when --help was printed.
 bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
                         po::variables_map& vm, const po::positional_options_description* positional = nullptr);
+
+// A command with subcommands (`moerun bench gemm ...`): argv[1] names one of `subcommands`, which
+// runs on argv from there. No subcommand prints `usage` and returns 2, --help prints it and returns
+// 0, an unknown one is a Usage error naming it as an `unknown` ("unknown benchmark").
+using Subcommand = int (*)(int argc, char** argv);
+int run_subcommand(int argc, char** argv, const char* usage, const char* unknown,
+                   std::initializer_list<std::pair<const char*, Subcommand>> subcommands);
 
 // Options for every field of a synthetic model's config (synth, bench infer), defaults from `m`;
 // the dtype, the family and the layer variants are applied to `m` by finish() after parsing.

@@ -73,15 +73,8 @@ int affinity_show(int argc, char** argv) {
 }  // namespace
 
 int cmd_affinity(int argc, char** argv) {
-  const char* usage = "usage: moerun affinity <build|show> [options]   (moerun affinity build --help)";
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::cout << usage << "\n";
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string what = argv[1];
-  if (what == "build") return affinity_build(argc - 1, argv + 1);
-  if (what == "show") return affinity_show(argc - 1, argv + 1);
-  fail(ErrorKind::Usage, "unknown affinity command \"", what, "\" (", usage, ")");
+  return run_subcommand(argc, argv, "usage: moerun affinity <build|show> [options]   (moerun affinity build --help)", "unknown affinity command",
+                        {{"build", affinity_build}, {"show", affinity_show}});
 }
 
 }  // namespace moerun::launch

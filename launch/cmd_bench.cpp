@@ -334,18 +334,8 @@ int bench_mla(int argc, char** argv) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const char* usage = "usage: moerun bench <layer|gemm|infer|a2a|mla> [options]   (moerun bench layer --help)";
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::cout << usage << "\n";
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string what = argv[1];
-  if (what == "layer") return bench_layer(argc - 1, argv + 1);
-  if (what == "gemm") return bench_gemm(argc - 1, argv + 1);
-  if (what == "infer") return bench_infer(argc - 1, argv + 1);
-  if (what == "a2a") return bench_a2a(argc - 1, argv + 1);
-  if (what == "mla") return bench_mla(argc - 1, argv + 1);
-  fail(ErrorKind::Usage, "unknown benchmark \"", what, "\" (", usage, ")");
+  return run_subcommand(argc, argv, "usage: moerun bench <layer|gemm|infer|a2a|mla> [options]   (moerun bench layer --help)", "unknown benchmark",
+                        {{"layer", bench_layer}, {"gemm", bench_gemm}, {"infer", bench_infer}, {"a2a", bench_a2a}, {"mla", bench_mla}});
 }
 
 }  // namespace moerun::launch

@@ -187,15 +187,8 @@ int placement_show(int argc, char** argv) {
 }  // namespace
 
 int cmd_placement(int argc, char** argv) {
-  const char* usage = "usage: moerun placement <plan|show> [options]   (moerun placement plan --help)";
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::cout << usage << "\n";
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string what = argv[1];
-  if (what == "plan") return placement_plan(argc - 1, argv + 1);
-  if (what == "show") return placement_show(argc - 1, argv + 1);
-  fail(ErrorKind::Usage, "unknown placement command \"", what, "\" (", usage, ")");
+  return run_subcommand(argc, argv, "usage: moerun placement <plan|show> [options]   (moerun placement plan --help)", "unknown placement command",
+                        {{"plan", placement_plan}, {"show", placement_show}});
 }
 
 }  // namespace moerun::launch

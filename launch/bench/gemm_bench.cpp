@@ -96,11 +96,8 @@ int64_t matrix_count(const GemmBenchConfig& cfg, double bytes_each) {
 std::vector<uint8_t> blocked_matrix(WeightScheme sch, const std::vector<float>& plain, int64_t rows, int64_t cols) {
   std::vector<uint8_t> q, out;
   if (is_group_quantized(sch)) {
-    q.resize(static_cast<std::size_t>(rows * quant_row_bytes(sch, cols)));
-    std::vector<uint16_t> scales(static_cast<std::size_t>(rows * quant_row_scales(sch, cols)));
-    quantize_rows(sch, plain.data(), rows, cols, q.data(), scales.data());
     out.resize(static_cast<std::size_t>(quant_blocked_bytes(sch, rows, cols)));
-    quant_pack(sch, q.data(), scales.data(), rows, cols, out.data());
+    quant_pack_plain(sch, plain.data(), false, rows, cols, out.data());
     return out;
   }
   std::vector<uint8_t> scales;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/weight_dequant.hpp"
 #include "base/xxh64.hpp"
 #include "comm/counter_reduction.hpp"
 #include "io/requests.hpp"
@@ -139,7 +140,8 @@ double decode_weight_bytes_per_token(const io::ModelConfig& m, WeightScheme dens
   // Attention and LM head in the model's dtype, or per --quantize-dense (values + fp16 scales per 32).
   const double es = dense == WeightScheme::Plain
                         ? static_cast<double>(dtype_size(m.dtype))
-                        : static_cast<double>(quant_row_bytes(dense, kQuantGroup) + 2 * quant_row_scales(dense, kQuantGroup)) / kQuantGroup;
+                        : static_cast<double>(dequant::values_bytes(dense, 1, kQuantGroup) + dequant::scales_bytes(dense, 1, kQuantGroup)) /
+                              kQuantGroup;
   const double d = static_cast<double>(m.hidden_size), q = static_cast<double>(m.num_heads * m.head_dim),
                kv = static_cast<double>(m.num_kv_heads * m.head_dim);
   const double per_layer = es * (2 * q * d + 2 * kv * d) + 4.0 * static_cast<double>(m.num_experts) * d +

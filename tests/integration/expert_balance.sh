@@ -127,29 +127,38 @@ assert h["applied"] == 1 and new > 0 and mixed <= 2, (h, old, new, mixed)
 PY
 
 # --- Healing: the shards go bad after start-up -----------------------------------------------------
-corrupt_all() {  # corrupt_all MODEL_DIR: one byte of every expert's w1 (a single chunk), in place (offsets read first)
-  "$PY" - "$1" <<'PY'
+# The corruption is planned before a job starts (h5py takes a while to import) and applied in
+# milliseconds once its first result is out, far from its first rebalancing step.
+corruption_spots() {  # corruption_spots MODEL_DIR SPOTS: one byte of every expert's w1 (a single chunk)
+  "$PY" - "$1" > "$2" <<'PY'
 import glob, sys, h5py
-spots = []
 for path in sorted(glob.glob(sys.argv[1] + "/experts-*.h5")):
     with h5py.File(path, "r") as f:
         for l in f["layers"]:
             for e in f["layers"][l]["experts"]:
-                spots.append((path, f["layers"][l]["experts"][e]["w1"].id.get_chunk_info(0).byte_offset))
+                print(path, f["layers"][l]["experts"][e]["w1"].id.get_chunk_info(0).byte_offset + 3)
+PY
+}
+corrupt_spots() {  # corrupt_spots SPOTS: flips a bit of each byte listed, in place
+  "$PY" -S - "$1" <<'PY'
+import sys
+spots = [l.split() for l in open(sys.argv[1])]
 for path, off in spots:
     with open(path, "r+b") as f:
-        f.seek(off + 3); b = f.read(1); f.seek(off + 3); f.write(bytes([b[0] ^ 0x20]))
+        f.seek(int(off)); b = f.read(1); f.seek(int(off)); f.write(bytes([b[0] ^ 0x20]))
 print(len(spots), "experts corrupted")
 PY
 }
 skewed_requests "$WORK/one.jsonl" 5 24 8
+sed -i '1s/"max_new_tokens": 8/"max_new_tokens": 1/' "$WORK/one.jsonl"  # the first result after one step
 "$MOERUN" infer --model "$WORK/q8" --input "$WORK/one.jsonl" --output "$WORK/one-ref.jsonl" --quiet --max-batch-size 1
 cp -r "$WORK/q8" "$WORK/heal"
+corruption_spots "$WORK/heal" "$WORK/heal.spots"
 "${NP10[@]}" --model "$WORK/heal" --input "$WORK/one.jsonl" --output "$WORK/heal.jsonl" --max-batch-size 1 \
   --rebalance-every 40 --redundant 8 --stats-json "$WORK/heal-s.json" 2> "$WORK/heal.err" &
 pid=$!
 wait_for_results "$WORK/heal.jsonl" 1 $pid
-corrupt_all "$WORK/heal"
+corrupt_spots "$WORK/heal.spots"
 rc=0; wait $pid || rc=$?
 check "shards corrupted mid-run: rebalancing's copies fail verification and are left out; same output, heals counted" bash -c \
   "[ $rc -eq 0 ] && cmp -s '$WORK/one-ref.jsonl' '$WORK/heal.jsonl' && grep -q 'cannot take .* new expert copies (first: expert .*checksum mismatch' '$WORK/heal.err' && \
@@ -157,11 +166,12 @@ check "shards corrupted mid-run: rebalancing's copies fail verification and are 
    assert b['heals'] > 0, b\""
 
 cp -r "$WORK/q8" "$WORK/bad"
+corruption_spots "$WORK/bad" "$WORK/bad.spots"
 $MPI -np 5 "$MOERUN" infer --model "$WORK/bad" --input "$WORK/one.jsonl" --output "$WORK/bad.jsonl" --quiet --max-batch-size 1 \
   --l1-bytes $((2 * EXPERT)) --comm-timeout 60 2> "$WORK/bad.err" &
 pid=$!
 wait_for_results "$WORK/bad.jsonl" 1 $pid
-corrupt_all "$WORK/bad"
+corrupt_spots "$WORK/bad.spots"
 rc=0; wait $pid || rc=$?
 check "an unreplicated expert's load fails mid-run (expert cache): exit 3 naming the expert, no output file ($(head -c 300 "$WORK/bad.err"))" bash -c \
   "[ $rc -eq 3 ] && grep -q 'checksum mismatch' '$WORK/bad.err' && grep -q 'layers/[0-9]*/experts/[0-9]*' '$WORK/bad.err' && [ ! -e '$WORK/bad.jsonl' ]"
