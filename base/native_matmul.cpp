@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/dpbusd_avx512.hpp"
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
 #include "base/weight_dequant.hpp"
@@ -112,185 +113,140 @@ void mx_digits(const float* x, int64_t K, MxDigits* out) {
 // The three digit sums of a group recombined: (I1 << 15) + (I2 << 7) + I3.
 inline int32_t mx_group_sum(int32_t i1, int32_t i2, int32_t i3) { return i1 * 32768 + i2 * 128 + i3; }
 
-// The view of one call: x rows, the blocks' bytes, and the fp8 scale grid.
+// The view of one call: x rows, the block's bytes, and the fp8 scale grid.
 struct Pass {
   const float* x;     // row r0 of x
   int64_t K;
-  const uint8_t* w;   // first block of the run
+  const uint8_t* w;   // the block
   const float* fp8_scales;  // the whole grid (fp8), or null
-  int64_t nb0;        // index of the run's first block (fp8: its scale row)
+  int64_t nb;         // the block's index (fp8: its scale row)
   const MxDigits* digits;   // mxfp4: row r0's groups (K / 32 per row)
 };
 
-float fp8_block_scale(const Pass& p, int64_t nb, int64_t kb) {
-  return p.fp8_scales[((p.nb0 + nb) * kNB / kFp8Block) * fp8_scale_cols(p.K) + kb];
-}
+float fp8_block_scale(const Pass& p, int64_t kb) { return p.fp8_scales[(p.nb * kNB / kFp8Block) * fp8_scale_cols(p.K) + kb]; }
 
-// ---- AVX-512 VNNI + VBMI (mxfp4): R rows x B blocks of 16 outputs, three int32 sums per output
-// and group (one per digit), then one float FMA per group. ----
+// ---- AVX-512 VNNI + VBMI (mxfp4): R rows x one block of 16 outputs, three int32 sums per output
+// and group (one per digit), then one float FMA per group. One block at a time: a single weight
+// stream per thread keeps more of the read bandwidth than 2-4 side by side. ----
 
-template <int R, int B>
+template <int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) void mx_vnni(const Pass& p, float* out) {
-  const int64_t G = p.K / kG, bb = block_bytes(WeightScheme::Mxfp4, p.K);
+  const int64_t G = p.K / kG;
   const __m512i table = _mm512_load_si512(kE2M1.v);
-  __m512 acc[R][B];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
-    __m512i sum[R][B][3];
+    const uint8_t* chunk = p.w + g * kMxChunk;
+    __m512i sum[R][3];
     for (int r = 0; r < R; ++r)
-      for (int t = 0; t < 3; ++t) {
-        const __m512i init = _mm512_set1_epi32(p.digits[r * G + g].init[t]);
-        for (int b = 0; b < B; ++b) sum[r][b][t] = init;
-      }
-    for (int b = 0; b < B; ++b)
-      for (int line = 0; line < kMxChunk; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(p.w + b * bb + g * kMxChunk + kPrefetchBytes + line), _MM_HINT_T0);
+      for (int t = 0; t < 3; ++t) sum[r][t] = _mm512_set1_epi32(p.digits[r * G + g].init[t]);
+    for (int line = 0; line < kMxChunk; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(chunk + kPrefetchBytes + line), _MM_HINT_T0);
     for (int j = 0; j < 4; ++j) {  // 8 k per 32-bit lane: byte i of lane n holds k = 8j + 2i, 8j + 2i + 1 of row n
-      __m512i lo[B], hi[B];
-      for (int b = 0; b < B; ++b) {
-        const __m512i v = _mm512_loadu_si512(p.w + b * bb + g * kMxChunk + 64 * j);
-        lo[b] = _mm512_permutexvar_epi8(v, table);
-        hi[b] = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), table);
-      }
+      const __m512i v = _mm512_loadu_si512(chunk + 64 * j);
+      const __m512i lo = _mm512_permutexvar_epi8(v, table), hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), table);
       for (int r = 0; r < R; ++r) {
         const MxDigits& d = p.digits[r * G + g];
         for (int t = 0; t < 3; ++t) {
-          const __m512i de = _mm512_set1_epi32(d.q[t][2 * j]), dodd = _mm512_set1_epi32(d.q[t][2 * j + 1]);
-          for (int b = 0; b < B; ++b) {
-            sum[r][b][t] = _mm512_dpbusd_epi32(sum[r][b][t], lo[b], de);
-            sum[r][b][t] = _mm512_dpbusd_epi32(sum[r][b][t], hi[b], dodd);
-          }
+          sum[r][t] = dpbusd_bcast(sum[r][t], lo, &d.q[t][2 * j]);
+          sum[r][t] = dpbusd_bcast(sum[r][t], hi, &d.q[t][2 * j + 1]);
         }
       }
     }
-    for (int b = 0; b < B; ++b) {
-      // 2^(s - 127) as float bits s << 23; s = 0 is the subnormal 2^-127.
-      const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.w + b * bb + g * kMxChunk + 256)));
-      const __m512 wscale = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()),
-                                                                      _mm512_set1_epi32(0x00400000)));
-      for (int r = 0; r < R; ++r) {
-        const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum[r][b][0], 15), _mm512_slli_epi32(sum[r][b][1], 7)),
-                                               sum[r][b][2]);
-        const __m512 f = _mm512_mul_ps(wscale, _mm512_set1_ps(p.digits[r * G + g].scale));
-        acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), f, acc[r][b]);
-      }
+    // 2^(s - 127) as float bits s << 23; s = 0 is the subnormal 2^-127.
+    const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 256)));
+    const __m512 wscale = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()),
+                                                                    _mm512_set1_epi32(0x00400000)));
+    for (int r = 0; r < R; ++r) {
+      const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum[r][0], 15), _mm512_slli_epi32(sum[r][1], 7)), sum[r][2]);
+      const __m512 f = _mm512_mul_ps(wscale, _mm512_set1_ps(p.digits[r * G + g].scale));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), f, acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + (r * B + b) * kNB, acc[r][b]);
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * kNB, acc[r]);
 }
 
-template <int R, int B>
+template <int R>
 __attribute__((target("avx512f,avx512bw,f16c"))) void fp8_avx512(const Pass& p, float* out) {
-  const int64_t bb = block_bytes(WeightScheme::Fp8Block, p.K);
   const __m512i keep = _mm512_set1_epi16(static_cast<short>(0xBFFF));
-  __m512 acc[R][B];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t k0 = 0, kb = 0; k0 < p.K; k0 += kFp8Block, ++kb) {
     const int64_t k1 = std::min(p.K, k0 + kFp8Block);
-    __m512 te[R][B], to[R][B];
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < B; ++b) te[r][b] = to[r][b] = _mm512_setzero_ps();
+    __m512 te[R], to[R];
+    for (int r = 0; r < R; ++r) te[r] = to[r] = _mm512_setzero_ps();
 #pragma GCC unroll 4
     for (int64_t k = k0; k < k1; k += 2) {
-      __m512 we[B], wo[B];
-      if (k % 4 == 0)
-        for (int b = 0; b < B; ++b) _mm_prefetch(reinterpret_cast<const char*>(p.w + b * bb + k * kNB + kPrefetchBytes), _MM_HINT_T0);
-      for (int b = 0; b < B; ++b) {
-        // Sign-extended, shifted by 7: sign at bit 15, exponent and mantissa in fp16's place, bit 14
-        // (a copy of the sign) cleared: the fp16 of e4m3 / 256, subnormals included.
-        const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.w + b * bb + k * kNB)));
-        const __m512i h = _mm512_and_si512(_mm512_slli_epi16(v, 7), keep);
-        we[b] = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-        wo[b] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
-      }
+      if (k % 4 == 0) _mm_prefetch(reinterpret_cast<const char*>(p.w + k * kNB + kPrefetchBytes), _MM_HINT_T0);
+      // Sign-extended, shifted by 7: sign at bit 15, exponent and mantissa in fp16's place, bit 14
+      // (a copy of the sign) cleared: the fp16 of e4m3 / 256, subnormals included.
+      const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.w + k * kNB)));
+      const __m512i h = _mm512_and_si512(_mm512_slli_epi16(v, 7), keep);
+      const __m512 we = _mm512_cvtph_ps(_mm512_castsi512_si256(h)), wo = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
       for (int r = 0; r < R; ++r) {
-        const __m512 xe = _mm512_set1_ps(p.x[r * p.K + k]), xo = _mm512_set1_ps(p.x[r * p.K + k + 1]);
-        for (int b = 0; b < B; ++b) {
-          te[r][b] = _mm512_fmadd_ps(we[b], xe, te[r][b]);
-          to[r][b] = _mm512_fmadd_ps(wo[b], xo, to[r][b]);
-        }
+        te[r] = _mm512_fmadd_ps(we, _mm512_set1_ps(p.x[r * p.K + k]), te[r]);
+        to[r] = _mm512_fmadd_ps(wo, _mm512_set1_ps(p.x[r * p.K + k + 1]), to[r]);
       }
     }
-    for (int b = 0; b < B; ++b) {
-      const __m512 scale = _mm512_set1_ps(fp8_block_scale(p, b, kb) * kFp8Widen);
-      for (int r = 0; r < R; ++r) acc[r][b] = _mm512_fmadd_ps(_mm512_add_ps(te[r][b], to[r][b]), scale, acc[r][b]);
-    }
+    const __m512 scale = _mm512_set1_ps(fp8_block_scale(p, kb) * kFp8Widen);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(_mm512_add_ps(te[r], to[r]), scale, acc[r]);
   }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + (r * B + b) * kNB, acc[r][b]);
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * kNB, acc[r]);
 }
 
 // ---- Portable: the same operations lane by lane. ----
 
-void portable_blocks(WeightScheme sch, const Pass& p, int R, int B, float* out) {
-  const int64_t bb = block_bytes(sch, p.K);
+void portable_block(WeightScheme sch, const Pass& p, int R, float* out) {
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b)
-      for (int n = 0; n < kNB; ++n) {
-        const float* x = p.x + r * p.K;
-        const uint8_t* wb = p.w + b * bb;
-        float acc = 0.0f;
-        if (is_mx(sch)) {
-          const int64_t G = p.K / kG;
-          for (int64_t g = 0; g < G; ++g) {
-            const MxDigits& d = p.digits[r * G + g];
-            int32_t sum[3] = {0, 0, 0};
-            for (int pr = 0; pr < 16; ++pr) {  // the stored byte of k = 2pr, 2pr + 1: byte pr % 4 of lane n's dword pr / 4
-              const uint8_t v = wb[g * kMxChunk + 64 * (pr / 4) + 4 * n + pr % 4];
-              for (int t = 0; t < 3; ++t) {
-                const auto* digit = reinterpret_cast<const int8_t*>(d.q[t]);
-                sum[t] += kE2M1.twice[v & 15] * digit[4 * (2 * (pr / 4)) + pr % 4] +
-                          kE2M1.twice[v >> 4] * digit[4 * (2 * (pr / 4) + 1) + pr % 4];
-              }
+    for (int n = 0; n < kNB; ++n) {
+      const float* x = p.x + r * p.K;
+      const uint8_t* wb = p.w;
+      float acc = 0.0f;
+      if (is_mx(sch)) {
+        const int64_t G = p.K / kG;
+        for (int64_t g = 0; g < G; ++g) {
+          const MxDigits& d = p.digits[r * G + g];
+          int32_t sum[3] = {0, 0, 0};
+          for (int pr = 0; pr < 16; ++pr) {  // the stored byte of k = 2pr, 2pr + 1: byte pr % 4 of lane n's dword pr / 4
+            const uint8_t v = wb[g * kMxChunk + 64 * (pr / 4) + 4 * n + pr % 4];
+            for (int t = 0; t < 3; ++t) {
+              const auto* digit = reinterpret_cast<const int8_t*>(d.q[t]);
+              sum[t] += kE2M1.twice[v & 15] * digit[4 * (2 * (pr / 4)) + pr % 4] +
+                        kE2M1.twice[v >> 4] * digit[4 * (2 * (pr / 4) + 1) + pr % 4];
             }
-            const float f = dequant::e8m0(wb[g * kMxChunk + 256 + n]) * d.scale;
-            acc = std::fma(static_cast<float>(mx_group_sum(sum[0], sum[1], sum[2])), f, acc);
           }
-        } else {
-          for (int64_t k0 = 0, kb = 0; k0 < p.K; k0 += kFp8Block, ++kb) {
-            float te = 0.0f, to = 0.0f;
-            for (int64_t k = k0; k < std::min(p.K, k0 + kFp8Block); k += 2) {
-              te = std::fma(dequant::e4m3(wb[k * kNB + n]) / kFp8Widen, x[k], te);
-              to = std::fma(dequant::e4m3(wb[(k + 1) * kNB + n]) / kFp8Widen, x[k + 1], to);
-            }
-            acc = std::fma(te + to, fp8_block_scale(p, b, kb) * kFp8Widen, acc);
-          }
+          const float f = dequant::e8m0(wb[g * kMxChunk + 256 + n]) * d.scale;
+          acc = std::fma(static_cast<float>(mx_group_sum(sum[0], sum[1], sum[2])), f, acc);
         }
-        out[(r * B + b) * kNB + n] = acc;
+      } else {
+        for (int64_t k0 = 0, kb = 0; k0 < p.K; k0 += kFp8Block, ++kb) {
+          float te = 0.0f, to = 0.0f;
+          for (int64_t k = k0; k < std::min(p.K, k0 + kFp8Block); k += 2) {
+            te = std::fma(dequant::e4m3(wb[k * kNB + n]) / kFp8Widen, x[k], te);
+            to = std::fma(dequant::e4m3(wb[(k + 1) * kNB + n]) / kFp8Widen, x[k + 1], to);
+          }
+          acc = std::fma(te + to, fp8_block_scale(p, kb) * kFp8Widen, acc);
+        }
       }
+      out[r * kNB + n] = acc;
+    }
 }
 
 template <int R>
-void avx512_rows(WeightScheme s, const Pass& p, int B, float* out) {
-  // Up to 8 outputs' chains in flight: one row takes 4 blocks, more rows 2 (mxfp4: 1 from 3 rows,
-  // its three int32 sums per output filling the registers).
-  if (is_mx(s)) {
-    if constexpr (R <= 2) {
-      if (B == 4) return mx_vnni<R, 4>(p, out);
-      if (B == 2) return mx_vnni<R, 2>(p, out);
-    }
-    return mx_vnni<R, 1>(p, out);
-  }
-  if (B == 4) return fp8_avx512<R, 4>(p, out);
-  if (B == 2) return fp8_avx512<R, 2>(p, out);
-  return fp8_avx512<R, 1>(p, out);
+void avx512_block(WeightScheme s, const Pass& p, float* out) {
+  if (is_mx(s)) return mx_vnni<R>(p, out);
+  return fp8_avx512<R>(p, out);
 }
 
-void run_blocks(WeightScheme s, const Pass& p, int R, int B, float* out, bool avx512) {
-  if (!avx512) return portable_blocks(s, p, R, B, out);
+void run_block(WeightScheme s, const Pass& p, int R, float* out, bool avx512) {
+  if (!avx512) return portable_block(s, p, R, out);
   switch (R) {
-    case 1: return avx512_rows<1>(s, p, B, out);
-    case 2: return avx512_rows<2>(s, p, B, out);
-    case 3: return avx512_rows<3>(s, p, B, out);
-    default: return avx512_rows<4>(s, p, B, out);
+    case 1: return avx512_block<1>(s, p, out);
+    case 2: return avx512_block<2>(s, p, out);
+    case 3: return avx512_block<3>(s, p, out);
+    default: return avx512_block<4>(s, p, out);
   }
 }
-
-// Blocks per kernel call for R rows: 4 for one row (decode), else 2 (mxfp4: 1 from 3 rows).
-int blocks_per_call(WeightScheme s, int R) { return R == 1 || is_mx(s) ? 1 : 2; }
 
 }  // namespace
 
@@ -373,9 +329,6 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
   const bool avx512 = kernel == NativeKernel::Avx512;
   const int64_t nblocks = ceil_div(N, kNB), bb = block_bytes(s, K);
   const float* fp8_scales = is_mx(s) ? nullptr : reinterpret_cast<const float*>(w + nblocks * bb);
-  // Runs of 4 blocks (64 outputs) per iteration, 2 or 1 where there are too few to share.
-  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  const int64_t run = nblocks >= 8 * threads ? 4 : nblocks >= 2 * threads ? 2 : 1;
   // mxfp4: the activations' digits, for up to kDigitRows rows at a time (each thread's buffer,
   // reused across calls: ~3.5 bytes per activation, so a long prefill does not double its memory).
   thread_local std::vector<MxDigits> digits;
@@ -390,21 +343,14 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
     }
     const MxDigits* dg = digits.data();
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
-    for (int64_t ri = 0; ri < ceil_div(nblocks, run); ++ri) {
-      const int64_t nb0 = ri * run, blocks = std::min(run, nblocks - nb0);
-      alignas(64) float out[kMaxRows * 4 * kNB];
+    for (int64_t nb = 0; nb < nblocks; ++nb) {
+      const int64_t n0 = nb * kNB, width = std::min<int64_t>(kNB, N - n0);
+      alignas(64) float out[kMaxRows * kNB];
       for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
         const int R = static_cast<int>(std::min<int64_t>(kMaxRows, rows - r0));
-        for (int64_t b0 = 0; b0 < blocks;) {
-          const int B = static_cast<int>(std::min<int64_t>(blocks_per_call(s, R), blocks - b0));
-          const int Bk = B == 3 ? 2 : B;  // kernels come in 1, 2 and 4 blocks
-          const Pass p{x + (c0 + r0) * K, K, w + (nb0 + b0) * bb, fp8_scales, nb0 + b0, is_mx(s) ? dg + r0 * (K / kG) : nullptr};
-          run_blocks(s, p, R, Bk, out, avx512);
-          const int64_t n0 = (nb0 + b0) * kNB, width = std::min<int64_t>(Bk * kNB, N - n0);
-          for (int r = 0; r < R; ++r)
-            std::memcpy(y + (c0 + r0 + r) * N + n0, out + r * Bk * kNB, static_cast<std::size_t>(width) * 4);
-          b0 += Bk;
-        }
+        const Pass p{x + (c0 + r0) * K, K, w + nb * bb, fp8_scales, nb, is_mx(s) ? dg + r0 * (K / kG) : nullptr};
+        run_block(s, p, R, out, avx512);
+        for (int r = 0; r < R; ++r) std::memcpy(y + (c0 + r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
       }
     }
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/dpbusd_avx512.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 
@@ -35,125 +36,93 @@ int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (is_q4(s) ? 64 : 3
 struct RowPass {
   const int8_t* q;
   const float* dx;
-  const int32_t* qoff;
+  const int32_t* qinit;
   const float* xsum;
   int64_t K, G;
 };
 
 RowPass row_pass(const QuantizedRows& x, int64_t row) {
   const int64_t G = x.cols / kG;
-  return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qoff.as<int32_t>() + row * G,
+  return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qinit.as<int32_t>() + row * G,
           x.xsum.as<float>() + row * G, x.cols, G};
 }
 
-int32_t x_quad(const RowPass& p, int r, int64_t g, int j) {
-  int32_t v;
-  std::memcpy(&v, p.q + r * p.K + g * kG + 4 * j, 4);
-  return v;
-}
+const int8_t* x_quad(const RowPass& p, int r, int64_t g, int j) { return p.q + r * p.K + g * kG + 4 * j; }
 
-// y[r][n] for the B blocks at `w` (consecutive), R rows of the pass; out [R][B * 16].
-template <bool Q4, int R, int B>
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_blocks(const RowPass& p, const uint8_t* w, float* out) {
+// y[r][n] for the block at `w` (16 output rows), R rows of the pass; out [R][16]. One block at a
+// time: a single weight stream per thread keeps more of the read bandwidth than 2-4 side by side.
+template <bool Q4, int R>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const RowPass& p, const uint8_t* w, float* out) {
   constexpr int64_t vb = Q4 ? 256 : 512, cb = vb + (Q4 ? 64 : 32);
-  const int64_t block_bytes = p.G * cb;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  __m512 acc[R][B];
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) acc[r][b] = _mm512_setzero_ps();
-  // Two integer sums per output where registers allow: halves the vpdpbusd dependency chain.
-  constexpr int S = R * B <= 4 ? 2 : 1;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  // Two integer sums per output: halves the vpdpbusd dependency chain.
   for (int64_t g = 0; g < p.G; ++g) {
-    __m512i ia[S][R][B];
-    for (int h = 0; h < S; ++h)
-      for (int r = 0; r < R; ++r)
-        for (int b = 0; b < B; ++b) ia[h][r][b] = _mm512_setzero_si512();
-    for (int b = 0; b < B; ++b)
-      for (int line = 0; line < cb; line += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w + b * block_bytes + (g + kPrefetchChunks) * cb + line), _MM_HINT_T0);
-    for (int j = 0; j < (Q4 ? 4 : 8); ++j) {
-      __m512i lo[B], hi[B];
-      for (int b = 0; b < B; ++b) {
-        const __m512i v = _mm512_loadu_si512(w + b * block_bytes + g * cb + 64 * j);
-        lo[b] = Q4 ? _mm512_and_si512(v, low4) : v;
-        if constexpr (Q4) hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512i xl = _mm512_set1_epi32(x_quad(p, r, g, j));
-        for (int b = 0; b < B; ++b) ia[Q4 ? 0 : j % S][r][b] = _mm512_dpbusd_epi32(ia[Q4 ? 0 : j % S][r][b], lo[b], xl);
-        if constexpr (Q4) {
-          const __m512i xh = _mm512_set1_epi32(x_quad(p, r, g, j + 4));
-          for (int b = 0; b < B; ++b) ia[S - 1][r][b] = _mm512_dpbusd_epi32(ia[S - 1][r][b], hi[b], xh);
-        }
-      }
-    }
-    if constexpr (S == 2)
-      for (int r = 0; r < R; ++r)
-        for (int b = 0; b < B; ++b) ia[0][r][b] = _mm512_add_epi32(ia[0][r][b], ia[1][r][b]);
-    __m512 dw[B], mw[B];
-    for (int b = 0; b < B; ++b) {
-      const uint8_t* sc = w + b * block_bytes + g * cb + vb;
-      dw[b] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
-      if constexpr (Q4) mw[b] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32)));
-    }
+    // q8's first chain starts at its offset correction (-128 Σ qx): no subtraction left for later.
+    __m512i ia[2][R];
     for (int r = 0; r < R; ++r) {
-      const __m512 dx = _mm512_set1_ps(p.dx[r * p.G + g]);
-      const __m512i off = _mm512_set1_epi32(Q4 ? 0 : p.qoff[r * p.G + g]);
-      for (int b = 0; b < B; ++b) {
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_sub_epi32(ia[0][r][b], off));
-        acc[r][b] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw[b], dx), acc[r][b]);
-        if constexpr (Q4) acc[r][b] = _mm512_fmadd_ps(mw[b], _mm512_set1_ps(p.xsum[r * p.G + g]), acc[r][b]);
+      ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
+      ia[1][r] = _mm512_setzero_si512();
+    }
+    for (int line = 0; line < cb; line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(w + (g + kPrefetchChunks) * cb + line), _MM_HINT_T0);
+    for (int j = 0; j < (Q4 ? 4 : 8); ++j) {
+      const __m512i v = _mm512_loadu_si512(w + g * cb + 64 * j);
+      const __m512i lo = Q4 ? _mm512_and_si512(v, low4) : v;
+      for (int r = 0; r < R; ++r) ia[Q4 ? 0 : j % 2][r] = dpbusd_bcast(ia[Q4 ? 0 : j % 2][r], lo, x_quad(p, r, g, j));
+      if constexpr (Q4) {
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        for (int r = 0; r < R; ++r) ia[1][r] = dpbusd_bcast(ia[1][r], hi, x_quad(p, r, g, j + 4));
       }
+    }
+    const uint8_t* sc = w + g * cb + vb;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+    const __m512 mw = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
+    for (int r = 0; r < R; ++r) {
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(ia[0][r], ia[1][r]));
+      acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[r * p.G + g])), acc[r]);
+      if constexpr (Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(p.xsum[r * p.G + g]), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b) _mm512_storeu_ps(out + (r * B + b) * kNB, acc[r][b]);
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * kNB, acc[r]);
 }
 
 // The same sums lane by lane: integer dot products, then the float steps in the kernel's order.
 template <bool Q4>
-void portable_blocks(const RowPass& p, int R, int B, const uint8_t* w, float* out) {
+void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
   constexpr int64_t vb = Q4 ? 256 : 512, cb = vb + (Q4 ? 64 : 32);
-  const int64_t block_bytes = p.G * cb;
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < B; ++b)
-      for (int n = 0; n < kNB; ++n) {
-        float acc = 0.0f;
-        for (int64_t g = 0; g < p.G; ++g) {
-          const uint8_t* chunk = w + b * block_bytes + g * cb;
-          const int8_t* xq = p.q + r * p.K + g * kG;
-          int32_t ia = 0;
-          for (int j = 0; j < (Q4 ? 4 : 8); ++j)
-            for (int t = 0; t < 4; ++t) {
-              const uint8_t v = chunk[64 * j + 4 * n + t];
-              ia += (Q4 ? (v & 15) : v) * xq[4 * j + t];
-              if (Q4) ia += (v >> 4) * xq[16 + 4 * j + t];
-            }
-          uint16_t bits[2];
-          std::memcpy(bits, chunk + vb + 2 * n, 2);
-          if (Q4) std::memcpy(bits + 1, chunk + vb + 32 + 2 * n, 2);
-          const float f = static_cast<float>(ia - (Q4 ? 0 : p.qoff[r * p.G + g]));
-          acc = std::fma(f, f16_to_f32(bits[0]) * p.dx[r * p.G + g], acc);
-          if (Q4) acc = std::fma(f16_to_f32(bits[1]), p.xsum[r * p.G + g], acc);
-        }
-        out[(r * B + b) * kNB + n] = acc;
+    for (int n = 0; n < kNB; ++n) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < p.G; ++g) {
+        const uint8_t* chunk = w + g * cb;
+        const int8_t* xq = p.q + r * p.K + g * kG;
+        int32_t ia = Q4 ? 0 : p.qinit[r * p.G + g];
+        for (int j = 0; j < (Q4 ? 4 : 8); ++j)
+          for (int t = 0; t < 4; ++t) {
+            const uint8_t v = chunk[64 * j + 4 * n + t];
+            ia += (Q4 ? (v & 15) : v) * xq[4 * j + t];
+            if (Q4) ia += (v >> 4) * xq[16 + 4 * j + t];
+          }
+        uint16_t bits[2];
+        std::memcpy(bits, chunk + vb + 2 * n, 2);
+        if (Q4) std::memcpy(bits + 1, chunk + vb + 32 + 2 * n, 2);
+        acc = std::fma(static_cast<float>(ia), f16_to_f32(bits[0]) * p.dx[r * p.G + g], acc);
+        if (Q4) acc = std::fma(f16_to_f32(bits[1]), p.xsum[r * p.G + g], acc);
       }
-}
-
-template <bool Q4, int R>
-void vnni_rows(const RowPass& p, int B, const uint8_t* w, float* out) {
-  if (B == 2) vnni_blocks<Q4, R, 2>(p, w, out);
-  else vnni_blocks<Q4, R, 1>(p, w, out);
+      out[r * kNB + n] = acc;
+    }
 }
 
 template <bool Q4>
-void run_blocks(const RowPass& p, int R, int B, const uint8_t* w, float* out, bool vnni) {
-  if (!vnni) return portable_blocks<Q4>(p, R, B, w, out);
+void run_block(const RowPass& p, int R, const uint8_t* w, float* out, bool vnni) {
+  if (!vnni) return portable_block<Q4>(p, R, w, out);
   switch (R) {
-    case 1: return vnni_rows<Q4, 1>(p, B, w, out);
-    case 2: return vnni_rows<Q4, 2>(p, B, w, out);
-    case 3: return vnni_rows<Q4, 3>(p, B, w, out);
-    default: return vnni_rows<Q4, 4>(p, B, w, out);
+    case 1: return vnni_block<Q4, 1>(p, w, out);
+    case 2: return vnni_block<Q4, 2>(p, w, out);
+    case 3: return vnni_block<Q4, 3>(p, w, out);
+    default: return vnni_block<Q4, 4>(p, w, out);
   }
 }
 
@@ -200,7 +169,7 @@ __attribute__((target("avx512f,avx512bw"))) void unpack_q4_tile(const uint8_t* c
 // broadcasts are fixed offsets from one pointer.
 struct RowBlockScales {
   const float* dx;
-  const int32_t* qoff;
+  const int32_t* qinit;
   const float* xsum;
 };
 
@@ -211,11 +180,11 @@ __attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales&
   const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
   const __m512 mw = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
   const float* dx = rs.dx + 16 * g;
-  const int32_t* qoff = rs.qoff + 16 * g;
+  const int32_t* qinit = rs.qinit + 16 * g;
   const float* xsum = rs.xsum + 16 * g;
   for (int r = 0; r < 16; ++r) {
     __m512i ci = _mm512_load_si512(c + 16 * r);
-    if constexpr (!Q4) ci = _mm512_sub_epi32(ci, _mm512_set1_epi32(qoff[r]));
+    if constexpr (!Q4) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(qinit[r]));
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
     if constexpr (Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xsum[r]), acc[r]);
   }
@@ -237,7 +206,7 @@ __attribute__((target("amx-tile,amx-int8"))) inline void start_group1(const int8
 }
 
 // One column block of 16 rows: per group a C tile of Σ qx qw, stored and then scaled row by row into
-// 16 float accumulators in registers, by exactly vnni_blocks' float steps: acc = fma(float(c - qoff),
+// 16 float accumulators in registers, by exactly vnni_block's float steps: acc = fma(float(c + qinit),
 // dw * dx, acc), then for q4 acc = fma(mw, xsum, acc). Software-pipelined over two tile sets (even
 // groups in C0 A4 B6, odd in C1 A5 B7): group g + 1's tdpbsud runs while g's C is stored, and the
 // scaling reads the C stored one group earlier; done in order, the tdpbsud -> tilestored -> load
@@ -285,11 +254,11 @@ void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8
   }
 }
 
-// x's dx, qoff and xsum per block of 16 rows, group-major: [M/16][3][G][16] (4-byte values).
+// x's dx, qinit and xsum per block of 16 rows, group-major: [M/16][3][G][16] (4-byte values).
 void transpose_row_scales(const QuantizedRows& x, AlignedBuffer& out) {
   const int64_t G = x.cols / kG, blocks = ceil_div(x.rows, 16);
   out.resize(static_cast<std::size_t>(blocks * 3 * G * 16) * 4);
-  const uint32_t* src[3] = {x.dx.as<uint32_t>(), x.qoff.as<uint32_t>(), x.xsum.as<uint32_t>()};
+  const uint32_t* src[3] = {x.dx.as<uint32_t>(), x.qinit.as<uint32_t>(), x.xsum.as<uint32_t>()};
   uint32_t* dst = out.as<uint32_t>();
   for (int64_t rb = 0; rb < blocks; ++rb)
     for (int f = 0; f < 3; ++f)
@@ -419,7 +388,7 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
   out.cols = K;
   out.q.resize(static_cast<std::size_t>(padded * K));
   std::memset(out.q.as<int8_t>() + M * K, 0, static_cast<std::size_t>((padded - M) * K));
-  for (AlignedBuffer* b : {&out.dx, &out.qoff, &out.xsum}) {
+  for (AlignedBuffer* b : {&out.dx, &out.qinit, &out.xsum}) {
     b->resize(static_cast<std::size_t>(padded * G) * 4);
     std::memset(b->as<unsigned char>() + M * G * 4, 0, static_cast<std::size_t>((padded - M) * G) * 4);
   }
@@ -429,7 +398,7 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
     if (avx512) quantize_group_avx512(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
     else quantize_group(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
     out.dx.as<float>()[i] = gq.dx;
-    out.qoff.as<int32_t>()[i] = 128 * gq.qsum;
+    out.qinit.as<int32_t>()[i] = -128 * gq.qsum;
     out.xsum.as<float>()[i] = gq.xsum;
   }
 }
@@ -502,26 +471,20 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
   if (x.rows == 0) return;
   if (kernel == QuantKernel::Amx) return amx_matmul(s, x, N, w, y);
   const bool vnni = kernel == QuantKernel::Vnni;
-  const int64_t M = x.rows, nblocks = ceil_div(N, kNB), pairs = ceil_div(nblocks, 2);
+  const int64_t M = x.rows, nblocks = ceil_div(N, kNB);
   const int64_t block_bytes = (x.cols / kG) * chunk_bytes(s);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
-  for (int64_t pi = 0; pi < pairs; ++pi) {
-    const int64_t nb = 2 * pi;
-    const int B = nb + 1 < nblocks ? 2 : 1;
+  for (int64_t nb = 0; nb < nblocks; ++nb) {
     const uint8_t* wb = w + nb * block_bytes;
-    alignas(64) float out[kRowsPerPass * 2 * kNB];
-    // Every row pass over this pair while its blocks sit in L2.
+    const int64_t n0 = nb * kNB, width = std::min<int64_t>(kNB, N - n0);
+    alignas(64) float out[kRowsPerPass * kNB];
+    // Every row pass over this block while it sits in L2.
     for (int64_t r0 = 0; r0 < M; r0 += kRowsPerPass) {
       const int R = static_cast<int>(std::min<int64_t>(kRowsPerPass, M - r0));
       const RowPass p = row_pass(x, r0);
-      // One block per call at one row: a single stream per thread keeps more of the read bandwidth.
-      const int per_call = R == 1 ? 1 : B;
-      for (int b = 0; b < B; b += per_call) {
-        if (is_q4(s)) run_blocks<true>(p, R, per_call, wb + b * block_bytes, out + b * R * kNB, vnni);
-        else run_blocks<false>(p, R, per_call, wb + b * block_bytes, out + b * R * kNB, vnni);
-      }
-      const int64_t n0 = nb * kNB, width = std::min<int64_t>(B * kNB, N - n0);
-      for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * B * kNB, static_cast<std::size_t>(width) * 4);
+      if (is_q4(s)) run_block<true>(p, R, wb, out, vnni);
+      else run_block<false>(p, R, wb, out, vnni);
+      for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
     }
   }
 }

@@ -13,14 +13,14 @@
 
 namespace moerun {
 
-// Activations x [M, K] quantized per row in groups of 32: x ≈ dx[g] * q[k]; qoff[g] = 128 Σ q over
-// the group (q8's weights are stored + 128: its offset correction), xsum[g] = Σ x (q4's minimum
-// term, exact). Rows are padded to a multiple of 32 with zeros (AMX reads whole tiles).
+// Activations x [M, K] quantized per row in groups of 32: x ≈ dx[g] * q[k]; qinit[g] = -128 Σ q over
+// the group (q8's weights are stored + 128: its offset correction, where the integer sum starts),
+// xsum[g] = Σ x (q4's minimum term, exact). Rows are padded to a multiple of 32 with zeros (AMX reads whole tiles).
 struct QuantizedRows {
   int64_t rows = 0, cols = 0;
   AlignedBuffer q;     // int8 [padded rows, cols]
   AlignedBuffer dx;    // float [padded rows, cols / 32]
-  AlignedBuffer qoff;  // int32 [padded rows, cols / 32]
+  AlignedBuffer qinit;  // int32 [padded rows, cols / 32]
   AlignedBuffer xsum;  // float [padded rows, cols / 32]
 };
 

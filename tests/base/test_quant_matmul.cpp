@@ -202,7 +202,7 @@ TEST(QuantizeActivations, PerGroupAmaxScaleAndNearestLevels) {
       EXPECT_LE(std::fabs(x[g * 32 + k] / (amax / 127.0) - v), 0.5 + 1e-4) << "group " << g << " k " << k;
       qs += v;
     }
-    EXPECT_EQ(q.qoff.as<int32_t>()[g], 128 * qs);
+    EXPECT_EQ(q.qinit.as<int32_t>()[g], -128 * qs);
   }
   for (std::size_t i = static_cast<std::size_t>(M * K); i < static_cast<std::size_t>(32 * K); ++i) ASSERT_EQ(q.q.as<int8_t>()[i], 0);
 }
