@@ -59,7 +59,7 @@ QuantKernel quant_kernel_for(int64_t M);
 const char* quant_kernel_name(QuantKernel k);
 
 // y[M, N] = x · Wᵀ for W in the blocked form. Threads: the OpenMP team (when not already inside a
-// parallel region), over pairs of 16-row blocks. A kernel this CPU lacks is an Internal error.
+// parallel region), over the blocks of 16 output rows. A kernel this CPU lacks is an Internal error.
 void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel = QuantKernel::Auto);
 
 }  // namespace moerun
