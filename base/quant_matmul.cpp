@@ -57,9 +57,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  // Two integer sums per output: halves the vpdpbusd dependency chain.
   for (int64_t g = 0; g < p.G; ++g) {
-    // q8's first chain starts at its offset correction (-128 Σ qx): no subtraction left for later.
+    // Two integer sums per output (halves the vpdpbusd dependency chain); q8's first starts at its
+    // offset correction (-128 Σ qx), so no subtraction is left for later.
     __m512i ia[2][R];
     for (int r = 0; r < R; ++r) {
       ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
