@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::experts {
 
@@ -108,8 +109,8 @@ std::vector<int> holders_from(const nlohmann::json& v, const std::string& path, 
 }  // namespace
 
 Placement placement_from_json(const std::string& path, int64_t layers, int64_t experts, const comm::Topology& topo) {
-  nlohmann::json j = nlohmann::json::parse(io::read_regular_file(path, ErrorKind::Usage), nullptr, false);
-  if (j.is_discarded() || !j.is_object())
+  const nlohmann::json j = io::parse_json(io::read_regular_file(path, ErrorKind::Usage), path);
+  if (!j.is_object())
     fail(ErrorKind::BadInput, path, ": not a JSON object {\"layer\": {\"expert\": rank or [ranks]}}");
   Placement p{layers, experts, std::vector<std::vector<int>>(static_cast<std::size_t>(layers * experts))};
   for (auto& [ls, row] : j.items()) {

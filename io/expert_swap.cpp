@@ -12,17 +12,13 @@
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::io {
 
 std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelConfig& c) {
   const std::string text = read_regular_file(path, ErrorKind::Usage);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail(ErrorKind::BadInput, path, ": not JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = parse_json(text, path);
   if (!j.is_object() || !j.contains("swaps") || !j["swaps"].is_array() || j["swaps"].empty())
     fail(ErrorKind::BadInput, path, ": field \"swaps\" must be a non-empty array of {\"shard\", \"experts\"}");
   const std::filesystem::path base = std::filesystem::path(path).parent_path();

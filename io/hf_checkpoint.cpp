@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::io {
 namespace fs = std::filesystem;
@@ -32,8 +33,8 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
   std::map<std::string, std::string> weight_map;  // tensor -> file name, when there is an index
   std::vector<std::string> file_names;
   if (fs::exists(index, ec)) {
-    nlohmann::json j = nlohmann::json::parse(read_text(index), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    nlohmann::json j = parse_json(read_text(index), index);
+    if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail(ErrorKind::BadInput, index, ": not a safetensors index (no weight_map object)");
     std::set<std::string> names;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {

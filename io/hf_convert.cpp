@@ -23,6 +23,7 @@
 #include "io/hdf5.hpp"
 #include "io/hf_checkpoint.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 #include "io/model_file.hpp"
 #include "base/native_quant.hpp"
 #include "io/output_file.hpp"
@@ -657,10 +658,10 @@ bool is_mtp_tensor(const std::string& name, const std::string& config_text, cons
 
 ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
                                  const std::string& generation_text) {
-  json j = json::parse(text, nullptr, false);
+  json j = parse_json(text, where);
   json gen = json::parse(generation_text.empty() ? "{}" : generation_text, nullptr, false);
   const json* generation = gen.is_discarded() ? nullptr : &gen;
-  if (j.is_discarded() || !j.is_object()) fail(ErrorKind::BadInput, where, ": not a JSON object");
+  if (!j.is_object()) fail(ErrorKind::BadInput, where, ": not a JSON object");
   const HfConfig h{j, where};
   if (!h.has("model_type") || !j["model_type"].is_string()) fail(ErrorKind::BadInput, where, ": field model_type is missing");
   const std::string type = j["model_type"].get<std::string>();

@@ -52,6 +52,12 @@ bool check_regular_file(const std::string& path, ErrorKind not_regular) {
   return true;
 }
 
+void require_input_file(const std::string& path, const std::string& option) {
+  struct stat sb{};
+  if (::stat(path.c_str(), &sb) != 0) fail(ErrorKind::Io, option, " ", path, ": cannot open: ", std::strerror(errno));
+  if (!S_ISREG(sb.st_mode)) fail(ErrorKind::Usage, option, " ", path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
+}
+
 std::string read_regular_file(const std::string& path, ErrorKind not_regular) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

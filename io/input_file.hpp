@@ -26,6 +26,11 @@ std::string read_stream_file(const std::string& path, const std::string& option)
 // missing; throws `not_regular` naming it when it exists as anything else.
 bool check_regular_file(const std::string& path, ErrorKind not_regular = ErrorKind::BadInput);
 
+// An input file named by `option` (--kl-base, --affinity, --trace ...), checked before a library
+// opens it: missing is ErrorKind::Io, anything but a regular file (a directory, a FIFO, a device)
+// ErrorKind::Usage, both naming the option. Its content is the readers' to judge (BadInput).
+void require_input_file(const std::string& path, const std::string& option);
+
 // The byte offset of the first byte of `text` that is not part of well-formed UTF-8 (no overlong
 // forms, surrogates or code points beyond U+10FFFF), or -1 when it is all well-formed.
 int64_t first_invalid_utf8(const std::string& text);

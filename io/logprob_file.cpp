@@ -1,6 +1,7 @@
 // moe-logprobs files: written by row through HDF5's chunked datasets, read back by position.
 #include "io/logprob_file.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -164,6 +165,12 @@ void LogprobBase::read(int64_t position, float* out) const {
   if (it == where_.end()) fail(ErrorKind::BadInput, path_, ": no saved log-probs predict token ", position);
   const Part& part = *parts_[static_cast<std::size_t>(it->second.first)];
   h5_reading(part.path, [&] { h5_read_rows(part.h5, "/logprobs", it->second.second, 1, H5T_NATIVE_FLOAT, out); });
+  // A saved log-prob is finite (log_softmax of finite logits): a NaN or Inf would turn the
+  // divergence into NaN without a word. Named as the weights' scan names them.
+  for (int64_t v = 0; v < header_.vocab_size; ++v)
+    if (!std::isfinite(out[v]))
+      fail(ErrorKind::BadInput, part.path, ": /logprobs[", it->second.second, ",", v, "] is ", std::isnan(out[v]) ? "NaN" : "Inf",
+           " (saved log-probs are finite)");
 }
 
 }  // namespace moerun::io

@@ -358,6 +358,9 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
   if (have > 0 && need > have)
     fail(ErrorKind::BadInput, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than this host's ",
          have >> 20, " MiB (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", num_layers ", c.num_layers, ")");
+  if (const int64_t room = mappable_memory_bytes(); room > 0 && need > room)
+    fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
+         " MiB the address-space limit (ulimit -v) leaves: raise the limit");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, c.format_version);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);

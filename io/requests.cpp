@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::io {
 namespace {
@@ -55,10 +56,12 @@ int64_t cap_budget(int64_t budget, std::size_t prompt, const RequestLimits& lim)
   return std::min(budget, lim.max_position - static_cast<int64_t>(prompt));
 }
 
-// A scoring field's top-K: absent or null is -1 (not asked), else an integer in [0, vocab_size].
+// A scoring field's top-K: absent is -1 (not asked), else an integer in [0, vocab_size]. null is
+// refused as FORMATS.md says: whether it means "not asked" or "0" differs between APIs.
 int64_t top_count(const json& j, const char* field, const RequestLimits& lim) {
-  if (!j.contains(field) || j[field].is_null()) return -1;
+  if (!j.contains(field)) return -1;
   const json& v = j[field];
+  if (v.is_null()) fail(ErrorKind::BadInput, "field ", field, " is null (leave it out, or give an integer in [0, ", lim.vocab_size, "])");
   if (!v.is_number_integer()) fail(ErrorKind::BadInput, "field ", field, " is not an integer (the number of top alternatives)");
   if (!fits_int64(v) || v.get<int64_t>() < 0 || v.get<int64_t>() > lim.vocab_size)
     fail(ErrorKind::BadInput, "field ", field, " is ", int_text(v), ", expected in [0, ", lim.vocab_size, "] (the vocabulary)");
@@ -123,10 +126,13 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
   if (!(r.top_p > 0 && r.top_p <= 1)) fail(ErrorKind::BadInput, "field top_p is ", r.top_p, ", expected in (0, 1]");
   r.logprobs = top_count(j, "logprobs", lim);
   r.prompt_logprobs = top_count(j, "prompt_logprobs", lim);
-  if (j.contains("echo") && !j["echo"].is_null()) {
+  if (j.contains("echo")) {
     if (!j["echo"].is_boolean()) fail(ErrorKind::BadInput, "field echo is not true or false");
     // OpenAI's completions: echo returns the prompt's log-probs with as many alternatives as logprobs.
-    if (j["echo"].get<bool>() && r.prompt_logprobs < 0) r.prompt_logprobs = std::max<int64_t>(r.logprobs, 0);
+    // With prompt_logprobs as well, two fields would set one count: refused rather than one winning.
+    if (j["echo"].get<bool>() && r.prompt_logprobs >= 0)
+      fail(ErrorKind::BadInput, "fields echo and prompt_logprobs both ask for the prompt's log-probs: give one of them");
+    if (j["echo"].get<bool>()) r.prompt_logprobs = std::max<int64_t>(r.logprobs, 0);
   }
   r.seed = d.seed;
   if (j.contains("seed") && !j["seed"].is_null()) {
@@ -146,10 +152,9 @@ Request parse_line(const std::string& text, int64_t line_no, const RequestDefaul
     r.error = str("contains a NUL byte at column ", nul + 1);
   } else {
     try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {
-      // parse_error, and out_of_range for numbers beyond double ("temperature": 1e999).
-      r.error = str("not valid JSON (", e.what(), ")");
+      j = parse_json(text, "");
+    } catch (const Error& e) {
+      r.error = e.what();
     }
   }
   if (r.error.empty()) {
@@ -313,8 +318,13 @@ std::string result_to_json(const Result& r, bool with_key) {
 }
 
 bool result_from_json(const std::string& line, Result* out) {
-  json j = json::parse(line, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j["id"].is_string()) return false;
+  json j;
+  try {
+    j = parse_json(line, "");
+  } catch (const Error&) {
+    return false;
+  }
+  if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) return false;
   Result r;
   r.id = j["id"].get<std::string>();
   if (j.contains("key")) {

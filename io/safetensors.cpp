@@ -15,6 +15,7 @@
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::io {
 namespace {
@@ -108,8 +109,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     pread_full(fd_, header.data(), n, 8, path, "header");
     data_start_ = 8 + n;
     const uint64_t data_size = size - data_start_;
-    nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail(ErrorKind::BadInput, path, ": the header is not a JSON object");
+    const nlohmann::json j = parse_json(header, path + ": header");
+    if (!j.is_object()) fail(ErrorKind::BadInput, path, ": the header is not a JSON object");
     for (auto it = j.begin(); it != j.end(); ++it) {
       if (it.key() == "__metadata__") continue;
       const std::string& name = it.key();

@@ -129,6 +129,7 @@ void SynthConfig::validate() const {
   model.validate("synth");
   if (gate_topics < 0 || gate_topics > model.vocab_size)
     fail(ErrorKind::Usage, "--gate-topics must be in [0, vocab size ", model.vocab_size, "], not ", gate_topics);
+  if (!(gate_skew >= 0 && gate_skew <= 100)) fail(ErrorKind::Usage, "--gate-skew must be in [0, 100], not ", gate_skew);
   if (gate_topics > 0 && !(gate_skew > 0)) fail(ErrorKind::Usage, "--gate-topics needs --gate-skew > 0");
   if (shards < 1) fail(ErrorKind::Usage, "--shards must be >= 1");
   if (shards > model.num_expert_slots())

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "io/child_process.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 #include "io/tokenizer_helper_source.hpp"  // kTokenizerHelperSource, generated from tokenizer_helper.py
 
 namespace moerun::io {
@@ -120,7 +121,7 @@ class PythonTokenizer : public Tokenizer {
 bool adds_bos(const std::string& dir) {
   const std::string path = (fs::path(dir) / "tokenizer_config.json").string();
   if (!check_regular_file(path)) return true;
-  const json j = json::parse(read_regular_file(path), nullptr, false);
+  const json j = parse_json(read_regular_file(path), path);
   if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) return j["add_bos_token"].get<bool>();
   return true;
 }

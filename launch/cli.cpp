@@ -222,11 +222,14 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
     ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
     ("dense-intermediate", po::value(&dense_intermediate)->default_value(0), "the dense layers' MLP width (default: 4 x intermediate)")
     ("layer-types", po::value(&layer_types), "per layer full or sliding attention, e.g. sliding,full,sliding,full")
-    ("sliding-window", po::value(&sliding_window), "W of the sliding layers (gpt_oss default: min(128, max_position / 4))")
-    ("shared-intermediate", po::value(&shared_intermediate), "shared expert width (qwen2_moe default: 2 x intermediate; 0: none)")
+    ("sliding-window", po::value<int64_t>()->notifier([this](int64_t v) { sliding_window = v; }),
+     "W of the sliding layers, >= 1 (gpt_oss default: min(128, max_position / 4))")
+    ("shared-intermediate", po::value<int64_t>()->notifier([this](int64_t v) { shared_intermediate = v; }),
+     "shared expert width (qwen2_moe default: 2 x intermediate; 0: none)")
     ("rope-type", po::value(&rope_type), "RoPE scaling: default, linear, yarn or llama3 (gpt_oss default: yarn)")
-    ("rope-factor", po::value(&rope_factor), "RoPE scaling factor")
-    ("rope-original-max-position", po::value(&rope_original_max_position), "yarn, llama3: the context trained at");
+    ("rope-factor", po::value<double>()->notifier([this](double v) { rope_factor = v; }), "RoPE scaling factor, finite and > 0 (linear: >= 1)")
+    ("rope-original-max-position", po::value<int64_t>()->notifier([this](int64_t v) { rope_original_max_position = v; }),
+     "yarn, llama3: the context trained at (>= 1)");
 }
 
 void ModelOptions::finish(io::ModelConfig& m) const {
@@ -246,10 +249,21 @@ void ModelOptions::finish(io::ModelConfig& m) const {
   } catch (const Error& e) {
     throw Error(ErrorKind::Usage, e.what());
   }
-  if (sliding_window >= 0) m.sliding_window = sliding_window;
-  if (shared_intermediate >= 0) m.shared_expert_intermediate_size = shared_intermediate;
-  if (rope_factor > 0) m.rope.factor = rope_factor;
-  if (rope_original_max_position > 0) m.rope.original_max_position = rope_original_max_position;
+  // A value out of range is refused naming its option (the config's own checks would name the
+  // attribute, or another option that only looked wrong next to it).
+  if (sliding_window && *sliding_window < 1) fail(ErrorKind::Usage, "--sliding-window must be >= 1, not ", *sliding_window);
+  if (shared_intermediate && *shared_intermediate < 0)
+    fail(ErrorKind::Usage, "--shared-intermediate must be >= 0 (0: no shared expert), not ", *shared_intermediate);
+  if (rope_factor && !(std::isfinite(*rope_factor) && *rope_factor > 0))
+    fail(ErrorKind::Usage, "--rope-factor must be a finite number > 0, not ", *rope_factor);
+  if (rope_original_max_position && *rope_original_max_position < 1)
+    fail(ErrorKind::Usage, "--rope-original-max-position must be >= 1, not ", *rope_original_max_position);
+  if (sliding_window) m.sliding_window = *sliding_window;
+  if (shared_intermediate) m.shared_expert_intermediate_size = *shared_intermediate;
+  if (rope_factor) m.rope.factor = *rope_factor;
+  if (rope_original_max_position) m.rope.original_max_position = *rope_original_max_position;
+  if (rope_factor && m.rope.type == io::RopeType::Linear && *rope_factor < 1)
+    fail(ErrorKind::Usage, "--rope-factor must be >= 1 with --rope-type linear, not ", *rope_factor);
 }
 
 std::vector<int64_t> parse_int_list(const std::string& s, const std::string& option) {

@@ -3,6 +3,7 @@
 #pragma once
 #include <boost/program_options.hpp>
 #include <cstring>
+#include <optional>
 
 #include "base/error.hpp"
 #include "io/model_config.hpp"
@@ -11,6 +12,7 @@
 #include "launch/environment.hpp"
 #include "runtime/infer.hpp"
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,8 +36,10 @@ int run_subcommand(int argc, char** argv, const char* usage, const char* unknown
 // the dtype, the family and the layer variants are applied to `m` by finish() after parsing.
 struct ModelOptions {
   std::string dtype, family = "mixtral", layer_mlp, layer_types, rope_type;
-  int64_t dense_intermediate = 0, sliding_window = -1, shared_intermediate = -1, rope_original_max_position = 0;
-  double rope_factor = 0;
+  int64_t dense_intermediate = 0;
+  // Given or not (absent: the family's value); each checked by finish(), never replaced.
+  std::optional<int64_t> sliding_window, shared_intermediate, rope_original_max_position;
+  std::optional<double> rope_factor;
   void add(po::options_description& o, io::ModelConfig& m);
   void finish(io::ModelConfig& m) const;  // Usage errors naming the option
 };

@@ -5,6 +5,7 @@
 #include "experts/affinity_graph.hpp"
 #include "io/affinity_file.hpp"
 #include "io/hdf5_probe.hpp"
+#include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "io/routing_trace.hpp"
 #include "launch/cli.hpp"
@@ -25,6 +26,7 @@ int affinity_build(int argc, char** argv) {
   std::vector<io::PathUse> inputs;
   for (const auto& t : traces) inputs.push_back({t, "--trace"});
   check_output_files({{out, "--out"}}, inputs);
+  for (const auto& t : traces) io::require_input_file(t, "--trace");
   hdf5_probe_from(Environment::read()).check(traces);
   std::vector<io::RoutingTrace> loaded;
   for (const auto& t : traces) loaded.push_back(io::read_routing_trace(t));
@@ -51,6 +53,7 @@ int affinity_show(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun affinity show [--graph] affinity.h5 [--top N]", o, vm, &pos)) return 0;
   if (top < 0) fail(ErrorKind::Usage, "--top must be >= 0, not ", top);
   if (min_count < 0) fail(ErrorKind::Usage, "--min-count must be >= 0, not ", min_count);
+  io::require_input_file(graph, "--graph");
   hdf5_probe_from(Environment::read()).check({graph});
   const io::AffinityGraph g = io::read_affinity_graph(graph);
   std::printf("# %s: %lld tokens, %lld layers x %lld experts, top-%lld\n", graph.c_str(), static_cast<long long>(g.tokens),

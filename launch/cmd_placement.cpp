@@ -8,6 +8,7 @@
 #include "experts/cpu/expert_packing.hpp"
 #include "experts/placement_plan.hpp"
 #include "io/hdf5_probe.hpp"
+#include "io/input_file.hpp"
 #include "io/model_location.hpp"
 #include "io/output_file.hpp"
 #include "io/routing_trace.hpp"
@@ -47,6 +48,7 @@ io::ModelConfig model_config_of(const std::string& model) {
 }
 
 experts::ExpertLoads read_loads(const std::vector<std::string>& traces) {
+  for (const auto& t : traces) io::require_input_file(t, "--trace");
   hdf5_probe_from(Environment::read()).check(traces);
   std::vector<io::RoutingTrace> loaded;
   for (const auto& t : traces) loaded.push_back(io::read_routing_trace(t));
@@ -144,18 +146,25 @@ int placement_plan(int argc, char** argv) {
   for (const auto& t : traces) inputs.push_back({t, "--trace"});
   check_output_files({{out, "--out"}}, inputs);
   const experts::ExpertLoads loads = read_loads(traces);
+  if (pc.groups > 0 && loads.num_experts % pc.groups != 0)
+    fail(ErrorKind::Usage, "--groups ", pc.groups, " does not divide the ", loads.num_experts, " experts of a layer into equal groups");
   if (!model.empty()) granule = apply_model(model, loads, layout, device_bytes, pc);
   const experts::PlacementPlan plan = experts::plan_placement(loads, topo, pc);
+  // Why fewer extra slots than asked: one copy per expert rank is the most that helps, and
+  // --device-bytes may hold fewer experts.
+  const int64_t useful = (static_cast<int64_t>(topo.experts.size()) - 1) * loads.num_experts;
+  const std::string capped =
+      plan.redundant >= pc.redundant ? ""
+      : plan.redundant < std::min(pc.redundant, useful)
+          ? str(" (", pc.redundant, " asked: ", pc.max_experts_per_rank, " experts per rank fit in --device-bytes)")
+          : str(" (", pc.redundant, " asked: beyond ", useful, " every expert rank would hold a copy of every expert)");
   io::write_file_atomically(out, {plan.placement.to_json()});
   std::printf("placement: %lld layers x %lld experts over %zu expert ranks (%lld nodes; %lld layers packed nodes first), "
               "%lld extra slots per layer (%lld replicas in all)%s -> %s\n",
               static_cast<long long>(loads.num_layers), static_cast<long long>(loads.num_experts), topo.experts.size(),
               static_cast<long long>(layout.nodes), static_cast<long long>(plan.hierarchical_layers),
               static_cast<long long>(plan.redundant), static_cast<long long>(plan.placement.replicas()),
-              plan.redundant < pc.redundant ? str(" (", pc.redundant, " asked: ", pc.max_experts_per_rank,
-                                                  " experts per rank fit in --device-bytes, or no expert has rows to share)").c_str()
-                                            : "",
-              out.c_str());
+              capped.c_str(), out.c_str());
   print_balance(plan.placement, "planned", loads, topo, granule);
   return 0;
 }

@@ -1,5 +1,6 @@
 // moerun: one binary, subcommands. Every failure becomes one line on stderr and the documented exit
 // code: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 comm (1: internal error).
+#include <csignal>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -8,6 +9,7 @@
 #include "comm/mpi.hpp"
 #include "io/hdf5.hpp"
 #include "io/hdf5_probe.hpp"
+#include "launch/address_space.hpp"
 #include "launch/cli.hpp"
 #include "launch/environment.hpp"
 
@@ -43,6 +45,9 @@ int main(int argc, char** argv) {
     std::cout << "moerun 0.1.0\n";
     return 0;
   }
+  // Past RLIMIT_FSIZE (ulimit -f) a write then fails with EFBIG, which every output path reports
+  // (exit 4) and cleans up after, instead of the signal killing the process mid-write.
+  std::signal(SIGXFSZ, SIG_IGN);
   const std::string cmd = argv[1];
   const launch::Environment env = launch::Environment::read();
   launch::apply_log_level(env);
@@ -51,6 +56,7 @@ int main(int argc, char** argv) {
   // The HDF5 probe's child (io/hdf5_probe.hpp): no MPI, no options, its own exit codes.
   if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1, launch::s3_from_environment({}));
   try {
+    launch::fit_address_space_limit();
     if (cmd == "infer") return launch::cmd_infer(argc - 1, argv + 1);
     if (cmd == "synth") return launch::cmd_synth(argc - 1, argv + 1);
     if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);

@@ -19,6 +19,7 @@
 #include "experts/resident_experts.hpp"
 #include "io/affinity_file.hpp"
 #include "io/expert_shards.hpp"
+#include "io/input_file.hpp"
 #include "runtime/distributed_moe.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/moe_protocol.hpp"
@@ -94,6 +95,7 @@ Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(
     if (rank_ == 0) {
       try {
         std::vector<std::string> files = io::model_location(cfg_.model, cfg_.s3).probe_files();
+        if (!cfg_.affinity.empty() && !io::is_s3_url(cfg_.affinity)) io::require_input_file(cfg_.affinity, "--affinity");
         if (!cfg_.affinity.empty()) files.push_back(cfg_.affinity);
         cfg_.hdf5_probe.check(files);
       } catch (...) {
@@ -151,6 +153,8 @@ void Engine::build_store(int64_t rank) {
 }
 
 void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
+  if (!cfg_.placement_file.empty() && !distributed() && rank_ == 0)
+    log::warn("--placement ", cfg_.placement_file, " is not used: in one process every expert is local");
   placement_ = cfg_.placement_file.empty() || !distributed()
                    ? experts::round_robin_placement(mc_.num_moe_layers(), mc_.num_experts, topo_)
                    : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);

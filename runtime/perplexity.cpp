@@ -18,6 +18,7 @@
 #include "comm/collectives.hpp"
 #include "comm/mpi.hpp"
 #include "io/input_file.hpp"
+#include "io/json_input.hpp"
 #include "io/logprob_file.hpp"
 #include "io/output_file.hpp"
 #include "runtime/batch_loop.hpp"
@@ -48,13 +49,13 @@ std::vector<int32_t> tokenize_text(const PerplexityConfig& cfg) {
 }
 
 std::vector<int32_t> read_token_ids(const PerplexityConfig& cfg, int64_t vocab) {
-  const json j = json::parse(io::read_regular_file(cfg.tokens, ErrorKind::Usage), nullptr, false);
-  if (j.is_discarded() || !j.is_array()) fail(ErrorKind::BadInput, cfg.tokens, ": not a JSON array of token ids");
+  const json j = io::parse_json(io::read_regular_file(cfg.tokens, ErrorKind::Usage), cfg.tokens);
+  if (!j.is_array()) fail(ErrorKind::BadInput, cfg.tokens, ": not a JSON array of token ids");
   std::vector<int32_t> ids;
   ids.reserve(j.size());
   for (std::size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= vocab)
-      fail(ErrorKind::BadInput, cfg.tokens, ": element ", i, " is ", j[i].dump(), ", not a token id in [0, ", vocab, ")");
+      fail(ErrorKind::BadInput, cfg.tokens, ": element ", i, " is ", io::json_excerpt(j[i]), ", not a token id in [0, ", vocab, ")");
     ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
   }
   return ids;
@@ -372,6 +373,7 @@ PerplexityReport run_perplexity(const PerplexityConfig& cfg, MPI_Comm world) {
     mine.tokens = read_scored_tokens(cfg, engine.model());
     mine.run_id = new_run_id();
     if (!cfg.kl_base.empty()) {
+      io::require_input_file(cfg.kl_base, named(cfg, "kl_base"));
       std::vector<std::string> files{cfg.kl_base};
       cfg.engine.hdf5_probe.check(files);
       const io::LogprobBase base(cfg.kl_base);

@@ -38,8 +38,9 @@ void print_infer_summary(const InferConfig& cfg, const InferReport& rep, const R
     log::info("throughput (of step time): prefill ", t.prefill_tokens, " prompt tokens in ", t.prefill_seconds,
               " s of steps with prompt tokens (", rate(static_cast<double>(t.prefill_tokens), t.prefill_seconds),
               " tokens/s), decode ", t.decode_tokens, " tokens in ", t.decode_seconds, " s of decode-only steps (",
-              rate(static_cast<double>(t.decode_tokens), t.decode_seconds), " tokens/s), first token after ", t.first_token_s,
-              " s; the progress line's rates are of wall time (", rep.seconds, " s)");
+              rate(static_cast<double>(t.decode_tokens), t.decode_seconds), " tokens/s), ",
+              t.first_token_s >= 0 ? str("first token after ", t.first_token_s, " s") : std::string("no token generated (scoring only)"),
+              "; the progress line's rates are of wall time (", rep.seconds, " s)");
   const EngineReport& e = rep.engine;
   if (e.cache_on) log::info(cache_summary(e.cache));
   if (e.balance.on) log::info(e.balance.summary());

@@ -39,7 +39,7 @@ void CpuBackend::check_finite(ResidentExpert& e, const std::string& where, const
   check_packed_finite(static_cast<CpuExpert&>(e).w, config_, where, group);
 }
 
-int64_t CpuBackend::memory_bytes() { return host_memory_bytes(); }
+int64_t CpuBackend::memory_bytes() { return mappable_memory_bytes(); }
 
 std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
 

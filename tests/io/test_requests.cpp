@@ -291,6 +291,35 @@ TEST_F(Requests, NulByteInALineIsRefused) {  // the JSON parser would stop there
   EXPECT_NE(e.find("line 2: contains a NUL byte at column 31"), std::string::npos) << e;
 }
 
+TEST_F(Requests, DeepNestingAndDuplicateKeysAreRefusedInOneShortLine) {  // issue 46
+  const std::string deep = "{\"id\":\"x\",\"prompt_tokens\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const std::string e = bad(deep);
+  EXPECT_NE(e.find("line 2: not valid JSON: nested deeper than 64 levels"), std::string::npos) << e.substr(0, 200);
+  EXPECT_LT(e.size(), 200u);
+  const std::string d = bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"prompt_tokens\":[2]}");
+  EXPECT_NE(d.find("line 2: not valid JSON: key \"prompt_tokens\" appears twice"), std::string::npos) << d;
+  // A long malformed line is not quoted whole.
+  const std::string l = bad("{\"id\":\"" + std::string(50000, 'a') + "\",\"prompt_tokens\":[1,}");
+  EXPECT_NE(l.find("line 2: not valid JSON at byte"), std::string::npos) << l.substr(0, 200);
+  EXPECT_LT(l.size(), 300u);
+}
+
+TEST_F(Requests, ScoringFieldsNullOrInConflictAreRefused) {  // issue 46: FORMATS.md's rule
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"logprobs\":null}").find("line 2: field logprobs is null"), std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"prompt_logprobs\":null}").find("line 2: field prompt_logprobs is null"),
+            std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"echo\":null}").find("line 2: field echo is not true or false"), std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1,2],\"echo\":true,\"logprobs\":2,\"prompt_logprobs\":5}")
+                .find("fields echo and prompt_logprobs both ask"),
+            std::string::npos);
+  // echo alone takes logprobs' count; echo false leaves prompt_logprobs as given.
+  auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1,2],\"echo\":true,\"logprobs\":3}\n"
+                                "{\"id\":\"b\",\"prompt_tokens\":[1,2],\"echo\":false,\"prompt_logprobs\":4}\n"),
+                          {}, {100, 64}, false);
+  EXPECT_EQ(rs[0].prompt_logprobs, 3);
+  EXPECT_EQ(rs[1].prompt_logprobs, 4);
+}
+
 TEST_F(Requests, ParsedFromTextAsFromTheFile) {  // what every rank does with rank 0's bytes
   const std::string text = "{\"id\":\"a\",\"prompt_tokens\":[1,2]}\n\n{\"id\":\"b\",\"prompt_tokens\":[3]}";
   const auto from_file = read_requests(write(text), {}, {100, 64}, false);

@@ -1,0 +1,52 @@
+// Address-space limit: the floor check, the arena cap and the early OpenMP threads.
+#include "launch/address_space.hpp"
+
+#include <malloc.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+
+#include "base/error.hpp"
+
+namespace moerun::launch {
+namespace {
+
+// Libraries, MPI (its shared-memory segments and PMIx store) and the step buffers of a small
+// model. Measured with a tiny model (tests/integration/bad_input_limits.sh): failures of every
+// kind up to ~290 MB, none from ~300 MB with one arena; the floor keeps a margin over that.
+constexpr int64_t kBaseBytes = int64_t{448} << 20;
+constexpr int64_t kDefaultStackBytes = int64_t{8} << 20;
+
+}  // namespace
+
+AddressSpace address_space() {
+  AddressSpace a;
+  rlimit as{};
+  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) a.limit_bytes = static_cast<int64_t>(as.rlim_cur);
+  // libgomp gives its threads the default pthread stack: RLIMIT_STACK's soft limit (8 MiB).
+  rlimit st{};
+  const int64_t stack = ::getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
+                            ? std::min<int64_t>(static_cast<int64_t>(st.rlim_cur), int64_t{1} << 30)
+                            : kDefaultStackBytes;
+  a.floor_bytes = kBaseBytes + static_cast<int64_t>(omp_get_max_threads()) * stack;
+  return a;
+}
+
+void fit_address_space_limit() {
+  const AddressSpace a = address_space();
+  if (a.limit_bytes == 0) return;
+  if (a.limit_bytes < a.floor_bytes)
+    fail(ErrorKind::Usage, "the address-space limit (ulimit -v) is ", a.limit_bytes >> 20, " MiB; moerun needs at least ",
+         a.floor_bytes >> 20, " MiB of address space to start (libraries, MPI, ", omp_get_max_threads(),
+         " threads' stacks) plus its model: raise the limit, or bound memory with a cgroup");
+  // One arena: each further one reserves 64 MiB of address space that the weights could use.
+  mallopt(M_ARENA_MAX, 1);
+  // Threads made now, while the address space is still free; later parallel regions reuse them.
+  int started = 0;
+#pragma omp parallel reduction(+ : started)
+  started += 1;
+  if (started < 1) fail(ErrorKind::Internal, "no OpenMP thread started");
+}
+
+}  // namespace moerun::launch
