@@ -12,6 +12,8 @@ Each lm-eval call becomes one moerun run over all of its requests (a JSONL file 
     model does), each scored the same way;
   - generate_until: greedy (or sampled with the task's temperature) generation of max_gen_toks tokens,
     the text cut at the first stop string.
+Log-likelihoods are not yet batch-invariant: how many requests share moerun's steps (batching,
+micro-batches, routers, a resumed run) moves them in the last bits (~1e-6 relative), not the tokens.
 Text is tokenized with the model directory's tokenizer.json (the `tokenizers` package, as moerun and
 transformers' fast tokenizers do), without special tokens, like lm-eval's hf model.
 

@@ -12,16 +12,19 @@ cd "$WORK"
 for i in 0 1 2 3; do echo "{\"id\": \"r$i\", \"prompt_tokens\": [1, $((i + 5)), 7], \"max_new_tokens\": 4}"; done > R
 "$MOERUN" infer --model m2 --input R --output unlimited.jsonl --quiet
 
-limited() { local kb=$1; shift; (ulimit -v "$kb"; exec "$MOERUN" "$@"); }
+# run_limited KB MODEL: infer under `ulimit -v KB` into o.jsonl; sets rc, stderr in err
+run_limited() {
+  rm -f o.jsonl*
+  set +e
+  (ulimit -v "$1"; exec "$MOERUN" infer --model "$2" --input R --output o.jsonl --quiet) 2> err
+  rc=$?
+  set -e
+}
 # The values that crashed, aborted or left files before, several runs each (the failure moved
 # with the address-space layout).
 for kb in 100000 150000 200000 250000 260000 280000 300000 400000; do
   for run in 1 2; do
-    rm -f o.jsonl*
-    set +e
-    limited $kb infer --model m2 --input R --output o.jsonl --quiet 2> err
-    rc=$?
-    set -e
+    run_limited $kb m2
     left=$(ls o.jsonl* 2>/dev/null | tr '\n' ' ' || true)
     if [ $rc -eq 2 ] && [ "$(wc -l < err)" -eq 1 ] && grep -q "the address-space limit (ulimit -v) is [0-9]* MiB; moerun needs at least" err &&
        [ -z "$left" ]; then
@@ -35,11 +38,7 @@ done
 floor_mib=$(sed -n 's/.*needs at least \([0-9]*\) MiB.*/\1/p' err)
 for kb in $((floor_mib * 1024 + 1024)) 600000 800000; do
   for run in 1 2; do
-    rm -f o.jsonl*
-    set +e
-    limited $kb infer --model m2 --input R --output o.jsonl --quiet 2> err
-    rc=$?
-    set -e
+    run_limited $kb m2
     check "ulimit -v $kb (run $run): completes with the unlimited run's output (exit $rc: $(head -c 200 err))" \
       bash -c "[ $rc -eq 0 ] && cmp -s o.jsonl unlimited.jsonl"
   done
@@ -47,11 +46,7 @@ done
 # A dense part larger than what the limit leaves: refused naming both numbers, before loading.
 "$MOERUN" synth --out big --layers 1 --experts 4 --top-k 2 --hidden 1024 --intermediate 64 --heads 8 --kv-heads 4 --head-dim 128 \
   --vocab 64000 --max-position 128 --quiet
-rm -f o.jsonl*
-set +e
-limited 600000 infer --model big --input R --output o.jsonl --quiet 2> err
-rc=$?
-set -e
+run_limited 600000 big
 check "dense weights beyond what ulimit -v leaves: exit 2 naming the numbers ($rc: $(head -c 300 err))" \
   bash -c "[ $rc -eq 2 ] && [ \$(wc -l < err) -eq 1 ] && grep -q 'big/model.h5: the dense weights need [0-9]* MiB in memory, more than the [0-9]* MiB the address-space limit (ulimit -v) leaves' err && ! ls o.jsonl* 2>/dev/null | grep -q ."
 finish
