@@ -11,8 +11,8 @@
 namespace moerun {
 
 // How a matrix's weights are stored: plain elements of its dtype, or one of the quantized schemes.
-// Mxfp4 and Fp8Block are gpt-oss's and DeepSeek-V3's native forms, named for the model file; no
-// backend computes with them yet (convert dequantizes gpt-oss's MXFP4; fp8 is not read).
+// Mxfp4 and Fp8Block are gpt-oss's and DeepSeek-V3's native forms, kept as shipped; the CPU backend
+// computes with them directly (base/native_matmul.hpp).
 enum class WeightScheme {
   Plain,     // one element of the dtype per weight
   Q8,        // int8 in groups of 32 with an fp16 scale

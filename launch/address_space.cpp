@@ -38,8 +38,8 @@ void fit_address_space_limit() {
   if (a.limit_bytes == 0) return;
   if (a.limit_bytes < a.floor_bytes)
     fail(ErrorKind::Usage, "the address-space limit (ulimit -v) is ", a.limit_bytes >> 20, " MiB; moerun needs at least ",
-         a.floor_bytes >> 20, " MiB of address space to start (libraries, MPI, ", omp_get_max_threads(),
-         " threads' stacks) plus its model: raise the limit, or bound memory with a cgroup");
+         a.floor_bytes >> 20, " MiB of address space to start (libraries, MPI, a stack for each of ", omp_get_max_threads(),
+         " OpenMP threads) plus its model: raise the limit, or bound memory with a cgroup");
   // One arena: each further one reserves 64 MiB of address space that the weights could use.
   mallopt(M_ARENA_MAX, 1);
   // Threads made now, while the address space is still free; later parallel regions reuse them.

@@ -24,7 +24,7 @@ const char* kUsage =
     "  infer    batch offline inference of a JSONL file of requests (with log-probs when asked)\n"
     "  perplexity  perplexity of a text in windows; KL divergence against a saved base run\n"
     "  synth    write a synthetic moe-hdf5 model\n"
-    "  convert  a Hugging Face checkpoint (Mixtral, Qwen2-MoE, OLMoE safetensors) to moe-hdf5\n"
+    "  convert  a Hugging Face checkpoint (safetensors: Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3) to moe-hdf5\n"
     "  inspect  model config, parameter counts and memory per rank\n"
     "  bench    benchmarks: layer (one MoE layer vs a plain matmul), gemm (kernels vs oneDNN), infer, a2a (all-to-all)\n"
     "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"

@@ -100,7 +100,7 @@ expect_fail "placement with an unplaced expert" 3 "unplaced.json: layer 0 expert
 "$PY" -c "import json; json.dump({str(l): {str(e): 0 for e in range(8)} for l in range(3)}, open('$WORK/router.json', 'w'))"
 expect_fail "placement on a router rank" 3 "router.json: layer 0 expert 0: rank 0 is not an expert rank" 3 --placement "$WORK/router.json"
 echo '{"0": ' > "$WORK/broken.json"
-expect_fail "placement file that is not JSON" 3 "broken.json: not a JSON object" 3 --placement "$WORK/broken.json"
+expect_fail "placement file that is not JSON" 3 "broken.json: not valid JSON at byte" 3 --placement "$WORK/broken.json"
 expect_fail "layout without expert ranks" 2 "no expert rank" 2 --ranks-per-node 1
 expect_fail "more routers than ranks on a node" 2 "exceeds the 2 rank(s) of node" 4 --routers-per-node 3 --ranks-per-node 2
 finish

@@ -89,7 +89,7 @@ echo '{"swaps": [{"shard": "flipped.h5", "experts": "all"}]}' > "$WORK/bad-sum.j
 echo '{"swaps": [{"shard": "nowhere.h5", "experts": "all"}]}' > "$WORK/bad-file.json"
 echo '{"swaps": [{"shard": "b/experts-00000.h5", "experts": [[99, 0]]}]}' > "$WORK/bad-range.json"
 echo '{"swaps": [' > "$WORK/bad-json.json"
-for bad in "bad-sum:checksum mismatch" "bad-file:no such shard file" "bad-range:outside the model" "bad-json:not JSON"; do
+for bad in "bad-sum:checksum mismatch" "bad-file:no such shard file" "bad-range:outside the model" "bad-json:not valid JSON"; do
   name=${bad%%:*} text=${bad#*:}
   set +e; infer --model "$WORK/a" --output "$WORK/$name.jsonl" --swap-control "$WORK/$name.json" --stats-json "$WORK/$name.stats" 2> "$WORK/$name.err"; rc=$?; set -e
   check "refused swap ($name): exit 0, old output, one warning naming the problem" bash -c "[ $rc -eq 0 ] &&
