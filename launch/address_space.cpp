@@ -13,7 +13,7 @@ namespace moerun::launch {
 namespace {
 
 // Libraries, MPI (its shared-memory segments and PMIx store) and the step buffers of a small
-// model. Measured with a tiny model (tests/integration/bad_input_limits.sh): failures of every
+// model. Measured with a tiny model (tests/integration/address_space_limits.sh): failures of every
 // kind up to ~290 MB, none from ~300 MB with one arena; the floor keeps a margin over that.
 constexpr int64_t kBaseBytes = int64_t{448} << 20;
 constexpr int64_t kDefaultStackBytes = int64_t{8} << 20;
