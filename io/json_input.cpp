@@ -31,14 +31,19 @@ std::size_t too_deep_at(const std::string& text) {
   return std::string::npos;
 }
 
+// `s` cut to `max_chars`, "..." marking the cut.
+std::string cut(std::string s, std::size_t max_chars) {
+  if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
+  return s;
+}
+
 // nlohmann's message without its "[json.exception...] " tag and "; last read: '...'" (which
 // quotes up to a whole line of input), at most 100 characters.
 std::string short_reason(const char* what) {
   std::string s = what;
   if (const auto close = s.find("] "); s.rfind("[json.exception", 0) == 0 && close != std::string::npos) s = s.substr(close + 2);
   if (const auto last = s.find("; last read"); last != std::string::npos) s.resize(last);
-  if (s.size() > 100) s = s.substr(0, 97) + "...";
-  return s;
+  return cut(s, 100);
 }
 
 std::string prefixed(const std::string& source, const std::string& why) { return source.empty() ? why : source + ": " + why; }
@@ -66,8 +71,7 @@ json parse_json(const std::string& text, const std::string& source, ErrorKind ki
   try {
     return json::parse(text, check_keys);
   } catch (const DuplicateKey& d) {
-    throw Error(kind, prefixed(source, str("not valid JSON: key \"", d.key.size() > 40 ? d.key.substr(0, 37) + "..." : d.key,
-                                           "\" appears twice in one object")));
+    throw Error(kind, prefixed(source, str("not valid JSON: key \"", cut(d.key, 40), "\" appears twice in one object")));
   } catch (const json::parse_error& e) {
     throw Error(kind, prefixed(source, str("not valid JSON at byte ", e.byte, " (", short_reason(e.what()), ")")));
   } catch (const json::exception& e) {
@@ -77,9 +81,7 @@ json parse_json(const std::string& text, const std::string& source, ErrorKind ki
 }
 
 std::string json_excerpt(const json& v, std::size_t max_chars) {
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > max_chars) s = s.substr(0, max_chars > 3 ? max_chars - 3 : 0) + "...";
-  return s;
+  return cut(v.dump(-1, ' ', false, json::error_handler_t::replace), max_chars);
 }
 
 }  // namespace moerun::io

@@ -130,9 +130,11 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
     if (!j["echo"].is_boolean()) fail(ErrorKind::BadInput, "field echo is not true or false");
     // OpenAI's completions: echo returns the prompt's log-probs with as many alternatives as logprobs.
     // With prompt_logprobs as well, two fields would set one count: refused rather than one winning.
-    if (j["echo"].get<bool>() && r.prompt_logprobs >= 0)
-      fail(ErrorKind::BadInput, "fields echo and prompt_logprobs both ask for the prompt's log-probs: give one of them");
-    if (j["echo"].get<bool>()) r.prompt_logprobs = std::max<int64_t>(r.logprobs, 0);
+    if (j["echo"].get<bool>()) {
+      if (r.prompt_logprobs >= 0)
+        fail(ErrorKind::BadInput, "fields echo and prompt_logprobs both ask for the prompt's log-probs: give one of them");
+      r.prompt_logprobs = std::max<int64_t>(r.logprobs, 0);
+    }
   }
   r.seed = d.seed;
   if (j.contains("seed") && !j["seed"].is_null()) {

@@ -6,8 +6,10 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "base/error.hpp"
+#include "base/host.hpp"
 
 namespace moerun::launch {
 namespace {
@@ -20,33 +22,25 @@ constexpr int64_t kDefaultStackBytes = int64_t{8} << 20;
 
 }  // namespace
 
-AddressSpace address_space() {
-  AddressSpace a;
-  rlimit as{};
-  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) a.limit_bytes = static_cast<int64_t>(as.rlim_cur);
+void fit_address_space_limit() {
+  const int64_t limit = address_space_limit_bytes();
+  if (limit == 0) return;
   // libgomp gives its threads the default pthread stack: RLIMIT_STACK's soft limit (8 MiB).
   rlimit st{};
   const int64_t stack = ::getrlimit(RLIMIT_STACK, &st) == 0 && st.rlim_cur != RLIM_INFINITY
                             ? std::min<int64_t>(static_cast<int64_t>(st.rlim_cur), int64_t{1} << 30)
                             : kDefaultStackBytes;
-  a.floor_bytes = kBaseBytes + static_cast<int64_t>(omp_get_max_threads()) * stack;
-  return a;
-}
-
-void fit_address_space_limit() {
-  const AddressSpace a = address_space();
-  if (a.limit_bytes == 0) return;
-  if (a.limit_bytes < a.floor_bytes)
-    fail(ErrorKind::Usage, "the address-space limit (ulimit -v) is ", a.limit_bytes >> 20, " MiB; moerun needs at least ",
-         a.floor_bytes >> 20, " MiB of address space to start (libraries, MPI, a stack for each of ", omp_get_max_threads(),
+  const int threads = omp_get_max_threads();
+  const int64_t floor = kBaseBytes + threads * stack;
+  if (limit < floor)
+    fail(ErrorKind::Usage, "the address-space limit (ulimit -v) is ", limit >> 20, " MiB; moerun needs at least ", floor >> 20,
+         " MiB of address space to start (libraries, MPI, a stack for each of ", threads,
          " OpenMP threads) plus its model: raise the limit, or bound memory with a cgroup");
   // One arena: each further one reserves 64 MiB of address space that the weights could use.
   mallopt(M_ARENA_MAX, 1);
   // Threads made now, while the address space is still free; later parallel regions reuse them.
-  int started = 0;
-#pragma omp parallel reduction(+ : started)
-  started += 1;
-  if (started < 1) fail(ErrorKind::Internal, "no OpenMP thread started");
+#pragma omp parallel
+  { (void)omp_get_thread_num(); }
 }
 
 }  // namespace moerun::launch

@@ -5,20 +5,12 @@
 // inside oneDNN's primitive creation. So a limit too small to start is refused here with one line,
 // and under any limit the arenas are capped and the OpenMP threads started at once.
 #pragma once
-#include <cstdint>
 
 namespace moerun::launch {
 
-struct AddressSpace {
-  int64_t limit_bytes = 0;  // RLIMIT_AS (0: unlimited)
-  int64_t floor_bytes = 0;  // what moerun needs to start: libraries, MPI, thread stacks
-};
-
-// This process's limit and floor (the floor counts one stack per OpenMP thread).
-AddressSpace address_space();
-// Under a limit: Usage error (exit 2) when it is below the floor; else glibc keeps one malloc
-// arena and the OpenMP threads are created now, before any output file is opened. Without a
-// limit: nothing.
+// Under a limit: Usage error (exit 2) when it is below what moerun needs to start (libraries, MPI,
+// one stack per OpenMP thread); else glibc keeps one malloc arena and the OpenMP threads are
+// created now, before any output file is opened. Without a limit: nothing.
 void fit_address_space_limit();
 
 }  // namespace moerun::launch

@@ -3,7 +3,6 @@
 #pragma once
 #include <boost/program_options.hpp>
 #include <cstring>
-#include <optional>
 
 #include "base/error.hpp"
 #include "io/model_config.hpp"
