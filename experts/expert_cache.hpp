@@ -49,6 +49,7 @@ struct ExpertCacheConfig {
   std::string l2_dir;          // empty: no L2
   int64_t l2_bytes = int64_t{16} << 30;
   bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
+  bool l3_direct = true;       // O_DIRECT reads from a local model's shards (false: through the page cache)
   PrefetchPolicy prefetch = PrefetchPolicy::Lru;
   WarmupPolicy warmup = WarmupPolicy::Hotness;
   int64_t warmup_requests = 16;  // Hotness: the requests counted before L1 settles on the hottest experts

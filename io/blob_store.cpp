@@ -15,26 +15,15 @@
 #include "base/log.hpp"
 #include "base/xxh64.hpp"
 #include "io/output_file.hpp"
+#include "io/positional_file.hpp"
 
 namespace moerun::io {
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = kDirectIoAlign;
 constexpr int kIndexVersion = 2;  // 1: one raw part per expert, no layout
 
 uint64_t round_up(uint64_t n) { return (n + kPage - 1) / kPage * kPage; }
-
-// pread until `n` bytes or the end of the file; the bytes read.
-uint64_t pread_full(int fd, void* dst, uint64_t n, uint64_t offset) {
-  uint64_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::pread(fd, static_cast<char*>(dst) + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;  // short file (torn entry) or an I/O error: treated as corrupt by the caller
-    got += static_cast<uint64_t>(r);
-  }
-  return got;
-}
 
 }  // namespace
 

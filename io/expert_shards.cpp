@@ -190,16 +190,14 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
           entries.push_back({l, e, loc.xxh64});
           loc.shard = fname;
           loc.shard_index = static_cast<int>(si);
-          if (model.remote()) {
-            // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
-            // the bytes xxh64 covers, so a ranged GET needs no HDF5 at all.
-            loc.raw_chunks = true;
-            for (std::size_t m = 0; m < parts.size() && loc.raw_chunks; ++m) {
-              const std::string ds = gp + "/" + parts[m].name;
-              const auto ext = h5_single_chunk(file, ds);
-              loc.raw_chunks = ext && ext->size == parts[m].bytes && ext->filter_mask == 0 && h5_filter_count(file, ds) == 0;
-              if (loc.raw_chunks) loc.offset[m] = ext->address;
-            }
+          // Stored little-endian as the format says, one raw chunk each: the bytes in the file are
+          // the bytes xxh64 covers, so a pread or a ranged GET needs no HDF5 at all.
+          loc.raw_chunks = true;
+          for (std::size_t m = 0; m < parts.size() && loc.raw_chunks; ++m) {
+            const std::string ds = gp + "/" + parts[m].name;
+            const auto ext = h5_single_chunk(file, ds);
+            loc.raw_chunks = ext && ext->size == parts[m].bytes && ext->filter_mask == 0 && h5_filter_count(file, ds) == 0;
+            if (loc.raw_chunks) loc.offset[m] = ext->address;
           }
         }
       }
@@ -211,6 +209,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
         fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
   check_shard_identities(idx, model, c);
+  idx.set_direct_reads(false);
   return idx;
 }
 
@@ -298,24 +297,33 @@ int ExpertShardIndex::requests_per_expert(int64_t layer, int64_t expert) const {
   return chunk_span(loc, parts).one_request ? 1 : static_cast<int>(parts.size());
 }
 
+void ExpertShardIndex::set_direct_reads(bool direct) {
+  local_files_.clear();
+  if (model_.remote()) return;
+  for (const std::string& path : shards_) local_files_.push_back(std::make_shared<const PositionalFile>(path, direct));
+}
+
 AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
   const ExpertLocation& loc = locate(layer, expert);
   const ModelConfig& c = config_;
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
   AlignedBuffer raw(expert_raw_bytes(c));
   if (loc.raw_chunks) {
-    const S3Url url = model_.url(shard_files_[static_cast<std::size_t>(loc.shard_index)]);
+    const auto shard = static_cast<std::size_t>(loc.shard_index);
+    auto read_at = [&](uint64_t offset, std::size_t n, void* dst) {
+      if (model_.remote()) model_.store()->read(model_.url(shard_files_[shard]), offset, n, dst);
+      else local_files_[shard]->read(offset, n, dst);
+    };
     const ChunkSpan span = chunk_span(loc, parts);
     if (span.contiguous) {
-      model_.store()->read(url, span.first, raw.size(), raw.data());
+      read_at(span.first, raw.size(), raw.data());
     } else if (span.one_request) {
       AlignedBuffer all(span.end - span.first);
-      model_.store()->read(url, span.first, all.size(), all.data());
+      read_at(span.first, all.size(), all.data());
       for (std::size_t m = 0; m < parts.size(); ++m)
         std::memcpy(raw.as<unsigned char>() + parts[m].offset, all.as<unsigned char>() + (loc.offset[m] - span.first), parts[m].bytes);
     } else {
-      for (std::size_t m = 0; m < parts.size(); ++m)
-        model_.store()->read(url, loc.offset[m], parts[m].bytes, raw.as<unsigned char>() + parts[m].offset);
+      for (std::size_t m = 0; m < parts.size(); ++m) read_at(loc.offset[m], parts[m].bytes, raw.as<unsigned char>() + parts[m].offset);
     }
     return raw;
   }

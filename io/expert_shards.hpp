@@ -12,6 +12,7 @@
 #include "io/hdf5.hpp"
 #include "io/model_config.hpp"
 #include "io/model_location.hpp"
+#include "io/positional_file.hpp"
 
 namespace moerun::io {
 
@@ -44,8 +45,8 @@ struct ExpertLocation {
   std::string shard;   // path or s3:// URL of the shard file
   int shard_index = -1;
   uint64_t xxh64 = 0;  // expected checksum of the raw form's bytes
-  // File offsets of the parts' chunks when each is one unfiltered chunk (the DESIGN layout):
-  // remote shards are then read by ranged GETs instead of through HDF5.
+  // File offsets of the parts' chunks when each is one unfiltered chunk (the DESIGN layout): local
+  // shards are then read by pread, remote ones by ranged GETs, instead of through HDF5.
   bool raw_chunks = false;
   uint64_t offset[kMaxExpertParts] = {};
 };
@@ -87,6 +88,10 @@ class ExpertShardIndex : public ExpertSource {
   // expert backend's business.
   AlignedBuffer load_raw(int64_t layer, int64_t expert) const;
 
+  // Local shards: read experts with O_DIRECT where the file system allows (the expert cache: L1
+  // holds them, the page cache would hold them twice). Set-up only, before any read.
+  void set_direct_reads(bool direct);
+
   const ModelConfig& config() const override { return config_; }
   AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;
   uint64_t checksum(int64_t layer, int64_t expert) const override { return locate(layer, expert).xxh64; }
@@ -100,6 +105,7 @@ class ExpertShardIndex : public ExpertSource {
   std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
   std::vector<uint64_t> identities_;
   mutable std::map<std::string, std::shared_ptr<H5Handle>> open_files_;  // guarded by hdf5_mutex()
+  std::vector<std::shared_ptr<const PositionalFile>> local_files_;  // [shard] of a local model
 };
 
 std::string expert_group_path(int64_t layer, int64_t expert);

@@ -362,7 +362,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
          " MiB the address-space limit (ulimit -v) leaves: raise the limit");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_vector_f32(file, fname, "/embed_tokens", {c.vocab_size, d}, c.dtype, c.format_version);
+  w.embed_tokens = read_matrix(file, fname, "/embed_tokens", c.vocab_size, d, c.dtype, c.format_version);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
   w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype, c.format_version);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));

@@ -41,7 +41,7 @@ struct DenseLayerWeights {
 
 struct DenseWeights {
   ModelConfig config;
-  std::vector<float> embed_tokens;  // [vocab, d], float32 for lookup
+  WeightMatrix embed_tokens;        // [vocab, d], stored dtype: rows are widened to float32 as they are looked up
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype
   std::vector<DenseLayerWeights> layers;

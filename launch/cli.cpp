@@ -56,10 +56,17 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
 
 void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
   o.add_options()
-    ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: every owned expert resident)")
+    ("memory-budget", po::value(&budget)->default_value(budget),
+     "host memory per rank, e.g. 12G: the dense part, step buffers and KV cache come first, the experts get the rest (all "
+     "resident when they fit, else the expert cache's L1); auto: the cgroup memory limit or MemAvailable, shared by the "
+     "ranks of a host")
+    ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: from --memory-budget)")
     ("l2-dir", po::value(&c.cache.l2_dir), "expert cache: L2 directory on local disk (kept across runs; one subdirectory per rank)")
     ("l2-bytes", po::value(&l2)->default_value(l2), "expert cache: L2 budget per expert rank")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "expert cache: L2 reads direct (O_DIRECT where the filesystem allows) or buffered (page cache)")
+    ("l3-io", po::value(&l3_io)->default_value(l3_io),
+     "expert cache: reads of a local model's shards direct (O_DIRECT where the filesystem allows: L1 holds the experts, the "
+     "page cache would hold them twice) or buffered")
     ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru or affinity (needs --affinity)")
     ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
     ("warmup", po::value(&warmup)->default_value(warmup),
@@ -71,14 +78,18 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
 }
 
 void CacheOptions::finish(runtime::EngineConfig& c) const {
+  c.memory_budget = budget == "auto" ? 0 : parse_bytes(budget, "memory-budget");
+  if (budget != "auto" && c.memory_budget <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);
   c.cache.warmup = experts::parse_warmup(warmup);
   if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered, not \"", l2_io, "\"");
   c.cache.l2_direct = l2_io == "direct";
-  if (c.cache.l1_bytes == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
-    fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes");
+  if (l3_io != "direct" && l3_io != "buffered") fail(ErrorKind::Usage, "--l3-io must be direct or buffered, not \"", l3_io, "\"");
+  c.cache.l3_direct = l3_io == "direct";
+  if (c.cache.l1_bytes == 0 && c.memory_budget == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
+    fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes or --memory-budget");
   with_option_names([&] { c.cache.validate(); });
 }
 

@@ -37,6 +37,7 @@ std::string option_name(const std::string& field) {
       {"engine.router.temperature", "--router-temperature"},
       {"engine.cache.warmup_requests", "--warmup-requests"},
       {"engine.cache.l1_bytes", "--l1-bytes"},
+      {"engine.memory_budget", "--memory-budget"},
       {"engine.cache.l2_bytes", "--l2-bytes"},
       {"engine.cache.io_threads", "--io-threads"},
       {"scheduler.max_batch_size", "--max-batch-size"},

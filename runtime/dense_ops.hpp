@@ -4,12 +4,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/matmul.hpp"
 #include "io/model_config.hpp"
 
 namespace moerun::runtime {
 
-// out[t, :] = table[ids[t], :]
-void embed_tokens(const float* table, const int32_t* ids, int64_t T, int64_t d, float* out);
+// Rows `ids` of `table` [vocab, d] (float32 or bfloat16) as float32 into out [T, d].
+void embed_tokens(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w, per row.
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out);
 // RoPE's inverse frequencies [head_dim / 2] and the factor on cos and sin, as Hugging Face's

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/host.hpp"
 #include "base/log.hpp"
 #include "comm/collective_deadline.hpp"
 #include "comm/collectives.hpp"
@@ -132,6 +133,7 @@ void Engine::connect() {
   // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
   // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
   const int local = comm::ranks_on_this_host(world_);
+  ranks_on_host_ = local;
   if (distributed && cfg_.share_host_cores)
     omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
 }
@@ -141,9 +143,15 @@ void Engine::build_store(int64_t rank) {
   auto owns = [this, rank](int64_t l, int64_t e) { return placement_.holds(static_cast<int>(rank), l, e); };
   backend_ = experts::make_expert_backend({cfg_.device, cfg_.cuda_library}, mc_, mm_,
                                           topo_.ranks[static_cast<std::size_t>(rank)].local_rank);
-  if (cfg_.cache.l1_bytes > 0) {
+  int64_t owned = 0;
+  for (int64_t l = 0; l < mc_.num_moe_layers(); ++l)
+    for (int64_t e = 0; e < mc_.num_experts; ++e) owned += owns(l, e) ? 1 : 0;
+  l1_bytes_ = plan_expert_memory(owned);
+  if (l1_bytes_ > 0) {
     if (!cfg_.affinity.empty()) graph_ = io::read_affinity_graph(cfg_.affinity);
     experts::ExpertCacheConfig cc = cfg_.cache;
+    cc.l1_bytes = l1_bytes_;
+    source_->set_direct_reads(cc.l3_direct);
     // Ranks sharing a host (or a shared directory) each keep their own blob file.
     if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
     store_ = std::make_unique<experts::ExpertCache>(cc, *backend_, *source_, owns, graph_ ? &*graph_ : nullptr);
@@ -152,16 +160,43 @@ void Engine::build_store(int64_t rank) {
   }
 }
 
+int64_t Engine::plan_expert_memory(int64_t owned) {
+  if (cfg_.cache.l1_bytes > 0) return cfg_.cache.l1_bytes;
+  // Device memory is the backend's own to check; the budget is host memory.
+  if (backend_->weight_memory() != MemoryKind::Host) return 0;
+  ExpertMemoryNeeds n;
+  n.held = resident_memory_bytes();
+  if (is_router()) {
+    const int64_t T = cfg_.reserve_step_tokens;
+    n.reserved = ModelForward::step_buffer_bytes(mc_, T) + kv_tokens_ * mc_.num_layers * (mc_.kv_k_dim() + mc_.kv_v_dim()) *
+                     static_cast<int64_t>(sizeof(float));
+    if (!distributed()) n.reserved += 2 * T * mc_.top_k * mc_.hidden_size * static_cast<int64_t>(sizeof(float));  // row buffers
+  }
+  n.cache_reserved = cfg_.cache.io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(mc_)));
+  n.expert_bytes = backend_->expert_bytes();
+  n.owned_experts = owned;
+  n.min_slots = mc_.top_k;
+  const ExpertMemory m = split_for_experts(budget_, n);
+  if (!m.resident && rank_ == 0 && !cfg_.quiet)
+    log::info("memory budget ", budget_.bytes >> 20, " MiB (", budget_.source, "): ", n.held >> 20, " MiB held, ", n.reserved >> 20,
+              " MiB of step buffers and KV cache; the experts (", (owned * n.expert_bytes) >> 20, " MiB) do not fit, so ",
+              m.l1_bytes >> 20, " MiB of them are cached in L1 and the rest read from ", location_->str(), " as needed");
+  return m.resident ? 0 : m.l1_bytes;
+}
+
 void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
+  budget_ = cfg_.memory_budget > 0 ? MemoryBudget{cfg_.memory_budget, "--memory-budget"} : default_memory_budget(ranks_on_host_);
   if (!cfg_.placement_file.empty() && !distributed() && rank_ == 0)
     log::warn("--placement ", cfg_.placement_file, " is not used: in one process every expert is local");
   placement_ = cfg_.placement_file.empty() || !distributed()
                    ? experts::round_robin_placement(mc_.num_moe_layers(), mc_.num_experts, topo_)
                    : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);
   if (is_router()) {
+    check_dense_fits(budget_, mc_.dense_params() * static_cast<int64_t>(dtype_size(mc_.dtype)), location_->file("model.h5"));
     dense_ = io::load_dense_weights(*location_);
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
     pack_dense_weights(mm_, *dense_, cfg_.dense_scheme);
+    release_freed_memory();
   }
   if (topo_.is_expert(rank_)) {
     build_store(rank_);
@@ -246,7 +281,7 @@ void Engine::start_rebalancing() {
   rc.granule = experts::replica_row_granule(mc_, cfg_.device);
   // Resident experts: a rank holds at most what its memory does (the smallest over expert ranks).
   int64_t fits = INT64_MAX;
-  if (store_ && cfg_.cache.l1_bytes == 0)
+  if (store_ && l1_bytes_ == 0)
     if (const int64_t have = backend_->memory_bytes(); have > 0) fits = have / std::max<int64_t>(1, backend_->expert_bytes());
   fits = comm::allreduce_min(fits, world_);
   rc.plan.max_experts_per_rank = fits == INT64_MAX ? 0 : fits;

@@ -41,6 +41,7 @@
 #include "router/router_config.hpp"
 #include "runtime/expert_balance.hpp"
 #include "runtime/hot_swap.hpp"
+#include "runtime/memory_budget.hpp"
 #include "runtime/mla_attention.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/rebalance.hpp"
@@ -58,7 +59,10 @@ struct EngineConfig {
   comm::A2aKind a2a = comm::A2aKind::Mpi;
   comm::TransportConfig transport;
   std::string placement_file;         // {"layer": {"expert": rank}}; empty: round-robin
-  experts::ExpertCacheConfig cache;   // l1_bytes 0: every owned expert resident
+  experts::ExpertCacheConfig cache;   // l1_bytes 0: sized by the memory budget (every owned expert resident when they fit)
+  // Host memory per rank (runtime/memory_budget.hpp); 0: --memory-budget auto (cgroup limit or
+  // MemAvailable). Experts that do not fit it are served by the expert cache.
+  int64_t memory_budget = 0;
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
   MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
@@ -137,6 +141,12 @@ class Engine {
   std::chrono::steady_clock::time_point serving_since() const { return serving_since_; }
   // At a step boundary on every rank: a changed hot-swap control file is applied here.
   void step_boundary();
+  // Before load() (in its before_weights): the KV-cache rows the caller will keep at once, reserved
+  // in the memory budget.
+  void expect_kv_tokens(int64_t tokens) { kv_tokens_ = tokens; }
+  // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
+  const MemoryBudget& memory_budget() const { return budget_; }
+  int64_t l1_bytes() const { return l1_bytes_; }
   // Tells the cache how many requests have finished (its hotness warm-up counts them).
   void requests_finished(int64_t done);
   // Router ranks: one forward step; logits [batch.logit_rows(), vocab] in chunk order.
@@ -155,6 +165,8 @@ class Engine {
   template <typename F>
   void naming_fields(F&& f) const;
   void build_store(int64_t rank);
+  // The expert cache's L1 (0: every owned expert resident): --l1-bytes, else what the budget leaves.
+  int64_t plan_expert_memory(int64_t owned);
   // Placement, then the dense weights (routers) and the expert store (expert ranks); the
   // fingerprints of what this rank read.
   void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
@@ -194,6 +206,10 @@ class Engine {
   int64_t balanced_steps_ = 0;
   std::vector<LayerRowsBalance> balance_;
   uint64_t run_fingerprint_ = 0;
+  int ranks_on_host_ = 1;
+  int64_t kv_tokens_ = 0;
+  MemoryBudget budget_;
+  int64_t l1_bytes_ = 0;
   std::chrono::steady_clock::time_point serving_since_;
   double idle_s_ = 0;
 };

@@ -248,7 +248,10 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   ec.reserve_step_tokens = cfg.scheduler.max_batch_tokens;
   Engine engine(ec, world);
   std::vector<io::Request> requests;
-  engine.load([&] { requests = take_requests(cfg, engine, request_text); });
+  engine.load([&] {
+    requests = take_requests(cfg, engine, request_text);
+    engine.expect_kv_tokens(max_kv_tokens(requests, cfg.scheduler, engine.model().max_position));
+  });
   agree_on_setup(world, setup_timeout, "outputs", [&] {
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);
     if (rank == 0)  // what a killed run's final writes left behind

@@ -1,6 +1,7 @@
 // Router-rank forward step.
 #include "runtime/model_forward.hpp"
 
+#include <array>
 #include <chrono>
 #include <cmath>
 
@@ -212,13 +213,28 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
   times_.dense_mlp += now() - t1;
 }
 
+namespace {
+// The step buffers' sizes in floats, for T tokens, in ModelForward's member order.
+std::array<int64_t, 8> step_buffer_floats(const io::ModelConfig& c, int64_t T) {
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
+  return {T * d, T * d, T * q, T * c.kv_k_dim(), T * c.kv_v_dim(), T * std::max(q, c.attention_out_dim()), T * d,
+          c.shared_expert_intermediate_size > 0 ? T * d : 0};
+}
+}  // namespace
+
+int64_t ModelForward::step_buffer_bytes(const io::ModelConfig& c, int64_t T) {
+  int64_t n = 0;
+  for (int64_t f : step_buffer_floats(c, T)) n += f;
+  return n * static_cast<int64_t>(sizeof(float));
+}
+
 void ModelForward::reserve(int64_t T) {
-  const io::ModelConfig& c = w_.config;
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.kv_k_dim();
-  for (auto [buf, n] : {std::pair{&h_, T * d}, {&xn_, T * d}, {&q_, T * q}, {&k_, T * kv}, {&v_, T * c.kv_v_dim()},
-                        {&attn_, T * std::max(q, c.attention_out_dim())},
-                        {&tmp_, T * d}, {&shared_, c.shared_expert_intermediate_size > 0 ? T * d : 0}})
-    std::fill_n(fbuf(*buf, n), n, 0.0f);
+  const std::array<int64_t, 8> n = step_buffer_floats(w_.config, T);
+  std::size_t i = 0;
+  for (auto* buf : {&h_, &xn_, &q_, &k_, &v_, &attn_, &tmp_, &shared_}) {
+    std::fill_n(fbuf(*buf, n[i]), n[i], 0.0f);
+    ++i;
+  }
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
@@ -234,7 +250,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   float* tmp = fbuf(tmp_, T * d);
   const bool shared = c.shared_expert_intermediate_size > 0;
   float* sh = shared ? fbuf(shared_, T * d) : nullptr;
-  embed_tokens(w_.embed_tokens.data(), b.ids.data(), T, d, h);
+  embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (moe_index_[static_cast<std::size_t>(l)] < 0) {

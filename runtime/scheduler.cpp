@@ -2,12 +2,25 @@
 #include "runtime/scheduler.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 
 #include "base/error.hpp"
 #include "runtime/log_softmax.hpp"
 #include "runtime/sampling.hpp"
 
 namespace moerun::runtime {
+
+int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position) {
+  std::vector<int64_t> len;
+  for (const io::Request& r : requests)
+    len.push_back(std::min(max_position, static_cast<int64_t>(r.prompt_tokens.size()) + r.max_new_tokens));
+  const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
+                                                            : c.max_batch_size;
+  const auto n = static_cast<std::size_t>(std::min<int64_t>(in_flight, static_cast<int64_t>(len.size())));
+  std::partial_sort(len.begin(), len.begin() + static_cast<std::ptrdiff_t>(n), len.end(), std::greater<>());
+  return std::accumulate(len.begin(), len.begin() + static_cast<std::ptrdiff_t>(n), int64_t{0});
+}
 
 Batching parse_batching(const std::string& s) {
   if (s == "fifo") return Batching::Fifo;

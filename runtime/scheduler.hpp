@@ -41,6 +41,11 @@ struct SchedulerConfig {
   void validate() const;           // Usage error naming the option
 };
 
+// The most KV-cache rows the scheduler can hold at once for these requests: the longest ones
+// (prompt + budget, at most max_position) of as many as it keeps in flight (the memory budget
+// reserves them).
+int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
+
 struct Sequence {
   const io::Request* request = nullptr;
   int64_t index = 0;               // position of the request in the input

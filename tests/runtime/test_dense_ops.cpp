@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "base/dtype.hpp"
 #include "runtime/dense_ops.hpp"
 #include "tests/test_support.hpp"
 
@@ -13,6 +14,26 @@ namespace moerun::runtime {
 namespace {
 
 std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
+
+// Rows of a bfloat16 table are widened exactly (bf16 -> f32 is a shift), rows of a float32 one copied.
+TEST(DenseOps, EmbeddingRowsOfEitherDtype) {
+  const int64_t vocab = 5, d = 3;
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f, 1.0f, 2.0f, -0.0625f, 7.0f, 8.5f, -9.0f, 0.0f, 1.5f, 2.5f, -4.0f, 6.0f, 0.75f};
+  const std::vector<int32_t> ids = {4, 0, 4, 2};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    WeightMatrix table;
+    table.allocate(dt, vocab, d);
+    for (int64_t i = 0; i < vocab * d; ++i) {
+      if (dt == DType::F32) table.data.as<float>()[i] = values[static_cast<std::size_t>(i)];
+      else table.data.as<uint16_t>()[i] = f32_to_bf16(values[static_cast<std::size_t>(i)]);  // all exact in bf16
+    }
+    std::vector<float> out(ids.size() * d);
+    embed_tokens(table, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    for (std::size_t t = 0; t < ids.size(); ++t)
+      for (int64_t j = 0; j < d; ++j)
+        EXPECT_EQ(out[t * d + static_cast<std::size_t>(j)], values[static_cast<std::size_t>(ids[t] * d + j)]) << dtype_name(dt);
+  }
+}
 
 TEST(DenseOps, RmsNormMatchesDefinition) {
   const int64_t T = 3, d = 40;

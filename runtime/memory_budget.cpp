@@ -1,0 +1,63 @@
+// Dividing a rank's memory budget.
+#include "runtime/memory_budget.hpp"
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "base/host.hpp"
+
+namespace moerun::runtime {
+
+namespace {
+std::string mib(int64_t bytes) { return str(bytes >> 20, " MiB"); }
+}  // namespace
+
+MemoryBudget default_memory_budget(int ranks_on_host) {
+  MemoryBudget b;
+  const int64_t cgroup = cgroup_memory_limit_bytes(), available = available_memory_bytes() + resident_memory_bytes();
+  if (cgroup > 0 && (available <= 0 || cgroup <= available)) {
+    b.bytes = cgroup;
+    b.source = "the cgroup memory limit";
+  } else if (available > 0) {
+    b.bytes = available;
+    b.source = "MemAvailable";
+  }
+  b.bytes /= std::max(1, ranks_on_host);
+  if (ranks_on_host > 1 && b.bytes > 0) b.source += str(" / ", ranks_on_host, " ranks on this host");
+  return b;
+}
+
+int64_t cache_io_thread_bytes(int64_t raw_expert_bytes) { return (int64_t{12} << 20) + 4 * raw_expert_bytes; }
+
+int64_t budget_margin_bytes(int64_t budget) { return (int64_t{40} << 20) + budget / 20; }
+
+ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& n) {
+  ExpertMemory m;
+  if (budget.bytes <= 0 || n.expert_bytes <= 0) return m;  // no limit known: resident, as before budgets
+  m.room = budget.bytes - n.held - n.reserved - budget_margin_bytes(budget.bytes);
+  if (m.room >= n.owned_experts * n.expert_bytes) return m;
+  m.room -= n.cache_reserved;
+  const int64_t slots = std::max<int64_t>(0, m.room) / n.expert_bytes;
+  if (slots < std::min(n.min_slots, n.owned_experts))
+    fail(ErrorKind::Usage, "--memory-budget ", mib(budget.bytes), " (", budget.source, ") is too small: this rank holds ",
+         mib(n.held), " (code, libraries, dense weights), reserves ", mib(n.reserved + n.cache_reserved),
+         " for step buffers, the KV cache and the expert cache's I/O threads and ",
+         mib(budget_margin_bytes(budget.bytes)), " of margin, which leaves ", mib(std::max<int64_t>(0, m.room)),
+         " for experts; the expert cache needs at least ", n.min_slots, " experts of ", n.expert_bytes >> 10, " KiB");
+  m.resident = false;
+  m.l1_bytes = slots * n.expert_bytes;
+  return m;
+}
+
+void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file) {
+  if (budget.bytes <= 0) return;
+  // More than the host has at all: the model file is at fault, and its reader says so (bad input).
+  if (const int64_t host = host_memory_bytes(); host > 0 && dense_bytes > host) return;
+  const int64_t held = resident_memory_bytes(), margin = budget_margin_bytes(budget.bytes);
+  if (held + dense_bytes + margin > budget.bytes)
+    fail(ErrorKind::Usage, "--memory-budget ", mib(budget.bytes), " (", budget.source, ") is too small: ", model_file,
+         ": the dense weights need ", mib(dense_bytes), " on top of the ", mib(held), " this process holds and ", mib(margin),
+         " of margin");
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,51 @@
+// The memory budget of a rank (issue 41): how much host memory it may use (--memory-budget, or by
+// default what the cgroup limit and MemAvailable allow), and how it divides it. What the rank holds
+// when the experts are placed (code, libraries, the dense part) is measured, the step buffers and
+// the KV cache are reserved by formula, a margin is kept, and the rest goes to the experts: all of
+// them resident when they fit, else as many L1 slots of the expert cache as fit.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace moerun::runtime {
+
+struct MemoryBudget {
+  int64_t bytes = 0;   // per rank; 0: none (no limit known)
+  std::string source;  // what set it, for messages: "--memory-budget", "the cgroup memory limit", ...
+};
+
+// What --memory-budget auto means: the tighter of the cgroup memory limit and MemAvailable, shared
+// by the `ranks_on_host` ranks of this host.
+MemoryBudget default_memory_budget(int ranks_on_host);
+
+// The slack kept inside a budget for what no formula counts: allocator fragmentation, oneDNN
+// scratch, MPI buffers, the page cache of reads in flight.
+int64_t budget_margin_bytes(int64_t budget);
+
+struct ExpertMemoryNeeds {
+  int64_t held = 0;          // resident now: code, libraries, the dense part when this rank has it
+  int64_t reserved = 0;      // step buffers and KV cache that will be touched later
+  int64_t cache_reserved = 0;  // what the expert cache adds when it is on: its I/O threads' buffers
+  int64_t expert_bytes = 0;  // one expert in the backend's memory (an L1 slot)
+  int64_t owned_experts = 0;
+  int64_t min_slots = 1;     // the fewest L1 slots that can serve a token (top_k)
+};
+
+struct ExpertMemory {
+  bool resident = true;  // every owned expert in memory (no cache)
+  int64_t l1_bytes = 0;  // otherwise: the expert cache's L1
+  int64_t room = 0;      // what the budget left for experts
+};
+
+// Memory an expert-cache I/O thread holds besides L1: its read, bounce and packing buffers, its
+// malloc arena and oneDNN's per-thread state (measured: about 15 MiB each on the Qwen3-shaped
+// benchmark model, rising with the expert's size).
+int64_t cache_io_thread_bytes(int64_t raw_expert_bytes);
+
+// Usage error naming the budget, its source and every part when not even min_slots fit.
+ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& needs);
+// Before the dense part is read: Usage error naming the numbers when `dense_bytes` on top of what
+// the rank holds now cannot fit the budget.
+void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file);
+
+}  // namespace moerun::runtime

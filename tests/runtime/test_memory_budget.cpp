@@ -1,0 +1,139 @@
+// The memory budget (issue 41): how a rank divides it, checked against sums worked out by hand; the
+// cgroup limit as read from stand-in cgroup trees in a temp dir; the KV rows the scheduler reserves.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.hpp"
+#include "base/host.hpp"
+#include "runtime/memory_budget.hpp"
+#include "runtime/scheduler.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+constexpr int64_t MiB = int64_t{1} << 20;
+
+// Budget 1000 MiB: margin 40 MiB + 5% = 90 MiB; held 300 and reserved 100 leave 510 MiB for experts.
+ExpertMemoryNeeds needs(int64_t owned) {
+  ExpertMemoryNeeds n;
+  n.held = 300 * MiB;
+  n.reserved = 100 * MiB;
+  n.cache_reserved = 30 * MiB;
+  n.expert_bytes = 10 * MiB;
+  n.owned_experts = owned;
+  n.min_slots = 8;
+  return n;
+}
+
+TEST(MemoryBudget, MarginIsFortyMebibytesAndFivePercent) {
+  EXPECT_EQ(budget_margin_bytes(1000 * MiB), 40 * MiB + 50 * MiB);
+}
+
+TEST(MemoryBudget, ExpertsThatFitStayResident) {
+  const ExpertMemory m = split_for_experts({1000 * MiB, "test"}, needs(51));  // 510 MiB exactly
+  EXPECT_TRUE(m.resident);
+  EXPECT_EQ(m.room, 510 * MiB);
+}
+
+TEST(MemoryBudget, TheRestGoesToL1LessTheCacheThreads) {
+  const ExpertMemory m = split_for_experts({1000 * MiB, "test"}, needs(52));  // one too many
+  EXPECT_FALSE(m.resident);
+  EXPECT_EQ(m.l1_bytes, 48 * 10 * MiB);  // (510 - 30) / 10 slots
+}
+
+TEST(MemoryBudget, TooSmallForOneTokensExpertsIsAUsageErrorNamingTheParts) {
+  ExpertMemoryNeeds n = needs(100);
+  n.held = 700 * MiB;  // leaves 110 - 30 = 80 MiB: 8 slots, just enough
+  EXPECT_EQ(split_for_experts({1000 * MiB, "test"}, n).l1_bytes, 80 * MiB);
+  n.held += 1;
+  try {
+    split_for_experts({1000 * MiB, "the cgroup memory limit"}, n);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    const std::string m = e.what();
+    for (const char* part : {"--memory-budget 1000 MiB (the cgroup memory limit)", "holds 700 MiB", "reserves 130 MiB",
+                             "90 MiB of margin", "at least 8 experts of 10240 KiB"})
+      EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
+  }
+}
+
+TEST(MemoryBudget, NoBudgetKnownKeepsExpertsResident) {
+  EXPECT_TRUE(split_for_experts({0, ""}, needs(1000000)).resident);
+}
+
+TEST(MemoryBudget, DenseBeyondTheBudgetIsAUsageErrorNamingTheFile) {
+  try {
+    check_dense_fits({64 * MiB, "--memory-budget"}, 200 * MiB, "m/model.h5");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("m/model.h5: the dense weights need 200 MiB"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_dense_fits({int64_t{64} << 30, "--memory-budget"}, 200 * MiB, "m/model.h5"));
+}
+
+// Stand-in cgroup trees in a temp dir: the tightest limit of the group and its ancestors counts.
+class CgroupLimit : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root = std::filesystem::temp_directory_path() / ("moerun-cgroup-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(root);
+  }
+  void TearDown() override { std::filesystem::remove_all(root); }
+  void put(const std::string& rel, const std::string& text) {
+    const std::filesystem::path p = root / rel;
+    std::filesystem::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  }
+  std::filesystem::path root;
+};
+
+TEST_F(CgroupLimit, V1TakesTheTightestAncestor) {
+  put("memory/memory.limit_in_bytes", "9223372036854771712\n");  // v1's "unlimited"
+  put("memory/jobs/memory.limit_in_bytes", "1073741824\n");
+  put("memory/jobs/run7/memory.limit_in_bytes", "2147483648\n");
+  EXPECT_EQ(cgroup_memory_limit_bytes("5:cpu:/\n4:memory:/jobs/run7\n", root), int64_t{1} << 30);
+  EXPECT_EQ(cgroup_memory_limit_bytes("4:cpuacct,memory:/jobs/run7\n", root), int64_t{1} << 30);
+  EXPECT_EQ(cgroup_memory_limit_bytes("4:memory:/\n", root), 0);
+}
+
+TEST_F(CgroupLimit, V2ReadsMemoryMax) {
+  put("unified/user/memory.max", "max\n");
+  put("unified/user/job/memory.max", "536870912\n");
+  EXPECT_EQ(cgroup_memory_limit_bytes("0::/user/job\n", root), int64_t{512} << 20);
+  EXPECT_EQ(cgroup_memory_limit_bytes("0::/user\n", root), 0);
+  EXPECT_EQ(cgroup_memory_limit_bytes("", root), 0);
+}
+
+TEST(HostMemory, ResidentAndAvailableAreReadFromProc) {
+  EXPECT_GT(resident_memory_bytes(), 0);
+  EXPECT_GT(available_memory_bytes(), 0);
+  EXPECT_LE(available_memory_bytes(), host_memory_bytes());
+}
+
+// The longest max_batch_size requests (prompt + budget, capped at max_position) are what the KV
+// cache can hold at once.
+TEST(MaxKvTokens, LongestRequestsInFlight) {
+  std::vector<io::Request> r(4);
+  const int64_t prompt[] = {10, 50, 30, 90}, budget[] = {5, 5, 20, 40};
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    r[i].prompt_tokens.assign(static_cast<std::size_t>(prompt[i]), 1);
+    r[i].max_new_tokens = budget[i];
+  }
+  SchedulerConfig c;
+  c.max_batch_size = 2;
+  EXPECT_EQ(max_kv_tokens(r, c, 100), 100 + 55);  // 130 capped at 100, then 55
+  c.max_batch_size = 8;
+  EXPECT_EQ(max_kv_tokens(r, c, 1000), 15 + 55 + 50 + 130);
+  c.max_batch_size = 1;
+  c.batching = Batching::MinHash;  // parks up to 4 x max_batch_size prefilled sequences
+  EXPECT_EQ(max_kv_tokens(r, c, 1000), 15 + 55 + 50 + 130);
+}
+
+}  // namespace
+}  // namespace moerun::runtime
