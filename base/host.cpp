@@ -51,6 +51,12 @@ int64_t resident_memory_bytes() { return statm_bytes(1); }
 
 void release_freed_memory() { ::malloc_trim(0); }
 
+void bound_freed_memory() {
+  ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 16 << 20);
+  ::malloc_trim(0);
+}
+
 int64_t available_memory_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;

@@ -18,6 +18,11 @@ int64_t resident_memory_bytes();
 // Hands the heap's free pages back to the system (malloc_trim): after loading, the buffers weights
 // were read into would otherwise stay resident (launch keeps freed memory for the steps' reuse).
 void release_freed_memory();
+// Freed memory goes back to the system again (blocks of 1 MiB and more mapped on their own, at most
+// 16 MiB free at a heap's top) instead of launch's keep-everything setting: under a memory budget
+// the expert loaders' freed buffers piled up in their malloc arenas (measured: 93 MiB more RSS
+// with 57 MiB of L1, tests/integration/memory_budget.sh's model).
+void bound_freed_memory();
 // MemAvailable of /proc/meminfo in bytes (0 when unknown).
 int64_t available_memory_bytes();
 // The tightest memory limit of this process's control group and its ancestors (cgroup v1

@@ -426,7 +426,7 @@ void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* i
     raw.resize(swapped->raw.size());
     std::memcpy(raw.data(), swapped->raw.data(), raw.size());
   } else {
-    raw = source_.read_raw(l, e);
+    source_.read_raw_into(l, e, raw);
   }
   const double read = since(t0);
   t0 = Clock::now();

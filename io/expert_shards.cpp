@@ -304,10 +304,16 @@ void ExpertShardIndex::set_direct_reads(bool direct) {
 }
 
 AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
+  AlignedBuffer raw;
+  read_raw_into(layer, expert, raw);
+  return raw;
+}
+
+void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const {
   const ExpertLocation& loc = locate(layer, expert);
   const ModelConfig& c = config_;
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
-  AlignedBuffer raw(expert_raw_bytes(c));
+  raw.resize(expert_raw_bytes(c));
   if (loc.raw_chunks) {
     const auto shard = static_cast<std::size_t>(loc.shard_index);
     auto read_at = [&](uint64_t offset, std::size_t n, void* dst) {
@@ -325,14 +331,13 @@ AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
     } else {
       for (std::size_t m = 0; m < parts.size(); ++m) read_at(loc.offset[m], parts[m].bytes, raw.as<unsigned char>() + parts[m].offset);
     }
-    return raw;
+    return;
   }
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   auto& handle = open_files_[loc.shard];
   if (!handle)
     handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
   h5_reading(loc.shard, [&] { read_expert_group(*handle, layer, expert, c, raw.data()); });
-  return raw;
 }
 
 AlignedBuffer ExpertShardIndex::load_raw(int64_t layer, int64_t expert) const {

@@ -59,6 +59,8 @@ class ExpertSource {
   virtual ~ExpertSource() = default;
   virtual const ModelConfig& config() const = 0;
   virtual AlignedBuffer read_raw(int64_t layer, int64_t expert) const = 0;
+  // The same into `raw`, which keeps its memory from load to load (a loader's buffer).
+  virtual void read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const { raw = read_raw(layer, expert); }
   virtual uint64_t checksum(int64_t layer, int64_t expert) const = 0;
   virtual std::string where(int64_t layer, int64_t expert) const = 0;  // the file (or URL) that holds it
 };
@@ -94,6 +96,7 @@ class ExpertShardIndex : public ExpertSource {
 
   const ModelConfig& config() const override { return config_; }
   AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;
+  void read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const override;
   uint64_t checksum(int64_t layer, int64_t expert) const override { return locate(layer, expert).xxh64; }
   std::string where(int64_t layer, int64_t expert) const override { return locate(layer, expert).shard; }
 

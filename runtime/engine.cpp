@@ -181,6 +181,7 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
     log::info("memory budget ", budget_.bytes >> 20, " MiB (", budget_.source, "): ", n.held >> 20, " MiB held, ", n.reserved >> 20,
               " MiB of step buffers and KV cache; the experts (", (owned * n.expert_bytes) >> 20, " MiB) do not fit, so ",
               m.l1_bytes >> 20, " MiB of them are cached in L1 and the rest read from ", location_->str(), " as needed");
+  if (!m.resident) bound_freed_memory();
   return m.resident ? 0 : m.l1_bytes;
 }
 

@@ -43,7 +43,8 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
          mib(n.held), " (code, libraries, dense weights), reserves ", mib(n.reserved + n.cache_reserved),
          " for step buffers, the KV cache and the expert cache's I/O threads and ",
          mib(budget_margin_bytes(budget.bytes)), " of margin, which leaves ", mib(std::max<int64_t>(0, m.room)),
-         " for experts; the expert cache needs at least ", n.min_slots, " experts of ", n.expert_bytes >> 10, " KiB");
+         " for experts; the expert cache needs at least ", n.min_slots, " experts of ", n.expert_bytes >> 10,
+         " KiB (a smaller --max-batch-tokens reserves less)");
   m.resident = false;
   m.l1_bytes = slots * n.expert_bytes;
   return m;

@@ -1,0 +1,83 @@
+#!/bin/bash
+# Models larger than the memory budget (issue 41). A bf16 model of about 400 MiB of experts runs
+# under a budget of half that: tokens equal the unlimited run's (np 1, and np 3 with two expert
+# ranks), the peak RSS stays within the budget, and the set-up line says how the budget was
+# divided. Under a real cgroup v1 memory limit (when this machine lets the test make one) the
+# default budget comes from the limit and the run is not OOM-killed. A budget too small for the
+# dense part, or for one token's experts, is exit 2 with one line before anything is written.
+source "$(dirname "$0")/common.sh"
+MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
+cd "$WORK"
+# 2 layers x 64 experts of 3 MiB (3 x 512 x 1024 bf16): 384 MiB of experts, a dense part of ~5 MiB.
+"$MOERUN" synth --out m --layers 2 --experts 64 --top-k 2 --hidden 512 --intermediate 1024 --heads 8 --kv-heads 2 \
+  --head-dim 64 --vocab 512 --max-position 256 --dtype bfloat16 --shards 2 --seed 5 --quiet
+for i in 0 1 2 3 4 5; do echo "{\"id\": \"r$i\", \"prompt_tokens\": [1, $((i * 37 % 500 + 3)), $((i * 11 + 7)), 9], \"max_new_tokens\": 6}"; done > R
+"$MOERUN" infer --model m --input R --output unlimited.jsonl --quiet
+
+# peak_rss CMD...: runs CMD (stderr in err); sets rc and rss (its peak RSS in MiB)
+peak_rss() {
+  set +e
+  /usr/bin/python3 -c 'import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stderr=open("err", "w")).returncode
+open("rss", "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024))
+sys.exit(r)' "$@"
+  rc=$?
+  set -e
+  rss=$(cat rss)
+}
+
+BUDGET=200
+peak_rss "$MOERUN" infer --model m --input R --output b.jsonl --memory-budget ${BUDGET}M --max-batch-tokens 64
+check "budget ${BUDGET} MiB (half the experts): completes with the unlimited run's tokens (exit $rc: $(head -c 300 err))" \
+  bash -c "[ $rc -eq 0 ] && cmp -s b.jsonl unlimited.jsonl"
+check "budget ${BUDGET} MiB: peak RSS $rss MiB within it" test "$rss" -le $BUDGET
+check "budget ${BUDGET} MiB: the set-up line says how it was divided ($(grep -m1 'memory budget' err | head -c 300))" \
+  grep -q "memory budget $BUDGET MiB (--memory-budget): [0-9]* MiB held, [0-9]* MiB of step buffers and KV cache; the experts (384 MiB) do not fit, so [0-9]* MiB of them are cached in L1" err
+check "budget ${BUDGET} MiB: experts were read from the shards as needed (L3 reads counted)" grep -q "L3 reads [1-9]" err
+
+# Several expert ranks, each with its own budget (rank 0 routes, ranks 1-2 hold 192 MiB of experts each).
+set +e
+$MPI -np 3 "$MOERUN" infer --model m --input R --output np3.jsonl --memory-budget 150M --max-batch-tokens 64 --quiet 2> err
+rc=$?
+set -e
+check "np 3, budget 150 MiB per rank: the unlimited run's tokens (exit $rc: $(head -c 300 err))" bash -c "[ $rc -eq 0 ] && cmp -s np3.jsonl unlimited.jsonl"
+
+# A budget below the dense part, and one below one token's experts: exit 2, one line, nothing written.
+refuse() {
+  local what=$1 pattern=$2; shift 2
+  rm -f o.jsonl*
+  set +e
+  "$MOERUN" infer --model m --input R --output o.jsonl "$@" 2> err
+  rc=$?
+  set -e
+  local left; left=$(ls o.jsonl* 2>/dev/null | tr '\n' ' ' || true)
+  check "$what: exit 2, one line naming the numbers, nothing written (exit $rc, left [$left]: $(head -c 300 err))" \
+    bash -c "[ $rc -eq 2 ] && [ \$(wc -l < err) -eq 1 ] && grep -q '$pattern' err && [ -z '$left' ]"
+}
+refuse "budget below what the process and dense part need" \
+  "^moerun: error: --memory-budget 40 MiB (--memory-budget) is too small: m/model.h5: the dense weights need [0-9]* MiB on top of the [0-9]* MiB" \
+  --memory-budget 40M
+refuse "budget below one token's experts" \
+  "is too small: this rank holds [0-9]* MiB .* the expert cache needs at least 2 experts of 3072 KiB" \
+  --memory-budget 110M --max-batch-tokens 64
+refuse "a budget that is not a size" "^moerun: error: --memory-budget: \"lots\" is not a size" --memory-budget lots
+
+# A real cgroup v1 memory limit: the default budget comes from it; no OOM kill.
+CG=/sys/fs/cgroup/memory/moerun-test-$$
+if mkdir "$CG" 2>/dev/null; then
+  trap 'rmdir "$CG" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+  echo $((BUDGET << 20)) > "$CG/memory.limit_in_bytes"
+  set +e
+  bash -c "echo \$\$ > $CG/cgroup.procs && exec \"$MOERUN\" infer --model m --input R --output cg.jsonl --max-batch-tokens 64" 2> err
+  rc=$?
+  set -e
+  check "cgroup limit $BUDGET MiB: the unlimited run's tokens (exit $rc: $(tail -c 300 err))" bash -c "[ $rc -eq 0 ] && cmp -s cg.jsonl unlimited.jsonl"
+  check "cgroup limit $BUDGET MiB: the default budget is the limit" grep -q "memory budget $BUDGET MiB (the cgroup memory limit)" err
+  oom=$(sed -n 's/^oom_kill \([0-9]*\)/\1/p' "$CG/memory.oom_control")
+  check "cgroup limit $BUDGET MiB: nothing OOM-killed (oom_kill ${oom:-?})" test "${oom:-0}" -eq 0
+  # Open MPI's singleton daemon may outlive moerun for a moment; the group goes once it is empty.
+  for _ in $(seq 50); do rmdir "$CG" 2>/dev/null && break; sleep 0.1; done
+else
+  echo "note: cannot make a cgroup under /sys/fs/cgroup/memory here: the --memory-budget checks above ran, the cgroup ones did not"
+fi
+finish
