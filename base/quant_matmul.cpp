@@ -408,14 +408,19 @@ void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, i
   const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
   std::vector<uint8_t> q(static_cast<std::size_t>(N * row_bytes));
   std::vector<uint16_t> scales(static_cast<std::size_t>(N * row_scales));
-  std::vector<float> row(static_cast<std::size_t>(K));
-  for (int64_t r = 0; r < N; ++r) {
-    const float* x = static_cast<const float*>(plain) + r * K;
-    if (bf16) {
-      bf16_to_f32(static_cast<const uint16_t*>(plain) + r * K, row.data(), static_cast<std::size_t>(K));
-      x = row.data();
+  // Rows are independent: the same bytes whatever the thread count.
+#pragma omp parallel if (!omp_in_parallel() && N >= 64)
+  {
+    std::vector<float> row(static_cast<std::size_t>(K));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < N; ++r) {
+      const float* x = static_cast<const float*>(plain) + r * K;
+      if (bf16) {
+        bf16_to_f32(static_cast<const uint16_t*>(plain) + r * K, row.data(), static_cast<std::size_t>(K));
+        x = row.data();
+      }
+      quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales);
     }
-    quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales);
   }
   quant_pack(s, q.data(), scales.data(), N, K, out);
 }

@@ -4,6 +4,9 @@
 #include "base/error.hpp"
 #include "base/log.hpp"
 
+#include <exception>
+#include <vector>
+
 namespace moerun::experts {
 
 ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const io::ModelConfig& c,
@@ -17,14 +20,35 @@ ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIn
     fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
          " experts need ", need >> 20, " MiB in ", memory_kind_name(backend.weight_memory()), " memory, more than the ",
          have >> 20, " MiB there (", backend.describe(), "); use more expert ranks or the expert cache (--l1-bytes)");
+  // Read, verified and packed by all threads at once (packing is CPU work the disk need not wait
+  // for); the first failure in (layer, expert) order is the one reported, as in one thread.
+  std::vector<int64_t> keys;
   for (int64_t l = 0; l < c.num_moe_layers(); ++l)
-    for (int64_t e = 0; e < c.num_experts; ++e) {
-      if (!owns(l, e)) continue;
-      const AlignedBuffer raw = index.load_raw(l, e);
-      std::unique_ptr<ResidentExpert> w = backend.allocate_expert();
-      backend.load_expert(raw.data(), *w);
-      weights_.emplace(l * c.num_experts + e, std::move(w));
+    for (int64_t e = 0; e < c.num_experts; ++e)
+      if (owns(l, e)) keys.push_back(l * c.num_experts + e);
+  std::vector<std::unique_ptr<ResidentExpert>> loaded(keys.size());
+  std::vector<std::exception_ptr> failed(keys.size());
+  const bool host = backend.weight_memory() == MemoryKind::Host;
+#pragma omp parallel if (host && keys.size() > 1)
+  {
+    AlignedBuffer raw;
+#pragma omp for schedule(dynamic)
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      try {
+        const int64_t l = keys[i] / c.num_experts, e = keys[i] % c.num_experts;
+        index.read_raw_into(l, e, raw);
+        io::verify_expert(raw.data(), c, index.checksum(l, e), index.where(l, e), l, e);
+        loaded[i] = backend.allocate_expert();
+        backend.load_expert(raw.data(), *loaded[i]);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
     }
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (failed[i]) std::rethrow_exception(failed[i]);
+    weights_.emplace(keys[i], std::move(loaded[i]));
+  }
   log::debug("loaded ", weights_.size(), " experts (", bytes() >> 20, " MiB, ", backend.describe(), ")");
 }
 

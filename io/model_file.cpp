@@ -1,5 +1,6 @@
 // model.h5 reader and writer.
 #include "io/model_file.hpp"
+#include "io/dense_quant_cache.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -347,7 +348,35 @@ void read_mla_weights(hid_t file, const std::string& fname, const std::string& p
   L.wkv_b = read_matrix(file, fname, p + "wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype, v);
 }
 
-DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
+// The quantizable matrices of an open model.h5: from `cache` when it holds one quantized from this very
+// dataset (its xxh64 attribute), else as stored; records the attribute in w.source_xxh64.
+class QuantizableReader {
+ public:
+  QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache)
+      : file_(file), fname_(fname), cache_(std::move(cache)) {}
+  bool on = false;  // --quantize-dense and a model with xxh64 attributes
+  WeightMatrix read(DenseWeights& w, const std::string& path, int64_t rows, int64_t cols) {
+    const ModelConfig& c = w.config;
+    if (!on || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
+    expect_dataset(file_, fname_, path, {rows, cols}, c.dtype);
+    const std::optional<uint64_t> src = h5_attr_uint64(h5_open_object(file_, path), "xxh64");
+    if (src) w.source_xxh64[path] = *src;
+    auto it = cache_.find(path);
+    if (src && it != cache_.end() && it->second.source_xxh64 == *src && it->second.matrix.rows == rows && it->second.matrix.cols == cols) {
+      WeightMatrix m = std::move(it->second.matrix);
+      m.dtype = c.dtype;
+      return m;
+    }
+    return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
+  }
+
+ private:
+  hid_t file_;
+  std::string fname_;
+  std::map<std::string, DenseCacheEntry> cache_;
+};
+
+DenseWeights read_dense_weights(hid_t file, const std::string& fname, QuantizableReader& quantizable) {
   DenseWeights w;
   w.config = read_model_config(file, fname);
   const ModelConfig& c = w.config;
@@ -364,7 +393,8 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   w.embed_tokens = read_matrix(file, fname, "/embed_tokens", c.vocab_size, d, c.dtype, c.format_version);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
-  w.lm_head = read_matrix(file, fname, "/lm_head", c.vocab_size, d, c.dtype, c.format_version);
+  quantizable.on = quantizable.on && c.format_version >= 2;
+  w.lm_head = quantizable.read(w, "/lm_head", c.vocab_size, d);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "/layers/" + std::to_string(l) + "/";
@@ -373,11 +403,12 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
     if (c.attention_type == AttentionType::Mla) {
       read_mla_weights(file, fname, p, c, L);
     } else {
-      L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, c.format_version);
-      L.wk = read_matrix(file, fname, p + "wk", kv, d, c.dtype, c.format_version);
-      L.wv = read_matrix(file, fname, p + "wv", kv, d, c.dtype, c.format_version);
+      L.wq = quantizable.read(w, p + "wq", q, d);
+      L.wk = quantizable.read(w, p + "wk", kv, d);
+      L.wv = quantizable.read(w, p + "wv", kv, d);
+      L.wo = quantizable.read(w, p + "wo", d, c.attention_out_dim());
     }
-    L.wo = read_matrix(file, fname, p + "wo", d, c.attention_out_dim(), c.dtype, c.format_version);
+    if (c.attention_type == AttentionType::Mla) L.wo = read_matrix(file, fname, p + "wo", d, c.attention_out_dim(), c.dtype, c.format_version);
     L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
     if (c.is_moe_layer(l)) {
       std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
@@ -417,11 +448,16 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname) {
 }
 }  // namespace
 
-DenseWeights load_dense_weights(const ModelLocation& model) {
+DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized) {
   model.check_exists();
   const std::string fname = model.file("model.h5");
+  const bool cached = quantized != WeightScheme::Plain && !model.remote();
+  std::map<std::string, DenseCacheEntry> cache;
+  if (cached) cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized);
   H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
-  return h5_reading(fname, [&] { return read_dense_weights(file, fname); });
+  QuantizableReader quantizable(file, fname, std::move(cache));
+  quantizable.on = quantized != WeightScheme::Plain;
+  return h5_reading(fname, [&] { return read_dense_weights(file, fname, quantizable); });
 }
 
 void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,

@@ -1,6 +1,7 @@
 // model.h5: the dense part of a moe-hdf5 model (DESIGN §3). Reading validates every attribute and
 // every dataset's presence, shape and dtype, naming the file and the offending item.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct DenseWeights {
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype
   std::vector<DenseLayerWeights> layers;
+  // The model.h5 xxh64 attributes of the quantizable matrices (io/dense_quant_cache), by path, when
+  // loaded for --quantize-dense from a model that has them: what the dense cache is checked against.
+  std::map<std::string, uint64_t> source_xxh64;
 };
 
 std::string model_h5_path(const std::string& model_dir);
@@ -65,7 +69,10 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c);
 ModelConfig read_model_config(const ModelLocation& model);
 // Reads every dense tensor and scans each for NaN/Inf (BadInput naming the first found): a NaN
 // weight would otherwise turn every token into 0 without an error.
-DenseWeights load_dense_weights(const ModelLocation& model);
+// `quantized` q8/q4 (--quantize-dense): the LM head and attention projections are taken from the
+// model directory's dense cache where it holds them for this model.h5 (already quantized), else read
+// as stored.
+DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized = WeightScheme::Plain);
 
 // "[64,256]"
 std::string shape_str(const std::vector<int64_t>& shape);

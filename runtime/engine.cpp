@@ -19,6 +19,7 @@
 #include "comm/mpi.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/affinity_file.hpp"
+#include "io/dense_quant_cache.hpp"
 #include "io/expert_shards.hpp"
 #include "io/input_file.hpp"
 #include "runtime/distributed_moe.hpp"
@@ -160,6 +161,19 @@ void Engine::build_store(int64_t rank) {
   }
 }
 
+void Engine::quantize_dense() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int n = quantize_dense_weights(mm_, *dense_, cfg_.dense_scheme);
+  if (n == 0) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Kept next to the model for the next start (one router writes it; a read-only directory keeps nothing).
+  const bool keep = !location_->remote() && router_index() == 0 && !dense_->source_xxh64.empty();
+  const std::string path = io::dense_cache_path(location_->str(), cfg_.dense_scheme);
+  const bool kept = keep && io::write_dense_cache(path, cfg_.dense_scheme, *dense_, dense_->source_xxh64);
+  if (router_index() == 0 && !cfg_.quiet)
+    log::info("--quantize-dense: ", n, " dense matrices quantized at load in ", s, " s", kept ? str("; kept in ", path, " for the next start") : std::string());
+}
+
 int64_t Engine::plan_expert_memory(int64_t owned) {
   if (cfg_.cache.l1_bytes > 0) return cfg_.cache.l1_bytes;
   // Device memory is the backend's own to check; the budget is host memory.
@@ -194,9 +208,10 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
                    : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);
   if (is_router()) {
     check_dense_fits(budget_, mc_.dense_params() * static_cast<int64_t>(dtype_size(mc_.dtype)), location_->file("model.h5"));
-    dense_ = io::load_dense_weights(*location_);
-    dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored, before packing
-    pack_dense_weights(mm_, *dense_, cfg_.dense_scheme);
+    dense_ = io::load_dense_weights(*location_, cfg_.dense_scheme);
+    quantize_dense();
+    dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing
+    pack_dense_weights(mm_, *dense_);
     release_freed_memory();
   }
   if (topo_.is_expert(rank_)) {

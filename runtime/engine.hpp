@@ -167,6 +167,8 @@ class Engine {
   void build_store(int64_t rank);
   // The expert cache's L1 (0: every owned expert resident): --l1-bytes, else what the budget leaves.
   int64_t plan_expert_memory(int64_t owned);
+  // --quantize-dense: what the dense cache did not hold is quantized now, and the cache rewritten.
+  void quantize_dense();
   // Placement, then the dense weights (routers) and the expert store (expert ranks); the
   // fingerprints of what this rank read.
   void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "experts/cpu/expert_packing.hpp"
+#include "io/dense_quant_cache.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {
@@ -52,22 +53,22 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
   return out;
 }
 
-void pack_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme quantized) {
+int quantize_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme s) {
+  int n = 0;
+  if (s == WeightScheme::Plain) return n;
+  for (auto& [path, m] : io::quantizable_dense_matrices(w))
+    if (m->scheme == WeightScheme::Plain) {
+      mm.quantize(*m, s);
+      ++n;
+    }
+  return n;
+}
+
+void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
   // Packed for the row counts of decode steps (a batch of sequences); the same layout serves the
-  // larger prefill steps.
+  // larger prefill steps. Quantized matrices are already in their form (Matmul::pack leaves them).
   constexpr int64_t kTypicalRows = 32;
   const bool mla = w.config.attention_type == io::AttentionType::Mla;
-  // Quantized first (from the plain rows): the LM head, and the attention projections of
-  // multi-head attention (MLA's matrices are re-laid out by prepare_mla_weights and stay plain).
-  if (quantized != WeightScheme::Plain) {
-    auto quantize = [&](WeightMatrix& m) {
-      if (m.rows > 0 && m.cols % kQuantGroup == 0) mm.quantize(m, quantized);
-    };
-    quantize(w.lm_head);
-    if (!mla)
-      for (io::DenseLayerWeights& l : w.layers)
-        for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo}) quantize(*m);
-  }
   mm.pack(w.lm_head, kTypicalRows);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     io::DenseLayerWeights& l = w.layers[i];

@@ -70,10 +70,12 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
 // Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
 // weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
-// weights were fingerprinted. `quantized` q8/q4: the LM head and multi-head attention's
-// projections are quantized instead (--quantize-dense; matrices whose columns are not whole groups
-// of 32 stay as they are).
-void pack_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme quantized = WeightScheme::Plain);
+// weights were fingerprinted; quantized matrices keep their form.
+void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
+// --quantize-dense: the LM head and multi-head attention's projections (io::quantizable_dense_matrices;
+// whole groups of 32 columns) still plain are quantized to `s`; returns how many were. Before the
+// fingerprint, so that a matrix read from the dense cache and one quantized here hash alike.
+int quantize_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme s);
 
 class ModelForward {
  public:

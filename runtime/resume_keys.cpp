@@ -9,7 +9,8 @@ namespace moerun::runtime {
 namespace {
 
 void hash_matrix(Xxh64& h, const WeightMatrix& m) {
-  h.value(m.rows).value(m.cols).bytes(m.data.data(), m.bytes());
+  // A quantized matrix (--quantize-dense) is hashed in its blocked form.
+  h.value(m.rows).value(m.cols).bytes(m.data.data(), m.scheme == WeightScheme::Plain ? m.bytes() : m.data.size());
 }
 
 std::string hex(uint64_t v) {

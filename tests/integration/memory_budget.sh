@@ -62,6 +62,19 @@ refuse "budget below one token's experts" \
   --memory-budget 110M --max-batch-tokens 64
 refuse "a budget that is not a size" "^moerun: error: --memory-budget: \"lots\" is not a size" --memory-budget lots
 
+# --quantize-dense once: the first start quantizes and keeps m/dense-q4.bin, the next reads it (no
+# quantization at load) with the same tokens; a damaged cache is not used (one warning, same tokens).
+"$MOERUN" infer --model m --input R --output q1.jsonl --quantize-dense q4 2> err
+check "--quantize-dense q4, first start: quantized at load and kept ($(grep -m1 'quantize-dense' err | head -c 200))" \
+  bash -c "grep -q 'dense matrices quantized at load in .* s; kept in m/dense-q4.bin' err && [ -f m/dense-q4.bin ]"
+"$MOERUN" infer --model m --input R --output q2.jsonl --quantize-dense q4 2> err
+check "--quantize-dense q4, next start: read from m/dense-q4.bin, nothing quantized, the same tokens" \
+  bash -c "! grep -q 'quantized at load' err && cmp -s q1.jsonl q2.jsonl"
+printf 'XXXX' | dd of=m/dense-q4.bin bs=1 seek=5000 conv=notrunc status=none
+"$MOERUN" infer --model m --input R --output q3.jsonl --quantize-dense q4 2> err
+check "--quantize-dense q4, damaged cache: one warning naming it, quantized again, the same tokens" \
+  bash -c "grep -q 'm/dense-q4.bin: not used' err && grep -q 'quantized at load' err && cmp -s q1.jsonl q3.jsonl"
+
 # A real cgroup v1 memory limit: the default budget comes from it; no OOM kill.
 CG=/sys/fs/cgroup/memory/moerun-test-$$
 if mkdir "$CG" 2>/dev/null; then
