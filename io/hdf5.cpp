@@ -213,6 +213,21 @@ std::optional<H5ChunkExtent> h5_single_chunk(hid_t loc, const std::string& path)
   return e;
 }
 
+bool h5_little_endian(hid_t loc, const std::string& path) {
+  H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle t(H5_CHECK(H5Dget_type(d)), H5Tclose);
+  return H5Tget_order(t) == H5T_ORDER_LE;
+}
+
+std::optional<uint64_t> h5_contiguous_offset(hid_t loc, const std::string& path) {
+  H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
+  H5Handle plist(H5_CHECK(H5Dget_create_plist(d)), H5Pclose);
+  if (H5Pget_layout(plist) != H5D_CONTIGUOUS) return std::nullopt;
+  const haddr_t addr = H5Dget_offset(d);
+  if (addr == HADDR_UNDEF) return std::nullopt;
+  return static_cast<uint64_t>(addr);
+}
+
 int h5_filter_count(hid_t loc, const std::string& path) {
   H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
   H5Handle plist(H5_CHECK(H5Dget_create_plist(d)), H5Pclose);

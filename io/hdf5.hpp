@@ -155,6 +155,10 @@ struct H5ChunkExtent {
   unsigned filter_mask = 0;
 };
 std::optional<H5ChunkExtent> h5_single_chunk(hid_t loc, const std::string& path);
+// Whether a numeric dataset is stored little-endian (the byte order of every moe-hdf5 writer).
+bool h5_little_endian(hid_t loc, const std::string& path);
+// Where a contiguous dataset's bytes lie in the file; nullopt for other layouts or no storage yet.
+std::optional<uint64_t> h5_contiguous_offset(hid_t loc, const std::string& path);
 // Filters in the dataset's pipeline (compression); 0 when its chunks are stored as raw bytes.
 int h5_filter_count(hid_t loc, const std::string& path);
 

@@ -1,6 +1,5 @@
 // model.h5 reader and writer.
 #include "io/model_file.hpp"
-#include "io/dense_quant_cache.hpp"
 
 #include <cmath>
 #include <filesystem>
@@ -8,6 +7,8 @@
 
 #include "base/host.hpp"
 #include "base/xxh64.hpp"
+#include "io/dense_quant_cache.hpp"
+#include "io/mapped_range.hpp"
 
 namespace moerun::io {
 namespace {
@@ -55,6 +56,40 @@ WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string
   check_finite(m.data.data(), dtype, rows, cols, fname, path);
   verify_dense(file, fname, path, m.data.data(), static_cast<std::size_t>(rows * cols) * dtype_size(dtype), version);
   return m;
+}
+
+// The embedding table: mapped where model.h5 is local and stores it contiguously in little-endian
+// order (the bytes in the file are the values), else read; scanned and checksummed either way.
+EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, const ModelConfig& c) {
+  const std::string ds = "/embed_tokens";
+  expect_dataset(file, fname, ds, {c.vocab_size, c.hidden_size}, c.dtype);
+  EmbeddingTable t;
+  t.dtype = c.dtype;
+  t.rows = c.vocab_size;
+  t.cols = c.hidden_size;
+  const std::optional<uint64_t> at = local && h5_little_endian(file, ds) ? h5_contiguous_offset(file, ds) : std::nullopt;
+  std::shared_ptr<MappedRange> map;
+  if (at) {
+    map = std::make_shared<MappedRange>(fname, *at, t.bytes());
+    t.data = map->data();
+    t.storage = map;
+  } else {
+    auto buf = std::make_shared<AlignedBuffer>(t.bytes());
+    h5_read(file, ds, c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, buf->data());
+    t.data = buf->data();
+    t.storage = buf;
+  }
+  check_finite(t.data, c.dtype, t.rows, t.cols, fname, ds);
+  t.xxh64 = Xxh64().bytes(t.data, t.bytes()).digest();
+  if (c.format_version >= 2) {
+    const auto expected = h5_attr_uint64(h5_open_object(file, ds), "xxh64");
+    if (!expected) fail(ErrorKind::BadInput, fname, ": ", ds, " has no xxh64 attribute (format_version 2 needs one)");
+    if (t.xxh64 != *expected)
+      fail(ErrorKind::BadInput, fname, ": ", ds, " checksum mismatch (xxh64 attribute ", *expected, ", data ", t.xxh64,
+           "): the file changed after it was written");
+  }
+  if (map) map->release_resident();  // the scan read every page; lookups bring back the rows they use
+  return t;
 }
 
 template <typename T>
@@ -352,8 +387,9 @@ void read_mla_weights(hid_t file, const std::string& fname, const std::string& p
 // dataset (its xxh64 attribute), else as stored; records the attribute in w.source_xxh64.
 class QuantizableReader {
  public:
-  QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache)
-      : file_(file), fname_(fname), cache_(std::move(cache)) {}
+  QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache, bool local)
+      : file_(file), fname_(fname), cache_(std::move(cache)), local_(local) {}
+  bool local() const { return local_; }  // model.h5 is a local file (fname_ its path)
   bool on = false;  // --quantize-dense and a model with xxh64 attributes
   WeightMatrix read(DenseWeights& w, const std::string& path, int64_t rows, int64_t cols) {
     const ModelConfig& c = w.config;
@@ -374,6 +410,7 @@ class QuantizableReader {
   hid_t file_;
   std::string fname_;
   std::map<std::string, DenseCacheEntry> cache_;
+  bool local_;
 };
 
 DenseWeights read_dense_weights(hid_t file, const std::string& fname, QuantizableReader& quantizable) {
@@ -391,7 +428,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, Quantizabl
     fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
          " MiB the address-space limit (ulimit -v) leaves: raise the limit");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_matrix(file, fname, "/embed_tokens", c.vocab_size, d, c.dtype, c.format_version);
+  w.embed_tokens = read_embedding(file, fname, quantizable.local(), c);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
   quantizable.on = quantizable.on && c.format_version >= 2;
   w.lm_head = quantizable.read(w, "/lm_head", c.vocab_size, d);
@@ -455,7 +492,7 @@ DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantiz
   std::map<std::string, DenseCacheEntry> cache;
   if (cached) cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized);
   H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
-  QuantizableReader quantizable(file, fname, std::move(cache));
+  QuantizableReader quantizable(file, fname, std::move(cache), !model.remote());
   quantizable.on = quantized != WeightScheme::Plain;
   return h5_reading(fname, [&] { return read_dense_weights(file, fname, quantizable); });
 }

@@ -2,6 +2,7 @@
 // every dataset's presence, shape and dtype, naming the file and the offending item.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,21 @@ struct DenseLayerWeights {
   std::vector<float> shared_expert_gate;    // its gate [d] (one output row), when shared_expert_gated
 };
 
+// The token embedding [vocab, d] in the stored dtype (rows are widened to float32 as they are looked
+// up). From a local model.h5 that stores it contiguously it is mapped (io/mapped_range): a lookup
+// brings in the rows it uses and the kernel may drop them again; otherwise it is read into memory.
+struct EmbeddingTable {
+  DType dtype = DType::F32;
+  int64_t rows = 0, cols = 0;
+  const void* data = nullptr;           // rows x cols elements
+  std::shared_ptr<const void> storage;  // keeps `data` alive: the mapping or the buffer
+  uint64_t xxh64 = 0;                   // of the bytes, from the load's scan (fingerprints use it: no second pass)
+  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * dtype_size(dtype); }
+};
+
 struct DenseWeights {
   ModelConfig config;
-  WeightMatrix embed_tokens;        // [vocab, d], stored dtype: rows are widened to float32 as they are looked up
+  EmbeddingTable embed_tokens;
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype
   std::vector<DenseLayerWeights> layers;

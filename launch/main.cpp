@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   const launch::Environment env = launch::Environment::read();
   launch::apply_log_level(env);
   launch::keep_freed_memory(env);
+  launch::isolate_mpi_singleton(env);
   io::h5_init();  // before any other HDF5 call
   // The HDF5 probe's child (io/hdf5_probe.hpp): no MPI, no options, its own exit codes.
   if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1, launch::s3_from_environment({}));

@@ -13,14 +13,13 @@ namespace moerun::runtime {
 
 double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
-void embed_tokens(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out) {
-  const int64_t d = table.cols;
+void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids, int64_t T, float* out) {
   for (int64_t t = 0; t < T; ++t) {
     const int64_t row = static_cast<int64_t>(ids[t]) * d;
-    if (table.dtype == DType::F32)
-      std::memcpy(out + t * d, table.data.as<float>() + row, static_cast<std::size_t>(d) * sizeof(float));
+    if (dtype == DType::F32)
+      std::memcpy(out + t * d, static_cast<const float*>(table) + row, static_cast<std::size_t>(d) * sizeof(float));
     else
-      bf16_to_f32(table.data.as<uint16_t>() + row, out + t * d, static_cast<std::size_t>(d));
+      bf16_to_f32(static_cast<const uint16_t*>(table) + row, out + t * d, static_cast<std::size_t>(d));
   }
 }
 

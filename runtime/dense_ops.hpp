@@ -4,13 +4,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/matmul.hpp"
+#include "base/dtype.hpp"
 #include "io/model_config.hpp"
 
 namespace moerun::runtime {
 
-// Rows `ids` of `table` [vocab, d] (float32 or bfloat16) as float32 into out [T, d].
-void embed_tokens(const WeightMatrix& table, const int32_t* ids, int64_t T, float* out);
+// Rows `ids` of `table` [vocab, d] (float32, or bfloat16 bits) as float32 into out [T, d].
+void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids, int64_t T, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w, per row.
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out);
 // RoPE's inverse frequencies [head_dim / 2] and the factor on cos and sin, as Hugging Face's

@@ -40,7 +40,7 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   for (io::MlpKind k : c.layer_mlp) h.value(static_cast<int64_t>(k));
   h.value(c.rope_theta);
   h.value(c.rms_norm_eps);
-  hash_matrix(h, w.embed_tokens);
+  h.value(w.embed_tokens.rows).value(w.embed_tokens.cols).value(w.embed_tokens.xxh64);
   h.vec(w.final_norm);
   hash_matrix(h, w.lm_head);
   for (const auto& l : w.layers) {

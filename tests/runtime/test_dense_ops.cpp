@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "base/matmul.hpp"
 #include "runtime/dense_ops.hpp"
 #include "tests/test_support.hpp"
 
@@ -28,7 +29,7 @@ TEST(DenseOps, EmbeddingRowsOfEitherDtype) {
       else table.data.as<uint16_t>()[i] = f32_to_bf16(values[static_cast<std::size_t>(i)]);  // all exact in bf16
     }
     std::vector<float> out(ids.size() * d);
-    embed_tokens(table, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    embed_tokens(table.data.data(), dt, d, ids.data(), static_cast<int64_t>(ids.size()), out.data());
     for (std::size_t t = 0; t < ids.size(); ++t)
       for (int64_t j = 0; j < d; ++j)
         EXPECT_EQ(out[t * d + static_cast<std::size_t>(j)], values[static_cast<std::size_t>(ids[t] * d + j)]) << dtype_name(dt);
