@@ -207,7 +207,7 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
                    ? experts::round_robin_placement(mc_.num_moe_layers(), mc_.num_experts, topo_)
                    : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);
   if (is_router()) {
-    check_dense_fits(budget_, mc_.dense_params() * static_cast<int64_t>(dtype_size(mc_.dtype)), location_->file("model.h5"));
+    check_dense_fits(budget_, dense_resident_bytes(mc_, cfg_.dense_scheme, !location_->remote()), location_->file("model.h5"));
     dense_ = io::load_dense_weights(*location_, cfg_.dense_scheme);
     quantize_dense();
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "base/dtype.hpp"
 #include "base/host.hpp"
 
 namespace moerun::runtime {
@@ -48,6 +49,21 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
   m.resident = false;
   m.l1_bytes = slots * n.expert_bytes;
   return m;
+}
+
+int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, bool embedding_mapped) {
+  const auto dsize = static_cast<int64_t>(dtype_size(c.dtype));
+  const int64_t d = c.hidden_size, table = c.vocab_size * d;
+  int64_t bytes = (c.dense_params() - (embedding_mapped ? table : 0)) * dsize;
+  if (!is_group_quantized(quantized) || d % 32 != 0) return bytes;
+  // Quantized rows of d columns: values plus fp16 scales (and minimums) per group of 32.
+  const int64_t row = quant_row_bytes(quantized, d) + 2 * quant_row_scales(quantized, d);
+  bytes -= table * dsize - c.vocab_size * row;  // the LM head
+  if (c.attention_type != io::AttentionType::Mla) {
+    const int64_t p = c.num_layers * c.attention_matrix_params();  // rows of d columns
+    bytes -= p * dsize - p / d * row;
+  }
+  return bytes;
 }
 
 void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file) {

@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/quant_format.hpp"
+#include "io/model_config.hpp"
+
 namespace moerun::runtime {
 
 struct MemoryBudget {
@@ -44,6 +47,11 @@ int64_t cache_io_thread_bytes(int64_t raw_expert_bytes);
 
 // Usage error naming the budget, its source and every part when not even min_slots fit.
 ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& needs);
+// The dense part's resident bytes once loaded: the stored dtype, less the embedding table when it is
+// mapped (a local model), with --quantize-dense's matrices (LM head, multi-head attention) at their
+// scheme's size. (A first --quantize-dense start reads them plain before quantizing: a higher peak.)
+int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, bool embedding_mapped);
+
 // Before the dense part is read: Usage error naming the numbers when `dense_bytes` on top of what
 // the rank holds now cannot fit the budget.
 void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file);

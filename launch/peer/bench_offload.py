@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,22 +79,28 @@ class Cgroup:
                 time.sleep(0.05)  # a daemon the run started may linger a moment
 
 
-def run_limited(cmd, limit, name, env):
+def run_limited(cmd, limit, name, env, timeout=None):
     """cmd inside a fresh cgroup of `limit` bytes, page cache dropped first: its output, exit code
     (negative: killed by that signal), bytes it read from the block device (getrusage's ru_inblock,
-    which counts O_DIRECT reads too), the cgroup's peak usage and OOM kills."""
+    which counts O_DIRECT reads too), the cgroup's peak usage and OOM kills; killed after `timeout` s."""
     drop_caches()
     cg = Cgroup(name, limit)
     try:
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
             p = subprocess.Popen(["bash", "-c", f'echo $$ > {cg.path}/cgroup.procs && exec "$@"', "run"] + cmd,
                                  stdout=out, stderr=err, text=True, env=env)
+            timer = threading.Timer(timeout, p.kill) if timeout else None
+            if timer:
+                timer.start()
             _, status, usage = os.wait4(p.pid, 0)
+            timed_out = bool(timer) and not timer.is_alive() and timer.finished.is_set()
+            if timer:
+                timer.cancel()
             p.returncode = os.waitstatus_to_exitcode(status)
             out.seek(0)
             err.seek(0)
             return {"rc": p.returncode, "out": out.read(), "err": err.read(), "read_bytes": usage.ru_inblock * 512,
-                    "peak": int(cg.read("memory.max_usage_in_bytes")), "oom": cg.oom_kills()}
+                    "peak": int(cg.read("memory.max_usage_in_bytes")), "oom": cg.oom_kills(), "timed_out": timed_out}
     finally:
         cg.remove()
 
@@ -131,6 +138,7 @@ def main():
     a.add_argument("--new", type=int, default=32)
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--runs", type=int, default=1)
+    a.add_argument("--run-timeout", type=float, default=150, help="seconds a run may take (a thrashing peer is stopped)")
     o = a.parse_args()
     os.makedirs(o.work, exist_ok=True)
     os.makedirs(o.out, exist_ok=True)
@@ -201,15 +209,19 @@ def main():
                             ctx = n * (o.prompt + o.new) + 64
                             r = run_limited([os.path.join(bindir, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb",
                                              str(o.threads), "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt),
-                                             "-ntg", str(o.new), "-npl", str(n)], limit, name, env)
+                                             "-ntg", str(o.new), "-npl", str(n)], limit, name, env, o.run_timeout)
                             speeds = batched_bench_row(r["out"] + r["err"]) if r["rc"] == 0 else None
                             row = {"ok": speeds is not None}
                             if speeds:
                                 row["prefill"], row["decode"] = speeds
+                            elif r["timed_out"]:
+                                # Slower than all its tokens in the time allowed: an upper bound on its decode rate.
+                                row["error"] = f"over {o.run_timeout:.0f} s"
+                                row["decode_below"] = n * (o.prompt + o.new) / o.run_timeout
                             else:
                                 row["error"] = f"exit {r['rc']}"
                         row.update({"routing": routing, "n": n, "ratio": ratio, "limit": limit, "run": run, "who": who,
-                                    "killed": r["oom"] > 0 or r["rc"] in (-9, 137), "peak": r["peak"],
+                                    "killed": r["oom"] > 0 or (r["rc"] in (-9, 137) and not r["timed_out"]), "peak": r["peak"],
                                     "read_per_token": r["read_bytes"] / max(1, n * o.new)})
                         results.append(row)
                         print(f"#   {routing} N={n} ratio {ratio} ({limit >> 20} MiB) {who}: " +
@@ -225,11 +237,12 @@ def main():
     for routing in o.routing.split(","):
         for n in batches:
             for ratio in ratios:
-                med = {}
+                med, below = {}, {}
                 for who in engines:
                     rs = [r for r in results if r["routing"] == routing and r["n"] == n and r["ratio"] == ratio and r["who"] == who]
                     ok = [r for r in rs if r["ok"]]
                     med[who] = statistics.median([r["decode"] for r in ok]) if ok else None
+                    below[who] = max((r["decode_below"] for r in rs if "decode_below" in r), default=None)
                     pre = statistics.median([r["prefill"] for r in ok]) if ok else None
                     mb = statistics.median([r["read_per_token"] for r in rs]) / 1e6
                     peak = max(r["peak"] for r in rs) >> 20
@@ -255,7 +268,10 @@ def main():
                 for i in range(len(lines) - len(engines), len(lines)):
                     if "{vs_llama}" in lines[i]:
                         ours = med["moerun"]
-                        f = lambda p: f"{ours / med[p]:8.2f}" if ours and med.get(p) else f"{'-':>8}"
+                        def f(p):
+                            if ours and med.get(p):
+                                return f"{ours / med[p]:8.2f}"
+                            return f"{'>' + format(ours / below[p], '.1f'):>8}" if ours and below.get(p) else f"{'-':>8}"
                         lines[i] = lines[i].replace("{vs_llama}", f("llama.cpp")).replace("{vs_ik}", f("ik_llama.cpp")[2:])
     text = "\n".join(lines) + "\n"
     print(text, end="")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The parts of launch/bench-offload.sh that CI can run (the benchmark itself builds two peers and
-takes an hour): the llama-batched-bench table parser on both peers' table layouts, and, where this
-machine lets the test make a cgroup v1 memory group, run_limited's limit, OOM detection, read-byte
-count and clean-up on real processes. Prints ok/FAIL lines; exit 1 on any failure."""
+takes an hour): the llama-batched-bench table parser, and, where this machine lets the test make a cgroup v1
+memory group, run_limited's limit, OOM detection, timeout, read-byte count and clean-up on real
+processes. Prints ok/FAIL lines; exit 1 on any failure."""
 import os
 import sys
 
@@ -45,6 +45,10 @@ else:
     r = b.run_limited(alloc + ["256"], 64 << 20, f"moerun-harness-{os.getpid()}", env)
     check(f"256 MiB under a 64 MiB limit is OOM-killed and seen (exit {r['rc']}, oom_kill {r['oom']})", r["rc"] == -9 or r["rc"] == 137 or r["oom"] > 0)
     check("the cgroups are removed", not os.path.exists(os.path.join(b.CGROOT, f"moerun-harness-{os.getpid()}")))
+    import time
+    t0 = time.time()
+    r = b.run_limited(["sleep", "30"], 64 << 20, f"moerun-harness-{os.getpid()}", env, timeout=0.5)
+    check(f"a run past its timeout is stopped and said so ({time.time() - t0:.1f} s)", r["timed_out"] and time.time() - t0 < 10)
     data = os.path.join(os.getcwd(), f"harness-{os.getpid()}.bin")
     with open(data, "wb") as f:
         f.write(os.urandom(8 << 20))
