@@ -28,7 +28,7 @@ MemoryBudget default_memory_budget(int ranks_on_host) {
   return b;
 }
 
-int64_t cache_io_thread_bytes(int64_t raw_expert_bytes) { return (int64_t{12} << 20) + 4 * raw_expert_bytes; }
+int64_t cache_io_thread_bytes(int64_t raw_expert_bytes) { return (int64_t{2} << 20) + 2 * raw_expert_bytes; }
 
 int64_t budget_margin_bytes(int64_t budget) { return (int64_t{40} << 20) + budget / 20; }
 

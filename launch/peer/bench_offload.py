@@ -250,7 +250,7 @@ def main():
                     if who == "moerun" and ok:
                         l1 = ok[0].get("l1_mib")
                         bound = None
-                        if l1 is not None:
+                        if l1 is not None and routing == "uniform":  # skewed routing needs fewer reads than this
                             total = o.layers * 128 * expert_bytes
                             miss = max(0.0, 1 - (l1 << 20) / total)
                             distinct = 128 * (1 - (1 - 8 / 128) ** n)

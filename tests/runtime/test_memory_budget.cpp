@@ -33,6 +33,8 @@ TEST(MemoryBudget, MarginIsFortyMebibytesAndFivePercent) {
   EXPECT_EQ(budget_margin_bytes(1000 * MiB), 40 * MiB + 50 * MiB);
 }
 
+TEST(MemoryBudget, IoThreadHoldsTwoExpertsAndTwoMebibytes) { EXPECT_EQ(cache_io_thread_bytes(3 * MiB), 8 * MiB); }
+
 TEST(MemoryBudget, ExpertsThatFitStayResident) {
   const ExpertMemory m = split_for_experts({1000 * MiB, "test"}, needs(51));  // 510 MiB exactly
   EXPECT_TRUE(m.resident);
