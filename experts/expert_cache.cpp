@@ -225,6 +225,12 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
   const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
   std::vector<std::pair<double, int64_t>> want;  // (score, key), in prefetch order
   if (cfg_.prefetch == PrefetchPolicy::Lru) {
+    // Where routing does not repeat (uniform routing: 4% of these prefetches were used on the bench
+    // shape) they only take the disk and evict experts that would have hit: once 64 have been
+    // judged and fewer than a fifth were used, only every eighth layer still prefetches (to notice
+    // when routing starts to repeat).
+    const int64_t judged = c_.prefetch_used + c_.prefetch_wasted;
+    if (judged >= 64 && 5 * c_.prefetch_used < judged && ++lru_probe_ % 8 != 0) return;
     for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, key(next, e)});
   } else {
     // Next layer of the same step from this layer's rows; the first layer of the next step from

@@ -179,6 +179,7 @@ class ExpertCache : public ExpertStore {
   std::unordered_map<int64_t, double> predicted_;    // key -> predicted share of the next layer's tokens
   std::vector<std::vector<int64_t>> last_needed_;    // [layer]: experts it needed the last time (lru prefetch)
   std::vector<double> hot_;                          // key -> decaying count of rows (hotness warm-up)
+  uint64_t lru_probe_ = 0;                           // layers seen while lru prefetch is held back
   bool warming_ = false;
   CacheCounters c_;
   // Hot-swapped experts: their raw weights and checksum replace the source's.
