@@ -10,12 +10,27 @@
 #include "io/model_location.hpp"
 #include "launch/cli.hpp"
 #include "launch/environment.hpp"
+#include "runtime/memory_budget.hpp"
 #include "runtime/memory_plan.hpp"
 
 namespace moerun::launch {
 
+namespace {
+// --memory-budget: how one process of this model would divide it (runtime/memory_budget).
+std::string budget_section(const io::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& budget,
+                           const std::string& dense, bool local) {
+  if (budget.empty()) return "";
+  const runtime::MemoryBudget b = budget == "auto" ? runtime::default_memory_budget(1)
+                                                   : runtime::MemoryBudget{parse_bytes(budget, "memory-budget"), "--memory-budget"};
+  if (b.bytes <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
+  const int64_t context = p.context > 0 ? p.context : c.max_position;
+  return runtime::budget_plan_report(c, b, parse_dense_quantization(dense), p.max_batch_tokens, p.batch * context, 2,
+                                     p.packed_bytes_per_expert, local);
+}
+}  // namespace
+
 int cmd_inspect(int argc, char** argv) {
-  std::string model, hf_config;
+  std::string model, hf_config, budget, dense = "none";
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
   o.add_options()
@@ -31,7 +46,10 @@ int cmd_inspect(int argc, char** argv) {
     ("nodes", po::value(&p.nodes)->default_value(p.nodes), "nodes in the layout")
     ("ranks-per-node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (1 node x 1 rank: one process)")
     ("routers-per-node", po::value(&p.routers_per_node)->default_value(p.routers_per_node), "router ranks per node")
-    ("device-bytes", po::value(&p.device_bytes)->default_value(p.device_bytes), "memory per rank to check against (0: no check)");
+    ("device-bytes", po::value(&p.device_bytes)->default_value(p.device_bytes), "memory per rank to check against (0: no check)")
+    ("memory-budget", po::value(&budget),
+     "also print how one process would divide this budget (SIZE, or auto: the cgroup limit or MemAvailable), as infer does")
+    ("quantize-dense", po::value(&dense)->default_value(dense), "with --memory-budget: the dense part as infer --quantize-dense holds it");
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;
@@ -51,7 +69,7 @@ int cmd_inspect(int argc, char** argv) {
     }
     Matmul mm;
     p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
-    std::cout << runtime::inspect_report(c, p, hf_config + " (config only)");
+    std::cout << runtime::inspect_report(c, p, hf_config + " (config only)") << budget_section(c, p, budget, dense, true);
     return 0;
   }
   const io::S3Config s3 = object_store.finish();
@@ -63,7 +81,7 @@ int cmd_inspect(int argc, char** argv) {
   const io::ModelConfig c = io::read_model_config(location);
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
-  std::cout << runtime::inspect_report(c, p, model);
+  std::cout << runtime::inspect_report(c, p, model) << budget_section(c, p, budget, dense, !location.remote());
   return 0;
 }
 

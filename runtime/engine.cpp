@@ -180,21 +180,13 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   if (backend_->weight_memory() != MemoryKind::Host) return 0;
   ExpertMemoryNeeds n;
   n.held = resident_memory_bytes();
-  if (is_router()) {
-    const int64_t T = cfg_.reserve_step_tokens;
-    n.reserved = ModelForward::step_buffer_bytes(mc_, T) + kv_tokens_ * mc_.num_layers * (mc_.kv_k_dim() + mc_.kv_v_dim()) *
-                     static_cast<int64_t>(sizeof(float));
-    if (!distributed()) n.reserved += 2 * T * mc_.top_k * mc_.hidden_size * static_cast<int64_t>(sizeof(float));  // row buffers
-  }
+  if (is_router()) n.reserved = reserved_bytes(mc_, cfg_.reserve_step_tokens, kv_tokens_, !distributed());
   n.cache_reserved = cfg_.cache.io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(mc_)));
   n.expert_bytes = backend_->expert_bytes();
   n.owned_experts = owned;
   n.min_slots = mc_.top_k;
   const ExpertMemory m = split_for_experts(budget_, n);
-  if (!m.resident && rank_ == 0 && !cfg_.quiet)
-    log::info("memory budget ", budget_.bytes >> 20, " MiB (", budget_.source, "): ", n.held >> 20, " MiB held, ", n.reserved >> 20,
-              " MiB of step buffers and KV cache; the experts (", (owned * n.expert_bytes) >> 20, " MiB) do not fit, so ",
-              m.l1_bytes >> 20, " MiB of them are cached in L1 and the rest read from ", location_->str(), " as needed");
+  if (!m.resident && rank_ == 0 && !cfg_.quiet) log::info(describe_split(budget_, n, m, location_->str()));
   if (!m.resident) bound_freed_memory();
   return m.resident ? 0 : m.l1_bytes;
 }

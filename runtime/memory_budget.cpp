@@ -6,6 +6,8 @@
 #include "base/error.hpp"
 #include "base/dtype.hpp"
 #include "base/host.hpp"
+#include "io/expert_shards.hpp"
+#include "runtime/model_forward.hpp"
 
 namespace moerun::runtime {
 
@@ -64,6 +66,43 @@ int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, b
     bytes -= p * dsize - p / d * row;
   }
   return bytes;
+}
+
+int64_t reserved_bytes(const io::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process) {
+  const auto f = static_cast<int64_t>(sizeof(float));
+  int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) + kv_tokens * c.num_layers * (c.kv_k_dim() + c.kv_v_dim()) * f;
+  if (one_process) n += 2 * step_tokens * c.top_k * c.hidden_size * f;  // the expert rows in and out
+  return n;
+}
+
+std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& n, const ExpertMemory& m, const std::string& source) {
+  std::string s = str("memory budget ", mib(budget.bytes), " (", budget.source, "): ", mib(n.held), " held, ", mib(n.reserved),
+                      " of step buffers and KV cache; the experts (", mib(n.owned_experts * n.expert_bytes), ")");
+  if (m.resident) return s + " fit, all resident";
+  return s + str(" do not fit, so ", mib(m.l1_bytes), " of them are cached in L1 and the rest read from ", source, " as needed");
+}
+
+std::string budget_plan_report(const io::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
+                               int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local) {
+  ExpertMemoryNeeds n;
+  n.held = kStartBytes + dense_resident_bytes(c, dense, local);
+  n.reserved = reserved_bytes(c, step_tokens, kv_tokens, true);
+  n.cache_reserved = io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(c)));
+  n.expert_bytes = expert_bytes;
+  n.owned_experts = c.num_moe_layers() * c.num_experts;
+  n.min_slots = c.top_k;
+  std::string out = "one process under " + budget.source + ", before it starts (code, libraries and load-time state taken as " + mib(kStartBytes) +
+                    " besides the dense part; the engine measures them):\n  ";
+  try {
+    const ExpertMemory m = split_for_experts(budget, n);
+    out += describe_split(budget, n, m, "the model");
+    if (!m.resident)
+      out += str(" (", 100 * m.l1_bytes / std::max<int64_t>(1, n.owned_experts * n.expert_bytes), "% of them; margin ",
+                 mib(budget_margin_bytes(budget.bytes)), ", I/O threads ", mib(n.cache_reserved), ")");
+  } catch (const Error& e) {
+    out += str("would not start: ", e.what());
+  }
+  return out + "\n";
 }
 
 void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file) {

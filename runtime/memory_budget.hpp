@@ -53,6 +53,20 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
 // scheme's size. (A first --quantize-dense start reads them plain before quantizing: a higher peak.)
 int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, bool embedding_mapped);
 
+// What a router reserves by formula: its step buffers for `step_tokens` tokens (and, in one process,
+// the expert rows of those tokens), and the KV cache of `kv_tokens` positions.
+int64_t reserved_bytes(const io::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process);
+
+// The set-up line of a split ("memory budget 300 MiB (…): 77 MiB held, …").
+std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& needs, const ExpertMemory& m, const std::string& source);
+
+// `moerun inspect --memory-budget`: how one process would divide `budget` before it starts, with
+// kStartBytes standing in for the code, libraries and load-time state the engine measures (45-47 MiB
+// besides the dense part on the bench shapes); the refusal it would print when nothing fits.
+inline constexpr int64_t kStartBytes = int64_t{48} << 20;
+std::string budget_plan_report(const io::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
+                               int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local);
+
 // Before the dense part is read: Usage error naming the numbers when `dense_bytes` on top of what
 // the rank holds now cannot fit the budget.
 void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std::string& model_file);

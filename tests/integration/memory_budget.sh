@@ -42,6 +42,13 @@ rc=$?
 set -e
 check "np 3, budget 150 MiB per rank: the unlimited run's tokens (exit $rc: $(head -c 300 err))" bash -c "[ $rc -eq 0 ] && cmp -s np3.jsonl unlimited.jsonl"
 
+# inspect prints the same division before a run (its held part estimated), and the refusal.
+"$MOERUN" inspect --model m --memory-budget ${BUDGET}M --max-batch-tokens 64 > plan.txt
+check "inspect --memory-budget: the experts' share ($(tail -1 plan.txt | head -c 200))" \
+  grep -q "memory budget $BUDGET MiB (--memory-budget): [0-9]* MiB held, .* the experts (384 MiB) do not fit, so [0-9]* MiB of them are cached in L1" plan.txt
+"$MOERUN" inspect --model m --memory-budget 40M > plan.txt
+check "inspect --memory-budget 40M: would not start, naming the parts" grep -q "would not start: --memory-budget 40 MiB (--memory-budget) is too small" plan.txt
+
 # A budget below the dense part, and one below one token's experts: exit 2, one line, nothing written.
 refuse() {
   local what=$1 pattern=$2; shift 2
