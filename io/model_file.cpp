@@ -15,16 +15,17 @@ namespace {
 
 // Format version 2: every dense dataset carries the xxh64 of its bytes as stored; checked after
 // the NaN scan (which can name the element). A flipped bit in model.h5 is then an error, not
-// different tokens.
-void verify_dense(hid_t file, const std::string& fname, const std::string& path, const void* stored, std::size_t bytes,
-                  int64_t format_version) {
-  if (format_version < 2) return;
+// different tokens. Returns the bytes' xxh64 (computed whatever the version).
+uint64_t verify_dense(hid_t file, const std::string& fname, const std::string& path, const void* stored, std::size_t bytes,
+                      int64_t format_version) {
+  const uint64_t sum = Xxh64().bytes(stored, bytes).digest();
+  if (format_version < 2) return sum;
   const auto expected = h5_attr_uint64(h5_open_object(file, path), "xxh64");
   if (!expected) fail(ErrorKind::BadInput, fname, ": ", path, " has no xxh64 attribute (format_version 2 needs one)");
-  const uint64_t sum = Xxh64().bytes(stored, bytes).digest();
   if (sum != *expected)
     fail(ErrorKind::BadInput, fname, ": ", path, " checksum mismatch (xxh64 attribute ", *expected, ", data ", sum,
          "): the file changed after it was written");
+  return sum;
 }
 
 std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
@@ -80,14 +81,7 @@ EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, 
     t.storage = buf;
   }
   check_finite(t.data, c.dtype, t.rows, t.cols, fname, ds);
-  t.xxh64 = Xxh64().bytes(t.data, t.bytes()).digest();
-  if (c.format_version >= 2) {
-    const auto expected = h5_attr_uint64(h5_open_object(file, ds), "xxh64");
-    if (!expected) fail(ErrorKind::BadInput, fname, ": ", ds, " has no xxh64 attribute (format_version 2 needs one)");
-    if (t.xxh64 != *expected)
-      fail(ErrorKind::BadInput, fname, ": ", ds, " checksum mismatch (xxh64 attribute ", *expected, ", data ", t.xxh64,
-           "): the file changed after it was written");
-  }
+  t.xxh64 = verify_dense(file, fname, ds, t.data, t.bytes(), c.format_version);
   if (map) map->release_resident();  // the scan read every page; lookups bring back the rows they use
   return t;
 }
@@ -387,13 +381,12 @@ void read_mla_weights(hid_t file, const std::string& fname, const std::string& p
 // dataset (its xxh64 attribute), else as stored; records the attribute in w.source_xxh64.
 class QuantizableReader {
  public:
-  QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache, bool local)
-      : file_(file), fname_(fname), cache_(std::move(cache)), local_(local) {}
-  bool local() const { return local_; }  // model.h5 is a local file (fname_ its path)
-  bool on = false;  // --quantize-dense and a model with xxh64 attributes
+  // `on`: --quantize-dense, and the model has xxh64 attributes (format version 2 and later).
+  QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache, bool on)
+      : file_(file), fname_(fname), cache_(std::move(cache)), on_(on) {}
   WeightMatrix read(DenseWeights& w, const std::string& path, int64_t rows, int64_t cols) {
     const ModelConfig& c = w.config;
-    if (!on || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
+    if (!on_ || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
     expect_dataset(file_, fname_, path, {rows, cols}, c.dtype);
     const std::optional<uint64_t> src = h5_attr_uint64(h5_open_object(file_, path), "xxh64");
     if (src) w.source_xxh64[path] = *src;
@@ -410,10 +403,13 @@ class QuantizableReader {
   hid_t file_;
   std::string fname_;
   std::map<std::string, DenseCacheEntry> cache_;
-  bool local_;
+  bool on_;
 };
 
-DenseWeights read_dense_weights(hid_t file, const std::string& fname, QuantizableReader& quantizable) {
+// `local`: fname is model.h5's path on this host (the embedding can be mapped). `quantized`: the
+// --quantize-dense scheme, with `cache` the dense cache's usable entries.
+DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local, WeightScheme quantized,
+                                std::map<std::string, DenseCacheEntry> cache) {
   DenseWeights w;
   w.config = read_model_config(file, fname);
   const ModelConfig& c = w.config;
@@ -428,9 +424,9 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, Quantizabl
     fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
          " MiB the address-space limit (ulimit -v) leaves: raise the limit");
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_embedding(file, fname, quantizable.local(), c);
+  w.embed_tokens = read_embedding(file, fname, local, c);
   w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
-  quantizable.on = quantizable.on && c.format_version >= 2;
+  QuantizableReader quantizable(file, fname, std::move(cache), quantized != WeightScheme::Plain && c.format_version >= 2);
   w.lm_head = quantizable.read(w, "/lm_head", c.vocab_size, d);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -488,13 +484,10 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, Quantizabl
 DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized) {
   model.check_exists();
   const std::string fname = model.file("model.h5");
-  const bool cached = quantized != WeightScheme::Plain && !model.remote();
   std::map<std::string, DenseCacheEntry> cache;
-  if (cached) cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized);
+  if (quantized != WeightScheme::Plain && !model.remote()) cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized);
   H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
-  QuantizableReader quantizable(file, fname, std::move(cache), !model.remote());
-  quantizable.on = quantized != WeightScheme::Plain;
-  return h5_reading(fname, [&] { return read_dense_weights(file, fname, quantizable); });
+  return h5_reading(fname, [&] { return read_dense_weights(file, fname, !model.remote(), quantized, std::move(cache)); });
 }
 
 void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,

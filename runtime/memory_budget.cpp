@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "base/error.hpp"
 #include "base/dtype.hpp"
+#include "base/error.hpp"
 #include "base/host.hpp"
 #include "io/expert_shards.hpp"
 #include "runtime/model_forward.hpp"

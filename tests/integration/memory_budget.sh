@@ -68,6 +68,8 @@ refuse "budget below one token's experts" \
   "is too small: this rank holds [0-9]* MiB .* the expert cache needs at least 2 experts of 3072 KiB" \
   --memory-budget 100M --max-batch-tokens 64
 refuse "a budget that is not a size" "^moerun: error: --memory-budget: \"lots\" is not a size" --memory-budget lots
+refuse "a budget of 0" "^moerun: error: --memory-budget must be a size > 0 or auto, not \"0\"" --memory-budget 0
+refuse "an unknown --l3-io" "^moerun: error: --l3-io must be direct or buffered, not \"fast\"" --l3-io fast
 
 # --quantize-dense once: the first start quantizes and keeps m/dense-q4.bin, the next reads it (no
 # quantization at load) with the same tokens; a damaged cache is not used (one warning, same tokens).
@@ -77,6 +79,12 @@ check "--quantize-dense q4, first start: quantized at load and kept ($(grep -m1 
 "$MOERUN" infer --model m --input R --output q2.jsonl --quantize-dense q4 2> err
 check "--quantize-dense q4, next start: read from m/dense-q4.bin, nothing quantized, the same tokens" \
   bash -c "! grep -q 'quantized at load' err && cmp -s q1.jsonl q2.jsonl"
+# A dense cache that cannot be written (its name taken by a directory): one warning, the same tokens.
+mv m/dense-q4.bin kept.bin && mkdir m/dense-q4.bin
+"$MOERUN" infer --model m --input R --output q4.jsonl --quantize-dense q4 2> err
+check "--quantize-dense q4, cache not writable: a warning, quantized at load, the same tokens" \
+  bash -c "grep -q 'the quantized dense matrices are not kept' err && cmp -s q1.jsonl q4.jsonl"
+rmdir m/dense-q4.bin && mv kept.bin m/dense-q4.bin
 printf 'XXXX' | dd of=m/dense-q4.bin bs=1 seek=5000 conv=notrunc status=none
 "$MOERUN" infer --model m --input R --output q3.jsonl --quantize-dense q4 2> err
 check "--quantize-dense q4, damaged cache: one warning naming it, quantized again, the same tokens" \
