@@ -624,12 +624,15 @@ bool rope_interleaved(const std::string& config_text) {
 }
 void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector<float>& w) {
   const MlaShape& m = c.mla;
-  const int64_t cols = ds.shape[1], rope = m.qk_rope_head_dim;
   std::vector<int64_t> first_rows;  // where each RoPE part starts
   if (ds.name == "wq" || ds.name == "wq_b")
     for (int64_t h = 0; h < c.num_heads; ++h) first_rows.push_back(h * c.head_dim + m.qk_nope_head_dim);
   else if (ds.name == "wkv_a")
     first_rows.push_back(m.kv_lora_rank);
+  // Only these matrices hold RoPE rows; the others (norms among them) may be one-dimensional.
+  if (first_rows.empty()) return;
+  if (ds.shape.size() != 2) fail(ErrorKind::Internal, "deinterleave_rope: ", ds.name, " is not a matrix");
+  const int64_t cols = ds.shape[1], rope = m.qk_rope_head_dim;
   std::vector<float> part(static_cast<std::size_t>(rope * cols));
   for (int64_t r0 : first_rows) {
     for (int64_t i = 0; i < rope; ++i) {

@@ -35,7 +35,8 @@ moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"
 (cd "$BUILD" && ctest --output-on-failure "$@")
 
 # The sanitizer pass: an ASan + UBSan build, and in it the unit, bad-input, serving and fuzz tests (the fuzz
-# tests longer than in the release run). Skipped when ctest arguments were given (a partial run) or
+# tests longer than in the release run) and the families' reference tests (convert and infer of a tiny
+# checkpoint of every supported family). Skipped when ctest arguments were given (a partial run) or
 # with MOERUN_SANITIZE=0. Leak checks are off: Open MPI, UCX and libhdf5 keep memory until exit.
 # UCX's own signal handler is off, so that a crash reaches the sanitizer's report.
 if [ "${MOERUN_SANITIZE:-1}" = 1 ] && [ $# -eq 0 ]; then
@@ -46,5 +47,5 @@ if [ "${MOERUN_SANITIZE:-1}" = 1 ] && [ $# -eq 0 ]; then
     -DMOERUN_PYTHON="$VENV/bin/python" -DMOERUN_FUZZ_SECONDS="${MOERUN_FUZZ_SECONDS:-90}"
   (cd "$ASAN_BUILD" &&
     ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:print_summary=1 UBSAN_OPTIONS=print_stacktrace=1 UCX_HANDLE_ERRORS=none \
-    ctest --output-on-failure -L 'unit|badinput|fuzz|serving')
+    ctest --output-on-failure -L 'unit|badinput|fuzz|serving|families')
 fi

@@ -16,7 +16,8 @@ twice: kept in MXFP4 as shipped (the default) and dequantized (--quantize none);
 kept as shipped. DeepSeek-V2 (MLA without q_lora, group_limited_greedy over softmax scores, 2
 shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA with q_lora, sigmoid
 scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
-prediction layer that convert skips), both with interleaved RoPE. The reference computes with the
+prediction layer that convert skips), and V3 in float32 without q_lora and with 2 shared experts, all
+with interleaved RoPE. The reference computes with the
 dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
 max |b|) of the reference.
@@ -172,17 +173,20 @@ def gpt_oss_checkpoint(rng):
     return cfg, t
 
 
-def deepseek_checkpoint(rng, v3):
-    """DeepSeek in the layout its checkpoints ship: MLA (V3 with a q_lora path, V2 without), a dense first
-    layer, shared experts, routed experts per expert. V3: sigmoid scores with a nonzero correction bias, 4
-    groups of 2 scored by their best two, 2 kept, renormalised and scaled; YaRN with mscale and
-    mscale_all_dim; one multi-token-prediction layer that convert must skip. V2: softmax,
-    group_limited_greedy (groups by their best), raw weights scaled."""
+def deepseek_checkpoint(rng, v3, q_lora=None, shared=None, fp8=None):
+    """DeepSeek in the layout its checkpoints ship: MLA (by default V3 with a q_lora path, V2 without), a
+    dense first layer, shared experts (V3 one, V2 two by default), routed experts per expert. V3: sigmoid
+    scores with a nonzero correction bias, 4 groups of 2 scored by their best two, 2 kept, renormalised
+    and scaled; YaRN with mscale and mscale_all_dim; one multi-token-prediction layer that convert must
+    skip; fp8 by default. V2: softmax, group_limited_greedy (groups by their best), raw weights scaled."""
+    q_lora = v3 if q_lora is None else q_lora
+    shared = (1 if v3 else 2) if shared is None else shared
+    fp8 = v3 if fp8 is None else fp8
     V, D, L, H, E, FF, DFF = 128, 64, 3, 4, 8, 32, 96
     KVL, NOPE, ROPE, VD, QL = 32, 16, 8, 16, 48
     cfg = dict(model_type="deepseek_v3" if v3 else "deepseek_v2", vocab_size=V, hidden_size=D, num_hidden_layers=L,
                num_attention_heads=H, num_key_value_heads=H, intermediate_size=DFF, moe_intermediate_size=FF, n_routed_experts=E,
-               n_shared_experts=1 if v3 else 2, num_experts_per_tok=2, kv_lora_rank=KVL, q_lora_rank=QL if v3 else None,
+               n_shared_experts=shared, num_experts_per_tok=2, kv_lora_rank=KVL, q_lora_rank=QL if q_lora else None,
                qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=VD, first_k_dense_replace=1, n_group=4, topk_group=2,
                routed_scaling_factor=2.5 if v3 else 2.0, norm_topk_prob=v3, max_position_embeddings=512, rms_norm_eps=1e-6,
                rope_theta=10000.0, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False, hidden_act="silu",
@@ -196,7 +200,7 @@ def deepseek_checkpoint(rng, v3):
         t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
                   p + "self_attn.kv_a_proj_with_mqa.weight": rng.w(KVL + ROPE, D), p + "self_attn.kv_a_layernorm.weight": rng.near(1, KVL),
                   p + "self_attn.kv_b_proj.weight": rng.w(H * (NOPE + VD), KVL), p + "self_attn.o_proj.weight": rng.w(D, H * VD)})
-        if v3:
+        if q_lora:
             t.update({p + "self_attn.q_a_proj.weight": rng.w(QL, D), p + "self_attn.q_a_layernorm.weight": rng.near(1, QL),
                       p + "self_attn.q_b_proj.weight": rng.w(H * (NOPE + ROPE), QL)})
         else:
@@ -213,7 +217,7 @@ def deepseek_checkpoint(rng, v3):
         for e in range(E):
             t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
                       p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
-    if v3:  # an fp8 checkpoint, as V3 ships: every projection of the attention, the MLPs and the experts
+    if fp8:  # an fp8 checkpoint, as V3 ships: every projection of the attention, the MLPs and the experts
         ref = dict(t)
         t = fp8_projections(ref)
         cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
@@ -497,6 +501,10 @@ def main():
     failures += check_model(moerun, work, "deepseek_v2", cfg, t, ref, [], None)
     cfg, t, ref = deepseek_checkpoint(Rng(6), v3=True)
     failures += check_model(moerun, work, "deepseek_v3_fp8", cfg, t, ref, [], "fp8-block")
+    # V3 without the q_lora path and with two shared experts, float32: convert once read past a 1-D
+    # dataset's shape here (issue 42); the sanitizer pass runs this test.
+    cfg, t, ref = deepseek_checkpoint(Rng(8), v3=True, q_lora=False, shared=2, fp8=False)
+    failures += check_model(moerun, work, "deepseek_v3_no_q_lora", cfg, t, ref, [], None)
     failures += bad_native_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
