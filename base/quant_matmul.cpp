@@ -437,12 +437,18 @@ void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_
     for (int64_t g = 0; g < G; ++g) {
       uint8_t* chunk = out + ((n / kNB) * G + g) * cb;
       if (is_q4(s)) {
-        // Stored: byte i of the group holds k = 2i (low) and 2i + 1 (high).
+        // Stored: byte i of the group holds k = 2i (low) and 2i + 1 (high). Blocked: byte m of the
+        // group's 16 holds k = m (low) and 16 + m (high), so from source bytes a = src[i] and
+        // b = src[8 + i]: m = 2i takes both low nibbles, m = 2i + 1 both high ones. (The streaming
+        // cache packs every expert it reads: this runs at memory speed, not nibble by nibble.)
         const uint8_t* src = q + n * row_bytes + g * (kG / 2);
-        auto level = [&](int64_t k) { return static_cast<uint8_t>((src[k / 2] >> (4 * (k % 2))) & 15); };
-        for (int j = 0; j < 4; ++j)
-          for (int t = 0; t < 4; ++t)
-            chunk[64 * j + 4 * lane + t] = static_cast<uint8_t>(level(4 * j + t) | (level(16 + 4 * j + t) << 4));
+        uint8_t m16[16];
+        for (int i = 0; i < 8; ++i) {
+          const uint8_t a = src[i], b = src[8 + i];
+          m16[2 * i] = static_cast<uint8_t>((a & 0x0F) | (b << 4));
+          m16[2 * i + 1] = static_cast<uint8_t>((a >> 4) | (b & 0xF0));
+        }
+        for (int j = 0; j < 4; ++j) std::memcpy(chunk + 64 * j + 4 * lane, m16 + 4 * j, 4);
         std::memcpy(chunk + vb + 2 * lane, scales + n * row_scales + 2 * g, 2);
         std::memcpy(chunk + vb + 32 + 2 * lane, scales + n * row_scales + 2 * g + 1, 2);
       } else {

@@ -5,11 +5,13 @@
 # dropped before each run, at model/limit ratios 0.8, 1.5, 2 and 4, uniform and skewed routing,
 # N = 1 and 8: prefill and decode tokens/s, disk bytes read per token, peak memory, OOM kills,
 # and moerun's decode against the physical bound (this disk's read rate over the bytes a step must
-# read given moerun's L1). Makes and removes the cgroups itself; needs root and a writable
-# /sys/fs/cgroup/memory (exit 2 otherwise: never a silent run without a limit).
+# read with moerun's L1 holding the likeliest experts); then the start-up job (6 sequences of 16 + 24
+# tokens, page-cached) timed for each engine. Makes and removes the cgroups itself; needs root and a
+# writable /sys/fs/cgroup/memory (exit 2 otherwise: never a silent run without a limit).
 #
 # Usage: launch/bench-offload.sh [--ratios 0.8,1.5,2,4] [--routing uniform,skewed] [--skew 1.5] [--batches 1,8]
-#                                [--layers 4] [--prompt 128] [--new 32] [--threads 2] [--runs 1] [--ik-src DIR] [--no-ik]
+#                                [--layers 4] [--prompt 128] [--new 32] [--threads 2] [--runs 1] [--run-timeout 150]
+#                                [--startup-runs 3] [--ik-src DIR] [--no-ik]
 # Output: the table on stdout; build/peer/results/offload.{txt,json}. Takes about 20 minutes to build the
 # peers once on 2 cores (kept in build/peer), 10 minutes to make the models, then minutes per ratio.
 set -euo pipefail
@@ -19,7 +21,7 @@ PEER=$BUILD/peer
 IK_SRC="" IK=1 ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --ik-src) IK_SRC=$2; shift 2 ;;
     --no-ik) IK=0; shift ;;
     *) ARGS+=("$1"); shift ;;

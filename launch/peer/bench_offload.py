@@ -11,9 +11,11 @@ the moerun model's size over the ratio. Before each run the page cache is droppe
 alone in a fresh cgroup. Measured per run: prefill and decode tokens/s (moerun's --stats-json;
 the peers' llama-batched-bench table), bytes read from disk per generated token (getrusage's
 ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page cache), and whether
-the OOM killer struck. The physical bound: this disk's O_DIRECT read rate (measured in the same
-run) over the expert bytes a decode step must read under moerun's L1 (uniform routing: every
-expert needed and not in L1 read once per step).
+the OOM killer struck. The physical bound (`physical_bound`): this disk's O_DIRECT read rate
+(measured in the same run) over the expert bytes a decode step must read with moerun's L1, were L1
+to hold the experts it should: each expert's chance of being routed in a step of N tokens comes
+from the run's own routing counts, the L1's slots hold the experts with the highest chances, and
+every other expert a step routes to is read once (compute free, reads at the disk's rate).
 
 usage: bench_offload.py --moerun BIN --peer-bin DIR [--ik-bin DIR] --work DIR --out DIR [options]
 """
@@ -113,6 +115,17 @@ def disk_read_rate(path):
     return int(m.group(1)) / float(m.group(2))
 
 
+def physical_bound(shares, n, slots, expert_bytes, rate):
+    """Decode tokens/s no cache policy can beat when routing is independent from step to step (the
+    independent reference model, under which keeping the likeliest items is the optimal policy).
+    shares: per layer, each expert's chance of being routed one token (its routed-token count over
+    the run's tokens); n: tokens a decode step routes (one per sequence); slots: experts L1 holds;
+    expert_bytes: the bytes of one expert's read; rate: the disk's bytes/s."""
+    chance = sorted((1 - (1 - min(1.0, p)) ** n for layer in shares for p in layer), reverse=True)
+    misses = sum(chance[max(0, slots):])  # experts a step reads, on average
+    return float("inf") if misses <= 0 else n * rate / (misses * expert_bytes)
+
+
 def batched_bench_row(text):
     """(prefill, decode) tokens/s of the llama-batched-bench markdown table's one data row."""
     for line in text.splitlines():
@@ -120,6 +133,46 @@ def batched_bench_row(text):
         if len(cells) == 10 and all(re.fullmatch(r"[\d.]+", c) for c in cells):
             return float(cells[5]), float(cells[7])
     return None
+
+
+def run_bound(stats, log, n, rate):
+    """physical_bound of one moerun run: its routing counts, and its L1 and expert sizes from the
+    set-up line ("the experts (X MiB) do not fit, so Y MiB of them are cached in L1"); None when all
+    experts were resident."""
+    m = re.search(r"the experts \((\d+) MiB\) do not fit, so (\d+) MiB of them are cached in L1", log)
+    usage, tokens, cache = stats["expert_usage"], stats["tokens"], stats["cache"]
+    if not m or not tokens or not cache.get("l3_reads"):
+        return None
+    slots = int(int(m.group(2)) * sum(len(l) for l in usage) / int(m.group(1)))
+    shares = [[c / tokens for c in layer] for layer in usage]
+    return physical_bound(shares, n, slots, cache["l3_bytes_read"] / cache["l3_reads"], rate)
+
+
+def startup_times(o, engines, model, gguf, env):
+    """Start-up, the issue's small job with the model in the page cache and no limit: 6 sequences of
+    16 prompt and 24 new tokens, the whole process timed (load, dense set-up, the job, exit), runs
+    interleaved. Returns {engine: [seconds...]}."""
+    reqs = os.path.join(o.work, "startup-6.jsonl")
+    rng = random.Random(2)
+    with open(reqs, "w") as f:
+        for i in range(6):
+            f.write(json.dumps({"id": f"s{i}", "prompt_tokens": [1] + [rng.randrange(3, 32000) for _ in range(15)],
+                                "max_new_tokens": 24}) + "\n")
+    cmds = {"moerun": [o.moerun, "infer", "--model", model, "--input", reqs, "--output", os.path.join(o.work, "startup.out"),
+                       "--quantize-dense", "q4", "--quiet"]}
+    for who, bindir in (("llama.cpp", o.peer_bin), ("ik_llama.cpp", o.ik_bin)):
+        if who in engines:
+            cmds[who] = [os.path.join(bindir, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb", str(o.threads),
+                         "-c", "512", "-npp", "16", "-ntg", "24", "-npl", "6"]
+    for cmd in cmds.values():  # into the page cache (and moerun's dense cache made)
+        sh(cmd, env=env)
+    times = {who: [] for who in cmds}
+    for _ in range(o.startup_runs):
+        for who, cmd in cmds.items():
+            t0 = time.monotonic()
+            sh(cmd, env=env)
+            times[who].append(time.monotonic() - t0)
+    return times
 
 
 def main():
@@ -139,6 +192,7 @@ def main():
     a.add_argument("--threads", type=int, default=2)
     a.add_argument("--runs", type=int, default=1)
     a.add_argument("--run-timeout", type=float, default=150, help="seconds a run may take (a thrashing peer is stopped)")
+    a.add_argument("--startup-runs", type=int, default=3, help="runs of the start-up job per engine (0: none)")
     o = a.parse_args()
     os.makedirs(o.work, exist_ok=True)
     os.makedirs(o.out, exist_ok=True)
@@ -200,8 +254,7 @@ def main():
                                 row["prefill"] = t["prefill_tokens"] / t["prefill_seconds"]
                                 row["decode"] = t["decode_tokens"] / t["decode_seconds"]
                                 row["equal"] = open(out).read() == open(ref).read()
-                                m = re.search(r"so (\d+) MiB of them are cached in L1", r["err"])
-                                row["l1_mib"] = int(m.group(1)) if m else None
+                                row["bound"] = run_bound(json.load(open(stats)), r["err"], n, rate)
                             else:
                                 row["error"] = r["err"].strip().splitlines()[-1][:200] if r["err"].strip() else f"exit {r['rc']}"
                         else:
@@ -228,8 +281,7 @@ def main():
                               (f"decode {row['decode']:.1f} prefill {row['prefill']:.1f} tokens/s" if row["ok"] else row["error"]) +
                               f", read {row['read_per_token'] / 1e6:.1f} MB/token, peak {row['peak'] >> 20} MiB" +
                               (", OOM-killed" if row["killed"] else ""), flush=True)
-    # The table: medians over runs, ratios to each peer, and the uniform-routing bound.
-    expert_bytes = 3 * 1024 * 384 // 2 + 3 * 1024 * 384 // 32 * 4  # q4: values + fp16 scale and minimum per group of 32
+    # The table: medians over runs, ratios to each peer, and the physical bound.
     lines.append(f"# moerun vs llama.cpp / ik_llama.cpp under a cgroup v1 memory limit: Qwen3-MoE shape, {o.layers} layers x 128 experts "
                  f"(top-8), q4 / Q4_K_M; prompt {o.prompt}, {o.new} new tokens; {o.threads} threads; disk {rate / 1e9:.2f} GB/s (O_DIRECT)")
     lines.append(f"#{'routing':>8} {'N':>2} {'ratio':>5} {'MiB':>5} {'who':>13} {'prefill':>8} {'decode':>8} {'MB/tok':>7} {'peak':>5} "
@@ -248,13 +300,8 @@ def main():
                     peak = max(r["peak"] for r in rs) >> 20
                     extra = ""
                     if who == "moerun" and ok:
-                        l1 = ok[0].get("l1_mib")
-                        bound = None
-                        if l1 is not None and routing == "uniform":  # skewed routing needs fewer reads than this
-                            total = o.layers * 128 * expert_bytes
-                            miss = max(0.0, 1 - (l1 << 20) / total)
-                            distinct = 128 * (1 - (1 - 8 / 128) ** n)
-                            bound = n * rate / (o.layers * distinct * miss * expert_bytes) if miss > 0 else float("inf")
+                        bounds = [r["bound"] for r in ok if r.get("bound")]
+                        bound = statistics.median(bounds) if bounds else None
                         extra = "equal" if all(r.get("equal") for r in ok) else "DIFFERENT"
                         lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {pre:8.1f} {med[who]:8.1f} "
                                      f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} " + (f"{med[who] / bound:6.2f}" if bound else f"{'-':>6}") +
@@ -273,6 +320,14 @@ def main():
                                 return f"{ours / med[p]:8.2f}"
                             return f"{'>' + format(ours / below[p], '.1f'):>8}" if ours and below.get(p) else f"{'-':>8}"
                         lines[i] = lines[i].replace("{vs_llama}", f("llama.cpp")).replace("{vs_ik}", f("ik_llama.cpp")[2:])
+    if o.startup_runs > 0:
+        skew = 0.0 if o.routing.split(",")[0] == "uniform" else o.skew
+        times = startup_times(o, engines, synth("q4", skew), gguf_q4km(skew), env)
+        lines.append(f"# start-up, page-cached, no limit: 6 sequences of 16 prompt + 24 new tokens, whole process, "
+                     f"{o.startup_runs} runs interleaved: seconds min / median / max, and moerun's median over the peer's")
+        for who, ts in times.items():
+            ratio = "" if who == "moerun" else f"  moerun / {who}: {statistics.median(times['moerun']) / statistics.median(ts):.2f}"
+            lines.append(f"#   {who:>13} {min(ts):6.2f} {statistics.median(ts):6.2f} {max(ts):6.2f}{ratio}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     open(os.path.join(o.out, "offload.txt"), "w").write(text)

@@ -18,15 +18,16 @@ peer_sdist() {
   mkdir -p "$dir" && tar xzf "$work/sdist-$pkg/"*.tar.gz -C "$dir" --strip-components=1 && rm -rf "$work/sdist-$pkg"
 }
 
-# peer_cmake SRC BUILD LOG TARGETS...: a static, native, clang Release build of the named targets.
+# peer_cmake SRC BUILD LOG TARGETS...: a static, native Release build (clang unless PEER_CC says) of the named targets
+# (PEER_CMAKE_ARGS: more -D options for this peer; PEER_CC / PEER_CXX: other compilers).
 # With clang: under Debian 12's GCC 12 llama.cpp's AMX kernels (the ones it picks for Q4_0, Q8_0 and
 # the K-quants on CPUs with AMX) fault at ldtilecfg, GCC having dropped the stores that fill the
 # tile config (base/quant_matmul.cpp works around the same bug).
 peer_cmake() {
   local src=$1 build=$2 log=$3; shift 3
-  cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER="${PEER_CC:-clang}" -DCMAKE_CXX_COMPILER="${PEER_CXX:-clang++}" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CCACHE=OFF \
-    > "$log.configure" 2>&1 || { tail -30 "$log.configure" >&2; return 1; }
+    ${PEER_CMAKE_ARGS:-} > "$log.configure" 2>&1 || { tail -30 "$log.configure" >&2; return 1; }
   cmake --build "$build" --target "$@" -j "${MOERUN_BUILD_JOBS:-2}" > "$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
 }
 
@@ -53,8 +54,11 @@ build_ik_llama() {
     peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
     src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
   fi
-  echo "== building ik_llama.cpp from $src (GGML_NATIVE, static, clang)" >&2
+  echo "== building ik_llama.cpp from $src (GGML_NATIVE, static, gcc)" >&2
   mkdir -p "$peer/ik-bin"
-  peer_cmake "$src" "$peer/ik-build" "$peer/ik-build.log" llama-batched-bench
+  # FlashAttention for f16 K/V only (its default instantiates every quant pair: most of a 40-minute
+  # build on two cores); the benchmarks keep the KV cache in f16. GCC: Debian 12's clang 14 rejects
+  # iqk_common.h's const BlockPermuter member (no AMX code here, so GCC's AMX bug does not apply).
+  PEER_CC=gcc PEER_CXX=g++ PEER_CMAKE_ARGS="-DGGML_IQK_FA_ALL_QUANTS=OFF" peer_cmake "$src" "$peer/ik-build" "$peer/ik-build.log" llama-batched-bench
   cp "$peer/ik-build/bin/llama-batched-bench" "$peer/ik-bin/"
 }

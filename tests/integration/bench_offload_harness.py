@@ -26,6 +26,23 @@ LLAMA = """
 check("batched-bench row: prefill and decode tokens/s", b.batched_bench_row(LLAMA) == (398.75, 77.67))
 check("batched-bench: no data row is None", b.batched_bench_row("|    PP |     TG |\n") is None)
 
+# The physical bound, hand-derived: 4 layers x 128 experts, top-8 uniform (each expert 1/16 of a
+# token), 128 slots, N = 1: a step reads 384 * 1/16 = 24 experts; 1 MB each at 1.2 GB/s: 50 tokens/s.
+uniform = [[1 / 16] * 128 for _ in range(4)]
+check("physical bound, uniform routing", abs(b.physical_bound(uniform, 1, 128, 1e6, 1.2e9) - 50.0) < 1e-9)
+# N = 2: each expert is read when either token routes to it: 1 - (15/16)^2 = 31/256 of a step.
+want = 2 * 1.2e9 / (384 * 31 / 256 * 1e6)
+check("physical bound, two tokens a step", abs(b.physical_bound(uniform, 2, 128, 1e6, 1.2e9) - want) < 1e-6)
+# Skewed: L1 keeps the likeliest; with a slot for every routed expert nothing need be read.
+skewed = [[0.5, 0.5, 0.25, 0.0] for _ in range(2)]
+check("physical bound, the likeliest experts kept", abs(b.physical_bound(skewed, 1, 4, 1e6, 1e9) - 1e9 / (0.5e6)) < 1e-6)
+check("physical bound, nothing to read", b.physical_bound(skewed, 1, 6, 1e6, 1e9) == float("inf"))
+LOG = "memory budget 265 MiB (--memory-budget): 120 MiB held, 20 MiB of step buffers and KV cache; the experts (400 MiB) do not fit, so 100 MiB of them are cached in L1 and the rest read from the shards as needed"
+stats = {"expert_usage": [[4] * 128 for _ in range(4)], "tokens": 64, "cache": {"l3_reads": 10, "l3_bytes_read": 10e6}}
+check("physical bound of a run: slots from the set-up line (100 of 400 MiB: 128 of 512)",
+      abs(b.run_bound(stats, LOG, 1, 1.2e9) - 50.0) < 1e-9)
+check("physical bound of an all-resident run: none", b.run_bound(stats, "the experts (400 MiB) fit, all resident", 1, 1.2e9) is None)
+
 probe = os.path.join(b.CGROOT, f"moerun-harness-{os.getpid()}")
 try:
     os.mkdir(probe)
