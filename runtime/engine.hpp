@@ -144,6 +144,8 @@ class Engine {
   // Before load() (in its before_weights): the KV-cache rows the caller will keep at once, reserved
   // in the memory budget.
   void expect_kv_tokens(int64_t tokens) { kv_tokens_ = tokens; }
+  // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
+  void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
   // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
   const MemoryBudget& memory_budget() const { return budget_; }
   int64_t l1_bytes() const { return l1_bytes_; }
@@ -210,6 +212,7 @@ class Engine {
   uint64_t run_fingerprint_ = 0;
   int ranks_on_host_ = 1;
   int64_t kv_tokens_ = 0;
+  int64_t prefix_cache_bytes_ = 0;
   MemoryBudget budget_;
   int64_t l1_bytes_ = 0;
   std::chrono::steady_clock::time_point serving_since_;

@@ -28,7 +28,7 @@ int64_t budget_margin_bytes(int64_t budget);
 
 struct ExpertMemoryNeeds {
   int64_t held = 0;          // resident now: code, libraries, the dense part when this rank has it
-  int64_t reserved = 0;      // step buffers and KV cache that will be touched later
+  int64_t reserved = 0;      // step buffers, KV cache and prefix cache that will be touched later
   int64_t cache_reserved = 0;  // what the expert cache adds when it is on: its I/O threads' buffers
   int64_t expert_bytes = 0;  // one expert in the backend's memory (an L1 slot)
   int64_t owned_experts = 0;

@@ -34,6 +34,12 @@ check "budget ${BUDGET} MiB: peak RSS $rss MiB within it" test "$rss" -le $BUDGE
 check "budget ${BUDGET} MiB: the set-up line says how it was divided ($(grep -m1 'memory budget' err | head -c 300))" \
   grep -q "memory budget $BUDGET MiB (--memory-budget): [0-9]* MiB held, [0-9]* MiB of step buffers and KV cache; the experts (384 MiB) do not fit, so [0-9]* MiB of them are cached in L1" err
 check "budget ${BUDGET} MiB: experts were read from the shards as needed (L3 reads counted)" grep -q "L3 reads [1-9]" err
+# The prefix cache's bound is reserved too: 48 MiB of it leave L1 48 MiB less (16 slots of 3 MiB).
+l1_of() { sed -n 's/.*do not fit, so \([0-9]*\) MiB of them are cached in L1.*/\1/p' "$1" | head -1; }
+cp err plain.err
+peak_rss "$MOERUN" infer --model m --input R --output p.jsonl --memory-budget ${BUDGET}M --max-batch-tokens 64 --prefix-cache-mb 48
+check "budget ${BUDGET} MiB with --prefix-cache-mb 48: L1 $(l1_of err) MiB against $(l1_of plain.err) MiB without, the same tokens" \
+  bash -c "[ $rc -eq 0 ] && cmp -s p.jsonl unlimited.jsonl && [ \$(( $(l1_of plain.err) - $(l1_of err) )) -ge 45 ] && [ \$(( $(l1_of plain.err) - $(l1_of err) )) -le 51 ]"
 
 # Several expert ranks, each with its own budget (rank 0 routes, ranks 1-2 hold 192 MiB of experts each).
 set +e
