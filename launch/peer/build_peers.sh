@@ -54,6 +54,12 @@ build_ik_llama() {
     peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
     src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
   fi
+  # The source package lacks common/cmake/build-info-gen-cpp.cmake, the script that writes
+  # common/build-info.cpp from git; written here instead (make then has nothing to regenerate).
+  if [ ! -f "$src/common/cmake/build-info-gen-cpp.cmake" ] && [ ! -f "$src/common/build-info.cpp" ]; then
+    sed -e 's/@BUILD_NUMBER@/0/' -e "s/@BUILD_COMMIT@/${src##*/}/" -e "s/@BUILD_COMPILER@/$(gcc -dumpfullversion)/" \
+      -e 's/@BUILD_TARGET@/x86_64/' "$src/common/build-info.cpp.in" > "$src/common/build-info.cpp"
+  fi
   echo "== building ik_llama.cpp from $src (GGML_NATIVE, static, gcc)" >&2
   mkdir -p "$peer/ik-bin"
   # FlashAttention for f16 K/V only (its default instantiates every quant pair: most of a 40-minute
