@@ -427,43 +427,64 @@ void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, i
 
 int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) { return ceil_div(N, kNB) * (K / kG) * chunk_bytes(s); }
 
+namespace {
+
+// q4 into the blocked layout, a block of 16 rows at a time so that each chunk is written whole.
+// Stored: byte i of a group holds k = 2i (low) and 2i + 1 (high). Blocked: byte m of a row's 16
+// holds k = m (low) and 16 + m (high), so from source bytes a = src[i] and b = src[8 + i]: m = 2i
+// takes both low nibbles, m = 2i + 1 both high ones. The streaming cache packs every expert it
+// reads, so this runs a row's group in a few register operations (0.46 -> 0.1 ms an expert of the
+// bench shape), not nibble by nibble.
+void pack_q4_blocked(const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out) {
+  const WeightScheme s = WeightScheme::Q4;
+  const int64_t G = K / kG, cb = chunk_bytes(s), vb = value_bytes(s);
+  const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
+  constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0FULL;
+  for (int64_t n0 = 0; n0 < N; n0 += kNB) {
+    const int64_t lanes = std::min(kNB, N - n0);
+    for (int64_t g = 0; g < G; ++g) {
+      uint8_t* chunk = out + ((n0 / kNB) * G + g) * cb;
+      for (int64_t lane = 0; lane < lanes; ++lane) {
+        const uint8_t* src = q + (n0 + lane) * row_bytes + g * (kG / 2);
+        uint64_t a, b;
+        std::memcpy(&a, src, 8);
+        std::memcpy(&b, src + 8, 8);
+        const uint64_t even = (a & kLow) | ((b & kLow) << 4), odd = ((a >> 4) & kLow) | (b & ~kLow);
+        alignas(16) uint32_t m16[4];
+        _mm_store_si128(reinterpret_cast<__m128i*>(m16),
+                        _mm_unpacklo_epi8(_mm_cvtsi64_si128(static_cast<long long>(even)), _mm_cvtsi64_si128(static_cast<long long>(odd))));
+        for (int j = 0; j < 4; ++j) std::memcpy(chunk + 64 * j + 4 * lane, &m16[j], 4);
+        const uint16_t* sc = scales + (n0 + lane) * row_scales + 2 * g;
+        std::memcpy(chunk + vb + 2 * lane, sc, 2);
+        std::memcpy(chunk + vb + 32 + 2 * lane, sc + 1, 2);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out) {
   if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack: not a q8/q4 matrix of whole groups");
-  std::memset(out, 0, static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
   const int64_t G = K / kG, cb = chunk_bytes(s), vb = value_bytes(s);
+  // Padding rows stand for weight 0 (q4: level 0 with scale and minimum 0; q8 below).
+  if (N % kNB != 0 || !is_q4(s)) std::memset(out, 0, static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+  if (is_q4(s)) return pack_q4_blocked(q, scales, N, K, out);
   const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lane = n % kNB;
     for (int64_t g = 0; g < G; ++g) {
       uint8_t* chunk = out + ((n / kNB) * G + g) * cb;
-      if (is_q4(s)) {
-        // Stored: byte i of the group holds k = 2i (low) and 2i + 1 (high). Blocked: byte m of the
-        // group's 16 holds k = m (low) and 16 + m (high), so from source bytes a = src[i] and
-        // b = src[8 + i]: m = 2i takes both low nibbles, m = 2i + 1 both high ones. (The streaming
-        // cache packs every expert it reads: this runs at memory speed, not nibble by nibble.)
-        const uint8_t* src = q + n * row_bytes + g * (kG / 2);
-        uint8_t m16[16];
-        for (int i = 0; i < 8; ++i) {
-          const uint8_t a = src[i], b = src[8 + i];
-          m16[2 * i] = static_cast<uint8_t>((a & 0x0F) | (b << 4));
-          m16[2 * i + 1] = static_cast<uint8_t>((a >> 4) | (b & 0xF0));
-        }
-        for (int j = 0; j < 4; ++j) std::memcpy(chunk + 64 * j + 4 * lane, m16 + 4 * j, 4);
-        std::memcpy(chunk + vb + 2 * lane, scales + n * row_scales + 2 * g, 2);
-        std::memcpy(chunk + vb + 32 + 2 * lane, scales + n * row_scales + 2 * g + 1, 2);
-      } else {
-        const auto* src = reinterpret_cast<const int8_t*>(q) + n * row_bytes + g * kG;
-        for (int j = 0; j < 8; ++j)
-          for (int t = 0; t < 4; ++t) chunk[64 * j + 4 * lane + t] = static_cast<uint8_t>(src[4 * j + t] + 128);
-        std::memcpy(chunk + vb + 2 * lane, scales + n * row_scales + g, 2);
-      }
+      const auto* src = reinterpret_cast<const int8_t*>(q) + n * row_bytes + g * kG;
+      for (int j = 0; j < 8; ++j)
+        for (int t = 0; t < 4; ++t) chunk[64 * j + 4 * lane + t] = static_cast<uint8_t>(src[4 * j + t] + 128);
+      std::memcpy(chunk + vb + 2 * lane, scales + n * row_scales + g, 2);
     }
   }
-  // Padding rows stand for weight 0: q8's stored byte is 128 there, its scale 0 already.
-  if (!is_q4(s))
-    for (int64_t n = N; n < ceil_div(N, kNB) * kNB; ++n)
-      for (int64_t g = 0; g < G; ++g)
-        for (int j = 0; j < 8; ++j) std::memset(out + ((n / kNB) * G + g) * cb + 64 * j + 4 * (n % kNB), 128, 4);
+  // q8's stored byte is 128 for weight 0; its scale is 0 already.
+  for (int64_t n = N; n < ceil_div(N, kNB) * kNB; ++n)
+    for (int64_t g = 0; g < G; ++g)
+      for (int j = 0; j < 8; ++j) std::memset(out + ((n / kNB) * G + g) * cb + 64 * j + 4 * (n % kNB), 128, 4);
 }
 
 int64_t quant_blocked_scales(WeightScheme s, int64_t N, int64_t K) {

@@ -21,7 +21,7 @@ PEER=$BUILD/peer
 IK_SRC="" IK=1 ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --ik-src) IK_SRC=$2; shift 2 ;;
     --no-ik) IK=0; shift ;;
     *) ARGS+=("$1"); shift ;;
