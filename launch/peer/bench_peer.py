@@ -10,7 +10,10 @@ prefill, decode and total tokens/s (min / median / max) and the ratio of the med
 decode weight streaming at N=1 as a fraction of the machine's copy bandwidth (measured by moerun
 bench infer). With quantized dtypes, also their quality against the bf16 model: KL divergence and
 top-1 agreement over the same tokens, moerun perplexity --kl-base beside llama-perplexity
---kl-divergence.
+--kl-divergence. With --ik-bin, ik_llama.cpp's llama-batched-bench on the first peer's GGUF too
+(the same file, so the same KL up to its kernels' rounding), with its options for MoE: the default
+(fused MoE), -rtr (run-time repacking into its row-interleaved layouts) and -no-fmoe, and moerun's
+ratio to the best of them.
 """
 import argparse
 import json
@@ -21,6 +24,8 @@ import statistics
 import struct
 import subprocess
 import sys
+
+from bench_offload import batched_bench_cells
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The synthetic models, by shape. Mixtral's: 8 experts of width 3584, top-2 (Mixtral-8x7B at a
@@ -40,6 +45,8 @@ QUANT_PEERS = {"q8": ["Q8_0"], "q4": ["Q4_K_M", "Q4_0"]}
 QUALITY_CONTEXT = 512
 # The prefill target against llama.cpp per shape (issue 11: 2x on Mixtral's; issue 23: 1.5x on Qwen3-MoE's).
 PREFILL_TARGET = {"mixtral": 2.0, "qwen3_moe": 1.5}
+# ik_llama.cpp's runs: its default (fused MoE on), run-time repacking, fused MoE off.
+IK_VARIANTS = [("", []), (" -rtr", ["-rtr"]), (" -no-fmoe", ["-no-fmoe"])]
 
 
 def sh(cmd, env=None, **kw):
@@ -53,6 +60,7 @@ def main():
     a = argparse.ArgumentParser()
     a.add_argument("--moerun", required=True)
     a.add_argument("--peer-bin", required=True)
+    a.add_argument("--ik-bin", default="", help="ik_llama.cpp's llama-batched-bench directory: also that peer")
     a.add_argument("--work", required=True)
     a.add_argument("--out", required=True)
     a.add_argument("--dtypes", default="float32,bfloat16")
@@ -98,10 +106,13 @@ def main():
             out.append((f"llama.cpp {q}", path))
         return out
 
-    peers = {}
+    peers, ik_peers = {}, {}
     for dt in o.dtypes.split(","):
         model = synth(dt)
         peers[dt] = peers_of(dt)
+        first_label, first_gguf = peers[dt][0]
+        ik_peers[dt] = [(first_label.replace("llama.cpp", "ik_llama.cpp") + suffix, first_gguf, args)
+                        for suffix, args in IK_VARIANTS] if o.ik_bin else []
         gguf = peers[dt][0][1]
         # Greedy tokens: the same prompts through both.
         rng = random.Random(7)
@@ -144,9 +155,19 @@ def main():
                     b = json.loads(line)
                     results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": b["speed_pp"],
                                     "decode": b["speed_tg"], "total": b["speed"]})
+                for label, path, args in ik_peers[dt]:  # its batched-bench prints only the markdown table
+                    r = sh([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
+                            "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n)] + args,
+                           env=env)
+                    cells = batched_bench_cells(r.stdout + r.stderr)
+                    if cells is None:
+                        sys.exit(f"bench_peer: no table in {label}'s output:\n{(r.stdout + r.stderr)[-2000:]}")
+                    results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": cells[5], "decode": cells[7],
+                                    "total": cells[9]})
                 ours = next(r for r in reversed(results) if r["who"] == "moerun")
                 print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {ours['decode']:.1f}, " +
-                      ", ".join(f"{r['who']} {r['decode']:.1f}" for r in results[-len(peers[dt]):]) + " tokens/s", flush=True)
+                      ", ".join(f"{r['who']} {r['decode']:.1f}" for r in results[-len(peers[dt]) - len(ik_peers[dt]):]) + " tokens/s",
+                      flush=True)
         # Weight streaming at N=1 against this machine's copy bandwidth (moerun bench infer measures both).
         js = os.path.join(o.work, "stream.json")
         sh([o.moerun, "bench", "infer", "--batch", "1", "--prompt-len", str(o.prompt), "--new-tokens", str(o.new + 1),
@@ -162,7 +183,7 @@ def main():
     for dt in o.dtypes.split(","):
         for n in batches:
             med = {}
-            for who in ["moerun"] + [label for label, _ in peers[dt]]:
+            for who in ["moerun"] + [label for label, _ in peers[dt]] + [label for label, _, _ in ik_peers[dt]]:
                 rs = [r for r in results if r["dtype"] == dt and r["n"] == n and r["who"] == who]
                 cols = []
                 for k in ("prefill", "decode", "total"):
@@ -175,6 +196,11 @@ def main():
                 ratios.append({"dtype": dt, "n": n, "peer": label, "bar": i == 0, **ratio})
                 name = "ratio" if len(peers[dt]) == 1 else "vs " + label.split()[-1]
                 lines.append(f" {dt:>9} {n:>3} {name:>18} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
+            if ik_peers[dt]:  # against ik_llama.cpp's best option, per column
+                ik_labels = [label for label, _, _ in ik_peers[dt]]
+                ratio = {k: med[("moerun", k)] / max(med[(label, k)] for label in ik_labels) for k in ("prefill", "decode", "total")}
+                ratios.append({"dtype": dt, "n": n, "peer": "ik_llama.cpp best", "bar": False, "ik": True, **ratio})
+                lines.append(f" {dt:>9} {n:>3} {'vs ik best':>18} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
     for dt, (frac, copy, gbps) in streams.items():
         lines.append(f"# {dt}, N=1: moerun's decode streams weights at {gbps:.1f} GB/s, {frac:.2f} of this machine's copy "
                      f"bandwidth ({copy:.1f} GB/s, read + write, measured in the same bench infer run)")
@@ -185,6 +211,11 @@ def main():
     target = PREFILL_TARGET[o.shape] if not any(dt in QUANT_PEERS for dt in peers) else 1.5
     lines.append(f"# verdict: decode and total >= 1.0x llama.cpp at every N and dtype: {'yes' if worst >= 1.0 else 'no'} "
                  f"(lowest {worst:.2f}); prefill >= {target}x: {'yes' if min(r['prefill'] for r in bars) >= target else 'no'}")
+    ik = [r for r in ratios if r.get("ik")]
+    if ik:
+        low = min(min(r["prefill"], r["decode"]) for r in ik)
+        lines.append(f"# verdict vs ik_llama.cpp's best option: prefill and decode >= 1.0x at every N and dtype: "
+                     f"{'yes' if low >= 1.0 else 'no'} (lowest {low:.2f})")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     name = ("peer" if o.shape == "mixtral" else f"peer-{o.shape}") + ("-quant" if quality else "") + \

@@ -1,8 +1,8 @@
 # The peers of moerun's benchmarks, built from their PyPI source packages (no git; pinned versions;
 # pip checks the index's sha256): llama.cpp (llama-cpp-python's vendored copy) and ik_llama.cpp
 # (ik-llama-cpp-python's). Sourced by launch/bench-peer.sh and launch/bench-offload.sh.
-# build_llama_cpp PEER_DIR -> PEER_DIR/bin/{llama-batched-bench,llama-quantize,llama-perplexity,llama_greedy}
-# build_ik_llama PEER_DIR [SRC] -> PEER_DIR/ik-bin/llama-batched-bench (SRC: an ik_llama.cpp checkout instead of PyPI's)
+# build_llama_cpp PEER_DIR -> PEER_DIR/bin/{llama-batched-bench,llama-quantize,llama-perplexity,llama_greedy,peer_decode}
+# build_ik_llama PEER_DIR [SRC] -> PEER_DIR/ik-bin/{llama-batched-bench,peer_decode} (SRC: an ik_llama.cpp checkout instead of PyPI's)
 LLAMA_CPP_PYTHON=0.3.36      # llama-cpp-python release whose vendored llama.cpp is the peer
 IK_LLAMA_CPP_PYTHON=0.1.5    # ik-llama-cpp-python release whose vendored ik_llama.cpp is the other
 
@@ -36,20 +36,23 @@ build_llama_cpp() {
   local src=$peer/llama-cpp-python-$LLAMA_CPP_PYTHON
   local llama=$src/vendor/llama.cpp
   if [ -x "$peer/bin/llama-batched-bench" ] && [ -x "$peer/bin/llama_greedy" ] && [ -x "$peer/bin/llama-quantize" ] &&
-     [ -x "$peer/bin/llama-perplexity" ]; then return 0; fi
+     [ -x "$peer/bin/llama-perplexity" ] && [ -x "$peer/bin/peer_decode" ]; then return 0; fi
   mkdir -p "$peer/bin"
   peer_sdist "$src" llama-cpp-python "$LLAMA_CPP_PYTHON"
   echo "== building llama.cpp (GGML_NATIVE, static, clang)" >&2
   peer_cmake "$llama" "$peer/build" "$peer/build.log" llama-batched-bench llama-quantize llama-perplexity llama
   cp "$peer/build/bin/llama-batched-bench" "$peer/build/bin/llama-quantize" "$peer/build/bin/llama-perplexity" "$peer/bin/"
   local libs; libs=$(find "$peer/build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
-  clang++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$root/launch/peer/llama_greedy.cpp" -o "$peer/bin/llama_greedy" \
-    -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+  local tool
+  for tool in llama_greedy peer_decode; do
+    clang++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$root/launch/peer/$tool.cpp" -o "$peer/bin/$tool" \
+      -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+  done
 }
 
 build_ik_llama() {
-  local peer=$1 src=${2:-}
-  [ -x "$peer/ik-bin/llama-batched-bench" ] && return 0
+  local peer=$1 src=${2:-} root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  [ -x "$peer/ik-bin/llama-batched-bench" ] && [ -x "$peer/ik-bin/peer_decode" ] && return 0
   if [ -z "$src" ]; then
     peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
     src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
@@ -67,4 +70,7 @@ build_ik_llama() {
   # iqk_common.h's const BlockPermuter member (no AMX code here, so GCC's AMX bug does not apply).
   PEER_CC=gcc PEER_CXX=g++ PEER_CMAKE_ARGS="-DGGML_IQK_FA_ALL_QUANTS=OFF" peer_cmake "$src" "$peer/ik-build" "$peer/ik-build.log" llama-batched-bench
   cp "$peer/ik-build/bin/llama-batched-bench" "$peer/ik-bin/"
+  local libs; libs=$(find "$peer/ik-build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
+  g++ -O2 -std=c++17 -DPEER_IK -I"$src/include" -I"$src/ggml/include" "$root/launch/peer/peer_decode.cpp" -o "$peer/ik-bin/peer_decode" \
+    -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
 }

@@ -23,8 +23,10 @@ LLAMA = """
 |-------|--------|------|--------|----------|----------|----------|----------|----------|----------|
 |   128 |     32 |    1 |    160 |    0.321 |   398.75 |    0.412 |    77.67 |    0.733 |   218.28 |
 """
-check("batched-bench row: prefill and decode tokens/s", b.batched_bench_row(LLAMA) == (398.75, 77.67))
-check("batched-bench: no data row is None", b.batched_bench_row("|    PP |     TG |\n") is None)
+check("batched-bench row: its ten numbers", b.batched_bench_cells(LLAMA) == [128, 32, 1, 160, 0.321, 398.75, 0.412, 77.67, 0.733, 218.28])
+check("batched-bench: no data row is None", b.batched_bench_cells("|    PP |     TG |\n") is None)
+check("peer_decode's line: prefill and decode tokens/s", b.peer_decode_speeds("load log\n128 0.5 32 0.25\n") == (256.0, 128.0))
+check("peer_decode: no line is None", b.peer_decode_speeds("error: no model\n") is None)
 
 # The physical bound, hand-derived: 4 layers x 128 experts, top-8 uniform (each expert 1/16 of a
 # token), 128 slots, N = 1: a step reads 384 * 1/16 = 24 experts; 1 MB each at 1.2 GB/s: 50 tokens/s.
@@ -42,6 +44,8 @@ stats = {"expert_usage": [[4] * 128 for _ in range(4)], "tokens": 64, "cache": {
 check("physical bound of a run: slots from the set-up line (100 of 400 MiB: 128 of 512)",
       abs(b.run_bound(stats, LOG, 1, 1.2e9) - 50.0) < 1e-9)
 check("physical bound of an all-resident run: none", b.run_bound(stats, "the experts (400 MiB) fit, all resident", 1, 1.2e9) is None)
+check("physical bound of an all-resident run's stats (no cache counters): none",
+      b.run_bound({"expert_usage": stats["expert_usage"], "tokens": 64}, "the experts (400 MiB) fit, all resident", 1, 1.2e9) is None)
 
 probe = os.path.join(b.CGROOT, f"moerun-harness-{os.getpid()}")
 try:
