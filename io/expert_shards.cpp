@@ -9,6 +9,7 @@
 
 #include "base/native_quant.hpp"
 #include "base/xxh64.hpp"
+#include "io/expert_index_cache.hpp"
 #include "io/model_file.hpp"
 
 namespace moerun::io {
@@ -165,10 +166,23 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
 
   const int64_t total = c.num_expert_slots();
+  for (const std::string& name : idx.shard_files_) idx.shards_.push_back(model.file(name));
+  // A local model whose files have not changed since the last walk: its index as kept.
+  if (!model.remote()) {
+    std::optional<ExpertIndex> kept = read_expert_index_cache(model.str(), idx.shard_files_, total, parts.size());
+    // The shards model.h5 records (when it does): otherwise a file rewritten within one tick of the
+    // clock, at its old size and inode, and the index is walked again.
+    if (kept && (c.shard_ids.empty() || kept->identities == c.shard_ids)) {
+      idx.locations_ = std::move(kept->locations);
+      for (ExpertLocation& loc : idx.locations_) loc.shard = idx.shards_[static_cast<std::size_t>(loc.shard_index)];
+      idx.identities_ = std::move(kept->identities);
+      idx.set_direct_reads(false);
+      return idx;
+    }
+  }
   idx.locations_.assign(static_cast<std::size_t>(total), {});
   for (std::size_t si = 0; si < idx.shard_files_.size(); ++si) {
-    const std::string fname = model.file(idx.shard_files_[si]);
-    idx.shards_.push_back(fname);
+    const std::string fname = idx.shards_[si];
     H5Handle file = model.open(idx.shard_files_[si]);
     std::vector<ShardEntry> entries;
     h5_reading(fname, [&] {
@@ -209,6 +223,7 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
         fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
   check_shard_identities(idx, model, c);
+  if (!model.remote()) write_expert_index_cache(model.str(), idx.shard_files_, {idx.locations_, idx.identities_}, parts.size());
   idx.set_direct_reads(false);
   return idx;
 }

@@ -20,6 +20,7 @@
 #include "experts/resident_experts.hpp"
 #include "io/affinity_file.hpp"
 #include "io/dense_quant_cache.hpp"
+#include "io/expert_index_cache.hpp"
 #include "io/expert_shards.hpp"
 #include "io/input_file.hpp"
 #include "runtime/distributed_moe.hpp"
@@ -96,7 +97,12 @@ Engine::Engine(EngineConfig cfg, MPI_Comm world) : cfg_(std::move(cfg)), world_(
     std::exception_ptr failed;
     if (rank_ == 0) {
       try {
-        std::vector<std::string> files = io::model_location(cfg_.model, cfg_.s3).probe_files();
+        const io::ModelLocation model = io::model_location(cfg_.model, cfg_.s3);
+        std::vector<std::string> files = model.probe_files();
+        // Shards whose kept index matches them are read by pread at its offsets, never opened by
+        // libhdf5 (io/expert_index_cache.hpp): only model.h5 is walked.
+        if (!model.remote() && !files.empty() && io::expert_index_cache_current(model.str(), model.shard_names()))
+          files = {model.file("model.h5")};
         if (!cfg_.affinity.empty() && !io::is_s3_url(cfg_.affinity)) io::require_input_file(cfg_.affinity, "--affinity");
         if (!cfg_.affinity.empty()) files.push_back(cfg_.affinity);
         cfg_.hdf5_probe.check(files);

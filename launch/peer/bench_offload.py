@@ -319,7 +319,7 @@ def main():
                         bound = statistics.median(bounds) if bounds else None
                         extra = "equal" if all(r.get("equal") for r in ok) else "DIFFERENT"
                         lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {pre:8.1f} {med[who]:8.1f} "
-                                     f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} " + (f"{med[who] / bound:6.2f}" if bound else f"{'-':>6}") +
+                                     f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} " + (f"{med[who] / bound:6.2f}" if bound and bound != float("inf") else f"{'-':>6}") +
                                      f"  tokens {extra}")
                     else:
                         text = f"{pre:8.1f} {med[who]:8.1f}" if ok else f"{'-':>8} {'-':>8}"
