@@ -13,7 +13,7 @@ top-1 agreement over the same tokens, moerun perplexity --kl-base beside llama-p
 --kl-divergence. With --ik-bin, ik_llama.cpp's llama-batched-bench on the first peer's GGUF too
 (the same file, so the same KL up to its kernels' rounding), with its options for MoE: the default
 (fused MoE), -rtr (run-time repacking into its row-interleaved layouts) and -no-fmoe, and moerun's
-ratio to the best of them.
+ratio to the best of them; at N > 1 without FlashAttention, which asserts with several sequences.
 """
 import argparse
 import json
@@ -156,8 +156,10 @@ def main():
                     results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": b["speed_pp"],
                                     "decode": b["speed_tg"], "total": b["speed"]})
                 for label, path, args in ik_peers[dt]:  # its batched-bench prints only the markdown table
+                    # Its FlashAttention asserts with several sequences (iqk_fa_templates.h: S > 0): off there.
+                    fa = ["-fa", "0"] if n > 1 else []
                     r = sh([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
-                            "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n)] + args,
+                            "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n)] + args + fa,
                            env=env)
                     cells = batched_bench_cells(r.stdout + r.stderr)
                     if cells is None:
@@ -178,7 +180,7 @@ def main():
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build), {o.shape}-shaped model: {o.threads} threads, prompt {o.prompt}, "
              f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max"
              + ("" if o.moerun_dense == "none" else f"; moerun's LM head and attention quantized to {o.moerun_dense} (--quantize-dense)"),
-             f"#{'dtype':>9} {'N':>3} {'who':>18} {'prefill':>23} {'decode':>23} {'total':>23}"]
+             f"#{'dtype':>9} {'N':>3} {'who':>22} {'prefill':>23} {'decode':>23} {'total':>23}"]
     ratios = []
     for dt in o.dtypes.split(","):
         for n in batches:
@@ -190,17 +192,17 @@ def main():
                     v = [r[k] for r in rs]
                     med[(who, k)] = statistics.median(v)
                     cols.append(f"{min(v):7.1f}/{statistics.median(v):7.1f}/{max(v):7.1f}")
-                lines.append(f" {dt:>9} {n:>3} {who:>18} " + " ".join(f"{c:>23}" for c in cols))
+                lines.append(f" {dt:>9} {n:>3} {who:>22} " + " ".join(f"{c:>23}" for c in cols))
             for i, (label, _) in enumerate(peers[dt]):
                 ratio = {k: med[("moerun", k)] / med[(label, k)] for k in ("prefill", "decode", "total")}
                 ratios.append({"dtype": dt, "n": n, "peer": label, "bar": i == 0, **ratio})
                 name = "ratio" if len(peers[dt]) == 1 else "vs " + label.split()[-1]
-                lines.append(f" {dt:>9} {n:>3} {name:>18} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
+                lines.append(f" {dt:>9} {n:>3} {name:>22} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
             if ik_peers[dt]:  # against ik_llama.cpp's best option, per column
                 ik_labels = [label for label, _, _ in ik_peers[dt]]
                 ratio = {k: med[("moerun", k)] / max(med[(label, k)] for label in ik_labels) for k in ("prefill", "decode", "total")}
                 ratios.append({"dtype": dt, "n": n, "peer": "ik_llama.cpp best", "bar": False, "ik": True, **ratio})
-                lines.append(f" {dt:>9} {n:>3} {'vs ik best':>18} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
+                lines.append(f" {dt:>9} {n:>3} {'vs ik best':>22} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
     for dt, (frac, copy, gbps) in streams.items():
         lines.append(f"# {dt}, N=1: moerun's decode streams weights at {gbps:.1f} GB/s, {frac:.2f} of this machine's copy "
                      f"bandwidth ({copy:.1f} GB/s, read + write, measured in the same bench infer run)")
