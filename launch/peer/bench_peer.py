@@ -160,7 +160,7 @@ def main():
                     fa = ["-fa", "0"] if n > 1 else []
                     r = sh([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
                             "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n)] + args + fa,
-                           env=env)
+                           env=env, cwd=o.work)  # it writes llama.log where it runs
                     cells = batched_bench_cells(r.stdout + r.stderr)
                     if cells is None:
                         sys.exit(f"bench_peer: no table in {label}'s output:\n{(r.stdout + r.stderr)[-2000:]}")
