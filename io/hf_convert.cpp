@@ -1062,6 +1062,8 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     out.commit();
     ++rep.files_written;
   }
+  // The expert index for the first start (io/expert_index_cache.hpp): model.h5 exists only now.
+  ExpertShardIndex::build(cfg.out, c);
   if (tied) rep.notes += "tie_word_embeddings: lm_head is a copy of embed_tokens\n";
 
   rep.bytes_read = reader.done();

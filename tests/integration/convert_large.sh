@@ -41,7 +41,11 @@ check "the rerun keeps the finished shards ($(tail -1 "$WORK/rerun.log" | grep -
   bash -c "grep -q 'kept from an earlier run' '$WORK/rerun.log' && ! grep -q ', 0 kept' '$WORK/rerun.log'"
 check "no temporary files left" bash -c "! ls '$WORK/moe2' | grep -q tmp"
 echo '{"id": "a", "prompt_tokens": [1, 7, 9], "max_new_tokens": 2}' > "$WORK/r.jsonl"
+index_inode=$(stat -c %i "$WORK/moe/experts-index.bin" 2>/dev/null || echo none)
 "$MOERUN" infer --model "$WORK/moe" --input "$WORK/r.jsonl" --output "$WORK/a.jsonl" --quiet
+# Kept by convert and used as it is by the first start (rewritten, it would have a new inode).
+check "convert kept the expert index, and the first infer used it unchanged" \
+  bash -c "[ '$index_inode' != none ] && [ \$(stat -c %i '$WORK/moe/experts-index.bin') = '$index_inode' ]"
 "$MOERUN" infer --model "$WORK/moe2" --input "$WORK/r.jsonl" --output "$WORK/b.jsonl" --quiet
 check "the resumed conversion infers like the uninterrupted one" cmp -s "$WORK/a.jsonl" "$WORK/b.jsonl"
 finish
