@@ -33,16 +33,10 @@ nlohmann::json file_stat(const std::string& dir, const std::string& name) {
 
 // model.h5 and the shards as they are now; null when one cannot be stat'ed.
 nlohmann::json current_files(const std::string& dir, const std::vector<std::string>& shard_files) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const std::string& name : [&] {
-         std::vector<std::string> all{"model.h5"};
-         all.insert(all.end(), shard_files.begin(), shard_files.end());
-         return all;
-       }()) {
-    nlohmann::json s = file_stat(dir, name);
-    if (s.is_null()) return nullptr;
-    files.push_back(std::move(s));
-  }
+  nlohmann::json files = nlohmann::json::array({file_stat(dir, "model.h5")});
+  for (const std::string& name : shard_files) files.push_back(file_stat(dir, name));
+  for (const nlohmann::json& f : files)
+    if (f.is_null()) return nullptr;
   return files;
 }
 

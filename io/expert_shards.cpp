@@ -223,9 +223,13 @@ ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const Model
       if (idx.locations_[static_cast<std::size_t>(l * c.num_experts + e)].shard.empty())
         fail(ErrorKind::BadInput, model.str(), ": expert ", expert_group_path(l, e), " is in no shard (experts-*.h5)");
   check_shard_identities(idx, model, c);
-  if (!model.remote()) write_expert_index_cache(model.str(), idx.shard_files_, {idx.locations_, idx.identities_}, parts.size());
+  idx.keep();
   idx.set_direct_reads(false);
   return idx;
+}
+
+void ExpertShardIndex::keep() const {
+  if (!model_.remote()) write_expert_index_cache(model_.str(), shard_files_, {locations_, identities_}, expert_raw_parts(config_).size());
 }
 
 const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) const {

@@ -90,6 +90,11 @@ class ExpertShardIndex : public ExpertSource {
   // expert backend's business.
   AlignedBuffer load_raw(int64_t layer, int64_t expert) const;
 
+  // Keeps this index next to a local model (experts-index.bin, io/expert_index_cache.hpp) for the
+  // next build; build() does after a walk, which cannot while model.h5 is missing (convert writes
+  // it last, and calls this then). Nothing for a remote model; never an error.
+  void keep() const;
+
   // Local shards: read experts with O_DIRECT where the file system allows (the expert cache: L1
   // holds them, the page cache would hold them twice). Set-up only, before any read.
   void set_direct_reads(bool direct);

@@ -1044,6 +1044,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
       if (seen.insert(hf).second) reader.skip(hf);
     ++rep.files_kept;
   } else {
+    const ExpertShardIndex index = ExpertShardIndex::build(cfg.out, c);  // the shards' identities, for model.h5
     AtomicFile out(model_path);
     {
       ModelFileWriter w(out.temp_path(), c, model_path);
@@ -1055,15 +1056,14 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
         w.write(ours[i], v.data());
       }
       w.set_attr("num_expert_shards", shards);
-      w.set_shard_identities(ExpertShardIndex::build(cfg.out, c).shard_identities());
+      w.set_shard_identities(index.shard_identities());
       w.set_attr("converted_from", fingerprint);
       w.close();
     }
     out.commit();
     ++rep.files_written;
+    index.keep();  // for the first start: the walk above could not keep it before model.h5 existed
   }
-  // The expert index for the first start (io/expert_index_cache.hpp): model.h5 exists only now.
-  ExpertShardIndex::build(cfg.out, c);
   if (tied) rep.notes += "tie_word_embeddings: lm_head is a copy of embed_tokens\n";
 
   rep.bytes_read = reader.done();
