@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""An A/B of moerun binaries (or wrapper scripts adding options or environment) under the same cgroup
+v1 memory limit, runs interleaved: decode tokens/s, its physical bound, and the expert cache's
+counters per run. How the streaming changes of issue 41 were measured (docs/PERFORMANCE.md).
+Uses bench_offload's cgroup runner and bound; the models and request files are bench-offload's.
+
+usage: ab_offload.py BIN[,BIN...] MODEL_DIR REQUESTS.jsonl N RATIO RUNS [extra infer options]
+  e.g. ab_offload.py old/moerun,build/launch/moerun build/peer/work/qwen3moe-L4-q4-skew0.0 \\
+         build/peer/work/offload-8.jsonl 8 2 3
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_offload as b  # noqa: E402
+
+
+def main():
+    if len(sys.argv) < 7:
+        sys.exit(__doc__)
+    bins, model, reqs = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+    n, ratio, runs, extra = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
+    limit = int(b.dir_bytes(model) / ratio)
+    rate = b.disk_read_rate(os.path.join(model, "experts-00000.h5"))
+    print(f"# disk {rate / 1e9:.2f} GB/s (O_DIRECT), limit {limit >> 20} MiB", flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS="2", MOERUN_LOG="info")
+    stats, out = "/tmp/ab_offload-stats.json", "/tmp/ab_offload.out"
+    for _ in range(runs):
+        for m in bins:
+            if os.path.exists(stats):
+                os.remove(stats)
+            r = b.run_limited([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
+                               "--max-batch-tokens", "256", "--output", out, "--stats-json", stats] + extra,
+                              limit, f"ab-offload-{os.getpid()}", env)
+            if r["rc"] != 0:
+                print(f"{m}: exit {r['rc']}: {r['err'][-300:]}", flush=True)
+                continue
+            s = json.load(open(stats))
+            t, c = s["throughput"], s.get("cache", {})
+            decode = t["decode_tokens"] / t["decode_seconds"]
+            bound = b.run_bound(s, r["err"], n, rate)
+            print(f"{m}: decode {decode:.1f} tokens/s" + (f", bound {bound:.1f} ({decode / bound:.2f})" if bound else "") +
+                  f", L1 hit {c.get('l1_hit_rate', 1.0):.3f}, read {c.get('load_read_s', 0):.1f} s, pack {c.get('load_pack_s', 0):.1f} s, "
+                  f"stall {c.get('stall_s', 0):.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
