@@ -1,6 +1,6 @@
 // exp on 16 floats with AVX-512F, for the kernels that need it in a loop (the fused SiLU of the
 // small-M panels, the log-sum-exp of log-probabilities). Include only from translation units that
-// check __builtin_cpu_supports("avx512f") before calling it.
+// check cpu_features().avx512f (base/cpu_features.hpp) before calling it.
 #pragma once
 #include <immintrin.h>
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/cpu_features.hpp"
 #include "base/dpbusd_avx512.hpp"
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
@@ -253,8 +254,9 @@ void run_block(WeightScheme s, const Pass& p, int R, float* out, bool avx512) {
 }  // namespace
 
 bool native_kernel_supported(WeightScheme s, NativeKernel k) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("f16c");
-  static const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi");
+  const CpuFeatures& f = cpu_features();
+  const bool avx512 = f.avx512f && f.avx512bw && f.f16c;
+  const bool vnni = avx512 && f.avx512vnni && f.avx512vbmi;
   return k == NativeKernel::Avx512 ? (is_mx(s) ? vnni : avx512) : true;
 }
 

@@ -3,10 +3,7 @@
 #include "base/quant_matmul.hpp"
 
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/cpu_features.hpp"
 #include "base/dpbusd_avx512.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
@@ -345,21 +343,9 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_group_avx512(const flo
 
 }  // namespace
 
-namespace {
-bool amx_int8_available() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-  const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
-  if (!tile || !int8 || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return false;
-  // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
-  return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
-}
-}  // namespace
-
 bool quant_kernel_supported(QuantKernel k) {
-  static const bool vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vnni");
-  static const bool amx = amx_int8_available();
+  const CpuFeatures& f = cpu_features();
+  const bool vnni = f.avx512f && f.avx512bw && f.avx512vnni, amx = f.amx_int8;
   switch (k) {
     case QuantKernel::Vnni: return vnni;
     case QuantKernel::Amx: return amx;

@@ -2,7 +2,6 @@
 // Each thread takes pairs of 64-column blocks of W and streams them once; x (a few rows) stays in L1.
 #include "base/small_m_matmul.hpp"
 
-#include <cpuid.h>
 #include <omp.h>
 
 #include <immintrin.h>
@@ -10,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/cpu_features.hpp"
 #include "base/dtype.hpp"
 #include "base/exp_avx512.hpp"
 #include "base/error.hpp"
@@ -227,18 +227,13 @@ void panel_matmul(const float* x, int64_t M, int64_t K, int64_t N, const float* 
 }
 
 bool small_m_supported(BlockedLayout layout) {
-  static const bool f32 = __builtin_cpu_supports("avx512f");
-  static const bool bf16 = f32 && __builtin_cpu_supports("avx512bf16");
+  const bool f32 = cpu_features().avx512f;
+  const bool bf16 = f32 && cpu_features().avx512bf16;
   return layout == BlockedLayout::F32_16a64b ? f32 : layout == BlockedLayout::BF16_16a64b2a ? bf16 : false;
 }
 
 int64_t small_m_max_rows() {
-  static const int64_t rows = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool amx_bf16 = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));  // CPUID.(7,0):EDX[22]
-    return amx_bf16 ? kSmallM : kSmallMMaxRows;
-  }();
-  return rows;
+  return cpu_features().amx_bf16 ? kSmallM : kSmallMMaxRows;
 }
 
 void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, float* y) {

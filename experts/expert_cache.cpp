@@ -24,6 +24,10 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 // comes true costs a load and may evict something useful).
 constexpr double kMinPrefetchShare = 0.02;
 
+// Keep score of an expert the gate prefetch predicts for the next layer: above any hotness count,
+// since it is needed within a layer.
+constexpr double kPredictedKeep = 1e12;
+
 // Decay of the hotness count per routed row: its half-life is 2048 rows (256 tokens at top-8), so
 // the ranking follows the requests in flight rather than the first few prompts, yet estimates each
 // expert's share from enough tokens to keep the experts a layer picks most. (A decay per step of
@@ -37,11 +41,12 @@ PrefetchPolicy parse_prefetch(const std::string& s) {
   if (s == "off") return PrefetchPolicy::Off;
   if (s == "lru") return PrefetchPolicy::Lru;
   if (s == "affinity") return PrefetchPolicy::Affinity;
-  fail(ErrorKind::Usage, "--prefetch: \"", s, "\" is not off, lru or affinity");
+  if (s == "gate") return PrefetchPolicy::Gate;
+  fail(ErrorKind::Usage, "--prefetch: \"", s, "\" is not off, lru, affinity or gate");
 }
 
 const char* prefetch_name(PrefetchPolicy p) {
-  return p == PrefetchPolicy::Off ? "off" : p == PrefetchPolicy::Lru ? "lru" : "affinity";
+  return p == PrefetchPolicy::Off ? "off" : p == PrefetchPolicy::Lru ? "lru" : p == PrefetchPolicy::Affinity ? "affinity" : "gate";
 }
 
 WarmupPolicy parse_warmup(const std::string& s) {
@@ -131,10 +136,21 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
   slots_.resize(static_cast<std::size_t>(n));
   for (Slot& slot : slots_) slot.w = backend_.allocate_expert();
   last_needed_.resize(static_cast<std::size_t>(num_layers_));
+  hinted_.resize(static_cast<std::size_t>(num_layers_));
   hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
   warming_ = cfg_.warmup == WarmupPolicy::Hotness && cfg_.warmup_requests > 0;
+  if (graph_ && cfg_.warmup == WarmupPolicy::Hotness && cfg_.prefetch != PrefetchPolicy::Affinity) {
+    // The graph's routing frequencies (other runs' tokens) are the hotness known before serving:
+    // a half-life's worth of rows, so this run's own routing takes over as it comes. L1 settles on
+    // the hottest at once rather than after the first requests.
+    const double tokens = 2048.0 / static_cast<double>(std::max<int64_t>(graph_->top_k, 1));
+    for (int64_t l = 0; l < num_layers_; ++l)
+      for (int64_t e = 0; e < num_experts_; ++e) hot_[static_cast<std::size_t>(key(l, e))] = graph_->freq(l, e) * tokens;
+    warming_ = false;
+  }
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, stored_form_name(backend_, source.config()), cfg_.l2_direct);
+  if (graph_ && !warming_ && cfg_.warmup == WarmupPolicy::Hotness && cfg_.prefetch != PrefetchPolicy::Affinity) queue_settle_locked();  // no thread runs yet: no lock needed
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
@@ -185,10 +201,11 @@ void ExpertCache::hold(const std::function<bool(int64_t, int64_t)>& holds) {
 double ExpertCache::keep_score_locked(int64_t k) const {
   // How much keeping this expert is worth: its predicted share of the next layer (affinity), or
   // the layer's marginal frequency discounted by how many layers away its next use is.
+  auto it = predicted_.find(k);
+  if (cfg_.prefetch == PrefetchPolicy::Gate && it != predicted_.end()) return kPredictedKeep + it->second;
   if (cfg_.prefetch != PrefetchPolicy::Affinity)
     return cfg_.warmup == WarmupPolicy::Hotness ? hot_[static_cast<std::size_t>(k)] : 0.0;  // coldest first; else LRU
   const int64_t l = k / num_experts_, e = k % num_experts_;
-  auto it = predicted_.find(k);
   if (it != predicted_.end()) return 1.0 + it->second;
   const int64_t ahead = current_layer_ < 0 ? l : (l - current_layer_ + num_layers_) % num_layers_;
   return graph_->freq(l, e) * std::pow(0.5, static_cast<double>(ahead));
@@ -214,20 +231,24 @@ int ExpertCache::choose_victim_locked(const Task& t) const {
   // A prefetch only displaces something worth less than what it brings; a warm-up load only a
   // colder expert.
   if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Affinity && best_score >= 1.0 + t.score) return -1;
+  if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Gate && best_score >= kPredictedKeep) return -1;
   if (best >= 0 && t.kind == TaskKind::Fill && best_score >= t.score) return -1;
   return best;
 }
 
 void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows) {
-  // Stale predictions go: a new layer's needs are the better evidence.
-  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind != TaskKind::Demand; }), tasks_.end());
+  // Stale predictions go: a new layer's needs are the better evidence. (The warm-up's fills stay.)
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Prefetch || t.kind == TaskKind::WarmL2; }),
+               tasks_.end());
   ++generation_;
   predicted_.clear();
   if (cfg_.prefetch == PrefetchPolicy::Off) return;
   const int64_t next = (layer + 1) % num_layers_;
   const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
   std::vector<std::pair<double, int64_t>> want;  // (score, key), in prefetch order
-  if (cfg_.prefetch == PrefetchPolicy::Lru) {
+  const bool hinted = cfg_.prefetch == PrefetchPolicy::Gate && !hinted_[static_cast<std::size_t>(next)].empty();
+  // Gate without a hint for the next layer (its first layer, or a router in another process) falls back to lru.
+  if (cfg_.prefetch == PrefetchPolicy::Lru || (cfg_.prefetch == PrefetchPolicy::Gate && !hinted)) {
     // Where routing does not repeat (uniform routing: 4% of these prefetches were used on the bench
     // shape) they only take the disk and evict experts that would have hit: once 64 have been
     // judged and fewer than a fifth were used, only every eighth layer still prefetches (to notice
@@ -235,6 +256,17 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
     const int64_t judged = c_.prefetch_used + c_.prefetch_wasted;
     if (judged >= 64 && 5 * c_.prefetch_used < judged && ++lru_probe_ % 8 != 0) return;
     for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, key(next, e)});
+  } else if (hinted) {
+    // The router's prediction for the next layer of this step, likeliest first (none for the next
+    // step's first layer: its tokens are not known yet).
+    const std::vector<int64_t>& h = hinted_[static_cast<std::size_t>(next)];
+    int64_t total = 0;
+    for (int64_t r : h) total += r;
+    for (int64_t e = 0; e < static_cast<int64_t>(h.size()); ++e)
+      if (h[static_cast<std::size_t>(e)] > 0 && owns_(next, e))
+        want.push_back({static_cast<double>(h[static_cast<std::size_t>(e)]) / static_cast<double>(total), key(next, e)});
+    std::stable_sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    for (auto& [score, k] : want) predicted_[k] = score;
   } else {
     // Next layer of the same step from this layer's rows; the first layer of the next step from
     // its marginal frequency (a new token's first layer does not follow this token's last).
@@ -265,8 +297,8 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
     if (queued >= room) break;
     ++queued;
     if (where_.count(k)) continue;
-    // L1 prefetches go before L2 warming (inserted ahead of the WarmL2 tasks, after demands).
-    auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::WarmL2; });
+    // L1 prefetches go before the warm-up's fills and L2 warming, after demands.
+    auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Fill || t.kind == TaskKind::WarmL2; });
     tasks_.insert(pos, {k, TaskKind::Prefetch, generation_, score});
   }
 }
@@ -321,6 +353,7 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
     std::lock_guard<std::mutex> lock(mu_);
     if (layer != current_layer_) done_now_.clear();
     current_layer_ = layer;
+    hinted_[static_cast<std::size_t>(layer)].clear();  // the layer is here: its real rows replace the prediction
     needed_now_.clear();
     auto& last = last_needed_[static_cast<std::size_t>(layer)];
     last.clear();
@@ -358,6 +391,14 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
   cv_.notify_all();
   ready.insert(ready.end(), waiting.begin(), waiting.end());
   return ready;
+}
+
+void ExpertCache::hint(int64_t layer, const std::vector<int64_t>& rows) {
+  if (layer < 0 || layer >= num_layers_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int64_t>& h = hinted_[static_cast<std::size_t>(layer)];
+  h.resize(static_cast<std::size_t>(num_experts_), 0);
+  for (std::size_t e = 0; e < h.size() && e < rows.size(); ++e) h[e] += std::max<int64_t>(rows[e], 0);
 }
 
 const ResidentExpert& ExpertCache::acquire(int64_t layer, int64_t expert) {

@@ -6,7 +6,8 @@
 // into the slot (for other backends the raw form, verified again on the way back). Prefetch:
 // when a layer's needs are known, the experts the next layer will likely need are loaded into L1
 // (lru: those the next layer used last time; affinity: predicted from the affinity graph), and for
-// affinity their likeliest successors into L2. Eviction never touches an expert in use or still
+// affinity their likeliest successors into L2; gate: those the router predicts by applying the next
+// layer's gate to this layer's expert input, hint()ed before this layer's experts run). Eviction never touches an expert in use or still
 // needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
 // recently used (lru, off).
 #pragma once
@@ -31,7 +32,7 @@
 
 namespace moerun::experts {
 
-enum class PrefetchPolicy { Off, Lru, Affinity };
+enum class PrefetchPolicy { Off, Lru, Affinity, Gate };
 PrefetchPolicy parse_prefetch(const std::string& s);  // Usage error naming --prefetch
 const char* prefetch_name(PrefetchPolicy p);
 
@@ -50,7 +51,7 @@ struct ExpertCacheConfig {
   int64_t l2_bytes = int64_t{16} << 30;
   bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
   bool l3_direct = true;       // O_DIRECT reads from a local model's shards (false: through the page cache)
-  PrefetchPolicy prefetch = PrefetchPolicy::Lru;
+  PrefetchPolicy prefetch = PrefetchPolicy::Gate;
   WarmupPolicy warmup = WarmupPolicy::Hotness;
   int64_t warmup_requests = 16;  // Hotness: the requests counted before L1 settles on the hottest experts
   // Loader threads: each reads, verifies and packs one expert at a time, so this is also the reads
@@ -96,6 +97,10 @@ class ExpertCache : public ExpertStore {
 
   bool owns(int64_t layer, int64_t expert) const override;
   std::vector<int64_t> begin_layer(int64_t layer, const std::vector<int64_t>& rows) override;
+  bool wants_hints() const override { return cfg_.prefetch == PrefetchPolicy::Gate; }
+  // Gate prefetch: rows predicted for `layer` (summed over micro-batches), prefetched when the layer
+  // before it begins and kept from eviction until `layer` itself begins.
+  void hint(int64_t layer, const std::vector<int64_t>& rows) override;
   const ResidentExpert& acquire(int64_t layer, int64_t expert) override;
   void release(int64_t layer, int64_t expert) override;
   // The new weights become this expert's L3 (kept in memory); an L1 copy is reloaded in place and
@@ -181,6 +186,7 @@ class ExpertCache : public ExpertStore {
   std::unordered_set<int64_t> needed_now_, done_now_;
   std::unordered_map<int64_t, double> predicted_;    // key -> predicted share of the next layer's tokens
   std::vector<std::vector<int64_t>> last_needed_;    // [layer]: experts it needed the last time (lru prefetch)
+  std::vector<std::vector<int64_t>> hinted_;         // [layer]: rows per expert the router predicts (gate prefetch)
   std::vector<double> hot_;                          // key -> decaying count of rows (hotness warm-up)
   uint64_t lru_probe_ = 0;                           // layers seen while lru prefetch is held back
   bool warming_ = false;

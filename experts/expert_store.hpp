@@ -27,6 +27,11 @@ class ExpertStore {
       if (rows[static_cast<std::size_t>(e)] > 0) order.push_back(e);
     return order;
   }
+  // A prediction of a later layer's rows (rows[e] as for begin_layer), made by the router before that
+  // layer's gate runs; a store that loads on demand may start bringing those experts in. Only
+  // stores that say wants_hints() are given any.
+  virtual bool wants_hints() const { return false; }
+  virtual void hint(int64_t layer, const std::vector<int64_t>& rows) { (void)layer, (void)rows; }
   virtual const ResidentExpert& acquire(int64_t layer, int64_t expert) = 0;
   virtual void release(int64_t layer, int64_t expert) { (void)layer, (void)expert; }
   // Every owned expert is in memory for good (acquire never waits): a layer's experts may all be

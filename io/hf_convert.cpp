@@ -22,8 +22,10 @@
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/hf_checkpoint.hpp"
+#include "io/hf_config.hpp"
 #include "io/input_file.hpp"
 #include "io/json_input.hpp"
+#include "io/model_family.hpp"
 #include "io/model_file.hpp"
 #include "base/native_quant.hpp"
 #include "io/output_file.hpp"
@@ -35,82 +37,10 @@ using nlohmann::json;
 
 namespace {
 
-// Where a field of config.json is, for messages.
-struct HfConfig {
-  const json& j;
-  std::string where;
-  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
-  int64_t integer(const char* k) const {
-    if (!has(k)) fail(ErrorKind::BadInput, where, ": field ", k, " is missing");
-    if (!j[k].is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not an integer");
-    // JSON's unsigned integers beyond int64 (2^64 - 1) would read back negative.
-    if (j[k].is_number_unsigned() && j[k].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-      fail(ErrorKind::BadInput, where, ": field ", k, " is ", j[k].get<uint64_t>(), ", too large");
-    return j[k].get<int64_t>();
-  }
-  int64_t integer_or(const char* k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }
-  double number_or(const char* k, double dflt) const {
-    if (!has(k)) return dflt;
-    if (!j[k].is_number()) fail(ErrorKind::BadInput, where, ": field ", k, " is not a number");
-    return j[k].get<double>();
-  }
-  bool flag_or(const char* k, bool dflt) const {
-    if (!has(k)) return dflt;
-    if (!j[k].is_boolean()) fail(ErrorKind::BadInput, where, ": field ", k, " is not true or false");
-    return j[k].get<bool>();
-  }
-  // An id field that may be an integer, a list (the first is taken) or null.
-  std::optional<int64_t> token_id(const char* k) const {
-    if (!has(k)) return std::nullopt;
-    const json& v = j[k].is_array() && !j[k].empty() ? j[k][0] : j[k];
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
-      fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
-    return v.get<int64_t>();
-  }
-};
-
 // An fp8 checkpoint's weight "X.weight" (float8 e4m3fn) has its block scales in "X.weight_scale_inv"
 // (float32 [ceil(rows/128), ceil(cols/128)], the weight being e4m3 times them: DeepSeek-V3's and
 // Qwen3-FP8's quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128]}).
 constexpr const char* kFp8ScaleSuffix = "_scale_inv";
-
-// The tensor names of one architecture (without the "model." prefix where HF has it).
-struct NameMap {
-  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate;
-  std::string expert_w1, expert_w3, expert_w2;  // with {e}
-  std::string shared_w1, shared_w3, shared_w2;
-};
-
-NameMap names_for(const std::string& arch) {
-  NameMap n;
-  n.attn_norm = "input_layernorm.weight";
-  n.ffn_norm = "post_attention_layernorm.weight";
-  n.q = "self_attn.q_proj";
-  n.k = "self_attn.k_proj";
-  n.v = "self_attn.v_proj";
-  n.o = "self_attn.o_proj";
-  if (arch == "gpt_oss") {
-    n.gate = "mlp.router.weight";
-  } else if (arch == "mixtral") {
-    n.gate = "block_sparse_moe.gate.weight";
-    n.expert_w1 = "block_sparse_moe.experts.{e}.w1.weight";
-    n.expert_w3 = "block_sparse_moe.experts.{e}.w3.weight";
-    n.expert_w2 = "block_sparse_moe.experts.{e}.w2.weight";
-  } else {
-    n.gate = "mlp.gate.weight";
-    n.expert_w1 = "mlp.experts.{e}.gate_proj.weight";
-    n.expert_w3 = "mlp.experts.{e}.up_proj.weight";
-    n.expert_w2 = "mlp.experts.{e}.down_proj.weight";
-  }
-  n.q_norm = "self_attn.q_norm.weight";
-  n.k_norm = "self_attn.k_norm.weight";
-  const std::string shared = arch == "deepseek_v2" || arch == "deepseek_v3" ? "mlp.shared_experts." : "mlp.shared_expert.";
-  n.shared_w1 = shared + "gate_proj.weight";
-  n.shared_w3 = shared + "up_proj.weight";
-  n.shared_w2 = shared + "down_proj.weight";
-  n.shared_gate = "mlp.shared_expert_gate.weight";
-  return n;
-}
 
 std::string layer_name(int64_t l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
 std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
@@ -277,7 +207,7 @@ class CheckpointExperts {
  public:
   enum class Form { PerExpert, Fused, Mxfp4 };
   CheckpointExperts(const HfCheckpoint& ckpt, const ModelConfig& c, const NameMap& nm) : c_(c), nm_(nm) {
-    if (c.architecture != "gpt_oss") form_ = Form::PerExpert;
+    if (!nm.expert_w1.empty()) form_ = Form::PerExpert;  // else the family's experts are fused tensors
     else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
     if (form_ != Form::PerExpert) return;
     // fp8 when every expert matrix is (a mix is dequantized; the config check names a missing one).
@@ -508,119 +438,16 @@ void read_rope(const HfConfig& h, ModelConfig& c) {
   }
 }
 
-// Qwen's dense layers: those in mlp_only_layers, and those that decoder_sparse_step skips (a layer is
-// MoE when (l + 1) % step == 0), each an MLP of intermediate_size (Qwen2MoeDecoderLayer).
-void read_dense_layers(const HfConfig& h, ModelConfig& c) {
-  const int64_t step = h.integer_or("decoder_sparse_step", 1);
-  if (step < 1) fail(ErrorKind::BadInput, h.where, ": field decoder_sparse_step is ", step, ", expected >= 1");
-  std::vector<MlpKind> kinds(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    if ((l + 1) % step != 0) kinds[static_cast<std::size_t>(l)] = MlpKind::Dense;
-  if (h.has("mlp_only_layers")) {
-    const json& list = h.j["mlp_only_layers"];
-    if (!list.is_array()) fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers is not a list of layer indices");
-    for (const json& v : list) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
-        fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers has ", v.dump(), ", expected layer indices in [0, ", c.num_layers, ")");
-      kinds[static_cast<std::size_t>(v.get<int64_t>())] = MlpKind::Dense;
-    }
-  }
-  if (std::find(kinds.begin(), kinds.end(), MlpKind::Dense) == kinds.end()) return;
-  c.layer_mlp = std::move(kinds);
-  c.dense_intermediate_size = h.integer("intermediate_size");
-}
-
-// gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
-void read_layer_types(const HfConfig& h, ModelConfig& c) {
-  c.sliding_window = h.integer_or("sliding_window", 0);
-  if (!h.has("layer_types")) {  // the config class's default: sliding first, then alternating
-    for (int64_t l = 0; l < c.num_layers; ++l) c.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
-    return;
-  }
-  const json& t = h.j["layer_types"];
-  if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
-    fail(ErrorKind::BadInput, h.where, ": field layer_types must list ", c.num_layers, " layer kinds (num_hidden_layers)");
-  for (std::size_t l = 0; l < t.size(); ++l) {
-    const std::string kind = t[l].is_string() ? t[l].get<std::string>() : t[l].dump();
-    if (kind == "sliding_attention") c.layer_attention.push_back(AttentionKind::Sliding);
-    else if (kind == "full_attention") c.layer_attention.push_back(AttentionKind::Full);
-    else
-      fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected sliding_attention or full_attention");
-  }
-}
-
 }  // namespace
-
-// DeepSeek-V2/V3 (transformers' modeling_deepseek_v2/v3): MLA, the routed experts of
-// moe_intermediate_size in n_group groups, n_shared_experts shared ones without a gate, dense
-// first_k_dense_replace layers of intermediate_size. V3: sigmoid scores with e_score_correction_bias,
-// groups by their best two, renormalised by norm_topk_prob; V2: softmax scores, greedy or
-// group_limited_greedy (groups by their best), never renormalised (transformers' DeepseekV2).
-// Both scale by routed_scaling_factor. RoPE is interleaved (V2 always, V3 with rope_interleave):
-// convert de-interleaves the rows (deinterleave_rope), so the runtime's rotate_half applies.
-void read_deepseek(const HfConfig& h, ModelConfig& c, const std::function<void(const std::string&)>& note) {
-  const bool v3 = h.j["model_type"] == "deepseek_v3";
-  c.attention_type = AttentionType::Mla;
-  c.mla.q_lora_rank = h.integer_or("q_lora_rank", 0);
-  c.mla.kv_lora_rank = h.integer("kv_lora_rank");
-  c.mla.qk_nope_head_dim = h.integer("qk_nope_head_dim");
-  c.mla.qk_rope_head_dim = h.integer("qk_rope_head_dim");
-  c.mla.v_head_dim = h.integer("v_head_dim");
-  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
-  c.num_kv_heads = c.num_heads;  // MLA: every head has its own keys and values
-  c.num_experts = h.integer("n_routed_experts");
-  c.intermediate_size = h.integer("moe_intermediate_size");
-  c.shared_expert_intermediate_size = h.integer_or("n_shared_experts", 0) * c.intermediate_size;
-  c.shared_expert_gated = false;
-  c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
-  if (h.flag_or("attention_bias", false)) fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for ", h.j["model_type"].get<std::string>());
-  if (h.flag_or("mlp_bias", false)) fail(ErrorKind::BadInput, h.where, ": field mlp_bias is true; not supported");
-  if (h.integer_or("moe_layer_freq", 1) != 1) fail(ErrorKind::BadInput, h.where, ": field moe_layer_freq is not 1; not supported");
-  const std::string scoring = h.has("scoring_func") && h.j["scoring_func"].is_string() ? h.j["scoring_func"].get<std::string>() : (v3 ? "sigmoid" : "softmax");
-  if (scoring != (v3 ? "sigmoid" : "softmax"))
-    fail(ErrorKind::BadInput, h.where, ": field scoring_func is \"", scoring, "\"; ", v3 ? "deepseek_v3 scores with sigmoid" : "deepseek_v2 scores with softmax");
-  if (v3) {
-    c.router_scoring = RouterScoring::Sigmoid;
-    c.router_correction_bias = true;
-    c.router_group_score = GroupScore::Top2Sum;
-    c.router_groups = h.integer_or("n_group", 1);
-    c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
-    c.norm_topk_prob = h.flag_or("norm_topk_prob", true);
-  } else {
-    const std::string method = h.has("topk_method") && h.j["topk_method"].is_string() ? h.j["topk_method"].get<std::string>() : "greedy";
-    if (method != "greedy" && method != "group_limited_greedy")
-      fail(ErrorKind::BadInput, h.where, ": field topk_method is \"", method, "\", expected greedy or group_limited_greedy");
-    if (method == "group_limited_greedy") {
-      c.router_groups = h.integer_or("n_group", 1);
-      c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
-    }
-    c.router_group_score = GroupScore::Max;
-    if (h.flag_or("norm_topk_prob", false))
-      fail(ErrorKind::BadInput, h.where, ": field norm_topk_prob is true: transformers' DeepseekV2 does not renormalise (DeepSeek's own code would); not supported");
-    c.norm_topk_prob = false;
-  }
-  const int64_t k = h.integer_or("first_k_dense_replace", 0);
-  if (k < 0 || k >= c.num_layers)
-    fail(ErrorKind::BadInput, h.where, ": field first_k_dense_replace is ", k, ", expected in [0, num_hidden_layers = ", c.num_layers, ")");
-  if (k > 0) {
-    c.layer_mlp.assign(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
-    for (int64_t l = 0; l < k; ++l) c.layer_mlp[static_cast<std::size_t>(l)] = MlpKind::Dense;
-    c.dense_intermediate_size = h.integer("intermediate_size");
-  }
-  if (const int64_t mtp = h.integer_or("num_nextn_predict_layers", 0); mtp > 0)
-    note("num_nextn_predict_layers " + std::to_string(mtp) + ": the multi-token prediction layer(s) model.layers." +
-         std::to_string(c.num_layers) + ".* are not converted (they serve speculative decoding only)");
-}
 
 // DeepSeek lays each RoPE part out as interleaved pairs (x0, x1), (x2, x3)...; moe-hdf5 in
 // rotate_half order (the evens, then the odds). Both rotate the same pairs by the same
 // frequencies, and q and k are permuted alike, so every score is unchanged. Rows of `w` [rows, cols]:
 // the RoPE rows of each head of q (wq, wq_b) or the shared RoPE key's rows of wkv_a.
-bool rope_interleaved(const std::string& config_text) {
+bool rope_interleaved(const std::string& config_text, const ModelConfig& c) {
+  const ModelFamily* f = find_model_family(c.architecture);
   const json j = json::parse(config_text, nullptr, false);
-  if (!j.is_object() || !j.contains("model_type")) return false;
-  if (j["model_type"] == "deepseek_v2") return true;
-  return j["model_type"] == "deepseek_v3" && !(j.contains("rope_interleave") && j["rope_interleave"] == false);
+  return f && f->rope_interleaved && j.is_object() && f->rope_interleaved(HfConfig{j, "config.json"});
 }
 void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector<float>& w) {
   const MlaShape& m = c.mla;
@@ -643,14 +470,14 @@ void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector
   }
 }
 
-// A tensor of DeepSeek-V3's multi-token prediction layers (model.layers.L.* for L from
-// num_hidden_layers on, num_nextn_predict_layers of them).
+// A tensor of the layers past num_hidden_layers the family does not convert (DeepSeek-V3's
+// multi-token prediction: model.layers.L.* for L from num_hidden_layers on).
 bool is_mtp_tensor(const std::string& name, const std::string& config_text, const ModelConfig& c) {
   static const std::string prefix = "model.layers.";
-  if (c.architecture != "deepseek_v3" || name.rfind(prefix, 0) != 0) return false;
+  const ModelFamily* f = find_model_family(c.architecture);
+  if (!f || !f->unconverted_layers || name.rfind(prefix, 0) != 0) return false;
   const json j = json::parse(config_text, nullptr, false);
-  const int64_t mtp = j.is_object() && j.contains("num_nextn_predict_layers") && j["num_nextn_predict_layers"].is_number_integer()
-                          ? j["num_nextn_predict_layers"].get<int64_t>() : 0;
+  const int64_t mtp = j.is_object() ? f->unconverted_layers(HfConfig{j, "config.json"}) : 0;
   const std::size_t dot = name.find('.', prefix.size());
   if (mtp <= 0 || dot == std::string::npos) return false;
   const std::string digits = name.substr(prefix.size(), dot - prefix.size());
@@ -668,8 +495,8 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   const HfConfig h{j, where};
   if (!h.has("model_type") || !j["model_type"].is_string()) fail(ErrorKind::BadInput, where, ": field model_type is missing");
   const std::string type = j["model_type"].get<std::string>();
-  if (type != "mixtral" && type != "qwen2_moe" && type != "olmoe" && type != "qwen3_moe" && type != "gpt_oss" && type != "deepseek_v2" &&
-      type != "deepseek_v3")
+  const ModelFamily* family = find_model_family(type);
+  if (!family)
     fail(ErrorKind::BadInput, where, ": model_type \"", type, "\" is not supported; supported: ", supported_architectures());
   auto note = [&](const std::string& s) {
     if (notes) *notes += s + "\n";
@@ -684,61 +511,14 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
   if (c.num_heads <= 0) fail(ErrorKind::BadInput, where, ": field num_attention_heads must be > 0");
   c.head_dim = h.integer_or("head_dim", c.hidden_size / c.num_heads);
   c.max_position = h.integer("max_position_embeddings");
-  c.rope_theta = h.number_or("rope_theta", type == "gpt_oss" ? 150000.0 : 10000.0);
+  c.rope_theta = h.number_or("rope_theta", family->rope_theta);
   c.rms_norm_eps = h.number_or("rms_norm_eps", 1e-6);
   c.dtype = dtype;
   read_rope(h, c);
   if (h.has("hidden_act") && j["hidden_act"] != "silu")
     fail(ErrorKind::BadInput, where, ": field hidden_act is ", j["hidden_act"].dump(), "; the experts are SwiGLU (silu)");
   c.top_k = h.integer("num_experts_per_tok");
-  auto all_layers_sliding = [&](int64_t window) {
-    c.sliding_window = window;
-    c.layer_attention.assign(static_cast<std::size_t>(c.num_layers), AttentionKind::Sliding);
-  };
-  if (type == "mixtral") {
-    c.num_experts = h.integer("num_local_experts");
-    c.intermediate_size = h.integer("intermediate_size");
-    // A window at or beyond the context is full attention; below it, a banded mask on every layer.
-    if (h.has("sliding_window") && h.integer("sliding_window") < c.max_position) all_layers_sliding(h.integer("sliding_window"));
-  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
-    c.num_experts = h.has("num_experts") ? h.integer("num_experts") : h.integer("num_local_experts");
-    c.intermediate_size = h.integer("moe_intermediate_size");
-    c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
-    if (type == "qwen2_moe") {
-      c.shared_expert_intermediate_size = h.integer("shared_expert_intermediate_size");
-      c.attention_bias = true;  // Qwen2 always has q, k, v biases
-    } else {
-      c.qk_norm = QkNorm::PerHead;
-      c.attention_bias = c.attention_out_bias = h.flag_or("attention_bias", false);  // Qwen3: q, k, v and o alike
-    }
-    read_dense_layers(h, c);
-    if (h.flag_or("use_sliding_window", false)) {
-      if (type == "qwen2_moe") fail(ErrorKind::BadInput, where, ": use_sliding_window is true; not supported for qwen2_moe");
-      all_layers_sliding(h.integer("sliding_window"));
-    }
-  } else if (type == "gpt_oss") {
-    c.num_experts = h.integer("num_local_experts");
-    c.intermediate_size = h.integer("intermediate_size");
-    c.attention_bias = c.attention_out_bias = h.flag_or("attention_bias", true);
-    c.attention_sinks = true;
-    c.router_bias = true;
-    c.router_scoring = RouterScoring::TopKSoftmax;
-    c.expert_bias = true;
-    c.expert_activation = ExpertActivation::ClampedSwiGlu;
-    c.swiglu_alpha = h.number_or("swiglu_alpha", 1.702);
-    c.swiglu_limit = h.number_or("swiglu_limit", 7.0);
-    read_layer_types(h, c);
-  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    read_deepseek(h, c, note);
-  } else {  // olmoe
-    c.num_experts = h.integer("num_experts");
-    c.intermediate_size = h.integer("intermediate_size");
-    c.norm_topk_prob = h.flag_or("norm_topk_prob", false);
-    c.qk_norm = QkNorm::Projection;
-    if (h.flag_or("attention_bias", false))
-      fail(ErrorKind::BadInput, where, ": attention_bias is true; OLMoE's biases (o_proj too) are not supported");
-    if (h.has("clip_qkv")) fail(ErrorKind::BadInput, where, ": clip_qkv is set; not supported");
-  }
+  family->from_hf(h, c, note);
   c.bos_token_id = h.token_id("bos_token_id").value_or(0);
   auto eos = h.token_id("eos_token_id");
   if (!eos && generation && generation->is_object()) {
@@ -818,10 +598,6 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
   if (own_staging) fs::remove_all(local.out, ec);
   return rep;
 }
-
-namespace {
-
-}  // namespace
 
 WeightScheme shipped_expert_scheme(const std::string& config_json) {
   const json j = json::parse(config_json, nullptr, false);
@@ -1048,7 +824,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     AtomicFile out(model_path);
     {
       ModelFileWriter w(out.temp_path(), c, model_path);
-      const bool interleaved = c.attention_type == AttentionType::Mla && rope_interleaved(ckpt.config_text());
+      const bool interleaved = c.attention_type == AttentionType::Mla && rope_interleaved(ckpt.config_text(), c);
       for (std::size_t i = 0; i < dense.size(); ++i) {
         const auto& [hf, shape] = dense[i];
         auto v = reader.read(hf, shape);

@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
+#include "io/model_family.hpp"
 
 namespace moerun::io {
 
@@ -16,14 +17,8 @@ DType parse_dtype(const std::string& name, const std::string& where) {
   fail(ErrorKind::BadInput, where, ": dtype is \"", name, "\", expected \"float32\" or \"bfloat16\"");
 }
 
-const char* supported_architectures() { return "mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3"; }
-
 namespace {
-bool is_supported_architecture(const std::string& a) {
-  for (const char* n : {"mixtral", "qwen2_moe", "olmoe", "qwen3_moe", "gpt_oss", "deepseek_v2", "deepseek_v3"})
-    if (a == n) return true;
-  return false;
-}
+bool is_supported_architecture(const std::string& a) { return find_model_family(a) != nullptr; }
 }  // namespace
 
 bool uses_version6(const ModelConfig& c) {

@@ -178,7 +178,8 @@ int64_t required_format_version(const ModelConfig& c);
 // correction bias, a routed scaling factor, an ungated shared expert).
 bool uses_version6(const ModelConfig& c);
 
-// The architectures this build runs, for messages ("mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss").
-const char* supported_architectures();
+// The architectures this build runs, for messages ("mixtral, qwen2_moe, ..."), from the family
+// table (io/model_family.hpp).
+std::string supported_architectures();
 
 }  // namespace moerun::io

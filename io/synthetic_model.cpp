@@ -1,6 +1,8 @@
 // Synthetic model generation.
 #include "io/synthetic_model.hpp"
 
+#include "io/model_family.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/splitmix64.hpp"
 #include "io/expert_shards.hpp"
+#include "io/model_family.hpp"
 #include "io/model_file.hpp"
 #include "io/output_file.hpp"
 
@@ -62,67 +65,13 @@ float synth_scale(const DenseDataset& ds) {
 
 }  // namespace
 
-namespace {
-// DeepSeek's variants at synth's sizes: MLA with the q/k head dim given (a third of it RoPE, the
-// rest nope, values as wide as nope, a latent of twice nope; V3 with a q_lora of half the hidden
-// size, V2 without), experts in up to 4 groups (V3: sigmoid scores, a correction bias, groups by
-// their best two, renormalised and scaled by 2.5; V2: softmax, groups by their best, raw weights),
-// shared experts without a gate (1 x intermediate for V3, 2 x for V2), a dense first layer.
-void apply_deepseek(bool v3, ModelConfig& m) {
-  const int64_t rope = std::max<int64_t>(2, m.head_dim / 3 / 2 * 2);
-  m.attention_type = AttentionType::Mla;
-  m.num_kv_heads = m.num_heads;
-  m.mla.qk_rope_head_dim = rope;
-  m.mla.qk_nope_head_dim = m.head_dim - rope;
-  m.mla.v_head_dim = m.mla.qk_nope_head_dim;
-  m.mla.kv_lora_rank = 2 * m.mla.qk_nope_head_dim;
-  m.mla.q_lora_rank = v3 ? m.hidden_size / 2 : 0;
-  const int64_t E = m.num_experts;
-  m.router_groups = E % 4 == 0 && E >= 8 ? 4 : E % 2 == 0 && E >= 4 ? 2 : 1;
-  m.router_topk_groups = std::max<int64_t>(1, m.router_groups / 2);
-  if (m.top_k > m.router_topk_groups * (E / m.router_groups)) m.router_topk_groups = m.router_groups;
-  m.router_group_score = v3 ? GroupScore::Top2Sum : GroupScore::Max;
-  m.router_scoring = v3 ? RouterScoring::Sigmoid : RouterScoring::SoftmaxTopK;
-  m.router_correction_bias = v3;
-  m.routed_scaling_factor = v3 ? 2.5 : 1.0;
-  m.norm_topk_prob = v3;
-  m.shared_expert_intermediate_size = (v3 ? 1 : 2) * m.intermediate_size;
-  m.shared_expert_gated = false;
-  if (m.num_layers > 1) {
-    m.layer_mlp.assign(static_cast<std::size_t>(m.num_layers), MlpKind::Moe);
-    m.layer_mlp[0] = MlpKind::Dense;
-    m.dense_intermediate_size = 4 * m.intermediate_size;
-  }
-}
-}  // namespace
 
 void apply_family(const std::string& family, ModelConfig& m) {
-  if (family != "mixtral" && family != "qwen2_moe" && family != "olmoe" && family != "qwen3_moe" && family != "gpt_oss" &&
-      family != "deepseek_v2" && family != "deepseek_v3")
-    fail(ErrorKind::Usage, "--family \"", family, "\" is not one of ", supported_architectures());
+  const ModelFamily* f = find_model_family(family);
+  if (!f) fail(ErrorKind::Usage, "--family \"", family, "\" is not one of ", supported_architectures());
   m.architecture = family;
-  m.norm_topk_prob = family == "mixtral" || family == "qwen3_moe";
-  if (family == "deepseek_v2" || family == "deepseek_v3") apply_deepseek(family == "deepseek_v3", m);
-  if (family == "qwen2_moe") {
-    m.attention_bias = true;
-    m.shared_expert_intermediate_size = 2 * m.intermediate_size;
-  } else if (family == "olmoe") {
-    m.qk_norm = QkNorm::Projection;
-  } else if (family == "qwen3_moe") {
-    m.qk_norm = QkNorm::PerHead;
-  } else if (family == "gpt_oss") {
-    m.attention_bias = m.attention_out_bias = m.attention_sinks = true;
-    m.router_bias = m.expert_bias = true;
-    m.router_scoring = RouterScoring::TopKSoftmax;
-    m.expert_activation = ExpertActivation::ClampedSwiGlu;
-    m.sliding_window = std::max<int64_t>(1, std::min<int64_t>(128, m.max_position / 4));
-    m.layer_attention.clear();
-    for (int64_t l = 0; l < m.num_layers; ++l) m.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
-    m.rope.type = RopeType::Yarn;
-    m.rope.factor = 32;
-    m.rope.original_max_position = 4096;
-    m.rope.truncate = false;
-  }
+  m.norm_topk_prob = false;
+  f->synth(m);
 }
 
 void SynthConfig::validate() const {

@@ -67,7 +67,7 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("l3-io", po::value(&l3_io)->default_value(l3_io),
      "expert cache: reads of a local model's shards direct (O_DIRECT where the filesystem allows: L1 holds the experts, the "
      "page cache would hold them twice) or buffered")
-    ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru or affinity (needs --affinity)")
+    ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru, affinity (needs --affinity) or gate (the next layer's gate on this layer's input; a router in the same process, else lru)")
     ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
     ("warmup", po::value(&warmup)->default_value(warmup),
      "expert cache: fill the empty L1 by hotness (in the background, hottest experts of the first requests first), "
@@ -88,8 +88,6 @@ void CacheOptions::finish(runtime::EngineConfig& c) const {
   c.cache.l2_direct = l2_io == "direct";
   if (l3_io != "direct" && l3_io != "buffered") fail(ErrorKind::Usage, "--l3-io must be direct or buffered, not \"", l3_io, "\"");
   c.cache.l3_direct = l3_io == "direct";
-  if (c.cache.l1_bytes == 0 && c.memory_budget == 0 && (!c.cache.l2_dir.empty() || !c.affinity.empty()))
-    fail(ErrorKind::Usage, "--l2-dir and --affinity need the expert cache: set --l1-bytes or --memory-budget");
   with_option_names([&] { c.cache.validate(); });
 }
 

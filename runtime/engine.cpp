@@ -163,6 +163,9 @@ void Engine::build_store(int64_t rank) {
     if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
     store_ = std::make_unique<experts::ExpertCache>(cc, *backend_, *source_, owns, graph_ ? &*graph_ : nullptr);
   } else {
+    // The budget (auto: the cgroup limit or MemAvailable) holds every expert: no cache to use them.
+    if (!cfg_.cache.l2_dir.empty() || !cfg_.affinity.empty())
+      log::info("the experts are all resident: --l2-dir and --affinity are not used");
     store_ = std::make_unique<experts::ResidentExperts>(*backend_, *source_, mc_, owns);
   }
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/cpu_features.hpp"
 #include "base/exp_avx512.hpp"
 
 namespace moerun::runtime {
@@ -47,7 +48,7 @@ __attribute__((target("avx512f"))) double sum_exp_avx512(const float* row, int64
 }  // namespace
 
 double log_sum_exp(const float* row, int64_t V) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = cpu_features().avx512f;
   const float m = avx512 ? row_max_avx512(row, V) : row_max_scalar(row, 1, V, row[0]);
   const int64_t vec = avx512 ? V / 64 * 64 : 0;
   double sum = vec ? sum_exp_avx512(row, vec, m) : 0.0;

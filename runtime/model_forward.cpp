@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "experts/cpu/expert_packing.hpp"
 #include "io/dense_quant_cache.hpp"
 #include "runtime/dense_ops.hpp"
 
@@ -80,7 +79,7 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
       continue;
     }
     mm.pack(l.gate, kTypicalRows);
-    if (w.config.shared_expert_intermediate_size > 0) experts::pack_expert(mm, l.shared_expert);
+    if (w.config.shared_expert_intermediate_size > 0) pack_ffn(mm, l.shared_expert);
   }
 }
 
@@ -188,16 +187,31 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
     const std::vector<int32_t> pos(b.positions.begin() + t0, b.positions.begin() + t0 + n);
     stats->record(m, r, req, pos);
   }
+  if (moe_.wants_hints()) hint_next_layer(xn, n, l, prefill);
   double s2 = now();
   moe_.start(m, index, xn, n, r);
   double s3 = now();
   // The shared expert runs while the routed experts work on this micro-batch; forward() adds it.
   if (c.shared_expert_intermediate_size > 0 && n > 0)
-    experts::expert_ffn_forward(mm_, xn, n, L.shared_expert, shared_.as<float>() + t0 * d, shared_scratch_);
+    swiglu_ffn_forward(mm_, xn, n, L.shared_expert, shared_.as<float>() + t0 * d, shared_scratch_);
   times_.attention += s1 - s0;
   times_.gate += s2 - s1;
   times_.moe += s3 - s2;
   times_.shared_expert += now() - s3;
+}
+
+void ModelForward::hint_next_layer(const float* xn, int64_t n, int64_t l, const std::vector<uint8_t>& prefill) {
+  const io::ModelConfig& c = w_.config;
+  int64_t next = l + 1;
+  while (next < c.num_layers && moe_index_[static_cast<std::size_t>(next)] < 0) ++next;
+  if (next >= c.num_layers || n == 0) return;
+  const io::DenseLayerWeights& N = w_.layers[static_cast<std::size_t>(next)];
+  const router::RoutingDecision r = router::route(mm_, xn, n, N.gate, c.top_k, router_, prefill, c.router_bias ? N.gate_bias.data() : nullptr,
+                                                  c.router_correction_bias ? N.gate_correction_bias.data() : nullptr);
+  std::vector<int64_t> rows(static_cast<std::size_t>(c.num_experts), 0);
+  for (int32_t e : r.expert)
+    if (e >= 0) ++rows[static_cast<std::size_t>(e)];
+  moe_.hint(moe_index_[static_cast<std::size_t>(next)], rows);
 }
 
 void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t l) {
@@ -207,7 +221,7 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
   double t1 = now();
   if (T > 0) {
     float* tmp = tmp_.as<float>();
-    experts::expert_ffn_forward(mm_, xn_.as<float>(), T, w_.layers[static_cast<std::size_t>(l)].mlp, tmp, shared_scratch_);
+    swiglu_ffn_forward(mm_, xn_.as<float>(), T, w_.layers[static_cast<std::size_t>(l)].mlp, tmp, shared_scratch_);
     add_inplace(h_.as<float>(), tmp, T * d);
   }
   times_.attention += t1 - t0;

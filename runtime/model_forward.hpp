@@ -8,7 +8,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "base/swiglu_ffn.hpp"
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
@@ -101,13 +101,17 @@ class ModelForward {
   // Attention of one micro-batch, leaving the normed input of the MLP block in xn_.
   void attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
+  // Gate prefetch: the next MoE layer's gate applied to this layer's expert input xn [n, d]; its
+  // rows per expert go to moe_.hint (the residual stream changes little in a layer, so this
+  // predicts most of the next layer's experts before its attention has run).
+  void hint_next_layer(const float* xn, int64_t n, int64_t layer, const std::vector<uint8_t>& prefill);
   // A dense layer: attention, then its MLP over the whole batch (no exchange to overlap).
   void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
   std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
   RopeFrequencies rope_;
   std::unique_ptr<MlaAttention> mla_;  // MLA models
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
-  experts::ExpertScratch shared_scratch_;
+  FfnScratch shared_scratch_;
   DensePhaseTimes times_;
 };
 

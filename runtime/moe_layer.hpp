@@ -32,6 +32,10 @@ class MoeLayer {
   // out[T, d] = sum over slots of weight * expert(x[token]).
   virtual void finish(int mb, float* out) = 0;
   virtual const MoePhaseTimes& times() const = 0;
+  // Predicted rows per expert of a later MoE layer, for an expert store that prefetches on them
+  // (experts::ExpertStore::hint); asked for only where wants_hints().
+  virtual bool wants_hints() const { return false; }
+  virtual void hint(int64_t layer, const std::vector<int64_t>& rows) { (void)layer, (void)rows; }
 };
 
 // Runs each expert's FFN over the block of rows routed to it, on the store's backend.
@@ -46,6 +50,8 @@ class LocalMoeLayer final : public MoeLayer {
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
+  bool wants_hints() const override { return experts_.wants_hints(); }
+  void hint(int64_t layer, const std::vector<int64_t>& rows) override { experts_.hint(layer, rows); }
 
  private:
   struct Pending {

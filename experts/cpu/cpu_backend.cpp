@@ -81,7 +81,7 @@ void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
 
 void CpuBackend::run(const ExpertRun& r) {
   const int64_t d = config_.hidden_size;
-  expert_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
+  swiglu_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
                      scratch_, activation_);
 }
 
@@ -104,7 +104,7 @@ void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     ThreadCompute& t = threads_[static_cast<std::size_t>(omp_get_thread_num())];
     const ExpertRun& r = runs[i];
-    expert_ffn_forward(*t.mm, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
+    swiglu_ffn_forward(*t.mm, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
                        t.scratch, activation_);
   }
 }

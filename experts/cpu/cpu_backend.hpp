@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "experts/backend.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "base/swiglu_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 
 namespace moerun::experts {
@@ -52,10 +52,10 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   mutable std::mutex layout_mu_;
   mutable Matmul layout_mm_;
   FfnActivation activation_;
-  ExpertScratch scratch_;
+  FfnScratch scratch_;
   struct ThreadCompute {  // run_all's per-thread GEMM engine and scratch
     std::unique_ptr<Matmul> mm;
-    ExpertScratch scratch;
+    FfnScratch scratch;
   };
   std::vector<ThreadCompute> threads_;
   AlignedBuffer gathered_buf_, results_buf_;

@@ -13,12 +13,6 @@
 
 namespace moerun::experts {
 
-void pack_expert(Matmul& mm, FfnWeights& w) {
-  mm.pack(w.w1, kExpertTypicalRows);
-  mm.pack(w.w3, kExpertTypicalRows);
-  mm.pack(w.w2, kExpertTypicalRows);
-}
-
 namespace {
 // The three matrices of an expert with their shapes: w1, w3 [ff, d], w2 [d, ff].
 std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const io::ModelConfig& c, int i) {
@@ -50,7 +44,7 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
     auto [m, rows, cols] = matrices(into, c, i);
     const io::ExpertPart& values = io::expert_part(parts, kMatrixNames[i]);
     if (!quantized(c)) {
-      mm.pack_from(b + values.offset, c.dtype, rows, cols, *m, kExpertTypicalRows);
+      mm.pack_from(b + values.offset, c.dtype, rows, cols, *m, kFfnTypicalRows);
       continue;
     }
     const io::ExpertPart& scales = io::expert_part(parts, std::string(kMatrixNames[i]) + "_scales");
@@ -71,7 +65,7 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
     if (quantized(c)) shape_quantized(*m, c, rows, cols);
-    else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
+    else mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
   }
   if (c.expert_bias) {
@@ -86,7 +80,7 @@ int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
     if (quantized(c)) shape_quantized(*m, c, rows, cols);
-    else mm.shape_packed(*m, c.dtype, rows, cols, kExpertTypicalRows);
+    else mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());
   }
   return total + c.expert_bias_params() * static_cast<int64_t>(sizeof(float));
@@ -97,8 +91,8 @@ std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
   if (is_group_quantized(c.expert_format.scheme))
     return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
   if (quantized(c)) return str(c.expert_format.name(), "-blocked16-v2 [", ff, ",", d, "];[", d, ",", ff, "]");
-  return mm.packed_layout_name(c.dtype, ff, d, kExpertTypicalRows) + ";" +
-         mm.packed_layout_name(c.dtype, d, ff, kExpertTypicalRows);
+  return mm.packed_layout_name(c.dtype, ff, d, kFfnTypicalRows) + ";" +
+         mm.packed_layout_name(c.dtype, d, ff, kFfnTypicalRows);
 }
 
 void check_packed_finite(FfnWeights& w, const io::ModelConfig& c, const std::string& where, const std::string& group) {

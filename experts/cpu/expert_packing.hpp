@@ -4,17 +4,12 @@
 // checksum was verified on the raw bytes.
 #pragma once
 #include "base/matmul.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "base/swiglu_ffn.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_config.hpp"
 
 namespace moerun::experts {
 
-// Rows per GEMM call the packed layouts are chosen for.
-constexpr int64_t kExpertTypicalRows = 128;
-
-// Packs loaded (plain) matrices in place.
-void pack_expert(Matmul& mm, FfnWeights& w);
 // Packs an expert straight from its raw form (w1‖w3‖w2 as stored) into `into`, reusing its buffers.
 void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into);
 // Shapes `w` as one packed expert and sizes (and touches) its buffers, so loads into it never

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <omp.h>
 
+#include "base/cpu_features.hpp"
 #include "base/error.hpp"
 #include "base/host.hpp"
 #include "base/matmul.hpp"
@@ -44,7 +45,7 @@ __attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint64_t* p, 
 }
 
 uint64_t sum_words(const uint64_t* p, int64_t n) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const bool avx512 = cpu_features().avx512f;
   if (avx512) return sum_words_avx512(p, n);
   uint64_t s = 0;
   for (int64_t i = 0; i < n; ++i) s += p[i];
@@ -209,7 +210,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
         std::memcpy(w.data.data(), plain.data(), w.bytes());
       else
         f32_to_bf16(plain.data(), w.data.as<uint16_t>(), plain.size());
-      ours.pack(w, experts::kExpertTypicalRows);  // as the CPU backend packs an expert
+      ours.pack(w, kFfnTypicalRows);  // as the CPU backend packs an expert
     }
     // x in W's dtype with room for the padded rows, so neither side copies rows to pad them.
     const int64_t cap = Matmul::padded_rows(maxm);

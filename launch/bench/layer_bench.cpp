@@ -11,7 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/matmul.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "base/swiglu_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/synthetic_model.hpp"
@@ -86,12 +86,12 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
     WeightMatrix gate = random_matrix(cfg.seed, "gate", E, d, DType::F32);
     // The shared expert, as the router holds it (packed like the other dense matrices).
     FfnWeights shared;
-    experts::ExpertScratch shared_scratch;
+    FfnScratch shared_scratch;
     if (cfg.shared > 0) {
       shared.w1 = random_matrix(cfg.seed, "shared/w1", cfg.shared, d, dt);
       shared.w3 = random_matrix(cfg.seed, "shared/w3", cfg.shared, d, dt);
       shared.w2 = random_matrix(cfg.seed, "shared/w2", d, cfg.shared, dt);
-      experts::pack_expert(mm, shared);
+      pack_ffn(mm, shared);
     }
     for (int64_t T : cfg.tokens) {
       auto x = io::synth_tensor(cfg.seed, "x", T * d, 1.0f);
@@ -111,7 +111,7 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
         double t1 = now();
         layer.start(0, 0, x.data(), T, r);
         double ts = now();
-        if (cfg.shared > 0) experts::expert_ffn_forward(mm, x.data(), T, shared, shared_out.data(), shared_scratch);
+        if (cfg.shared > 0) swiglu_ffn_forward(mm, x.data(), T, shared, shared_out.data(), shared_scratch);
         ts = now() - ts;
         layer.finish(0, out.data());
         double t2 = now();

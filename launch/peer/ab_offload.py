@@ -25,6 +25,7 @@ def main():
     rate = b.disk_read_rate(os.path.join(model, "experts-00000.h5"))
     print(f"# disk {rate / 1e9:.2f} GB/s (O_DIRECT), limit {limit >> 20} MiB", flush=True)
     env = dict(os.environ, OMP_NUM_THREADS="2", MOERUN_LOG="info")
+    held = b.held_out_shares(bins[0], model, "/tmp", 128, 32, dict(env, MOERUN_LOG="warn"))
     stats, out = "/tmp/ab_offload-stats.json", "/tmp/ab_offload.out"
     for _ in range(runs):
         for m in bins:
@@ -39,10 +40,11 @@ def main():
             s = json.load(open(stats))
             t, c = s["throughput"], s.get("cache", {})
             decode = t["decode_tokens"] / t["decode_seconds"]
-            bound = b.run_bound(s, r["err"], n, rate)
-            print(f"{m}: decode {decode:.1f} tokens/s" + (f", bound {bound:.1f} ({decode / bound:.2f})" if bound else "") +
+            bound = b.run_bound(s, r["err"], n, rate, held)
+            oracle = b.run_bound(s, r["err"], n, rate)
+            print(f"{m}: decode {decode:.1f} tokens/s" + (f", bound {bound:.1f} ({decode / bound:.2f}), oracle {oracle:.1f} ({decode / oracle:.2f})" if bound else "") +
                   f", L1 hit {c.get('l1_hit_rate', 1.0):.3f}, read {c.get('load_read_s', 0):.1f} s, pack {c.get('load_pack_s', 0):.1f} s, "
-                  f"stall {c.get('stall_s', 0):.1f} s", flush=True)
+                  f"stall {c.get('stall_s', 0):.1f} s, prefetch precision {c.get('prefetch_precision', 0):.2f} recall {c.get('prefetch_recall', 0):.2f}", flush=True)
 
 
 if __name__ == "__main__":

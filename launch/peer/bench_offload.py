@@ -16,8 +16,12 @@ ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page 
 the OOM killer struck. The physical bound (`physical_bound`): this disk's O_DIRECT read rate
 (measured in the same run) over the expert bytes a decode step must read with moerun's L1, were L1
 to hold the experts it should: each expert's chance of being routed in a step of N tokens comes
-from the run's own routing counts, the L1's slots hold the experts with the highest chances, and
-every other expert a step routes to is read once (compute free, reads at the disk's rate).
+from the run's own routing counts, the L1's slots hold the experts likeliest on other tokens (a
+held-out run of the same model on other prompts: what a policy can know before the run), and every
+other expert a step routes to is read once (compute free, reads at the disk's rate). The oracle
+column keeps instead the experts likeliest in the run itself: with 160 tokens a sequence, counting
+noise makes near-uniform routing look skewed, so no policy that does not know the run's tokens in
+advance can reach it.
 
 usage: bench_offload.py --moerun BIN --peer-bin DIR [--ik-bin DIR] --work DIR --out DIR [options]
 """
@@ -118,14 +122,20 @@ def disk_read_rate(path):
     return int(m.group(1)) / float(m.group(2))
 
 
-def physical_bound(shares, n, slots, expert_bytes, rate):
+def physical_bound(shares, n, slots, expert_bytes, rate, held_out=None):
     """Decode tokens/s no cache policy can beat when routing is independent from step to step (the
     independent reference model, under which keeping the likeliest items is the optimal policy).
     shares: per layer, each expert's chance of being routed one token (its routed-token count over
     the run's tokens); n: tokens a decode step routes (one per sequence); slots: experts L1 holds;
-    expert_bytes: the bytes of one expert's read; rate: the disk's bytes/s."""
-    chance = sorted((1 - (1 - min(1.0, p)) ** n for layer in shares for p in layer), reverse=True)
-    misses = sum(chance[max(0, slots):])  # experts a step reads, on average
+    expert_bytes: the bytes of one expert's read; rate: the disk's bytes/s; held_out: shares of the
+    same model on other tokens, which choose the experts L1 keeps (None: `shares` choose them, an
+    oracle's choice)."""
+    def chance(p):
+        return 1 - (1 - min(1.0, p)) ** n
+    keep_by = held_out if held_out is not None else shares
+    ranked = sorted(((chance(keep_by[l][e]), chance(p)) for l, layer in enumerate(shares) for e, p in enumerate(layer)),
+                    key=lambda c: c[0], reverse=True)
+    misses = sum(c for _, c in ranked[max(0, slots):])  # experts a step reads, on average
     return float("inf") if misses <= 0 else n * rate / (misses * expert_bytes)
 
 
@@ -145,17 +155,36 @@ def batched_bench_cells(text):
     return None
 
 
-def run_bound(stats, log, n, rate):
+def run_bound(stats, log, n, rate, held_out=None):
     """physical_bound of one moerun run: its routing counts, and its L1 and expert sizes from the
     set-up line ("the experts (X MiB) do not fit, so Y MiB of them are cached in L1"); None when all
-    experts were resident."""
+    experts were resident. held_out: as for physical_bound (held_out_shares)."""
     m = re.search(r"the experts \((\d+) MiB\) do not fit, so (\d+) MiB of them are cached in L1", log)
     usage, tokens, cache = stats.get("expert_usage", []), stats.get("tokens", 0), stats.get("cache", {})
     if not m or not tokens or not cache.get("l3_reads"):
         return None
     slots = int(int(m.group(2)) * sum(len(l) for l in usage) / int(m.group(1)))
-    shares = [[c / tokens for c in layer] for layer in usage]
-    return physical_bound(shares, n, slots, cache["l3_bytes_read"] / cache["l3_reads"], rate)
+    shares = usage_shares(stats)
+    return physical_bound(shares, n, slots, cache["l3_bytes_read"] / cache["l3_reads"], rate, held_out)
+
+
+def usage_shares(stats):
+    """Per layer, each expert's routed-token count over the run's tokens (--stats-json)."""
+    return [[c / stats["tokens"] for c in layer] for layer in stats["expert_usage"]]
+
+
+def held_out_shares(moerun, model, work, prompt, new, env, sequences=8):
+    """usage_shares of an unlimited run of `model` on prompts of its own (random seed 11; the
+    benchmark's prompts use seed 7): what a cache policy can learn of the routing before a run."""
+    rng = random.Random(11)
+    reqs, stats = os.path.join(work, "held-out.jsonl"), os.path.join(work, "held-out-stats.json")
+    with open(reqs, "w") as f:
+        for i in range(sequences):
+            p = [1] + [rng.randrange(3, 32000) for _ in range(prompt - 1)]
+            f.write(json.dumps({"id": f"h{i}", "prompt_tokens": p, "max_new_tokens": new}) + "\n")
+    sh([moerun, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(sequences),
+        "--output", reqs + ".out", "--stats-json", stats, "--quiet"], env=env)
+    return usage_shares(json.load(open(stats)))
 
 
 def startup_times(o, engines, model, gguf, env):
@@ -238,6 +267,7 @@ def main():
         model, gguf = synth("q4", skew), gguf_q4km(skew)
         size = dir_bytes(model)
         rate = rate or disk_read_rate(os.path.join(model, "experts-00000.h5"))
+        held = held_out_shares(o.moerun, model, o.work, o.prompt, o.new, env)
         rng = random.Random(7)
         for n in batches:
             reqs, prompts = os.path.join(o.work, f"offload-{n}.jsonl"), os.path.join(o.work, f"offload-{n}.prompts")
@@ -269,7 +299,8 @@ def main():
                                 row["prefill"] = t["prefill_tokens"] / t["prefill_seconds"]
                                 row["decode"] = t["decode_tokens"] / t["decode_seconds"]
                                 row["equal"] = open(out).read() == open(ref).read()
-                                row["bound"] = run_bound(json.load(open(stats)), r["err"], n, rate)
+                                row["bound"] = run_bound(json.load(open(stats)), r["err"], n, rate, held)
+                                row["oracle"] = run_bound(json.load(open(stats)), r["err"], n, rate)
                             else:
                                 row["error"] = r["err"].strip().splitlines()[-1][:200] if r["err"].strip() else f"exit {r['rc']}"
                         else:
@@ -300,7 +331,7 @@ def main():
     lines.append(f"# moerun vs llama.cpp / ik_llama.cpp under a cgroup v1 memory limit: Qwen3-MoE shape, {o.layers} layers x 128 experts "
                  f"(top-8), q4 / Q4_K_M; prompt {o.prompt}, {o.new} new tokens; {o.threads} threads; disk {rate / 1e9:.2f} GB/s (O_DIRECT)")
     lines.append(f"#{'routing':>8} {'N':>2} {'ratio':>5} {'MiB':>5} {'who':>13} {'prefill':>8} {'decode':>8} {'MB/tok':>7} {'peak':>5} "
-                 f"{'vs llama':>8} {'vs ik':>6} {'bound':>6}")
+                 f"{'vs llama':>8} {'vs ik':>6} {'bound':>6} {'oracle':>6}")
     for routing in o.routing.split(","):
         for n in batches:
             for ratio in ratios:
@@ -315,17 +346,19 @@ def main():
                     peak = max(r["peak"] for r in rs) >> 20
                     extra = ""
                     if who == "moerun" and ok:
-                        bounds = [r["bound"] for r in ok if r.get("bound")]
-                        bound = statistics.median(bounds) if bounds else None
+                        def of_bound(key):
+                            bounds = [r[key] for r in ok if r.get(key)]
+                            b = statistics.median(bounds) if bounds else None
+                            return f"{med[who] / b:6.2f}" if b and b != float("inf") else f"{'-':>6}"
                         extra = "equal" if all(r.get("equal") for r in ok) else "DIFFERENT"
                         lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {pre:8.1f} {med[who]:8.1f} "
-                                     f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} " + (f"{med[who] / bound:6.2f}" if bound and bound != float("inf") else f"{'-':>6}") +
+                                     f"{mb:7.1f} {peak:>5} {{vs_llama}} {{vs_ik}} {of_bound('bound')} {of_bound('oracle')}" +
                                      f"  tokens {extra}")
                     else:
                         text = f"{pre:8.1f} {med[who]:8.1f}" if ok else f"{'-':>8} {'-':>8}"
                         why = "" if ok else ("  OOM-killed" if any(r["killed"] for r in rs) else "  " + rs[0].get("error", "failed"))
                         lines.append(f" {routing:>8} {n:>2} {ratio:>5} {rs[0]['limit'] >> 20:>5} {who:>13} {text} {mb:7.1f} {peak:>5}"
-                                     f" {'':>8} {'':>6} {'':>6}{why}")
+                                     f" {'':>8} {'':>6} {'':>6} {'':>6}{why}")
                 # Fill in moerun's ratios now that every engine's median is known.
                 for i in range(len(lines) - len(engines), len(lines)):
                     if "{vs_llama}" in lines[i]:

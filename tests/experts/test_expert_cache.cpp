@@ -62,7 +62,7 @@ class ExpertCacheTest : public ::testing::Test {
       m->allocate(config_.dtype, rows, cols);
       std::memcpy(m->data.data(), b + off, m->bytes());
     }
-    pack_expert(mm_, w);
+    pack_ffn(mm_, w);
     return w;
   }
   // A graph over this model's 2 layers x 4 experts with no edges; tests set what they need.
@@ -462,10 +462,61 @@ TEST_F(ExpertCacheTest, FlippedByteInL3FailsNamingExpertAndFile) {
   }
 }
 
+// Gate prefetch: the experts the router hints for layer 1 are loaded when layer 0 begins, and layer
+// 0's own demand loads do not evict them; the hint is used once layer 1 begins (hits, counted as
+// prefetches used).
+TEST_F(ExpertCacheTest, GatePrefetchLoadsTheHintedExpertsAndKeepsThem) {
+  auto c = make(cfg(4, PrefetchPolicy::Gate));
+  EXPECT_TRUE(c->wants_hints());
+  EXPECT_FALSE(make(cfg(4, PrefetchPolicy::Lru))->wants_hints());
+  c->hint(1, {0, 3, 0, 1});  // experts 1 and 3 of layer 1 predicted
+  run_layer(*c, 0, {0, 1});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(1, 1));
+  EXPECT_TRUE(c->in_l1(1, 3));
+  EXPECT_FALSE(c->in_l1(1, 0));
+  EXPECT_EQ(c->counters().prefetch_issued, 2);
+  // Layer 0 again with two other experts: L1 (4 slots) is full, and the victims are layer 0's, not
+  // the hinted ones.
+  c->hint(1, {0, 3, 0, 1});
+  run_layer(*c, 0, {2, 3});
+  c->drain();
+  EXPECT_TRUE(c->in_l1(1, 1));
+  EXPECT_TRUE(c->in_l1(1, 3));
+  const int64_t hits = c->counters().l1_hits;
+  run_layer(*c, 1, {1, 3});
+  EXPECT_EQ(c->counters().l1_hits, hits + 2);
+  EXPECT_EQ(c->counters().prefetch_used, 2);
+}
+
+// An affinity graph's routing frequencies are a hotness prior: with --warmup hotness, L1 settles on
+// the graph's hottest experts before the first layer, and they stay through a layer that needs
+// others (the coldest go first).
+TEST_F(ExpertCacheTest, GraphFrequenciesSettleL1BeforeServing) {
+  io::AffinityGraph g = empty_graph(2);
+  g.frequency.assign(2 * 4, 0.01);
+  g.frequency[1 * 4 + 2] = 0.9;  // layer 1, experts 2 and 3
+  g.frequency[1 * 4 + 3] = 0.8;
+  ExpertCacheConfig c = cfg(3, PrefetchPolicy::Gate);
+  c.warmup = WarmupPolicy::Hotness;
+  auto cache = make(c, &g);
+  cache->drain();
+  EXPECT_TRUE(cache->in_l1(1, 2));
+  EXPECT_TRUE(cache->in_l1(1, 3));
+  EXPECT_EQ(cache->counters().warmup_loads, 3);  // every slot: the third a cold one (all have some frequency)
+  run_layer(*cache, 0, {0});
+  run_layer(*cache, 0, {1});
+  cache->drain();
+  EXPECT_TRUE(cache->in_l1(1, 2));
+  EXPECT_TRUE(cache->in_l1(1, 3));
+}
+
 TEST(PrefetchPolicy, ParsesAndRejects) {
   EXPECT_EQ(parse_prefetch("affinity"), PrefetchPolicy::Affinity);
   EXPECT_EQ(parse_prefetch("lru"), PrefetchPolicy::Lru);
   EXPECT_EQ(parse_prefetch("off"), PrefetchPolicy::Off);
+  EXPECT_EQ(parse_prefetch("gate"), PrefetchPolicy::Gate);
+  EXPECT_STREQ(prefetch_name(PrefetchPolicy::Gate), "gate");
   EXPECT_THROW(parse_prefetch("mru"), Error);
 }
 

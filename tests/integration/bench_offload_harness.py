@@ -39,10 +39,17 @@ check("physical bound, two tokens a step", abs(b.physical_bound(uniform, 2, 128,
 skewed = [[0.5, 0.5, 0.25, 0.0] for _ in range(2)]
 check("physical bound, the likeliest experts kept", abs(b.physical_bound(skewed, 1, 4, 1e6, 1e9) - 1e9 / (0.5e6)) < 1e-6)
 check("physical bound, nothing to read", b.physical_bound(skewed, 1, 6, 1e6, 1e9) == float("inf"))
+# Held out: the other tokens favour experts 2 and 3, so L1's 4 slots keep those, and a step reads
+# experts 0 and 1 of both layers: 4 x 0.5 = 2 experts, 2 MB at 1 GB/s.
+other = [[0.0, 0.25, 0.5, 0.5] for _ in range(2)]
+check("physical bound, L1 chosen from held-out routing", abs(b.physical_bound(skewed, 1, 4, 1e6, 1e9, other) - 500.0) < 1e-6)
+check("physical bound, held-out routing that agrees: the oracle's", b.physical_bound(skewed, 1, 4, 1e6, 1e9, skewed) == b.physical_bound(skewed, 1, 4, 1e6, 1e9))
 LOG = "memory budget 265 MiB (--memory-budget): 120 MiB held, 20 MiB of step buffers and KV cache; the experts (400 MiB) do not fit, so 100 MiB of them are cached in L1 and the rest read from the shards as needed"
 stats = {"expert_usage": [[4] * 128 for _ in range(4)], "tokens": 64, "cache": {"l3_reads": 10, "l3_bytes_read": 10e6}}
 check("physical bound of a run: slots from the set-up line (100 of 400 MiB: 128 of 512)",
       abs(b.run_bound(stats, LOG, 1, 1.2e9) - 50.0) < 1e-9)
+check("physical bound of a run, held-out routing", abs(b.run_bound(stats, LOG, 1, 1.2e9, [[1 / 16] * 128 for _ in range(4)]) - 50.0) < 1e-9)
+check("usage shares: counts over tokens", b.usage_shares(stats)[0][:2] == [4 / 64, 4 / 64])
 check("physical bound of an all-resident run: none", b.run_bound(stats, "the experts (400 MiB) fit, all resident", 1, 1.2e9) is None)
 check("physical bound of an all-resident run's stats (no cache counters): none",
       b.run_bound({"expert_usage": stats["expert_usage"], "tokens": 64}, "the experts (400 MiB) fit, all resident", 1, 1.2e9) is None)

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The tiered expert cache end to end: with L1 holding 25% of a rank's experts the tokens equal the
-# all-resident run, for --prefetch lru and affinity, in one process and across ranks (np 4); a
+# all-resident run, for --prefetch lru, affinity and gate, in one process and across ranks (np 4); a
 # second run on the same --l2-dir starts warm (no L3 reads); the affinity graph builds from a
 # routing trace; bad cache options fail with exit 2 naming the option.
 source "$(dirname "$0")/common.sh"
@@ -26,15 +26,29 @@ PY
 }
 
 # One process: 24 experts, L1 = 6 (25%).
-for p in lru affinity; do
+for p in lru affinity gate; do
   "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/single-$p.jsonl" --quiet \
     --l1-bytes $((6 * EXPERT)) --prefetch $p --affinity "$WORK/aff.h5" --stats-json "$WORK/single-$p.stats"
   check "one process, L1 = 25% of the experts, --prefetch $p: same tokens" cmp -s "$WORK/ref.jsonl" "$WORK/single-$p.jsonl"
   check "one process, --prefetch $p: cache counters in --stats-json" cache_ok "$WORK/single-$p.stats"
 done
 
+# One sequence at a time (a step needs 2 of a layer's 8 experts), L1 = 12: room for the next layer's.
+for p in gate lru; do
+  "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/$p-1.jsonl" --quiet --max-batch-size 1 \
+    --l1-bytes $((12 * EXPERT)) --prefetch $p --warmup none --stats-json "$WORK/$p-1.stats"
+done
+check "--prefetch gate, one sequence at a time: same tokens" cmp -s "$WORK/ref.jsonl" "$WORK/gate-1.jsonl"
+check "--prefetch gate: the router's predictions were prefetched, some used, and L1 missed less than with lru" \
+  "$PY" - "$WORK/gate-1.stats" "$WORK/lru-1.stats" <<'PY'
+import json, sys
+c, lru = (json.load(open(p))["cache"] for p in sys.argv[1:3])
+assert c["prefetch_issued"] > 0 and c["prefetch_used"] > 0, c
+assert c["l1_misses"] < lru["l1_misses"], (c["l1_misses"], lru["l1_misses"])
+PY
+
 # np 4: 1 router and 3 expert ranks with 8 experts each; L1 = 2 (25%), L2 on local disk.
-for p in lru affinity; do
+for p in lru affinity gate; do
   $MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4-$p.jsonl" --quiet \
     --l1-bytes $((2 * EXPERT)) --prefetch $p --affinity "$WORK/aff.h5" --l2-dir "$WORK/l2-$p" --stats-json "$WORK/np4-$p.stats"
   check "np 4, L1 = 25% of each rank's experts, L2 on disk, --prefetch $p: same tokens" cmp -s "$WORK/ref.jsonl" "$WORK/np4-$p.jsonl"
@@ -98,7 +112,12 @@ expect_fail 2 "an L1 smaller than one expert" "--l1-bytes" --l1-bytes 1000
 expect_fail 2 "an unknown policy" "--prefetch" --l1-bytes 1M --prefetch mru
 expect_fail 2 "an unknown warm-up" "--warmup" --l1-bytes 1M --warmup hottest
 expect_fail 2 "a size with a bad unit" "--l1-bytes" --l1-bytes 12X
-expect_fail 2 "--l2-dir without an L1 budget" "--l1-bytes" --l2-dir "$WORK/l2-x"
+# --l2-dir and --affinity with the automatic budget: the cache exists only when the experts do not
+# fit; here they do, so the run goes on with them all resident and says the options are unused.
+MOERUN_LOG=info "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/unused.jsonl" --quiet \
+  --l2-dir "$WORK/l2-x" --affinity "$WORK/aff.h5" 2> "$WORK/unused.err"
+check "--l2-dir and --affinity with every expert resident: same tokens, and a line saying they are unused" \
+  bash -c 'cmp -s "$1" "$2" && grep -q "all resident: --l2-dir and --affinity are not used" "$3"' _ "$WORK/ref.jsonl" "$WORK/unused.jsonl" "$WORK/unused.err"
 expect_fail 2 "an unknown L2 I/O mode" "--l2-io" --l1-bytes 1M --l2-dir "$WORK/l2-y" --l2-io mmap
 expect_fail 2 "negative --s3-retries" "--s3-retries" --s3-retries -1
 expect_fail 2 "a zero --s3-timeout" "--s3-timeout" --s3-timeout 0

@@ -16,19 +16,21 @@ SOURCES = (".cpp", ".hpp", ".h", ".cu", ".cuh", ".in")
 
 
 def read_table(root):
+    """(rules, private): rules[folder] = the folders it may include; private[subfolder] = the folders
+    whose files may include it (rows of the second table, whose first cell names a subfolder)."""
     path = os.path.join(root, "docs", "LAYERS.md")
-    rules = {}
+    rules, private = {}, {}
     for line in open(path, encoding="utf-8"):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) != 2 or cells[0] in ("folder", "") or set(cells[0]) <= set("- "):
+        if len(cells) != 2 or cells[0] in ("folder", "subfolder", "") or set(cells[0]) <= set("- "):
             continue
-        rules[cells[0]] = set(cells[1].split())
+        (private if "/" in cells[0] else rules)[cells[0]] = set(cells[1].split())
     if not rules:
         sys.exit(f"{path}: no table of folders")
-    return rules
+    return rules, private
 
 
-def violations(root, rules):
+def violations(root, rules, private):
     found = []
     for folder, allowed in sorted(rules.items()):
         top = os.path.join(root, folder)
@@ -41,6 +43,12 @@ def violations(root, rules):
                 text = open(path, encoding="utf-8", errors="replace").read()
                 for m in INCLUDE.finditer(text):
                     target = m.group(1)
+                    full = f"{target}/{m.group(2)}"
+                    for sub, users in private.items():
+                        if full.startswith(sub + "/") and folder not in users:
+                            line = text.count("\n", 0, m.start()) + 1
+                            found.append(f"{os.path.relpath(path, root)}:{line}: includes {full}, but only "
+                                         f"{', '.join(sorted(users))} may include {sub}/ (docs/LAYERS.md)")
                     if target in rules and target not in allowed:
                         line = text.count("\n", 0, m.start()) + 1
                         rel = os.path.relpath(path, root)
@@ -66,7 +74,13 @@ def self_test():
         bad = subprocess.run([sys.executable, __file__, tmp], capture_output=True, text=True)
         assert bad.returncode == 1, f"a forbidden include passed (exit {bad.returncode})"
         assert "router/bad.cpp:2: includes runtime/engine.hpp" in bad.stdout, bad.stdout
-        print("self-test: an allowed include passes; router/ including runtime/ fails with:\n  " + bad.stdout.strip())
+        os.remove(os.path.join(tmp, "router", "bad.cpp"))
+        with open(os.path.join(tmp, "runtime", "private.cpp"), "w") as f:
+            f.write('#include "experts/cpu/cpu_backend.hpp"\n')
+        sub = subprocess.run([sys.executable, __file__, tmp], capture_output=True, text=True)
+        assert sub.returncode == 1 and "runtime/private.cpp:1: includes experts/cpu/cpu_backend.hpp" in sub.stdout, sub.stdout
+        print("self-test: an allowed include passes; router/ including runtime/ fails with:\n  " + bad.stdout.strip() +
+              "\nand runtime/ including the private experts/cpu/ with:\n  " + sub.stdout.strip())
 
 
 def main():
@@ -76,11 +90,12 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     root = sys.argv[1]
-    found = violations(root, read_table(root))
+    rules, private = read_table(root)
+    found = violations(root, rules, private)
     for v in found:
         print(v)
     if not found:
-        print(f"layering: every include of {', '.join(sorted(read_table(root)))} follows docs/LAYERS.md")
+        print(f"layering: every include of {', '.join(sorted(rules))} follows docs/LAYERS.md")
     return 1 if found else 0
 
 

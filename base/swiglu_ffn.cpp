@@ -1,5 +1,5 @@
-// CPU expert FFN.
-#include "experts/cpu/expert_ffn.hpp"
+// The SwiGLU FFN on the CPU: three GEMMs with the activation between them.
+#include "base/swiglu_ffn.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,14 @@
 
 #include "base/native_matmul.hpp"
 
-namespace moerun::experts {
+namespace moerun {
+
+void pack_ffn(Matmul& mm, FfnWeights& w) {
+  mm.pack(w.w1, kFfnTypicalRows);
+  mm.pack(w.w3, kFfnTypicalRows);
+  mm.pack(w.w2, kFfnTypicalRows);
+}
+
 namespace {
 // act = activation(G + b1, U + b3) per element, stored in the weights' dtype. The result goes
 // into U's row first (U is scratch), so bf16 output needs no buffer of its own.
@@ -40,7 +47,7 @@ void add_b2(float* y, int64_t rows, int64_t d, const FfnWeights& w) {
     for (int64_t i = 0; i < d; ++i) y[r * d + i] += w.b2()[i];
 }
 
-void quantized_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, ExpertScratch& s, const FfnActivation& a) {
+void quantized_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& s, const FfnActivation& a) {
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   for (AlignedBuffer* b : {&s.g, &s.u, &s.act}) b->resize(static_cast<std::size_t>(rows * ff) * 4);
   quantize_activations(x, rows, d, s.xq);
@@ -52,7 +59,7 @@ void quantized_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, fl
   add_b2(y, rows, d, w);
 }
 // mxfp4/fp8-block: float32 throughout, the activation's output straight into w2's input.
-void native_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, ExpertScratch& s, const FfnActivation& a) {
+void native_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& s, const FfnActivation& a) {
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   for (AlignedBuffer* b : {&s.g, &s.u, &s.act}) b->resize(static_cast<std::size_t>(rows * ff) * 4);
   native_matmul(w.w1.scheme, x, rows, d, ff, w.w1.data.as<uint8_t>(), s.g.as<float>());
@@ -63,8 +70,8 @@ void native_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float
 }
 }  // namespace
 
-void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
-                        ExpertScratch& s, const FfnActivation& activation) {
+void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
+                        FfnScratch& s, const FfnActivation& activation) {
   if (rows == 0) return;
   if (is_group_quantized(w.w2.scheme)) return quantized_ffn_forward(x, rows, w, y, s, activation);
   if (is_native_quantized(w.w2.scheme)) return native_ffn_forward(x, rows, w, y, s, activation);
@@ -96,4 +103,4 @@ void expert_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
   mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);
 }
 
-}  // namespace moerun::experts
+}  // namespace moerun

@@ -1,4 +1,4 @@
-// SwiGLU expert FFN against an fp64 reference, float32 and bfloat16 weights, over row counts that
+// The SwiGLU FFN (base/swiglu_ffn) against an fp64 reference, float32 and bfloat16 weights, over row counts that
 // exercise the padded bf16 path; and gpt-oss's biased, clamped form.
 #include <gtest/gtest.h>
 
@@ -10,14 +10,22 @@
 #include <vector>
 
 #include "experts/cpu/cpu_backend.hpp"
-#include "experts/cpu/expert_ffn.hpp"
+#include "base/swiglu_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "io/expert_shards.hpp"
 #include "tests/experts/expert_reference.hpp"
 #include "tests/test_support.hpp"
 
-namespace moerun::experts {
+namespace moerun {
 namespace {
+
+// The CPU expert backend runs this FFN too; part of this test checks it end to end.
+using experts::CpuBackend;
+using experts::DeviceKind;
+using experts::ExpertRun;
+using experts::ResidentExpert;
+using experts::pack_expert_from_raw;
+using experts::replica_row_granule;
 
 std::vector<float> randv(std::size_t n, uint32_t seed, float scale) { return moerun::testing::random_normal(n, seed, scale); }
 constexpr auto make = moerun::testing::make_weight;
@@ -31,10 +39,10 @@ TEST_P(ExpertFfn, MatchesFp64Reference) {
   auto x = randv(static_cast<std::size_t>(rows * d), 4, 1.0f);
   Matmul mm;
   FfnWeights w{make(w1, ff, d, dt), make(w3, ff, d, dt), make(w2, d, ff, dt), {}};
-  pack_expert(mm, w);
-  ExpertScratch s;
+  pack_ffn(mm, w);
+  FfnScratch s;
   std::vector<float> y(static_cast<std::size_t>(rows * d));
-  expert_ffn_forward(mm, x.data(), rows, w, y.data(), s);
+  swiglu_ffn_forward(mm, x.data(), rows, w, y.data(), s);
   const bool bf = dt == DType::BF16;
   auto r = [&](double v) { return bf ? static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(v)))) : v; };
   double worst = 0, scale = 0;
@@ -72,10 +80,10 @@ TEST(ExpertFfnVariants, BiasedClampedSwiGluMatchesFp64Reference) {
     FfnWeights w{make(w1, ff, d, DType::F32), make(w3, ff, d, DType::F32), make(w2, d, ff, DType::F32), {}};
     w.bias.resize(bias.size() * sizeof(float));
     std::copy(bias.begin(), bias.end(), w.bias.as<float>());
-    pack_expert(mm, w);
-    ExpertScratch s;
+    pack_ffn(mm, w);
+    FfnScratch s;
     std::vector<float> y(static_cast<std::size_t>(rows * d));
-    expert_ffn_forward(mm, x.data(), rows, w, y.data(), s, {true, alpha, limit});
+    swiglu_ffn_forward(mm, x.data(), rows, w, y.data(), s, {true, alpha, limit});
     double worst = 0, scale = 0;
     int64_t clamped_gate = 0, clamped_up = 0;
     for (int64_t t = 0; t < rows; ++t) {
@@ -178,9 +186,9 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
   pack_expert_from_raw(mm, raw.data(), c, fw);
   EXPECT_EQ(fw.w1.scheme, scheme);
   auto x = randv(static_cast<std::size_t>(rows * d), 24, 1.0f);
-  ExpertScratch s;
+  FfnScratch s;
   std::vector<float> y(static_cast<std::size_t>(rows * d));
-  expert_ffn_forward(mm, x.data(), rows, fw, y.data(), s);
+  swiglu_ffn_forward(mm, x.data(), rows, fw, y.data(), s);
   double worst = 0, scale = 0;
   for (int64_t t = 0; t < rows; ++t) {
     const auto want = moerun::testing::ffn_reference({dq[0], dq[1], dq[2]}, x.data() + t * d, d, ff);
@@ -290,9 +298,9 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
     pack_expert_from_raw(mm, raw.data(), c, fw);
     const int64_t d = c.hidden_size;
     const auto x = randv(static_cast<std::size_t>(k.rows * d), 34, 1.0f);
-    ExpertScratch s;
+    FfnScratch s;
     std::vector<float> whole(static_cast<std::size_t>(k.rows * d));
-    expert_ffn_forward(mm, x.data(), k.rows, fw, whole.data(), s);
+    swiglu_ffn_forward(mm, x.data(), k.rows, fw, whole.data(), s);
     for (const auto& cuts : k.cuts) {
       std::vector<float> parts(whole.size());
       std::vector<int64_t> bounds{0};
@@ -300,7 +308,7 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
       bounds.push_back(k.rows);
       for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
         ASSERT_EQ(bounds[i] % granule, 0) << "a cut off the granule";
-        expert_ffn_forward(mm, x.data() + bounds[i] * d, bounds[i + 1] - bounds[i], fw, parts.data() + bounds[i] * d, s);
+        swiglu_ffn_forward(mm, x.data() + bounds[i] * d, bounds[i + 1] - bounds[i], fw, parts.data() + bounds[i] * d, s);
       }
       EXPECT_EQ(parts, whole) << c.expert_format.name() << ", " << cuts.size() + 1 << " parts, first cut at " << cuts[0];
     }
@@ -314,4 +322,4 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
 }
 
 }  // namespace
-}  // namespace moerun::experts
+}  // namespace moerun

@@ -1,0 +1,19 @@
+// The rows of the family table (io/model_family.cpp), one per file in this folder, and the
+// helpers families share.
+#pragma once
+#include "io/hf_config.hpp"
+#include "io/model_family.hpp"
+
+namespace moerun::io::families {
+
+extern const ModelFamily kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGptOss, kDeepseekV2, kDeepseekV3;
+
+// Qwen2-MoE and Qwen3-MoE (transformers' Qwen2MoeConfig / Qwen3MoeConfig): experts, dense layers
+// and the sliding window alike. Returns whether use_sliding_window is set.
+bool read_qwen_moe(const HfConfig& h, ModelConfig& c);
+// DeepSeek-V2/V3: config.json (v3: sigmoid routing) and synth's shapes (deepseek_v2.cpp).
+void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool v3);
+void synth_deepseek(bool v3, ModelConfig& m);
+void deepseek_tensor_names(NameMap& n);  // shared_experts (plural) in both
+
+}  // namespace moerun::io::families

@@ -1,0 +1,39 @@
+// ModelFamily: one row per architecture moerun runs, registered in one table (model_families()).
+// A row holds what differs between the families: the fields of its Hugging Face config.json,
+// its checkpoint's tensor names, synth's defaults. Help texts, errors and the converter take the
+// supported list from the table; a new family is one file in io/families/ plus its line in
+// model_family.cpp.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.hpp"
+
+namespace moerun::io {
+
+struct HfConfig;  // io/hf_config.hpp
+struct NameMap;
+
+using NoteSink = std::function<void(const std::string&)>;
+
+struct ModelFamily {
+  const char* name;             // config.json's model_type, --family, ModelConfig::architecture
+  double rope_theta = 10000.0;  // when config.json gives none
+  // The family's fields of config.json, after the common ones (sizes, heads, RoPE, top-k) are read.
+  void (*from_hf)(const HfConfig& h, ModelConfig& c, const NoteSink& note) = nullptr;
+  // synth's defaults for the family, on the shape synth's options gave.
+  void (*synth)(ModelConfig& m) = nullptr;
+  // The checkpoint's tensor names where they differ from the defaults (hf_config.hpp's NameMap).
+  void (*tensor_names)(NameMap& n) = nullptr;
+  // Whether the checkpoint's RoPE rows are interleaved pairs (convert de-interleaves them); null: no.
+  bool (*rope_interleaved)(const HfConfig& h) = nullptr;
+  // Layers the checkpoint holds past num_hidden_layers that are not converted (multi-token
+  // prediction); null: none.
+  int64_t (*unconverted_layers)(const HfConfig& h) = nullptr;
+};
+
+const std::vector<const ModelFamily*>& model_families();      // in the order help texts list them
+const ModelFamily* find_model_family(const std::string& name);  // null when not supported
+
+}  // namespace moerun::io
