@@ -27,7 +27,8 @@ bool uses_version6(const ModelConfig& c) {
 }
 
 int64_t required_format_version(const ModelConfig& c) {
-  return std::max(format_version_for(c.expert_format.scheme), uses_version6(c) ? int64_t{6} : int64_t{3});
+  const int64_t variants = c.rotary_dim > 0 ? 7 : uses_version6(c) ? 6 : 3;
+  return std::max(format_version_for(c.expert_format.scheme), variants);
 }
 
 const char* rope_type_name(RopeType t) {
@@ -195,6 +196,9 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
   }
   validate_mla(c, where);
   validate_group_routing(c, where);
+  if (c.rotary_dim != 0 && (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0 || c.attention_type == AttentionType::Mla))
+    fail(ErrorKind::BadInput, where, ": attribute rotary_dim is ", c.rotary_dim, ", expected 0 (all of head_dim ", c.head_dim,
+         ") or even in [2, head_dim], and not with MLA");
 }
 }  // namespace
 
@@ -269,6 +273,8 @@ void ModelConfig::validate(const std::string& where) const {
          ", the file says ", format_version);
   if (uses_version6(*this) && format_version < 6)
     fail(ErrorKind::BadInput, where, ": MLA or DeepSeek routing attributes need format_version 6, the file says ", format_version);
+  if (rotary_dim > 0 && format_version < 7)
+    fail(ErrorKind::BadInput, where, ": attribute rotary_dim needs format_version 7, the file says ", format_version);
 }
 
 int64_t ModelConfig::bytes_per_expert() const {

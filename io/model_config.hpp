@@ -110,17 +110,19 @@ struct ModelConfig {
   bool shared_expert_gated = true;              // the shared expert's output through a sigmoid gate (Qwen2-MoE), or added as is (DeepSeek)
   AttentionType attention_type = AttentionType::Mha;
   MlaShape mla;                                 // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
+  int64_t rotary_dim = 0;                       // RoPE on each head's first rotary_dim dims, the rest unrotated (glm4_moe); 0: all
   bool expert_bias = false;                     // biases on the expert projections w1, w3, w2 (gpt_oss)
   ExpertActivation expert_activation = ExpertActivation::SwiGlu;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
   // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
-  int64_t format_version = 6;  // of the file read; a config built in memory is the newest
+  int64_t format_version = 7;  // of the file read; a config built in memory is the newest
   std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.
   void validate(const std::string& where) const;
 
+  int64_t rope_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }  // the rotated dims of a head (not MLA's)
   AttentionKind attention_kind(int64_t layer) const {
     return layer_attention.empty() ? AttentionKind::Full : layer_attention[static_cast<std::size_t>(layer)];
   }

@@ -212,6 +212,7 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   c.attention_out_bias = flag("attention_out_bias");
   c.attention_sinks = flag("attention_sinks");
   c.sliding_window = h5_attr_int(file, "sliding_window").value_or(0);
+  c.rotary_dim = h5_attr_int(file, "rotary_dim").value_or(0);
   if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = parse_layer_attention(*types, fname);
   if (const auto mlp = h5_attr_string(file, "layer_mlp")) c.layer_mlp = parse_layer_mlp(*mlp, fname);
   c.dense_intermediate_size = h5_attr_int(file, "dense_intermediate_size").value_or(0);
@@ -248,7 +249,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 6) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 6");
+    if (ver < 1 || ver > 7) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 7");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -540,6 +541,7 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "attention_out_bias", int64_t{c.attention_out_bias ? 1 : 0});
   h5_set_attr(file_, "attention_sinks", int64_t{c.attention_sinks ? 1 : 0});
   h5_set_attr(file_, "sliding_window", c.sliding_window);
+  if (c.rotary_dim > 0) h5_set_attr(file_, "rotary_dim", c.rotary_dim);
   if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", layer_attention_text(c.layer_attention));
   if (!c.layer_mlp.empty()) {
     h5_set_attr(file_, "layer_mlp", layer_mlp_text(c.layer_mlp));

@@ -226,8 +226,7 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
      "float32 or bfloat16; q8, q4, mxfp4 or fp8-block: bfloat16 dense layers, experts quantized from the same float32 "
      "weights (docs/FORMATS.md)")
     ("family", po::value(&family)->default_value(family),
-     "layer variants of a family, as convert sets them: mixtral, qwen2_moe, olmoe, qwen3_moe, gpt_oss, deepseek_v2, deepseek_v3 "
-     "(MLA, group-limited routing, shared experts, a dense first layer; docs/FORMATS.md)")
+     ("layer variants of a family, as convert sets them: " + io::supported_architectures() + " (docs/FORMATS.md)").c_str())
     ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
     ("dense-intermediate", po::value(&dense_intermediate)->default_value(0), "the dense layers' MLP width (default: 4 x intermediate)")
     ("layer-types", po::value(&layer_types), "per layer full or sliding attention, e.g. sliding,full,sliding,full")

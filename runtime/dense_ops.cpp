@@ -112,7 +112,8 @@ RopeFrequencies rope_frequencies(double theta, int64_t hd, const io::RopeScaling
 }
 
 void rope_apply(float* x, int64_t T, int64_t heads, int64_t hd, const int32_t* positions, const RopeFrequencies& rope) {
-  const int64_t half = hd / 2;
+  const int64_t half = static_cast<int64_t>(rope.inv_freq.size());  // hd / 2, or less for a partial rotary
+  if (2 * half > hd) fail(ErrorKind::Internal, "rope_apply: ", 2 * half, " rotary dims in heads of ", hd);
   const std::vector<float>& inv_freq = rope.inv_freq;
   const float scaling = rope.attention_scaling;
   std::vector<float> cs(static_cast<std::size_t>(half)), sn(static_cast<std::size_t>(half));

@@ -25,7 +25,8 @@ struct RopeFrequencies {
 double yarn_mscale(double scale, double mscale);
 RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const io::RopeScaling& scaling = {});
 // In place on x [T, heads * head_dim]: x' = (x·cos + rotate_half(x)·sin) at positions[t], cos and
-// sin times the attention scaling.
+// sin times the attention scaling, over the first 2 * inv_freq.size() dims of each head (all of
+// them, or a partial rotary's: GLM-4.5's; the rest pass through).
 void rope_apply(float* x, int64_t T, int64_t heads, int64_t head_dim, const int32_t* positions, const RopeFrequencies& rope);
 // y += x (n elements)
 void add_inplace(float* y, const float* x, int64_t n);

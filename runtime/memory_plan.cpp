@@ -122,6 +122,7 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   if (c.architecture != "mixtral")
     os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
        << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
+  if (c.rotary_dim > 0) os << "  partial RoPE: the first " << c.rotary_dim << " of each head's " << c.head_dim << " dims rotated\n";
   if (c.num_dense_layers() > 0)
     os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size
        << "; " << c.num_moe_layers() << " MoE layers hold the experts)\n";

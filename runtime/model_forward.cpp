@@ -86,7 +86,7 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                            int micro_batches, MlaMode mla_mode)
     : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
-      rope_(rope_frequencies(weights.config.rope_theta, weights.config.head_dim, weights.config.rope)) {
+      rope_(rope_frequencies(weights.config.rope_theta, weights.config.rope_dims(), weights.config.rope)) {
   const io::ModelConfig& c = weights.config;
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.

@@ -1,10 +1,11 @@
 #!/bin/bash
-# The published configurations of Qwen3-30B-A3B, gpt-oss-20b, DeepSeek-V3 and DeepSeek-V2-Lite
+# The published configurations of Qwen3-30B-A3B, gpt-oss-20b, DeepSeek-V3, DeepSeek-V2-Lite and GLM-4.5
 # (config.json only, no weights; tests/data/hf_configs) through `inspect --hf-config`: the parameter
 # counts their model cards give (30.5B total / 3.3B active; 20.9B / 3.6B active, which OpenAI
 # counts without the embedding lookup; 671B / 37B; 15.7B / 2.4B without the lookup), memory per
 # rank for 2 nodes x 8 ranks (DeepSeek-V3: 4 x 8), gpt-oss's sliding layers' KV bounded, MLA's KV
-# from its compressed cache, the experts in the form the checkpoints ship (MXFP4, fp8).
+# from its compressed cache, the experts in the form the checkpoints ship (MXFP4, fp8); GLM-4.5's
+# counts against a hand derivation from its config (the card's 355B counts the MTP layer).
 source "$(dirname "$0")/common.sh"
 CONFIGS="$(dirname "$0")/../data/hf_configs"
 
@@ -50,4 +51,20 @@ grep -q "sliding_window 128 (12 of 24 layers), rope yarn x32" "$WORK/gpt-oss-20b
   || bad "gpt-oss: layer kinds or rope: $(grep sliding "$WORK/gpt-oss-20b.txt")"
 grep -q "sliding layers hold at most 2 x 128 positions" "$WORK/gpt-oss-20b.txt" && ok "gpt-oss: the sliding layers' KV is bounded" \
   || bad "gpt-oss: KV not bounded: $(grep 'KV cache per token' "$WORK/gpt-oss-20b.txt")"
+# GLM-4.5: attention with q/k/v biases and per-head q/k norms, 3 dense layers, 89 MoE layers of 160
+# experts + 1 shared (the correction bias a buffer, uncounted; the MTP layer not converted).
+"$MOERUN" inspect --hf-config "$CONFIGS/glm-4.5.json" --nodes 4 --ranks-per-node 8 > "$WORK/glm.txt" 2> "$WORK/glm.err" \
+  || bad "glm-4.5: inspect exited $? ($(cat "$WORK/glm.err"))"
+want=$("$PY" -c '
+V, D, L, H, KV, HD, DFF, FF, E, K, DENSE = 151552, 5120, 92, 96, 8, 128, 12288, 1536, 160, 8, 3
+attn = D * H * HD + H * HD + 2 * (D * KV * HD + KV * HD) + H * HD * D + 2 * HD + 2 * D
+expert = 3 * D * FF
+fixed = 2 * V * D + D + L * attn + DENSE * 3 * D * DFF + (L - DENSE) * (expert + E * D)
+print(fixed + (L - DENSE) * E * expert, fixed + (L - DENSE) * K * expert)')
+expect_value "GLM-4.5 total and active parameters (hand-derived)" \
+  "$(sed -n 's/^  total *\([0-9]*\)$/\1/p' "$WORK/glm.txt") $(sed -n 's/^  active per token *\([0-9]*\).*/\1/p' "$WORK/glm.txt")" "$want"
+grep -q "partial RoPE: the first 64 of each head's 128 dims rotated" "$WORK/glm.txt" && ok "GLM-4.5: half of each head rotated" \
+  || bad "GLM-4.5: no partial RoPE line"
+grep -q "routing: sigmoid scores with a correction bias, 1 group(s), best 1 kept (by their best two), weights renormalised x 2.5; shared experts, ungated" "$WORK/glm.txt" \
+  && ok "GLM-4.5: DeepSeek-V3's routing, scaled by 2.5, one ungated shared expert" || bad "GLM-4.5: routing line: $(grep routing: "$WORK/glm.txt")"
 finish

@@ -359,8 +359,8 @@ TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
 }
 
 TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
-  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 7, expected 1 to 6"});
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{8}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 8, expected 1 to 7"});
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
     h5_set_attr(f, "format_version", int64_t{2});

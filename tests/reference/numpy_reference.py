@@ -410,6 +410,86 @@ def forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
+def glm4_checkpoint(rng):
+    """GLM-4.5 as it ships (transformers' Glm4MoeConfig names): GQA with q/k/v biases and per-head q/k
+    norms (use_qk_norm), RoPE on half of each head (partial_rotary_factor 0.5), a dense first layer,
+    sigmoid routing with a correction bias over 2 groups of 4 (1 kept), renormalised and scaled, one
+    shared expert, and a multi-token-prediction layer that convert must skip."""
+    V, D, L, H, KV, HD, E, FF, DFF = 128, 64, 3, 4, 2, 32, 8, 32, 96
+    cfg = dict(model_type="glm4_moe", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+               num_key_value_heads=KV, head_dim=HD, partial_rotary_factor=0.5, intermediate_size=DFF, moe_intermediate_size=FF,
+               n_routed_experts=E, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
+               routed_scaling_factor=2.5, norm_topk_prob=True, use_qk_norm=True, attention_bias=True, rope_theta=10000.0,
+               max_position_embeddings=512, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False,
+               num_nextn_predict_layers=1, hidden_act="silu")
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                  p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.q_proj.bias": rng.near(0, H * HD),
+                  p + "self_attn.k_proj.weight": rng.w(KV * HD, D), p + "self_attn.k_proj.bias": rng.near(0, KV * HD),
+                  p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.v_proj.bias": rng.near(0, KV * HD),
+                  p + "self_attn.o_proj.weight": rng.w(D, H * HD),
+                  p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
+        if l < cfg["first_k_dense_replace"]:
+            t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D), p + "mlp.down_proj.weight": rng.w(D, DFF)})
+            continue
+        t.update({p + "mlp.gate.weight": rng.w(E, D), p + "mlp.gate.e_score_correction_bias": rng.near(0, E) * 0.5,
+                  p + "mlp.shared_experts.gate_proj.weight": rng.w(FF, D), p + "mlp.shared_experts.up_proj.weight": rng.w(FF, D),
+                  p + "mlp.shared_experts.down_proj.weight": rng.w(D, FF)})
+        for e in range(E):
+            t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
+                      p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    p = f"model.layers.{L}."  # the MTP layer
+    t.update({p + "eh_proj.weight": rng.w(D, 2 * D), p + "enorm.weight": rng.near(1, D), p + "hnorm.weight": rng.near(1, D)})
+    return cfg, t
+
+
+def glm4_forward(cfg, t, ids):
+    """modeling_glm4_moe in float64: partial rotate_half RoPE, per-head q/k norms, DeepSeek-V3's router."""
+    g = lambda n: t[n].astype(np.float64)
+    H, KV, HD, L, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
+    E, k, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
+    R = int(HD * cfg["partial_rotary_factor"])
+    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+
+    def rope_part(x):  # rotate_half over the first R dims of each head, the rest passed through
+        return np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+
+    x = g("model.embed_tokens.weight")[ids]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        lin = lambda n, a: a @ g(p + n + ".weight").T + g(p + n + ".bias")
+        h = rms(x, g(p + "input_layernorm.weight"), eps)
+        q = rms(lin("self_attn.q_proj", h).reshape(T, H, HD), g(p + "self_attn.q_norm.weight"), eps)
+        kk = rms(lin("self_attn.k_proj", h).reshape(T, KV, HD), g(p + "self_attn.k_norm.weight"), eps)
+        v = lin("self_attn.v_proj", h).reshape(T, KV, HD)
+        a = attention(rope_part(q), rope_part(kk), v, 0, None).reshape(T, H * HD)
+        x = x + a @ g(p + "self_attn.o_proj.weight").T
+        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        if l < cfg["first_k_dense_replace"]:
+            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+            continue
+        logits = h @ g(p + "mlp.gate.weight").T
+        out = swiglu(h, g(p + "mlp.shared_experts.gate_proj.weight"), g(p + "mlp.shared_experts.up_proj.weight"),
+                     g(p + "mlp.shared_experts.down_proj.weight"))
+        for ti in range(T):
+            sc = 1 / (1 + np.exp(-logits[ti]))
+            choice = sc + g(p + "mlp.gate.e_score_correction_bias")
+            gs = np.sort(choice.reshape(G, -1), axis=-1)[:, -2:].sum(axis=-1)
+            keep = np.argsort(-gs, kind="stable")[:TG]
+            mask = np.repeat(np.isin(np.arange(G), keep), E // G)
+            top = np.argsort(-np.where(mask, choice, 0.0), kind="stable")[:k]  # masked_fill(0.0), as Glm4MoeTopkRouter
+            w = sc[top] / (sc[top].sum() + 1e-20) * cfg["routed_scaling_factor"]
+            for e, we in zip(top, w):
+                ep = p + f"mlp.experts.{e}."
+                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+        x = x + out
+    return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
+
+
 def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format):
     """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
     it, and compares with the float64 forward over `ref_tensors`. Returns the failures."""
@@ -436,7 +516,8 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     for i, prompt in enumerate(PROMPTS):
         ids, ref = list(prompt), []
         for _ in range(STEPS):
-            ref.append((deepseek_forward if "deepseek" in cfg["model_type"] else forward)(cfg, ref_tensors, ids)[-1])
+            fwd = deepseek_forward if "deepseek" in cfg["model_type"] else glm4_forward if cfg["model_type"] == "glm4_moe" else forward
+            ref.append(fwd(cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
         want, got = ids[len(prompt):], ours[f"p{i}"]
         for a, b in zip(ours_logits[f"p{i}"], ref):
@@ -505,6 +586,8 @@ def main():
     # dataset's shape here (issue 42); the sanitizer pass runs this test.
     cfg, t, ref = deepseek_checkpoint(Rng(8), v3=True, q_lora=False, shared=2, fp8=False)
     failures += check_model(moerun, work, "deepseek_v3_no_q_lora", cfg, t, ref, [], None)
+    cfg, t = glm4_checkpoint(Rng(10))
+    failures += check_model(moerun, work, "glm4_moe", cfg, t, t, [], None)
     failures += bad_native_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
