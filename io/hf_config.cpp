@@ -26,6 +26,7 @@ NameMap names_for(const std::string& architecture) {
   n.shared_w3 = "mlp.shared_expert.up_proj.weight";
   n.shared_w2 = "mlp.shared_expert.down_proj.weight";
   n.shared_gate = "mlp.shared_expert_gate.weight";
+  n.gate_correction_bias = "mlp.gate.e_score_correction_bias";
   if (const ModelFamily* f = find_model_family(architecture); f && f->tensor_names) f->tensor_names(n);
   return n;
 }

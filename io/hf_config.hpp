@@ -47,7 +47,7 @@ struct HfConfig {
 
 // The tensor names of one architecture (without the "model." prefix where HF has it).
 struct NameMap {
-  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate;
+  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate, gate_correction_bias;
   std::string expert_w1, expert_w3, expert_w2;  // with {e}
   std::string shared_w1, shared_w3, shared_w2;
 };

@@ -65,7 +65,7 @@ std::string hf_dense_name(const DenseDataset& ds, const NameMap& nm, bool tied) 
       // MLA (DeepSeek): q_proj is "wq" above when there is no q_lora_rank
       {"wq_a", "self_attn.q_a_proj.weight"}, {"q_a_norm", "self_attn.q_a_layernorm.weight"}, {"wq_b", "self_attn.q_b_proj.weight"},
       {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"}, {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
-      {"wkv_b", "self_attn.kv_b_proj.weight"}, {"gate_correction_bias", "mlp.gate.e_score_correction_bias"}};
+      {"wkv_b", "self_attn.kv_b_proj.weight"}, {"gate_correction_bias", nm.gate_correction_bias}};
   const auto it = by_name.find(ds.name);
   if (it == by_name.end()) fail(ErrorKind::Internal, "no checkpoint name for dataset ", ds.path);
   return layer_name(ds.layer, it->second);

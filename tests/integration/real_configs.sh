@@ -1,11 +1,13 @@
 #!/bin/bash
-# The published configurations of Qwen3-30B-A3B, gpt-oss-20b, DeepSeek-V3, DeepSeek-V2-Lite and GLM-4.5
+# The published configurations of Qwen3-30B-A3B, gpt-oss-20b, DeepSeek-V3, DeepSeek-V2-Lite, GLM-4.5 and
+# MiniMax-M2 (transformers' MiniMaxM2Config defaults, which are MiniMax-M2's, with MiniMax's own fields)
 # (config.json only, no weights; tests/data/hf_configs) through `inspect --hf-config`: the parameter
 # counts their model cards give (30.5B total / 3.3B active; 20.9B / 3.6B active, which OpenAI
 # counts without the embedding lookup; 671B / 37B; 15.7B / 2.4B without the lookup), memory per
 # rank for 2 nodes x 8 ranks (DeepSeek-V3: 4 x 8), gpt-oss's sliding layers' KV bounded, MLA's KV
 # from its compressed cache, the experts in the form the checkpoints ship (MXFP4, fp8); GLM-4.5's
-# counts against a hand derivation from its config (the card's 355B counts the MTP layer).
+# and MiniMax-M2's counts against a hand derivation from the config (the cards' 355B and 230B count
+# the MTP layers).
 source "$(dirname "$0")/common.sh"
 CONFIGS="$(dirname "$0")/../data/hf_configs"
 
@@ -67,4 +69,16 @@ grep -q "partial RoPE: the first 64 of each head's 128 dims rotated" "$WORK/glm.
   || bad "GLM-4.5: no partial RoPE line"
 grep -q "routing: sigmoid scores with a correction bias, 1 group(s), best 1 kept (by their best two), weights renormalised x 2.5; shared experts, ungated" "$WORK/glm.txt" \
   && ok "GLM-4.5: DeepSeek-V3's routing, scaled by 2.5, one ungated shared expert" || bad "GLM-4.5: routing line: $(grep routing: "$WORK/glm.txt")"
+# MiniMax-M2: no biases, q/k norms over the projection, 62 MoE layers of 256 experts, no shared one.
+"$MOERUN" inspect --hf-config "$CONFIGS/minimax-m2.json" --nodes 4 --ranks-per-node 8 > "$WORK/mm.txt" 2> "$WORK/mm.err" \
+  || bad "minimax-m2: inspect exited $? ($(cat "$WORK/mm.err"))"
+want=$("$PY" -c '
+V, D, L, H, KV, HD, FF, E, K = 200064, 3072, 62, 48, 8, 128, 1536, 256, 8
+attn = D * H * HD + 2 * D * KV * HD + H * HD * D + H * HD + KV * HD + 2 * D
+fixed = 2 * V * D + D + L * (attn + E * D)
+print(fixed + L * E * 3 * D * FF, fixed + L * K * 3 * D * FF)')
+expect_value "MiniMax-M2 total and active parameters (hand-derived)" \
+  "$(sed -n 's/^  total *\([0-9]*\)$/\1/p' "$WORK/mm.txt") $(sed -n 's/^  active per token *\([0-9]*\).*/\1/p' "$WORK/mm.txt")" "$want"
+grep -q "partial RoPE: the first 64 of each head's 128 dims rotated" "$WORK/mm.txt" && grep -q "qk_norm 1" "$WORK/mm.txt" \
+  && ok "MiniMax-M2: half of each head rotated, q/k norms over the projection" || bad "MiniMax-M2: rope or qk_norm lines"
 finish

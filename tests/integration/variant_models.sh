@@ -3,7 +3,8 @@
 # --family`): Qwen3-MoE with a dense first layer and sliding windows, gpt-oss (sinks, biases,
 # clamped SwiGLU, alternating windows, yarn) with a dense layer, Qwen2-MoE with a dense layer and
 # its shared expert, GLM-4.5 (half of each head rotated, sigmoid group routing, a shared expert, a
-# dense first layer). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
+# dense first layer), MiniMax-M2 (partial RoPE, q/k norms over the projection, sigmoid routing with a
+# correction bias). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
 # np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
 # expert cache (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
 # --resume finishes a killed run. Prompts are longer than the windows.
@@ -69,10 +70,11 @@ family_model() {  # family_model DIR FAMILY SEED
     gpt_oss) SYNTH_SEED=$seed synth_model "$dir" --family gpt_oss --layer-mlp moe,dense,moe --sliding-window 4 ;;
     qwen2_moe) SYNTH_SEED=$seed synth_model "$dir" --family qwen2_moe --layer-mlp moe,moe,dense ;;
     glm4_moe) SYNTH_SEED=$seed synth_model "$dir" --family glm4_moe ;;  # a dense first layer, half of each head rotated
+    minimax_m2) SYNTH_SEED=$seed synth_model "$dir" --family minimax_m2 --layer-mlp moe,dense,moe ;;
   esac
 }
 
-for fam in qwen3_moe gpt_oss qwen2_moe glm4_moe; do
+for fam in qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2; do
   m="$WORK/$fam"
   family_model "$m" $fam 11
   "$MOERUN" inspect --model "$m" > "$WORK/$fam.inspect"

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Qwen3-MoE, gpt-oss and DeepSeek-V2/V3 in CI: an independent float64 numpy forward, written from
-transformers' modeling_qwen3_moe.py, modeling_gpt_oss.py and modeling_deepseek_v2/v3.py, against
+"""Qwen3-MoE, gpt-oss, DeepSeek-V2/V3, GLM-4.5 and MiniMax-M2 in CI: an independent float64 numpy
+forward, written from transformers' modeling_qwen3_moe.py, modeling_gpt_oss.py,
+modeling_deepseek_v2/v3.py, modeling_glm4_moe.py and modeling_minimax_m2.py, against
 `moerun convert` + `moerun infer`.
 
 The CI venv's transformers (4.46) has neither family, and the 5.x venv that has them is 5.6 GB
@@ -490,6 +491,66 @@ def glm4_forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
+def minimax_checkpoint(rng):
+    """MiniMax-M2 as it ships: GQA without biases, q and k RMSNorm over the whole projection
+    (qk_norm_type per_layer), RoPE on rotary_dim 16 of each head's 32, Mixtral's expert names under
+    block_sparse_moe, sigmoid scores with a correction bias (block_sparse_moe.e_score_correction_bias),
+    and a multi-token-prediction module that convert must skip."""
+    V, D, L, H, KV, HD, E, FF = 128, 64, 3, 4, 2, 32, 8, 48
+    cfg = dict(model_type="minimax_m2", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+               num_key_value_heads=KV, head_dim=HD, rotary_dim=16, intermediate_size=FF, num_local_experts=E, num_experts_per_tok=2,
+               qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True, rope_theta=5000000.0,
+               max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False,
+               num_mtp_modules=1, hidden_act="silu")
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+                  p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
+                  p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
+                  p + "self_attn.q_norm.weight": rng.near(1, H * HD), p + "self_attn.k_norm.weight": rng.near(1, KV * HD),
+                  p + "block_sparse_moe.gate.weight": rng.w(E, D), p + "block_sparse_moe.e_score_correction_bias": rng.near(0, E) * 0.5})
+        for e in range(E):
+            t.update({p + f"block_sparse_moe.experts.{e}.w1.weight": rng.w(FF, D), p + f"block_sparse_moe.experts.{e}.w3.weight": rng.w(FF, D),
+                      p + f"block_sparse_moe.experts.{e}.w2.weight": rng.w(D, FF)})
+    p = f"model.layers.{L}."  # the MTP module
+    t.update({p + "eh_proj.weight": rng.w(D, 2 * D), p + "enorm.weight": rng.near(1, D)})
+    return cfg, t
+
+
+def minimax_forward(cfg, t, ids):
+    """modeling_minimax_m2 in float64: q/k norms over the projection, partial rotate_half RoPE, sigmoid
+    routing with the correction bias for the choice, the chosen scores renormalised."""
+    g = lambda n: t[n].astype(np.float64)
+    H, KV, HD, L, eps, k = (cfg[n] for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers",
+                                             "rms_norm_eps", "num_experts_per_tok"))
+    R = cfg["rotary_dim"]
+    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    rope_part = lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+    x = g("model.embed_tokens.weight")[ids]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = rms(x, g(p + "input_layernorm.weight"), eps)
+        q = rms(h @ g(p + "self_attn.q_proj.weight").T, g(p + "self_attn.q_norm.weight"), eps).reshape(T, H, HD)
+        kk = rms(h @ g(p + "self_attn.k_proj.weight").T, g(p + "self_attn.k_norm.weight"), eps).reshape(T, KV, HD)
+        v = (h @ g(p + "self_attn.v_proj.weight").T).reshape(T, KV, HD)
+        a = attention(rope_part(q), rope_part(kk), v, 0, None).reshape(T, H * HD)
+        x = x + a @ g(p + "self_attn.o_proj.weight").T
+        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
+        sc = 1 / (1 + np.exp(-(h @ g(p + "block_sparse_moe.gate.weight").T)))
+        out = np.zeros_like(h)
+        for ti in range(T):
+            top = np.argsort(-(sc[ti] + g(p + "block_sparse_moe.e_score_correction_bias")), kind="stable")[:k]
+            w = sc[ti, top] / sc[ti, top].sum()
+            for e, we in zip(top, w):
+                ep = p + f"block_sparse_moe.experts.{e}."
+                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "w1.weight"), g(ep + "w3.weight"), g(ep + "w2.weight"))[0]
+        x = x + out
+    return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
+
+
 def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format):
     """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
     it, and compares with the float64 forward over `ref_tensors`. Returns the failures."""
@@ -516,7 +577,8 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     for i, prompt in enumerate(PROMPTS):
         ids, ref = list(prompt), []
         for _ in range(STEPS):
-            fwd = deepseek_forward if "deepseek" in cfg["model_type"] else glm4_forward if cfg["model_type"] == "glm4_moe" else forward
+            fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward}.get(
+                cfg["model_type"], deepseek_forward if "deepseek" in cfg["model_type"] else forward)
             ref.append(fwd(cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
         want, got = ids[len(prompt):], ours[f"p{i}"]
@@ -588,6 +650,8 @@ def main():
     failures += check_model(moerun, work, "deepseek_v3_no_q_lora", cfg, t, ref, [], None)
     cfg, t = glm4_checkpoint(Rng(10))
     failures += check_model(moerun, work, "glm4_moe", cfg, t, t, [], None)
+    cfg, t = minimax_checkpoint(Rng(11))
+    failures += check_model(moerun, work, "minimax_m2", cfg, t, t, [], None)
     failures += bad_native_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
