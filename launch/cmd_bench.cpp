@@ -14,6 +14,7 @@
 #include "launch/bench/gemm_bench.hpp"
 #include "launch/bench/infer_bench.hpp"
 #include "launch/bench/layer_bench.hpp"
+#include "launch/bench/deltanet_bench.hpp"
 #include "launch/bench/mla_bench.hpp"
 #include "launch/bench/scaling_sweep.hpp"
 
@@ -331,11 +332,36 @@ int bench_mla(int argc, char** argv) {
   return 0;
 }
 
+int bench_deltanet(int argc, char** argv) {
+  bench::DeltaNetBenchConfig c;
+  std::string shape = "qwen3_next", prompts = "512,2048", batch = "1,8,32", json;
+  po::options_description o("bench deltanet options");
+  o.add_options()
+    ("shape", po::value(&shape)->default_value(shape), "qwen3_next or qwen3_5_moe (16 key heads, 32 value heads of 128, conv 4)")
+    ("prompt", po::value(&prompts)->default_value(prompts), "comma-separated prompt lengths (prefill of one sequence)")
+    ("batch", po::value(&batch)->default_value(batch), "comma-separated sequences decoding one token each")
+    ("iters", po::value(&c.iters)->default_value(c.iters), "timed runs (median reported)")
+    ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed runs first")
+    ("json", po::value(&json), "also write the results as JSON");
+  po::variables_map vm;
+  if (!parse_command_line(argc, argv, "usage: moerun bench deltanet [options]", o, vm)) return 0;
+  c.shape = bench::deltanet_bench_shape(shape);
+  c.prompts = parse_int_list(prompts, "prompt");
+  c.batch = parse_int_list(batch, "batch");
+  check_output_files({{json, "--json"}});
+  const auto rows = bench::run_deltanet_bench(c);
+  std::cout << bench::deltanet_bench_table(c, rows);
+  if (!json.empty()) io::write_file_atomically(json, {bench::deltanet_bench_json(c, rows)});
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  return run_subcommand(argc, argv, "usage: moerun bench <layer|gemm|infer|a2a|mla> [options]   (moerun bench layer --help)", "unknown benchmark",
-                        {{"layer", bench_layer}, {"gemm", bench_gemm}, {"infer", bench_infer}, {"a2a", bench_a2a}, {"mla", bench_mla}});
+  return run_subcommand(argc, argv, "usage: moerun bench <layer|gemm|infer|a2a|mla|deltanet> [options]   (moerun bench layer --help)",
+                        "unknown benchmark",
+                        {{"layer", bench_layer}, {"gemm", bench_gemm}, {"infer", bench_infer}, {"a2a", bench_a2a}, {"mla", bench_mla},
+                         {"deltanet", bench_deltanet}});
 }
 
 }  // namespace moerun::launch

@@ -1,0 +1,252 @@
+// Gated DeltaNet: conv, gates, the delta rule (recurrent and chunked), the gated norm.
+#include "runtime/gated_deltanet.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+constexpr int64_t kChunk = 64;  // transformers' and fla's chunk size
+
+// The hot loops run over a head's value dim; built for AVX-512 and AVX2 besides the baseline and
+// chosen at load by the CPU (the project's baseline is plain x86-64).
+#define MOERUN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// x / sqrt(sum x^2 + 1e-6), times `scale` (fla's l2norm, as transformers' torch path).
+void l2_normalise(const float* x, int64_t d, float scale, float* y) {
+  float ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const float r = scale / std::sqrt(ss + 1e-6f);
+  for (int64_t i = 0; i < d; ++i) y[i] = x[i] * r;
+}
+
+// One head over n tokens, token by token. q, k: rows of stride ks (the head's first value); v, o:
+// stride vs; g, beta: stride gs. S [dk, dv].
+MOERUN_VECTOR_CLONES void recurrent_head(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n, int64_t dk,
+                    int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o) {
+  std::vector<float> mem(static_cast<std::size_t>(dv));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* kt = k + t * ks;
+    const float* qt = q + t * ks;
+    const float* vt = v + t * vs;
+    const float decay = std::exp(g[t * gs]), b = beta[t * gs];
+    std::fill(mem.begin(), mem.end(), 0.0f);
+    for (int64_t i = 0; i < dk; ++i) {
+      float* row = S + i * dv;
+      for (int64_t j = 0; j < dv; ++j) {
+        row[j] *= decay;
+        mem[static_cast<std::size_t>(j)] += row[j] * kt[i];
+      }
+    }
+    for (int64_t j = 0; j < dv; ++j) mem[static_cast<std::size_t>(j)] = (vt[j] - mem[static_cast<std::size_t>(j)]) * b;
+    float* ot = o + t * vs;
+    std::fill(ot, ot + dv, 0.0f);
+    for (int64_t i = 0; i < dk; ++i) {
+      float* row = S + i * dv;
+      for (int64_t j = 0; j < dv; ++j) {
+        row[j] += kt[i] * mem[static_cast<std::size_t>(j)];
+        ot[j] += row[j] * qt[i];
+      }
+    }
+  }
+}
+
+// out[0, w) <- out * scale + sum_j coef[j] * rows[j * stride + (0, w)], for w <= 64 held in
+// registers across the sum (a row of the result is loaded and stored once, not once a term).
+__attribute__((always_inline)) inline void accumulate_rows(float* out, float scale, const float* coef, const float* rows, int64_t stride,
+                                                           int64_t count, int64_t w) {
+  constexpr int64_t kBlock = 64;
+  float acc[kBlock];
+  if (w == kBlock) {
+    for (int64_t x = 0; x < kBlock; ++x) acc[x] = out[x] * scale;
+    for (int64_t j = 0; j < count; ++j) {
+      const float c = coef[j];
+      const float* r = rows + j * stride;
+      for (int64_t x = 0; x < kBlock; ++x) acc[x] += c * r[x];
+    }
+    for (int64_t x = 0; x < kBlock; ++x) out[x] = acc[x];
+    return;
+  }
+  for (int64_t x = 0; x < w; ++x) acc[x] = out[x] * scale;
+  for (int64_t j = 0; j < count; ++j)
+    for (int64_t x = 0; x < w; ++x) acc[x] += coef[j] * rows[j * stride + x];
+  for (int64_t x = 0; x < w; ++x) out[x] = acc[x];
+}
+
+// out [dim] <- out * scale + sum_j coef[j] * rows[j], in blocks of 64 columns.
+__attribute__((always_inline)) inline void accumulate(float* out, float scale, const float* coef, const float* rows, int64_t stride,
+                                                      int64_t count, int64_t dim) {
+  for (int64_t x0 = 0; x0 < dim; x0 += 64) accumulate_rows(out + x0, scale, coef, rows + x0, stride, count, std::min<int64_t>(64, dim - x0));
+}
+
+// One chunk of c <= kChunk tokens of one head (transformers' torch_chunk_gated_delta_rule): the
+// chunk's writes are solved for at once (a unit lower-triangular system, by forward substitution),
+// then the state enters through two [c, dk] x [dk, dv] products and leaves through one.
+struct ChunkScratch {
+  std::vector<float> G, eG, eLast, D, A, kT, KK, QK, vv, kcd, vnew, col;
+  void size(int64_t dk, int64_t dv) {
+    for (auto* v : {&G, &eG, &eLast, &col}) v->resize(static_cast<std::size_t>(std::max<int64_t>(kChunk, dk)));
+    for (auto* v : {&D, &A, &KK, &QK}) v->resize(kChunk * kChunk);
+    kT.resize(static_cast<std::size_t>(dk * kChunk));
+    vv.resize(static_cast<std::size_t>(kChunk * dv));
+    kcd.resize(static_cast<std::size_t>(kChunk * dk));
+    vnew.resize(static_cast<std::size_t>(kChunk * dv));
+  }
+};
+
+MOERUN_VECTOR_CLONES void chunk_head(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t c, int64_t dk,
+                                     int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o, ChunkScratch& w) {
+  float* G = w.G.data();
+  float acc = 0;
+  for (int64_t i = 0; i < c; ++i) G[i] = acc += g[i * gs];
+  float* eG = w.eG.data();
+  float* eLast = w.eLast.data();
+  float* D = w.D.data();  // exp(G_i - G_j) for j <= i
+  for (int64_t i = 0; i < c; ++i) {
+    eG[i] = std::exp(G[i]);
+    eLast[i] = std::exp(G[c - 1] - G[i]);
+    for (int64_t j = 0; j <= i; ++j) D[i * kChunk + j] = std::exp(G[i] - G[j]);
+  }
+  // K K^T and Q K^T of the chunk, over k transposed (the sums run along a contiguous row).
+  float* kT = w.kT.data();
+  for (int64_t j = 0; j < c; ++j)
+    for (int64_t r = 0; r < dk; ++r) kT[r * kChunk + j] = k[j * ks + r];
+  for (int64_t i = 0; i < c; ++i) {
+    std::fill(w.KK.begin() + i * kChunk, w.KK.begin() + i * kChunk + c, 0.0f);
+    std::fill(w.QK.begin() + i * kChunk, w.QK.begin() + i * kChunk + c, 0.0f);
+    accumulate(w.KK.data() + i * kChunk, 1.0f, k + i * ks, kT, kChunk, dk, c);
+    accumulate(w.QK.data() + i * kChunk, 1.0f, q + i * ks, kT, kChunk, dk, c);
+  }
+  // A = -(beta_i k_i . k_j) exp(G_i - G_j) below the diagonal; then (I - A)^-1 by substitution
+  // (each row from the rows above it, as transformers' loop), plus the identity.
+  float* A = w.A.data();
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t j = 0; j < c; ++j) A[i * kChunk + j] = j < i ? -beta[i * gs] * w.KK[i * kChunk + j] * D[i * kChunk + j] : 0.0f;
+  for (int64_t i = 1; i < c; ++i) {
+    float* row = A + i * kChunk;
+    float old[kChunk];
+    std::copy(row, row + i, old);
+    for (int64_t j = 0; j < i; ++j) {
+      float s = old[j];
+      for (int64_t m = j + 1; m < i; ++m) s += old[m] * A[m * kChunk + j];
+      row[j] = s;
+    }
+  }
+  for (int64_t i = 0; i < c; ++i) A[i * kChunk + i] = 1.0f;
+  // vv = A (beta v); kcd = A (beta exp(G) k): row i sums rows j <= i.
+  float* col = w.col.data();
+  for (int64_t i = 0; i < c; ++i) {
+    for (int64_t j = 0; j <= i; ++j) col[j] = A[i * kChunk + j] * beta[j * gs];
+    std::fill(w.vv.begin() + i * dv, w.vv.begin() + (i + 1) * dv, 0.0f);
+    accumulate(w.vv.data() + i * dv, 1.0f, col, v, vs, i + 1, dv);
+    for (int64_t j = 0; j <= i; ++j) col[j] *= eG[j];
+    std::fill(w.kcd.begin() + i * dk, w.kcd.begin() + (i + 1) * dk, 0.0f);
+    accumulate(w.kcd.data() + i * dk, 1.0f, col, k, ks, i + 1, dk);
+  }
+  // v_new = vv - kcd S; o = exp(G) q S + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_new_j.
+  for (int64_t i = 0; i < c; ++i) {
+    float* vn = w.vnew.data() + i * dv;
+    std::copy(w.vv.data() + i * dv, w.vv.data() + (i + 1) * dv, vn);
+    for (int64_t r = 0; r < dk; ++r) col[r] = -w.kcd[i * dk + r];
+    accumulate(vn, 1.0f, col, S, dv, dk, dv);
+  }
+  for (int64_t i = 0; i < c; ++i) {
+    float* oi = o + i * vs;
+    for (int64_t r = 0; r < dk; ++r) col[r] = q[i * ks + r] * eG[i];
+    std::fill(oi, oi + dv, 0.0f);
+    accumulate(oi, 1.0f, col, S, dv, dk, dv);
+    for (int64_t j = 0; j <= i; ++j) col[j] = w.QK[i * kChunk + j] * D[i * kChunk + j];
+    accumulate(oi, 1.0f, col, w.vnew.data(), dv, i + 1, dv);
+  }
+  // S <- exp(G_last) S + sum_j exp(G_last - G_j) k_j v_new_j^T.
+  for (int64_t r = 0; r < dk; ++r) {
+    for (int64_t j = 0; j < c; ++j) col[j] = kT[r * kChunk + j] * eLast[j];
+    accumulate(S + r * dv, eG[c - 1], col, w.vnew.data(), dv, c, dv);
+  }
+}
+
+}  // namespace
+
+void DeltaNetState::reset(const DeltaNetShape& s) {
+  conv.assign(static_cast<std::size_t>(s.conv_state_floats()), 0.0f);
+  recurrent.assign(static_cast<std::size_t>(s.recurrent_floats()), 0.0f);
+}
+
+void causal_conv1d_silu(float* x, int64_t n, int64_t C, const float* w, int64_t K, float* state) {
+  // The window of inputs: the state's K-1 rows, then x's rows (read before they are overwritten).
+  std::vector<float> in(static_cast<std::size_t>((K - 1 + n) * C));
+  std::copy(state, state + (K - 1) * C, in.begin());
+  std::copy(x, x + n * C, in.begin() + (K - 1) * C);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      float s = 0;
+      for (int64_t j = 0; j < K; ++j) s += w[c * K + j] * in[static_cast<std::size_t>((t + j) * C + c)];
+      x[t * C + c] = silu(s);
+    }
+  std::copy(in.end() - (K - 1) * C, in.end(), state);
+}
+
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
+                      const DeltaNetShape& s, float* state, float* out, DeltaRuleForm form) {
+  if (s.k_heads <= 0 || s.v_heads % s.k_heads != 0) fail(ErrorKind::Internal, "gated_delta_rule: ", s.v_heads, " value heads over ", s.k_heads, " key heads");
+  const int64_t Hk = s.k_heads, Hv = s.v_heads, dk = s.k_dim, dv = s.v_dim, ks = Hk * dk, vs = Hv * dv;
+  // l2-normalised q (times 1/sqrt(dk)) and k, once per key head.
+  std::vector<float> qn(static_cast<std::size_t>(n * ks)), kn(qn.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < Hk; ++h) {
+      l2_normalise(q + t * ks + h * dk, dk, scale, qn.data() + t * ks + h * dk);
+      l2_normalise(k + t * ks + h * dk, dk, 1.0f, kn.data() + t * ks + h * dk);
+    }
+  const int64_t ratio = Hv / Hk;
+#pragma omp parallel
+  {
+    ChunkScratch w;
+    if (form == DeltaRuleForm::Chunked) w.size(dk, dv);
+#pragma omp for schedule(static)
+    for (int64_t h = 0; h < Hv; ++h) {
+      const int64_t kh = h / ratio;
+      float* S = state + h * dk * dv;
+      const float* qh = qn.data() + kh * dk;
+      const float* kh_ = kn.data() + kh * dk;
+      if (form == DeltaRuleForm::Recurrent) {
+        recurrent_head(qh, kh_, v + h * dv, g + h, beta + h, n, dk, dv, ks, vs, Hv, S, out + h * dv);
+        continue;
+      }
+      for (int64_t t0 = 0; t0 < n; t0 += kChunk) {
+        const int64_t c = std::min(kChunk, n - t0);
+        chunk_head(qh + t0 * ks, kh_ + t0 * ks, v + t0 * vs + h * dv, g + t0 * Hv + h, beta + t0 * Hv + h, c, dk, dv, ks, vs, Hv, S,
+                   out + t0 * vs + h * dv, w);
+      }
+    }
+  }
+}
+
+void delta_gates(const float* a, const float* b, int64_t n, int64_t H, const float* A_log, const float* dt_bias, float* g, float* beta) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      const float x = a[t * H + h] + dt_bias[h];
+      const float softplus = x > 20.0f ? x : std::log1p(std::exp(x));  // torch's softplus threshold
+      g[t * H + h] = -std::exp(A_log[h]) * softplus;
+      beta[t * H + h] = 1.0f / (1.0f + std::exp(-b[t * H + h]));
+    }
+}
+
+void gated_rms_norm(float* o, const float* z, int64_t n, int64_t heads, int64_t dim, const float* w, float eps) {
+  for (int64_t r = 0; r < n * heads; ++r) {
+    float* x = o + r * dim;
+    const float* zr = z + r * dim;
+    float ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += x[i] * x[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) x[i] = x[i] * inv * w[i] * silu(zr[i]);
+  }
+}
+
+}  // namespace moerun::runtime

@@ -1,0 +1,50 @@
+// Gated DeltaNet's token mixer (Qwen3-Next, Qwen3.5; transformers' modeling_qwen3_next, its torch
+// path): a causal depthwise conv over the q/k/v channels with a state of the last inputs, then the
+// gated delta rule over a recurrent state S [v_heads, k_dim, v_dim] per sequence, then an RMSNorm
+// of each head's output gated by SiLU(z). Decode takes one recurrent step a token; prefill the
+// chunked form (the WY/UT transform per chunk of 64), which equals the recurrence.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace moerun::runtime {
+
+struct DeltaNetShape {
+  int64_t k_heads = 0, v_heads = 0;  // v_heads a multiple of k_heads: q/k head h / (v_heads / k_heads) serves v head h
+  int64_t k_dim = 0, v_dim = 0;      // per head
+  int64_t conv_kernel = 4;
+  int64_t conv_channels() const { return 2 * k_heads * k_dim + v_heads * v_dim; }  // q, k, v
+  int64_t recurrent_floats() const { return v_heads * k_dim * v_dim; }
+  int64_t conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
+};
+
+// One sequence's state of one layer: the conv's last conv_kernel - 1 inputs [K-1, channels] (oldest
+// first) and S. Zero for a new sequence.
+struct DeltaNetState {
+  std::vector<float> conv, recurrent;
+  void reset(const DeltaNetShape& s);
+};
+
+// x [n, channels] in place: x_t <- SiLU(sum_j w[c, j] * x_{t-K+1+j}), the inputs before x_0 from
+// `state` [K-1, channels], which then holds the last K-1 inputs. w: [channels, K].
+void causal_conv1d_silu(float* x, int64_t n, int64_t channels, const float* w, int64_t K, float* state);
+
+enum class DeltaRuleForm { Recurrent, Chunked };
+
+// The gated delta rule over n tokens of one sequence, each head on its own, in float32. q, k:
+// [n, k_heads * k_dim] (after the conv; l2-normalised here, q scaled by 1/sqrt(k_dim)); v: [n,
+// v_heads * v_dim]; g: [n, v_heads] log-decays (<= 0); beta: [n, v_heads] in (0, 1); state: S
+// [v_heads, k_dim, v_dim], updated; out: [n, v_heads * v_dim]. Per token and head:
+// S <- exp(g) S; S <- S + k (beta (v - S^T k))^T; o = S^T q.
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
+                      const DeltaNetShape& s, float* state, float* out, DeltaRuleForm form);
+
+// The decay and the write strength from the projections a, b [n, v_heads]: g = -exp(A_log) *
+// softplus(a + dt_bias), beta = sigmoid(b).
+void delta_gates(const float* a, const float* b, int64_t n, int64_t v_heads, const float* A_log, const float* dt_bias, float* g,
+                 float* beta);
+
+// o [n, heads * dim] in place: RMSNorm over each head's dim (weight w [dim]), times SiLU(z).
+void gated_rms_norm(float* o, const float* z, int64_t n, int64_t heads, int64_t dim, const float* w, float eps);
+
+}  // namespace moerun::runtime
