@@ -78,6 +78,10 @@ BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::strin
 }
 
 BlobStore::~BlobStore() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    settle_written_locked();
+  }
   if (fd_ >= 0) ::close(fd_);
   if (direct_fd_ >= 0) ::close(direct_fd_);
 }
@@ -191,10 +195,23 @@ bool BlobStore::put(int64_t layer, int64_t expert, const std::vector<ConstBlobPa
     }
     off += round_up(p.size);
   }
+  settle_written_locked();
+  written_offset_ = b.offset;
+  written_bytes_ = round_up(b.span());
+  ::sync_file_range(fd_, static_cast<off_t>(written_offset_), static_cast<off_t>(written_bytes_), SYNC_FILE_RANGE_WRITE);
   end_ = round_up(b.offset + b.span());
   index_[{layer, expert}] = std::move(b);
   write_index_locked();
   return true;
+}
+
+void BlobStore::settle_written_locked() {
+  if (written_bytes_ == 0 || fd_ < 0) return;
+  // Best effort: a filesystem without these (or an error) leaves the pages to the kernel.
+  ::sync_file_range(fd_, static_cast<off_t>(written_offset_), static_cast<off_t>(written_bytes_),
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+  ::posix_fadvise(fd_, static_cast<off_t>(written_offset_), static_cast<off_t>(written_bytes_), POSIX_FADV_DONTNEED);
+  written_bytes_ = 0;
 }
 
 void BlobStore::write_index_locked() {

@@ -63,6 +63,11 @@ class BlobStore {
  private:
   void write_index_locked();
   bool drop_locked(int64_t layer, int64_t expert, const char* why);
+  // The page cache of the last entry written: its writeback is started at once, and it is waited
+  // for and dropped at the next put (or at close), so L2's writes keep at most one entry's pages,
+  // dirty or clean, in this process's memory (a cgroup limit counts them) without a loader waiting
+  // on the disk for the entry it just wrote.
+  void settle_written_locked();
 
   std::string dir_, blob_path_, index_path_, layout_;
   int64_t max_bytes_;
@@ -72,6 +77,7 @@ class BlobStore {
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int64_t>, BlobEntry> index_;
   uint64_t end_ = 0;    // next free (page-aligned) offset
+  uint64_t written_offset_ = 0, written_bytes_ = 0;  // the last entry written, not yet settled
   int64_t corrupt_ = 0;
   bool full_warned_ = false;
 };

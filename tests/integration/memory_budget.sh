@@ -3,7 +3,8 @@
 # under a budget of half that: tokens equal the unlimited run's (np 1, and np 3 with two expert
 # ranks), the peak RSS stays within the budget, and the set-up line says how the budget was
 # divided. Under a real cgroup v1 memory limit (when this machine lets the test make one) the
-# default budget comes from the limit and the run is not OOM-killed. A budget too small for the
+# default budget comes from the limit and the run is not OOM-killed; with an L2 on disk, its writes
+# do not stay in the page cache (which the limit counts). A budget too small for the
 # dense part, or for one token's experts, is exit 2 with one line before anything is written.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
@@ -110,6 +111,21 @@ if mkdir "$CG" 2>/dev/null; then
   oom=$(sed -n 's/^oom_kill \([0-9]*\)/\1/p' "$CG/memory.oom_control")
   check "cgroup limit $BUDGET MiB: nothing OOM-killed (oom_kill ${oom:-?})" test "${oom:-0}" -eq 0
   # Open MPI's singleton daemon may outlive moerun for a moment; the group goes once it is empty.
+  for _ in $(seq 50); do rmdir "$CG" 2>/dev/null && break; sleep 0.1; done
+  # With an L2 on disk every expert read from L3 is written there (more than the limit in all):
+  # the pages of those writes leave the page cache as they are written, so the group ends with
+  # little cache and peaks well under its limit (before: 80 MiB cached, 22 MiB of it dirty, at the limit).
+  mkdir "$CG"
+  echo $((BUDGET << 20)) > "$CG/memory.limit_in_bytes"
+  set +e
+  bash -c "echo \$\$ > $CG/cgroup.procs && exec \"$MOERUN\" infer --model m --input R --output l2.jsonl --max-batch-tokens 64 --l2-dir l2 --stats-json l2.stats" 2> err
+  rc=$?
+  set -e
+  cache=$(( $(sed -n 's/^cache \([0-9]*\)/\1/p' "$CG/memory.stat") >> 20 ))
+  peak=$(( $(cat "$CG/memory.max_usage_in_bytes") >> 20 ))
+  written=$("$PY" -c "import json; print(json.load(open('l2.stats'))['cache']['l2_bytes_written'] >> 20)" 2>/dev/null || echo 0)
+  check "cgroup limit $BUDGET MiB with an L2: the same tokens; $written MiB written to L2, $cache MiB left in the page cache, peak $peak MiB" \
+    bash -c "[ $rc -eq 0 ] && cmp -s l2.jsonl unlimited.jsonl && [ $written -gt $BUDGET ] && [ $cache -lt 32 ] && [ $peak -lt $BUDGET ]"
   for _ in $(seq 50); do rmdir "$CG" 2>/dev/null && break; sleep 0.1; done
 else
   echo "note: cannot make a cgroup under /sys/fs/cgroup/memory here: the --memory-budget checks above ran, the cgroup ones did not"
