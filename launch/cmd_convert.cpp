@@ -5,8 +5,12 @@
 #include <cstdio>
 #include <iostream>
 
+#include "io/dense_quant_cache.hpp"
 #include "io/hf_convert.hpp"
+#include "io/model_config.hpp"
+#include "io/object_store.hpp"
 #include "launch/cli.hpp"
+#include "runtime/model_forward.hpp"
 
 namespace moerun::launch {
 namespace {
@@ -43,9 +47,11 @@ class ConvertProgress {
 int cmd_convert(int argc, char** argv) {
   io::ConvertConfig c;
   bool quiet = false;
+  std::string quantize_dense = "none";
   po::options_description o("convert options");
+  const std::string from_help = "Hugging Face model directory: config.json and *.safetensors (" + io::supported_architectures() + ")";
   o.add_options()
-    ("from-hf", po::value(&c.from)->required(), "Hugging Face model directory: config.json and *.safetensors (Mixtral, Qwen2-MoE, OLMoE)")
+    ("from-hf", po::value(&c.from)->required(), from_help.c_str())
     ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished), or s3://bucket/prefix")
     ("staging", po::value(&c.staging), "s3:// --out: local directory the model is made in before the upload (default: in the temp directory)")
     ("dtype", po::value(&c.dtype)->default_value(c.dtype), "keep (bf16 stays bf16; f32 and f16 become f32), float32 or bfloat16")
@@ -53,16 +59,25 @@ int cmd_convert(int argc, char** argv) {
     ("quantize", po::value(&c.quantize)->default_value(c.quantize),
      "the experts' stored format: keep (an MXFP4 or fp8 checkpoint's experts as shipped, else --dtype), none (dequantized "
      "to --dtype), q8 or q4 (quantized in groups of 32; docs/FORMATS.md); dense layers keep --dtype")
+    ("quantize-dense", po::value(&quantize_dense)->default_value(quantize_dense),
+     "none, q8 or q4: also make the dense cache `infer --quantize-dense` reads (dense-q8.bin / dense-q4.bin next to model.h5), "
+     "so the first start does not quantize; a local --out only")
     ("quiet", po::bool_switch(&quiet), "no progress line or summary");
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun convert --from-hf HF_DIR --out MODEL_DIR [options]", o, vm)) return 0;
   if (io::is_s3_url(c.out)) c.s3 = object_store.finish();
+  const WeightScheme dense = parse_dense_quantization(quantize_dense);
+  if (dense != WeightScheme::Plain && io::is_s3_url(c.out))
+    fail(ErrorKind::Usage, "--quantize-dense: an s3:// --out keeps no dense cache (infer quantizes at load there)");
   c.validate();
   ConvertProgress progress(quiet);
   const io::ConvertReport r = io::convert_hf_checkpoint(c, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
   progress.end();
+  const auto t0 = std::chrono::steady_clock::now();
+  const int quantized = dense == WeightScheme::Plain ? 0 : runtime::make_dense_cache(c.out, dense);
+  const double dense_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {
     const io::ModelConfig& m = r.config;
     std::fprintf(stderr, "moerun convert: %s -> %s: %s, %lld layers x %lld experts (top-%lld), %s, %lld parameters; %d file(s) written, %d kept from an earlier run, %.2f GiB read\n",
@@ -72,6 +87,9 @@ int cmd_convert(int argc, char** argv) {
                  static_cast<double>(r.bytes_read) / (1 << 30));
     if (io::is_s3_url(c.out))
       std::fprintf(stderr, "moerun convert: %d object(s) uploaded to %s, %d already there\n", r.files_uploaded, c.out.c_str(), r.uploads_kept);
+    if (dense != WeightScheme::Plain)
+      std::fprintf(stderr, "moerun convert: %d dense matrices quantized to %s in %.1f s, kept in %s\n", quantized,
+                   quantize_dense.c_str(), dense_s, io::dense_cache_path(c.out, dense).c_str());
     if (!r.notes.empty()) std::fprintf(stderr, "notes:\n%s", r.notes.c_str());
   }
   return 0;

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cmath>
 
+#include "base/error.hpp"
 #include "io/dense_quant_cache.hpp"
+#include "io/model_location.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {
@@ -60,6 +62,15 @@ int quantize_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme s) {
       mm.quantize(*m, s);
       ++n;
     }
+  return n;
+}
+
+int make_dense_cache(const std::string& dir, WeightScheme s) {
+  io::DenseWeights w = io::load_dense_weights(io::ModelLocation(dir), s);
+  Matmul mm;
+  const int n = quantize_dense_weights(mm, w, s);
+  if (n > 0 && !io::write_dense_cache(io::dense_cache_path(dir, s), s, w, w.source_xxh64))
+    fail(ErrorKind::Io, io::dense_cache_path(dir, s), ": cannot write the dense cache");
   return n;
 }
 

@@ -76,6 +76,10 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
 // whole groups of 32 columns) still plain are quantized to `s`; returns how many were. Before the
 // fingerprint, so that a matrix read from the dense cache and one quantized here hash alike.
 int quantize_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme s);
+// The dense cache (io/dense_quant_cache) of the local model in `dir` made now, as the first
+// `infer --quantize-dense s` would make it: the matrices it does not hold yet are quantized and the
+// file rewritten. Returns how many were quantized (0: it was current); BadInput / Io errors as loading.
+int make_dense_cache(const std::string& dir, WeightScheme s);
 
 class ModelForward {
  public:

@@ -2,7 +2,8 @@
 # Bounded memory: a Mixtral-shaped safetensors checkpoint of about 1.4 GiB converts under an
 # address-space limit of 512 MiB, smaller than the checkpoint (tensors are read one at a time with
 # pread, nothing is mapped). Then a conversion killed part-way is finished by a rerun, which keeps
-# the shards already written, and the model infers.
+# the shards already written (with --quantize-dense, making the dense cache too), and the model
+# infers; its first start with --quantize-dense reads that cache.
 source "$(dirname "$0")/common.sh"
 HF=$WORK/hf
 mkdir -p "$HF"
@@ -36,7 +37,7 @@ done
 kill -9 "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
 check "killed before the end: no model.h5 yet" test ! -e "$WORK/moe2/model.h5"
-"$MOERUN" convert --from-hf "$HF" --out "$WORK/moe2" --shards 4 2> "$WORK/rerun.log"
+"$MOERUN" convert --from-hf "$HF" --out "$WORK/moe2" --shards 4 --quantize-dense q4 2> "$WORK/rerun.log"
 check "the rerun keeps the finished shards ($(tail -1 "$WORK/rerun.log" | grep -o '[0-9]* file(s) written, [0-9]* kept'))" \
   bash -c "grep -q 'kept from an earlier run' '$WORK/rerun.log' && ! grep -q ', 0 kept' '$WORK/rerun.log'"
 check "no temporary files left" bash -c "! ls '$WORK/moe2' | grep -q tmp"
@@ -48,4 +49,10 @@ check "convert kept the expert index, and the first infer used it unchanged" \
   bash -c "[ '$index_inode' != none ] && [ \$(stat -c %i '$WORK/moe/experts-index.bin') = '$index_inode' ]"
 "$MOERUN" infer --model "$WORK/moe2" --input "$WORK/r.jsonl" --output "$WORK/b.jsonl" --quiet
 check "the resumed conversion infers like the uninterrupted one" cmp -s "$WORK/a.jsonl" "$WORK/b.jsonl"
+# --quantize-dense at convert: the dense cache is there, and the first `infer --quantize-dense`
+# uses it (no quantizing at load) and gives what quantizing at load gives.
+MOERUN_LOG=info "$MOERUN" infer --model "$WORK/moe" --input "$WORK/r.jsonl" --output "$WORK/qa.jsonl" --quantize-dense q4 2> "$WORK/qa.err"
+MOERUN_LOG=info "$MOERUN" infer --model "$WORK/moe2" --input "$WORK/r.jsonl" --output "$WORK/qb.jsonl" --quantize-dense q4 2> "$WORK/qb.err"
+check "convert --quantize-dense q4 made dense-q4.bin; the first infer read it: $(grep -o '[0-9]* dense matrices quantized to q4[^,]*' "$WORK/rerun.log")" \
+  bash -c "[ -f '$WORK/moe2/dense-q4.bin' ] && grep -q 'quantized at load' '$WORK/qa.err' && ! grep -q 'quantized at load' '$WORK/qb.err' && cmp -s '$WORK/qa.jsonl' '$WORK/qb.jsonl'"
 finish
