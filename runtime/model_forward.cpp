@@ -219,9 +219,14 @@ void ModelForward::hint_next_layer(const float* xn, int64_t n, int64_t l, const 
   const io::DenseLayerWeights& N = w_.layers[static_cast<std::size_t>(next)];
   const router::RoutingDecision r = router::route(mm_, xn, n, N.gate, c.top_k, router_, prefill, c.router_bias ? N.gate_bias.data() : nullptr,
                                                   c.router_correction_bias ? N.gate_correction_bias.data() : nullptr);
+  // Each token's likelier half of its predicted experts (the slots come best first): the other half
+  // is used less often (bench shape at 2x, N = 1: 0.64 of the hints used against 0.57 with all of
+  // them; decode median 56.0 against 49.0 tokens/s, N = 8 86.3 against 84.2), and a wrong guess costs a read.
+  const int64_t k = c.top_k, kept = (k + 1) / 2;
   std::vector<int64_t> rows(static_cast<std::size_t>(c.num_experts), 0);
-  for (int32_t e : r.expert)
-    if (e >= 0) ++rows[static_cast<std::size_t>(e)];
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < kept; ++j)
+      if (const int32_t e = r.expert[static_cast<std::size_t>(t * k + j)]; e >= 0) ++rows[static_cast<std::size_t>(e)];
   moe_.hint(moe_index_[static_cast<std::size_t>(next)], rows);
 }
 
