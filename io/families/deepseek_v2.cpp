@@ -34,12 +34,7 @@ void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool
   if (scoring != (v3 ? "sigmoid" : "softmax"))
     fail(ErrorKind::BadInput, h.where, ": field scoring_func is \"", scoring, "\"; ", v3 ? "deepseek_v3 scores with sigmoid" : "deepseek_v2 scores with softmax");
   if (v3) {
-    c.router_scoring = RouterScoring::Sigmoid;
-    c.router_correction_bias = true;
-    c.router_group_score = GroupScore::Top2Sum;
-    c.router_groups = h.integer_or("n_group", 1);
-    c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
-    c.norm_topk_prob = h.flag_or("norm_topk_prob", true);
+    read_v3_router(h, c);
   } else {
     const std::string method = h.has("topk_method") && h.j["topk_method"].is_string() ? h.j["topk_method"].get<std::string>() : "greedy";
     if (method != "greedy" && method != "group_limited_greedy")
@@ -53,17 +48,33 @@ void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool
       fail(ErrorKind::BadInput, h.where, ": field norm_topk_prob is true: transformers' DeepseekV2 does not renormalise (DeepSeek's own code would); not supported");
     c.norm_topk_prob = false;
   }
+  read_first_dense_layers(h, c);
+  note_unconverted_layers(h, c, note, "num_nextn_predict_layers");
+}
+
+void read_v3_router(const HfConfig& h, ModelConfig& c) {
+  c.router_scoring = RouterScoring::Sigmoid;
+  c.router_correction_bias = true;
+  c.router_group_score = GroupScore::Top2Sum;
+  c.router_groups = h.integer_or("n_group", 1);
+  c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
+  c.norm_topk_prob = h.flag_or("norm_topk_prob", true);
+}
+
+void read_first_dense_layers(const HfConfig& h, ModelConfig& c) {
   const int64_t k = h.integer_or("first_k_dense_replace", 0);
   if (k < 0 || k >= c.num_layers)
     fail(ErrorKind::BadInput, h.where, ": field first_k_dense_replace is ", k, ", expected in [0, num_hidden_layers = ", c.num_layers, ")");
-  if (k > 0) {
-    c.layer_mlp.assign(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
-    for (int64_t l = 0; l < k; ++l) c.layer_mlp[static_cast<std::size_t>(l)] = MlpKind::Dense;
-    c.dense_intermediate_size = h.integer("intermediate_size");
-  }
-  if (const int64_t mtp = h.integer_or("num_nextn_predict_layers", 0); mtp > 0)
-    note("num_nextn_predict_layers " + std::to_string(mtp) + ": the multi-token prediction layer(s) model.layers." +
-         std::to_string(c.num_layers) + ".* are not converted (they serve speculative decoding only)");
+  if (k == 0) return;
+  c.layer_mlp.assign(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
+  for (int64_t l = 0; l < k; ++l) c.layer_mlp[static_cast<std::size_t>(l)] = MlpKind::Dense;
+  c.dense_intermediate_size = h.integer("intermediate_size");
+}
+
+void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field) {
+  if (const int64_t n = h.integer_or(field, 0); n > 0)
+    note(std::string(field) + " " + std::to_string(n) + ": the multi-token prediction layer(s) model.layers." + std::to_string(c.num_layers) +
+         ".* are not converted (they serve speculative decoding only)");
 }
 
 
@@ -81,6 +92,10 @@ void synth_deepseek(bool v3, ModelConfig& m) {
   m.mla.v_head_dim = m.mla.qk_nope_head_dim;
   m.mla.kv_lora_rank = 2 * m.mla.qk_nope_head_dim;
   m.mla.q_lora_rank = v3 ? m.hidden_size / 2 : 0;
+  synth_deepseek_moe(v3, m);
+}
+
+void synth_deepseek_moe(bool v3, ModelConfig& m) {
   const int64_t E = m.num_experts;
   m.router_groups = E % 4 == 0 && E >= 8 ? 4 : E % 2 == 0 && E >= 4 ? 2 : 1;
   m.router_topk_groups = std::max<int64_t>(1, m.router_groups / 2);

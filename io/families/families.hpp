@@ -14,6 +14,15 @@ bool read_qwen_moe(const HfConfig& h, ModelConfig& c);
 // DeepSeek-V2/V3: config.json (v3: sigmoid routing) and synth's shapes (deepseek_v2.cpp).
 void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool v3);
 void synth_deepseek(bool v3, ModelConfig& m);
-void deepseek_tensor_names(NameMap& n);  // shared_experts (plural) in both
+// The MoE part of synth_deepseek: groups, scores, scaling, the shared experts, a dense first layer.
+void synth_deepseek_moe(bool v3, ModelConfig& m);
+void deepseek_tensor_names(NameMap& n);
+// DeepSeek-V3's router (GLM-4.5 has it too): sigmoid scores, the correction bias, n_group groups by
+// their best two, topk_group kept, norm_topk_prob (default true).
+void read_v3_router(const HfConfig& h, ModelConfig& c);
+// first_k_dense_replace dense layers of intermediate_size (DeepSeek, GLM-4.5).
+void read_first_dense_layers(const HfConfig& h, ModelConfig& c);
+// A note that the `field` multi-token prediction layers past num_hidden_layers are not converted.
+void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field);  // shared_experts (plural) in both
 
 }  // namespace moerun::io::families

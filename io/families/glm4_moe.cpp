@@ -3,8 +3,6 @@
 // DeepSeek-V3's router (sigmoid scores, a correction bias, groups by their best two, renormalised
 // and scaled), n_shared_experts ungated shared experts, first_k_dense_replace dense layers. The
 // multi-token prediction layers past num_hidden_layers are not converted.
-#include <algorithm>
-
 #include "io/families/families.hpp"
 
 namespace moerun::io::families {
@@ -21,24 +19,10 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   if (!(factor > 0 && factor <= 1)) fail(ErrorKind::BadInput, h.where, ": field partial_rotary_factor is ", factor, ", expected in (0, 1]");
   const auto rotary = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);  // int(), as transformers' rope init
   c.rotary_dim = rotary == c.head_dim ? 0 : rotary;
-  c.router_scoring = RouterScoring::Sigmoid;
-  c.router_correction_bias = true;
-  c.router_group_score = GroupScore::Top2Sum;
-  c.router_groups = h.integer_or("n_group", 1);
-  c.router_topk_groups = h.integer_or("topk_group", c.router_groups);
-  c.norm_topk_prob = h.flag_or("norm_topk_prob", true);
+  read_v3_router(h, c);
   c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
-  const int64_t k = h.integer_or("first_k_dense_replace", 0);
-  if (k < 0 || k >= c.num_layers)
-    fail(ErrorKind::BadInput, h.where, ": field first_k_dense_replace is ", k, ", expected in [0, num_hidden_layers = ", c.num_layers, ")");
-  if (k > 0) {
-    c.layer_mlp.assign(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
-    for (int64_t l = 0; l < k; ++l) c.layer_mlp[static_cast<std::size_t>(l)] = MlpKind::Dense;
-    c.dense_intermediate_size = h.integer("intermediate_size");
-  }
-  if (const int64_t mtp = h.integer_or("num_nextn_predict_layers", 0); mtp > 0)
-    note("num_nextn_predict_layers " + std::to_string(mtp) + ": the multi-token prediction layer(s) model.layers." +
-         std::to_string(c.num_layers) + ".* are not converted (they serve speculative decoding only)");
+  read_first_dense_layers(h, c);
+  note_unconverted_layers(h, c, note, "num_nextn_predict_layers");
 }
 
 // GLM-4.5-Air's shape at synth's sizes: half of each head rotated, per-head q/k norms, q/k/v
@@ -48,22 +32,7 @@ void synth(ModelConfig& m) {
   m.qk_norm = QkNorm::PerHead;
   const int64_t half = m.head_dim / 4 * 2;  // half of a head, even
   m.rotary_dim = half >= 2 && half < m.head_dim ? half : 0;
-  m.router_scoring = RouterScoring::Sigmoid;
-  m.router_correction_bias = true;
-  m.router_group_score = GroupScore::Top2Sum;
-  const int64_t E = m.num_experts;
-  m.router_groups = E % 4 == 0 && E >= 8 ? 4 : E % 2 == 0 && E >= 4 ? 2 : 1;
-  m.router_topk_groups = std::max<int64_t>(1, m.router_groups / 2);
-  if (m.top_k > m.router_topk_groups * (E / m.router_groups)) m.router_topk_groups = m.router_groups;
-  m.norm_topk_prob = true;
-  m.routed_scaling_factor = 2.5;
-  m.shared_expert_intermediate_size = m.intermediate_size;
-  m.shared_expert_gated = false;
-  if (m.num_layers > 1) {
-    m.layer_mlp.assign(static_cast<std::size_t>(m.num_layers), MlpKind::Moe);
-    m.layer_mlp[0] = MlpKind::Dense;
-    m.dense_intermediate_size = 4 * m.intermediate_size;
-  }
+  synth_deepseek_moe(true, m);  // V3's router, one shared expert, a dense first layer
 }
 
 }  // namespace

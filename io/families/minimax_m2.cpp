@@ -33,9 +33,7 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   c.norm_topk_prob = true;
   c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
   if (h.flag_or("attention_bias", false)) fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for minimax_m2");
-  if (const int64_t mtp = h.integer_or("num_mtp_modules", 0); mtp > 0)
-    note("num_mtp_modules " + std::to_string(mtp) + ": the multi-token prediction layer(s) model.layers." + std::to_string(c.num_layers) +
-         ".* are not converted (they serve speculative decoding only)");
+  note_unconverted_layers(h, c, note, "num_mtp_modules");
 }
 
 // MiniMax-M2's shape at synth's sizes: half of each head rotated, q/k norms over the projection,

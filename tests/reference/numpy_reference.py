@@ -232,7 +232,6 @@ def deepseek_forward(cfg, t, ids):
     v3 = cfg["model_type"] == "deepseek_v3"
     H, L, eps = cfg["num_attention_heads"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
     KVL, NOPE, ROPE, VD = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
-    E, k, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
     freq, att = inv_freq(cfg, ROPE)
     scale = (NOPE + ROPE) ** -0.5
     r = cfg.get("rope_scaling") or {}
@@ -272,35 +271,43 @@ def deepseek_forward(cfg, t, ids):
         pr /= pr.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", pr, kv[..., NOPE:]).reshape(T, H * VD)
         x = x + o @ g(p + "self_attn.o_proj.weight").T
-        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
-        if l < cfg["first_k_dense_replace"]:
-            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
-            continue
-        logits = h @ g(p + "mlp.gate.weight").T
-        out = swiglu(h, g(p + "mlp.shared_experts.gate_proj.weight"), g(p + "mlp.shared_experts.up_proj.weight"),
-                     g(p + "mlp.shared_experts.down_proj.weight"))
-        for ti in range(T):
-            if v3:
-                sc = 1 / (1 + np.exp(-logits[ti]))
-                choice = sc + g(p + "mlp.gate.e_score_correction_bias")
-                gs = np.sort(choice.reshape(G, -1), axis=-1)[:, -2:].sum(axis=-1)
-            else:
-                sc = np.exp(logits[ti] - logits[ti].max())
-                sc /= sc.sum()
-                choice = sc.copy()
-                gs = choice.reshape(G, -1).max(axis=-1)
-            keep = np.argsort(-gs, kind="stable")[:TG]
-            mask = np.repeat(np.isin(np.arange(G), keep), E // G)
-            top = np.argsort(-np.where(mask, choice, -np.inf), kind="stable")[:k]
-            w = sc[top]
-            if cfg["norm_topk_prob"]:
-                w = w / (w.sum() + 1e-20)
-            w = w * cfg["routed_scaling_factor"]
-            for e, we in zip(top, w):
-                ep = p + f"mlp.experts.{e}."
-                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
-        x = x + out
+        x = x + deepseek_mlp(cfg, g, p, l, rms(x, g(p + "post_attention_layernorm.weight"), eps), v3, -np.inf)
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
+
+
+def deepseek_mlp(cfg, g, p, l, h, v3, masked):
+    """DeepseekV2/V3MoE (and Glm4MoeMoE) in float64: a dense MLP for the first first_k_dense_replace
+    layers, else the shared experts plus the routed ones: V3 (and GLM) sigmoid scores with the
+    correction bias for the choice, groups by their best two, V2 a softmax, groups by their best;
+    groups left out score `masked` (-inf here, 0.0 in transformers' V3 and GLM: equal while the
+    kept scores stay positive, as here)."""
+    if l < cfg["first_k_dense_replace"]:
+        return swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+    E, k, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
+    logits = h @ g(p + "mlp.gate.weight").T
+    out = swiglu(h, g(p + "mlp.shared_experts.gate_proj.weight"), g(p + "mlp.shared_experts.up_proj.weight"),
+                 g(p + "mlp.shared_experts.down_proj.weight"))
+    for ti in range(len(h)):
+        if v3:
+            sc = 1 / (1 + np.exp(-logits[ti]))
+            choice = sc + g(p + "mlp.gate.e_score_correction_bias")
+            gs = np.sort(choice.reshape(G, -1), axis=-1)[:, -2:].sum(axis=-1)
+        else:
+            sc = np.exp(logits[ti] - logits[ti].max())
+            sc /= sc.sum()
+            choice = sc.copy()
+            gs = choice.reshape(G, -1).max(axis=-1)
+        keep = np.argsort(-gs, kind="stable")[:TG]
+        mask = np.repeat(np.isin(np.arange(G), keep), E // G)
+        top = np.argsort(-np.where(mask, choice, masked), kind="stable")[:k]
+        w = sc[top]
+        if cfg["norm_topk_prob"]:
+            w = w / (w.sum() + 1e-20)
+        w = w * cfg["routed_scaling_factor"]
+        for e, we in zip(top, w):
+            ep = p + f"mlp.experts.{e}."
+            out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+    return out
 
 
 # ---- the float64 forward, as the modeling files compute it ----
@@ -411,6 +418,20 @@ def forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
+def attention_tensors(rng, p, D, H, KV, HD, bias=False, norms=None):
+    """A GQA layer's norms and q/k/v/o projections (q/k/v biases with `bias`; `norms`: the q and k
+    norm widths, per head or over the projection)."""
+    t = {p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
+         p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
+         p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD)}
+    if bias:
+        t.update({p + "self_attn.q_proj.bias": rng.near(0, H * HD), p + "self_attn.k_proj.bias": rng.near(0, KV * HD),
+                  p + "self_attn.v_proj.bias": rng.near(0, KV * HD)})
+    if norms:
+        t.update({p + "self_attn.q_norm.weight": rng.near(1, norms[0]), p + "self_attn.k_norm.weight": rng.near(1, norms[1])})
+    return t
+
+
 def glm4_checkpoint(rng):
     """GLM-4.5 as it ships (transformers' Glm4MoeConfig names): GQA with q/k/v biases and per-head q/k
     norms (use_qk_norm), RoPE on half of each head (partial_rotary_factor 0.5), a dense first layer,
@@ -426,12 +447,7 @@ def glm4_checkpoint(rng):
     t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
     for l in range(L):
         p = f"model.layers.{l}."
-        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
-                  p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.q_proj.bias": rng.near(0, H * HD),
-                  p + "self_attn.k_proj.weight": rng.w(KV * HD, D), p + "self_attn.k_proj.bias": rng.near(0, KV * HD),
-                  p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.v_proj.bias": rng.near(0, KV * HD),
-                  p + "self_attn.o_proj.weight": rng.w(D, H * HD),
-                  p + "self_attn.q_norm.weight": rng.near(1, HD), p + "self_attn.k_norm.weight": rng.near(1, HD)})
+        t.update(attention_tensors(rng, p, D, H, KV, HD, bias=True, norms=(HD, HD)))
         if l < cfg["first_k_dense_replace"]:
             t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D), p + "mlp.down_proj.weight": rng.w(D, DFF)})
             continue
@@ -450,7 +466,6 @@ def glm4_forward(cfg, t, ids):
     """modeling_glm4_moe in float64: partial rotate_half RoPE, per-head q/k norms, DeepSeek-V3's router."""
     g = lambda n: t[n].astype(np.float64)
     H, KV, HD, L, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
-    E, k, G, TG = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["n_group"], cfg["topk_group"]
     R = int(HD * cfg["partial_rotary_factor"])
     freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
     T = len(ids)
@@ -469,25 +484,7 @@ def glm4_forward(cfg, t, ids):
         v = lin("self_attn.v_proj", h).reshape(T, KV, HD)
         a = attention(rope_part(q), rope_part(kk), v, 0, None).reshape(T, H * HD)
         x = x + a @ g(p + "self_attn.o_proj.weight").T
-        h = rms(x, g(p + "post_attention_layernorm.weight"), eps)
-        if l < cfg["first_k_dense_replace"]:
-            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
-            continue
-        logits = h @ g(p + "mlp.gate.weight").T
-        out = swiglu(h, g(p + "mlp.shared_experts.gate_proj.weight"), g(p + "mlp.shared_experts.up_proj.weight"),
-                     g(p + "mlp.shared_experts.down_proj.weight"))
-        for ti in range(T):
-            sc = 1 / (1 + np.exp(-logits[ti]))
-            choice = sc + g(p + "mlp.gate.e_score_correction_bias")
-            gs = np.sort(choice.reshape(G, -1), axis=-1)[:, -2:].sum(axis=-1)
-            keep = np.argsort(-gs, kind="stable")[:TG]
-            mask = np.repeat(np.isin(np.arange(G), keep), E // G)
-            top = np.argsort(-np.where(mask, choice, 0.0), kind="stable")[:k]  # masked_fill(0.0), as Glm4MoeTopkRouter
-            w = sc[top] / (sc[top].sum() + 1e-20) * cfg["routed_scaling_factor"]
-            for e, we in zip(top, w):
-                ep = p + f"mlp.experts.{e}."
-                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
-        x = x + out
+        x = x + deepseek_mlp(cfg, g, p, l, rms(x, g(p + "post_attention_layernorm.weight"), eps), True, 0.0)  # Glm4MoeTopkRouter masks with 0.0
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
@@ -505,11 +502,8 @@ def minimax_checkpoint(rng):
     t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(1, D), "lm_head.weight": rng.w(V, D)}
     for l in range(L):
         p = f"model.layers.{l}."
-        t.update({p + "input_layernorm.weight": rng.near(1, D), p + "post_attention_layernorm.weight": rng.near(1, D),
-                  p + "self_attn.q_proj.weight": rng.w(H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
-                  p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
-                  p + "self_attn.q_norm.weight": rng.near(1, H * HD), p + "self_attn.k_norm.weight": rng.near(1, KV * HD),
-                  p + "block_sparse_moe.gate.weight": rng.w(E, D), p + "block_sparse_moe.e_score_correction_bias": rng.near(0, E) * 0.5})
+        t.update(attention_tensors(rng, p, D, H, KV, HD, norms=(H * HD, KV * HD)))
+        t.update({p + "block_sparse_moe.gate.weight": rng.w(E, D), p + "block_sparse_moe.e_score_correction_bias": rng.near(0, E) * 0.5})
         for e in range(E):
             t.update({p + f"block_sparse_moe.experts.{e}.w1.weight": rng.w(FF, D), p + f"block_sparse_moe.experts.{e}.w3.weight": rng.w(FF, D),
                       p + f"block_sparse_moe.experts.{e}.w2.weight": rng.w(D, FF)})
