@@ -2,7 +2,8 @@
 // the shards and keeps it, the next build reads it and finds every expert where the walk did, with
 // the same checksums and shard identities; a shard rewritten (its modification time), model.h5
 // replaced, a changed byte or a foreign file make it stale (walked again, then kept anew), and the
-// expert reads through a kept index verify as before.
+// expert reads through a kept index verify as before: an index whose checksum holds but whose
+// offsets are wrong gives an error naming the shard and the expert, never another expert's weights.
 #include <gtest/gtest.h>
 
 #include "tests/test_support.hpp"
@@ -11,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/error.hpp"
+#include "base/xxh64.hpp"
 #include "io/expert_index_cache.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
@@ -104,6 +107,41 @@ TEST_F(ExpertIndexCacheTest, ADamagedOrForeignFileIsNotUsed) {
   write(flipped);
   const ExpertShardIndex walked = ExpertShardIndex::build(ModelLocation(dir), config);
   EXPECT_NO_THROW(walked.load_raw(0, 0));
+}
+
+// Records are found from the layout in docs/FORMATS.md: magic, header length, JSON header, N records of
+// 16 + 8P bytes, then the xxh64 of everything before it. Expert 0's and expert 1's offsets are
+// swapped (their checksums kept) and the trailing checksum made to hold again.
+TEST_F(ExpertIndexCacheTest, WrongOffsetsWithAValidChecksumFailTheExpertsCheck) {
+  ExpertShardIndex::build(ModelLocation(dir), config);
+  const std::string path = expert_index_cache_path(dir);
+  std::string b;
+  {
+    std::ifstream in(path, std::ios::binary);
+    b.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t header = 0;
+  std::memcpy(&header, b.data() + 8, 8);
+  const std::size_t parts = expert_raw_parts(config).size(), record = 16 + 8 * parts, first = 16 + header;
+  ASSERT_EQ(b.size(), first + record * static_cast<std::size_t>(config.num_expert_slots()) + 8);
+  for (std::size_t m = 0; m < parts; ++m)
+    std::swap_ranges(b.begin() + static_cast<std::ptrdiff_t>(first + 16 + 8 * m), b.begin() + static_cast<std::ptrdiff_t>(first + 24 + 8 * m),
+                     b.begin() + static_cast<std::ptrdiff_t>(first + record + 16 + 8 * m));
+  const uint64_t sum = Xxh64().bytes(b.data(), b.size() - 8).digest();
+  std::memcpy(b.data() + b.size() - 8, &sum, 8);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+  ASSERT_TRUE(current());  // the forged file passes every check of its own
+  const ExpertShardIndex index = ExpertShardIndex::build(ModelLocation(dir), config);
+  try {
+    index.load_raw(0, 0);
+    FAIL() << "expert 0 read at expert 1's offsets was accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput) << m;
+    EXPECT_NE(m.find("experts-0000"), std::string::npos) << m;
+    EXPECT_NE(m.find("/layers/0/experts/0"), std::string::npos) << m;
+    EXPECT_NE(m.find("checksum"), std::string::npos) << m;
+  }
 }
 
 }  // namespace
