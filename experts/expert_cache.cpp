@@ -247,7 +247,7 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
   const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
   std::vector<std::pair<double, int64_t>> want;  // (score, key), in prefetch order
   const bool hinted = cfg_.prefetch == PrefetchPolicy::Gate && !hinted_[static_cast<std::size_t>(next)].empty();
-  // Gate without a hint for the next layer (its first layer, or a router in another process) falls back to lru.
+  // Gate without a hint for the next layer (the next step's first layer) falls back to lru.
   if (cfg_.prefetch == PrefetchPolicy::Lru || (cfg_.prefetch == PrefetchPolicy::Gate && !hinted)) {
     // Where routing does not repeat (uniform routing: 4% of these prefetches were used on the bench
     // shape) they only take the disk and evict experts that would have hit: once 64 have been

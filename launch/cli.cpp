@@ -67,7 +67,7 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("l3-io", po::value(&l3_io)->default_value(l3_io),
      "expert cache: reads of a local model's shards direct (O_DIRECT where the filesystem allows: L1 holds the experts, the "
      "page cache would hold them twice) or buffered")
-    ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru, affinity (needs --affinity) or gate (the next layer's gate on this layer's input; a router in the same process, else lru)")
+    ("prefetch", po::value(&prefetch)->default_value(prefetch), "expert cache: off, lru, affinity (needs --affinity) or gate (the next layer's gate on this layer's input, sent to the experts' ranks with the dispatch; else lru)")
     ("affinity", po::value(&c.affinity), "expert-affinity graph (moerun affinity build) for --prefetch affinity")
     ("warmup", po::value(&warmup)->default_value(warmup),
      "expert cache: fill the empty L1 by hotness (in the background, hottest experts of the first requests first), "

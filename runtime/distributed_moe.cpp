@@ -16,8 +16,22 @@ using Phase = MoeExchangeProtocol::Phase;
 }  // namespace
 
 DistributedMoeLayer::DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement,
-                                         int64_t num_experts, RouterGroup group)
-    : protocol_(protocol), placement_(placement), num_experts_(num_experts), group_(group) {}
+                                         int64_t num_experts, RouterGroup group, bool hints)
+    : protocol_(protocol), placement_(placement), num_experts_(num_experts), group_(group),
+      hints_(hints && num_experts <= protocol.hidden()) {}
+
+void DistributedMoeLayer::hint(int64_t layer, const std::vector<int64_t>& rows) {
+  hint_layer_ = layer;
+  hint_rows_ = rows;
+}
+
+void DistributedMoeLayer::write_hint(char* dst) const {
+  const int32_t id = MoeExchangeProtocol::kHintRecord;
+  std::memcpy(dst, &id, 4);
+  std::vector<float> v(static_cast<std::size_t>(protocol_.hidden()), 0.0f);
+  for (std::size_t e = 0; e < hint_rows_.size() && e < v.size(); ++e) v[e] = static_cast<float>(hint_rows_[e]);
+  std::memcpy(dst + 4, v.data(), v.size() * 4);
+}
 
 std::vector<DistributedMoeLayer::Piece> DistributedMoeLayer::pieces(int64_t layer, const router::DispatchPlan& plan) {
   std::vector<Piece> out;
@@ -78,6 +92,13 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
                    [](const Piece& a, const Piece& b) { return a.rank != b.rank ? a.rank < b.rank : a.expert < b.expert; });
   f.rows_to.assign(static_cast<std::size_t>(P), 0);
   for (const Piece& p : order) f.rows_to[p.rank] += p.end - p.begin;
+  f.replies = f.rows_to;
+  // The gate prefetch's prediction for the next layer, one record to each rank holding a hinted expert.
+  std::vector<uint8_t> hint_to(static_cast<std::size_t>(P), 0);
+  if (hint_layer_ == layer + 1)
+    for (int64_t e = 0; e < num_experts_ && e < static_cast<int64_t>(hint_rows_.size()); ++e)
+      if (hint_rows_[static_cast<std::size_t>(e)] > 0) hint_to[static_cast<std::size_t>(placement_.owner_of(hint_layer_, e))] = 1;
+  for (int p = 0; p < P; ++p) f.rows_to[p] += hint_to[static_cast<std::size_t>(p)];
   double t1 = now();
   f.dispatch = protocol_.open(Phase::Dispatch, layer, mb, f.rows_to);
   double t2 = now();
@@ -85,14 +106,21 @@ void DistributedMoeLayer::start(int64_t layer, int mb, const float* x, int64_t T
   const std::size_t rec = MoeExchangeProtocol::dispatch_record_bytes(d);
   char* send = f.dispatch->send_as<char>();
   std::vector<int64_t> plan_row_to_send(static_cast<std::size_t>(plan.rows()), -1);
-  int64_t next = 0;
-  for (const Piece& p : order)
-    for (int64_t pr = plan.offset[p.expert] + p.begin; pr < plan.offset[p.expert] + p.end; ++pr) {
-      char* dst = send + static_cast<std::size_t>(next) * rec;
-      std::memcpy(dst, &p.expert, 4);
-      std::memcpy(dst + 4, x + static_cast<int64_t>(plan.row_token[pr]) * d, static_cast<std::size_t>(d) * 4);
-      plan_row_to_send[pr] = next++;
+  int64_t next = 0, sent = 0;  // records written; rows among them (the combine's numbering)
+  std::size_t piece = 0;
+  for (int rank = 0; rank < P; ++rank) {
+    for (; piece < order.size() && order[piece].rank == rank; ++piece) {
+      const Piece& p = order[piece];
+      for (int64_t pr = plan.offset[p.expert] + p.begin; pr < plan.offset[p.expert] + p.end; ++pr) {
+        char* dst = send + static_cast<std::size_t>(next++) * rec;
+        std::memcpy(dst, &p.expert, 4);
+        std::memcpy(dst + 4, x + static_cast<int64_t>(plan.row_token[pr]) * d, static_cast<std::size_t>(d) * 4);
+        plan_row_to_send[pr] = sent++;
+      }
     }
+    if (hint_to[static_cast<std::size_t>(rank)]) write_hint(send + static_cast<std::size_t>(next++) * rec);
+  }
+  hint_layer_ = -1;
   // The dispatch's layout, kept for the combine: the plan with each slot's row in send order.
   f.layout = plan;
   for (int64_t s = 0; s < T * k; ++s)
@@ -114,7 +142,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   double tw = now();
   // Results land in the exchange's receive buffer (hier: the node's shared window): combined from there.
   // Each expert rank returns the rows it was sent: the dispatch's counts are the combine's.
-  auto reply = protocol_.open_combine(f.layer, mb, std::vector<int64_t>(static_cast<std::size_t>(P), 0), f.rows_to);
+  auto reply = protocol_.open_combine(f.layer, mb, std::vector<int64_t>(static_cast<std::size_t>(P), 0), f.replies);
   reply->post();
   reply->wait();
   double t1 = now();
@@ -150,27 +178,40 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     rep.rows_from = protocol_.rows_from(*in, Phase::Dispatch);
     in->post();
     in->wait();
-    int64_t rows = 0;
-    for (int64_t r : rep.rows_from) rows += r;
-    received += rows;
     double t1 = now();
     // Rows are read where they landed (hier: the node's shared window). Grouped by expert (stable:
-    // source rank, then the router's order), as a DispatchPlan whose "tokens" are the arrival rows
-    // and top_k is 1.
+    // source rank, then the router's order), as a DispatchPlan whose "tokens" are the rows in
+    // arrival order (hint records set apart) and top_k is 1.
     const char* rbuf = in->recv_as<char>();
-    std::vector<int32_t> expert(static_cast<std::size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
-      std::memcpy(&expert[i], rbuf + static_cast<std::size_t>(i) * rec, 4);
-      if (expert[i] < 0 || expert[i] >= num_experts_)
-        fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", expert[i], "), not an expert of the model");
+    std::vector<int32_t> expert;
+    std::vector<int64_t> record;  // each row's record
+    int64_t i = 0;
+    for (std::size_t peer = 0; peer < rep.rows_from.size(); ++peer) {
+      const int64_t n = rep.rows_from[peer];
+      for (int64_t j = 0; j < n; ++j, ++i) {
+        int32_t id;
+        std::memcpy(&id, rbuf + static_cast<std::size_t>(i) * rec, 4);
+        if (id == MoeExchangeProtocol::kHintRecord) {
+          take_hint(rbuf + static_cast<std::size_t>(i) * rec + 4, d);
+          --rep.rows_from[peer];  // no reply for it
+          continue;
+        }
+        if (id < 0 || id >= num_experts_)
+          fail(ErrorKind::Internal, "received a row for expert (", layer, ", ", id, "), not an expert of the model");
+        expert.push_back(id);
+        record.push_back(i);
+      }
     }
+    const auto rows = static_cast<int64_t>(expert.size());
+    received += rows;
+    if (!hinted_.empty()) store_.hint(layer + 1, std::exchange(hinted_, {}));
     const router::DispatchPlan plan = router::DispatchPlan::build(expert.data(), rows, 1, num_experts_);
     for (int64_t e = 0; e < num_experts_; ++e)
       if (plan.rows_of(e) > 0 && !store_.owns(layer, e))
         fail(ErrorKind::Internal, "received rows for expert (", layer, ", ", e, ") which this rank does not hold");
     const experts::RowBuffers io = backend_.row_buffers(rows);
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(io.gathered + r * d, rbuf + static_cast<std::size_t>(plan.row_token[r]) * rec + 4,
+      std::memcpy(io.gathered + r * d, rbuf + static_cast<std::size_t>(record[static_cast<std::size_t>(plan.row_token[r])]) * rec + 4,
                   static_cast<std::size_t>(d) * 4);
     double t2 = now();
     run_local_experts(backend_, store_, layer, plan, io.gathered, io.results);
@@ -186,6 +227,15 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
   for (Reply& rep : replies_) rep.pending->wait();
   times_.exchange += now() - t4;
   layer_rows_.push_back(received);
+}
+
+void ExpertServer::take_hint(const char* floats, int64_t d) {
+  hinted_.resize(static_cast<std::size_t>(num_experts_), 0);
+  for (int64_t e = 0; e < num_experts_ && e < d; ++e) {
+    float v;
+    std::memcpy(&v, floats + e * 4, 4);
+    hinted_[static_cast<std::size_t>(e)] += static_cast<int64_t>(v);
+  }
 }
 
 }  // namespace moerun::runtime

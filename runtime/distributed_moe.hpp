@@ -42,11 +42,15 @@ struct RoutedRows {
 class DistributedMoeLayer final : public MoeLayer {
  public:
   // `placement` is read at every start(): the engine may change it between steps (rebalancing).
+  // `hints`: pass the gate prefetch's predictions to the expert ranks (needs num_experts <= hidden).
   DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts,
-                      RouterGroup group = {});
+                      RouterGroup group = {}, bool hints = false);
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
+  bool wants_hints() const override { return hints_; }
+  // Kept until the next start(), whose dispatch carries it to the ranks holding the hinted experts.
+  void hint(int64_t layer, const std::vector<int64_t>& rows) override;
   const RoutedRows& routed() const { return routed_; }
   void reset_routed() { routed_ = {}; }
 
@@ -65,7 +69,8 @@ class DistributedMoeLayer final : public MoeLayer {
     int64_t layer = 0;
     std::vector<float> weight;
     router::DispatchPlan layout;     // slot_row: the row of each slot in send order, -1 dropped
-    std::vector<int64_t> rows_to;    // [peer] rows sent
+    std::vector<int64_t> rows_to;    // [peer] records sent (rows, and a hint record to some)
+    std::vector<int64_t> replies;    // [peer] rows sent: what comes back
     std::unique_ptr<comm::ExchangeHandle> dispatch;  // posted, until finish()
   };
   MoeExchangeProtocol& protocol_;
@@ -75,6 +80,11 @@ class DistributedMoeLayer final : public MoeLayer {
   std::vector<InFlight> mbs_;
   MoePhaseTimes times_;
   RoutedRows routed_;
+  bool hints_;
+  int64_t hint_layer_ = -1;
+  std::vector<int64_t> hint_rows_;
+  // The hint record's bytes (kHintRecord, then the predicted rows per expert as floats).
+  void write_hint(char* dst) const;
 };
 
 class ExpertServer {
@@ -100,6 +110,8 @@ class ExpertServer {
   std::vector<Reply> replies_;
   MoePhaseTimes times_;
   std::vector<int64_t> layer_rows_;
+  std::vector<int64_t> hinted_;  // the routers' predictions for the next layer, summed (gate prefetch)
+  void take_hint(const char* floats, int64_t d);
 };
 
 }  // namespace moerun::runtime

@@ -267,11 +267,15 @@ void Engine::build_exchanges() {
 
 void Engine::start_serving() {
   if (distributed()) build_exchanges();
+  // The gate prefetch's hints cost the routers a gate and each dispatch a record: sent only where an
+  // expert rank's store takes them.
+  std::vector<int64_t> takes_hints{store_ && store_->wants_hints() ? 1 : 0};
+  if (distributed()) comm::allreduce_max_timed(takes_hints, world_, setup_timeout_s_, "whether an expert rank takes prefetch hints");
   if (is_router()) {
     if (distributed()) {
       const RouterGroup group{routers() > 1 ? routers_comm_.get() : MPI_COMM_NULL, router_index(), cfg_.comm_timeout_s,
                               experts::replica_row_granule(mc_, cfg_.device)};
-      moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts, group);
+      moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts, group, takes_hints[0] > 0);
     }
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);

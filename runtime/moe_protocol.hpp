@@ -9,6 +9,9 @@
 //  - A dispatch record is an int32 expert id, then the row's d float32; a rank's rows are
 //    contiguous, grouped by expert. A combine record is d float32: the expert output of each row,
 //    in the order the expert rank received the rows.
+//  - A router may end a rank's dispatch rows with one hint record (id kHintRecord): its floats
+//    [0, num_experts) are the rows the router predicts for each expert of the next MoE layer (the
+//    gate prefetch). It gets no combine record.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,6 +34,7 @@ class MoeExchangeProtocol {
   static std::vector<Step> layer_steps(int micro_batches);
   static std::size_t dispatch_record_bytes(int64_t hidden) { return 4 + static_cast<std::size_t>(hidden) * 4; }
   static std::size_t combine_record_bytes(int64_t hidden) { return static_cast<std::size_t>(hidden) * 4; }
+  static constexpr int32_t kHintRecord = -2;
 
   MoeExchangeProtocol(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const comm::Topology& topo, int rank,
                       int64_t hidden);

@@ -47,6 +47,20 @@ assert c["prefetch_issued"] > 0 and c["prefetch_used"] > 0, c
 assert c["l1_misses"] < lru["l1_misses"], (c["l1_misses"], lru["l1_misses"])
 PY
 
+# The same across ranks: the router's predictions travel with its dispatch to the expert ranks.
+for p in gate lru; do
+  $MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4-$p-1.jsonl" --quiet --max-batch-size 1 \
+    --l1-bytes $((4 * EXPERT)) --prefetch $p --warmup none --stats-json "$WORK/np4-$p-1.stats"
+done
+check "np 4, --prefetch gate: same tokens; the expert ranks got the router's predictions and missed less than with lru" \
+  "$PY" - "$WORK/np4-gate-1.stats" "$WORK/np4-lru-1.stats" "$WORK/ref.jsonl" "$WORK/np4-gate-1.jsonl" <<'PY'
+import json, sys
+c, lru = (json.load(open(p))["cache"] for p in sys.argv[1:3])
+assert open(sys.argv[3]).read() == open(sys.argv[4]).read()
+assert c["prefetch_issued"] > 0 and c["prefetch_used"] > 0, c
+assert c["l1_misses"] < lru["l1_misses"], (c["l1_misses"], lru["l1_misses"])
+PY
+
 # np 4: 1 router and 3 expert ranks with 8 experts each; L1 = 2 (25%), L2 on local disk.
 for p in lru affinity gate; do
   $MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4-$p.jsonl" --quiet \
