@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "base/error.hpp"
+#include "base/native_matmul.hpp"
 #include "base/small_m_matmul.hpp"
 
 namespace moerun {
@@ -245,6 +246,10 @@ void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DTyp
 }
 
 void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) {
+  if (is_native_quantized(W.scheme)) {  // mxfp4 / fp8-block as shipped, float32 activations
+    native_matmul(W.scheme, x, M, W.cols, W.rows, W.data.as<uint8_t>(), y);
+    return;
+  }
   if (is_group_quantized(W.scheme)) {
     quantize_activations(x, M, W.cols, impl_->xq);
     quant_matmul(W.scheme, impl_->xq, W.rows, W.data.as<uint8_t>(), y);

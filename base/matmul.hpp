@@ -65,8 +65,9 @@ class Matmul {
   Matmul(const Matmul&) = delete;
   Matmul& operator=(const Matmul&) = delete;
 
-  // y[M, W.rows] = x[M, W.cols] · Wᵀ. x is float32; for bf16 weights it is rounded to bf16 first,
-  // for q8/q4 weights quantized per row and group of 32 (base/quant_matmul).
+  // y[M, W.rows] = x[M, W.cols] · Wᵀ over every weight format: x is float32; for bf16 weights it is
+  // rounded to bf16 first, for q8/q4 weights quantized per row and group of 32 (base/quant_matmul);
+  // mxfp4 and fp8-block (as shipped, in native_matmul's blocked form) take it in float32.
   void linear(const float* x, int64_t M, const WeightMatrix& W, float* y);
 
   // The general form. x is in W's dtype (float32, or bf16 bits for bf16 weights); y is float32 or

@@ -59,13 +59,13 @@ void quantized_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, fl
   add_b2(y, rows, d, w);
 }
 // mxfp4/fp8-block: float32 throughout, the activation's output straight into w2's input.
-void native_ffn_forward(const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& s, const FfnActivation& a) {
+void native_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& s, const FfnActivation& a) {
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   for (AlignedBuffer* b : {&s.g, &s.u, &s.act}) b->resize(static_cast<std::size_t>(rows * ff) * 4);
-  native_matmul(w.w1.scheme, x, rows, d, ff, w.w1.data.as<uint8_t>(), s.g.as<float>());
-  native_matmul(w.w3.scheme, x, rows, d, ff, w.w3.data.as<uint8_t>(), s.u.as<float>());
+  mm.linear(x, rows, w.w1, s.g.as<float>());
+  mm.linear(x, rows, w.w3, s.u.as<float>());
   gated_activation(s.g.as<float>(), s.u.as<float>(), w, rows, ff, a, DType::F32, s.act.data());
-  native_matmul(w.w2.scheme, s.act.as<float>(), rows, ff, d, w.w2.data.as<uint8_t>(), y);
+  mm.linear(s.act.as<float>(), rows, w.w2, y);
   add_b2(y, rows, d, w);
 }
 }  // namespace
@@ -74,7 +74,7 @@ void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
                         FfnScratch& s, const FfnActivation& activation) {
   if (rows == 0) return;
   if (is_group_quantized(w.w2.scheme)) return quantized_ffn_forward(x, rows, w, y, s, activation);
-  if (is_native_quantized(w.w2.scheme)) return native_ffn_forward(x, rows, w, y, s, activation);
+  if (is_native_quantized(w.w2.scheme)) return native_ffn_forward(mm, x, rows, w, y, s, activation);
   const int64_t d = w.w2.rows, ff = w.w2.cols;
   const DType dt = w.w2.dtype;
   // Scratch is sized for the padded row count so bf16 GEMMs compute padding rows in place.

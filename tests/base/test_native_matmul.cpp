@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "base/matmul.hpp"
 #include "base/native_matmul.hpp"
 #include "base/native_quant.hpp"
 
@@ -265,6 +266,31 @@ TEST_P(NativeMatmul, ARowGivesTheSameBitsAloneAsInABatch) {
 // mxfp4's activation digits at their edges: x / s exactly halfway between integers (the second
 // digit clamped at 127, the third at 127), groups whose values span 12 decades, a group of zeros,
 // and subnormal x: within the digits' bound of fp64, and both kernels the same bits.
+// Matmul::linear takes the native formats too (one linear over every weight format): the same bits
+// as native_matmul itself, for both formats.
+TEST(NativeMatmul, LinearRunsTheNativeKernels) {
+  const int64_t M = 3, K = 256, N = 48;
+  Matmul mm;
+  for (WeightScheme s : {WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+    const NativeMatrix m = make_native(s, N, K, 11);
+    WeightMatrix W;
+    W.dtype = DType::F32;
+    W.scheme = s;
+    W.rows = N;
+    W.cols = K;
+    W.data.resize(m.blocked.size());
+    std::memcpy(W.data.data(), m.blocked.data(), m.blocked.size());
+    const auto x = random_matrix(M, K, 12, 1.0f);
+    std::vector<float> a(static_cast<std::size_t>(M * N)), b(a.size());
+    mm.linear(x.data(), M, W, a.data());
+    native_matmul(s, x.data(), M, K, N, m.blocked.data(), b.data());
+    EXPECT_EQ(a, b) << static_cast<int>(s);
+    std::vector<double> sums;
+    const std::vector<float> ref = reference(x, m.dequantized, M, K, N, &sums);
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], ref[i], 1e-4 * (sums[i] + 1)) << i;
+  }
+}
+
 TEST(NativeMatmulMxfp4, DigitsKeepTheirBoundAtTiesWideRangesAndZeros) {
   const int64_t M = 3, K = 128, N = 40;
   const NativeMatrix w = make_native(WeightScheme::Mxfp4, N, K, 21);
