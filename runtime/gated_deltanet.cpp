@@ -178,17 +178,28 @@ void DeltaNetState::reset(const DeltaNetShape& s) {
   recurrent.assign(static_cast<std::size_t>(s.recurrent_floats()), 0.0f);
 }
 
+namespace {
+// out[c] = SiLU(sum_j wT[j, c] in[j, c]) over a row of C channels (the taps' rows `stride` apart).
+MOERUN_VECTOR_CLONES void conv_row(const float* in, int64_t stride, const float* wT, int64_t K, int64_t C, float* out) {
+  for (int64_t c = 0; c < C; ++c) out[c] = 0.0f;
+  for (int64_t j = 0; j < K; ++j) {
+    const float* wj = wT + j * C;
+    const float* r = in + j * stride;
+    for (int64_t c = 0; c < C; ++c) out[c] += wj[c] * r[c];
+  }
+  for (int64_t c = 0; c < C; ++c) out[c] = silu(out[c]);
+}
+}  // namespace
+
 void causal_conv1d_silu(float* x, int64_t n, int64_t C, const float* w, int64_t K, float* state) {
-  // The window of inputs: the state's K-1 rows, then x's rows (read before they are overwritten).
-  std::vector<float> in(static_cast<std::size_t>((K - 1 + n) * C));
+  // The window of inputs: the state's K-1 rows, then x's rows (read before they are overwritten);
+  // the taps transposed so a row's sums run along the channels.
+  std::vector<float> in(static_cast<std::size_t>((K - 1 + n) * C)), wT(static_cast<std::size_t>(K * C));
   std::copy(state, state + (K - 1) * C, in.begin());
   std::copy(x, x + n * C, in.begin() + (K - 1) * C);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t c = 0; c < C; ++c) {
-      float s = 0;
-      for (int64_t j = 0; j < K; ++j) s += w[c * K + j] * in[static_cast<std::size_t>((t + j) * C + c)];
-      x[t * C + c] = silu(s);
-    }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t j = 0; j < K; ++j) wT[static_cast<std::size_t>(j * C + c)] = w[c * K + j];
+  for (int64_t t = 0; t < n; ++t) conv_row(in.data() + t * C, C, wT.data(), K, C, x + t * C);
   std::copy(in.end() - (K - 1) * C, in.end(), state);
 }
 
