@@ -147,10 +147,10 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
     for (int64_t l = 0; l < num_layers_; ++l)
       for (int64_t e = 0; e < num_experts_; ++e) hot_[static_cast<std::size_t>(key(l, e))] = graph_->freq(l, e) * tokens;
     warming_ = false;
+    queue_settle_locked();  // no loader runs yet: no lock needed
   }
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, stored_form_name(backend_, source.config()), cfg_.l2_direct);
-  if (graph_ && !warming_ && cfg_.warmup == WarmupPolicy::Hotness && cfg_.prefetch != PrefetchPolicy::Affinity) queue_settle_locked();  // no thread runs yet: no lock needed
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
   log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
              prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());

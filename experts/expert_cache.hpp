@@ -7,8 +7,8 @@
 // when a layer's needs are known, the experts the next layer will likely need are loaded into L1
 // (lru: those the next layer used last time; affinity: predicted from the affinity graph), and for
 // affinity their likeliest successors into L2; gate: those the router predicts by applying the next
-// layer's gate to this layer's expert input, hint()ed before this layer's experts run). Eviction never touches an expert in use or still
-// needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
+// layer's gate to this layer's expert input, hint()ed before this layer's experts run). Eviction
+// never touches an expert in use or still needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
 // recently used (lru, off).
 #pragma once
 #include "base/counter_fields.hpp"

@@ -75,5 +75,14 @@ void read_layer_types(const HfConfig& h, ModelConfig& c) {
   }
 }
 
+int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor) {
+  const char* field = h.has("rotary_dim") ? "rotary_dim" : "partial_rotary_factor";
+  const double factor = h.number_or("partial_rotary_factor", default_factor);
+  const int64_t r = h.has("rotary_dim") ? h.integer("rotary_dim") : static_cast<int64_t>(static_cast<double>(head_dim) * factor);
+  if (r < 2 || r > head_dim || r % 2 != 0)
+    fail(ErrorKind::BadInput, h.where, ": field ", field, " gives ", r, " rotated dims of each head, expected an even number in [2, head_dim = ",
+         head_dim, "]");
+  return r == head_dim ? 0 : r;
+}
 
 }  // namespace moerun::io

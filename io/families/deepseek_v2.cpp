@@ -1,5 +1,5 @@
 // DeepSeek-V2 (transformers' modeling_deepseek_v2): MLA, softmax routing, greedy or group-limited;
-// and the readers DeepSeek-V3 shares.
+// and the readers DeepSeek-V3 and GLM-4.5 share.
 #include <algorithm>
 
 #include "io/families/families.hpp"
@@ -76,7 +76,6 @@ void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const Note
     note(std::string(field) + " " + std::to_string(n) + ": the multi-token prediction layer(s) model.layers." + std::to_string(c.num_layers) +
          ".* are not converted (they serve speculative decoding only)");
 }
-
 
 // DeepSeek's variants at synth's sizes: MLA with the q/k head dim given (a third of it RoPE, the
 // rest nope, values as wide as nope, a latent of twice nope; V3 with a q_lora of half the hidden

@@ -16,13 +16,19 @@ void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool
 void synth_deepseek(bool v3, ModelConfig& m);
 // The MoE part of synth_deepseek: groups, scores, scaling, the shared experts, a dense first layer.
 void synth_deepseek_moe(bool v3, ModelConfig& m);
-void deepseek_tensor_names(NameMap& n);
+void deepseek_tensor_names(NameMap& n);  // shared_experts (plural) in both
 // DeepSeek-V3's router (GLM-4.5 has it too): sigmoid scores, the correction bias, n_group groups by
 // their best two, topk_group kept, norm_topk_prob (default true).
 void read_v3_router(const HfConfig& h, ModelConfig& c);
 // first_k_dense_replace dense layers of intermediate_size (DeepSeek, GLM-4.5).
 void read_first_dense_layers(const HfConfig& h, ModelConfig& c);
 // A note that the `field` multi-token prediction layers past num_hidden_layers are not converted.
-void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field);  // shared_experts (plural) in both
+void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field);
+// synth's partial RoPE (GLM-4.5's and MiniMax-M2's half of each head): half of head_dim, even; 0
+// (all of it) when that is not a proper part.
+inline int64_t synth_half_rotary_dim(int64_t head_dim) {
+  const int64_t half = head_dim / 4 * 2;
+  return half >= 2 && half < head_dim ? half : 0;
+}
 
 }  // namespace moerun::io::families

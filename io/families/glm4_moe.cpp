@@ -15,10 +15,7 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   c.shared_expert_gated = false;
   c.attention_bias = h.flag_or("attention_bias", false);  // q, k, v only: o_proj has none
   if (h.flag_or("use_qk_norm", false)) c.qk_norm = QkNorm::PerHead;
-  const double factor = h.number_or("partial_rotary_factor", 0.5);
-  if (!(factor > 0 && factor <= 1)) fail(ErrorKind::BadInput, h.where, ": field partial_rotary_factor is ", factor, ", expected in (0, 1]");
-  const auto rotary = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);  // int(), as transformers' rope init
-  c.rotary_dim = rotary == c.head_dim ? 0 : rotary;
+  c.rotary_dim = read_rotary_dim(h, c.head_dim, 0.5);
   read_v3_router(h, c);
   c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
   read_first_dense_layers(h, c);
@@ -30,8 +27,7 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
 void synth(ModelConfig& m) {
   m.attention_bias = true;
   m.qk_norm = QkNorm::PerHead;
-  const int64_t half = m.head_dim / 4 * 2;  // half of a head, even
-  m.rotary_dim = half >= 2 && half < m.head_dim ? half : 0;
+  m.rotary_dim = synth_half_rotary_dim(m.head_dim);
   synth_deepseek_moe(true, m);  // V3's router, one shared expert, a dense first layer
 }
 

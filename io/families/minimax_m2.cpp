@@ -8,21 +8,10 @@
 namespace moerun::io::families {
 namespace {
 
-// Each head's rotated dims: rotary_dim (MiniMax's config) or partial_rotary_factor (transformers'),
-// 0 when that is the whole head.
-int64_t rotary_dim_of(const HfConfig& h, int64_t head_dim) {
-  int64_t r = head_dim;
-  if (h.has("rotary_dim")) r = h.integer("rotary_dim");
-  else if (h.has("partial_rotary_factor")) r = static_cast<int64_t>(static_cast<double>(head_dim) * h.number_or("partial_rotary_factor", 1.0));
-  if (r < 2 || r > head_dim || r % 2 != 0)
-    fail(ErrorKind::BadInput, h.where, ": field rotary_dim is ", r, ", expected even in [2, head_dim = ", head_dim, "]");
-  return r == head_dim ? 0 : r;
-}
-
 void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   c.num_experts = h.integer("num_local_experts");
   c.intermediate_size = h.integer("intermediate_size");
-  c.rotary_dim = rotary_dim_of(h, c.head_dim);
+  c.rotary_dim = read_rotary_dim(h, c.head_dim, 1.0);
   const std::string norm = h.has("qk_norm_type") && h.j["qk_norm_type"].is_string() ? h.j["qk_norm_type"].get<std::string>() : "per_layer";
   if (norm != "per_layer") fail(ErrorKind::BadInput, h.where, ": field qk_norm_type is \"", norm, "\"; supported: per_layer");
   c.qk_norm = QkNorm::Projection;
@@ -39,8 +28,7 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
 // MiniMax-M2's shape at synth's sizes: half of each head rotated, q/k norms over the projection,
 // sigmoid routing with a correction bias.
 void synth(ModelConfig& m) {
-  const int64_t half = m.head_dim / 4 * 2;
-  m.rotary_dim = half >= 2 && half < m.head_dim ? half : 0;
+  m.rotary_dim = synth_half_rotary_dim(m.head_dim);
   m.qk_norm = QkNorm::Projection;
   m.router_scoring = RouterScoring::Sigmoid;
   m.router_correction_bias = true;

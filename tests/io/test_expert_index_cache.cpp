@@ -34,6 +34,12 @@ class ExpertIndexCacheTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir); }
   std::vector<std::string> shards() const { return ModelLocation(dir).shard_names(); }
   bool current() const { return expert_index_cache_current(dir, shards()); }
+  // experts-index.bin as written now, and the bytes to write in its place.
+  std::string index_bytes() const {
+    std::ifstream in(expert_index_cache_path(dir), std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+  }
+  void write_index(const std::string& b) const { std::ofstream(expert_index_cache_path(dir), std::ios::binary | std::ios::trunc) << b; }
   std::string dir;
   ModelConfig config;
 };
@@ -83,13 +89,8 @@ TEST_F(ExpertIndexCacheTest, AShardRewrittenOrModelReplacedMakesItStale) {
 
 TEST_F(ExpertIndexCacheTest, ADamagedOrForeignFileIsNotUsed) {
   ExpertShardIndex::build(ModelLocation(dir), config);
-  const std::string path = expert_index_cache_path(dir);
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
-  auto write = [&](const std::string& b) { std::ofstream(path, std::ios::binary | std::ios::trunc) << b; };
+  const std::string bytes = index_bytes();
+  auto write = [&](const std::string& b) { write_index(b); };
   std::string flipped = bytes;
   flipped[flipped.size() - 20] ^= 1;  // a record's byte: the trailing checksum no longer matches
   write(flipped);
@@ -114,12 +115,7 @@ TEST_F(ExpertIndexCacheTest, ADamagedOrForeignFileIsNotUsed) {
 // swapped (their checksums kept) and the trailing checksum made to hold again.
 TEST_F(ExpertIndexCacheTest, WrongOffsetsWithAValidChecksumFailTheExpertsCheck) {
   ExpertShardIndex::build(ModelLocation(dir), config);
-  const std::string path = expert_index_cache_path(dir);
-  std::string b;
-  {
-    std::ifstream in(path, std::ios::binary);
-    b.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string b = index_bytes();
   uint64_t header = 0;
   std::memcpy(&header, b.data() + 8, 8);
   const std::size_t parts = expert_raw_parts(config).size(), record = 16 + 8 * parts, first = 16 + header;
@@ -129,7 +125,7 @@ TEST_F(ExpertIndexCacheTest, WrongOffsetsWithAValidChecksumFailTheExpertsCheck) 
                      b.begin() + static_cast<std::ptrdiff_t>(first + record + 16 + 8 * m));
   const uint64_t sum = Xxh64().bytes(b.data(), b.size() - 8).digest();
   std::memcpy(b.data() + b.size() - 8, &sum, 8);
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << b;
+  write_index(b);
   ASSERT_TRUE(current());  // the forged file passes every check of its own
   const ExpertShardIndex index = ExpertShardIndex::build(ModelLocation(dir), config);
   try {

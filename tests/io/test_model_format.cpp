@@ -93,6 +93,24 @@ TEST_F(ModelFormat, ExpertFormatIsWrittenReadAndChecked) {
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "expert_format \"int3\""});
 }
 
+// Version 7's rotary_dim: written only when part of each head rotates, read back, and refused when
+// odd, past head_dim, or in a file of an older version.
+TEST_F(ModelFormat, RotaryDimIsVersion7AndChecked) {
+  EXPECT_EQ(read_model_config(dir).rotary_dim, 0);
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
+    EXPECT_FALSE(h5_attr_int(f, "rotary_dim").has_value()) << "a model that rotates whole heads keeps its older version's attributes";
+  }
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "rotary_dim", int64_t{2}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "rotary_dim needs format_version 7"});
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
+  EXPECT_EQ(read_model_config(dir).rotary_dim, 2);
+  for (int64_t bad : {3, 6}) {  // odd; past head_dim 4
+    { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "rotary_dim", bad); }
+    expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "attribute rotary_dim is " + std::to_string(bad)});
+  }
+}
+
 // The version-3 variant attributes: each value outside its set is exit 3 naming the file and the
 // attribute (or entry), before anything is sized from it.
 TEST_F(ModelFormat, BadLayerVariantsAreRefused) {

@@ -587,6 +587,30 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     return failures
 
 
+def bad_family_configs(moerun, work):
+    """GLM-4.5 and MiniMax-M2 configs convert cannot follow: exit 3, one line naming config.json's
+    field, nothing written (after check_model wrote both checkpoints)."""
+    def set_field(model, **fields):
+        def edit(d):
+            path = os.path.join(d, "config.json")
+            cfg = json.load(open(path))
+            cfg.update(fields)
+            json.dump(cfg, open(path, "w"))
+            return "config.json"
+        return model, edit
+    cases = [("GLM-4.5, partial_rotary_factor 0.01 (no rotated dim)", "partial_rotary_factor", set_field("glm4_moe", partial_rotary_factor=0.01)),
+             ("GLM-4.5, an odd number of rotated dims", "partial_rotary_factor", set_field("glm4_moe", partial_rotary_factor=0.55)),
+             ("MiniMax-M2, rotary_dim past head_dim", "rotary_dim", set_field("minimax_m2", rotary_dim=64)),
+             ("MiniMax-M2, per-head q/k norms", "qk_norm_type", set_field("minimax_m2", qk_norm_type="per_head")),
+             ("MiniMax-M2, softmax scores", "scoring_func", set_field("minimax_m2", scoring_func="softmax"))]
+    failures = 0
+    for i, (what, field, (model, edit)) in enumerate(cases):
+        ok, err, rc = convert_refused(moerun, os.path.join(work, model + "-hf"), os.path.join(work, f"bad-family-{i}"), edit, field)
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} bad config, {what}: exit {rc}: {err}")
+    return failures
+
+
 def bad_native_checkpoints(moerun, work):
     """MXFP4 and fp8 checkpoints that cannot be read as shipped: exit 3, one line naming the file and
     the tensor or field, nothing written."""
@@ -647,6 +671,7 @@ def main():
     cfg, t = minimax_checkpoint(Rng(11))
     failures += check_model(moerun, work, "minimax_m2", cfg, t, t, [], None)
     failures += bad_native_checkpoints(moerun, work)
+    failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
