@@ -20,6 +20,9 @@ NcclNodeExchange::NcclNodeExchange(MPI_Comm node) : impl_(std::make_unique<Impl>
   Impl& s = *impl_;
   MPI_CHECK(MPI_Comm_rank(node, &s.local));
   MPI_CHECK(MPI_Comm_size(node, &s.size));
+  // NCCL refuses two ranks of one communicator on the same GPU (seen on a one-GPU H200 with 2 ranks).
+  if (const int devices = cuda_device_count(); devices > 0 && s.size > devices)
+    fail(ErrorKind::Usage, "the NCCL exchange needs one GPU per rank: ", s.size, " ranks on this node, ", devices, " GPU(s)");
   s.device = use_cuda_device(s.local, "the NCCL exchange");
   s.stream = cuda::make_stream();
   ncclUniqueId id;

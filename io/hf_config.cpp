@@ -76,8 +76,12 @@ void read_layer_types(const HfConfig& h, ModelConfig& c) {
 }
 
 int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor) {
-  const char* field = h.has("rotary_dim") ? "rotary_dim" : "partial_rotary_factor";
-  const double factor = h.number_or("partial_rotary_factor", default_factor);
+  // transformers 5.x saves the factor inside rope_parameters (MiniMax-M2's rotary_dim becomes one).
+  const bool nested = !h.has("partial_rotary_factor") && h.has("rope_parameters") && h.j["rope_parameters"].is_object() &&
+                      h.j["rope_parameters"].contains("partial_rotary_factor");
+  const HfConfig p = nested ? HfConfig{h.j["rope_parameters"], h.where} : h;
+  const char* field = h.has("rotary_dim") ? "rotary_dim" : nested ? "rope_parameters.partial_rotary_factor" : "partial_rotary_factor";
+  const double factor = p.number_or("partial_rotary_factor", default_factor);
   const int64_t r = h.has("rotary_dim") ? h.integer("rotary_dim") : static_cast<int64_t>(static_cast<double>(head_dim) * factor);
   if (r < 2 || r > head_dim || r % 2 != 0)
     fail(ErrorKind::BadInput, h.where, ": field ", field, " gives ", r, " rotated dims of each head, expected an even number in [2, head_dim = ",

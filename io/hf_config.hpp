@@ -63,7 +63,8 @@ void read_dense_layers(const HfConfig& h, ModelConfig& c);
 // gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
 void read_layer_types(const HfConfig& h, ModelConfig& c);
 // The rotated dims of each head (ModelConfig::rotary_dim, 0 for all of head_dim): config.json's
-// rotary_dim (MiniMax's), else int(head_dim x partial_rotary_factor) as transformers' RoPE init,
+// rotary_dim (MiniMax's), else int(head_dim x partial_rotary_factor) as transformers' RoPE init (top
+// level, or inside rope_parameters as transformers 5.x saves it),
 // the factor `default_factor` when absent. BadInput naming the field unless even in [2, head_dim].
 int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor);
 

@@ -33,6 +33,7 @@ from reference_common import dequant_fp8, quantize_fp8
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, GptOssConfig,
                           GptOssForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+import transformers
 
 REL_TOL = 1e-4
 STEPS = 6
@@ -49,7 +50,7 @@ DEEPSEEK = dict(vocab_size=128, hidden_size=64, num_hidden_layers=3, num_attenti
 
 
 def families():
-    return {
+    out = {
         # head_dim 32 != hidden / heads (16): the explicit head_dim; per-head q/k norms.
         "qwen3_moe": (Qwen3MoeForCausalLM, Qwen3MoeConfig(**COMMON, head_dim=32, intermediate_size=96, moe_intermediate_size=48,
                                                           num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
@@ -91,6 +92,27 @@ def families():
                                                                                       "beta_fast": 32, "beta_slow": 1,
                                                                                       "original_max_position_embeddings": 64})),
     }
+    # GLM-4.5 and MiniMax-M2 (transformers 5.x only): partial RoPE on a quarter of each head (8 of 32 dims),
+    # which 5.x saves inside rope_parameters; GLM with q/k/v biases, per-head q/k norms, a dense first
+    # layer, V3's grouped sigmoid router and a shared expert; MiniMax with q/k norms over the projection.
+    glm = dict(COMMON, num_hidden_layers=3)
+    newer = {
+        "glm4_moe": ("Glm4MoeForCausalLM", "Glm4MoeConfig",
+                     dict(glm, head_dim=32, partial_rotary_factor=0.25, intermediate_size=96, moe_intermediate_size=32,
+                          n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+                          first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True, use_qk_norm=True,
+                          attention_bias=True, max_position_embeddings=512)),
+        "minimax_m2": ("MiniMaxM2ForCausalLM", "MiniMaxM2Config",
+                       dict(glm, head_dim=32, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
+                            max_position_embeddings=512,
+                            rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.25})),
+    }
+    for fam, (model_cls, config_cls, fields) in newer.items():
+        if hasattr(transformers, model_cls):
+            out[fam] = (getattr(transformers, model_cls), getattr(transformers, config_cls)(**fields))
+        else:
+            out[fam] = (None, f"transformers {transformers.__version__} has no {model_cls}")
+    return out
 
 
 def make_model(cls, cfg, seed):
@@ -101,7 +123,8 @@ def make_model(cls, cfg, seed):
             if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
             elif p.dim() == 3:  # fused experts: [E, in, out] (gpt-oss), [E, out, in] (DeepSeek)
-                p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if "deepseek" in cfg.model_type else p.shape[1]))
+                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2")
+                p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if fused_out_in else p.shape[1]))
             elif "sinks" in name:
                 p.copy_(torch.randn_like(p))
             else:  # norms and biases: near their defaults, but not equal to them
@@ -308,6 +331,9 @@ def main():
     only = sys.argv[3].split(",") if len(sys.argv) > 3 else None  # a subset of the families, while developing
     for fam, (cls, cfg) in families().items():
         if only and fam not in only:
+            continue
+        if cls is None:
+            check(False, f"{fam}: {cfg}")
             continue
         model = make_model(cls, cfg, seed=11)
         packed = mxfp4_experts(model, seed=5) if fam == "gpt_oss" else None

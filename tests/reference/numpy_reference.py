@@ -518,8 +518,9 @@ def minimax_forward(cfg, t, ids):
     g = lambda n: t[n].astype(np.float64)
     H, KV, HD, L, eps, k = (cfg[n] for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers",
                                              "rms_norm_eps", "num_experts_per_tok"))
-    R = cfg["rotary_dim"]
-    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
+    rp = cfg.get("rope_parameters", {})  # transformers 5.x's form: the factor and theta in rope_parameters
+    R = cfg["rotary_dim"] if "rotary_dim" in cfg else int(HD * rp["partial_rotary_factor"])
+    freq = 1.0 / cfg.get("rope_theta", rp.get("rope_theta")) ** (np.arange(0, R, 2) / R)
     T = len(ids)
     pos = np.arange(T, dtype=np.float64)
     rope_part = lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
@@ -670,6 +671,12 @@ def main():
     failures += check_model(moerun, work, "glm4_moe", cfg, t, t, [], None)
     cfg, t = minimax_checkpoint(Rng(11))
     failures += check_model(moerun, work, "minimax_m2", cfg, t, t, [], None)
+    # The config as transformers 5.x saves it: no rotary_dim, the factor (here a quarter, 8 of 32
+    # dims) and theta inside rope_parameters.
+    theta = cfg.pop("rope_theta")
+    del cfg["rotary_dim"]
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": 0.25}
+    failures += check_model(moerun, work, "minimax_m2_hf5_config", cfg, t, t, [], None)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
