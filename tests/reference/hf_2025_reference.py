@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`moerun convert` + `moerun infer` against transformers 5.x for Qwen3-MoE and gpt-oss.
+"""`moerun convert` + `moerun infer` against transformers 5.x for Qwen3-MoE, gpt-oss, DeepSeek-V2/V3,
+GLM-4.5 and MiniMax-M2.
 
 Needs a current transformers (and torch 2.x), which the project's CI venv does not carry
 (docs/NOTES.md: 5.6 GB); `launch/reference-2025.sh` makes that venv and runs this script, whose
