@@ -67,7 +67,7 @@ std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(De
   for (std::size_t l = 0; l < w.layers.size(); ++l) {
     const std::string p = "/layers/" + std::to_string(l) + "/";
     DenseLayerWeights& L = w.layers[l];
-    for (auto [name, m] : {std::pair{"wq", &L.wq}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo}}) add(p + name, *m);
+    for (auto [name, m] : {std::pair{"wq", &L.wq}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo}, {"wq_gate", &L.wq_gate}}) add(p + name, *m);
   }
   return out;
 }

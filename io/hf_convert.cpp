@@ -71,6 +71,16 @@ std::string hf_dense_name(const DenseDataset& ds, const NameMap& nm, bool tied) 
   return layer_name(ds.layer, it->second);
 }
 
+// Rows `rows` (first index) of a tensor of `shape`, in that order.
+std::vector<float> gather_rows(const std::vector<float>& t, const std::vector<int64_t>& shape, const std::vector<int64_t>& rows) {
+  const std::size_t width = t.size() / static_cast<std::size_t>(shape[0]);
+  std::vector<float> out(rows.size() * width);
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy_n(t.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(rows[i]) * width), width,
+                out.begin() + static_cast<std::ptrdiff_t>(i * width));
+  return out;
+}
+
 // xxh64 of a file's bytes, read in blocks.
 uint64_t file_xxh64(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -475,6 +485,7 @@ void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector
 bool is_mtp_tensor(const std::string& name, const std::string& config_text, const ModelConfig& c) {
   static const std::string prefix = "model.layers.";
   const ModelFamily* f = find_model_family(c.architecture);
+  if (f && f->unconverted_prefix && name.starts_with(f->unconverted_prefix)) return true;
   if (!f || !f->unconverted_layers || name.rfind(prefix, 0) != 0) return false;
   const json j = json::parse(config_text, nullptr, false);
   const int64_t mtp = j.is_object() ? f->unconverted_layers(HfConfig{j, "config.json"}) : 0;
@@ -735,8 +746,17 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   const std::string model_path = model_h5_path(cfg.out);
   std::vector<std::pair<std::string, std::vector<int64_t>>> dense;  // HF name, shape, in write order
   std::vector<DenseDataset> ours;
+  std::vector<std::vector<int64_t>> rows;  // of the HF tensor, per dataset (empty: all, as they are)
+  const ModelFamily* family = find_model_family(c.architecture);
   for (const DenseDataset& ds : dense_datasets(c)) {
-    dense.emplace_back(hf_dense_name(ds, nm, tied), ds.shape);
+    DenseSource src;
+    if (family && family->dense_source && family->dense_source(ds, c, src)) {
+      dense.emplace_back(src.tensor, src.shape);
+      rows.push_back(std::move(src.rows));
+    } else {
+      dense.emplace_back(hf_dense_name(ds, nm, tied), ds.shape);
+      rows.emplace_back();
+    }
     ours.push_back(ds);
   }
 
@@ -825,9 +845,15 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
     {
       ModelFileWriter w(out.temp_path(), c, model_path);
       const bool interleaved = c.attention_type == AttentionType::Mla && rope_interleaved(ckpt.config_text(), c);
+      std::string last_name;  // a fused tensor feeds adjacent datasets: read once
+      std::vector<float> last;
       for (std::size_t i = 0; i < dense.size(); ++i) {
         const auto& [hf, shape] = dense[i];
-        auto v = reader.read(hf, shape);
+        if (hf != last_name) {
+          last = reader.read(hf, shape);
+          last_name = hf;
+        }
+        std::vector<float> v = rows[i].empty() ? last : gather_rows(last, shape, rows[i]);
         if (interleaved) deinterleave_rope(ours[i], c, v);
         w.write(ours[i], v.data());
       }

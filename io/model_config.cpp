@@ -27,7 +27,8 @@ bool uses_version6(const ModelConfig& c) {
 }
 
 int64_t required_format_version(const ModelConfig& c) {
-  const int64_t variants = c.rotary_dim > 0 ? 7 : uses_version6(c) ? 6 : 3;
+  const bool v8 = c.num_linear_layers() > 0 || c.attention_output_gate || c.norm_weight_offset != 0;
+  const int64_t variants = v8 ? 8 : c.rotary_dim > 0 ? 7 : uses_version6(c) ? 6 : 3;
   return std::max(format_version_for(c.expert_format.scheme), variants);
 }
 
@@ -48,22 +49,26 @@ RopeType parse_rope_type(const std::string& name, const std::string& where) {
   fail(ErrorKind::BadInput, where, ": rope type \"", name, "\" is not supported; supported: default, linear, yarn, llama3");
 }
 
-const char* attention_kind_name(AttentionKind k) { return k == AttentionKind::Sliding ? "sliding" : "full"; }
+const char* attention_kind_name(AttentionKind k) {
+  return k == AttentionKind::Sliding ? "sliding" : k == AttentionKind::Linear ? "linear" : "full";
+}
 const char* mlp_kind_name(MlpKind k) { return k == MlpKind::Dense ? "dense" : "moe"; }
 
 namespace {
-// A comma-separated list of per-layer kinds, each one of the two names `name_of` gives.
+// A comma-separated list of per-layer kinds, each one of the names `name_of` gives `kinds`.
 template <class Kind>
-std::vector<Kind> parse_layer_kinds(const std::string& text, const std::string& where, const char* attribute, Kind a, Kind b,
-                                    const char* (*name_of)(Kind)) {
+std::vector<Kind> parse_layer_kinds(const std::string& text, const std::string& where, const char* attribute,
+                                    std::initializer_list<Kind> kinds, const char* (*name_of)(Kind)) {
   std::vector<Kind> out;
+  std::string names;
+  for (Kind k : kinds) names += std::string(names.empty() ? "" : ", ") + name_of(k);
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, comma - start);
-    if (item == name_of(a)) out.push_back(a);
-    else if (item == name_of(b)) out.push_back(b);
-    else fail(ErrorKind::BadInput, where, ": ", attribute, " entry ", out.size(), " is \"", item, "\", expected ", name_of(a), " or ", name_of(b));
+    const auto it = std::find_if(kinds.begin(), kinds.end(), [&](Kind k) { return item == name_of(k); });
+    if (it == kinds.end()) fail(ErrorKind::BadInput, where, ": ", attribute, " entry ", out.size(), " is \"", item, "\", expected one of ", names);
+    out.push_back(*it);
     start = comma + 1;
   }
   return out;
@@ -78,13 +83,26 @@ std::string layer_kinds_text(const std::vector<Kind>& kinds, const char* (*name_
 }  // namespace
 
 std::vector<AttentionKind> parse_layer_attention(const std::string& text, const std::string& where) {
-  return parse_layer_kinds(text, where, "layer_types", AttentionKind::Full, AttentionKind::Sliding, attention_kind_name);
+  return parse_layer_kinds(text, where, "layer_types", {AttentionKind::Full, AttentionKind::Sliding, AttentionKind::Linear},
+                           attention_kind_name);
 }
 std::string layer_attention_text(const std::vector<AttentionKind>& kinds) { return layer_kinds_text(kinds, attention_kind_name); }
 std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where) {
-  return parse_layer_kinds(text, where, "layer_mlp", MlpKind::Moe, MlpKind::Dense, mlp_kind_name);
+  return parse_layer_kinds(text, where, "layer_mlp", {MlpKind::Moe, MlpKind::Dense}, mlp_kind_name);
 }
 std::string layer_mlp_text(const std::vector<MlpKind>& kinds) { return layer_kinds_text(kinds, mlp_kind_name); }
+
+int64_t ModelConfig::num_linear_layers() const {
+  return std::count(layer_attention.begin(), layer_attention.end(), AttentionKind::Linear);
+}
+
+int64_t ModelConfig::linear_attention_params() const {
+  const LinearAttentionShape& s = linear;
+  const int64_t d = hidden_size;
+  // in_proj q/k/v and z, b and a; the conv; dt_bias and A_log; the gated norm; out_proj.
+  return (s.conv_channels() + s.value_width() + 2 * s.v_heads) * d + s.conv_channels() * s.conv_kernel + 2 * s.v_heads + s.v_dim +
+         d * s.value_width();
+}
 
 int64_t ModelConfig::num_moe_layers() const {
   return layer_mlp.empty() ? num_layers : std::count(layer_mlp.begin(), layer_mlp.end(), MlpKind::Moe);
@@ -163,6 +181,22 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     fail(ErrorKind::BadInput, where, ": attribute sliding_window is ", c.sliding_window, ", expected in [0, ", kMaxPosition, "]");
   if (any_sliding && c.sliding_window == 0)
     fail(ErrorKind::BadInput, where, ": layer_types has sliding layers but sliding_window is 0");
+  if (c.num_linear_layers() > 0) {
+    const LinearAttentionShape& s = c.linear;
+    auto in = [&](const char* name, int64_t v, int64_t hi) {
+      if (v < 1 || v > hi) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [1, ", hi, "] with linear layers");
+    };
+    in("linear_k_heads", s.k_heads, kMaxHeads);
+    in("linear_v_heads", s.v_heads, kMaxHeads);
+    in("linear_k_dim", s.k_dim, kMaxHeadDim);
+    in("linear_v_dim", s.v_dim, kMaxHeadDim);
+    in("linear_conv_kernel", s.conv_kernel, 16);
+    if (s.v_heads % s.k_heads != 0)
+      fail(ErrorKind::BadInput, where, ": attribute linear_v_heads (", s.v_heads, ") is not a multiple of linear_k_heads (", s.k_heads, ")");
+    if (c.attention_type == AttentionType::Mla) fail(ErrorKind::BadInput, where, ": linear layers do not combine with attention_type mla");
+  }
+  if (c.norm_weight_offset != 0 && c.norm_weight_offset != 1)
+    fail(ErrorKind::BadInput, where, ": attribute norm_weight_offset is ", c.norm_weight_offset, ", expected 0 or 1");
   const RopeScaling& r = c.rope;
   auto finite_positive = [&](const char* name, double v) {
     if (!(v > 0) || !std::isfinite(v)) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected a finite number > 0");
@@ -307,12 +341,15 @@ int64_t ModelConfig::dense_params() const {
   if (attention_sinks) per_layer += num_heads;
   if (qk_norm == QkNorm::Projection) per_layer += q + kv;
   if (qk_norm == QkNorm::PerHead) per_layer += 2 * head_dim;
+  if (attention_output_gate) per_layer += q * d;
+  const int64_t linear_layers = num_linear_layers();
   // The MoE layers' gate and shared expert; the dense layers' MLP.
   // (V3's correction bias is a buffer, not a parameter, in transformers' count too.)
   int64_t per_moe_layer = num_experts * d + (router_bias ? num_experts : 0);
   if (shared_expert_intermediate_size > 0) per_moe_layer += 3 * shared_expert_intermediate_size * d + (shared_expert_gated ? d : 0);
   const int64_t per_dense_layer = 3 * dense_intermediate_size * d;
-  return 2 * vocab_size * d + d + num_layers * per_layer + num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;
+  return 2 * vocab_size * d + d + (num_layers - linear_layers) * per_layer + linear_layers * (2 * d + linear_attention_params()) +
+         num_moe_layers() * per_moe_layer + num_dense_layers() * per_dense_layer;
 }
 
 int64_t ModelConfig::attention_matrix_params() const {
@@ -328,7 +365,8 @@ int64_t ModelConfig::kv_bytes(int64_t context) const {
   const int64_t per_position = (kv_k_dim() + kv_v_dim()) * 4;
   int64_t total = 0;
   // A sliding layer holds at most 2W positions between steps (KvCache::trim_windows).
-  for (int64_t l = 0; l < num_layers; ++l) total += per_position * (window_of(l) > 0 ? std::min(context, 2 * window_of(l)) : context);
+  for (int64_t l = 0; l < num_layers; ++l)
+    total += is_linear_layer(l) ? linear.state_bytes() : per_position * (window_of(l) > 0 ? std::min(context, 2 * window_of(l)) : context);
   return total;
 }
 

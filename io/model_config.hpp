@@ -26,7 +26,8 @@ inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x exp
 // Layer variants of the 2025 families (docs/FORMATS.md, format version 3). Each default is the
 // behaviour of the earlier files, so a file without the attribute reads as before.
 enum class QkNorm : int64_t { None = 0, Projection = 1, PerHead = 2 };  // OLMoE: the whole projection; Qwen3: each head
-enum class AttentionKind : uint8_t { Full, Sliding };
+// linear: Gated DeltaNet (Qwen3-Next, Qwen3.5), a recurrent state per sequence instead of a KV cache.
+enum class AttentionKind : uint8_t { Full, Sliding, Linear };
 // softmax_topk: softmax, then top-k; topk_softmax (gpt-oss): top-k of the logits, softmax over the
 // chosen; sigmoid (DeepSeek-V3): sigmoid scores, chosen with the correction bias added.
 enum class RouterScoring { SoftmaxTopK, TopKSoftmax, Sigmoid };
@@ -60,6 +61,22 @@ struct MlaShape {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+};
+
+// Gated DeltaNet's shape (linear-attention layers): k_heads query/key heads of k_dim, v_heads value
+// heads of v_dim (a multiple of k_heads: q/k head h / (v_heads / k_heads) serves value head h), and a
+// causal depthwise conv of conv_kernel taps over the q, k, v channels. Per sequence and layer the
+// state is the conv's last conv_kernel - 1 inputs and S [v_heads, k_dim, v_dim], in float32.
+struct LinearAttentionShape {
+  int64_t k_heads = 0, v_heads = 0;
+  int64_t k_dim = 0, v_dim = 0;
+  int64_t conv_kernel = 4;
+  int64_t key_width() const { return k_heads * k_dim; }
+  int64_t value_width() const { return v_heads * v_dim; }
+  int64_t conv_channels() const { return 2 * key_width() + value_width(); }  // q, k, v
+  int64_t recurrent_floats() const { return v_heads * k_dim * v_dim; }
+  int64_t conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
+  int64_t state_bytes() const { return 4 * (recurrent_floats() + conv_state_floats()); }
 };
 
 const char* rope_type_name(RopeType t);
@@ -111,6 +128,12 @@ struct ModelConfig {
   AttentionType attention_type = AttentionType::Mha;
   MlaShape mla;                                 // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
   int64_t rotary_dim = 0;                       // RoPE on each head's first rotary_dim dims, the rest unrotated (glm4_moe); 0: all
+  // Format version 8 (Qwen3-Next): linear-attention layers (layer_types "linear") of this shape; the
+  // full layers' output gated by sigmoid(x Wq_gate) per element; RMSNorm weights stored as w and
+  // applied as w + norm_weight_offset (Qwen3-Next's (1 + w) norms: attn, ffn, final, q and k).
+  LinearAttentionShape linear;
+  bool attention_output_gate = false;
+  double norm_weight_offset = 0.0;
   bool expert_bias = false;                     // biases on the expert projections w1, w3, w2 (gpt_oss)
   ExpertActivation expert_activation = ExpertActivation::SwiGlu;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
@@ -128,6 +151,11 @@ struct ModelConfig {
   }
   // The window of a layer's attention, 0 for full attention.
   int64_t window_of(int64_t layer) const { return attention_kind(layer) == AttentionKind::Sliding ? sliding_window : 0; }
+  bool is_linear_layer(int64_t layer) const { return attention_kind(layer) == AttentionKind::Linear; }
+  int64_t num_linear_layers() const;
+  // A linear-attention layer's weights (its in/out projections, conv, gates and norm), the norms and
+  // MLP aside.
+  int64_t linear_attention_params() const;
   bool is_moe_layer(int64_t layer) const {
     return layer_mlp.empty() || layer_mlp[static_cast<std::size_t>(layer)] == MlpKind::Moe;
   }
@@ -157,9 +185,10 @@ struct ModelConfig {
   int64_t kv_v_dim() const { return attention_type == AttentionType::Mla ? 0 : num_kv_heads * head_dim; }
   // Width of the attention output that o_proj takes: heads * head_dim, or heads * v_head_dim (MLA).
   int64_t attention_out_dim() const { return num_heads * (attention_type == AttentionType::Mla ? mla.v_head_dim : head_dim); }
-  // KV cache bytes per token of context (fp32, every layer).
-  int64_t kv_bytes_per_token() const { return num_layers * (kv_k_dim() + kv_v_dim()) * 4; }
-  // KV cache bytes of one sequence of `context` tokens: a sliding layer holds at most its window.
+  // KV cache bytes per token of context (fp32, every layer with a KV cache).
+  int64_t kv_bytes_per_token() const { return (num_layers - num_linear_layers()) * (kv_k_dim() + kv_v_dim()) * 4; }
+  // KV cache bytes of one sequence of `context` tokens: a sliding layer holds at most its window, a
+  // linear-attention layer its recurrent state whatever the context.
   int64_t kv_bytes(int64_t context) const;
 };
 

@@ -8,7 +8,8 @@ namespace moerun::io {
 const std::vector<const ModelFamily*>& model_families() {
   static const std::vector<const ModelFamily*> all{&families::kMixtral,  &families::kQwen2Moe,   &families::kOlmoe,
                                                    &families::kQwen3Moe, &families::kGptOss,     &families::kDeepseekV2,
-                                                   &families::kDeepseekV3, &families::kGlm4Moe, &families::kMinimaxM2};
+                                                   &families::kDeepseekV3, &families::kGlm4Moe, &families::kMinimaxM2,
+                                                   &families::kQwen3Next};
   return all;
 }
 

@@ -14,6 +14,15 @@ namespace moerun::io {
 
 struct HfConfig;  // io/hf_config.hpp
 struct NameMap;
+struct DenseDataset;  // io/model_file.hpp
+
+// Where a model.h5 dataset comes from when it is not one checkpoint tensor as it is: the tensor,
+// its shape, and the rows (first index) the dataset takes from it, in order (empty: all of them).
+struct DenseSource {
+  std::string tensor;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> rows;
+};
 
 using NoteSink = std::function<void(const std::string&)>;
 
@@ -31,6 +40,11 @@ struct ModelFamily {
   // Layers the checkpoint holds past num_hidden_layers that are not converted (multi-token
   // prediction); null: none.
   int64_t (*unconverted_layers)(const HfConfig& h) = nullptr;
+  // Checkpoint tensors under this prefix are not converted (Qwen3-Next's "mtp." module); null: none.
+  const char* unconverted_prefix = nullptr;
+  // A dataset whose tensor differs in name, shape or row order from the default mapping (Qwen3-Next's
+  // fused, interleaved projections): fills `out` and returns true; null or false: the default.
+  bool (*dense_source)(const DenseDataset& ds, const ModelConfig& c, DenseSource& out) = nullptr;
 };
 
 const std::vector<const ModelFamily*>& model_families();      // in the order help texts list them

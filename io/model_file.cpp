@@ -196,6 +196,20 @@ void read_version6_attributes(hid_t file, const std::string& fname, ModelConfig&
   c.routed_scaling_factor = h5_attr_double(file, "routed_scaling_factor").value_or(1.0);
 }
 
+// Format version 8: Gated DeltaNet layers and the gated, (1 + w)-normed attention of Qwen3-Next.
+void read_version8_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+  auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
+  c.linear.k_heads = integer("linear_k_heads", 0);
+  c.linear.v_heads = integer("linear_v_heads", 0);
+  c.linear.k_dim = integer("linear_k_dim", 0);
+  c.linear.v_dim = integer("linear_v_dim", 0);
+  c.linear.conv_kernel = integer("linear_conv_kernel", 4);
+  const int64_t gate = integer("attention_output_gate", 0);
+  if (gate != 0 && gate != 1) fail(ErrorKind::BadInput, fname, ": attribute attention_output_gate is ", gate, ", expected 0 or 1");
+  c.attention_output_gate = gate == 1;
+  c.norm_weight_offset = h5_attr_double(file, "norm_weight_offset").value_or(0.0);
+}
+
 // The layer variants of format version 3 (docs/FORMATS.md); each absent attribute keeps the
 // behaviour of the files before it.
 void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
@@ -241,6 +255,7 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   c.swiglu_alpha = number("swiglu_alpha", 1.702);
   c.swiglu_limit = number("swiglu_limit", 7.0);
   read_version6_attributes(file, fname, c);
+  read_version8_attributes(file, fname, c);
 }
 
 // The root attributes of an open model.h5 (`fname` names it in messages).
@@ -249,7 +264,7 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 7) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 7");
+    if (ver < 1 || ver > 8) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 8");
     ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
@@ -306,14 +321,29 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
   add(-1, "lm_head", {c.vocab_size, d});
   const bool mla = c.attention_type == AttentionType::Mla;
   const MlaShape& m = c.mla;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    add(l, "attn_norm", {d});
+  const LinearAttentionShape& lin = c.linear;
+  // Gated DeltaNet: q, k, v (through the conv), z, b and a from x; its out_proj is wo.
+  auto add_linear_attention = [&](int64_t l) {
+    add(l, "linear/w_qkv", {lin.conv_channels(), d});
+    add(l, "linear/w_z", {lin.value_width(), d});
+    add(l, "linear/w_b", {lin.v_heads, d});
+    add(l, "linear/w_a", {lin.v_heads, d});
+    for (auto& [name, shape] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
+             {"linear/conv", {lin.conv_channels(), lin.conv_kernel}}, {"linear/dt_bias", {lin.v_heads}}, {"linear/A_log", {lin.v_heads}}}) {
+      add(l, name, shape);
+      out.back().float32 = true;  // the decay's parameters and the conv taps, exact whatever the dtype
+    }
+    add(l, "linear/norm", {lin.v_dim});
+    add(l, "wo", {d, lin.value_width()});
+  };
+  auto add_attention = [&](int64_t l) {
     if (mla && m.q_lora_rank > 0) {
       add(l, "wq_a", {m.q_lora_rank, d});
       add(l, "q_a_norm", {m.q_lora_rank});
       add(l, "wq_b", {q, m.q_lora_rank});
     } else {
       add(l, "wq", {q, d});
+      if (c.attention_output_gate) add(l, "wq_gate", {q, d});
     }
     if (mla) {
       add(l, "wkv_a", {m.kv_lora_rank + m.qk_rope_head_dim, d});
@@ -324,7 +354,8 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
       add(l, "wv", {kv, d});
     }
     add(l, "wo", {d, c.attention_out_dim()});
-    add(l, "ffn_norm", {d});
+  };
+  auto add_attention_variants = [&](int64_t l) {
     if (c.attention_bias) {
       add(l, "bq", {q});
       add(l, "bk", {kv});
@@ -337,6 +368,13 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
     }
     if (c.attention_out_bias) add(l, "bo", {d});
     if (c.attention_sinks) add(l, "sinks", {c.num_heads});
+  };
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    add(l, "attn_norm", {d});
+    if (c.is_linear_layer(l)) add_linear_attention(l);
+    else add_attention(l);
+    add(l, "ffn_norm", {d});
+    if (!c.is_linear_layer(l)) add_attention_variants(l);
     if (!c.is_moe_layer(l)) {
       const int64_t dff = c.dense_intermediate_size;
       add(l, "mlp/w1", {dff, d});
@@ -407,6 +445,33 @@ class QuantizableReader {
   bool on_;
 };
 
+// A linear-attention layer's weights but its out_proj (read as wo).
+void read_linear_attention(hid_t file, const std::string& fname, const std::string& p, const ModelConfig& c, DenseLayerWeights& L) {
+  const LinearAttentionShape& s = c.linear;
+  const int64_t d = c.hidden_size, v = c.format_version;
+  L.lin_qkv = read_matrix(file, fname, p + "linear/w_qkv", s.conv_channels(), d, c.dtype, v);
+  L.lin_z = read_matrix(file, fname, p + "linear/w_z", s.value_width(), d, c.dtype, v);
+  L.lin_b = read_matrix(file, fname, p + "linear/w_b", s.v_heads, d, c.dtype, v);
+  L.lin_a = read_matrix(file, fname, p + "linear/w_a", s.v_heads, d, c.dtype, v);
+  L.lin_conv = read_vector_f32(file, fname, p + "linear/conv", {s.conv_channels(), s.conv_kernel}, DType::F32, v);
+  L.lin_dt_bias = read_vector_f32(file, fname, p + "linear/dt_bias", {s.v_heads}, DType::F32, v);
+  L.lin_A_log = read_vector_f32(file, fname, p + "linear/A_log", {s.v_heads}, DType::F32, v);
+  L.lin_norm = read_vector_f32(file, fname, p + "linear/norm", {s.v_dim}, c.dtype, v);
+}
+
+// Qwen3-Next's norms compute x * (1 + w) in float32: the stored w plus the offset, added once here
+// (the same float32 sum transformers forms), leaves plain RMSNorms for the forward.
+void apply_norm_weight_offset(DenseWeights& w) {
+  const float offset = static_cast<float>(w.config.norm_weight_offset);
+  if (offset == 0) return;
+  auto add = [&](std::vector<float>& v) {
+    for (float& x : v) x += offset;
+  };
+  add(w.final_norm);
+  for (DenseLayerWeights& L : w.layers)
+    for (std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) add(*v);
+}
+
 // `local`: fname is model.h5's path on this host (the embedding can be mapped). `quantized`: the
 // --quantize-dense scheme, with `cache` the dense cache's usable entries.
 DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local, WeightScheme quantized,
@@ -434,13 +499,17 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
     const std::string p = "/layers/" + std::to_string(l) + "/";
     DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
     L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, c.format_version);
-    if (c.attention_type == AttentionType::Mla) {
+    if (c.is_linear_layer(l)) {
+      read_linear_attention(file, fname, p, c, L);
+      L.wo = quantizable.read(w, p + "wo", d, c.linear.value_width());
+    } else if (c.attention_type == AttentionType::Mla) {
       read_mla_weights(file, fname, p, c, L);
     } else {
       L.wq = quantizable.read(w, p + "wq", q, d);
       L.wk = quantizable.read(w, p + "wk", kv, d);
       L.wv = quantizable.read(w, p + "wv", kv, d);
       L.wo = quantizable.read(w, p + "wo", d, c.attention_out_dim());
+      if (c.attention_output_gate) L.wq_gate = quantizable.read(w, p + "wq_gate", q, d);
     }
     if (c.attention_type == AttentionType::Mla) L.wo = read_matrix(file, fname, p + "wo", d, c.attention_out_dim(), c.dtype, c.format_version);
     L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
@@ -454,18 +523,19 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
       L.mlp.w3 = read_matrix(file, fname, p + "mlp/w3", dff, d, c.dtype, c.format_version);
       L.mlp.w2 = read_matrix(file, fname, p + "mlp/w2", d, dff, c.dtype, c.format_version);
     }
-    if (c.attention_bias) {
+    if (c.is_linear_layer(l)) {
+    } else if (c.attention_bias) {
       L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype, c.format_version);
       L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype, c.format_version);
       L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype, c.format_version);
     }
-    if (c.qk_norm != QkNorm::None) {
+    if (c.qk_norm != QkNorm::None && !c.is_linear_layer(l)) {
       const bool per_head = c.qk_norm == QkNorm::PerHead;
       L.q_norm = read_vector_f32(file, fname, p + "q_norm", {per_head ? c.head_dim : q}, c.dtype, c.format_version);
       L.k_norm = read_vector_f32(file, fname, p + "k_norm", {per_head ? c.head_dim : kv}, c.dtype, c.format_version);
     }
-    if (c.attention_out_bias) L.bo = read_vector_f32(file, fname, p + "bo", {d}, c.dtype, c.format_version);
-    if (c.attention_sinks) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
+    if (c.attention_out_bias && !c.is_linear_layer(l)) L.bo = read_vector_f32(file, fname, p + "bo", {d}, c.dtype, c.format_version);
+    if (c.attention_sinks && !c.is_linear_layer(l)) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
     if (!c.is_moe_layer(l)) continue;  // the rest belongs to the MoE block
     if (c.router_bias) L.gate_bias = read_vector_f32(file, fname, p + "gate_bias", {c.num_experts}, c.dtype, c.format_version);
     if (c.router_correction_bias)
@@ -478,6 +548,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
         L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype, c.format_version);
     }
   }
+  apply_norm_weight_offset(w);
   return w;
 }
 }  // namespace
@@ -565,6 +636,15 @@ void ModelFileWriter::write_root_attributes() {
                                                    : c.router_scoring == RouterScoring::Sigmoid   ? "sigmoid"
                                                                                                   : "softmax_topk"));
   if (uses_version6(c)) write_version6_attributes();
+  if (c.num_linear_layers() > 0) {
+    h5_set_attr(file_, "linear_k_heads", c.linear.k_heads);
+    h5_set_attr(file_, "linear_v_heads", c.linear.v_heads);
+    h5_set_attr(file_, "linear_k_dim", c.linear.k_dim);
+    h5_set_attr(file_, "linear_v_dim", c.linear.v_dim);
+    h5_set_attr(file_, "linear_conv_kernel", c.linear.conv_kernel);
+  }
+  if (c.attention_output_gate) h5_set_attr(file_, "attention_output_gate", int64_t{1});
+  if (c.norm_weight_offset != 0) h5_set_attr(file_, "norm_weight_offset", c.norm_weight_offset);
   h5_set_attr(file_, "expert_bias", int64_t{c.expert_bias ? 1 : 0});
   h5_set_attr(file_, "expert_activation",
               std::string(c.expert_activation == ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));

@@ -37,6 +37,12 @@ struct DenseLayerWeights {
   // wkv_b split per head by the runtime when it prepares the weights (runtime/mla_attention):
   // W_uk [nope, kv_lora], its transpose [kv_lora, nope] and W_uv [v, kv_lora]; wkv_b is then freed.
   std::vector<WeightMatrix> mla_uk, mla_uk_t, mla_uv;
+  // Gated DeltaNet (linear layers): w_qkv [conv channels, d] (q, k, v of every head in turn), w_z
+  // [v_heads*v_dim, d], w_b and w_a [v_heads, d]; conv [channels, kernel], dt_bias and A_log
+  // [v_heads], norm [v_dim]; wo is its out_proj [d, v_heads*v_dim].
+  WeightMatrix lin_qkv, lin_z, lin_b, lin_a;
+  std::vector<float> lin_conv, lin_dt_bias, lin_A_log, lin_norm;
+  WeightMatrix wq_gate;                     // attention_output_gate: [heads*hd, d]
   FfnWeights shared_expert;                // shared expert: w1, w3 [sff, d], w2 [d, sff]
   std::vector<float> shared_expert_gate;    // its gate [d] (one output row), when shared_expert_gated
 };

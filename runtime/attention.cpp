@@ -38,9 +38,20 @@ void KvCache::trim(int64_t layer, int64_t keep) {
   start[layer] += drop;
 }
 
+void KvCache::init_linear(const io::ModelConfig& c) {
+  linear.assign(static_cast<std::size_t>(c.num_layers), {});
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if (c.is_linear_layer(l)) {
+      k[l] = {};
+      v[l] = {};
+      linear[l].reset(c.linear);
+    }
+}
+
 int64_t KvCache::bytes() const {
   int64_t b = 0;
   for (std::size_t l = 0; l < k.size(); ++l) b += static_cast<int64_t>((k[l].capacity() + v[l].capacity()) * sizeof(float));
+  for (const DeltaNetState& s : linear) b += static_cast<int64_t>((s.conv.capacity() + s.recurrent.capacity()) * sizeof(float));
   return b;
 }
 

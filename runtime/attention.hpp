@@ -6,17 +6,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "io/model_config.hpp"
+#include "runtime/gated_deltanet.hpp"
+
 namespace moerun::runtime {
 
-// K and V of every layer of one sequence, [positions, k_dim] and [positions, v_dim], fp32: k_dim =
-// v_dim = kv_heads * head_dim for grouped-query attention; for MLA one row of k_dim = kv_lora_rank +
-// qk_rope_head_dim (the latent and the RoPE key) and no V (v_dim 0). A sliding layer drops the
-// positions no later query can see (trim_windows), so its rows start at start[layer].
+// Every layer's state of one sequence. Attention layers: K and V, [positions, k_dim] and [positions,
+// v_dim], fp32: k_dim = v_dim = kv_heads * head_dim for grouped-query attention; for MLA one row of
+// k_dim = kv_lora_rank + qk_rope_head_dim (the latent and the RoPE key) and no V (v_dim 0). A sliding
+// layer drops the positions no later query can see (trim_windows), so its rows start at
+// start[layer]. Linear-attention layers (Gated DeltaNet): no rows, a recurrent state (init_linear).
 struct KvCache {
   int64_t k_dim = 0, v_dim = 0;
   std::vector<std::vector<float>> k, v;  // [layer]
   std::vector<int64_t> start;            // [layer]: position of row 0
   std::vector<int64_t> window;           // [layer]: W of a sliding layer, 0 for full attention
+  std::vector<DeltaNetState> linear;     // [layer]: a linear-attention layer's state, empty elsewhere
 
   // `windows`: per layer (empty: all full).
   void init(int64_t layers, int64_t k_dim_, int64_t v_dim_, int64_t reserve_positions, const std::vector<int64_t>& windows = {});
@@ -30,6 +35,8 @@ struct KvCache {
   // amortised, a row is moved at most once, and a layer never holds more than 2W rows between
   // steps. Called between steps, after the prefix cache has taken the rows it stores.
   void trim_windows();
+  // The layers `c` makes linear get a zero state and no KV rows (call after init).
+  void init_linear(const io::ModelConfig& c);
   int64_t bytes() const;
 };
 

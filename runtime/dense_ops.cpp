@@ -157,4 +157,8 @@ void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g,
   }
 }
 
+void multiply_by_sigmoid(float* y, const float* g, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+}
+
 }  // namespace moerun::runtime

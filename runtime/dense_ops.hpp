@@ -35,5 +35,7 @@ void add_row_bias(float* y, int64_t T, int64_t n, const float* b);
 // y[t, :] += sigmoid(x[t, :] · g) * s[t, :] for T rows of d: a shared expert's output s, gated by a
 // one-output linear layer g over the expert's input x (Qwen2-MoE).
 void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g, int64_t T, int64_t d);
+// y *= sigmoid(g), element by element (n elements): Qwen3-Next's gate on its attention output.
+void multiply_by_sigmoid(float* y, const float* g, int64_t n);
 
 }  // namespace moerun::runtime

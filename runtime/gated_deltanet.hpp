@@ -7,16 +7,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "io/model_config.hpp"
+
 namespace moerun::runtime {
 
-struct DeltaNetShape {
-  int64_t k_heads = 0, v_heads = 0;  // v_heads a multiple of k_heads: q/k head h / (v_heads / k_heads) serves v head h
-  int64_t k_dim = 0, v_dim = 0;      // per head
-  int64_t conv_kernel = 4;
-  int64_t conv_channels() const { return 2 * k_heads * k_dim + v_heads * v_dim; }  // q, k, v
-  int64_t recurrent_floats() const { return v_heads * k_dim * v_dim; }
-  int64_t conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
-};
+// The layer's shape, as model.h5 gives it (io::LinearAttentionShape).
+using DeltaNetShape = io::LinearAttentionShape;
 
 // One sequence's state of one layer: the conv's last conv_kernel - 1 inputs [K-1, channels] (oldest
 // first) and S. Zero for a new sequence.

@@ -9,6 +9,7 @@
 #include "io/dense_quant_cache.hpp"
 #include "io/model_location.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/gated_deltanet.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -83,7 +84,7 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     io::DenseLayerWeights& l = w.layers[i];
     if (mla) prepare_mla_weights(mm, w.config, l);  // before anything else: it reads wkv_b row-major
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a})
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wq_gate, &l.lin_qkv, &l.lin_z, &l.lin_b, &l.lin_a})
       if (m->rows > 0) mm.pack(*m, kTypicalRows);
     if (!w.config.is_moe_layer(static_cast<int64_t>(i))) {
       for (WeightMatrix* m : {&l.mlp.w1, &l.mlp.w3, &l.mlp.w2}) mm.pack(*m, kTypicalRows);
@@ -113,6 +114,7 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
 
 void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
   const io::ModelConfig& c = w_.config;
+  if (c.is_linear_layer(l)) return linear_attention(b, mb, l);
   const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -169,11 +171,67 @@ void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l
       attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.kv->start[l], ch.pos0, ch.count, shape,
                         attn + off * H * hd);
     }
+    if (c.attention_output_gate) {  // Qwen3-Next: attn * sigmoid(x Wq_gate), element by element
+      float* gate = mix_.as<float>() + t0 * H * hd;
+      mm_.linear(xn, n, L.wq_gate, gate);
+      multiply_by_sigmoid(attn, gate, n * H * hd);
+    }
     mm_.linear(attn, n, L.wo, tmp);
     if (c.attention_out_bias) add_row_bias(tmp, n, d, L.bo.data());
     add_inplace(h, tmp, n * d);
     rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
   }
+}
+
+void ModelForward::linear_attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
+  const io::ModelConfig& c = w_.config;
+  const DeltaNetShape& s = c.linear;
+  const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, C = s.conv_channels(), kw = s.key_width(),
+                vw = s.value_width(), Hv = s.v_heads;
+  if (n == 0) return;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+  float* h = h_.as<float>() + t0 * d;
+  float* xn = xn_.as<float>() + t0 * d;
+  float* tmp = tmp_.as<float>() + t0 * d;
+  float* out = attn_.as<float>() + t0 * vw;
+  // mix_: [T, C] q/k/v after the conv, [T, vw] z, [T, Hv] each of b, a, g, beta; then one chunk's
+  // q, k, v apart ([count, kw], [count, kw], [count, vw]) at the end.
+  const int64_t T = b.tokens();
+  float* qkv = mix_.as<float>();
+  float* z = qkv + T * C;
+  float* bb = z + T * vw;
+  float* aa = bb + T * Hv;
+  float* g = aa + T * Hv;
+  float* beta = g + T * Hv;
+  float* split = beta + T * Hv;
+  qkv += t0 * C, z += t0 * vw, bb += t0 * Hv, aa += t0 * Hv, g += t0 * Hv, beta += t0 * Hv;
+  rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+  mm_.linear(xn, n, L.lin_qkv, qkv);
+  mm_.linear(xn, n, L.lin_z, z);
+  mm_.linear(xn, n, L.lin_b, bb);
+  mm_.linear(xn, n, L.lin_a, aa);
+  delta_gates(aa, bb, n, Hv, L.lin_A_log.data(), L.lin_dt_bias.data(), g, beta);
+  for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+    const SeqChunk& ch = b.chunks[ci];
+    const int64_t off = ch.first - t0, m = ch.count;
+    DeltaNetState& st = ch.kv->linear[static_cast<std::size_t>(l)];
+    float* x = qkv + off * C;
+    causal_conv1d_silu(x, m, C, L.lin_conv.data(), s.conv_kernel, st.conv.data());
+    float *q = split, *k = q + m * kw, *v = k + m * kw;
+    for (int64_t t = 0; t < m; ++t) {
+      std::copy_n(x + t * C, kw, q + t * kw);
+      std::copy_n(x + t * C + kw, kw, k + t * kw);
+      std::copy_n(x + t * C + 2 * kw, vw, v + t * vw);
+    }
+    // A decode token takes one recurrent step; a prompt chunk the chunked form (equal to 1e-5).
+    gated_delta_rule(q, k, v, g + off * Hv, beta + off * Hv, m, s, st.recurrent.data(), out + off * vw,
+                     m > 1 ? DeltaRuleForm::Chunked : DeltaRuleForm::Recurrent);
+  }
+  gated_rms_norm(out, z, n, Hv, s.v_dim, L.lin_norm.data(), eps);
+  mm_.linear(out, n, L.wo, tmp);
+  add_inplace(h, tmp, n * d);
+  rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
 }
 
 void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
@@ -246,10 +304,14 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
 
 namespace {
 // The step buffers' sizes in floats, for T tokens, in ModelForward's member order.
-std::array<int64_t, 8> step_buffer_floats(const io::ModelConfig& c, int64_t T) {
+std::array<int64_t, 9> step_buffer_floats(const io::ModelConfig& c, int64_t T) {
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
-  return {T * d, T * d, T * q, T * c.kv_k_dim(), T * c.kv_v_dim(), T * std::max(q, c.attention_out_dim()), T * d,
-          c.shared_expert_intermediate_size > 0 ? T * d : 0};
+  const io::LinearAttentionShape& s = c.linear;
+  // Gated DeltaNet: q/k/v, z, b, a, g, beta for the step and one chunk's q, k, v apart; the gate of gated attention.
+  const int64_t mix = std::max(c.num_linear_layers() > 0 ? T * (2 * s.conv_channels() + s.value_width() + 4 * s.v_heads) : 0,
+                               c.attention_output_gate ? T * q : 0);
+  const int64_t out = std::max({q, c.attention_out_dim(), c.num_linear_layers() > 0 ? s.value_width() : 0});
+  return {T * d, T * d, T * q, T * c.kv_k_dim(), T * c.kv_v_dim(), T * out, T * d, c.shared_expert_intermediate_size > 0 ? T * d : 0, mix};
 }
 }  // namespace
 
@@ -260,9 +322,9 @@ int64_t ModelForward::step_buffer_bytes(const io::ModelConfig& c, int64_t T) {
 }
 
 void ModelForward::reserve(int64_t T) {
-  const std::array<int64_t, 8> n = step_buffer_floats(w_.config, T);
+  const std::array<int64_t, 9> n = step_buffer_floats(w_.config, T);
   std::size_t i = 0;
-  for (auto* buf : {&h_, &xn_, &q_, &k_, &v_, &attn_, &tmp_, &shared_}) {
+  for (auto* buf : {&h_, &xn_, &q_, &k_, &v_, &attn_, &tmp_, &shared_, &mix_}) {
     std::fill_n(fbuf(*buf, n[i]), n[i], 0.0f);
     ++i;
   }
@@ -270,17 +332,19 @@ void ModelForward::reserve(int64_t T) {
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
   const io::ModelConfig& c = w_.config;
-  const int64_t T = b.tokens(), d = c.hidden_size, H = c.num_heads, hd = c.head_dim;
+  const int64_t T = b.tokens(), d = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  float* h = fbuf(h_, T * d);
-  fbuf(xn_, T * d);
-  fbuf(q_, T * H * hd);
-  fbuf(k_, T * c.kv_k_dim());
-  fbuf(v_, T * c.kv_v_dim());
-  fbuf(attn_, T * std::max(H * hd, c.attention_out_dim()));
-  float* tmp = fbuf(tmp_, T * d);
+  const std::array<int64_t, 9> sizes = step_buffer_floats(c, T);
+  float* h = fbuf(h_, sizes[0]);
+  fbuf(xn_, sizes[1]);
+  fbuf(q_, sizes[2]);
+  fbuf(k_, sizes[3]);
+  fbuf(v_, sizes[4]);
+  fbuf(attn_, sizes[5]);
+  float* tmp = fbuf(tmp_, sizes[6]);
   const bool shared = c.shared_expert_intermediate_size > 0;
-  float* sh = shared ? fbuf(shared_, T * d) : nullptr;
+  float* sh = shared ? fbuf(shared_, sizes[7]) : nullptr;
+  fbuf(mix_, sizes[8]);
   embed_tokens(w_.embed_tokens.data, w_.embed_tokens.dtype, d, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {

@@ -104,6 +104,9 @@ class ModelForward {
   int micro_batches_;
   // Attention of one micro-batch, leaving the normed input of the MLP block in xn_.
   void attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
+  // A Gated DeltaNet layer's token mixing of one micro-batch (each chunk through its sequence's
+  // state), in place of attention(); the same contract.
+  void linear_attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
   // Gate prefetch: the next MoE layer's gate applied to this layer's expert input xn [n, d]; its
   // rows per expert go to moe_.hint (the residual stream changes little in a layer, so this
@@ -115,6 +118,7 @@ class ModelForward {
   RopeFrequencies rope_;
   std::unique_ptr<MlaAttention> mla_;  // MLA models
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
+  AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
   FfnScratch shared_scratch_;
   DensePhaseTimes times_;
 };

@@ -546,6 +546,125 @@ def minimax_forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
+def qwen3_next_checkpoint(rng):
+    """Qwen3-Next as it ships (transformers' Qwen3NextConfig names): layers 0-2 Gated DeltaNet with the
+    fused, per-key-head interleaved in_proj_qkvz and in_proj_ba (2 key heads, 4 value heads), layer 3
+    full attention with q_proj doubled (query and output gate per head), per-head q/k norms and RoPE on
+    a quarter of each head; (1 + w) norms stored as w near 0; layer 1 a dense MLP (mlp_only_layers);
+    softmax top-2 of 8 experts renormalised and a shared expert behind a sigmoid gate; an mtp module."""
+    V, D, L, H, KV, HD, E, FF, SFF, DFF = 128, 64, 4, 4, 2, 32, 8, 32, 48, 96
+    HK, HV, DK, DV, K = 2, 4, 16, 16, 4
+    cfg = dict(model_type="qwen3_next", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
+               num_key_value_heads=KV, head_dim=HD, partial_rotary_factor=0.25, intermediate_size=DFF, moe_intermediate_size=FF,
+               shared_expert_intermediate_size=SFF, num_experts=E, num_experts_per_tok=2, norm_topk_prob=True,
+               decoder_sparse_step=1, mlp_only_layers=[1], linear_num_key_heads=HK, linear_num_value_heads=HV,
+               linear_key_head_dim=DK, linear_value_head_dim=DV, linear_conv_kernel_dim=K, full_attention_interval=4,
+               rope_theta=10000.0, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=127,
+               tie_word_embeddings=False, attention_bias=False, hidden_act="silu")
+    t = {"model.embed_tokens.weight": rng.w(V, D), "model.norm.weight": rng.near(0, D), "lm_head.weight": rng.w(V, D)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        t.update({p + "input_layernorm.weight": rng.near(0, D), p + "post_attention_layernorm.weight": rng.near(0, D)})
+        if (l + 1) % 4 == 0:
+            t.update({p + "self_attn.q_proj.weight": rng.w(2 * H * HD, D), p + "self_attn.k_proj.weight": rng.w(KV * HD, D),
+                      p + "self_attn.v_proj.weight": rng.w(KV * HD, D), p + "self_attn.o_proj.weight": rng.w(D, H * HD),
+                      p + "self_attn.q_norm.weight": rng.near(0, HD), p + "self_attn.k_norm.weight": rng.near(0, HD)})
+        else:
+            C = 2 * HK * DK + HV * DV
+            t.update({p + "linear_attn.in_proj_qkvz.weight": rng.w(2 * HK * DK + 2 * HV * DV, D),
+                      p + "linear_attn.in_proj_ba.weight": rng.w(2 * HV, D),
+                      p + "linear_attn.conv1d.weight": (rng.g.standard_normal((C, 1, K)) / 2).astype(np.float32),
+                      p + "linear_attn.dt_bias": rng.near(1, HV), p + "linear_attn.A_log": np.log(rng.g.uniform(1, 16, HV)).astype(np.float32),
+                      p + "linear_attn.norm.weight": rng.near(1, DV), p + "linear_attn.out_proj.weight": rng.w(D, HV * DV)})
+        if l in cfg["mlp_only_layers"]:
+            t.update({p + "mlp.gate_proj.weight": rng.w(DFF, D), p + "mlp.up_proj.weight": rng.w(DFF, D), p + "mlp.down_proj.weight": rng.w(D, DFF)})
+            continue
+        t.update({p + "mlp.gate.weight": rng.w(E, D), p + "mlp.shared_expert_gate.weight": rng.w(1, D),
+                  p + "mlp.shared_expert.gate_proj.weight": rng.w(SFF, D), p + "mlp.shared_expert.up_proj.weight": rng.w(SFF, D),
+                  p + "mlp.shared_expert.down_proj.weight": rng.w(D, SFF)})
+        for e in range(E):
+            t.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(FF, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(FF, D),
+                      p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, FF)})
+    t.update({"mtp.fc.weight": rng.w(D, 2 * D), "mtp.norm.weight": rng.near(0, D)})  # not converted
+    return cfg, t
+
+
+def gated_deltanet(cfg, g, p, h):
+    """Qwen3NextGatedDeltaNet over a whole prompt from a zero state, in float64 (the torch path's
+    recurrent form: fix_query_key_value_ordering, causal conv + SiLU, l2-normalised q/k, the rule)."""
+    T = h.shape[0]
+    HK, HV, DK, DV, K = (cfg[n] for n in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                                           "linear_value_head_dim", "linear_conv_kernel_dim"))
+    r = HV // HK
+    qkvz = (h @ g(p + "in_proj_qkvz.weight").T).reshape(T, HK, 2 * DK + 2 * r * DV)
+    ba = (h @ g(p + "in_proj_ba.weight").T).reshape(T, HK, 2 * r)
+    q, k = qkvz[..., :DK].reshape(T, -1), qkvz[..., DK:2 * DK].reshape(T, -1)
+    v, z = qkvz[..., 2 * DK:2 * DK + r * DV].reshape(T, -1), qkvz[..., 2 * DK + r * DV:].reshape(T, HV, DV)
+    b, a = ba[..., :r].reshape(T, HV), ba[..., r:].reshape(T, HV)
+    x = np.concatenate([q, k, v], axis=-1)  # [T, C]
+    w = g(p + "conv1d.weight")[:, 0, :]  # [C, K]
+    xp = np.concatenate([np.zeros((K - 1, x.shape[1])), x])
+    conv = np.stack([(xp[t:t + K].T * w).sum(-1) for t in range(T)])
+    x = conv / (1 + np.exp(-conv))
+    q, k, v = x[:, :HK * DK].reshape(T, HK, DK), x[:, HK * DK:2 * HK * DK].reshape(T, HK, DK), x[:, 2 * HK * DK:].reshape(T, HV, DV)
+    l2 = lambda u: u / np.sqrt((u * u).sum(-1, keepdims=True) + 1e-6)
+    q, k = np.repeat(l2(q), r, axis=1) / np.sqrt(DK), np.repeat(l2(k), r, axis=1)
+    beta = 1 / (1 + np.exp(-b))
+    gl = -np.exp(g(p + "A_log")) * np.log1p(np.exp(a + g(p + "dt_bias")))
+    S = np.zeros((HV, DK, DV))
+    out = np.zeros((T, HV, DV))
+    for t in range(T):
+        S = S * np.exp(gl[t])[:, None, None]
+        delta = (v[t] - np.einsum("hkv,hk->hv", S, k[t])) * beta[t][:, None]
+        S = S + k[t][:, :, None] * delta[:, None, :]
+        out[t] = np.einsum("hkv,hk->hv", S, q[t])
+    o = rms(out, g(p + "norm.weight"), cfg["rms_norm_eps"]) * (z / (1 + np.exp(-z)))
+    return o.reshape(T, HV * DV) @ g(p + "out_proj.weight").T
+
+
+def qwen3_next_forward(cfg, t, ids):
+    """modeling_qwen3_next in float64: the layers' kinds by full_attention_interval, (1 + w) norms."""
+    g = lambda n: t[n].astype(np.float64)
+    H, KV, HD, L, eps, k = (cfg[n] for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers",
+                                             "rms_norm_eps", "num_experts_per_tok"))
+    norm = lambda x, n: rms(x, 1.0 + g(n), eps)
+    R = int(HD * cfg["partial_rotary_factor"])
+    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
+    T = len(ids)
+    pos = np.arange(T, dtype=np.float64)
+    rope_part = lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+    x = g("model.embed_tokens.weight")[ids]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        h = norm(x, p + "input_layernorm.weight")
+        if (l + 1) % cfg["full_attention_interval"] == 0:
+            qg = (h @ g(p + "self_attn.q_proj.weight").T).reshape(T, H, 2 * HD)
+            q, gate = norm(qg[..., :HD], p + "self_attn.q_norm.weight"), qg[..., HD:].reshape(T, H * HD)
+            kk = norm((h @ g(p + "self_attn.k_proj.weight").T).reshape(T, KV, HD), p + "self_attn.k_norm.weight")
+            v = (h @ g(p + "self_attn.v_proj.weight").T).reshape(T, KV, HD)
+            a = attention(rope_part(q), rope_part(kk), v, 0, None).reshape(T, H * HD) / (1 + np.exp(-gate))
+            x = x + a @ g(p + "self_attn.o_proj.weight").T
+        else:
+            x = x + gated_deltanet(cfg, g, p + "linear_attn.", h)
+        h = norm(x, p + "post_attention_layernorm.weight")
+        if l in cfg["mlp_only_layers"]:
+            x = x + swiglu(h, g(p + "mlp.gate_proj.weight"), g(p + "mlp.up_proj.weight"), g(p + "mlp.down_proj.weight"))
+            continue
+        logits = h @ g(p + "mlp.gate.weight").T
+        out = np.zeros_like(h)
+        for ti in range(T):
+            pr = np.exp(logits[ti] - logits[ti].max())
+            pr /= pr.sum()
+            top = np.argsort(-pr, kind="stable")[:k]
+            for e, we in zip(top, pr[top] / pr[top].sum()):
+                ep = p + f"mlp.experts.{e}."
+                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+        sh = swiglu(h, g(p + "mlp.shared_expert.gate_proj.weight"), g(p + "mlp.shared_expert.up_proj.weight"),
+                    g(p + "mlp.shared_expert.down_proj.weight"))
+        x = x + out + sh / (1 + np.exp(-(h @ g(p + "mlp.shared_expert_gate.weight").T)))
+    return norm(x, "model.norm.weight") @ g("lm_head.weight").T
+
+
 def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format):
     """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
     it, and compares with the float64 forward over `ref_tensors`. Returns the failures."""
@@ -572,7 +691,7 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
     for i, prompt in enumerate(PROMPTS):
         ids, ref = list(prompt), []
         for _ in range(STEPS):
-            fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward}.get(
+            fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward}.get(
                 cfg["model_type"], deepseek_forward if "deepseek" in cfg["model_type"] else forward)
             ref.append(fwd(cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
@@ -677,6 +796,8 @@ def main():
     del cfg["rotary_dim"]
     cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": 0.25}
     failures += check_model(moerun, work, "minimax_m2_hf5_config", cfg, t, t, [], None)
+    cfg, t = qwen3_next_checkpoint(Rng(12))
+    failures += check_model(moerun, work, "qwen3_next", cfg, t, t, [], None)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
