@@ -42,7 +42,11 @@ class RouterLoop {
         emit({r.id, {}, "", 0, str("line ", r.line, ": ", r.error)});
       }
     }
-    if (cfg_.prefix_cache.max_bytes > 0) prefix_.emplace(cfg_.prefix_cache, mc.num_layers, mc.num_moe_layers(), mc.kv_k_dim(), mc.kv_v_dim(), mc.top_k);
+    if (cfg_.prefix_cache.max_bytes > 0) {
+      std::vector<uint8_t> linear;
+      for (int64_t l = 0; l < mc.num_layers; ++l) linear.push_back(mc.is_linear_layer(l));
+      prefix_.emplace(cfg_.prefix_cache, mc.num_layers, mc.num_moe_layers(), mc.kv_k_dim(), mc.kv_v_dim(), mc.top_k, std::move(linear));
+    }
     Scheduler sched(cfg_.scheduler, mc, requests_, runnable, prefix_ ? &*prefix_ : nullptr);
     for (const io::Result& r : sched.take_trivial()) emit(r);
     sink_.step_done();

@@ -17,8 +17,12 @@ void PrefixCacheConfig::validate() const {
   if (block_tokens < 1 || block_tokens > 4096) fail_config("block_tokens", "must be in [1, 4096], not ", block_tokens);
 }
 
-PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k)
-    : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), k_dim_(k_dim), v_dim_(v_dim), top_k_(top_k) {}
+PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k,
+                         std::vector<uint8_t> linear)
+    : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), k_dim_(k_dim), v_dim_(v_dim), top_k_(top_k), linear_(std::move(linear)) {
+  linear_.resize(static_cast<std::size_t>(layers_), 0);
+  any_linear_ = std::find(linear_.begin(), linear_.end(), 1) != linear_.end();
+}
 
 uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t start) const {
   Xxh64 h;
@@ -31,8 +35,9 @@ uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t 
 
 int64_t PrefixCache::block_bytes() const {
   const int64_t B = cfg_.block_tokens;
+  const int64_t kv_layers = layers_ - std::count(linear_.begin(), linear_.end(), 1);
   return B * static_cast<int64_t>(sizeof(int32_t)) +
-         layers_ * B * (k_dim_ + v_dim_) * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
+         kv_layers * B * (k_dim_ + v_dim_) * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
 }
 
 uint64_t PrefixCache::first_block_key(const std::vector<int32_t>& prompt) const {
@@ -50,23 +55,33 @@ int64_t PrefixCache::reuse(const std::vector<int32_t>& prompt, int64_t max_token
   const int64_t B = cfg_.block_tokens;
   routing.assign(static_cast<std::size_t>(moe_layers_), {});
   uint64_t parent = 0;
-  int64_t n = 0;
-  std::vector<uint64_t> used;
-  while (n + B <= max_tokens) {
+  std::vector<uint64_t> chain;
+  std::size_t usable = 0;  // blocks of the chain that can be reused: all, or up to the last snapshot
+  for (int64_t n = 0; n + B <= max_tokens; n += B) {
     const uint64_t key = block_key(parent, prompt.data() + n, n);
     auto it = blocks_.find(key);
     // The stored tokens and parent are compared too: a hash collision must not pass for a hit.
     if (it == blocks_.end() || it->second.parent != parent ||
         !std::equal(it->second.tokens.begin(), it->second.tokens.end(), prompt.begin() + n))
       break;
-    Block& b = it->second;
-    for (int64_t l = 0; l < layers_; ++l) kv.append(l, b.k[l].data(), b.v[l].data(), B);
-    for (int64_t m = 0; m < moe_layers_; ++m) routing[m].insert(routing[m].end(), b.experts[m].begin(), b.experts[m].end());
-    used.push_back(key);
+    chain.push_back(key);
+    if (!any_linear_ || !it->second.linear.empty()) usable = chain.size();
     parent = key;
-    n += B;
   }
-  touch(used);
+  chain.resize(usable);
+  for (uint64_t key : chain) {
+    const Block& b = blocks_.at(key);
+    for (int64_t l = 0; l < layers_; ++l)
+      if (!linear_[l]) kv.append(l, b.k[l].data(), b.v[l].data(), B);
+    for (int64_t m = 0; m < moe_layers_; ++m) routing[m].insert(routing[m].end(), b.experts[m].begin(), b.experts[m].end());
+  }
+  if (any_linear_ && !chain.empty()) {
+    const Block& last = blocks_.at(chain.back());
+    for (int64_t l = 0; l < layers_; ++l)
+      if (linear_[l]) kv.linear[l] = last.linear[l];
+  }
+  const int64_t n = static_cast<int64_t>(chain.size()) * B;
+  touch(chain);
   if (n > 0) ++c_.hits;
   c_.skipped_tokens += n;
   return n;
@@ -82,7 +97,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
     if (blocks_.find(key) == blocks_.end()) {
       // A sliding layer may have dropped the block's rows already: the chain ends there.
       bool rows_there = true;
-      for (int64_t l = 0; l < layers_; ++l) rows_there = rows_there && kv.start[l] <= start;
+      for (int64_t l = 0; l < layers_; ++l) rows_there = rows_there && (linear_[l] || kv.start[l] <= start);
       if (!rows_there) break;
       Block b;
       b.parent = parent;
@@ -91,6 +106,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       b.v.resize(static_cast<std::size_t>(layers_));
       b.experts.resize(static_cast<std::size_t>(moe_layers_));
       for (int64_t l = 0; l < layers_; ++l) {
+        if (linear_[l]) continue;
         const int64_t row0 = start - kv.start[l];
         const auto rows = [&](const std::vector<float>& m, int64_t dim) {
           return std::vector<float>(m.begin() + row0 * dim, m.begin() + (row0 + B) * dim);
@@ -102,9 +118,16 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
         b.experts[m].assign(routing[m].begin() + start * top_k_, routing[m].begin() + (start + B) * top_k_);
       lru_.push_front(key);
       b.lru = lru_.begin();
+      b.bytes = block_bytes();
       blocks_.emplace(key, std::move(b));
       ++c_.inserted_blocks;
       c_.bytes += block_bytes();
+    }
+    Block& b = blocks_.at(key);
+    if (any_linear_ && start + B == n && b.linear.empty()) {  // the linear layers' state is the one after this block
+      b.linear = kv.linear;
+      for (const DeltaNetState& st : b.linear) b.bytes += static_cast<int64_t>((st.conv.size() + st.recurrent.size()) * sizeof(float));
+      c_.bytes += b.bytes - block_bytes();
     }
     chain.push_back(key);
     parent = key;
@@ -122,9 +145,9 @@ void PrefixCache::evict_to_fit() {
   // touch() keeps every parent more recent than its children: the least recent blocks are the
   // ends of chains, and no block outlives its parent.
   while (c_.bytes > cfg_.max_bytes && !lru_.empty()) {
+    c_.bytes -= blocks_.at(lru_.back()).bytes;
     blocks_.erase(lru_.back());
     lru_.pop_back();
-    c_.bytes -= block_bytes();
     ++c_.evicted_blocks;
   }
 }

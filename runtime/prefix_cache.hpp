@@ -5,6 +5,9 @@
 // evicted least-recently-used within a byte budget. K/V rows depend only on the tokens at and
 // before them, so a request that starts from cached rows computes what it would have computed
 // itself (the tokens are batch-independent; see e2e_infer), and skips that part of its prefill.
+// Linear-attention layers (Gated DeltaNet) have no rows: their state after a block is kept as a
+// snapshot where a sequence's prefill stopped exactly at the block's end (the scheduler cuts prompt
+// chunks there), and a prefix is reusable up to its last block with a snapshot.
 #pragma once
 #include "base/counter_fields.hpp"
 #include <cstdint>
@@ -44,14 +47,16 @@ using PromptRouting = std::vector<std::vector<int32_t>>;
 
 class PrefixCache {
  public:
-  // `layers` hold K/V, the first `moe_layers` of the routing's rows expert slots.
-  PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k);
+  // `layers` hold K/V, the first `moe_layers` of the routing's rows expert slots; `linear` marks the
+  // linear-attention layers (empty: none).
+  PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t moe_layers, int64_t k_dim, int64_t v_dim, int64_t top_k,
+              std::vector<uint8_t> linear = {});
 
   // The longest cached block-aligned prefix of `prompt` of at most `max_tokens` tokens: its K/V rows
   // are appended to `kv` (empty on entry) and its expert slots to `routing`. Returns its length.
   int64_t reuse(const std::vector<int32_t>& prompt, int64_t max_tokens, KvCache& kv, PromptRouting& routing);
   // Stores the full blocks among the first `n` prompt tokens of a sequence whose K/V and routing
-  // cover them.
+  // cover them (and whose linear layers' state is the one after token n).
   void insert(const std::vector<int32_t>& prompt, int64_t n, const KvCache& kv, const PromptRouting& routing);
   // Whether the first block of `prompt` is cached.
   bool has_first_block(const std::vector<int32_t>& prompt) const;
@@ -70,6 +75,8 @@ class PrefixCache {
     std::vector<int32_t> tokens;                 // [B]
     std::vector<std::vector<float>> k, v;        // [layer][B * k_dim], [layer][B * v_dim]
     std::vector<std::vector<int32_t>> experts;   // [moe layer][B * top_k]
+    std::vector<DeltaNetState> linear;           // [layer] after the block; empty: no snapshot
+    int64_t bytes = 0;
     std::list<uint64_t>::iterator lru;
   };
   uint64_t block_key(uint64_t parent, const int32_t* tokens, int64_t start) const;
@@ -79,6 +86,8 @@ class PrefixCache {
 
   PrefixCacheConfig cfg_;
   int64_t layers_, moe_layers_, k_dim_, v_dim_, top_k_;
+  std::vector<uint8_t> linear_;  // [layer]: 1 for a linear-attention layer (no K/V rows)
+  bool any_linear_ = false;
   std::unordered_map<uint64_t, Block> blocks_;
   std::list<uint64_t> lru_;  // most recent first
   PrefixCacheCounters c_;

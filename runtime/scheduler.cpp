@@ -60,6 +60,17 @@ bool Scheduler::computing_first_block(uint64_t key) const {
   return false;
 }
 
+int64_t Scheduler::prompt_chunk(const Sequence& s, int64_t budget) const {
+  int64_t n = std::min(budget, s.prompt_len - s.processed);
+  if (prefix_ && model_.num_linear_layers() > 0) {
+    // A linear layer's state can be kept only where a chunk ends: at the prompt's last whole block
+    // before its last token, which a later request with the same prefix resumes from.
+    const int64_t B = prefix_->block_tokens(), cut = (s.prompt_len - 1) / B * B;
+    if (s.processed < cut && s.processed + n > cut) n = cut - s.processed;
+  }
+  return n;
+}
+
 StepBatch Scheduler::next_step() {
   StepBatch b;
   rows_of_.clear();
@@ -97,7 +108,7 @@ StepBatch Scheduler::next_step() {
   for (Sequence& s : active_)
     if (s.processed >= s.prompt_len && s.decoding && budget > 0) add_chunk(s, 1);
   for (Sequence& s : active_)
-    if (s.processed < s.prompt_len && budget > 0) add_chunk(s, std::min(budget, s.prompt_len - s.processed));
+    if (s.processed < s.prompt_len && budget > 0) add_chunk(s, prompt_chunk(s, budget));
   while (!queue_.empty() && budget > 0 && static_cast<int64_t>(active_.size()) < in_flight) {
     const int64_t idx = queue_.front();
     const io::Request& r = requests_[static_cast<std::size_t>(idx)];
@@ -121,7 +132,7 @@ StepBatch Scheduler::next_step() {
     // request scoring its prompt computes all of it: a cached prefix has no logits.
     if (prefix_ && r.prompt_logprobs < 0) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
     else s.routing.assign(static_cast<std::size_t>(model_.num_moe_layers()), {});
-    add_chunk(s, std::min(budget, s.prompt_len - s.processed));
+    add_chunk(s, prompt_chunk(s, budget));
   }
   return b;
 }

@@ -135,6 +135,8 @@ class Scheduler {
   void form_decode_batch(const std::vector<Sequence*>& prefilled);
   // Whether an active sequence is still computing the first prompt block keyed `key`.
   bool computing_first_block(uint64_t key) const;
+  // Prompt tokens of `s` for this step, within `budget` (cut at a block boundary for linear layers).
+  int64_t prompt_chunk(const Sequence& s, int64_t budget) const;
   // The scored rows of the last step: log-probs appended to their sequences (and listed in out).
   void score_rows(const std::vector<float>& logits, const std::vector<double>& lse, StepLogits* out);
   // Samples the emitted token of a sequence from `row`; true when the sequence finished.

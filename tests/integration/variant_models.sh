@@ -4,7 +4,7 @@
 # clamped SwiGLU, alternating windows, yarn) with a dense layer, Qwen2-MoE with a dense layer and
 # its shared expert, GLM-4.5 (half of each head rotated, sigmoid group routing, a shared expert, a
 # dense first layer), MiniMax-M2 (partial RoPE, q/k norms over the projection, sigmoid routing with a
-# correction bias). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
+# correction bias), Qwen3-Next (Gated DeltaNet layers, gated attention, (1 + w) norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
 # np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
 # expert cache (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
 # --resume finishes a killed run. Prompts are longer than the windows.
@@ -71,10 +71,12 @@ family_model() {  # family_model DIR FAMILY SEED
     qwen2_moe) SYNTH_SEED=$seed synth_model "$dir" --family qwen2_moe --layer-mlp moe,moe,dense ;;
     glm4_moe) SYNTH_SEED=$seed synth_model "$dir" --family glm4_moe ;;  # a dense first layer, half of each head rotated
     minimax_m2) SYNTH_SEED=$seed synth_model "$dir" --family minimax_m2 --layer-mlp moe,dense,moe ;;
+    # Gated DeltaNet in layers 0 and 1 (a recurrent state per sequence), gated full attention in 2.
+    qwen3_next) SYNTH_SEED=$seed synth_model "$dir" --family qwen3_next --layer-mlp moe,dense,moe ;;
   esac
 }
 
-for fam in qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2; do
+for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 qwen3_next}; do
   m="$WORK/$fam"
   family_model "$m" $fam 11
   "$MOERUN" inspect --model "$m" > "$WORK/$fam.inspect"
@@ -97,6 +99,7 @@ for fam in qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2; do
     $PY -c \"import json; p = json.load(open('$WORK/$fam-pc.json'))['prefix_cache']; assert p['skipped_prefill_tokens'] > 0, p\""
 done
 
+if [ -d "$WORK/gpt_oss" ]; then
 # Hot swap on a model with a dense layer: the experts of another seed, all of them, before the first
 # step, give the output of a model built from the first one's dense part and the second one's experts.
 family_model "$WORK/b" gpt_oss 12
@@ -110,15 +113,19 @@ check "gpt_oss: the swapped experts change the output (else the swap check prove
 $MPI -np 4 "$MOERUN" infer --model "$WORK/gpt_oss" --input "$WORK/reqs.jsonl" --output "$WORK/swapped.jsonl" --quiet --micro-batches 1 \
   --swap-control "$WORK/swap.json"
 check "gpt_oss: hot swap of every expert (np 4): the swapped model's output" cmp -s "$WORK/ab.jsonl" "$WORK/swapped.jsonl"
+fi
 
-# --resume after SIGKILL, on the Qwen3-MoE model with its dense layer: the final file equals an
-# uninterrupted run.
+# --resume after SIGKILL, on the Qwen3-MoE model with its dense layer and on Qwen3-Next (its
+# recurrent states start again with the resumed requests): the final file equals an uninterrupted run.
 for i in $(seq 0 39); do echo "{\"id\": \"k$i\", \"prompt_tokens\": [1, $((i + 2)), $((i + 3)), 7, 9, 11, 13, 15], \"max_new_tokens\": 24}"; done > "$WORK/many.jsonl"
-m="$WORK/qwen3_moe"
-"$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/full.jsonl" --quiet --max-batch-size 1
-kill_after_journal "$WORK/out.jsonl" 3 "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 1
-before=$(wc -l < "$WORK/out.jsonl.journal" 2>/dev/null || echo 0)
-"$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out.jsonl" --quiet --max-batch-size 1 --resume
-check "qwen3_moe: --resume after SIGKILL ($before of 40 journaled) equals the uninterrupted run" \
-  bash -c "[ $before -ge 3 ] && [ $before -lt 40 ] && cmp -s '$WORK/full.jsonl' '$WORK/out.jsonl'"
+for fam in qwen3_moe qwen3_next; do
+  [ -d "$WORK/$fam" ] || continue
+  m="$WORK/$fam"
+  "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/full-$fam.jsonl" --quiet --max-batch-size 1
+  kill_after_journal "$WORK/out-$fam.jsonl" 3 "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out-$fam.jsonl" --quiet --max-batch-size 1
+  before=$(wc -l < "$WORK/out-$fam.jsonl.journal" 2>/dev/null || echo 0)
+  "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/out-$fam.jsonl" --quiet --max-batch-size 1 --resume
+  check "$fam: --resume after SIGKILL ($before of 40 journaled) equals the uninterrupted run" \
+    bash -c "[ $before -ge 3 ] && [ $before -lt 40 ] && cmp -s '$WORK/full-$fam.jsonl' '$WORK/out-$fam.jsonl'"
+done
 finish

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`moerun convert` + `moerun infer` against transformers 5.x for Qwen3-MoE, gpt-oss, DeepSeek-V2/V3,
-GLM-4.5 and MiniMax-M2.
+GLM-4.5, MiniMax-M2 and Qwen3-Next.
 
 Needs a current transformers (and torch 2.x), which the project's CI venv does not carry
 (docs/NOTES.md: 5.6 GB); `launch/reference-2025.sh` makes that venv and runs this script, whose
@@ -107,6 +107,16 @@ def families():
                        dict(glm, head_dim=32, intermediate_size=48, num_local_experts=8, num_experts_per_tok=2,
                             max_position_embeddings=512,
                             rope_parameters={"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.25})),
+        # Qwen3-Next: Gated DeltaNet in layers 0-2 (2 key heads, 4 value heads), gated attention in 3,
+        # layer 1 a dense MLP, a gated shared expert; prompts past the DeltaNet chunk of 64 are not needed
+        # for the rule (chunked and recurrent agree), the 21-token prompt runs chunked then recurrent.
+        "qwen3_next": ("Qwen3NextForCausalLM", "Qwen3NextConfig",
+                       dict(glm, num_hidden_layers=4, head_dim=32, intermediate_size=96, moe_intermediate_size=32,
+                            shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
+                            decoder_sparse_step=1, mlp_only_layers=[1], linear_num_key_heads=2, linear_num_value_heads=4,
+                            linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                            layer_types=["linear_attention"] * 3 + ["full_attention"], max_position_embeddings=512,
+                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})),
     }
     for fam, (model_cls, config_cls, fields) in newer.items():
         if hasattr(transformers, model_cls):
@@ -124,7 +134,7 @@ def make_model(cls, cfg, seed):
             if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
             elif p.dim() == 3:  # fused experts: [E, in, out] (gpt-oss), [E, out, in] (DeepSeek)
-                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2")
+                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2", "qwen3_next")
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if fused_out_in else p.shape[1]))
             elif "sinks" in name:
                 p.copy_(torch.randn_like(p))
