@@ -17,7 +17,23 @@ namespace fs = std::filesystem;
 
 namespace {
 std::string read_text(const std::string& path) { return read_regular_file(path); }
+
+// A multimodal checkpoint's text-model tensor (model.language_model.X) under its text-only name (model.X).
+std::string text_model_name(const std::string& t) {
+  static const std::string language = "model.language_model.";
+  return t.starts_with(language) ? "model." + t.substr(language.size()) : t;
+}
 }  // namespace
+
+std::string text_model_config(const std::string& text, const std::string& where) {
+  nlohmann::json j = parse_json(text, where);
+  if (!j.is_object() || !j.contains("text_config") || !j["text_config"].is_object()) return text;
+  nlohmann::json out = j;
+  for (const char* sub : {"text_config", "vision_config", "audio_config"}) out.erase(sub);
+  for (auto it = j["text_config"].begin(); it != j["text_config"].end(); ++it)
+    if (it.key() != "model_type" || !out.contains("model_type")) out[it.key()] = it.value();
+  return out.dump();
+}
 
 HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
   std::error_code ec;
@@ -27,6 +43,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
   config_text_ = read_text(config_path_);
   Xxh64 h;
   h.text(config_text_);
+  config_text_ = text_model_config(config_text_, config_path_);
 
   const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
   const std::string single = (fs::path(dir) / "model.safetensors").string();
@@ -60,22 +77,29 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
     for (const auto& [t, info] : files_[fi].tensors()) {
       h.text(t).text(info.dtype).vec(info.shape).value(info.begin).value(info.end);
       if (weight_map.empty() || weight_map.count(t)) {
-        if (where_.count(t))
-          fail(ErrorKind::BadInput, path, ": tensor ", t, " is also in ", files_[where_[t]].path());
-        where_[t] = fi;
+        const std::string name = text_model_name(t);
+        if (where_.count(name))
+          fail(ErrorKind::BadInput, path, ": tensor ", t, " is also in ", files_[where_[name]].path());
+        where_[name] = fi;
+        if (name != t) stored_[name] = t;
       }
     }
   }
   for (const auto& [t, f] : weight_map)
-    if (!where_.count(t))
+    if (!where_.count(text_model_name(t)))
       fail(ErrorKind::BadInput, (fs::path(dir) / f).string(), ": has no tensor ", t, " (model.safetensors.index.json says it does)");
   fingerprint_ = h.digest();
+}
+
+const std::string& HfCheckpoint::stored(const std::string& name) const {
+  const auto it = stored_.find(name);
+  return it == stored_.end() ? name : it->second;
 }
 
 const SafetensorInfo& HfCheckpoint::info(const std::string& name) const {
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
-  return files_[it->second].info(name);
+  return files_[it->second].info(stored(name));
 }
 
 std::string HfCheckpoint::file_of(const std::string& name) const {
@@ -87,13 +111,13 @@ std::string HfCheckpoint::file_of(const std::string& name) const {
 std::vector<float> HfCheckpoint::read_f32(const std::string& name, int64_t index) const {
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
-  return files_[it->second].read_f32(name, index);
+  return files_[it->second].read_f32(stored(name), index);
 }
 
 std::vector<unsigned char> HfCheckpoint::read_raw(const std::string& name, int64_t index) const {
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
-  return files_[it->second].read_raw(name, index);
+  return files_[it->second].read_raw(stored(name), index);
 }
 
 std::vector<std::string> HfCheckpoint::names() const {
@@ -104,7 +128,7 @@ std::vector<std::string> HfCheckpoint::names() const {
 
 uint64_t HfCheckpoint::total_bytes() const {
   uint64_t n = 0;
-  for (const auto& [t, f] : where_) n += files_[f].info(t).end - files_[f].info(t).begin;
+  for (const auto& [t, f] : where_) n += files_[f].info(stored(t)).end - files_[f].info(stored(t)).begin;
   return n;
 }
 

@@ -13,8 +13,14 @@
 
 namespace moerun::io {
 
+// config.json with a text_config object (a multimodal model): its fields over the top level's (the
+// top level's model_type kept: it names the family), the sub-configs dropped. Else as it is.
+std::string text_model_config(const std::string& text, const std::string& where);
+
 class HfCheckpoint {
  public:
+  // A multimodal checkpoint's text model reads as a text-only one: config.json's text_config
+  // fields over the top level's, and the tensors under model.language_model. named model.*.
   explicit HfCheckpoint(const std::string& dir);
 
   const std::string& dir() const { return dir_; }
@@ -35,6 +41,8 @@ class HfCheckpoint {
   std::string dir_, config_path_, config_text_;
   std::vector<SafetensorsFile> files_;
   std::map<std::string, std::size_t> where_;  // tensor -> index in files_
+  std::map<std::string, std::string> stored_;  // tensor -> its name in the file, where they differ
+  const std::string& stored(const std::string& name) const;
   uint64_t fingerprint_ = 0;
 };
 

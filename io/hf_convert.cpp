@@ -485,7 +485,8 @@ void deinterleave_rope(const DenseDataset& ds, const ModelConfig& c, std::vector
 bool is_mtp_tensor(const std::string& name, const std::string& config_text, const ModelConfig& c) {
   static const std::string prefix = "model.layers.";
   const ModelFamily* f = find_model_family(c.architecture);
-  if (f && f->unconverted_prefix && name.starts_with(f->unconverted_prefix)) return true;
+  if (f && std::any_of(f->unconverted_prefixes.begin(), f->unconverted_prefixes.end(), [&](const std::string& p) { return name.starts_with(p); }))
+    return true;
   if (!f || !f->unconverted_layers || name.rfind(prefix, 0) != 0) return false;
   const json j = json::parse(config_text, nullptr, false);
   const int64_t mtp = j.is_object() ? f->unconverted_layers(HfConfig{j, "config.json"}) : 0;
@@ -499,7 +500,7 @@ bool is_mtp_tensor(const std::string& name, const std::string& config_text, cons
 
 ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
                                  const std::string& generation_text) {
-  json j = parse_json(text, where);
+  json j = parse_json(text_model_config(text, where), where);
   json gen = json::parse(generation_text.empty() ? "{}" : generation_text, nullptr, false);
   const json* generation = gen.is_discarded() ? nullptr : &gen;
   if (!j.is_object()) fail(ErrorKind::BadInput, where, ": not a JSON object");
@@ -513,7 +514,7 @@ ModelConfig model_config_from_hf(const std::string& text, const std::string& whe
     if (notes) *notes += s + "\n";
   };
   ModelConfig c;
-  c.architecture = type;
+  c.architecture = family->name;
   c.vocab_size = h.integer("vocab_size");
   c.hidden_size = h.integer("hidden_size");
   c.num_layers = h.integer("num_hidden_layers");

@@ -60,14 +60,15 @@ template <class Kind>
 std::vector<Kind> parse_layer_kinds(const std::string& text, const std::string& where, const char* attribute,
                                     std::initializer_list<Kind> kinds, const char* (*name_of)(Kind)) {
   std::vector<Kind> out;
-  std::string names;
-  for (Kind k : kinds) names += std::string(names.empty() ? "" : ", ") + name_of(k);
+  const std::vector<Kind> all(kinds);
+  std::string names = name_of(all[0]);  // "a or b", "a, b or c"
+  for (std::size_t i = 1; i < all.size(); ++i) names += std::string(i + 1 == all.size() ? " or " : ", ") + name_of(all[i]);
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     const std::string item = text.substr(start, comma - start);
     const auto it = std::find_if(kinds.begin(), kinds.end(), [&](Kind k) { return item == name_of(k); });
-    if (it == kinds.end()) fail(ErrorKind::BadInput, where, ": ", attribute, " entry ", out.size(), " is \"", item, "\", expected one of ", names);
+    if (it == kinds.end()) fail(ErrorKind::BadInput, where, ": ", attribute, " entry ", out.size(), " is \"", item, "\", expected ", names);
     out.push_back(*it);
     start = comma + 1;
   }
@@ -309,6 +310,9 @@ void ModelConfig::validate(const std::string& where) const {
     fail(ErrorKind::BadInput, where, ": MLA or DeepSeek routing attributes need format_version 6, the file says ", format_version);
   if (rotary_dim > 0 && format_version < 7)
     fail(ErrorKind::BadInput, where, ": attribute rotary_dim needs format_version 7, the file says ", format_version);
+  if ((num_linear_layers() > 0 || attention_output_gate || norm_weight_offset != 0) && format_version < 8)
+    fail(ErrorKind::BadInput, where, ": linear layers, attention_output_gate and norm_weight_offset need format_version 8, the file says ",
+         format_version);
 }
 
 int64_t ModelConfig::bytes_per_expert() const {

@@ -40,11 +40,14 @@ struct ModelFamily {
   // Layers the checkpoint holds past num_hidden_layers that are not converted (multi-token
   // prediction); null: none.
   int64_t (*unconverted_layers)(const HfConfig& h) = nullptr;
-  // Checkpoint tensors under this prefix are not converted (Qwen3-Next's "mtp." module); null: none.
-  const char* unconverted_prefix = nullptr;
+  // Checkpoint tensors under these prefixes are not converted (Qwen3-Next's "mtp." module, Qwen3.5's
+  // vision tower).
+  std::vector<std::string> unconverted_prefixes;
   // A dataset whose tensor differs in name, shape or row order from the default mapping (Qwen3-Next's
   // fused, interleaved projections): fills `out` and returns true; null or false: the default.
   bool (*dense_source)(const DenseDataset& ds, const ModelConfig& c, DenseSource& out) = nullptr;
+  // Another model_type that names the family (Qwen3.5-MoE's text-only "qwen3_5_moe_text"); null: none.
+  const char* hf_alias = nullptr;
 };
 
 const std::vector<const ModelFamily*>& model_families();      // in the order help texts list them

@@ -224,9 +224,11 @@ void ModelForward::linear_attention(const StepBatch& b, const MicroBatch& mb, in
       std::copy_n(x + t * C + kw, kw, k + t * kw);
       std::copy_n(x + t * C + 2 * kw, vw, v + t * vw);
     }
-    // A decode token takes one recurrent step; a prompt chunk the chunked form (equal to 1e-5).
+    // Token by token, prompt chunks too: the chunked form equals it to 1e-5 but runs no faster here
+    // (bench deltanet), and the recurrence gives a prompt the same bits however it is split
+    // (prefix cache, micro-batches, --max-batch-tokens).
     gated_delta_rule(q, k, v, g + off * Hv, beta + off * Hv, m, s, st.recurrent.data(), out + off * vw,
-                     m > 1 ? DeltaRuleForm::Chunked : DeltaRuleForm::Recurrent);
+                     DeltaRuleForm::Recurrent);
   }
   gated_rms_norm(out, z, n, Hv, s.v_dim, L.lin_norm.data(), eps);
   mm_.linear(out, n, L.wo, tmp);

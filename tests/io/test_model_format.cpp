@@ -111,6 +111,51 @@ TEST_F(ModelFormat, RotaryDimIsVersion7AndChecked) {
   }
 }
 
+// Version 8 (Qwen3-Next): linear layers, the output gate and the norm offset written, read back
+// with the parameter count derived by hand, the offset added at load, refused in an older version.
+TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
+  const std::string dir = moerun::testing::scratch_dir("fmt-linear").string();
+  SynthConfig s;
+  ModelConfig& m = s.model;
+  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
+  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  apply_family("qwen3_next", m);  // 2 layers: linear, then full (the last)
+  m.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 4, .v_dim = 3, .conv_kernel = 4};
+  write_synthetic_model(dir, s, true);
+  const ModelConfig c = read_model_config(dir);
+  EXPECT_EQ(c.format_version, 8);
+  EXPECT_EQ(layer_attention_text(c.layer_attention), "linear,full");
+  EXPECT_EQ(c.linear.v_dim, 3);
+  EXPECT_TRUE(c.attention_output_gate);
+  EXPECT_EQ(c.norm_weight_offset, 1.0);
+  // Linear layer: w_qkv (2*4 + 6 = 14 channels) x 16, w_z 6 x 16, w_b and w_a 2 x 16, conv 14 x 4,
+  // dt_bias and A_log 2 each, norm 3, out_proj 16 x 6, two norms of 16.
+  const int64_t linear = 14 * 16 + 6 * 16 + 2 * 2 * 16 + 14 * 4 + 2 * 2 + 3 + 16 * 6 + 2 * 16;
+  // Full layer: q, gate 16 x 16 each, k, v 8 x 16 each, o 16 x 16, per-head q/k norms of 4, two norms.
+  const int64_t full = 3 * 16 * 16 + 2 * 8 * 16 + 2 * 4 + 2 * 16;
+  const int64_t moe = 4 * 16 + 3 * 24 * 16 + 16;  // gate; the gated shared expert of intermediate_size
+  EXPECT_EQ(c.dense_params(), 2 * 50 * 16 + 16 + linear + full + 2 * moe);
+  const DenseWeights w = load_dense_weights(dir);
+  EXPECT_EQ(w.layers[0].lin_qkv.rows, 14);
+  EXPECT_EQ(w.layers[0].wo.cols, 6);
+  EXPECT_EQ(w.layers[0].wq.rows, 0) << "a linear layer has no q projection";
+  EXPECT_EQ(w.layers[1].wq_gate.rows, 16);
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
+    std::vector<float> stored(16);
+    h5_read(f, "/final_norm", H5T_NATIVE_FLOAT, stored.data());
+    EXPECT_EQ(w.final_norm[3], stored[3] + 1.0f) << "the (1 + w) norm: the offset added once at load";
+  }
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
+  try {
+    read_model_config(dir);
+    ADD_FAILURE() << "linear layers in a version-7 file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need format_version 8"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // The version-3 variant attributes: each value outside its set is exit 3 naming the file and the
 // attribute (or entry), before anything is sized from it.
 TEST_F(ModelFormat, BadLayerVariantsAreRefused) {
@@ -377,8 +422,8 @@ TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
 }
 
 TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{8}); }
-  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 8, expected 1 to 7"});
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{9}); }
+  expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 9, expected 1 to 8"});
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
     h5_set_attr(f, "format_version", int64_t{2});

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`moerun convert` + `moerun infer` against transformers 5.x for Qwen3-MoE, gpt-oss, DeepSeek-V2/V3,
-GLM-4.5, MiniMax-M2 and Qwen3-Next.
+GLM-4.5, MiniMax-M2, Qwen3-Next and Qwen3.5-MoE.
 
 Needs a current transformers (and torch 2.x), which the project's CI venv does not carry
 (docs/NOTES.md: 5.6 GB); `launch/reference-2025.sh` makes that venv and runs this script, whose
@@ -117,6 +117,15 @@ def families():
                             linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
                             layer_types=["linear_attention"] * 3 + ["full_attention"], max_position_embeddings=512,
                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})),
+        # Qwen3.5-MoE's text model (the text-only class: model_type qwen3_5_moe_text): separate DeltaNet
+        # projections, every layer MoE, the multimodal RoPE's sections on text positions.
+        "qwen3_5_moe": ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig",
+                        dict(glm, num_hidden_layers=4, head_dim=32, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                             num_experts=8, num_experts_per_tok=2, linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+                             layer_types=["linear_attention"] * 3 + ["full_attention"], max_position_embeddings=512,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                              "mrope_section": [2, 1, 1], "mrope_interleaved": True})),
     }
     for fam, (model_cls, config_cls, fields) in newer.items():
         if hasattr(transformers, model_cls):
@@ -134,7 +143,7 @@ def make_model(cls, cfg, seed):
             if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
             elif p.dim() == 3:  # fused experts: [E, in, out] (gpt-oss), [E, out, in] (DeepSeek)
-                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2", "qwen3_next")
+                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2", "qwen3_next", "qwen3_5_moe_text")
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if fused_out_in else p.shape[1]))
             elif "sinks" in name:
                 p.copy_(torch.randn_like(p))

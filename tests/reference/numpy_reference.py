@@ -665,9 +665,65 @@ def qwen3_next_forward(cfg, t, ids):
     return norm(x, "model.norm.weight") @ g("lm_head.weight").T
 
 
-def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format):
+def qwen3_5_checkpoint(rng):
+    """Qwen3.5-MoE as its multimodal checkpoint ships it: config.json's text_config (model_type
+    qwen3_5_moe_text, every layer MoE, layer_types listed, the factor and theta in rope_parameters
+    with mrope sections) beside a vision_config; the text model's tensors under model.language_model.
+    with separate in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; a vision tensor and an mtp module
+    convert skips. Returns the checkpoint's config and tensors, and the Qwen3-Next form of the same
+    model with its config for qwen3_next_forward."""
+    ref_cfg, t = qwen3_next_checkpoint(rng)
+    ref_cfg = dict(ref_cfg, mlp_only_layers=[], layer_types=["linear_attention"] * 3 + ["full_attention"])
+    HK, HV, DK, DV, D = 2, 4, 16, 16, ref_cfg["hidden_size"]
+    r = HV // HK
+    out = {}
+    for name, w in t.items():
+        if ".mlp.gate_proj" in name or ".mlp.up_proj" in name or ".mlp.down_proj" in name:
+            continue  # layer 1 is MoE here: its experts below
+        if name.endswith("in_proj_qkvz.weight"):
+            g = w.reshape(HK, 2 * DK + 2 * r * DV, D)
+            q, k, v, z = g[:, :DK], g[:, DK:2 * DK], g[:, 2 * DK:2 * DK + r * DV], g[:, 2 * DK + r * DV:]
+            base = name[:-len("in_proj_qkvz.weight")]
+            out[base + "in_proj_qkv.weight"] = np.concatenate([q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)])
+            out[base + "in_proj_z.weight"] = z.reshape(-1, D)
+        elif name.endswith("in_proj_ba.weight"):
+            g = w.reshape(HK, 2 * r, D)
+            base = name[:-len("in_proj_ba.weight")]
+            out[base + "in_proj_b.weight"], out[base + "in_proj_a.weight"] = g[:, :r].reshape(-1, D), g[:, r:].reshape(-1, D)
+        else:
+            out[name] = w
+    p = "model.layers.1."
+    for n, shape in ((p + "mlp.gate.weight", (8, D)), (p + "mlp.shared_expert_gate.weight", (1, D)),
+                     (p + "mlp.shared_expert.gate_proj.weight", (48, D)), (p + "mlp.shared_expert.up_proj.weight", (48, D)),
+                     (p + "mlp.shared_expert.down_proj.weight", (D, 48))):
+        out[n] = rng.w(*shape)
+    for e in range(8):
+        out.update({p + f"mlp.experts.{e}.gate_proj.weight": rng.w(32, D), p + f"mlp.experts.{e}.up_proj.weight": rng.w(32, D),
+                    p + f"mlp.experts.{e}.down_proj.weight": rng.w(D, 32)})
+    # The fused form of the same weights for the reference forward.
+    ref = dict(t)
+    for k in list(ref):
+        if k.startswith(p + "mlp."):
+            del ref[k]
+    ref.update({k: v for k, v in out.items() if k.startswith(p + "mlp.")})
+    ckpt = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v for k, v in out.items()}
+    ckpt["model.visual.patch_embed.proj.weight"] = rng.w(16, 12)
+    text = {k: v for k, v in ref_cfg.items() if k not in ("model_type", "partial_rotary_factor", "rope_theta", "mlp_only_layers",
+                                                            "decoder_sparse_step", "norm_topk_prob", "intermediate_size",
+                                                            "full_attention_interval", "tie_word_embeddings")}
+    text.update(model_type="qwen3_5_moe_text", rope_parameters={"rope_type": "default", "rope_theta": ref_cfg["rope_theta"],
+                                                                 "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                                                                 "mrope_interleaved": True})
+    cfg = dict(model_type="qwen3_5_moe", text_config=text, vision_config={"model_type": "qwen3_5_moe", "depth": 1},
+               tie_word_embeddings=False)
+    return cfg, ckpt, ref_cfg, ref
+
+
+def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format, ref_cfg=None):
     """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
-    it, and compares with the float64 forward over `ref_tensors`. Returns the failures."""
+    it, and compares with the float64 forward over `ref_tensors` (and `ref_cfg`, else the
+    checkpoint's config). Returns the failures."""
+    ref_cfg = ref_cfg or cfg
     hf, moe = os.path.join(work, name + "-hf"), os.path.join(work, name + "-moe")
     if not os.path.exists(hf):
         write_checkpoint(hf, cfg, tensors)
@@ -692,8 +748,8 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
         ids, ref = list(prompt), []
         for _ in range(STEPS):
             fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward}.get(
-                cfg["model_type"], deepseek_forward if "deepseek" in cfg["model_type"] else forward)
-            ref.append(fwd(cfg, ref_tensors, ids)[-1])
+                ref_cfg["model_type"], deepseek_forward if "deepseek" in ref_cfg["model_type"] else forward)
+            ref.append(fwd(ref_cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
         want, got = ids[len(prompt):], ours[f"p{i}"]
         for a, b in zip(ours_logits[f"p{i}"], ref):
@@ -798,6 +854,8 @@ def main():
     failures += check_model(moerun, work, "minimax_m2_hf5_config", cfg, t, t, [], None)
     cfg, t = qwen3_next_checkpoint(Rng(12))
     failures += check_model(moerun, work, "qwen3_next", cfg, t, t, [], None)
+    cfg, t, ref_cfg, ref = qwen3_5_checkpoint(Rng(13))
+    failures += check_model(moerun, work, "qwen3_5_moe", cfg, t, ref, [], None, ref_cfg)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
