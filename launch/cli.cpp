@@ -229,7 +229,7 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
      ("layer variants of a family, as convert sets them: " + io::supported_architectures() + " (docs/FORMATS.md)").c_str())
     ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
     ("dense-intermediate", po::value(&dense_intermediate)->default_value(0), "the dense layers' MLP width (default: 4 x intermediate)")
-    ("layer-types", po::value(&layer_types), "per layer full or sliding attention, e.g. sliding,full,sliding,full")
+    ("layer-types", po::value(&layer_types), "per layer full, sliding or linear (Gated DeltaNet) attention, e.g. sliding,full,sliding,full")
     ("sliding-window", po::value<int64_t>()->notifier([this](int64_t v) { sliding_window = v; }),
      "W of the sliding layers, >= 1 (gpt_oss default: min(128, max_position / 4))")
     ("shared-intermediate", po::value<int64_t>()->notifier([this](int64_t v) { shared_intermediate = v; }),

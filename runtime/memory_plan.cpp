@@ -123,6 +123,14 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
     os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
        << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
   if (c.rotary_dim > 0) os << "  partial RoPE: the first " << c.rotary_dim << " of each head's " << c.head_dim << " dims rotated\n";
+  if (const int64_t n = c.num_linear_layers(); n > 0) {
+    const io::LinearAttentionShape& s = c.linear;
+    os << "  Gated DeltaNet layers " << n << " of " << c.num_layers << " (" << s.k_heads << " key heads of " << s.k_dim << ", "
+       << s.v_heads << " value heads of " << s.v_dim << ", conv " << s.conv_kernel << "): a recurrent state of "
+       << human(n * s.state_bytes()) << " per sequence in place of their KV cache\n";
+  }
+  if (c.attention_output_gate || c.norm_weight_offset != 0)
+    os << "  attention output gate " << c.attention_output_gate << ", norm weights + " << c.norm_weight_offset << "\n";
   if (c.num_dense_layers() > 0)
     os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size
        << "; " << c.num_moe_layers() << " MoE layers hold the experts)\n";

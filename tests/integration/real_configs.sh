@@ -7,7 +7,7 @@
 # rank for 2 nodes x 8 ranks (DeepSeek-V3: 4 x 8), gpt-oss's sliding layers' KV bounded, MLA's KV
 # from its compressed cache, the experts in the form the checkpoints ship (MXFP4, fp8); GLM-4.5's
 # and MiniMax-M2's counts against a hand derivation from the config (the cards' 355B and 230B count
-# the MTP layers).
+# the MTP layers); Qwen3-Next-80B-A3B's likewise, with its recurrent state per sequence.
 source "$(dirname "$0")/common.sh"
 CONFIGS="$(dirname "$0")/../data/hf_configs"
 
@@ -81,4 +81,18 @@ expect_value "MiniMax-M2 total and active parameters (hand-derived)" \
   "$(sed -n 's/^  total *\([0-9]*\)$/\1/p' "$WORK/mm.txt") $(sed -n 's/^  active per token *\([0-9]*\).*/\1/p' "$WORK/mm.txt")" "$want"
 grep -q "partial RoPE: the first 64 of each head's 128 dims rotated" "$WORK/mm.txt" && grep -q "qk_norm 1" "$WORK/mm.txt" \
   && ok "MiniMax-M2: half of each head rotated, q/k norms over the projection" || bad "MiniMax-M2: rope or qk_norm lines"
+# Qwen3-Next-80B-A3B (transformers' Qwen3NextConfig defaults, which are its published shape): the count
+# derived by hand. Per full layer (12): q and gate 2 x 4096 x 2048, k, v 512 x 2048 each, o 2048 x 4096,
+# q/k norms 2 x 256, two norms 2 x 2048 = 27,267,584. Per linear layer (36): q/k/v 8192 x 2048, z
+# 4096 x 2048, b and a 2 x 32 x 2048, conv 8192 x 4, dt_bias and A_log 2 x 32, norm 128, out 2048 x
+# 4096, two norms = 33,722,560. Per MoE layer (48): gate 512 x 2048, shared expert 3 x 512 x 2048 and
+# its gate 2048, 512 experts of 3 x 2048 x 512. Embedding and LM head 2 x 151936 x 2048, final norm.
+# Total 79,674,391,296; active 2,364,979,968 dense + 48 x 10 x 3,145,728 = 3,874,929,408. The state:
+# 36 x (32 x 128 x 128 + 3 x 8192) floats = 75.38 MiB per sequence.
+"$MOERUN" inspect --hf-config "$CONFIGS/qwen3-next-80b-a3b.json" --nodes 2 --ranks-per-node 8 > "$WORK/qwen3-next.txt" 2> "$WORK/qwen3-next.err" \
+  || bad "qwen3-next: inspect exited $? ($(cat "$WORK/qwen3-next.err"))"
+expect_value "Qwen3-Next-80B-A3B total parameters" "$(grep -E '^  total ' "$WORK/qwen3-next.txt" | head -1 | awk '{print $2}')" 79674391296
+expect_value "Qwen3-Next-80B-A3B active per token" "$(grep -E 'active per token' "$WORK/qwen3-next.txt" | awk '{print $4}')" 3874929408
+grep -q "Gated DeltaNet layers 36 of 48 .*a recurrent state of 75.38 MiB per sequence" "$WORK/qwen3-next.txt" \
+  && ok "Qwen3-Next: 36 Gated DeltaNet layers, 75.38 MiB of state per sequence" || bad "Qwen3-Next: no DeltaNet line ($(grep -i deltanet "$WORK/qwen3-next.txt"))"
 finish

@@ -95,6 +95,10 @@ for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 q
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-twice.jsonl" --quiet --max-batch-size 8
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-pc.jsonl" --quiet --max-batch-size 8 \
     --prefix-cache-mb 8 --prefix-cache-block 4 --stats-json "$WORK/$fam-pc.json"
+  if [ $fam = qwen3_next ]; then  # each sequence's recurrent state is its own: alone or in a batch of 8, the same tokens
+    "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$WORK/$fam-alone.jsonl" --quiet --max-batch-size 1
+    check "$fam: one sequence at a time gives the batch's tokens" cmp -s "$WORK/$fam-ref.jsonl" "$WORK/$fam-alone.jsonl"
+  fi
   check "$fam: prefix cache: the same tokens, prefill skipped" bash -c "cmp -s '$WORK/$fam-twice.jsonl' '$WORK/$fam-pc.jsonl' &&
     $PY -c \"import json; p = json.load(open('$WORK/$fam-pc.json'))['prefix_cache']; assert p['skipped_prefill_tokens'] > 0, p\""
 done
