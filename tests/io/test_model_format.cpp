@@ -20,14 +20,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A small model of `layers` layers (4 experts of 24, top-2, d 16).
+SynthConfig small_model(int64_t layers) {
+  SynthConfig s;
+  ModelConfig& m = s.model;
+  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = layers; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
+  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  return s;
+}
+
 class ModelFormat : public ::testing::Test {
  protected:
   void SetUp() override {
     dir = moerun::testing::scratch_dir("fmt").string();
-    SynthConfig s;
-    ModelConfig& m = s.model;
-    m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
-    m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+    SynthConfig s = small_model(2);
     s.shards = 2;
     write_synthetic_model(dir, s, true);
   }
@@ -111,14 +117,24 @@ TEST_F(ModelFormat, RotaryDimIsVersion7AndChecked) {
   }
 }
 
+// Expects `f` to throw a BadInput error whose message contains `part`.
+template <typename F>
+void expect_bad_input(F f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error for " << part;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 // Version 8 (Qwen3-Next): linear layers, the output gate and the norm offset written, read back
 // with the parameter count derived by hand, the offset added at load, refused in an older version.
 TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
   const std::string dir = moerun::testing::scratch_dir("fmt-linear").string();
-  SynthConfig s;
+  SynthConfig s = small_model(2);
   ModelConfig& m = s.model;
-  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
-  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
   apply_family("qwen3_next", m);  // 2 layers: linear, then full (the last)
   m.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 4, .v_dim = 3, .conv_kernel = 4};
   write_synthetic_model(dir, s, true);
@@ -147,12 +163,7 @@ TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
     EXPECT_EQ(w.final_norm[3], stored[3] + 1.0f) << "the (1 + w) norm: the offset added once at load";
   }
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
-  try {
-    read_model_config(dir);
-    ADD_FAILURE() << "linear layers in a version-7 file";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("need format_version 8"), std::string::npos) << e.what();
-  }
+  expect_bad_input([&] { read_model_config(dir); }, "need format_version 8");
   fs::remove_all(dir);
 }
 
@@ -196,10 +207,8 @@ TEST_F(ModelFormat, BadLayerVariantsAreRefused) {
 // lives in model.h5, and every count follows.
 TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
   const std::string dir = moerun::testing::scratch_dir("fmt-dense").string();
-  SynthConfig s;
+  SynthConfig s = small_model(3);
   ModelConfig& m = s.model;
-  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 3; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
-  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
   m.layer_mlp = {MlpKind::Dense, MlpKind::Moe, MlpKind::Moe};
   m.dense_intermediate_size = 40;
   write_synthetic_model(dir, s, true);
@@ -233,14 +242,8 @@ TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
     set_attr([&](hid_t f) { h5_delete_attr(f, "layer_mlp"); h5_set_attr(f, "layer_mlp", std::string(v)); });
   };
   auto refused = [&](const std::string& part) {
-    try {
-      read_model_config(dir);
-      ADD_FAILURE() << "no error for " << part;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::BadInput);
-      EXPECT_NE(std::string(e.what()).find("model.h5"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
+    expect_bad_input([&] { read_model_config(dir); }, "model.h5");
+    expect_bad_input([&] { read_model_config(dir); }, part);
   };
   set_mlp("dense,sparse,moe");
   refused("layer_mlp entry 1 is \"sparse\", expected moe or dense");
@@ -252,12 +255,7 @@ TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
   set_attr([](hid_t f) { h5_set_attr(f, "dense_intermediate_size", int64_t{0}); });
   refused("dense_intermediate_size is 0");
   set_attr([](hid_t f) { h5_set_attr(f, "dense_intermediate_size", int64_t{24}); });
-  try {
-    load_dense_weights(dir);
-    ADD_FAILURE() << "a dense MLP of another width than the attribute loaded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/layers/0/mlp/w1"), std::string::npos) << e.what();
-  }
+  expect_bad_input([&] { load_dense_weights(dir); }, "/layers/0/mlp/w1");
   fs::remove_all(dir);
 }
 

@@ -462,17 +462,23 @@ def glm4_checkpoint(rng):
     return cfg, t
 
 
+def partial_rope(cfg, hd, T):
+    """RoPE (rotate_half) on the first R dims of each head of T positions, the rest passed through: R
+    from rotary_dim, or head_dim x partial_rotary_factor (top level, or in rope_parameters as
+    transformers 5.x saves it); theta likewise."""
+    rp = cfg.get("rope_parameters", {})
+    R = cfg["rotary_dim"] if "rotary_dim" in cfg else int(hd * cfg.get("partial_rotary_factor", rp.get("partial_rotary_factor", 1.0)))
+    freq = 1.0 / cfg.get("rope_theta", rp.get("rope_theta")) ** (np.arange(0, R, 2) / R)
+    pos = np.arange(T, dtype=np.float64)
+    return lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+
+
 def glm4_forward(cfg, t, ids):
     """modeling_glm4_moe in float64: partial rotate_half RoPE, per-head q/k norms, DeepSeek-V3's router."""
     g = lambda n: t[n].astype(np.float64)
     H, KV, HD, L, eps = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
-    R = int(HD * cfg["partial_rotary_factor"])
-    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
     T = len(ids)
-    pos = np.arange(T, dtype=np.float64)
-
-    def rope_part(x):  # rotate_half over the first R dims of each head, the rest passed through
-        return np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+    rope_part = partial_rope(cfg, HD, T)
 
     x = g("model.embed_tokens.weight")[ids]
     for l in range(L):
@@ -518,12 +524,8 @@ def minimax_forward(cfg, t, ids):
     g = lambda n: t[n].astype(np.float64)
     H, KV, HD, L, eps, k = (cfg[n] for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers",
                                              "rms_norm_eps", "num_experts_per_tok"))
-    rp = cfg.get("rope_parameters", {})  # transformers 5.x's form: the factor and theta in rope_parameters
-    R = cfg["rotary_dim"] if "rotary_dim" in cfg else int(HD * rp["partial_rotary_factor"])
-    freq = 1.0 / cfg.get("rope_theta", rp.get("rope_theta")) ** (np.arange(0, R, 2) / R)
     T = len(ids)
-    pos = np.arange(T, dtype=np.float64)
-    rope_part = lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+    rope_part = partial_rope(cfg, HD, T)
     x = g("model.embed_tokens.weight")[ids]
     for l in range(L):
         p = f"model.layers.{l}."
@@ -628,11 +630,8 @@ def qwen3_next_forward(cfg, t, ids):
     H, KV, HD, L, eps, k = (cfg[n] for n in ("num_attention_heads", "num_key_value_heads", "head_dim", "num_hidden_layers",
                                              "rms_norm_eps", "num_experts_per_tok"))
     norm = lambda x, n: rms(x, 1.0 + g(n), eps)
-    R = int(HD * cfg["partial_rotary_factor"])
-    freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, R, 2) / R)
     T = len(ids)
-    pos = np.arange(T, dtype=np.float64)
-    rope_part = lambda x: np.concatenate([rope(x[..., :R], pos, freq, 1.0), x[..., R:]], axis=-1)
+    rope_part = partial_rope(cfg, HD, T)
     x = g("model.embed_tokens.weight")[ids]
     for l in range(L):
         p = f"model.layers.{l}."
