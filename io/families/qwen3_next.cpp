@@ -46,6 +46,9 @@ void read_hybrid(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
               .k_dim = h.integer("linear_key_head_dim"),
               .v_dim = h.integer("linear_value_head_dim"),
               .conv_kernel = h.integer_or("linear_conv_kernel_dim", 4)};
+  if (c.linear.k_heads < 1 || c.linear.v_heads % c.linear.k_heads != 0)
+    fail(ErrorKind::BadInput, h.where, ": field linear_num_value_heads (", c.linear.v_heads, ") is not a multiple of linear_num_key_heads (",
+         c.linear.k_heads, ")");
   read_layer_kinds(h, c);
   note(c.architecture + ": the multi-token prediction module (mtp.*) is not converted (it serves speculative decoding only)");
 }

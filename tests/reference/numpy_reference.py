@@ -763,7 +763,7 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
 
 
 def bad_family_configs(moerun, work):
-    """GLM-4.5 and MiniMax-M2 configs convert cannot follow: exit 3, one line naming config.json's
+    """GLM-4.5, MiniMax-M2 and Qwen3-Next configs convert cannot follow: exit 3, one line naming config.json's
     field, nothing written (after check_model wrote both checkpoints)."""
     def set_field(model, **fields):
         def edit(d):
@@ -777,7 +777,10 @@ def bad_family_configs(moerun, work):
              ("GLM-4.5, an odd number of rotated dims", "partial_rotary_factor", set_field("glm4_moe", partial_rotary_factor=0.55)),
              ("MiniMax-M2, rotary_dim past head_dim", "rotary_dim", set_field("minimax_m2", rotary_dim=64)),
              ("MiniMax-M2, per-head q/k norms", "qk_norm_type", set_field("minimax_m2", qk_norm_type="per_head")),
-             ("MiniMax-M2, softmax scores", "scoring_func", set_field("minimax_m2", scoring_func="softmax"))]
+             ("MiniMax-M2, softmax scores", "scoring_func", set_field("minimax_m2", scoring_func="softmax")),
+             ("Qwen3-Next, value heads not a multiple of key heads", "linear_num_value_heads",
+              set_field("qwen3_next", linear_num_value_heads=3)),
+             ("Qwen3-Next, a layer kind of neither", "layer_types", set_field("qwen3_next", layer_types=["linear_attention"] * 3 + ["mamba"]))]
     failures = 0
     for i, (what, field, (model, edit)) in enumerate(cases):
         ok, err, rc = convert_refused(moerun, os.path.join(work, model + "-hf"), os.path.join(work, f"bad-family-{i}"), edit, field)
