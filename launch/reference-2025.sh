@@ -1,5 +1,5 @@
 #!/bin/bash
-# The transformers 5.x comparison for Qwen3-MoE and gpt-oss (tests/reference/hf_2025_reference.py),
+# The transformers 5.x comparison for the 2025-2026 families (tests/reference/hf_2025_reference.py),
 # which CI does not carry (a 5.6 GB venv; CI runs tests/reference/numpy_reference.py instead).
 # Makes the venv with the machine's own pip configuration (index and mirrors as configured),
 # builds moerun if needed, runs the comparison and writes its output to
