@@ -12,6 +12,8 @@
 #
 # With the device tool: launch/gpu-check.sh --bundle .gpu-bundle here (.gpu-bundle is git-ignored),
 # then run `launch/gpu-check.sh --from .gpu-bundle` there with carry [".gpu-bundle"].
+# Environment: MOERUN_GPU_CHECK_STEPS=reference runs the transformers 5.x reference alone;
+# MOERUN_REFERENCE_ARGS="FAMILY,... SEED" passes a subset and another seed to it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
@@ -79,6 +81,8 @@ else
 fi
 
 say "# gpu-check $(date -u +%FT%TZ) on $(hostname)"
+only_reference=$([ "${MOERUN_GPU_CHECK_STEPS:-all}" = reference ] && echo 1 || echo 0)
+if [ $only_reference = 0 ]; then
 nvidia-smi -L 2>&1 | tee -a "$LOG" || { say "gpu-check: no GPU here (nvidia-smi failed)"; exit 1; }
 
 # 1. The CUDA backend against the CPU backend. A skip here is a failure: this machine has a GPU.
@@ -107,11 +111,14 @@ if ! timeout 240 "$MOERUN" bench layer --device cuda --hidden 4096 --intermediat
     --tokens 512,4096 --dtype bf16,fp32 --iters 10 --warmup 3 --json "$OUTDIR/layer-cuda.json" 2>&1 | tee -a "$LOG"; then
   say "gpu-check: bench layer --device cuda failed"; status=1
 fi
+fi
 # 4. Where this machine's Python has transformers 5.x (the device tool's image does), the 2025
 #    reference (launch/reference-2025.sh's comparison) with this moerun too.
 if python3 -c 'import sys, transformers; sys.exit(int(transformers.__version__.split(".")[0]) < 5)' 2> /dev/null; then
   say "## hf_2025_reference.py (transformers 5.x)"
-  if ! (cd "$ROOT/tests/reference" && PYTHONUNBUFFERED=1 timeout 300 python3 hf_2025_reference.py "$MOERUN" "$(mktemp -d)" 2>&1) |
+  # shellcheck disable=SC2086  # MOERUN_REFERENCE_ARGS is two words on purpose
+  if ! (cd "$ROOT/tests/reference" && PYTHONUNBUFFERED=1 timeout 300 python3 hf_2025_reference.py "$MOERUN" "$(mktemp -d)" \
+        ${MOERUN_REFERENCE_ARGS:-} 2>&1) |
       tee "$OUTDIR/hf_2025_reference.txt" | tail -3 | tee -a "$LOG"; then
     say "gpu-check: hf_2025_reference.py failed"; status=1
   fi

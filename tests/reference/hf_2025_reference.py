@@ -19,7 +19,7 @@ within 1e-4 and np 3 bit for bit, and dequantized (--quantize none) bit for bit 
 float32 checkpoint. `inspect` counts the parameters
 transformers does. Bad checkpoints fail with exit 3 naming the file and the tensor or field.
 
-usage: hf_2025_reference.py MOERUN_BIN WORKDIR [FAMILY,...]
+usage: hf_2025_reference.py MOERUN_BIN WORKDIR [FAMILY,...] [SEED]
 """
 import json
 import os
@@ -348,14 +348,15 @@ def main():
     check = Checks()
     print(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}")
     gpt_dirs = None
-    only = sys.argv[3].split(",") if len(sys.argv) > 3 else None  # a subset of the families, while developing
+    only = sys.argv[3].split(",") if len(sys.argv) > 3 and sys.argv[3] else None  # a subset of the families
+    seed = int(sys.argv[4]) if len(sys.argv) > 4 else 11  # another random model of each family
     for fam, (cls, cfg) in families().items():
         if only and fam not in only:
             continue
         if cls is None:
             check(False, f"{fam}: {cfg}")
             continue
-        model = make_model(cls, cfg, seed=11)
+        model = make_model(cls, cfg, seed=seed)
         packed = mxfp4_experts(model, seed=5) if fam == "gpt_oss" else None
         hf_dir, out_dir = os.path.join(work, fam + "-hf"), os.path.join(work, fam + "-moe")
         model.save_pretrained(hf_dir, max_shard_size="100KB")
