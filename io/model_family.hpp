@@ -42,7 +42,7 @@ struct ModelFamily {
   int64_t (*unconverted_layers)(const HfConfig& h) = nullptr;
   // Checkpoint tensors under these prefixes are not converted (Qwen3-Next's "mtp." module, Qwen3.5's
   // vision tower).
-  std::vector<std::string> unconverted_prefixes;
+  std::vector<std::string> unconverted_prefixes = {};
   // A dataset whose tensor differs in name, shape or row order from the default mapping (Qwen3-Next's
   // fused, interleaved projections): fills `out` and returns true; null or false: the default.
   bool (*dense_source)(const DenseDataset& ds, const ModelConfig& c, DenseSource& out) = nullptr;

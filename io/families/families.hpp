@@ -24,6 +24,13 @@ void read_v3_router(const HfConfig& h, ModelConfig& c);
 void read_first_dense_layers(const HfConfig& h, ModelConfig& c);
 // A note that the `field` multi-token prediction layers past num_hidden_layers are not converted.
 void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field);
+// Qwen3-Next's and Qwen3.5-MoE's hybrid layers (qwen3_next.cpp): config.json's attention, DeltaNet
+// shape and layer kinds (layer_types, else every full_attention_interval-th layer full); synth's shape
+// (the 3:1 pattern, full attention at every fourth layer and the last); and where a DeltaNet or gated
+// attention dataset comes from: Qwen3-Next's fused, interleaved tensors (`fused`) or Qwen3.5's.
+void read_hybrid(const HfConfig& h, ModelConfig& c, const NoteSink& note);
+void synth_hybrid(ModelConfig& m);
+bool hybrid_dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSource& out, bool fused);
 // synth's partial RoPE (GLM-4.5's and MiniMax-M2's half of each head): half of head_dim, even; 0
 // (all of it) when that is not a proper part.
 inline int64_t synth_half_rotary_dim(int64_t head_dim) {

@@ -1,9 +1,9 @@
-// Qwen3-Next (transformers' modeling_qwen3_next) and Qwen3.5-MoE (modeling_qwen3_5_moe, its text
-// model): three of every four layers Gated DeltaNet (linear attention with a recurrent state), the
-// fourth full attention with a sigmoid output gate (q_proj doubled), per-head q/k norms and RoPE on a
-// quarter of each head; every RMSNorm but DeltaNet's gated one scales by (1 + w); Qwen2-MoE's experts
-// with a gated shared expert. Qwen3-Next's fused DeltaNet projections are de-interleaved into
-// Qwen3.5's separate form, which model.h5 keeps; the "mtp." module is not converted.
+// Qwen3-Next (transformers' modeling_qwen3_next): three of every four layers Gated DeltaNet (linear
+// attention with a recurrent state), the fourth full attention with a sigmoid output gate (q_proj
+// doubled), per-head q/k norms and RoPE on a quarter of each head; every RMSNorm but DeltaNet's gated
+// one scales by (1 + w); Qwen2-MoE's experts with a gated shared expert. Its fused DeltaNet
+// projections are de-interleaved into Qwen3.5's separate form, which model.h5 keeps; the "mtp."
+// module is not converted. The hybrid helpers Qwen3.5-MoE shares (families.hpp) live here too.
 #include "io/families/families.hpp"
 #include "io/model_file.hpp"
 
@@ -32,7 +32,8 @@ void read_layer_kinds(const HfConfig& h, ModelConfig& c) {
     c.layer_attention.push_back((l + 1) % every == 0 ? AttentionKind::Full : AttentionKind::Linear);
 }
 
-// What both families' configs share: the attention, the DeltaNet shape, the layer kinds.
+}  // namespace
+
 void read_hybrid(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   if (h.flag_or("attention_bias", false))
     fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for ", c.architecture);
@@ -53,26 +54,7 @@ void read_hybrid(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   note(c.architecture + ": the multi-token prediction module (mtp.*) is not converted (it serves speculative decoding only)");
 }
 
-void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
-  if (read_qwen_moe(h, c)) fail(ErrorKind::BadInput, h.where, ": use_sliding_window is true; not supported for qwen3_next");
-  read_hybrid(h, c, note);
-}
-
-// Qwen3.5-MoE's text model: every layer MoE, the top-k always renormalised (its router has no
-// norm_topk_prob); its multimodal RoPE reduced to text positions, where the three sections' positions
-// are one and the same and the rotation is the plain one.
-void from_hf_3_5(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
-  c.num_experts = h.integer("num_experts");
-  c.intermediate_size = h.integer("moe_intermediate_size");
-  c.norm_topk_prob = true;
-  read_hybrid(h, c, note);
-  const bool mrope = h.has("rope_parameters") && h.j["rope_parameters"].is_object() && h.j["rope_parameters"].contains("mrope_section");
-  if (mrope) note("qwen3_5_moe: multimodal RoPE (mrope_section) on text positions, where it is the plain rotation; images are not read");
-}
-
-// Qwen3-Next's shape at synth's sizes: the 3:1 pattern (full attention at every fourth layer, and at
-// the last), linear heads as many as the attention heads for values and half of them for keys.
-void synth(ModelConfig& m) {
+void synth_hybrid(ModelConfig& m) {
   m.norm_topk_prob = true;
   m.qk_norm = QkNorm::PerHead;
   m.attention_output_gate = true;
@@ -87,6 +69,7 @@ void synth(ModelConfig& m) {
     m.layer_attention.push_back((l + 1) % 4 == 0 || l == m.num_layers - 1 ? AttentionKind::Full : AttentionKind::Linear);
 }
 
+namespace {
 // The rows of a fused projection: per key head h a group of `group` rows, of which the dataset takes
 // rows [from, from + take) of each group.
 std::vector<int64_t> grouped_rows(int64_t groups, int64_t group, int64_t from, int64_t take) {
@@ -96,9 +79,11 @@ std::vector<int64_t> grouped_rows(int64_t groups, int64_t group, int64_t from, i
   return rows;
 }
 
+}  // namespace
+
 // in_proj_qkvz is [k_heads, (q k_dim, k k_dim, v r*v_dim, z r*v_dim)] and in_proj_ba [k_heads, (b r,
 // a r)] with r = v_heads / k_heads (fix_query_key_value_ordering); q_proj [heads, (query, gate)].
-bool dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSource& out, bool fused) {
+bool hybrid_dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSource& out, bool fused) {
   const LinearAttentionShape& s = c.linear;
   const int64_t d = c.hidden_size, hk = s.k_heads, r = s.v_heads / std::max<int64_t>(1, s.k_heads), kd = s.k_dim, vd = r * s.v_dim;
   const std::string p = "model.layers." + std::to_string(ds.layer) + ".";
@@ -141,30 +126,22 @@ bool dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSource& out
   return true;
 }
 
+namespace {
+
+void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
+  if (read_qwen_moe(h, c)) fail(ErrorKind::BadInput, h.where, ": use_sliding_window is true; not supported for qwen3_next");
+  read_hybrid(h, c, note);
+}
+
 }  // namespace
 
 const ModelFamily kQwen3Next{.name = "qwen3_next",
                              .rope_theta = 10000.0,
                              .from_hf = from_hf,
-                             .synth = synth,
+                             .synth = synth_hybrid,
                              .unconverted_prefixes = {"mtp."},
                              .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) {
-                               return dense_source(ds, c, out, true);
+                               return hybrid_dense_source(ds, c, out, true);
                              }};
-
-// A multimodal checkpoint (Qwen3_5MoeForConditionalGeneration) has config.json's text_config and the
-// text model's tensors under model.language_model. (io/hf_checkpoint reads it as a text-only one).
-const ModelFamily kQwen3_5Moe{.name = "qwen3_5_moe",
-                              .rope_theta = 10000000.0,
-                              .from_hf = from_hf_3_5,
-                              .synth = [](ModelConfig& m) {
-                                synth(m);
-                                m.layer_mlp.clear();  // every layer MoE
-                              },
-                              .unconverted_prefixes = {"mtp.", "model.visual."},
-                              .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) {
-                                return dense_source(ds, c, out, false);
-                              },
-                              .hf_alias = "qwen3_5_moe_text"};
 
 }  // namespace moerun::io::families
