@@ -57,22 +57,26 @@ void read_dense_layers(const HfConfig& h, ModelConfig& c) {
 }
 
 
-void read_layer_types(const HfConfig& h, ModelConfig& c) {
-  c.sliding_window = h.integer_or("sliding_window", 0);
-  if (!h.has("layer_types")) {  // the config class's default: sliding first, then alternating
-    for (int64_t l = 0; l < c.num_layers; ++l) c.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
-    return;
-  }
+bool read_layer_type_list(const HfConfig& h, ModelConfig& c, AttentionKind other, const char* other_name) {
+  if (!h.has("layer_types")) return false;
   const json& t = h.j["layer_types"];
   if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
     fail(ErrorKind::BadInput, h.where, ": field layer_types must list ", c.num_layers, " layer kinds (num_hidden_layers)");
+  c.layer_attention.clear();
   for (std::size_t l = 0; l < t.size(); ++l) {
     const std::string kind = t[l].is_string() ? t[l].get<std::string>() : t[l].dump();
-    if (kind == "sliding_attention") c.layer_attention.push_back(AttentionKind::Sliding);
-    else if (kind == "full_attention") c.layer_attention.push_back(AttentionKind::Full);
-    else
-      fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected sliding_attention or full_attention");
+    if (kind != other_name && kind != "full_attention")
+      fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected ", other_name, " or full_attention");
+    c.layer_attention.push_back(kind == other_name ? other : AttentionKind::Full);
   }
+  return true;
+}
+
+void read_layer_types(const HfConfig& h, ModelConfig& c) {
+  c.sliding_window = h.integer_or("sliding_window", 0);
+  if (read_layer_type_list(h, c, AttentionKind::Sliding, "sliding_attention")) return;
+  // The config class's default: sliding first, then alternating.
+  for (int64_t l = 0; l < c.num_layers; ++l) c.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
 }
 
 int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor) {

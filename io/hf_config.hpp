@@ -60,6 +60,9 @@ void set_all_layers_sliding(ModelConfig& c, int64_t window);
 // Qwen's dense layers: those in mlp_only_layers, and those that decoder_sparse_step skips (a layer is
 // MoE when (l + 1) % step == 0), each an MLP of intermediate_size (Qwen2MoeDecoderLayer).
 void read_dense_layers(const HfConfig& h, ModelConfig& c);
+// config.json's layer_types, each "full_attention" or `other_name` (read as `other`), into
+// c.layer_attention; false when the field is absent. BadInput naming the entry otherwise.
+bool read_layer_type_list(const HfConfig& h, ModelConfig& c, AttentionKind other, const char* other_name);
 // gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
 void read_layer_types(const HfConfig& h, ModelConfig& c);
 // The rotated dims of each head (ModelConfig::rotary_dim, 0 for all of head_dim): config.json's

@@ -13,11 +13,13 @@ void KvCache::init(int64_t layers, int64_t kd, int64_t vd, int64_t reserve, cons
   window = windows.empty() ? std::vector<int64_t>(static_cast<std::size_t>(layers), 0) : windows;
   k.assign(static_cast<std::size_t>(layers), {});
   v.assign(static_cast<std::size_t>(layers), {});
-  for (int64_t l = 0; l < layers; ++l) {
-    const int64_t rows = window[l] > 0 ? std::min(reserve, 2 * window[l]) : reserve;
-    k[l].reserve(static_cast<std::size_t>(rows * kd));
-    v[l].reserve(static_cast<std::size_t>(rows * vd));
-  }
+  for (int64_t l = 0; l < layers; ++l) reserve_rows(l, reserve);
+}
+
+void KvCache::reserve_rows(int64_t l, int64_t positions) {
+  const int64_t rows = window[l] > 0 ? std::min(positions, 2 * window[l]) : positions;
+  k[l].reserve(static_cast<std::size_t>(rows * k_dim));
+  v[l].reserve(static_cast<std::size_t>(rows * v_dim));
 }
 
 void KvCache::trim_windows() {
@@ -38,14 +40,16 @@ void KvCache::trim(int64_t layer, int64_t keep) {
   start[layer] += drop;
 }
 
-void KvCache::init_linear(const io::ModelConfig& c) {
+void KvCache::init(const io::ModelConfig& c, int64_t reserve) {
+  std::vector<int64_t> windows;
+  for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.window_of(l));
+  if (c.num_linear_layers() == 0) return init(c.num_layers, c.kv_k_dim(), c.kv_v_dim(), reserve, windows);
+  init(c.num_layers, c.kv_k_dim(), c.kv_v_dim(), 0, windows);
   linear.assign(static_cast<std::size_t>(c.num_layers), {});
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    if (c.is_linear_layer(l)) {
-      k[l] = {};
-      v[l] = {};
-      linear[l].reset(c.linear);
-    }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.is_linear_layer(l)) linear[l].reset(c.linear);
+    else reserve_rows(l, reserve);
+  }
 }
 
 int64_t KvCache::bytes() const {

@@ -15,7 +15,7 @@ namespace moerun::runtime {
 // v_dim], fp32: k_dim = v_dim = kv_heads * head_dim for grouped-query attention; for MLA one row of
 // k_dim = kv_lora_rank + qk_rope_head_dim (the latent and the RoPE key) and no V (v_dim 0). A sliding
 // layer drops the positions no later query can see (trim_windows), so its rows start at
-// start[layer]. Linear-attention layers (Gated DeltaNet): no rows, a recurrent state (init_linear).
+// start[layer]. Linear-attention layers (Gated DeltaNet): no rows, a recurrent state.
 struct KvCache {
   int64_t k_dim = 0, v_dim = 0;
   std::vector<std::vector<float>> k, v;  // [layer]
@@ -35,9 +35,13 @@ struct KvCache {
   // amortised, a row is moved at most once, and a layer never holds more than 2W rows between
   // steps. Called between steps, after the prefix cache has taken the rows it stores.
   void trim_windows();
-  // The layers `c` makes linear get a zero state and no KV rows (call after init).
-  void init_linear(const io::ModelConfig& c);
+  // Every layer of model `c`: attention layers with rows reserved for `reserve_positions` (a sliding
+  // layer's at most 2W), linear layers with a zero state and no rows.
+  void init(const io::ModelConfig& c, int64_t reserve_positions);
   int64_t bytes() const;
+
+ private:
+  void reserve_rows(int64_t layer, int64_t positions);  // a sliding layer's at most 2W
 };
 
 struct AttentionShape {

@@ -124,10 +124,7 @@ StepBatch Scheduler::next_step() {
     s.prompt_len = static_cast<int64_t>(r.prompt_tokens.size());
     s.first_block = key;
     const int64_t reserve = std::min(model_.max_position, s.prompt_len + r.max_new_tokens);
-    std::vector<int64_t> windows;
-    for (int64_t l = 0; l < model_.num_layers; ++l) windows.push_back(model_.window_of(l));
-    s.kv.init(model_.num_layers, model_.kv_k_dim(), model_.kv_v_dim(), reserve, windows);
-    if (model_.num_linear_layers() > 0) s.kv.init_linear(model_);
+    s.kv.init(model_, reserve);
     // At least the last prompt token is computed: its logits give the first generated token. A
     // request scoring its prompt computes all of it: a cached prefix has no logits.
     if (prefix_ && r.prompt_logprobs < 0) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);

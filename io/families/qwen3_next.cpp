@@ -12,20 +12,10 @@
 namespace moerun::io::families {
 namespace {
 
+// layer_types, else every full_attention_interval-th layer full (Qwen3NextConfig's default).
 void read_layer_kinds(const HfConfig& h, ModelConfig& c) {
+  if (read_layer_type_list(h, c, AttentionKind::Linear, "linear_attention")) return;
   c.layer_attention.clear();
-  if (h.has("layer_types")) {
-    const nlohmann::json& t = h.j["layer_types"];
-    if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
-      fail(ErrorKind::BadInput, h.where, ": field layer_types must list ", c.num_layers, " layer kinds (num_hidden_layers)");
-    for (std::size_t l = 0; l < t.size(); ++l) {
-      const std::string kind = t[l].is_string() ? t[l].get<std::string>() : "";
-      if (kind != "linear_attention" && kind != "full_attention")
-        fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected linear_attention or full_attention");
-      c.layer_attention.push_back(kind == "full_attention" ? AttentionKind::Full : AttentionKind::Linear);
-    }
-    return;
-  }
   const int64_t every = h.integer_or("full_attention_interval", 4);
   if (every < 1) fail(ErrorKind::BadInput, h.where, ": field full_attention_interval is ", every, ", expected >= 1");
   for (int64_t l = 0; l < c.num_layers; ++l)

@@ -162,6 +162,12 @@ TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
     h5_read(f, "/final_norm", H5T_NATIVE_FLOAT, stored.data());
     EXPECT_EQ(w.final_norm[3], stored[3] + 1.0f) << "the (1 + w) norm: the offset added once at load";
   }
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "norm_weight_offset", 0.5); }
+  expect_bad_input([&] { read_model_config(dir); }, "attribute norm_weight_offset is 0.5, expected 0 or 1");
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "norm_weight_offset", 1.0); }
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "linear_k_heads", int64_t{4}); }
+  expect_bad_input([&] { read_model_config(dir); }, "linear_v_heads (2) is not a multiple of linear_k_heads (4)");
+  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "linear_k_heads", int64_t{1}); }
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
   expect_bad_input([&] { read_model_config(dir); }, "need format_version 8");
   fs::remove_all(dir);
