@@ -58,19 +58,19 @@ moerun_backend_open_fn load_cuda_backend(const std::string& library, std::string
 
 }  // namespace
 
-std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config) {
+std::string stored_form_name(const ExpertBackend& backend, const model::ModelConfig& config) {
   const StoredForm* form = backend.stored_form();
-  return form ? form->name() : str("raw;", io::WeightFormat{config.dtype, config.expert_format.scheme}.name());
+  return form ? form->name() : str("raw;", model::WeightFormat{config.dtype, config.expert_format.scheme}.name());
 }
 
-int64_t replica_row_granule(const io::ModelConfig& config, DeviceKind device) {
+int64_t replica_row_granule(const model::ModelConfig& config, DeviceKind device) {
   if (device != DeviceKind::Cpu) return 0;
   const WeightScheme s = config.expert_format.scheme;
   if (is_group_quantized(s) || is_native_quantized(s)) return 1;
   return config.expert_format.dtype == DType::BF16 ? Matmul::kRowChunk : 0;
 }
 
-std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
+std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const model::ModelConfig& config, Matmul& compute,
                                                    int local_rank) {
   // Both backends compute every format (the CUDA backend dequantizes quantized experts in front of
   // cuBLAS); a format added later without kernels would be refused here by name.

@@ -13,8 +13,8 @@
 #include "base/matmul.hpp"
 #include "base/memory_kind.hpp"
 #include "io/blob_store.hpp"
-#include "io/model_config.hpp"
-#include "io/weight_format.hpp"
+#include "model/model_config.hpp"
+#include "model/weight_format.hpp"
 
 namespace moerun::experts {
 
@@ -88,7 +88,7 @@ class ExpertBackend {
   virtual ~ExpertBackend() = default;
   virtual std::string describe() const = 0;  // one line for logs and bench output
   // The experts' weight format this backend computes with (the model's, io/weight_format.hpp).
-  virtual io::WeightFormat weight_format() const = 0;
+  virtual model::WeightFormat weight_format() const = 0;
   virtual MemoryKind weight_memory() const = 0;
   // Real bytes one expert of the model takes in this backend's memory: what an L1 slot costs.
   virtual int64_t expert_bytes() = 0;
@@ -124,20 +124,20 @@ class ExpertBackend {
 };
 
 // The name of the form L2 keeps for `backend`'s experts of `config`.
-std::string stored_form_name(const ExpertBackend& backend, const io::ModelConfig& config);
+std::string stored_form_name(const ExpertBackend& backend, const model::ModelConfig& config);
 
 // Rows at whose multiples an expert's rows may be split between replicas with the same bits as
 // computed whole (experts/replica_split): 1 where the kernels are row-independent (the CPU's q8, q4,
 // mxfp4 and fp8 kernels), Matmul::kRowChunk for bf16 through oneDNN (its GEMMs run in chunks of
 // that many rows), 0 (never split) for float32 experts and the CUDA backend (cuBLAS picks its
 // algorithm by row count).
-int64_t replica_row_granule(const io::ModelConfig& config, DeviceKind device);
+int64_t replica_row_granule(const model::ModelConfig& config, DeviceKind device);
 
 // The backend of `spec` for the experts of `config`. `compute` is the compute thread's oneDNN
 // context (CPU backend); a CUDA backend needs a build with CUDA and a visible device (Usage error
 // otherwise). `local_rank` (the rank's index on its host) picks the GPU: local_rank mod visible
 // devices. A weight format the backend has no kernels for is a Usage error naming both.
-std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const io::ModelConfig& config, Matmul& compute,
+std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const model::ModelConfig& config, Matmul& compute,
                                                    int local_rank = 0);
 
 }  // namespace moerun::experts

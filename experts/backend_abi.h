@@ -23,16 +23,16 @@ typedef struct moerun_backend_error {
   char message[1024];
 } moerun_backend_error;
 
-/* What the backend computes: one expert's shapes and weight format (io::WeightFormat's values). */
+/* What the backend computes: one expert's shapes and weight format (model::WeightFormat's values). */
 typedef struct moerun_backend_model {
   uint32_t abi_version;
   int64_t hidden_size;
   int64_t intermediate_size;
   int32_t dtype;          /* moerun::DType */
-  int32_t weight_scheme;  /* moerun::io::WeightScheme */
+  int32_t weight_scheme;  /* moerun::model::WeightScheme */
   int32_t local_rank;     /* the rank's index on its host: picks the device */
   int32_t expert_bias;    /* 1: b1, b3 [ff] and b2 [d] follow w1, w3, w2 in the raw form, in dtype */
-  int32_t activation;     /* moerun::io::ExpertActivation: 0 SwiGLU, 1 gpt-oss's clamped SwiGLU */
+  int32_t activation;     /* moerun::model::ExpertActivation: 0 SwiGLU, 1 gpt-oss's clamped SwiGLU */
   double swiglu_alpha;    /* clamped SwiGLU: (up + 1) * gate * sigmoid(alpha * gate), */
   double swiglu_limit;    /* gate clamped above at limit, up to [-limit, limit] */
 } moerun_backend_model;

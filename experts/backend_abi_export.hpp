@@ -110,15 +110,15 @@ moerun_backend* export_backend(const moerun_backend_model* model, moerun_backend
     if (model->abi_version != MOERUN_BACKEND_ABI_VERSION)
       fail(ErrorKind::Usage, "backend library: interface version ", MOERUN_BACKEND_ABI_VERSION, ", asked for ", model->abi_version,
            "; use the library built with this moerun");
-    io::ModelConfig c;
+    model::ModelConfig c;
     c.hidden_size = model->hidden_size;
     c.intermediate_size = model->intermediate_size;
     c.dtype = static_cast<DType>(model->dtype);
-    c.expert_format = {c.dtype, static_cast<io::WeightScheme>(model->weight_scheme)};
+    c.expert_format = {c.dtype, static_cast<WeightScheme>(model->weight_scheme)};
     if ((model->expert_bias != 0 && model->expert_bias != 1) || (model->activation != 0 && model->activation != 1))
       fail(ErrorKind::Usage, "backend library: expert_bias ", model->expert_bias, " or activation ", model->activation, " out of range");
     c.expert_bias = model->expert_bias == 1;
-    c.expert_activation = static_cast<io::ExpertActivation>(model->activation);
+    c.expert_activation = static_cast<model::ExpertActivation>(model->activation);
     c.swiglu_alpha = model->swiglu_alpha;
     c.swiglu_limit = model->swiglu_limit;
     auto impl = make(c, model->local_rank);

@@ -34,7 +34,7 @@ class CExpert final : public ResidentExpert {
 
 class CBackend final : public ExpertBackend, public BackendTiming {
  public:
-  CBackend(moerun_backend* b, const moerun_backend_ops& ops, std::string library, io::WeightFormat format)
+  CBackend(moerun_backend* b, const moerun_backend_ops& ops, std::string library, model::WeightFormat format)
       : b_(b), ops_(ops), library_(std::move(library)), format_(format) {}
   ~CBackend() override { ops_.destroy(b_); }
 
@@ -44,7 +44,7 @@ class CBackend final : public ExpertBackend, public BackendTiming {
     if (ops_.describe(b_, buf, sizeof buf, &err) != MOERUN_BACKEND_OK) return library_;
     return buf;
   }
-  io::WeightFormat weight_format() const override { return format_; }
+  model::WeightFormat weight_format() const override { return format_; }
   MemoryKind weight_memory() const override { return static_cast<MemoryKind>(ops_.weight_memory(b_)); }
   int64_t expert_bytes() override { return value(ops_.expert_bytes); }
   int64_t memory_bytes() override { return value(ops_.memory_bytes); }
@@ -96,13 +96,13 @@ class CBackend final : public ExpertBackend, public BackendTiming {
   moerun_backend* b_;
   moerun_backend_ops ops_;
   std::string library_;
-  io::WeightFormat format_;
+  model::WeightFormat format_;
 };
 
 }  // namespace
 
 std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library,
-                                              const io::ModelConfig& config, int local_rank) {
+                                              const model::ModelConfig& config, int local_rank) {
   const moerun_backend_model model{MOERUN_BACKEND_ABI_VERSION,
                                    config.hidden_size,
                                    config.intermediate_size,

@@ -12,6 +12,6 @@ namespace moerun::experts {
 
 // Opens a backend through `open` (the library's entry point; `library` names it in errors).
 std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library,
-                                              const io::ModelConfig& config, int local_rank);
+                                              const model::ModelConfig& config, int local_rank);
 
 }  // namespace moerun::experts

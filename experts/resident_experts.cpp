@@ -9,7 +9,7 @@
 
 namespace moerun::experts {
 
-ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const io::ModelConfig& c,
+ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const model::ModelConfig& c,
                                  const std::function<bool(int64_t, int64_t)>& owns)
     : backend_(backend), index_(&index), num_experts_(c.num_experts) {
   int64_t owned = 0;

@@ -16,7 +16,7 @@ class ResidentExperts : public ExpertStore {
  public:
   ResidentExperts(ExpertBackend& backend, int64_t num_experts) : backend_(backend), num_experts_(num_experts) {}
   // Loads every (layer, expert) for which `owns` is true into the backend.
-  ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const io::ModelConfig& config,
+  ResidentExperts(ExpertBackend& backend, const io::ExpertShardIndex& index, const model::ModelConfig& config,
                   const std::function<bool(int64_t, int64_t)>& owns);
 
   void insert(int64_t layer, int64_t expert, std::unique_ptr<ResidentExpert> w);

@@ -6,7 +6,7 @@
 
 #include "base/error.hpp"
 #include "io/hdf5.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/output_file.hpp"
 
 namespace moerun::io {
@@ -47,8 +47,8 @@ AffinityGraph read_affinity_graph(const std::string& path) {
     AffinityGraph g;
     g.source = path;
     // Bounded before anything is sized from them: the graph holds layers x experts^2 counts.
-    g.num_layers = req("num_layers", kMaxLayers);
-    g.num_experts = req("num_experts", kMaxExperts);
+    g.num_layers = req("num_layers", model::kMaxLayers);
+    g.num_experts = req("num_experts", model::kMaxExperts);
     g.top_k = req("top_k", g.num_experts);
     g.tokens = req("tokens", INT64_MAX);
     const int64_t L = g.num_layers, E = g.num_experts, Ln = std::max<int64_t>(L - 1, 0);

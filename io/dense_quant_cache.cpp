@@ -59,15 +59,10 @@ std::string dense_cache_path(const std::string& model_dir, WeightScheme s) {
 
 std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(DenseWeights& w) {
   std::vector<std::pair<std::string, WeightMatrix*>> out;
-  auto add = [&](const std::string& path, WeightMatrix& m) {
-    if (m.rows > 0 && m.cols % 32 == 0) out.emplace_back(path, &m);
-  };
-  add("/lm_head", w.lm_head);
-  if (w.config.attention_type == AttentionType::Mla) return out;
-  for (std::size_t l = 0; l < w.layers.size(); ++l) {
-    const std::string p = "/layers/" + std::to_string(l) + "/";
-    DenseLayerWeights& L = w.layers[l];
-    for (auto [name, m] : {std::pair{"wq", &L.wq}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo}, {"wq_gate", &L.wq_gate}}) add(p + name, *m);
+  for (const model::DenseDataset& ds : model::dense_datasets(w.config)) {
+    if (!ds.quantizable) continue;
+    WeightMatrix* m = std::get<WeightMatrix*>(dense_target(w, ds));
+    if (m->rows > 0 && m->cols % 32 == 0) out.emplace_back(ds.path, m);
   }
   return out;
 }

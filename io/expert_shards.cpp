@@ -43,7 +43,7 @@ std::size_t part_elem_size(PartElem e, DType dense) {
   }
 }
 
-std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c) {
+std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   const WeightScheme s = c.expert_format.scheme;
   std::vector<ExpertPart> parts;
@@ -112,7 +112,7 @@ void expect_part(hid_t file, const std::string& fname, const std::string& path, 
 }
 }  // namespace
 
-uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c) {
+uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const model::ModelConfig& c) {
   const std::string gp = expert_group_path(layer, expert);
   for (const ExpertPart& p : expert_raw_parts(c)) expect_part(file, fname, gp + "/" + p.name, p, c.dtype);
   H5Handle group = h5_open_object(file, gp);
@@ -126,7 +126,7 @@ uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer,
   return *sum;
 }
 
-void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw) {
+void read_expert_group(hid_t file, int64_t layer, int64_t expert, const model::ModelConfig& c, void* raw) {
   const std::string gp = expert_group_path(layer, expert);
   auto* b = static_cast<unsigned char*>(raw);
   for (const ExpertPart& p : expert_raw_parts(c)) h5_read(file, gp + "/" + p.name, part_types(p.elem, c.dtype).mem, b + p.offset);
@@ -144,7 +144,7 @@ uint64_t shard_identity(std::vector<ShardEntry> entries) {
 namespace {
 // Format version 2: every shard is the one model.h5 recorded (count and identity), so shards of
 // another model of the same shapes, or a changed shard, are refused by name.
-void check_shard_identities(const ExpertShardIndex& idx, const ModelLocation& model, const ModelConfig& c) {
+void check_shard_identities(const ExpertShardIndex& idx, const ModelLocation& model, const model::ModelConfig& c) {
   if (c.shard_ids.empty()) return;
   const auto& names = idx.shards();
   if (names.size() != c.shard_ids.size())
@@ -157,7 +157,7 @@ void check_shard_identities(const ExpertShardIndex& idx, const ModelLocation& mo
 }
 }  // namespace
 
-ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const ModelConfig& c) {
+ExpertShardIndex ExpertShardIndex::build(const ModelLocation& model, const model::ModelConfig& c) {
   ExpertShardIndex idx;
   idx.config_ = c;
   idx.model_ = model;
@@ -238,7 +238,7 @@ const ExpertLocation& ExpertShardIndex::locate(int64_t layer, int64_t expert) co
   return locations_[static_cast<std::size_t>(layer * config_.num_experts + expert)];
 }
 
-std::size_t expert_raw_bytes(const ModelConfig& c) {
+std::size_t expert_raw_bytes(const model::ModelConfig& c) {
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
   return parts.back().offset + parts.back().bytes;
 }
@@ -262,7 +262,7 @@ void check_native_part(const ExpertPart& p, const unsigned char* data, const std
 }
 }  // namespace
 
-void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
+void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
                    int64_t expert) {
   const std::string gp = expert_group_path(layer, expert);
   const auto* b = static_cast<const unsigned char*>(raw);
@@ -330,7 +330,7 @@ AlignedBuffer ExpertShardIndex::read_raw(int64_t layer, int64_t expert) const {
 
 void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const {
   const ExpertLocation& loc = locate(layer, expert);
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   const std::vector<ExpertPart> parts = expert_raw_parts(c);
   raw.resize(expert_raw_bytes(c));
   if (loc.raw_chunks) {
@@ -365,7 +365,7 @@ AlignedBuffer ExpertShardIndex::load_raw(int64_t layer, int64_t expert) const {
   return raw;
 }
 
-ExpertShardWriter::ExpertShardWriter(const std::string& path, const ModelConfig& c, const std::string& name)
+ExpertShardWriter::ExpertShardWriter(const std::string& path, const model::ModelConfig& c, const std::string& name)
     : config_(c), path_(name.empty() ? path : name), file_(h5_open_file(path, H5Mode::Create)) {
   h5_writing(path_, [&] {
     h5_set_attr(file_, "format", std::string("moe-hdf5-experts"));
@@ -409,7 +409,7 @@ void quantize_matrix(WeightScheme s, const float* x, int64_t rows, int64_t cols,
 
 void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2,
                                     const float* bias) {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   if (c.expert_bias != (bias != nullptr))
     fail(ErrorKind::Internal, path_, ": expert biases ", bias ? "given for a model without them" : "missing");
   const float* data[kMaxExpertParts] = {w1, w3, w2};

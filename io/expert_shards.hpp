@@ -10,7 +10,7 @@
 
 #include "base/aligned_buffer.hpp"
 #include "io/hdf5.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/model_location.hpp"
 #include "io/positional_file.hpp"
 
@@ -37,7 +37,7 @@ struct ExpertPart {
   std::size_t offset = 0, bytes = 0;  // in the raw form
 };
 inline constexpr int kMaxExpertParts = 9;
-std::vector<ExpertPart> expert_raw_parts(const ModelConfig& c);
+std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c);
 // The part called `name` ("w2_scales"); Internal if this format has none.
 const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::string& name);
 
@@ -57,7 +57,7 @@ struct ExpertLocation {
 class ExpertSource {
  public:
   virtual ~ExpertSource() = default;
-  virtual const ModelConfig& config() const = 0;
+  virtual const model::ModelConfig& config() const = 0;
   virtual AlignedBuffer read_raw(int64_t layer, int64_t expert) const = 0;
   // The same into `raw`, which keeps its memory from load to load (a loader's buffer).
   virtual void read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const { raw = read_raw(layer, expert); }
@@ -66,9 +66,9 @@ class ExpertSource {
 };
 
 // Bytes of one expert's raw form.
-std::size_t expert_raw_bytes(const ModelConfig& c);
+std::size_t expert_raw_bytes(const model::ModelConfig& c);
 // BadInput naming `where` and the expert's group on a NaN/Inf or a checksum mismatch.
-void verify_expert(const void* raw, const ModelConfig& c, uint64_t expected_xxh64, const std::string& where,
+void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expected_xxh64, const std::string& where,
                    int64_t layer, int64_t expert);
 
 class ExpertShardIndex : public ExpertSource {
@@ -76,7 +76,7 @@ class ExpertShardIndex : public ExpertSource {
   // Scans the model's experts-*.h5 and checks: every (layer, expert) in exactly one shard, group
   // names plain decimal integers in range, w1/w3/w2 present with the right shape and dtype, xxh64
   // attribute set.
-  static ExpertShardIndex build(const ModelLocation& model, const ModelConfig& config);
+  static ExpertShardIndex build(const ModelLocation& model, const model::ModelConfig& config);
 
   const ExpertLocation& locate(int64_t layer, int64_t expert) const;
   const std::vector<std::string>& shards() const { return shards_; }
@@ -99,14 +99,14 @@ class ExpertShardIndex : public ExpertSource {
   // holds them, the page cache would hold them twice). Set-up only, before any read.
   void set_direct_reads(bool direct);
 
-  const ModelConfig& config() const override { return config_; }
+  const model::ModelConfig& config() const override { return config_; }
   AlignedBuffer read_raw(int64_t layer, int64_t expert) const override;
   void read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const override;
   uint64_t checksum(int64_t layer, int64_t expert) const override { return locate(layer, expert).xxh64; }
   std::string where(int64_t layer, int64_t expert) const override { return locate(layer, expert).shard; }
 
  private:
-  ModelConfig config_;
+  model::ModelConfig config_;
   ModelLocation model_{std::string()};
   std::vector<std::string> shards_;       // display names (paths or URLs)
   std::vector<std::string> shard_files_;  // names inside the model location
@@ -119,9 +119,9 @@ class ExpertShardIndex : public ExpertSource {
 std::string expert_group_path(int64_t layer, int64_t expert);
 // In an open shard file `fname` (hdf5_mutex held): checks the group of (layer, expert) has the
 // parts of expert_raw_parts with their shapes and types, and returns its xxh64 attribute; BadInput naming file and group.
-uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const ModelConfig& c);
+uint64_t check_expert_group(hid_t file, const std::string& fname, int64_t layer, int64_t expert, const model::ModelConfig& c);
 // Reads the group's raw form (expert_raw_parts) into `raw` (expert_raw_bytes(c) bytes), without verifying.
-void read_expert_group(hid_t file, int64_t layer, int64_t expert, const ModelConfig& c, void* raw);
+void read_expert_group(hid_t file, int64_t layer, int64_t expert, const model::ModelConfig& c, void* raw);
 std::string shard_file_name(int index);  // "experts-00003.h5"
 
 // What binds a shard to its model (format version 2): xxh64 over the (layer, expert, xxh64
@@ -136,7 +136,7 @@ uint64_t shard_identity(std::vector<ShardEntry> entries);
 
 class ExpertShardWriter {
  public:
-  ExpertShardWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");  // name: as ModelFileWriter
+  ExpertShardWriter(const std::string& path, const model::ModelConfig& config, const std::string& name = "");  // name: as ModelFileWriter
   // Float32 inputs, stored in the config's dtype, or quantized to its expert format (the matrices;
   // biases stay in the dtype). w1/w3: [ff, d]; w2: [d, ff]; `bias` b1‖b3‖b2 ([ff], [ff], [d]) when
   // the config has expert biases, else null.
@@ -149,7 +149,7 @@ class ExpertShardWriter {
  private:
   void write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias);
   void write_raw_group(int64_t layer, int64_t expert, const unsigned char* raw);
-  ModelConfig config_;
+  model::ModelConfig config_;
   std::string path_;
   H5Handle file_;
 };

@@ -16,7 +16,7 @@
 
 namespace moerun::io {
 
-std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelConfig& c) {
+std::vector<ExpertSwap> read_swap_control(const std::string& path, const model::ModelConfig& c) {
   const std::string text = read_regular_file(path, ErrorKind::Usage);
   const nlohmann::json j = parse_json(text, path);
   if (!j.is_object() || !j.contains("swaps") || !j["swaps"].is_array() || j["swaps"].empty())
@@ -57,7 +57,7 @@ namespace {
 
 // Appends to `out` the raw weights of the experts of one swap entry that this rank wants and has not
 // taken yet, read under the HDF5 lock (the cache's loaders share it); checked by the caller.
-void read_swap_entry(const ExpertSwap& sw, const ModelConfig& c, const std::function<bool(int64_t, int64_t)>& wanted,
+void read_swap_entry(const ExpertSwap& sw, const model::ModelConfig& c, const std::function<bool(int64_t, int64_t)>& wanted,
                      std::set<std::pair<int64_t, int64_t>>& seen, std::vector<NewExpertWeights>& out) {
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   H5Handle file = h5_open_file(sw.shard, H5Mode::ReadOnly);
@@ -86,7 +86,7 @@ void read_swap_entry(const ExpertSwap& sw, const ModelConfig& c, const std::func
 
 }  // namespace
 
-std::vector<NewExpertWeights> read_swap_experts(const std::vector<ExpertSwap>& swaps, const ModelConfig& c,
+std::vector<NewExpertWeights> read_swap_experts(const std::vector<ExpertSwap>& swaps, const model::ModelConfig& c,
                                                 const std::function<bool(int64_t, int64_t)>& wanted) {
   std::vector<NewExpertWeights> out;
   std::set<std::pair<int64_t, int64_t>> seen;

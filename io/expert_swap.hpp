@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/aligned_buffer.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::io {
 
@@ -29,11 +29,11 @@ struct NewExpertWeights {
 };
 
 // Parses the control file; BadInput naming the file and field.
-std::vector<ExpertSwap> read_swap_control(const std::string& path, const ModelConfig& c);
+std::vector<ExpertSwap> read_swap_control(const std::string& path, const model::ModelConfig& c);
 
 // Reads and verifies the experts of `swaps` for which `wanted(layer, expert)` holds (the experts of
 // this rank). BadInput naming the shard and group on any problem; nothing is returned then.
-std::vector<NewExpertWeights> read_swap_experts(const std::vector<ExpertSwap>& swaps, const ModelConfig& c,
+std::vector<NewExpertWeights> read_swap_experts(const std::vector<ExpertSwap>& swaps, const model::ModelConfig& c,
                                                 const std::function<bool(int64_t, int64_t)>& wanted);
 
 }  // namespace moerun::io

@@ -61,7 +61,7 @@ WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string
 
 // The embedding table: mapped where model.h5 is local and stores it contiguously in little-endian
 // order (the bytes in the file are the values), else read; scanned and checksummed either way.
-EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, const ModelConfig& c) {
+EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, const model::ModelConfig& c) {
   const std::string ds = "/embed_tokens";
   expect_dataset(file, fname, ds, {c.vocab_size, c.hidden_size}, c.dtype);
   EmbeddingTable t;
@@ -169,13 +169,13 @@ std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
 }
 
 // Format version 6 (docs/FORMATS.md): MLA and DeepSeek's routing; absent, each keeps the earlier behaviour.
-void read_version6_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+void read_version6_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
   auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
   const std::string attention = h5_attr_string(file, "attention_type").value_or("mha");
   if (attention != "mha" && attention != "mla")
     fail(ErrorKind::BadInput, fname, ": attribute attention_type is \"", attention, "\", expected mha or mla");
-  c.attention_type = attention == "mla" ? AttentionType::Mla : AttentionType::Mha;
-  if (c.attention_type == AttentionType::Mla) {
+  c.attention_type = attention == "mla" ? model::AttentionType::Mla : model::AttentionType::Mha;
+  if (c.attention_type == model::AttentionType::Mla) {
     c.mla.q_lora_rank = integer("q_lora_rank", 0);
     c.mla.kv_lora_rank = integer("kv_lora_rank", 0);
     c.mla.qk_nope_head_dim = integer("qk_nope_head_dim", 0);
@@ -187,7 +187,7 @@ void read_version6_attributes(hid_t file, const std::string& fname, ModelConfig&
   const std::string group_score = h5_attr_string(file, "router_group_score").value_or("max");
   if (group_score != "max" && group_score != "top2_sum")
     fail(ErrorKind::BadInput, fname, ": attribute router_group_score is \"", group_score, "\", expected max or top2_sum");
-  c.router_group_score = group_score == "top2_sum" ? GroupScore::Top2Sum : GroupScore::Max;
+  c.router_group_score = group_score == "top2_sum" ? model::GroupScore::Top2Sum : model::GroupScore::Max;
   const auto flag = integer("router_correction_bias", 0), gated = integer("shared_expert_gated", 1);
   if ((flag != 0 && flag != 1) || (gated != 0 && gated != 1))
     fail(ErrorKind::BadInput, fname, ": attributes router_correction_bias and shared_expert_gated must be 0 or 1");
@@ -197,7 +197,7 @@ void read_version6_attributes(hid_t file, const std::string& fname, ModelConfig&
 }
 
 // Format version 8: Gated DeltaNet layers and the gated, (1 + w)-normed attention of Qwen3-Next.
-void read_version8_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+void read_version8_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
   auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
   c.linear.k_heads = integer("linear_k_heads", 0);
   c.linear.v_heads = integer("linear_v_heads", 0);
@@ -212,7 +212,7 @@ void read_version8_attributes(hid_t file, const std::string& fname, ModelConfig&
 
 // The layer variants of format version 3 (docs/FORMATS.md); each absent attribute keeps the
 // behaviour of the files before it.
-void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& c) {
+void read_variant_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
   auto flag = [&](const char* n) {
     const auto v = h5_attr_int(file, n);
     if (v && *v != 0 && *v != 1) fail(ErrorKind::BadInput, fname, ": attribute ", n, " is ", *v, ", expected 0 or 1");
@@ -222,15 +222,15 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   auto number = [&](const char* n, double dflt) { return h5_attr_double(file, n).value_or(dflt); };
   const int64_t qk = h5_attr_int(file, "qk_norm").value_or(0);
   if (qk < 0 || qk > 2) fail(ErrorKind::BadInput, fname, ": attribute qk_norm is ", qk, ", expected 0 (none), 1 (projection) or 2 (per head)");
-  c.qk_norm = static_cast<QkNorm>(qk);
+  c.qk_norm = static_cast<model::QkNorm>(qk);
   c.attention_out_bias = flag("attention_out_bias");
   c.attention_sinks = flag("attention_sinks");
   c.sliding_window = h5_attr_int(file, "sliding_window").value_or(0);
   c.rotary_dim = h5_attr_int(file, "rotary_dim").value_or(0);
-  if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = parse_layer_attention(*types, fname);
-  if (const auto mlp = h5_attr_string(file, "layer_mlp")) c.layer_mlp = parse_layer_mlp(*mlp, fname);
+  if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = model::parse_layer_attention(*types, fname);
+  if (const auto mlp = h5_attr_string(file, "layer_mlp")) c.layer_mlp = model::parse_layer_mlp(*mlp, fname);
   c.dense_intermediate_size = h5_attr_int(file, "dense_intermediate_size").value_or(0);
-  c.rope.type = parse_rope_type(text("rope_type", "default"), fname);
+  c.rope.type = model::parse_rope_type(text("rope_type", "default"), fname);
   c.rope.factor = number("rope_factor", 1.0);
   c.rope.original_max_position = h5_attr_int(file, "rope_original_max_position").value_or(0);
   c.rope.beta_fast = number("rope_beta_fast", 32.0);
@@ -245,13 +245,13 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
   const std::string scoring = text("router_scoring", "softmax_topk");
   if (scoring != "softmax_topk" && scoring != "topk_softmax" && scoring != "sigmoid")
     fail(ErrorKind::BadInput, fname, ": attribute router_scoring is \"", scoring, "\", expected softmax_topk, topk_softmax or sigmoid");
-  c.router_scoring = scoring == "topk_softmax" ? RouterScoring::TopKSoftmax : scoring == "sigmoid" ? RouterScoring::Sigmoid
-                                                                                                    : RouterScoring::SoftmaxTopK;
+  c.router_scoring = scoring == "topk_softmax" ? model::RouterScoring::TopKSoftmax : scoring == "sigmoid" ? model::RouterScoring::Sigmoid
+                                                                                                    : model::RouterScoring::SoftmaxTopK;
   c.expert_bias = flag("expert_bias");
   const std::string act = text("expert_activation", "swiglu");
   if (act != "swiglu" && act != "swiglu_clamped")
     fail(ErrorKind::BadInput, fname, ": attribute expert_activation is \"", act, "\", expected swiglu or swiglu_clamped");
-  c.expert_activation = act == "swiglu_clamped" ? ExpertActivation::ClampedSwiGlu : ExpertActivation::SwiGlu;
+  c.expert_activation = act == "swiglu_clamped" ? model::ExpertActivation::ClampedSwiGlu : model::ExpertActivation::SwiGlu;
   c.swiglu_alpha = number("swiglu_alpha", 1.702);
   c.swiglu_limit = number("swiglu_limit", 7.0);
   read_version6_attributes(file, fname, c);
@@ -259,13 +259,13 @@ void read_variant_attributes(hid_t file, const std::string& fname, ModelConfig& 
 }
 
 // The root attributes of an open model.h5 (`fname` names it in messages).
-ModelConfig read_model_config(hid_t file, const std::string& fname) {
+model::ModelConfig read_model_config(hid_t file, const std::string& fname) {
   return h5_reading(fname, [&] {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
     if (ver < 1 || ver > 8) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 8");
-    ModelConfig c;
+    model::ModelConfig c;
     c.format_version = ver;
     c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
     auto i = [&](const char* n) { return require_attr(h5_attr_int(file, n), fname, n); };
@@ -282,9 +282,9 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
     c.rope_theta = f("rope_theta");
     c.rms_norm_eps = f("rms_norm_eps");
     c.max_position = i("max_position");
-    c.dtype = parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
+    c.dtype = model::parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
     const auto format = h5_attr_string(file, "expert_format");  // optional: absent means plain
-    c.expert_format = format ? parse_weight_format(*format, c.dtype, fname) : WeightFormat{c.dtype, WeightScheme::Plain};
+    c.expert_format = format ? model::parse_weight_format(*format, c.dtype, fname) : model::WeightFormat{c.dtype, WeightScheme::Plain};
     c.bos_token_id = i("bos_token_id");
     c.eos_token_id = i("eos_token_id");
     // Variant attributes are optional: a file without them is a Mixtral model.
@@ -304,118 +304,12 @@ ModelConfig read_model_config(hid_t file, const std::string& fname) {
 }
 }  // namespace
 
-ModelConfig read_model_config(const ModelLocation& model) {
+model::ModelConfig read_model_config(const ModelLocation& model) {
   model.check_exists();
   return read_model_config(model.open("model.h5"), model.file("model.h5"));
 }
 
-std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  std::vector<DenseDataset> out;
-  auto add = [&](int64_t layer, const std::string& name, std::vector<int64_t> shape) {
-    const std::string path = layer < 0 ? "/" + name : "/layers/" + std::to_string(layer) + "/" + name;
-    out.push_back({path, name, layer, std::move(shape)});
-  };
-  add(-1, "embed_tokens", {c.vocab_size, d});
-  add(-1, "final_norm", {d});
-  add(-1, "lm_head", {c.vocab_size, d});
-  const bool mla = c.attention_type == AttentionType::Mla;
-  const MlaShape& m = c.mla;
-  const LinearAttentionShape& lin = c.linear;
-  // Gated DeltaNet: q, k, v (through the conv), z, b and a from x; its out_proj is wo.
-  auto add_linear_attention = [&](int64_t l) {
-    add(l, "linear/w_qkv", {lin.conv_channels(), d});
-    add(l, "linear/w_z", {lin.value_width(), d});
-    add(l, "linear/w_b", {lin.v_heads, d});
-    add(l, "linear/w_a", {lin.v_heads, d});
-    for (auto& [name, shape] : std::vector<std::pair<const char*, std::vector<int64_t>>>{
-             {"linear/conv", {lin.conv_channels(), lin.conv_kernel}}, {"linear/dt_bias", {lin.v_heads}}, {"linear/A_log", {lin.v_heads}}}) {
-      add(l, name, shape);
-      out.back().float32 = true;  // the decay's parameters and the conv taps, exact whatever the dtype
-    }
-    add(l, "linear/norm", {lin.v_dim});
-    add(l, "wo", {d, lin.value_width()});
-  };
-  auto add_attention = [&](int64_t l) {
-    if (mla && m.q_lora_rank > 0) {
-      add(l, "wq_a", {m.q_lora_rank, d});
-      add(l, "q_a_norm", {m.q_lora_rank});
-      add(l, "wq_b", {q, m.q_lora_rank});
-    } else {
-      add(l, "wq", {q, d});
-      if (c.attention_output_gate) add(l, "wq_gate", {q, d});
-    }
-    if (mla) {
-      add(l, "wkv_a", {m.kv_lora_rank + m.qk_rope_head_dim, d});
-      add(l, "kv_a_norm", {m.kv_lora_rank});
-      add(l, "wkv_b", {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
-    } else {
-      add(l, "wk", {kv, d});
-      add(l, "wv", {kv, d});
-    }
-    add(l, "wo", {d, c.attention_out_dim()});
-  };
-  auto add_attention_variants = [&](int64_t l) {
-    if (c.attention_bias) {
-      add(l, "bq", {q});
-      add(l, "bk", {kv});
-      add(l, "bv", {kv});
-    }
-    if (c.qk_norm != QkNorm::None) {
-      const bool per_head = c.qk_norm == QkNorm::PerHead;
-      add(l, "q_norm", {per_head ? c.head_dim : q});
-      add(l, "k_norm", {per_head ? c.head_dim : kv});
-    }
-    if (c.attention_out_bias) add(l, "bo", {d});
-    if (c.attention_sinks) add(l, "sinks", {c.num_heads});
-  };
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    add(l, "attn_norm", {d});
-    if (c.is_linear_layer(l)) add_linear_attention(l);
-    else add_attention(l);
-    add(l, "ffn_norm", {d});
-    if (!c.is_linear_layer(l)) add_attention_variants(l);
-    if (!c.is_moe_layer(l)) {
-      const int64_t dff = c.dense_intermediate_size;
-      add(l, "mlp/w1", {dff, d});
-      add(l, "mlp/w3", {dff, d});
-      add(l, "mlp/w2", {d, dff});
-      continue;
-    }
-    add(l, "gate", {c.num_experts, d});
-    if (c.router_bias) add(l, "gate_bias", {c.num_experts});
-    if (c.router_correction_bias) {
-      add(l, "gate_correction_bias", {c.num_experts});
-      out.back().float32 = true;  // kept in float32 as the checkpoints keep it: it decides close choices
-    }
-    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-      add(l, "shared_expert/w1", {sff, d});
-      add(l, "shared_expert/w3", {sff, d});
-      add(l, "shared_expert/w2", {d, sff});
-      if (c.shared_expert_gated) add(l, "shared_expert_gate", {1, d});
-    }
-  }
-  return out;
-}
-
 namespace {
-// An MLA layer's attention weights (q through q_lora_rank or straight, the latent's down and up
-// projections and its norm); o_proj is read with the others.
-void read_mla_weights(hid_t file, const std::string& fname, const std::string& p, const ModelConfig& c, DenseLayerWeights& L) {
-  const MlaShape& m = c.mla;
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, v = c.format_version;
-  if (m.q_lora_rank > 0) {
-    L.wq_a = read_matrix(file, fname, p + "wq_a", m.q_lora_rank, d, c.dtype, v);
-    L.q_a_norm = read_vector_f32(file, fname, p + "q_a_norm", {m.q_lora_rank}, c.dtype, v);
-    L.wq_b = read_matrix(file, fname, p + "wq_b", q, m.q_lora_rank, c.dtype, v);
-  } else {
-    L.wq = read_matrix(file, fname, p + "wq", q, d, c.dtype, v);
-  }
-  L.wkv_a = read_matrix(file, fname, p + "wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, d, c.dtype, v);
-  L.kv_a_norm = read_vector_f32(file, fname, p + "kv_a_norm", {m.kv_lora_rank}, c.dtype, v);
-  L.wkv_b = read_matrix(file, fname, p + "wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype, v);
-}
-
 // The quantizable matrices of an open model.h5: from `cache` when it holds one quantized from this very
 // dataset (its xxh64 attribute), else as stored; records the attribute in w.source_xxh64.
 class QuantizableReader {
@@ -424,7 +318,7 @@ class QuantizableReader {
   QuantizableReader(hid_t file, const std::string& fname, std::map<std::string, DenseCacheEntry> cache, bool on)
       : file_(file), fname_(fname), cache_(std::move(cache)), on_(on) {}
   WeightMatrix read(DenseWeights& w, const std::string& path, int64_t rows, int64_t cols) {
-    const ModelConfig& c = w.config;
+    const model::ModelConfig& c = w.config;
     if (!on_ || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
     expect_dataset(file_, fname_, path, {rows, cols}, c.dtype);
     const std::optional<uint64_t> src = h5_attr_uint64(h5_open_object(file_, path), "xxh64");
@@ -445,18 +339,27 @@ class QuantizableReader {
   bool on_;
 };
 
-// A linear-attention layer's weights but its out_proj (read as wo).
-void read_linear_attention(hid_t file, const std::string& fname, const std::string& p, const ModelConfig& c, DenseLayerWeights& L) {
-  const LinearAttentionShape& s = c.linear;
-  const int64_t d = c.hidden_size, v = c.format_version;
-  L.lin_qkv = read_matrix(file, fname, p + "linear/w_qkv", s.conv_channels(), d, c.dtype, v);
-  L.lin_z = read_matrix(file, fname, p + "linear/w_z", s.value_width(), d, c.dtype, v);
-  L.lin_b = read_matrix(file, fname, p + "linear/w_b", s.v_heads, d, c.dtype, v);
-  L.lin_a = read_matrix(file, fname, p + "linear/w_a", s.v_heads, d, c.dtype, v);
-  L.lin_conv = read_vector_f32(file, fname, p + "linear/conv", {s.conv_channels(), s.conv_kernel}, DType::F32, v);
-  L.lin_dt_bias = read_vector_f32(file, fname, p + "linear/dt_bias", {s.v_heads}, DType::F32, v);
-  L.lin_A_log = read_vector_f32(file, fname, p + "linear/A_log", {s.v_heads}, DType::F32, v);
-  L.lin_norm = read_vector_f32(file, fname, p + "linear/norm", {s.v_dim}, c.dtype, v);
+// One row of the schema into its place in `w`, in the form the row says it is held.
+void read_dense_dataset(hid_t file, const std::string& fname, const model::DenseDataset& ds, QuantizableReader& quantizable,
+                        DenseWeights& w) {
+  const model::ModelConfig& c = w.config;
+  const DType stored = ds.float32 ? DType::F32 : c.dtype;
+  const DenseTarget target = dense_target(w, ds);
+  if (std::vector<float>* const* v = std::get_if<std::vector<float>*>(&target)) {
+    **v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
+    return;
+  }
+  WeightMatrix& m = *std::get<WeightMatrix*>(target);
+  const int64_t rows = ds.shape[0], cols = ds.shape[1];
+  if (ds.quantizable) {
+    m = quantizable.read(w, ds.path, rows, cols);
+  } else if (ds.matrix) {
+    m = read_matrix(file, fname, ds.path, rows, cols, stored, c.format_version);
+  } else {  // a matrix held in float32 (the gate)
+    const std::vector<float> v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
+    m.allocate(DType::F32, rows, cols);
+    std::copy(v.begin(), v.end(), m.data.as<float>());
+  }
 }
 
 // Qwen3-Next's norms compute x * (1 + w) in float32: the stored w plus the offset, added once here
@@ -478,7 +381,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
                                 std::map<std::string, DenseCacheEntry> cache) {
   DenseWeights w;
   w.config = read_model_config(file, fname);
-  const ModelConfig& c = w.config;
+  const model::ModelConfig& c = w.config;
   // Checked before allocating: a file whose (sparse, chunked) datasets claim tens of GiB would
   // otherwise get this process killed for memory instead of a clear error.
   const int64_t need = c.dense_params() * static_cast<int64_t>(sizeof(float));
@@ -489,69 +392,69 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
   if (const int64_t room = mappable_memory_bytes(); room > 0 && need > room)
     fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
          " MiB the address-space limit (ulimit -v) leaves: raise the limit");
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  w.embed_tokens = read_embedding(file, fname, local, c);
-  w.final_norm = read_vector_f32(file, fname, "/final_norm", {d}, c.dtype, c.format_version);
   QuantizableReader quantizable(file, fname, std::move(cache), quantized != WeightScheme::Plain && c.format_version >= 2);
-  w.lm_head = quantizable.read(w, "/lm_head", c.vocab_size, d);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "/layers/" + std::to_string(l) + "/";
-    DenseLayerWeights& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = read_vector_f32(file, fname, p + "attn_norm", {d}, c.dtype, c.format_version);
-    if (c.is_linear_layer(l)) {
-      read_linear_attention(file, fname, p, c, L);
-      L.wo = quantizable.read(w, p + "wo", d, c.linear.value_width());
-    } else if (c.attention_type == AttentionType::Mla) {
-      read_mla_weights(file, fname, p, c, L);
-    } else {
-      L.wq = quantizable.read(w, p + "wq", q, d);
-      L.wk = quantizable.read(w, p + "wk", kv, d);
-      L.wv = quantizable.read(w, p + "wv", kv, d);
-      L.wo = quantizable.read(w, p + "wo", d, c.attention_out_dim());
-      if (c.attention_output_gate) L.wq_gate = quantizable.read(w, p + "wq_gate", q, d);
-    }
-    if (c.attention_type == AttentionType::Mla) L.wo = read_matrix(file, fname, p + "wo", d, c.attention_out_dim(), c.dtype, c.format_version);
-    L.ffn_norm = read_vector_f32(file, fname, p + "ffn_norm", {d}, c.dtype, c.format_version);
-    if (c.is_moe_layer(l)) {
-      std::vector<float> gate = read_vector_f32(file, fname, p + "gate", {c.num_experts, d}, c.dtype, c.format_version);
-      L.gate.allocate(DType::F32, c.num_experts, d);
-      std::copy(gate.begin(), gate.end(), L.gate.data.as<float>());
-    } else {
-      const int64_t dff = c.dense_intermediate_size;
-      L.mlp.w1 = read_matrix(file, fname, p + "mlp/w1", dff, d, c.dtype, c.format_version);
-      L.mlp.w3 = read_matrix(file, fname, p + "mlp/w3", dff, d, c.dtype, c.format_version);
-      L.mlp.w2 = read_matrix(file, fname, p + "mlp/w2", d, dff, c.dtype, c.format_version);
-    }
-    if (c.is_linear_layer(l)) {
-    } else if (c.attention_bias) {
-      L.bq = read_vector_f32(file, fname, p + "bq", {q}, c.dtype, c.format_version);
-      L.bk = read_vector_f32(file, fname, p + "bk", {kv}, c.dtype, c.format_version);
-      L.bv = read_vector_f32(file, fname, p + "bv", {kv}, c.dtype, c.format_version);
-    }
-    if (c.qk_norm != QkNorm::None && !c.is_linear_layer(l)) {
-      const bool per_head = c.qk_norm == QkNorm::PerHead;
-      L.q_norm = read_vector_f32(file, fname, p + "q_norm", {per_head ? c.head_dim : q}, c.dtype, c.format_version);
-      L.k_norm = read_vector_f32(file, fname, p + "k_norm", {per_head ? c.head_dim : kv}, c.dtype, c.format_version);
-    }
-    if (c.attention_out_bias && !c.is_linear_layer(l)) L.bo = read_vector_f32(file, fname, p + "bo", {d}, c.dtype, c.format_version);
-    if (c.attention_sinks && !c.is_linear_layer(l)) L.sinks = read_vector_f32(file, fname, p + "sinks", {c.num_heads}, c.dtype, c.format_version);
-    if (!c.is_moe_layer(l)) continue;  // the rest belongs to the MoE block
-    if (c.router_bias) L.gate_bias = read_vector_f32(file, fname, p + "gate_bias", {c.num_experts}, c.dtype, c.format_version);
-    if (c.router_correction_bias)
-      L.gate_correction_bias = read_vector_f32(file, fname, p + "gate_correction_bias", {c.num_experts}, DType::F32, c.format_version);
-    if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-      L.shared_expert.w1 = read_matrix(file, fname, p + "shared_expert/w1", sff, d, c.dtype, c.format_version);
-      L.shared_expert.w3 = read_matrix(file, fname, p + "shared_expert/w3", sff, d, c.dtype, c.format_version);
-      L.shared_expert.w2 = read_matrix(file, fname, p + "shared_expert/w2", d, sff, c.dtype, c.format_version);
-      if (c.shared_expert_gated)
-        L.shared_expert_gate = read_vector_f32(file, fname, p + "shared_expert_gate", {1, d}, c.dtype, c.format_version);
-    }
+  for (const model::DenseDataset& ds : model::dense_datasets(c)) {
+    if (ds.slot == model::DenseSlot::EmbedTokens) w.embed_tokens = read_embedding(file, fname, local, c);
+    else read_dense_dataset(file, fname, ds, quantizable, w);
   }
   apply_norm_weight_offset(w);
   return w;
 }
 }  // namespace
+
+DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds) {
+  using S = model::DenseSlot;
+  switch (ds.slot) {
+    case S::FinalNorm: return &w.final_norm;
+    case S::LmHead: return &w.lm_head;
+    case S::EmbedTokens: fail(ErrorKind::Internal, "dense_target: the embedding table is mapped, not a target");
+    default: break;
+  }
+  DenseLayerWeights& L = w.layers.at(static_cast<std::size_t>(ds.layer));
+  switch (ds.slot) {
+    case S::AttnNorm: return &L.attn_norm;
+    case S::FfnNorm: return &L.ffn_norm;
+    case S::Wq: return &L.wq;
+    case S::WqGate: return &L.wq_gate;
+    case S::Wk: return &L.wk;
+    case S::Wv: return &L.wv;
+    case S::Wo: return &L.wo;
+    case S::Bq: return &L.bq;
+    case S::Bk: return &L.bk;
+    case S::Bv: return &L.bv;
+    case S::Bo: return &L.bo;
+    case S::QNorm: return &L.q_norm;
+    case S::KNorm: return &L.k_norm;
+    case S::Sinks: return &L.sinks;
+    case S::WqA: return &L.wq_a;
+    case S::QANorm: return &L.q_a_norm;
+    case S::WqB: return &L.wq_b;
+    case S::WkvA: return &L.wkv_a;
+    case S::KvANorm: return &L.kv_a_norm;
+    case S::WkvB: return &L.wkv_b;
+    case S::LinQkv: return &L.lin_qkv;
+    case S::LinZ: return &L.lin_z;
+    case S::LinB: return &L.lin_b;
+    case S::LinA: return &L.lin_a;
+    case S::LinConv: return &L.lin_conv;
+    case S::LinDtBias: return &L.lin_dt_bias;
+    case S::LinALog: return &L.lin_A_log;
+    case S::LinNorm: return &L.lin_norm;
+    case S::MlpW1: return &L.mlp.w1;
+    case S::MlpW3: return &L.mlp.w3;
+    case S::MlpW2: return &L.mlp.w2;
+    case S::Gate: return &L.gate;
+    case S::GateBias: return &L.gate_bias;
+    case S::GateCorrectionBias: return &L.gate_correction_bias;
+    case S::SharedW1: return &L.shared_expert.w1;
+    case S::SharedW3: return &L.shared_expert.w3;
+    case S::SharedW2: return &L.shared_expert.w2;
+    case S::SharedGate: return &L.shared_expert_gate;
+    default: break;
+  }
+  fail(ErrorKind::Internal, "dense_target: no place for ", ds.path);
+}
 
 DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized) {
   model.check_exists();
@@ -577,17 +480,17 @@ void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>
   if (stored) stored->bytes(bits.data(), bits.size() * sizeof(uint16_t));
 }
 
-ModelFileWriter::ModelFileWriter(const std::string& path, const ModelConfig& c, const std::string& name)
+ModelFileWriter::ModelFileWriter(const std::string& path, const model::ModelConfig& c, const std::string& name)
     : config_(c), path_(name.empty() ? path : name) {
   file_ = h5_open_file(path, H5Mode::Create);
   h5_writing(path_, [&] { write_root_attributes(); });
 }
 
 void ModelFileWriter::write_root_attributes() {
-  const ModelConfig& c = config_;
+  const model::ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
   // Version 4 or 5 only where it is needed (quantized experts), so other files stay readable by older builds.
-  h5_set_attr(file_, "format_version", required_format_version(c));
+  h5_set_attr(file_, "format_version", model::required_format_version(c));
   h5_set_attr(file_, "architecture", c.architecture);
   h5_set_attr(file_, "vocab_size", c.vocab_size);
   h5_set_attr(file_, "hidden_size", c.hidden_size);
@@ -602,7 +505,7 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "rms_norm_eps", c.rms_norm_eps);
   h5_set_attr(file_, "max_position", c.max_position);
   h5_set_attr(file_, "dtype", std::string(dtype_name(c.dtype)));
-  h5_set_attr(file_, "expert_format", WeightFormat{c.dtype, c.expert_format.scheme}.name());
+  h5_set_attr(file_, "expert_format", model::WeightFormat{c.dtype, c.expert_format.scheme}.name());
   h5_set_attr(file_, "bos_token_id", c.bos_token_id);
   h5_set_attr(file_, "eos_token_id", c.eos_token_id);
   h5_set_attr(file_, "norm_topk_prob", int64_t{c.norm_topk_prob ? 1 : 0});
@@ -613,13 +516,13 @@ void ModelFileWriter::write_root_attributes() {
   h5_set_attr(file_, "attention_sinks", int64_t{c.attention_sinks ? 1 : 0});
   h5_set_attr(file_, "sliding_window", c.sliding_window);
   if (c.rotary_dim > 0) h5_set_attr(file_, "rotary_dim", c.rotary_dim);
-  if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", layer_attention_text(c.layer_attention));
+  if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", model::layer_attention_text(c.layer_attention));
   if (!c.layer_mlp.empty()) {
-    h5_set_attr(file_, "layer_mlp", layer_mlp_text(c.layer_mlp));
+    h5_set_attr(file_, "layer_mlp", model::layer_mlp_text(c.layer_mlp));
     h5_set_attr(file_, "dense_intermediate_size", c.dense_intermediate_size);
   }
-  h5_set_attr(file_, "rope_type", std::string(rope_type_name(c.rope.type)));
-  if (c.rope.type != RopeType::Default) {
+  h5_set_attr(file_, "rope_type", std::string(model::rope_type_name(c.rope.type)));
+  if (c.rope.type != model::RopeType::Default) {
     h5_set_attr(file_, "rope_factor", c.rope.factor);
     h5_set_attr(file_, "rope_original_max_position", c.rope.original_max_position);
     h5_set_attr(file_, "rope_beta_fast", c.rope.beta_fast);
@@ -632,10 +535,10 @@ void ModelFileWriter::write_root_attributes() {
     h5_set_attr(file_, "rope_high_freq_factor", c.rope.high_freq_factor);
   }
   h5_set_attr(file_, "router_bias", int64_t{c.router_bias ? 1 : 0});
-  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == RouterScoring::TopKSoftmax ? "topk_softmax"
-                                                   : c.router_scoring == RouterScoring::Sigmoid   ? "sigmoid"
+  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == model::RouterScoring::TopKSoftmax ? "topk_softmax"
+                                                   : c.router_scoring == model::RouterScoring::Sigmoid   ? "sigmoid"
                                                                                                   : "softmax_topk"));
-  if (uses_version6(c)) write_version6_attributes();
+  if (model::uses_version6(c)) write_version6_attributes();
   if (c.num_linear_layers() > 0) {
     h5_set_attr(file_, "linear_k_heads", c.linear.k_heads);
     h5_set_attr(file_, "linear_v_heads", c.linear.v_heads);
@@ -647,17 +550,17 @@ void ModelFileWriter::write_root_attributes() {
   if (c.norm_weight_offset != 0) h5_set_attr(file_, "norm_weight_offset", c.norm_weight_offset);
   h5_set_attr(file_, "expert_bias", int64_t{c.expert_bias ? 1 : 0});
   h5_set_attr(file_, "expert_activation",
-              std::string(c.expert_activation == ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));
-  if (c.expert_activation == ExpertActivation::ClampedSwiGlu) {
+              std::string(c.expert_activation == model::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));
+  if (c.expert_activation == model::ExpertActivation::ClampedSwiGlu) {
     h5_set_attr(file_, "swiglu_alpha", c.swiglu_alpha);
     h5_set_attr(file_, "swiglu_limit", c.swiglu_limit);
   }
 }
 
 void ModelFileWriter::write_version6_attributes() {
-  const ModelConfig& c = config_;
-  h5_set_attr(file_, "attention_type", std::string(c.attention_type == AttentionType::Mla ? "mla" : "mha"));
-  if (c.attention_type == AttentionType::Mla) {
+  const model::ModelConfig& c = config_;
+  h5_set_attr(file_, "attention_type", std::string(c.attention_type == model::AttentionType::Mla ? "mla" : "mha"));
+  if (c.attention_type == model::AttentionType::Mla) {
     h5_set_attr(file_, "q_lora_rank", c.mla.q_lora_rank);
     h5_set_attr(file_, "kv_lora_rank", c.mla.kv_lora_rank);
     h5_set_attr(file_, "qk_nope_head_dim", c.mla.qk_nope_head_dim);
@@ -666,13 +569,13 @@ void ModelFileWriter::write_version6_attributes() {
   }
   h5_set_attr(file_, "router_groups", c.router_groups);
   h5_set_attr(file_, "router_topk_groups", c.router_topk_groups);
-  h5_set_attr(file_, "router_group_score", std::string(c.router_group_score == GroupScore::Top2Sum ? "top2_sum" : "max"));
+  h5_set_attr(file_, "router_group_score", std::string(c.router_group_score == model::GroupScore::Top2Sum ? "top2_sum" : "max"));
   h5_set_attr(file_, "router_correction_bias", int64_t{c.router_correction_bias ? 1 : 0});
   h5_set_attr(file_, "routed_scaling_factor", c.routed_scaling_factor);
   h5_set_attr(file_, "shared_expert_gated", int64_t{c.shared_expert_gated ? 1 : 0});
 }
 
-void ModelFileWriter::write(const DenseDataset& ds, const float* data) {
+void ModelFileWriter::write(const model::DenseDataset& ds, const float* data) {
   h5_writing(path_, [&] {
     Xxh64 sum;
     write_tensor(file_, ds.path, ds.shape, data, ds.float32 ? DType::F32 : config_.dtype, false, &sum);

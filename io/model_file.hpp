@@ -4,14 +4,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "base/matmul.hpp"
 #include "base/xxh64.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/model_location.hpp"
+#include "model/model_schema.hpp"
 
 namespace moerun::io {
 
@@ -60,7 +62,7 @@ struct EmbeddingTable {
 };
 
 struct DenseWeights {
-  ModelConfig config;
+  model::ModelConfig config;
   EmbeddingTable embed_tokens;
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype
@@ -72,20 +74,13 @@ struct DenseWeights {
 
 std::string model_h5_path(const std::string& model_dir);
 
-// One dense dataset of model.h5 as the config implies it: `name` is its path under /layers/L/ (or
-// under the root, with layer -1), `shape` as stored. dense_datasets() lists them in write order,
-// so synth and convert write what load_dense_weights reads.
-struct DenseDataset {
-  std::string path;  // "/layers/3/wq", "/embed_tokens"
-  std::string name;  // "wq", "embed_tokens"
-  int64_t layer = -1;
-  std::vector<int64_t> shape;
-  bool float32 = false;  // stored as float32 whatever the model's dtype (gate_correction_bias)
-};
-std::vector<DenseDataset> dense_datasets(const ModelConfig& c);
+// Where a row of the schema (model/model_schema) lands in `w`: a float32 array, or a matrix
+// (the gate is a float32 matrix). The embedding table is no target: it may be mapped.
+using DenseTarget = std::variant<std::vector<float>*, WeightMatrix*>;
+DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds);
 
 // Reads and validates the root attributes of model.h5 (a directory's or an object-store prefix's).
-ModelConfig read_model_config(const ModelLocation& model);
+model::ModelConfig read_model_config(const ModelLocation& model);
 // Reads every dense tensor and scans each for NaN/Inf (BadInput naming the first found): a NaN
 // weight would otherwise turn every token into 0 without an error.
 // `quantized` q8/q4 (--quantize-dense): the LM head and attention projections are taken from the
@@ -114,9 +109,9 @@ void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const s
 class ModelFileWriter {
  public:
   // `name`: what messages call the file (its final name when `path` is a temp file).
-  ModelFileWriter(const std::string& path, const ModelConfig& config, const std::string& name = "");
+  ModelFileWriter(const std::string& path, const model::ModelConfig& config, const std::string& name = "");
   void write(const std::string& dataset, const std::vector<int64_t>& shape, const float* data);
-  void write(const DenseDataset& dataset, const float* data);  // in its own dtype (float32 where it says so)
+  void write(const model::DenseDataset& dataset, const float* data);  // in its own dtype (float32 where it says so)
   void set_attr(const std::string& name, int64_t value);
   void set_attr(const std::string& name, const std::string& value);
   // /expert_shards: each shard's identity in name order (ExpertShardIndex::shard_identities).
@@ -128,7 +123,7 @@ class ModelFileWriter {
  private:
   void write_root_attributes();
   void write_version6_attributes();
-  ModelConfig config_;
+  model::ModelConfig config_;
   std::string path_;
   H5Handle file_;
 };

@@ -6,7 +6,7 @@
 
 #include "base/host.hpp"
 #include "io/hdf5.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/output_file.hpp"
 
 namespace moerun::io {
@@ -51,8 +51,8 @@ RoutingTrace read_routing_trace(const std::string& path) {
     };
     auto fmt = h5_attr_string(f, "format");
     if (!fmt || *fmt != "moe-trace") fail(ErrorKind::BadInput, path, ": not a moe-trace file (format attribute)");
-    t.num_layers = req("num_layers", 1, kMaxLayers);
-    t.num_experts = req("num_experts", 1, kMaxExperts);
+    t.num_layers = req("num_layers", 1, model::kMaxLayers);
+    t.num_experts = req("num_experts", 1, model::kMaxExperts);
     t.top_k = req("top_k", 1, t.num_experts);
     if (t.num_layers * t.num_experts * t.num_experts > (int64_t{1} << 28))
       fail(ErrorKind::BadInput, path, ": ", t.num_layers, " layers x ", t.num_experts,

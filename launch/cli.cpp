@@ -14,7 +14,7 @@
 #include "comm/exchange_select.hpp"
 #include "experts/backend.hpp"
 #include "io/input_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::launch {
 
@@ -205,7 +205,7 @@ int64_t parse_bytes(const std::string& s, const std::string& option) {
   return static_cast<int64_t>(v * mult);
 }
 
-void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
+void ModelOptions::add(po::options_description& o, model::ModelConfig& m) {
   dtype = dtype_name(m.dtype);
   o.add_options()
     ("layers", po::value(&m.num_layers)->default_value(m.num_layers), "num_layers")
@@ -226,7 +226,7 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
      "float32 or bfloat16; q8, q4, mxfp4 or fp8-block: bfloat16 dense layers, experts quantized from the same float32 "
      "weights (docs/FORMATS.md)")
     ("family", po::value(&family)->default_value(family),
-     ("layer variants of a family, as convert sets them: " + io::supported_architectures() + " (docs/FORMATS.md)").c_str())
+     ("layer variants of a family, as convert sets them: " + model::supported_architectures() + " (docs/FORMATS.md)").c_str())
     ("layer-mlp", po::value(&layer_mlp), "per layer moe or dense, e.g. dense,moe,moe,moe (default: all moe)")
     ("dense-intermediate", po::value(&dense_intermediate)->default_value(0), "the dense layers' MLP width (default: 4 x intermediate)")
     ("layer-types", po::value(&layer_types), "per layer full, sliding or linear (Gated DeltaNet) attention, e.g. sliding,full,sliding,full")
@@ -240,20 +240,20 @@ void ModelOptions::add(po::options_description& o, io::ModelConfig& m) {
      "yarn, llama3: the context trained at (>= 1)");
 }
 
-void ModelOptions::finish(io::ModelConfig& m) const {
-  if (!io::is_weight_format_name(dtype)) fail(ErrorKind::Usage, "--dtype must be ", io::kWeightFormatNames);
+void ModelOptions::finish(model::ModelConfig& m) const {
+  if (!model::is_weight_format_name(dtype)) fail(ErrorKind::Usage, "--dtype must be ", model::kWeightFormatNames);
   const bool quantized = dtype != "float32" && dtype != "bfloat16";
   m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
-  m.expert_format = io::parse_weight_format(quantized ? dtype : dtype_name(m.dtype), m.dtype, "--dtype");
-  io::apply_family(family, m);
+  m.expert_format = model::parse_weight_format(quantized ? dtype : dtype_name(m.dtype), m.dtype, "--dtype");
+  convert::apply_family(family, m);
   if (dense_intermediate > 0 && layer_mlp.empty()) fail(ErrorKind::Usage, "--dense-intermediate needs --layer-mlp with a dense layer");
   try {
     if (!layer_mlp.empty()) {
-      m.layer_mlp = io::parse_layer_mlp(layer_mlp, "--layer-mlp");
+      m.layer_mlp = model::parse_layer_mlp(layer_mlp, "--layer-mlp");
       m.dense_intermediate_size = dense_intermediate > 0 ? dense_intermediate : 4 * m.intermediate_size;
     }
-    if (!layer_types.empty()) m.layer_attention = io::parse_layer_attention(layer_types, "--layer-types");
-    if (!rope_type.empty()) m.rope.type = io::parse_rope_type(rope_type, "--rope-type");
+    if (!layer_types.empty()) m.layer_attention = model::parse_layer_attention(layer_types, "--layer-types");
+    if (!rope_type.empty()) m.rope.type = model::parse_rope_type(rope_type, "--rope-type");
   } catch (const Error& e) {
     throw Error(ErrorKind::Usage, e.what());
   }
@@ -270,7 +270,7 @@ void ModelOptions::finish(io::ModelConfig& m) const {
   if (shared_intermediate) m.shared_expert_intermediate_size = *shared_intermediate;
   if (rope_factor) m.rope.factor = *rope_factor;
   if (rope_original_max_position) m.rope.original_max_position = *rope_original_max_position;
-  if (rope_factor && m.rope.type == io::RopeType::Linear && *rope_factor < 1)
+  if (rope_factor && m.rope.type == model::RopeType::Linear && *rope_factor < 1)
     fail(ErrorKind::Usage, "--rope-factor must be >= 1 with --rope-type linear, not ", *rope_factor);
 }
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/object_store.hpp"
 #include "io/output_file.hpp"
 #include "launch/environment.hpp"
@@ -39,8 +39,8 @@ struct ModelOptions {
   // Given or not (absent: the family's value); each checked by finish(), never replaced.
   std::optional<int64_t> sliding_window, shared_intermediate, rope_original_max_position;
   std::optional<double> rope_factor;
-  void add(po::options_description& o, io::ModelConfig& m);
-  void finish(io::ModelConfig& m) const;  // Usage errors naming the option
+  void add(po::options_description& o, model::ModelConfig& m);
+  void finish(model::ModelConfig& m) const;  // Usage errors naming the option
 };
 
 // The expert cache options (infer, bench infer). Call finish() after parsing.

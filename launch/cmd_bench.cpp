@@ -145,7 +145,7 @@ int bench_layer(int argc, char** argv) {
 
 int bench_infer(int argc, char** argv) {
   bench::InferBenchConfig c;
-  io::ModelConfig& m = c.model.model;
+  model::ModelConfig& m = c.model.model;
   m.vocab_size = 1024;
   m.hidden_size = 1024;
   m.num_layers = 2;
@@ -235,8 +235,8 @@ int bench_infer(int argc, char** argv) {
     c.engine.cache.l2_direct = l2_io == "direct";
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-    if (!l1_budget_of.empty() && !io::is_weight_format_name(l1_budget_of))
-      fail(ErrorKind::Usage, "--l1-budget-of must be ", io::kWeightFormatNames);
+    if (!l1_budget_of.empty() && !model::is_weight_format_name(l1_budget_of))
+      fail(ErrorKind::Usage, "--l1-budget-of must be ", model::kWeightFormatNames);
     const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD, l1_budget_of);
     if (mpi.rank() == 0) {
       std::cout << bench::cache_bench_table(c, l1_fraction, r);

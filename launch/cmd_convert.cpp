@@ -1,4 +1,4 @@
-// `moerun convert`: options into io::ConvertConfig, a progress line, the summary.
+// `moerun convert`: options into convert::ConvertConfig, a progress line, the summary.
 #include <unistd.h>
 
 #include <chrono>
@@ -6,8 +6,8 @@
 #include <iostream>
 
 #include "io/dense_quant_cache.hpp"
-#include "io/hf_convert.hpp"
-#include "io/model_config.hpp"
+#include "convert/hf_convert.hpp"
+#include "model/model_config.hpp"
 #include "io/object_store.hpp"
 #include "launch/cli.hpp"
 #include "runtime/model_forward.hpp"
@@ -45,11 +45,11 @@ class ConvertProgress {
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  io::ConvertConfig c;
+  convert::ConvertConfig c;
   bool quiet = false;
   std::string quantize_dense = "none";
   po::options_description o("convert options");
-  const std::string from_help = "Hugging Face model directory: config.json and *.safetensors (" + io::supported_architectures() + ")";
+  const std::string from_help = "Hugging Face model directory: config.json and *.safetensors (" + model::supported_architectures() + ")";
   o.add_options()
     ("from-hf", po::value(&c.from)->required(), from_help.c_str())
     ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished), or s3://bucket/prefix")
@@ -73,13 +73,13 @@ int cmd_convert(int argc, char** argv) {
     fail(ErrorKind::Usage, "--quantize-dense: an s3:// --out keeps no dense cache (infer quantizes at load there)");
   c.validate();
   ConvertProgress progress(quiet);
-  const io::ConvertReport r = io::convert_hf_checkpoint(c, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+  const convert::ConvertReport r = convert::convert_hf_checkpoint(c, [&](uint64_t done, uint64_t total) { progress.update(done, total); });
   progress.end();
   const auto t0 = std::chrono::steady_clock::now();
   const int quantized = dense == WeightScheme::Plain ? 0 : runtime::make_dense_cache(c.out, dense);
   const double dense_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {
-    const io::ModelConfig& m = r.config;
+    const model::ModelConfig& m = r.config;
     std::fprintf(stderr, "moerun convert: %s -> %s: %s, %lld layers x %lld experts (top-%lld), %s, %lld parameters; %d file(s) written, %d kept from an earlier run, %.2f GiB read\n",
                  c.from.c_str(), c.out.c_str(), m.architecture.c_str(), static_cast<long long>(m.num_layers),
                  static_cast<long long>(m.num_experts), static_cast<long long>(m.top_k), dtype_name(m.dtype),

@@ -4,7 +4,7 @@
 #include "experts/cpu/expert_packing.hpp"
 #include "base/error.hpp"
 #include "io/hdf5_probe.hpp"
-#include "io/hf_convert.hpp"
+#include "convert/hf_convert.hpp"
 #include "io/input_file.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
@@ -17,7 +17,7 @@ namespace moerun::launch {
 
 namespace {
 // --memory-budget: how one process of this model would divide it (runtime/memory_budget).
-std::string budget_section(const io::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& budget,
+std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& budget,
                            const std::string& dense, bool local) {
   if (budget.empty()) return "";
   const runtime::MemoryBudget b = budget == "auto" ? runtime::default_memory_budget(1)
@@ -60,12 +60,12 @@ int cmd_inspect(int argc, char** argv) {
   if (!hf_config.empty()) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
     const std::string text = io::read_regular_file(hf_config);
-    io::ModelConfig c = io::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
+    model::ModelConfig c = convert::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
     // The experts as convert keeps them: a quantized checkpoint's native form where the shapes allow it.
-    if (const WeightScheme s = io::shipped_expert_scheme(text); s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 &&
+    if (const WeightScheme s = convert::shipped_expert_scheme(text); s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 &&
                                                                 c.intermediate_size % kQuantGroup == 0) {
       c.expert_format = {c.dtype, s};
-      c.format_version = io::required_format_version(c);
+      c.format_version = model::required_format_version(c);
     }
     Matmul mm;
     p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
@@ -78,7 +78,7 @@ int cmd_inspect(int argc, char** argv) {
   probe.s3_retries = s3.retries;
   probe.s3_timeout_s = s3.timeout_s;
   probe.check({location.file("model.h5")});
-  const io::ModelConfig c = io::read_model_config(location);
+  const model::ModelConfig c = io::read_model_config(location);
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
   std::cout << runtime::inspect_report(c, p, model) << budget_section(c, p, budget, dense, !location.remote());

@@ -41,7 +41,7 @@ struct LayoutOptions {
 };
 
 // The model's config, its model.h5 walked by the HDF5 probe first.
-io::ModelConfig model_config_of(const std::string& model) {
+model::ModelConfig model_config_of(const std::string& model) {
   const io::ModelLocation location = io::model_location(model, s3_from_environment({}));
   hdf5_probe_from(Environment::read()).check({location.file("model.h5")});
   return io::read_model_config(location);
@@ -78,7 +78,7 @@ void print_balance(const experts::Placement& p, const std::string& name, const e
 }
 
 // The most experts an expert rank can hold in `device_bytes` by inspect's memory model.
-int64_t experts_that_fit(const io::ModelConfig& c, const runtime::MemoryPlanConfig& base) {
+int64_t experts_that_fit(const model::ModelConfig& c, const runtime::MemoryPlanConfig& base) {
   runtime::MemoryPlanConfig p = base;
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
@@ -95,7 +95,7 @@ int64_t experts_that_fit(const io::ModelConfig& c, const runtime::MemoryPlanConf
 // --groups), the memory cap of --device-bytes; returns its split granule.
 int64_t apply_model(const std::string& model, const experts::ExpertLoads& loads, const LayoutOptions& layout,
                     int64_t device_bytes, experts::PlacementPlanConfig& pc) {
-  const io::ModelConfig c = model_config_of(model);
+  const model::ModelConfig c = model_config_of(model);
   if (c.num_moe_layers() != loads.num_layers || c.num_experts != loads.num_experts)
     fail(ErrorKind::BadInput, "the traces have ", loads.num_layers, " MoE layers x ", loads.num_experts, " experts, but ", model,
          " has ", c.num_moe_layers(), " x ", c.num_experts);

@@ -1,14 +1,14 @@
-// `moerun synth`: options for every config field, then io::write_synthetic_model.
+// `moerun synth`: options for every config field, then convert::write_synthetic_model.
 #include <iostream>
 
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "launch/cli.hpp"
 
 namespace moerun::launch {
 
 int cmd_synth(int argc, char** argv) {
-  io::SynthConfig s;
-  io::ModelConfig& m = s.model;
+  convert::SynthConfig s;
+  model::ModelConfig& m = s.model;
   m.vocab_size = 512;
   m.hidden_size = 256;
   m.num_layers = 4;
@@ -43,7 +43,7 @@ int cmd_synth(int argc, char** argv) {
   } catch (const Error& e) {
     throw Error(ErrorKind::Usage, e.what());
   }
-  io::write_synthetic_model(out, s, quiet);
+  convert::write_synthetic_model(out, s, quiet);
   if (!quiet)
     std::cerr << "moerun synth: " << out << ": " << m.total_params() << " parameters (" << m.expert_params()
               << " in experts), " << m.architecture << ", " << dtype_name(m.dtype) << "\n";

@@ -40,7 +40,7 @@ void KvCache::trim(int64_t layer, int64_t keep) {
   start[layer] += drop;
 }
 
-void KvCache::init(const io::ModelConfig& c, int64_t reserve) {
+void KvCache::init(const model::ModelConfig& c, int64_t reserve) {
   std::vector<int64_t> windows;
   for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.window_of(l));
   if (c.num_linear_layers() == 0) return init(c.num_layers, c.kv_k_dim(), c.kv_v_dim(), reserve, windows);

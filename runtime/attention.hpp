@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "runtime/gated_deltanet.hpp"
 
 namespace moerun::runtime {
@@ -37,7 +37,7 @@ struct KvCache {
   void trim_windows();
   // Every layer of model `c`: attention layers with rows reserved for `reserve_positions` (a sliding
   // layer's at most 2W), linear layers with a zero state and no rows.
-  void init(const io::ModelConfig& c, int64_t reserve_positions);
+  void init(const model::ModelConfig& c, int64_t reserve_positions);
   int64_t bytes() const;
 
  private:

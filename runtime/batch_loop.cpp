@@ -32,7 +32,7 @@ class RouterLoop {
       : e_(e), requests_(requests), work_(work), cfg_(cfg), sink_(sink), stats_(stats) {}
 
   BatchLoopResult run() {
-    const io::ModelConfig& mc = e_.model();
+    const model::ModelConfig& mc = e_.model();
     std::vector<int64_t> runnable;
     for (int64_t i : work_.requests) {
       const io::Request& r = requests_[static_cast<std::size_t>(i)];

@@ -38,7 +38,7 @@ void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, f
 namespace {
 // yarn's correction range and ramp (modeling_rope_utils._compute_yarn_parameters), the range in
 // double as Python computes it, the ramp in fp32 as torch does.
-std::vector<float> yarn_inv_freq(const std::vector<float>& pos_freqs, double theta, int64_t dim, const io::RopeScaling& r) {
+std::vector<float> yarn_inv_freq(const std::vector<float>& pos_freqs, double theta, int64_t dim, const model::RopeScaling& r) {
   const double kPi = 3.14159265358979323846;
   auto correction_dim = [&](double rotations) {
     return (static_cast<double>(dim) * std::log(static_cast<double>(r.original_max_position) / (rotations * 2 * kPi))) /
@@ -63,7 +63,7 @@ std::vector<float> yarn_inv_freq(const std::vector<float>& pos_freqs, double the
   return out;
 }
 
-void llama3_scale(std::vector<float>& inv_freq, const io::RopeScaling& r) {
+void llama3_scale(std::vector<float>& inv_freq, const model::RopeScaling& r) {
   const double kPi = 3.14159265358979323846;
   const float old_context = static_cast<float>(r.original_max_position);
   const float low_wavelen = old_context / static_cast<float>(r.low_freq_factor);
@@ -81,7 +81,7 @@ void llama3_scale(std::vector<float>& inv_freq, const io::RopeScaling& r) {
 }
 }  // namespace
 
-RopeFrequencies rope_frequencies(double theta, int64_t hd, const io::RopeScaling& r) {
+RopeFrequencies rope_frequencies(double theta, int64_t hd, const model::RopeScaling& r) {
   const int64_t half = hd / 2;
   RopeFrequencies out;
   std::vector<float> pos_freqs(static_cast<std::size_t>(half));
@@ -91,11 +91,11 @@ RopeFrequencies rope_frequencies(double theta, int64_t hd, const io::RopeScaling
     out.inv_freq[i] = 1.0f / pos_freqs[i];
   }
   switch (r.type) {
-    case io::RopeType::Default: break;
-    case io::RopeType::Linear:
+    case model::RopeType::Default: break;
+    case model::RopeType::Linear:
       for (float& f : out.inv_freq) f /= static_cast<float>(r.factor);
       break;
-    case io::RopeType::Yarn: {
+    case model::RopeType::Yarn: {
       out.inv_freq = yarn_inv_freq(pos_freqs, theta, hd, r);
       double af = r.attention_factor;
       if (af <= 0)
@@ -104,8 +104,8 @@ RopeFrequencies rope_frequencies(double theta, int64_t hd, const io::RopeScaling
       out.attention_scaling = static_cast<float>(af);
       break;
     }
-    case io::RopeType::Llama3: llama3_scale(out.inv_freq, r); break;
-    case io::RopeType::Dynamic:
+    case model::RopeType::Llama3: llama3_scale(out.inv_freq, r); break;
+    case model::RopeType::Dynamic:
       fail(ErrorKind::Internal, "rope type dynamic reached the forward (ModelConfig::validate refuses it)");
   }
   return out;

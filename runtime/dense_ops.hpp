@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::runtime {
 
@@ -23,7 +23,7 @@ struct RopeFrequencies {
 };
 // YaRN's magnitude correction 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1), as transformers' get_mscale.
 double yarn_mscale(double scale, double mscale);
-RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const io::RopeScaling& scaling = {});
+RopeFrequencies rope_frequencies(double theta, int64_t head_dim, const model::RopeScaling& scaling = {});
 // In place on x [T, heads * head_dim]: x' = (x·cos + rotate_half(x)·sin) at positions[t], cos and
 // sin times the attention scaling, over the first 2 * inv_freq.size() dims of each head (all of
 // them, or a partial rotary's: GLM-4.5's; the rest pass through).

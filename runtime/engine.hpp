@@ -34,7 +34,7 @@
 #include "experts/expert_cache.hpp"
 #include "experts/placement.hpp"
 #include "io/hdf5_probe.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
 #include "io/object_store.hpp"
@@ -122,7 +122,7 @@ class Engine {
   void load(const std::function<void()>& before_weights = {});
 
   const EngineConfig& config() const { return cfg_; }
-  const io::ModelConfig& model() const { return mc_; }
+  const model::ModelConfig& model() const { return mc_; }
   const io::ModelLocation& location() const { return *location_; }
   const comm::Topology& topology() const { return topo_; }
   MPI_Comm world() const { return world_; }
@@ -187,7 +187,7 @@ class Engine {
   double setup_timeout_s_ = 300;
   comm::Topology topo_;
   std::optional<io::ModelLocation> location_;
-  io::ModelConfig mc_;
+  model::ModelConfig mc_;
   experts::Placement placement_;
   Matmul mm_;
   std::optional<io::DenseWeights> dense_;

@@ -7,12 +7,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::runtime {
 
-// The layer's shape, as model.h5 gives it (io::LinearAttentionShape).
-using DeltaNetShape = io::LinearAttentionShape;
+// The layer's shape, as model.h5 gives it (model::LinearAttentionShape).
+using DeltaNetShape = model::LinearAttentionShape;
 
 // One sequence's state of one layer: the conv's last conv_kernel - 1 inputs [K-1, channels] (oldest
 // first) and S. Zero for a new sequence.

@@ -19,7 +19,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-HotSwap::HotSwap(std::string control_file, const io::ModelConfig& config, io::Hdf5Probe probe, bool quiet)
+HotSwap::HotSwap(std::string control_file, const model::ModelConfig& config, io::Hdf5Probe probe, bool quiet)
     : path_(std::move(control_file)), config_(config), probe_(std::move(probe)), quiet_(quiet) {}
 
 HotSwap::~HotSwap() {

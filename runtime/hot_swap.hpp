@@ -25,7 +25,7 @@
 #include "experts/expert_store.hpp"
 #include "io/expert_swap.hpp"
 #include "io/hdf5_probe.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::runtime {
 
@@ -50,7 +50,7 @@ struct HotSwapCounters {
 
 class HotSwap {
  public:
-  HotSwap(std::string control_file, const io::ModelConfig& config, io::Hdf5Probe probe, bool quiet);
+  HotSwap(std::string control_file, const model::ModelConfig& config, io::Hdf5Probe probe, bool quiet);
   ~HotSwap();
   HotSwap(const HotSwap&) = delete;
   HotSwap& operator=(const HotSwap&) = delete;
@@ -73,7 +73,7 @@ class HotSwap {
   void refuse(const std::string& why);       // a refused control file: counted, one warning
 
   std::string path_;
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   io::Hdf5Probe probe_;
   bool quiet_;
   // Identity of the version last looked at: modification time, size, inode.

@@ -97,7 +97,7 @@ void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
 // Parses the requests every rank received; routers tokenize text prompts (expert ranks never
 // look at prompts) and check the outputs.
 std::vector<io::Request> take_requests(const InferConfig& cfg, const Engine& engine, std::string& text) {
-  const io::ModelConfig& mc = engine.model();
+  const model::ModelConfig& mc = engine.model();
   auto requests = io::parse_requests(text, cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
   text = std::string();
   if (engine.is_router() && io::any_text_prompt(requests)) {

@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "base/host.hpp"
 #include "io/expert_shards.hpp"
+#include "model/model_schema.hpp"
 #include "runtime/model_forward.hpp"
 
 namespace moerun::runtime {
@@ -53,24 +54,23 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
   return m;
 }
 
-int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, bool embedding_mapped) {
+int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized, bool embedding_mapped) {
   const auto dsize = static_cast<int64_t>(dtype_size(c.dtype));
-  const int64_t d = c.hidden_size, table = c.vocab_size * d;
-  int64_t bytes = (c.dense_params() - (embedding_mapped ? table : 0)) * dsize;
-  if (!is_group_quantized(quantized) || d % 32 != 0) return bytes;
-  // Quantized rows of d columns: values plus fp16 scales (and minimums) per group of 32.
-  const int64_t row = quant_row_bytes(quantized, d) + 2 * quant_row_scales(quantized, d);
-  bytes -= table * dsize - c.vocab_size * row;  // the LM head
-  if (c.attention_type != io::AttentionType::Mla) {
-    const int64_t p = c.num_layers * c.attention_matrix_params();  // rows of d columns
-    bytes -= p * dsize - p / d * row;
+  int64_t bytes = 0;
+  for (const model::DenseDataset& ds : model::dense_datasets(c)) {
+    if (ds.slot == model::DenseSlot::EmbedTokens && embedding_mapped) continue;
+    const int64_t cols = ds.shape.back();
+    if (ds.quantizable && is_group_quantized(quantized) && cols % 32 == 0)  // values plus fp16 scales (and minimums) per group of 32
+      bytes += ds.shape[0] * (quant_row_bytes(quantized, cols) + 2 * quant_row_scales(quantized, cols));
+    else
+      bytes += ds.elements() * (ds.matrix ? dsize : int64_t{4});  // the rest held widened to float32
   }
   return bytes;
 }
 
-int64_t reserved_bytes(const io::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process) {
+int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process) {
   const auto f = static_cast<int64_t>(sizeof(float));
-  int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) + kv_tokens * c.num_layers * (c.kv_k_dim() + c.kv_v_dim()) * f;
+  int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) + kv_tokens * (c.num_layers - c.num_linear_layers()) * (c.kv_k_dim() + c.kv_v_dim()) * f;  // linear layers keep no rows
   if (one_process) n += 2 * step_tokens * c.top_k * c.hidden_size * f;  // the expert rows in and out
   return n;
 }
@@ -82,7 +82,7 @@ std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& 
   return s + str(" do not fit, so ", mib(m.l1_bytes), " of them are cached in L1 and the rest read from ", source, " as needed");
 }
 
-std::string budget_plan_report(const io::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
+std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
                                int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local) {
   ExpertMemoryNeeds n;
   n.held = kStartBytes + dense_resident_bytes(c, dense, local);

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "base/quant_format.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::runtime {
 
@@ -48,14 +48,14 @@ int64_t cache_io_thread_bytes(int64_t raw_expert_bytes);
 
 // Usage error naming the budget, its source and every part when not even min_slots fit.
 ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& needs);
-// The dense part's resident bytes once loaded: the stored dtype, less the embedding table when it is
-// mapped (a local model), with --quantize-dense's matrices (LM head, multi-head attention) at their
-// scheme's size. (A first --quantize-dense start reads them plain before quantizing: a higher peak.)
-int64_t dense_resident_bytes(const io::ModelConfig& c, WeightScheme quantized, bool embedding_mapped);
+// The dense part's resident bytes once loaded, summed over the schema's rows (model/model_schema):
+// matrices in the stored dtype, the rest in float32, less the embedding table when it is mapped (a
+// local model), with --quantize-dense's matrices (LM head, multi-head attention) at their scheme's size. (A first --quantize-dense start reads them plain before quantizing: a higher peak.)
+int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized, bool embedding_mapped);
 
 // What a router reserves by formula: its step buffers for `step_tokens` tokens (and, in one process,
 // the expert rows of those tokens), and the KV cache of `kv_tokens` positions.
-int64_t reserved_bytes(const io::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process);
+int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process);
 
 // The set-up line of a split ("memory budget 300 MiB (…): 77 MiB held, …").
 std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& needs, const ExpertMemory& m, const std::string& source);
@@ -64,7 +64,7 @@ std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& 
 // kStartBytes standing in for the code, libraries and load-time state the engine measures (45-47 MiB
 // besides the dense part on the bench shapes); the refusal it would print when nothing fits.
 inline constexpr int64_t kStartBytes = int64_t{48} << 20;
-std::string budget_plan_report(const io::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
+std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
                                int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local);
 
 // Before the dense part is read: Usage error naming the numbers when `dense_bytes` on top of what

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "model/model_schema.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -31,12 +32,12 @@ void MemoryPlanConfig::validate() const {
     if (v > limit) fail(ErrorKind::Usage, option, " is ", v, ", at most ", limit);
   };
   at_most("--batch", batch, int64_t{1} << 16);
-  at_most("--context", context, io::kMaxPosition);
+  at_most("--context", context, model::kMaxPosition);
   at_most("--max-batch-tokens", max_batch_tokens, int64_t{1} << 20);
   at_most("--micro-batches", micro_batches, 256);
   at_most("--nodes", nodes, int64_t{1} << 12);
   at_most("--ranks-per-node", ranks_per_node, int64_t{1} << 10);
-  at_most("--experts-per-rank", experts_per_rank, io::kMaxExpertTable);
+  at_most("--experts-per-rank", experts_per_rank, model::kMaxExpertTable);
   at_most("--device-bytes", device_bytes, int64_t{1} << 60);
   if (context < 0 || experts_per_rank < 0) fail(ErrorKind::Usage, "--context and --experts-per-rank must be >= 0");
   if (nodes * ranks_per_node > 1 && (routers_per_node < 1 || routers_per_node >= ranks_per_node))
@@ -44,33 +45,23 @@ void MemoryPlanConfig::validate() const {
   if (device_bytes < 0 || !(margin >= 0)) fail(ErrorKind::Usage, "--device-bytes and the margin must be >= 0");
 }
 
-MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
+MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   p.validate();
   MemoryPlan m;
   const int64_t es = static_cast<int64_t>(dtype_size(c.dtype));
-  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+  const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
   const bool single = p.nodes * p.ranks_per_node == 1;
   m.routers = single ? 1 : p.nodes * p.routers_per_node;
   m.expert_ranks = single ? 1 : p.nodes * (p.ranks_per_node - p.routers_per_node);
   const int64_t all_experts = c.num_expert_slots();
   m.experts_per_rank = p.experts_per_rank > 0 ? p.experts_per_rank : (all_experts + m.expert_ranks - 1) / m.expert_ranks;
-  // Router rank. Embeddings, norms and the gate are held as fp32; projections and LM head stored dtype.
-  const int64_t sff = c.shared_expert_intermediate_size;
-  // Variants: biases, q/k norms and the shared expert's gate are fp32; the shared expert itself is
-  // held in the stored dtype like the other projections.
-  const int64_t qk_norm = c.qk_norm == io::QkNorm::Projection ? q + kv : c.qk_norm == io::QkNorm::PerHead ? 2 * c.head_dim : 0;
-  const bool mla = c.attention_type == io::AttentionType::Mla;
-  const int64_t fp32_per_layer = 2 * d + (c.attention_bias ? q + 2 * kv : 0) + qk_norm + (c.attention_out_bias ? d : 0) +
-                                 (c.attention_sinks ? c.num_heads : 0) + (mla ? c.mla.q_lora_rank + c.mla.kv_lora_rank : 0);
-  const int64_t fp32_per_moe_layer = c.num_experts * d + (sff > 0 && c.shared_expert_gated ? d : 0) + (c.router_bias ? c.num_experts : 0) +
-                                     (c.router_correction_bias ? c.num_experts : 0);
-  const int64_t L = c.num_layers, Lm = c.num_moe_layers(), Ld = c.num_dense_layers();
-  const int64_t fp32_elems = c.vocab_size * d + d + L * fp32_per_layer + Lm * fp32_per_moe_layer;
+  // Router rank: the dense rows of the schema, matrices in the stored dtype and the rest in float32.
+  int64_t dense_bytes = 0;
+  for (const model::DenseDataset& ds : model::dense_datasets(c)) dense_bytes += ds.elements() * (ds.matrix ? es : 4);
   // MLA: the runtime holds kv_b split per head, its key half twice (as is and transposed).
+  const bool mla = c.attention_type == model::AttentionType::Mla;
   const int64_t mla_split = mla ? c.num_heads * c.mla.qk_nope_head_dim * c.mla.kv_lora_rank : 0;
-  const int64_t stored_elems =
-      c.vocab_size * d + L * (c.attention_matrix_params() + mla_split) + Lm * 3 * sff * d + Ld * 3 * c.dense_intermediate_size * d;
-  m.dense_bytes = fp32_elems * 4 + stored_elems * es;
+  m.dense_bytes = dense_bytes + c.num_layers * mla_split * es;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
   if (__builtin_mul_overflow(p.batch, c.kv_bytes(context), &kv_cache) || kv_cache > (int64_t{1} << 60))
@@ -78,7 +69,7 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   m.kv_bytes = kv_cache;
   const int64_t T = p.max_batch_tokens;
   // The router's own FFN scratch (gate, up, activation rows) for a shared expert or a dense layer.
-  const int64_t router_ff = std::max(sff, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
+  const int64_t router_ff = std::max(c.shared_expert_intermediate_size, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
   m.activation_bytes = 4 * T * (4 * d + 2 * std::max(q, c.attention_out_dim()) + c.kv_k_dim() + c.kv_v_dim() + c.num_experts + 3 * router_ff) +
                        4 * p.batch * c.vocab_size;
   const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back
@@ -108,11 +99,11 @@ MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p) {
   return m;
 }
 
-std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir) {
+std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir) {
   const MemoryPlan m = plan_memory(c, p);
   std::ostringstream os;
   os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype);
-  if (c.expert_format.scheme != io::WeightScheme::Plain) os << ", experts " << c.expert_format.name();
+  if (c.expert_format.scheme != WeightScheme::Plain) os << ", experts " << c.expert_format.name();
   os << ")\n";
   os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
      << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
@@ -124,7 +115,7 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
        << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
   if (c.rotary_dim > 0) os << "  partial RoPE: the first " << c.rotary_dim << " of each head's " << c.head_dim << " dims rotated\n";
   if (const int64_t n = c.num_linear_layers(); n > 0) {
-    const io::LinearAttentionShape& s = c.linear;
+    const model::LinearAttentionShape& s = c.linear;
     os << "  Gated DeltaNet layers " << n << " of " << c.num_layers << " (" << s.k_heads << " key heads of " << s.k_dim << ", "
        << s.v_heads << " value heads of " << s.v_dim << ", conv " << s.conv_kernel << "): a recurrent state of "
        << human(n * s.state_bytes()) << " per sequence in place of their KV cache\n";
@@ -134,25 +125,25 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   if (c.num_dense_layers() > 0)
     os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size
        << "; " << c.num_moe_layers() << " MoE layers hold the experts)\n";
-  if (c.attention_out_bias || c.attention_sinks || c.sliding_window > 0 || c.rope.type != io::RopeType::Default || c.router_bias ||
+  if (c.attention_out_bias || c.attention_sinks || c.sliding_window > 0 || c.rope.type != model::RopeType::Default || c.router_bias ||
       c.expert_bias)
     os << "  attention_out_bias " << c.attention_out_bias << ", sinks " << c.attention_sinks << ", sliding_window " << c.sliding_window
-       << " (" << std::count(c.layer_attention.begin(), c.layer_attention.end(), io::AttentionKind::Sliding) << " of " << c.num_layers
-       << " layers), rope " << io::rope_type_name(c.rope.type) << " x" << c.rope.factor << ", router_bias " << c.router_bias
-       << ", router " << (c.router_scoring == io::RouterScoring::TopKSoftmax ? "topk_softmax"
-                          : c.router_scoring == io::RouterScoring::Sigmoid ? "sigmoid" : "softmax_topk") << ", expert_bias "
+       << " (" << std::count(c.layer_attention.begin(), c.layer_attention.end(), model::AttentionKind::Sliding) << " of " << c.num_layers
+       << " layers), rope " << model::rope_type_name(c.rope.type) << " x" << c.rope.factor << ", router_bias " << c.router_bias
+       << ", router " << (c.router_scoring == model::RouterScoring::TopKSoftmax ? "topk_softmax"
+                          : c.router_scoring == model::RouterScoring::Sigmoid ? "sigmoid" : "softmax_topk") << ", expert_bias "
        << c.expert_bias << ", expert activation "
-       << (c.expert_activation == io::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu") << "\n";
-  if (c.attention_type == io::AttentionType::Mla)
+       << (c.expert_activation == model::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu") << "\n";
+  if (c.attention_type == model::AttentionType::Mla)
     os << "  attention mla: q_lora_rank " << c.mla.q_lora_rank << ", kv_lora_rank " << c.mla.kv_lora_rank << ", qk_nope_head_dim "
        << c.mla.qk_nope_head_dim << ", qk_rope_head_dim " << c.mla.qk_rope_head_dim << ", v_head_dim " << c.mla.v_head_dim
        << "; the KV cache holds " << c.kv_k_dim() << " values a token and layer (multi-head attention of these heads: "
        << c.num_heads * (c.head_dim + c.mla.v_head_dim) << ")\n";
-  if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 || c.router_scoring == io::RouterScoring::Sigmoid ||
+  if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 || c.router_scoring == model::RouterScoring::Sigmoid ||
       (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated))
-    os << "  routing: " << (c.router_scoring == io::RouterScoring::Sigmoid ? "sigmoid" : "softmax") << " scores"
+    os << "  routing: " << (c.router_scoring == model::RouterScoring::Sigmoid ? "sigmoid" : "softmax") << " scores"
        << (c.router_correction_bias ? " with a correction bias" : "") << ", " << c.router_groups << " group(s), best "
-       << c.router_topk_groups << " kept (by their " << (c.router_group_score == io::GroupScore::Top2Sum ? "best two" : "best") << ")"
+       << c.router_topk_groups << " kept (by their " << (c.router_group_score == model::GroupScore::Top2Sum ? "best two" : "best") << ")"
        << ", weights " << (c.norm_topk_prob ? "renormalised" : "as they are") << " x " << c.routed_scaling_factor
        << (c.shared_expert_intermediate_size > 0 ? c.shared_expert_gated ? "; a gated shared expert" : "; shared experts, ungated" : "")
        << "\n";
@@ -176,11 +167,11 @@ std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, 
   os << "  at each format   ";
   const char* sep = "";
   for (const char* name : {"float32", "bfloat16", "q8", "q4", "mxfp4", "fp8-block"}) {
-    io::ModelConfig f = c;
+    model::ModelConfig f = c;
     f.dtype = std::string(name) == "float32" ? DType::F32 : DType::BF16;
-    f.expert_format = io::parse_weight_format(name, f.dtype, "inspect");
+    f.expert_format = model::parse_weight_format(name, f.dtype, "inspect");
     const bool whole = c.hidden_size % kQuantGroup == 0 && c.intermediate_size % kQuantGroup == 0;
-    if (f.expert_format.scheme != io::WeightScheme::Plain && !whole) continue;  // quantized formats need whole groups of 32
+    if (f.expert_format.scheme != WeightScheme::Plain && !whole) continue;  // quantized formats need whole groups of 32
     os << sep << name << " " << human(f.bytes_per_expert());
     sep = ", ";
   }

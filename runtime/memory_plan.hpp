@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::runtime {
 
@@ -48,7 +48,7 @@ struct MemoryPlan {
   int64_t hier_messages_per_step = 0;
 };
 
-MemoryPlan plan_memory(const io::ModelConfig& c, const MemoryPlanConfig& p);
-std::string inspect_report(const io::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir);
+MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p);
+std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir);
 
 }  // namespace moerun::runtime

@@ -37,16 +37,16 @@ MlaMode parse_mla_mode(const std::string& s) {
   fail_config("mla_attention", "'", s, "': expected auto, absorbed or expanded");
 }
 
-float mla_softmax_scale(const io::ModelConfig& c) {
+float mla_softmax_scale(const model::ModelConfig& c) {
   double scale = 1.0 / std::sqrt(static_cast<double>(c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim));
-  if (c.rope.type != io::RopeType::Default && c.rope.mscale_all_dim != 0) {
+  if (c.rope.type != model::RopeType::Default && c.rope.mscale_all_dim != 0) {
     const double m = yarn_mscale(c.rope.factor, c.rope.mscale_all_dim);
     scale *= m * m;
   }
   return static_cast<float>(scale);
 }
 
-void prepare_mla_weights(Matmul& mm, const io::ModelConfig& c, io::DenseLayerWeights& L) {
+void prepare_mla_weights(Matmul& mm, const model::ModelConfig& c, io::DenseLayerWeights& L) {
   if (!L.mla_uk.empty()) return;
   if (L.wkv_b.packed) fail(ErrorKind::Internal, "prepare_mla_weights: wkv_b is packed already");
   const int64_t nope = c.mla.qk_nope_head_dim, v = c.mla.v_head_dim;
@@ -68,7 +68,7 @@ MlaAttention::MlaAttention(const io::DenseWeights& w, Matmul& mm, MlaMode mode)
 
 void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t* positions, float* rows) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  const io::MlaShape& m = c_.mla;
+  const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = kvl + rope;
   const float eps = static_cast<float>(c_.rms_norm_eps);
@@ -114,7 +114,7 @@ void MlaAttention::attend(int64_t l, const std::vector<MlaChunk>& chunks, int64_
 
 void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  const io::MlaShape& m = c_.mla;
+  const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim;
   const int64_t kvl = m.kv_lora_rank, row = kvl + rope, n = ch.count;
   // q_cat [n][H][kvl + rope] = [W_ukᵀ q_nope | q_rope]: a query against the cached rows as they are.
@@ -144,7 +144,7 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
 
 void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  const io::MlaShape& m = c_.mla;
+  const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = kvl + rope, n = ch.count;
   const KvCache& kv = *ch.kv;

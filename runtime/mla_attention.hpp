@@ -30,7 +30,7 @@ MlaMode parse_mla_mode(const std::string& s);  // ConfigError naming the field "
 
 // The softmax scale: 1/sqrt(qk_nope + qk_rope), times mscale(factor, mscale_all_dim)^2 under YaRN
 // with mscale_all_dim set (transformers' yarn_apply_mscale).
-float mla_softmax_scale(const io::ModelConfig& c);
+float mla_softmax_scale(const model::ModelConfig& c);
 
 // One query chunk for attend(): its queries' rows in the micro-batch and the sequence's cache.
 struct MlaChunk {
@@ -41,7 +41,7 @@ struct MlaChunk {
 
 // Splits a layer's wkv_b per head into mla_uk, mla_uk_t and mla_uv (packed for `mm`) and frees it:
 // what pack_dense_weights does for an MLA model before the forward runs.
-void prepare_mla_weights(Matmul& mm, const io::ModelConfig& c, io::DenseLayerWeights& layer);
+void prepare_mla_weights(Matmul& mm, const model::ModelConfig& c, io::DenseLayerWeights& layer);
 
 class MlaAttention {
  public:
@@ -57,7 +57,7 @@ class MlaAttention {
  private:
   void attend_absorbed(int64_t layer, const MlaChunk& ch, float* out);
   void attend_expanded(int64_t layer, const MlaChunk& ch, float* out);
-  const io::ModelConfig& c_;
+  const model::ModelConfig& c_;
   const io::DenseWeights& w_;
   Matmul& mm_;
   MlaMode mode_;

@@ -79,7 +79,7 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
   // Packed for the row counts of decode steps (a batch of sequences); the same layout serves the
   // larger prefill steps. Quantized matrices are already in their form (Matmul::pack leaves them).
   constexpr int64_t kTypicalRows = 32;
-  const bool mla = w.config.attention_type == io::AttentionType::Mla;
+  const bool mla = w.config.attention_type == model::AttentionType::Mla;
   mm.pack(w.lm_head, kTypicalRows);
   for (std::size_t i = 0; i < w.layers.size(); ++i) {
     io::DenseLayerWeights& l = w.layers[i];
@@ -99,21 +99,21 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
                            int micro_batches, MlaMode mla_mode)
     : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
       rope_(rope_frequencies(weights.config.rope_theta, weights.config.rope_dims(), weights.config.rope)) {
-  const io::ModelConfig& c = weights.config;
+  const model::ModelConfig& c = weights.config;
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.
-  router_.renormalize = c.norm_topk_prob || c.router_scoring == io::RouterScoring::TopKSoftmax;
-  router_.sigmoid = c.router_scoring == io::RouterScoring::Sigmoid;
+  router_.renormalize = c.norm_topk_prob || c.router_scoring == model::RouterScoring::TopKSoftmax;
+  router_.sigmoid = c.router_scoring == model::RouterScoring::Sigmoid;
   router_.groups = c.router_groups;
   router_.topk_groups = c.router_topk_groups;
-  router_.group_top2 = c.router_group_score == io::GroupScore::Top2Sum;
+  router_.group_top2 = c.router_group_score == model::GroupScore::Top2Sum;
   router_.routed_scaling = static_cast<float>(c.routed_scaling_factor);
-  if (c.attention_type == io::AttentionType::Mla) mla_ = std::make_unique<MlaAttention>(weights, mm, mla_mode);
+  if (c.attention_type == model::AttentionType::Mla) mla_ = std::make_unique<MlaAttention>(weights, mm, mla_mode);
   for (int64_t l = 0; l < weights.config.num_layers; ++l) moe_index_.push_back(weights.config.moe_index(l));
 }
 
 void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
-  const io::ModelConfig& c = w_.config;
+  const model::ModelConfig& c = w_.config;
   if (c.is_linear_layer(l)) return linear_attention(b, mb, l);
   const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
   const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
@@ -153,10 +153,10 @@ void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l
       add_row_bias(k, n, KV * hd, L.bk.data());
       add_row_bias(v, n, KV * hd, L.bv.data());
     }
-    if (c.qk_norm == io::QkNorm::Projection) {  // over the whole projection, before the heads are split (OLMoE)
+    if (c.qk_norm == model::QkNorm::Projection) {  // over the whole projection, before the heads are split (OLMoE)
       rms_norm(q, n, H * hd, L.q_norm.data(), eps, q);
       rms_norm(k, n, KV * hd, L.k_norm.data(), eps, k);
-    } else if (c.qk_norm == io::QkNorm::PerHead) {  // each head's head_dim values (Qwen3)
+    } else if (c.qk_norm == model::QkNorm::PerHead) {  // each head's head_dim values (Qwen3)
       rms_norm(q, n * H, hd, L.q_norm.data(), eps, q);
       rms_norm(k, n * KV, hd, L.k_norm.data(), eps, k);
     }
@@ -184,7 +184,7 @@ void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l
 }
 
 void ModelForward::linear_attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
-  const io::ModelConfig& c = w_.config;
+  const model::ModelConfig& c = w_.config;
   const DeltaNetShape& s = c.linear;
   const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, C = s.conv_channels(), kw = s.key_width(),
                 vw = s.value_width(), Hv = s.v_heads;
@@ -237,7 +237,7 @@ void ModelForward::linear_attention(const StepBatch& b, const MicroBatch& mb, in
 }
 
 void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
-  const io::ModelConfig& c = w_.config;
+  const model::ModelConfig& c = w_.config;
   const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, m = moe_index_[static_cast<std::size_t>(l)];
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
   const float* xn = xn_.as<float>() + t0 * d;
@@ -272,7 +272,7 @@ void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, 
 }
 
 void ModelForward::hint_next_layer(const float* xn, int64_t n, int64_t l, const std::vector<uint8_t>& prefill) {
-  const io::ModelConfig& c = w_.config;
+  const model::ModelConfig& c = w_.config;
   int64_t next = l + 1;
   while (next < c.num_layers && moe_index_[static_cast<std::size_t>(next)] < 0) ++next;
   if (next >= c.num_layers || n == 0) return;
@@ -306,9 +306,9 @@ void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>
 
 namespace {
 // The step buffers' sizes in floats, for T tokens, in ModelForward's member order.
-std::array<int64_t, 9> step_buffer_floats(const io::ModelConfig& c, int64_t T) {
+std::array<int64_t, 9> step_buffer_floats(const model::ModelConfig& c, int64_t T) {
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
-  const io::LinearAttentionShape& s = c.linear;
+  const model::LinearAttentionShape& s = c.linear;
   // Gated DeltaNet: q/k/v, z, b, a, g, beta for the step and one chunk's q, k, v apart; the gate of gated attention.
   const int64_t mix = std::max(c.num_linear_layers() > 0 ? T * (2 * s.conv_channels() + s.value_width() + 4 * s.v_heads) : 0,
                                c.attention_output_gate ? T * q : 0);
@@ -317,7 +317,7 @@ std::array<int64_t, 9> step_buffer_floats(const io::ModelConfig& c, int64_t T) {
 }
 }  // namespace
 
-int64_t ModelForward::step_buffer_bytes(const io::ModelConfig& c, int64_t T) {
+int64_t ModelForward::step_buffer_bytes(const model::ModelConfig& c, int64_t T) {
   int64_t n = 0;
   for (int64_t f : step_buffer_floats(c, T)) n += f;
   return n * static_cast<int64_t>(sizeof(float));
@@ -333,7 +333,7 @@ void ModelForward::reserve(int64_t T) {
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
-  const io::ModelConfig& c = w_.config;
+  const model::ModelConfig& c = w_.config;
   const int64_t T = b.tokens(), d = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const std::array<int64_t, 9> sizes = step_buffer_floats(c, T);

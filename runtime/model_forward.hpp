@@ -90,7 +90,7 @@ class ModelForward {
   // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
   void reserve(int64_t tokens);
   // Bytes of the step buffers reserve(tokens) touches (the memory budget counts them).
-  static int64_t step_buffer_bytes(const io::ModelConfig& c, int64_t tokens);
+  static int64_t step_buffer_bytes(const model::ModelConfig& c, int64_t tokens);
   // Fills logits [batch.logit_rows(), vocab] in chunk order (per chunk: its scored tokens, then
   // the emitted one).
   void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);

@@ -62,7 +62,7 @@ std::vector<int32_t> read_token_ids(const PerplexityConfig& cfg, int64_t vocab) 
 }
 
 // Rank 0, before any weight is read: the tokens, their windows, and the base run they must match.
-std::vector<int32_t> read_scored_tokens(const PerplexityConfig& cfg, const io::ModelConfig& mc) {
+std::vector<int32_t> read_scored_tokens(const PerplexityConfig& cfg, const model::ModelConfig& mc) {
   std::vector<int32_t> ids = cfg.text.empty() ? read_token_ids(cfg, mc.vocab_size) : tokenize_text(cfg);
   const std::string& src = cfg.text.empty() ? cfg.tokens : cfg.text;
   for (std::size_t i = 0; i < ids.size(); ++i)
@@ -295,7 +295,7 @@ void check_files(const PerplexityConfig& cfg, const io::ModelLocation& model) {
 
 // Routers: their windows through the batch loop; the slots of every rank summed on rank 0.
 PerplexityReport serve(const PerplexityConfig& cfg, Engine& engine, const Shared& shared) {
-  const io::ModelConfig& mc = engine.model();
+  const model::ModelConfig& mc = engine.model();
   PerplexityReport rep;
   rep.plan = plan_windows(static_cast<int64_t>(shared.tokens.size()), cfg.context, cfg.stride);
   rep.processed = rep.plan.windows * rep.plan.context;

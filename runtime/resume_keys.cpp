@@ -23,7 +23,7 @@ std::string hex(uint64_t v) {
 
 uint64_t dense_fingerprint(const io::DenseWeights& w) {
   Xxh64 h;
-  const io::ModelConfig& c = w.config;
+  const model::ModelConfig& c = w.config;
   h.text(c.architecture);
   for (int64_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                     c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype),
@@ -36,8 +36,8 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   for (double v : {c.rope.factor, c.rope.beta_fast, c.rope.beta_slow, c.rope.attention_factor, c.rope.mscale, c.rope.mscale_all_dim,
                    c.rope.low_freq_factor, c.rope.high_freq_factor, c.swiglu_alpha, c.swiglu_limit})
     h.value(v);
-  for (io::AttentionKind k : c.layer_attention) h.value(static_cast<int64_t>(k));
-  for (io::MlpKind k : c.layer_mlp) h.value(static_cast<int64_t>(k));
+  for (model::AttentionKind k : c.layer_attention) h.value(static_cast<int64_t>(k));
+  for (model::MlpKind k : c.layer_mlp) h.value(static_cast<int64_t>(k));
   h.value(c.rope_theta);
   h.value(c.rms_norm_eps);
   h.value(w.embed_tokens.rows).value(w.embed_tokens.cols).value(w.embed_tokens.xxh64);
@@ -54,7 +54,7 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   return h.digest();
 }
 
-uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const io::ModelConfig& c) {
+uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const model::ModelConfig& c) {
   Xxh64 h;
   for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) h.value(index.checksum(l, e));

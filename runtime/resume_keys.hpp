@@ -19,7 +19,7 @@ namespace moerun::runtime {
 // xxh64 over the config and every dense tensor (router ranks compute it as they load).
 uint64_t dense_fingerprint(const io::DenseWeights& w);
 // xxh64 over every expert's checksum in (layer, expert) order (expert ranks, from the shard index).
-uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const io::ModelConfig& c);
+uint64_t experts_fingerprint(const io::ExpertShardIndex& index, const model::ModelConfig& c);
 uint64_t routing_fingerprint(const router::RouterConfig& r);
 // One fingerprint from the parts, in this order.
 uint64_t combine_fingerprints(const std::vector<uint64_t>& parts);

@@ -7,7 +7,7 @@
 
 namespace moerun::runtime {
 
-RoutingStats::RoutingStats(const io::ModelConfig& c, bool keep_trace) : config_(c), keep_trace_(keep_trace) {
+RoutingStats::RoutingStats(const model::ModelConfig& c, bool keep_trace) : config_(c), keep_trace_(keep_trace) {
   usage_.assign(static_cast<std::size_t>(c.num_moe_layers()), std::vector<int64_t>(static_cast<std::size_t>(c.num_experts), 0));
   trace_.num_layers = c.num_moe_layers();
   trace_.num_experts = c.num_experts;

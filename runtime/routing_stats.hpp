@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/routing_trace.hpp"
 #include "router/gate.hpp"
 
@@ -13,7 +13,7 @@ namespace moerun::runtime {
 
 class RoutingStats {
  public:
-  RoutingStats(const io::ModelConfig& config, bool keep_trace);
+  RoutingStats(const model::ModelConfig& config, bool keep_trace);
 
   // One layer's decision for the step's tokens; `request`/`position` identify each token (trace).
   void record(int64_t layer, const router::RoutingDecision& d, const std::vector<int64_t>& request,
@@ -38,7 +38,7 @@ class RoutingStats {
   std::string summary(double tokens_per_s) const;
 
  private:
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   bool keep_trace_;
   int64_t tokens_ = 0;
   int64_t slots_ = 0;

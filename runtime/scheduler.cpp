@@ -37,7 +37,7 @@ void SchedulerConfig::validate() const {
   if (max_wait_steps < 1) fail_config("max_wait_steps", "must be >= 1");
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
+Scheduler::Scheduler(const SchedulerConfig& cfg, const model::ModelConfig& model, const std::vector<io::Request>& requests,
                      std::vector<int64_t> pending, PrefixCache* prefix)
     : cfg_(cfg), model_(model), requests_(requests), prefix_(prefix) {
   for (int64_t i : pending) {

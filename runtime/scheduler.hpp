@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 #include "io/requests.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/model_forward.hpp"
@@ -99,7 +99,7 @@ struct BatchingCounters {
 class Scheduler {
  public:
   // `pending`: indices into `requests` to run, in order. `prefix`: optional prefix cache.
-  Scheduler(const SchedulerConfig& cfg, const io::ModelConfig& model, const std::vector<io::Request>& requests,
+  Scheduler(const SchedulerConfig& cfg, const model::ModelConfig& model, const std::vector<io::Request>& requests,
             std::vector<int64_t> pending, PrefixCache* prefix = nullptr);
 
   bool done() const { return active_.empty() && queue_.empty(); }
@@ -115,7 +115,7 @@ class Scheduler {
 
  private:
   SchedulerConfig cfg_;
-  io::ModelConfig model_;
+  model::ModelConfig model_;
   const std::vector<io::Request>& requests_;
   std::deque<int64_t> queue_;
   std::list<Sequence> active_;

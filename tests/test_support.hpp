@@ -12,7 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/matmul.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::testing {
 
@@ -59,8 +59,8 @@ inline std::filesystem::path scratch_dir(const std::string& prefix) {
 
 // A tiny synthetic model (2 layers x 4 experts of 16 x 24, top-2): small enough for unit tests that
 // write and read real shards.
-inline io::SynthConfig tiny_synth_config(int shards) {
-  io::SynthConfig s;
+inline convert::SynthConfig tiny_synth_config(int shards) {
+  convert::SynthConfig s;
   s.model.vocab_size = 32;
   s.model.hidden_size = 16;
   s.model.num_layers = 2;

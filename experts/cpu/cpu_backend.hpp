@@ -21,13 +21,13 @@ class CpuExpert final : public ResidentExpert {
 // Its experts' packed form is what L2 keeps (StoredForm), and `bench layer` times its oneDNN GEMM.
 class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming {
  public:
-  CpuBackend(const io::ModelConfig& config, Matmul& compute)
+  CpuBackend(const model::ModelConfig& config, Matmul& compute)
       : config_(config), mm_(compute), activation_(activation_of(config)) {}
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override;
   int64_t memory_bytes() override;
-  io::WeightFormat weight_format() const override { return config_.expert_format; }
+  model::WeightFormat weight_format() const override { return config_.expert_format; }
   const StoredForm* stored_form() const override { return this; }
   BackendTiming* timing() override { return this; }
   std::string name() const override;
@@ -46,7 +46,7 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
 
  private:
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   Matmul& mm_;  // the compute thread's
   // Shapes and layouts of experts, for any thread (I/O threads allocate experts while mm_ computes).
   mutable std::mutex layout_mu_;

@@ -15,18 +15,18 @@ namespace moerun::experts {
 
 namespace {
 // The three matrices of an expert with their shapes: w1, w3 [ff, d], w2 [d, ff].
-std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const io::ModelConfig& c, int i) {
+std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const model::ModelConfig& c, int i) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   WeightMatrix* m[] = {&w.w1, &w.w3, &w.w2};
   return {m[i], i == 2 ? d : ff, i == 2 ? ff : d};
 }
 const char* const kMatrixNames[] = {"w1", "w3", "w2"};
 
-bool quantized(const io::ModelConfig& c) { return c.expert_format.scheme != WeightScheme::Plain; }
+bool quantized(const model::ModelConfig& c) { return c.expert_format.scheme != WeightScheme::Plain; }
 
 // A quantized matrix shaped for its kernel's blocked form: quant_matmul's (q8/q4) or native_matmul's
 // (mxfp4/fp8-block), reusing the buffer when big enough.
-void shape_quantized(WeightMatrix& m, const io::ModelConfig& c, int64_t rows, int64_t cols) {
+void shape_quantized(WeightMatrix& m, const model::ModelConfig& c, int64_t rows, int64_t cols) {
   m.dtype = c.dtype;
   m.scheme = c.expert_format.scheme;
   m.rows = rows;
@@ -37,7 +37,7 @@ void shape_quantized(WeightMatrix& m, const io::ModelConfig& c, int64_t rows, in
 }
 }  // namespace
 
-void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c, FfnWeights& into) {
+void pack_expert_from_raw(Matmul& mm, const void* raw, const model::ModelConfig& c, FfnWeights& into) {
   const auto* b = static_cast<const unsigned char*>(raw);
   const std::vector<io::ExpertPart> parts = io::expert_raw_parts(c);
   for (int i = 0; i < 3; ++i) {
@@ -61,7 +61,7 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const io::ModelConfig& c,
   else bf16_to_f32(reinterpret_cast<const uint16_t*>(b + at), into.bias.as<float>(), n);
 }
 
-void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
+void preallocate_expert(Matmul& mm, const model::ModelConfig& c, FfnWeights& w) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
     if (quantized(c)) shape_quantized(*m, c, rows, cols);
@@ -74,7 +74,7 @@ void preallocate_expert(Matmul& mm, const io::ModelConfig& c, FfnWeights& w) {
   }
 }
 
-int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
+int64_t packed_expert_bytes(Matmul& mm, const model::ModelConfig& c) {
   int64_t total = 0;
   FfnWeights w;  // shaped only: the buffers are allocated, never touched
   for (int i = 0; i < 3; ++i) {
@@ -86,7 +86,7 @@ int64_t packed_expert_bytes(Matmul& mm, const io::ModelConfig& c) {
   return total + c.expert_bias_params() * static_cast<int64_t>(sizeof(float));
 }
 
-std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
+std::string expert_layout_name(Matmul& mm, const model::ModelConfig& c) {
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   if (is_group_quantized(c.expert_format.scheme))
     return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
@@ -95,7 +95,7 @@ std::string expert_layout_name(Matmul& mm, const io::ModelConfig& c) {
          mm.packed_layout_name(c.dtype, d, ff, kFfnTypicalRows);
 }
 
-void check_packed_finite(FfnWeights& w, const io::ModelConfig& c, const std::string& where, const std::string& group) {
+void check_packed_finite(FfnWeights& w, const model::ModelConfig& c, const std::string& where, const std::string& group) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
     const std::string tensor = group + "/" + kMatrixNames[i] + " (packed, in L2)";

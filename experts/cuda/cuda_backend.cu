@@ -49,7 +49,7 @@ constexpr std::size_t kCudaMallocAlign = 256;  // cudaMalloc's documented alignm
 struct RawLayout {
   std::size_t values[3] = {}, scales[3] = {}, bias = 0, bytes = 0;
 };
-RawLayout raw_layout(const io::ModelConfig& c) {
+RawLayout raw_layout(const model::ModelConfig& c) {
   const WeightScheme s = c.expert_format.scheme;
   const int64_t ff = c.intermediate_size, d = c.hidden_size;
   const std::size_t es = dtype_size(c.dtype);
@@ -86,7 +86,7 @@ struct LoadStaging {
 
 class CudaBackend final : public ExpertBackend, public BackendTiming {
  public:
-  CudaBackend(const io::ModelConfig& c, int local_rank)
+  CudaBackend(const model::ModelConfig& c, int local_rank)
       : config_(c), layout_(raw_layout(c)), quantized_(c.expert_format.scheme != WeightScheme::Plain),
         compute_(quantized_ ? DType::F32 : c.dtype) {
     device_ = use_cuda_device(local_rank, "--device cuda");
@@ -115,7 +115,7 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     return static_cast<int64_t>(free);
   }
-  io::WeightFormat weight_format() const override { return config_.expert_format; }
+  model::WeightFormat weight_format() const override { return config_.expert_format; }
   BackendTiming* timing() override { return this; }
 
   std::unique_ptr<ResidentExpert> allocate_expert() override {
@@ -187,14 +187,14 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     float* y = y_.as<float>() + r.offset * d;
     const char* bias = e.weights.as<const char>() + layout_.bias;  // b1‖b3‖b2 in the model's dtype
     const std::size_t bias_es = dtype_size(config_.dtype);
-    if (config_.expert_bias || config_.expert_activation == io::ExpertActivation::ClampedSwiGlu) {
+    if (config_.expert_bias || config_.expert_activation == model::ExpertActivation::ClampedSwiGlu) {
       kernels::GatedActivation a;
       if (config_.expert_bias) {
         a.b1 = bias;
         a.b3 = bias + static_cast<std::size_t>(ff) * bias_es;
       }
       a.bias_bf16 = config_.dtype == DType::BF16;
-      a.clamped = config_.expert_activation == io::ExpertActivation::ClampedSwiGlu;
+      a.clamped = config_.expert_activation == model::ExpertActivation::ClampedSwiGlu;
       a.alpha = static_cast<float>(config_.swiglu_alpha);
       a.limit = static_cast<float>(config_.swiglu_limit);
       kernels::gated_activation(g_.as<float>(), u_.as<float>(), a, act_.get(), t == DType::BF16, r.rows, ff, stream_.get());
@@ -248,7 +248,7 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
     }
   }
 
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   RawLayout layout_;
   bool quantized_ = false;
   DType compute_ = DType::F32;  // the GEMMs' operand type: the model's dtype, float32 for quantized experts
@@ -269,7 +269,7 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
 
 }  // namespace
 
-std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, int local_rank) {
+std::unique_ptr<ExpertBackend> make_cuda_backend(const model::ModelConfig& config, int local_rank) {
   return std::make_unique<CudaBackend>(config, local_rank);
 }
 
@@ -278,7 +278,7 @@ std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, 
 // The C interface the library exports (experts/backend_abi_export.hpp does the wrapping).
 extern "C" moerun_backend* moerun_cuda_backend_open_v1(const moerun_backend_model* model, moerun_backend_ops* ops,
                                                        moerun_backend_error* err) {
-  return moerun::experts::export_backend(model, ops, err, [](const moerun::io::ModelConfig& c, int local_rank) {
+  return moerun::experts::export_backend(model, ops, err, [](const moerun::model::ModelConfig& c, int local_rank) {
     return moerun::experts::make_cuda_backend(c, local_rank);
   });
 }

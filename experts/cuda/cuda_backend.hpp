@@ -17,7 +17,7 @@
 namespace moerun::experts {
 
 // The backend on device (local_rank mod visible devices); Usage error when no device is visible.
-std::unique_ptr<ExpertBackend> make_cuda_backend(const io::ModelConfig& config, int local_rank);
+std::unique_ptr<ExpertBackend> make_cuda_backend(const model::ModelConfig& config, int local_rank);
 
 }  // namespace moerun::experts
 

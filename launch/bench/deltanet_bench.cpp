@@ -9,7 +9,7 @@
 #include <omp.h>
 
 #include "base/error.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::bench {
 namespace {
@@ -25,9 +25,9 @@ double median(std::vector<double> v) {
 struct MixerInputs {
   std::vector<float> qkv, z, a, b, conv_w, A_log, dt_bias, norm_w;
   MixerInputs(const runtime::DeltaNetShape& s, int64_t n)
-      : qkv(io::synth_tensor(1, "qkv", n * s.conv_channels(), 1.0f)), z(io::synth_tensor(2, "z", n * s.v_heads * s.v_dim, 1.0f)),
-        a(io::synth_tensor(3, "a", n * s.v_heads, 1.0f)), b(io::synth_tensor(4, "b", n * s.v_heads, 1.0f)),
-        conv_w(io::synth_tensor(5, "conv", s.conv_channels() * s.conv_kernel, 0.5f)), A_log(static_cast<std::size_t>(s.v_heads), 0.0f),
+      : qkv(convert::synth_tensor(1, "qkv", n * s.conv_channels(), 1.0f)), z(convert::synth_tensor(2, "z", n * s.v_heads * s.v_dim, 1.0f)),
+        a(convert::synth_tensor(3, "a", n * s.v_heads, 1.0f)), b(convert::synth_tensor(4, "b", n * s.v_heads, 1.0f)),
+        conv_w(convert::synth_tensor(5, "conv", s.conv_channels() * s.conv_kernel, 0.5f)), A_log(static_cast<std::size_t>(s.v_heads), 0.0f),
         dt_bias(static_cast<std::size_t>(s.v_heads), 1.0f), norm_w(static_cast<std::size_t>(s.v_dim), 1.0f) {}
 };
 

@@ -36,7 +36,7 @@ const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", 
 namespace {
 
 // The benchmark's requests as JSON Lines, parsed in memory as `moerun infer` parses a file.
-std::vector<io::Request> bench_requests(const InferBenchConfig& cfg, const io::ModelConfig& m, int64_t salt) {
+std::vector<io::Request> bench_requests(const InferBenchConfig& cfg, const model::ModelConfig& m, int64_t salt) {
   std::string text;
   for (int64_t i = 0; i < cfg.batch; ++i) {
     nlohmann::json j;
@@ -136,7 +136,7 @@ BenchDir::~BenchDir() {
   if (owned_) std::filesystem::remove_all(dir_, ec);
 }
 
-double decode_weight_bytes_per_token(const io::ModelConfig& m, WeightScheme dense) {
+double decode_weight_bytes_per_token(const model::ModelConfig& m, WeightScheme dense) {
   // Attention and LM head in the model's dtype, or per --quantize-dense (values + fp16 scales per 32).
   const double es = dense == WeightScheme::Plain
                         ? static_cast<double>(dtype_size(m.dtype))
@@ -167,7 +167,7 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   const int rank = comm::rank_of(world);
   const BenchDir bench_dir(cfg.work_dir, world);
   const std::string& dir = bench_dir.path();
-  if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
+  if (rank == 0) convert::write_synthetic_model(dir + "/model", cfg.model, true);
   InferBenchResult r;
   r.distributed = run_infer_bench_point(cfg, dir, world);
   r.tokens_per_s = tokens_per_second(r.distributed);
@@ -196,8 +196,8 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   const int rank = comm::rank_of(world), P = comm::size_of(world);
   const BenchDir bench_dir(cfg.work_dir, world);
   const std::string& dir = bench_dir.path();
-  const io::ModelConfig& m = cfg.model.model;
-  if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
+  const model::ModelConfig& m = cfg.model.model;
+  if (rank == 0) convert::write_synthetic_model(dir + "/model", cfg.model, true);
   comm::idle_barrier(world);
   // The affinity graph comes from another request set (salted prompts) than the one measured.
   InferBenchConfig tc = cfg;
@@ -230,10 +230,10 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
   for (int r : topo.experts) owned = std::max(owned, placement.count_on(r));
   const int64_t slots = std::max<int64_t>(1, static_cast<int64_t>(std::floor(l1_fraction * static_cast<double>(owned))));
   // The L1 budget: that many experts of the model's format, or of `l1_budget_of`'s.
-  io::ModelConfig budget_model = m;
+  model::ModelConfig budget_model = m;
   if (!l1_budget_of.empty()) {
     budget_model.dtype = l1_budget_of == "float32" ? DType::F32 : DType::BF16;
-    budget_model.expert_format = io::parse_weight_format(l1_budget_of, budget_model.dtype, "--l1-budget-of");
+    budget_model.expert_format = model::parse_weight_format(l1_budget_of, budget_model.dtype, "--l1-budget-of");
   }
   Matmul budget_mm;
   const int64_t l1_bytes = slots * experts::make_expert_backend({cfg.engine.device, cfg.engine.cuda_library}, budget_model, budget_mm)->expert_bytes();
@@ -264,7 +264,7 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
 }
 
 std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& res) {
-  const io::ModelConfig& m = cfg.model.model;
+  const model::ModelConfig& m = cfg.model.model;
   const std::vector<CacheBenchRow>& rows = res.rows;
   std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.engine.ranks, " rank(s), model ", m.num_layers,
                       " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
@@ -320,7 +320,7 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
 }
 
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r) {
-  const io::ModelConfig& m = cfg.model.model;
+  const model::ModelConfig& m = cfg.model.model;
   const BenchRun& d = r.distributed;
   const runtime::EngineReport& de = d.engine;
   std::string s = str("# moerun bench infer: ", de.ranks, " rank(s) (", de.routers, " router(s), ", de.ranks - de.routers > 0 ? de.ranks - de.routers : 1,

@@ -9,7 +9,7 @@
 
 #include <mpi.h>
 
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/batch_loop.hpp"
 #include "runtime/engine.hpp"
 
@@ -19,7 +19,7 @@ namespace moerun::bench {
 enum class BenchScoring { None, PromptLogprobs, SecondHalf };
 
 struct InferBenchConfig {
-  io::SynthConfig model;
+  convert::SynthConfig model;
   // PromptLogprobs: prefill-only requests scoring every prompt token; SecondHalf: those scoring the
   // second half only, as moerun perplexity's windows.
   BenchScoring scoring = BenchScoring::None;
@@ -79,7 +79,7 @@ struct InferBenchResult {
 
 // Bytes of weights one decode step of a single sequence reads (dense matrices, LM head, gates,
 // top_k experts per layer).
-double decode_weight_bytes_per_token(const io::ModelConfig& m, WeightScheme dense = WeightScheme::Plain);
+double decode_weight_bytes_per_token(const model::ModelConfig& m, WeightScheme dense = WeightScheme::Plain);
 // Copy bandwidth (read + write bytes per second) of `threads` OpenMP threads over 256 MiB arrays.
 double stream_copy_gbps(int threads);
 

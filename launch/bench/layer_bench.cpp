@@ -14,7 +14,7 @@
 #include "base/swiglu_ffn.hpp"
 #include "experts/cpu/expert_packing.hpp"
 #include "experts/resident_experts.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "router/gate.hpp"
 #include "runtime/moe_layer.hpp"
 
@@ -25,7 +25,7 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 // A random [rows, cols] matrix in `dt`, written at `out`.
 void random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt, void* out) {
-  auto v = io::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
+  auto v = convert::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
   if (dt == DType::F32) std::copy(v.begin(), v.end(), static_cast<float*>(out));
   else f32_to_bf16(v.data(), static_cast<uint16_t*>(out), v.size());
 }
@@ -64,7 +64,7 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
   Matmul mm;
   const int64_t d = cfg.hidden, ff = cfg.intermediate, E = cfg.experts, k = cfg.top_k;
   for (DType dt : cfg.dtypes) {
-    io::ModelConfig mc;
+    model::ModelConfig mc;
     mc.hidden_size = d;
     mc.intermediate_size = ff;
     mc.num_experts = E;
@@ -94,7 +94,7 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
       pack_ffn(mm, shared);
     }
     for (int64_t T : cfg.tokens) {
-      auto x = io::synth_tensor(cfg.seed, "x", T * d, 1.0f);
+      auto x = convert::synth_tensor(cfg.seed, "x", T * d, 1.0f);
       std::vector<float> out(static_cast<std::size_t>(T * d));
       std::vector<uint8_t> prefill(static_cast<std::size_t>(T), 1);
       router::RouterConfig rc;

@@ -10,7 +10,7 @@
 #include "base/error.hpp"
 #include "base/matmul.hpp"
 #include "io/model_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/dense_ops.hpp"
 #include "runtime/mla_attention.hpp"
 
@@ -20,7 +20,7 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 WeightMatrix random_weight(const std::string& name, int64_t rows, int64_t cols, DType dt) {
-  const auto v = io::synth_tensor(1, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
+  const auto v = convert::synth_tensor(1, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
   WeightMatrix m;
   m.allocate(dt, rows, cols);
   if (dt == DType::F32) std::copy(v.begin(), v.end(), m.data.as<float>());
@@ -34,13 +34,13 @@ double median(std::vector<double> v) {
 }
 
 // One MLA layer's weights, random, prepared and packed as the runtime holds them.
-io::DenseWeights one_layer(const io::ModelConfig& c, Matmul& mm) {
+io::DenseWeights one_layer(const model::ModelConfig& c, Matmul& mm) {
   io::DenseWeights w;
   w.config = c;
   w.config.num_layers = 1;
   w.layers.resize(1);
   io::DenseLayerWeights& L = w.layers[0];
-  const io::MlaShape& m = c.mla;
+  const model::MlaShape& m = c.mla;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
   if (m.q_lora_rank > 0) {
     L.wq_a = random_weight("wq_a", m.q_lora_rank, d, c.dtype);
@@ -61,9 +61,9 @@ io::DenseWeights one_layer(const io::ModelConfig& c, Matmul& mm) {
 
 }  // namespace
 
-io::ModelConfig mla_bench_shape(const std::string& name, DType dtype) {
-  io::ModelConfig c;
-  c.attention_type = io::AttentionType::Mla;
+model::ModelConfig mla_bench_shape(const std::string& name, DType dtype) {
+  model::ModelConfig c;
+  c.attention_type = model::AttentionType::Mla;
   c.dtype = dtype;
   c.mla = {0, 512, 128, 64, 128};
   c.head_dim = 192;
@@ -96,7 +96,7 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
   cfg.validate();
   Matmul mm;
   const io::DenseWeights w = one_layer(cfg.model, mm);
-  const io::ModelConfig& c = w.config;
+  const model::ModelConfig& c = w.config;
   const int64_t d = c.hidden_size, row = c.kv_k_dim();
   runtime::MlaAttention absorbed(w, mm, runtime::MlaMode::Absorbed), expanded(w, mm, runtime::MlaMode::Expanded);
   std::vector<MlaBenchRow> rows;
@@ -104,12 +104,12 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
     for (int64_t B : cfg.batch) {
       // B sequences with S cached positions of random (normed-sized) latents and keys.
       std::vector<runtime::KvCache> kv(static_cast<std::size_t>(B));
-      const std::vector<float> cached = io::synth_tensor(2, "cache", S * row, 1.0f);
+      const std::vector<float> cached = convert::synth_tensor(2, "cache", S * row, 1.0f);
       for (auto& k : kv) {
         k.init(1, row, 0, S + 1);
         k.append(0, cached.data(), nullptr, S);
       }
-      const std::vector<float> xn = io::synth_tensor(3, "x", B * d, 1.0f);
+      const std::vector<float> xn = convert::synth_tensor(3, "x", B * d, 1.0f);
       std::vector<int32_t> pos(static_cast<std::size_t>(B), static_cast<int32_t>(S));
       std::vector<float> new_rows(static_cast<std::size_t>(B * row)), attn(static_cast<std::size_t>(B * c.attention_out_dim())),
           out(static_cast<std::size_t>(B * d));
@@ -142,7 +142,7 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
 }
 
 std::string mla_bench_table(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
-  const io::ModelConfig& c = cfg.model;
+  const model::ModelConfig& c = cfg.model;
   std::string s = str("# moerun bench mla: one decode step of one MLA layer: hidden ", c.hidden_size, ", ", c.num_heads, " heads, q_lora ",
                       c.mla.q_lora_rank, ", latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, ", ",
                       dtype_name(c.dtype), " weights; ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");

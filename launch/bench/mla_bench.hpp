@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "base/dtype.hpp"
-#include "io/model_config.hpp"
+#include "model/model_config.hpp"
 
 namespace moerun::bench {
 
 struct MlaBenchConfig {
-  io::ModelConfig model;  // an MLA shape (mla_bench_shape)
+  model::ModelConfig model;  // an MLA shape (mla_bench_shape)
   std::vector<int64_t> contexts{512, 4096};
   std::vector<int64_t> batch{1, 8};
   int iters = 5, warmup = 1;
@@ -22,7 +22,7 @@ struct MlaBenchConfig {
 
 // The attention of DeepSeek-V2-Lite (hidden 2048, 16 heads, no q_lora) or DeepSeek-V3 (hidden 7168,
 // 128 heads, q_lora 1536); both a latent of 512, nope 128, rope 64, values 128. Usage error otherwise.
-io::ModelConfig mla_bench_shape(const std::string& name, DType dtype);
+model::ModelConfig mla_bench_shape(const std::string& name, DType dtype);
 
 struct MlaBenchRow {
   int64_t context, batch;

@@ -151,7 +151,7 @@ SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
   std::string dir;
   if (cfg.bench == "infer") {
     dir = bench_dir.emplace(cfg.infer.work_dir, world).path();
-    if (rank == 0) io::write_synthetic_model(dir + "/model", cfg.infer.model, true);
+    if (rank == 0) convert::write_synthetic_model(dir + "/model", cfg.infer.model, true);
   }
   const int saved_threads = omp_get_max_threads();
   for (const std::string& scaling : cfg.scalings) {

@@ -41,7 +41,7 @@ std::vector<ScoringBenchRow> run_scoring_bench(const InferBenchConfig& given, in
   cfg.whole_batch_steps = false;
   const BenchDir bench_dir(cfg.work_dir, world);
   const std::string& dir = bench_dir.path();
-  if (comm::rank_of(world) == 0) io::write_synthetic_model(dir + "/model", cfg.model, true);
+  if (comm::rank_of(world) == 0) convert::write_synthetic_model(dir + "/model", cfg.model, true);
   std::vector<ScoringBenchRow> rows;
   for (const Mode& m : kModes) rows.push_back({m.name, {}, {}});
   run_infer_bench_point(cfg, dir, world);  // untimed: the first load of the model files
@@ -62,7 +62,7 @@ std::vector<ScoringBenchRow> run_scoring_bench(const InferBenchConfig& given, in
 }
 
 std::string scoring_bench_table(const InferBenchConfig& cfg, const std::vector<ScoringBenchRow>& rows) {
-  const io::ModelConfig& m = cfg.model.model;
+  const model::ModelConfig& m = cfg.model.model;
   std::string s = str("# moerun bench infer --scoring-compare: model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ",
                       m.num_experts, " experts x ", m.intermediate_size, " top-", m.top_k, ", vocab ", m.vocab_size, " ",
                       dtype_name(m.dtype), "; ", cfg.batch, " prompts of ", cfg.prompt_len, " tokens; ", rows.front().tokens_per_s.size(),

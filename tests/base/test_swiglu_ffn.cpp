@@ -137,7 +137,7 @@ std::pair<std::vector<float>, std::vector<float>> run_one_by_one_and_all(CpuBack
 TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
   for (DType dt : {DType::F32, DType::BF16})
     for (int64_t big : {0, 12}) {
-      io::ModelConfig c;
+      model::ModelConfig c;
       c.hidden_size = 64;
       c.intermediate_size = 96;
       c.dtype = dt;
@@ -173,7 +173,7 @@ class QuantizedExpertFfn : public ::testing::TestWithParam<std::tuple<WeightSche
 
 TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
   const auto [scheme, rows] = GetParam();
-  io::ModelConfig c;
+  model::ModelConfig c;
   c.hidden_size = 64;
   c.intermediate_size = 96;
   c.dtype = DType::BF16;
@@ -212,13 +212,13 @@ INSTANTIATE_TEST_SUITE_P(Rows, QuantizedExpertFfn,
 // native kernels against fp64, and a layer's experts one per thread (run_all) give run()'s bits.
 TEST(NativeExpertFfn, BiasedClampedExpertsMatchFp64AndRunAllGivesRunsBits) {
   for (WeightScheme scheme : {WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
-    io::ModelConfig c;
+    model::ModelConfig c;
     c.hidden_size = 64;
     c.intermediate_size = 96;
     c.dtype = DType::F32;
     c.expert_format = {DType::F32, scheme};
     c.expert_bias = true;
-    c.expert_activation = io::ExpertActivation::ClampedSwiGlu;
+    c.expert_activation = model::ExpertActivation::ClampedSwiGlu;
     c.swiglu_limit = 1.5;  // low enough that both clamps act on these weights
     const int64_t d = c.hidden_size, ff = c.intermediate_size, E = 5;
     Matmul mm;
@@ -277,7 +277,7 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
       {DType::F32, WeightScheme::Fp8Block, 300, {{1}, {5, 37}, {200, 299}}},
   };
   for (const Case& k : cases) {
-    io::ModelConfig c;
+    model::ModelConfig c;
     c.hidden_size = 64;
     c.intermediate_size = 96;
     c.dtype = k.dt;
@@ -313,7 +313,7 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
       EXPECT_EQ(parts, whole) << c.expert_format.name() << ", " << cuts.size() + 1 << " parts, first cut at " << cuts[0];
     }
   }
-  io::ModelConfig f32;
+  model::ModelConfig f32;
   f32.dtype = DType::F32;
   f32.expert_format = {DType::F32, WeightScheme::Plain};
   EXPECT_EQ(replica_row_granule(f32, DeviceKind::Cpu), 0);

@@ -9,7 +9,7 @@
 extern "C" moerun_backend* moerun_cuda_backend_open_v1(const moerun_backend_model* model, moerun_backend_ops* ops,
                                                        moerun_backend_error* err) {
   using namespace moerun;
-  moerun_backend* b = experts::export_backend(model, ops, err, [](const io::ModelConfig& c, int local_rank) {
+  moerun_backend* b = experts::export_backend(model, ops, err, [](const model::ModelConfig& c, int local_rank) {
     if (local_rank == 99) fail(ErrorKind::Usage, "injected: no device for local rank 99");
     static Matmul mm;
     return std::make_unique<experts::CpuBackend>(c, mm);

@@ -34,7 +34,7 @@ inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t r
 
 // An expert of `c` (a quantized format) from seeded float32 weights: its raw form, and dq[0..2]
 // the dequantized w1, w3, w2.
-inline AlignedBuffer quantized_expert(const io::ModelConfig& c, uint32_t seed, std::vector<float> dq[3]) {
+inline AlignedBuffer quantized_expert(const model::ModelConfig& c, uint32_t seed, std::vector<float> dq[3]) {
   const int64_t d = c.hidden_size, ff = c.intermediate_size;
   const std::vector<float> w[3] = {moerun::testing::random_normal(ff * d, seed, 0.125f), moerun::testing::random_normal(ff * d, seed + 1, 0.125f), moerun::testing::random_normal(d * ff, seed + 2, 0.1f)};
   const auto parts = io::expert_raw_parts(c);

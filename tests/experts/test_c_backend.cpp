@@ -10,16 +10,16 @@
 #include "base/error.hpp"
 #include "experts/backend.hpp"
 #include "experts/cpu/cpu_backend.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "tests/experts/expert_reference.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::experts {
 namespace {
 
-io::ModelConfig config() {
-  io::ModelConfig c = moerun::testing::tiny_synth_config(1).model;
-  c.expert_format = {c.dtype, io::WeightScheme::Plain};
+model::ModelConfig config() {
+  model::ModelConfig c = moerun::testing::tiny_synth_config(1).model;
+  c.expert_format = {c.dtype, WeightScheme::Plain};
   return c;
 }
 
@@ -40,7 +40,7 @@ std::vector<float> run_one(ExpertBackend& b, const ResidentExpert& e, const std:
 
 TEST(CBackend, CallsCrossAsCAndGiveTheCpuResults) {
   ASSERT_FALSE(spec().cuda_library.empty()) << "MOERUN_TEST_BACKEND_LIB is not set (ctest sets it)";
-  const io::ModelConfig c = config();
+  const model::ModelConfig c = config();
   Matmul mm;
   auto lib = make_expert_backend(spec(), c, mm, 0);
   CpuBackend cpu(c, mm);
@@ -50,13 +50,13 @@ TEST(CBackend, CallsCrossAsCAndGiveTheCpuResults) {
   EXPECT_EQ(lib->weight_format(), c.expert_format);
   EXPECT_EQ(lib->stored_form(), nullptr) << "a library's experts are kept raw in L2";
   const int64_t d = c.hidden_size, ff = c.intermediate_size, rows = 5;
-  const auto raw = io::synth_tensor(3, "expert", 3 * ff * d, 0.2f);
+  const auto raw = convert::synth_tensor(3, "expert", 3 * ff * d, 0.2f);
   auto a = lib->allocate_expert(), b = cpu.allocate_expert();
   lib->load_expert(raw.data(), *a);
   cpu.load_expert(raw.data(), *b);
   EXPECT_EQ(a->buffer().kind, MemoryKind::Host);
   EXPECT_EQ(a->buffer().bytes, b->buffer().bytes);
-  const auto x = io::synth_tensor(4, "x", rows * d, 1.0f);
+  const auto x = convert::synth_tensor(4, "x", rows * d, 1.0f);
   EXPECT_EQ(run_one(*lib, *a, x, rows, d), run_one(cpu, *b, x, rows, d));
   ASSERT_NE(lib->timing(), nullptr);
   EXPECT_EQ(lib->timing()->dense_matmul_seconds(4, 8, 16, 1, 3).size(), 3u);
@@ -82,24 +82,24 @@ TEST(CBackend, ALibraryOfAnotherInterfaceVersionIsRefused) {
 // computes, bit for bit, and not the plain SwiGLU.
 TEST(CBackend, GptOssExpertsCrossTheInterface) {
   ASSERT_FALSE(spec().cuda_library.empty());
-  io::ModelConfig c = config();
+  model::ModelConfig c = config();
   c.architecture = "gpt_oss";
   c.expert_bias = true;
-  c.expert_activation = io::ExpertActivation::ClampedSwiGlu;
+  c.expert_activation = model::ExpertActivation::ClampedSwiGlu;
   c.swiglu_limit = 0.5;  // small: the clamp acts on these activations
   Matmul mm;
   auto lib = make_expert_backend(spec(), c, mm, 0);
   CpuBackend cpu(c, mm);
-  io::ModelConfig plain = config();
+  model::ModelConfig plain = config();
   CpuBackend swiglu(plain, mm);
   EXPECT_EQ(lib->expert_bytes(), cpu.expert_bytes());
   const int64_t d = c.hidden_size, ff = c.intermediate_size, rows = 5;
-  const auto raw = io::synth_tensor(3, "expert", c.params_per_expert(), 0.2f);
+  const auto raw = convert::synth_tensor(3, "expert", c.params_per_expert(), 0.2f);
   auto a = lib->allocate_expert(), b = cpu.allocate_expert(), p = swiglu.allocate_expert();
   lib->load_expert(raw.data(), *a);
   cpu.load_expert(raw.data(), *b);
   swiglu.load_expert(raw.data(), *p);  // the same matrices, without biases
-  const auto x = io::synth_tensor(4, "x", rows * d, 1.0f);
+  const auto x = convert::synth_tensor(4, "x", rows * d, 1.0f);
   const auto got = run_one(*lib, *a, x, rows, d);
   EXPECT_EQ(got, run_one(cpu, *b, x, rows, d));
   EXPECT_NE(got, run_one(swiglu, *p, x, rows, d)) << "the variant fields did not reach the library";
@@ -109,8 +109,8 @@ TEST(CBackend, GptOssExpertsCrossTheInterface) {
 // The weight format crosses too: each quantized format's raw form through the library gives the
 // in-process CPU backend's bits, and its slot bytes.
 TEST(CBackend, QuantizedExpertsCrossTheInterface) {
-  for (io::WeightScheme s : {io::WeightScheme::Q8, io::WeightScheme::Q4, io::WeightScheme::Mxfp4, io::WeightScheme::Fp8Block}) {
-    io::ModelConfig c = config();
+  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+    model::ModelConfig c = config();
     c.hidden_size = 64;  // whole groups of 32
     c.intermediate_size = 96;
     c.expert_format = {c.dtype, s};
@@ -125,7 +125,7 @@ TEST(CBackend, QuantizedExpertsCrossTheInterface) {
     lib->load_expert(raw.data(), *a);
     cpu.load_expert(raw.data(), *b);
     const int64_t d = c.hidden_size, rows = 3;
-    const auto x = io::synth_tensor(4, "x", rows * d, 1.0f);
+    const auto x = convert::synth_tensor(4, "x", rows * d, 1.0f);
     EXPECT_EQ(run_one(*lib, *a, x, rows, d), run_one(cpu, *b, x, rows, d)) << c.expert_format.name();
   }
 }

@@ -120,7 +120,7 @@ TEST(CudaKernels, PermuteAndCombineMatchDispatchPlanBitForBit) {
 }
 
 // Raw bytes (w1 ‖ w3 ‖ w2 as a shard stores them) of a random expert.
-std::vector<char> raw_expert(const io::ModelConfig& c, uint32_t seed) {
+std::vector<char> raw_expert(const model::ModelConfig& c, uint32_t seed) {
   const int64_t n = c.intermediate_size * c.hidden_size;
   const std::size_t es = dtype_size(c.dtype);
   std::vector<char> raw(static_cast<std::size_t>(3 * n) * es);
@@ -170,7 +170,7 @@ class CudaBackendLayer : public ::testing::TestWithParam<DType> {
     gpu_ = make_cuda_backend(c_, 0);
   }
   double tolerance() const { return c_.dtype == DType::F32 ? 1e-5 : 1e-2; }
-  io::ModelConfig c_;
+  model::ModelConfig c_;
   Matmul mm_;
   std::unique_ptr<CpuBackend> cpu_;
   std::unique_ptr<ExpertBackend> gpu_;
@@ -227,7 +227,7 @@ TEST_P(CudaBackendLayer, BiasedAndClampedExpertsMatchTheCpuBackend) {
   for (int variant = 0; variant < 2; ++variant) {
     c_ = {};
     c_.expert_bias = true;
-    c_.expert_activation = variant == 0 ? io::ExpertActivation::ClampedSwiGlu : io::ExpertActivation::SwiGlu;
+    c_.expert_activation = variant == 0 ? model::ExpertActivation::ClampedSwiGlu : model::ExpertActivation::SwiGlu;
     c_.swiglu_limit = 0.7;
     make(64, 96, 2);
     std::vector<char> raw = raw_expert(c_, 5);
@@ -255,7 +255,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendLayer, ::testing::Values(DType::F32,
 TEST(CudaQuantizedExperts, DequantizeBitForBitAndFfnMatchesFp64) {
   SKIP_WITHOUT_GPU();
   for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
-    io::ModelConfig c;
+    model::ModelConfig c;
     c.hidden_size = 160;  // two 128-blocks along d for fp8, the second partial
     c.intermediate_size = 96;
     c.dtype = DType::BF16;
@@ -294,9 +294,9 @@ TEST(CudaQuantizedExperts, DequantizeBitForBitAndFfnMatchesFp64) {
 TEST(CudaExpertCache, DeviceSlotsAndRawL2GiveTheResidentCpuResults) {
   SKIP_WITHOUT_GPU();
   const auto dir = moerun::testing::scratch_dir("cuda-cache");
-  io::SynthConfig s = moerun::testing::tiny_synth_config(2);
-  io::write_synthetic_model((dir / "model").string(), s, true);
-  const io::ModelConfig& c = s.model;
+  convert::SynthConfig s = moerun::testing::tiny_synth_config(2);
+  convert::write_synthetic_model((dir / "model").string(), s, true);
+  const model::ModelConfig& c = s.model;
   const auto index = io::ExpertShardIndex::build((dir / "model").string(), c);
   auto all = [](int64_t, int64_t) { return true; };
   Matmul mm;

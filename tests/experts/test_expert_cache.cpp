@@ -17,7 +17,7 @@
 #include "experts/cpu/expert_packing.hpp"
 #include "experts/resident_experts.hpp"
 #include "io/hdf5.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::experts {
 namespace {
@@ -28,8 +28,8 @@ class ExpertCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("cache-test");
-    io::SynthConfig s = moerun::testing::tiny_synth_config(2);
-    io::write_synthetic_model((dir_ / "model").string(), s, true);
+    convert::SynthConfig s = moerun::testing::tiny_synth_config(2);
+    convert::write_synthetic_model((dir_ / "model").string(), s, true);
     config_ = s.model;
     index_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build((dir_ / "model").string(), config_));
     backend_ = std::make_unique<CpuBackend>(config_, mm_);
@@ -88,7 +88,7 @@ class ExpertCacheTest : public ::testing::Test {
     }
   }
   fs::path dir_;
-  io::ModelConfig config_;
+  model::ModelConfig config_;
   std::unique_ptr<io::ExpertShardIndex> index_;
   int64_t slot_ = 0;
   Matmul mm_;
@@ -155,7 +155,7 @@ TEST_F(ExpertCacheTest, BudgetBelowOneExpertIsAUsageError) {
 // so only its memory figure is a stand-in; allocation, loading and compute are the real backend's.
 class SmallHostBackend final : public CpuBackend {
  public:
-  SmallHostBackend(const io::ModelConfig& c, Matmul& mm, int64_t limit) : CpuBackend(c, mm), limit_(limit) {}
+  SmallHostBackend(const model::ModelConfig& c, Matmul& mm, int64_t limit) : CpuBackend(c, mm), limit_(limit) {}
   int64_t memory_bytes() override { return limit_; }
 
  private:

@@ -13,7 +13,7 @@
 #include "io/dense_quant_cache.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::io {
 namespace {
@@ -24,12 +24,12 @@ class DenseCache : public ::testing::TestWithParam<WeightScheme> {
  protected:
   void SetUp() override {
     dir = moerun::testing::scratch_dir("dcache").string();
-    SynthConfig s;
-    ModelConfig& m = s.model;
+    convert::SynthConfig s;
+    model::ModelConfig& m = s.model;
     m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
     m.intermediate_size = 32; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
     m.dtype = DType::BF16;
-    write_synthetic_model(dir, s, true);
+    convert::write_synthetic_model(dir, s, true);
     path = dense_cache_path(dir, GetParam());
   }
   void TearDown() override { fs::remove_all(dir); }

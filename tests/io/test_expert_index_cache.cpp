@@ -17,7 +17,7 @@
 #include "io/expert_index_cache.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::io {
 namespace {
@@ -28,7 +28,7 @@ class ExpertIndexCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir = moerun::testing::scratch_dir("xindex").string();
-    write_synthetic_model(dir, moerun::testing::tiny_synth_config(2), true);
+    convert::write_synthetic_model(dir, moerun::testing::tiny_synth_config(2), true);
     config = read_model_config(ModelLocation(dir));
   }
   void TearDown() override { fs::remove_all(dir); }
@@ -41,10 +41,10 @@ class ExpertIndexCacheTest : public ::testing::Test {
   }
   void write_index(const std::string& b) const { std::ofstream(expert_index_cache_path(dir), std::ios::binary | std::ios::trunc) << b; }
   std::string dir;
-  ModelConfig config;
+  model::ModelConfig config;
 };
 
-void expect_same(const ExpertShardIndex& a, const ExpertShardIndex& b, const ModelConfig& c) {
+void expect_same(const ExpertShardIndex& a, const ExpertShardIndex& b, const model::ModelConfig& c) {
   EXPECT_EQ(a.shard_identities(), b.shard_identities());
   for (int64_t l = 0; l < c.num_moe_layers(); ++l)
     for (int64_t e = 0; e < c.num_experts; ++e) {

@@ -10,7 +10,7 @@
 #include "base/error.hpp"
 #include "io/expert_swap.hpp"
 #include "io/expert_shards.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::io {
@@ -22,8 +22,8 @@ class ExpertSwapTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("swap");
-    SynthConfig s = moerun::testing::tiny_synth_config(1);
-    write_synthetic_model((dir_ / "new").string(), s, true);
+    convert::SynthConfig s = moerun::testing::tiny_synth_config(1);
+    convert::write_synthetic_model((dir_ / "new").string(), s, true);
     config_ = s.model;
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -45,7 +45,7 @@ class ExpertSwapTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  ModelConfig config_;
+  model::ModelConfig config_;
 };
 
 TEST_F(ExpertSwapTest, MalformedControlFilesNameTheField) {

@@ -13,7 +13,7 @@
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 
 namespace moerun::io {
 namespace {
@@ -21,9 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A small model of `layers` layers (4 experts of 24, top-2, d 16).
-SynthConfig small_model(int64_t layers) {
-  SynthConfig s;
-  ModelConfig& m = s.model;
+convert::SynthConfig small_model(int64_t layers) {
+  convert::SynthConfig s;
+  model::ModelConfig& m = s.model;
   m.vocab_size = 50; m.hidden_size = 16; m.num_layers = layers; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
   m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
   return s;
@@ -33,9 +33,9 @@ class ModelFormat : public ::testing::Test {
  protected:
   void SetUp() override {
     dir = moerun::testing::scratch_dir("fmt").string();
-    SynthConfig s = small_model(2);
+    convert::SynthConfig s = small_model(2);
     s.shards = 2;
-    write_synthetic_model(dir, s, true);
+    convert::write_synthetic_model(dir, s, true);
   }
   void TearDown() override { fs::remove_all(dir); }
 
@@ -51,7 +51,7 @@ class ModelFormat : public ::testing::Test {
     }
   }
   void load_all() {
-    ModelConfig c = read_model_config(dir);
+    model::ModelConfig c = read_model_config(dir);
     load_dense_weights(dir);
     ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
     for (int64_t l = 0; l < c.num_layers; ++l)
@@ -62,11 +62,11 @@ class ModelFormat : public ::testing::Test {
 };
 
 TEST_F(ModelFormat, RoundTrip) {
-  ModelConfig c = read_model_config(dir);
+  model::ModelConfig c = read_model_config(dir);
   EXPECT_EQ(c.num_layers, 2);
   EXPECT_EQ(c.intermediate_size, 24);
   DenseWeights w = load_dense_weights(dir);
-  auto embed = synth_tensor(1, "/embed_tokens", 50 * 16, 1.0f);
+  auto embed = convert::synth_tensor(1, "/embed_tokens", 50 * 16, 1.0f);
   ASSERT_EQ(w.embed_tokens.dtype, DType::F32);  // this model's dtype: kept as stored
   const auto* table = static_cast<const float*>(w.embed_tokens.data);
   EXPECT_EQ(std::vector<float>(table, table + 50 * 16), embed);
@@ -80,7 +80,7 @@ TEST_F(ModelFormat, RoundTrip) {
   EXPECT_EQ(idx.locate(1, 3).shard, shard(1));
   const AlignedBuffer raw = idx.load_raw(1, 2);  // w1 ‖ w3 ‖ w2
   ASSERT_EQ(raw.size(), 3u * 24 * 16 * 4);
-  auto w3 = synth_tensor(1, expert_group_path(1, 2) + "/w3", 24 * 16, 1.0f / 4);
+  auto w3 = convert::synth_tensor(1, expert_group_path(1, 2) + "/w3", 24 * 16, 1.0f / 4);
   EXPECT_TRUE(std::equal(w3.begin(), w3.end(), raw.as<float>() + 24 * 16));
   // Shards are one chunk per matrix.
   H5Handle f = h5_open_file(shard(1), H5Mode::ReadOnly);
@@ -88,7 +88,7 @@ TEST_F(ModelFormat, RoundTrip) {
 }
 
 TEST_F(ModelFormat, ExpertFormatIsWrittenReadAndChecked) {
-  EXPECT_EQ(read_model_config(dir).expert_format, (WeightFormat{DType::F32, WeightScheme::Plain}));
+  EXPECT_EQ(read_model_config(dir).expert_format, (model::WeightFormat{DType::F32, WeightScheme::Plain}));
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly); EXPECT_EQ(h5_attr_string(f, "expert_format"), "float32"); }
   { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); }
   EXPECT_EQ(read_model_config(dir).expert_format.scheme, WeightScheme::Plain) << "a file without it has plain experts";
@@ -133,14 +133,14 @@ void expect_bad_input(F f, const std::string& part) {
 // with the parameter count derived by hand, the offset added at load, refused in an older version.
 TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
   const std::string dir = moerun::testing::scratch_dir("fmt-linear").string();
-  SynthConfig s = small_model(2);
-  ModelConfig& m = s.model;
-  apply_family("qwen3_next", m);  // 2 layers: linear, then full (the last)
+  convert::SynthConfig s = small_model(2);
+  model::ModelConfig& m = s.model;
+  convert::apply_family("qwen3_next", m);  // 2 layers: linear, then full (the last)
   m.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 4, .v_dim = 3, .conv_kernel = 4};
-  write_synthetic_model(dir, s, true);
-  const ModelConfig c = read_model_config(dir);
+  convert::write_synthetic_model(dir, s, true);
+  const model::ModelConfig c = read_model_config(dir);
   EXPECT_EQ(c.format_version, 8);
-  EXPECT_EQ(layer_attention_text(c.layer_attention), "linear,full");
+  EXPECT_EQ(model::layer_attention_text(c.layer_attention), "linear,full");
   EXPECT_EQ(c.linear.v_dim, 3);
   EXPECT_TRUE(c.attention_output_gate);
   EXPECT_EQ(c.norm_weight_offset, 1.0);
@@ -213,13 +213,13 @@ TEST_F(ModelFormat, BadLayerVariantsAreRefused) {
 // lives in model.h5, and every count follows.
 TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
   const std::string dir = moerun::testing::scratch_dir("fmt-dense").string();
-  SynthConfig s = small_model(3);
-  ModelConfig& m = s.model;
-  m.layer_mlp = {MlpKind::Dense, MlpKind::Moe, MlpKind::Moe};
+  convert::SynthConfig s = small_model(3);
+  model::ModelConfig& m = s.model;
+  m.layer_mlp = {model::MlpKind::Dense, model::MlpKind::Moe, model::MlpKind::Moe};
   m.dense_intermediate_size = 40;
-  write_synthetic_model(dir, s, true);
-  const ModelConfig c = read_model_config(dir);
-  EXPECT_EQ(layer_mlp_text(c.layer_mlp), "dense,moe,moe");
+  convert::write_synthetic_model(dir, s, true);
+  const model::ModelConfig c = read_model_config(dir);
+  EXPECT_EQ(model::layer_mlp_text(c.layer_mlp), "dense,moe,moe");
   EXPECT_EQ(c.dense_intermediate_size, 40);
   EXPECT_EQ(c.num_moe_layers(), 2);
   EXPECT_EQ(c.moe_index(0), -1);
@@ -335,7 +335,7 @@ TEST_F(ModelFormat, ExpertInNoShard) {
 
 TEST_F(ModelFormat, ExpertInTwoShards) {
   {
-    SynthConfig s;
+    convert::SynthConfig s;
     s.model = read_model_config(dir);
     ExpertShardWriter w(shard(2), s.model);
     std::vector<float> a(24 * 16, 0.5f);
@@ -384,12 +384,12 @@ TEST_F(ModelFormat, NanWeightNamedByCheck) {
 
 TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {
   fs::remove_all(dir);
-  SynthConfig s;
-  ModelConfig& m = s.model;
+  convert::SynthConfig s;
+  model::ModelConfig& m = s.model;
   m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
   m.intermediate_size = 24; m.num_experts = 2; m.top_k = 1; m.max_position = 64; m.dtype = DType::BF16;
   s.shards = 1;
-  write_synthetic_model(dir, s, true);
+  convert::write_synthetic_model(dir, s, true);
   H5Handle f = h5_open_file(shard(0), H5Mode::ReadOnly);
   EXPECT_EQ(h5_dataset_info(f, "/layers/0/experts/1/w1").type.describe(), "uint16");
   EXPECT_NO_THROW(load_all());
@@ -441,7 +441,7 @@ TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
 }
 
 TEST_F(ModelFormat, ShardsAreBoundToTheirModel) {
-  const ModelConfig c = read_model_config(dir);
+  const model::ModelConfig c = read_model_config(dir);
   ASSERT_EQ(c.shard_ids.size(), 2u);
   EXPECT_EQ(ExpertShardIndex::build(dir, c).shard_identities(), c.shard_ids);
   // The identity covers (layer, expert, checksum), in (layer, expert) order whatever the write order.

@@ -103,7 +103,7 @@ TEST_F(ObjectStoreTest, RangedReadIsByteEqualToTheLocalFile) {
 
 TEST_F(ObjectStoreTest, RemoteIndexReadsEveryExpertInOneRequestWithTheLocalBytes) {
   const ModelLocation remote(prefix_, store_);
-  const ModelConfig c = read_model_config(remote);
+  const model::ModelConfig c = read_model_config(remote);
   const ExpertShardIndex r = ExpertShardIndex::build(remote, c);
   const ExpertShardIndex l = ExpertShardIndex::build(local_, c);
   for (int64_t layer = 0; layer < c.num_layers; ++layer)
@@ -125,7 +125,7 @@ TEST_F(ObjectStoreTest, RemoteIndexReadsEveryExpertInOneRequestWithTheLocalBytes
 // adjacent chunks. (HDF5's own ros3 driver took 14 requests for it; ours pages them.)
 TEST_F(ObjectStoreTest, RangedGetNeedsNoMoreRoundTripsThanHdf5) {
   const ModelLocation remote(prefix_, store_);
-  const ModelConfig c = read_model_config(remote);
+  const model::ModelConfig c = read_model_config(remote);
   const std::string shard = "experts-00001.h5";
   const S3Url u = prefix_.child(shard);
   H5Handle f = remote.open(shard);

@@ -10,7 +10,7 @@
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
 #include "io/model_file.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::io {
@@ -22,14 +22,14 @@ class QuantizedExperts : public ::testing::TestWithParam<WeightScheme> {
  protected:
   void SetUp() override {
     dir = moerun::testing::scratch_dir("qexp").string();
-    SynthConfig s;
-    ModelConfig& m = s.model;
+    convert::SynthConfig s;
+    model::ModelConfig& m = s.model;
     m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
     m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
     m.dtype = DType::BF16;
     m.expert_format = {DType::BF16, GetParam()};
     s.shards = 2;
-    write_synthetic_model(dir, s, true);
+    convert::write_synthetic_model(dir, s, true);
     config = read_model_config(dir);
   }
   void TearDown() override { fs::remove_all(dir); }
@@ -44,7 +44,7 @@ class QuantizedExperts : public ::testing::TestWithParam<WeightScheme> {
     }
   }
   std::string dir;
-  ModelConfig config;
+  model::ModelConfig config;
 };
 
 // One matrix [rows, cols] quantized as the writer stores it: values and scales, as raw bytes.
@@ -89,7 +89,7 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   EXPECT_EQ(config.bytes_per_expert() * 8, config.params_per_expert() / 32 * bits + (native && s != WeightScheme::Mxfp4 ? 3 * 32 : 0));
   // The same synth_tensor, quantized here: byte for byte what the shard holds.
   const int64_t d = 64, ff = 96;
-  const auto w2 = synth_tensor(SynthConfig{}.seed, expert_group_path(1, 2) + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+  const auto w2 = convert::synth_tensor(convert::SynthConfig{}.seed, expert_group_path(1, 2) + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
   std::vector<uint8_t> q, scales;
   quantize_matrix(s, w2, d, ff, q, scales);
   const auto parts = expert_raw_parts(config);
@@ -170,7 +170,7 @@ TEST_P(QuantizedExperts, ValuesOfAnotherTypeAreRefused) {
 }
 
 std::string scheme_test_name(const ::testing::TestParamInfo<WeightScheme>& info) {
-  return WeightFormat{DType::F32, info.param}.name() == "fp8-block" ? "fp8_block" : WeightFormat{DType::F32, info.param}.name();
+  return model::WeightFormat{DType::F32, info.param}.name() == "fp8-block" ? "fp8_block" : model::WeightFormat{DType::F32, info.param}.name();
 }
 INSTANTIATE_TEST_SUITE_P(Fp8, Fp8Experts, ::testing::Values(WeightScheme::Fp8Block), scheme_test_name);
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts,
@@ -178,7 +178,7 @@ INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts,
                          scheme_test_name);
 
 TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
-  ModelConfig m;
+  model::ModelConfig m;
   m.architecture = "mixtral";
   m.vocab_size = 50; m.hidden_size = 48; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 12;
   m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
@@ -195,7 +195,7 @@ TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
 }
 
 TEST(QuantizedExpertsConfig, NativeFormatsNeedVersion5) {
-  ModelConfig m;
+  model::ModelConfig m;
   m.architecture = "mixtral";
   m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
   m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;

@@ -15,7 +15,7 @@
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "tests/test_support.hpp"
-#include "io/safetensors.hpp"
+#include "convert/safetensors.hpp"
 
 namespace moerun::io {
 namespace {
@@ -41,7 +41,7 @@ class Safetensors : public ::testing::Test {
   }
   std::string error_of(const std::string& path) {
     try {
-      SafetensorsFile f(path);
+      convert::SafetensorsFile f(path);
       for (const auto& [name, info] : f.tensors()) f.read_f32(name);
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::BadInput) << e.what();
@@ -68,7 +68,7 @@ TEST_F(Safetensors, ReadsF32Bf16AndF16AsFloat32) {
                              R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[16,20]},)"
                              R"("c":{"dtype":"F16","shape":[3],"data_offsets":[20,26]},"__metadata__":{"format":"pt"}})",
                              data);
-  SafetensorsFile f(p);
+  convert::SafetensorsFile f(p);
   EXPECT_EQ(f.tensors().size(), 3u);
   EXPECT_EQ(f.info("a").shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(f.read_f32("a"), (std::vector<float>{1.5f, -2.0f, 0.25f, 3.0f}));
@@ -115,7 +115,7 @@ TEST_F(Safetensors, OverlappingTensorsAreRefused) {  // w1 aliasing w3 would con
 
 TEST_F(Safetensors, IdentityChangesWithTheBytesEvenAtTheSameMtime) {
   const std::string p = make(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", floats({1, 2}));
-  const uint64_t before = SafetensorsFile(p).identity();
+  const uint64_t before = convert::SafetensorsFile(p).identity();
   struct stat sb{};
   ASSERT_EQ(::stat(p.c_str(), &sb), 0);
   {
@@ -125,8 +125,8 @@ TEST_F(Safetensors, IdentityChangesWithTheBytesEvenAtTheSameMtime) {
   }
   const struct timespec times[2] = {sb.st_atim, sb.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, p.c_str(), times, 0), 0);  // as touch -r would
-  EXPECT_NE(SafetensorsFile(p).identity(), before);
-  EXPECT_EQ(SafetensorsFile(p).identity(), SafetensorsFile(p).identity());
+  EXPECT_NE(convert::SafetensorsFile(p).identity(), before);
+  EXPECT_EQ(convert::SafetensorsFile(p).identity(), convert::SafetensorsFile(p).identity());
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "io/expert_shards.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/moe_layer.hpp"
 #include "tests/test_support.hpp"
@@ -19,8 +19,8 @@
 namespace moerun::testing {
 
 struct LocalModel {
-  LocalModel(const std::string& prefix, const io::SynthConfig& synth) : dir(scratch_dir(prefix)) {
-    io::write_synthetic_model((dir / "model").string(), synth, true);
+  LocalModel(const std::string& prefix, const convert::SynthConfig& synth) : dir(scratch_dir(prefix)) {
+    convert::write_synthetic_model((dir / "model").string(), synth, true);
     loc.emplace(io::model_location((dir / "model").string(), {}));
     config = io::read_model_config(*loc);
     dense.emplace(io::load_dense_weights(*loc));
@@ -39,7 +39,7 @@ struct LocalModel {
 
   std::filesystem::path dir;
   std::optional<io::ModelLocation> loc;
-  io::ModelConfig config;
+  model::ModelConfig config;
   Matmul mm;
   std::optional<io::DenseWeights> dense;
   std::unique_ptr<io::ExpertShardIndex> index;

@@ -81,8 +81,8 @@ TEST(DenseOps, RopeAtPositionZeroIsIdentity) {
 TEST(DenseOps, RopeScalingFrequencies) {
   const double theta = 150000.0;
   const int64_t hd = 64;
-  io::RopeScaling linear;
-  linear.type = io::RopeType::Linear;
+  model::RopeScaling linear;
+  linear.type = model::RopeType::Linear;
   linear.factor = 4.0;
   const RopeFrequencies plain = rope_frequencies(theta, hd), lin = rope_frequencies(theta, hd, linear);
   for (int64_t i = 0; i < hd / 2; ++i) {
@@ -90,8 +90,8 @@ TEST(DenseOps, RopeScalingFrequencies) {
     EXPECT_NEAR(lin.inv_freq[i], plain.inv_freq[i] / 4.0, 1e-6 * plain.inv_freq[i]);
   }
   // yarn as gpt-oss configures it: factor 32, beta 32 / 1, original context 4096, no truncation.
-  io::RopeScaling yarn;
-  yarn.type = io::RopeType::Yarn;
+  model::RopeScaling yarn;
+  yarn.type = model::RopeType::Yarn;
   yarn.factor = 32.0;
   yarn.original_max_position = 4096;
   yarn.truncate = false;
@@ -109,8 +109,8 @@ TEST(DenseOps, RopeScalingFrequencies) {
   EXPECT_FLOAT_EQ(y.inv_freq[0], plain.inv_freq[0]);                        // the fastest dimension extrapolates
   EXPECT_NEAR(y.inv_freq[hd / 2 - 1], plain.inv_freq[hd / 2 - 1] / 32.0, 1e-9);  // the slowest interpolates
   // llama3: wavelengths above the original context / low_freq_factor are divided by the factor.
-  io::RopeScaling l3;
-  l3.type = io::RopeType::Llama3;
+  model::RopeScaling l3;
+  l3.type = model::RopeType::Llama3;
   l3.factor = 8.0;
   l3.original_max_position = 8192;
   const RopeFrequencies ll = rope_frequencies(500000.0, 128, l3), base = rope_frequencies(500000.0, 128);

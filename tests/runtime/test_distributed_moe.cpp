@@ -18,8 +18,8 @@
 #include "experts/backend.hpp"
 #include "experts/placement.hpp"
 #include "experts/resident_experts.hpp"
-#include "io/model_config.hpp"
-#include "io/synthetic_model.hpp"
+#include "model/model_config.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/distributed_moe.hpp"
 #include "runtime/moe_layer.hpp"
 
@@ -28,27 +28,27 @@ namespace {
 
 constexpr int64_t kD = 16, kFf = 24, kE = 4, kLayers = 2, kK = 2;
 
-io::ModelConfig small_config() {
-  io::ModelConfig mc;
+model::ModelConfig small_config() {
+  model::ModelConfig mc;
   mc.hidden_size = kD;
   mc.intermediate_size = kFf;
   mc.num_experts = kE;
   mc.num_layers = kLayers;
   mc.top_k = kK;
   mc.dtype = DType::F32;
-  mc.expert_format = {DType::F32, io::WeightScheme::Plain};
+  mc.expert_format = {DType::F32, WeightScheme::Plain};
   return mc;
 }
 
 // Every (layer, expert) for which `owns` holds, with weights that depend only on (layer, expert).
-std::unique_ptr<experts::ResidentExperts> make_store(experts::ExpertBackend& backend, const io::ModelConfig& mc,
+std::unique_ptr<experts::ResidentExperts> make_store(experts::ExpertBackend& backend, const model::ModelConfig& mc,
                                                      const std::function<bool(int64_t, int64_t)>& owns) {
   auto store = std::make_unique<experts::ResidentExperts>(backend, kE);
   std::vector<float> raw(static_cast<std::size_t>(3 * kFf * kD));
   for (int64_t l = 0; l < kLayers; ++l)
     for (int64_t e = 0; e < kE; ++e) {
       if (!owns(l, e)) continue;
-      const auto w = io::synth_tensor(7, str("expert/", l, "/", e), 3 * kFf * kD, 1.0f / std::sqrt(float(kD)));
+      const auto w = convert::synth_tensor(7, str("expert/", l, "/", e), 3 * kFf * kD, 1.0f / std::sqrt(float(kD)));
       std::copy(w.begin(), w.end(), raw.begin());
       auto slot = backend.allocate_expert();
       backend.load_expert(raw.data(), *slot);
@@ -90,7 +90,7 @@ void check_equal_to_local(Transport transport) {
   // Layer 0: experts alternate between ranks 1 and 2; layer 1: all on rank 1 (rank 2 gets no rows).
   experts::Placement placement = experts::round_robin_placement(kLayers, kE, topo);
   for (int64_t e = 0; e < kE; ++e) placement.holders[static_cast<std::size_t>(kE + e)] = {1};
-  const io::ModelConfig mc = small_config();
+  const model::ModelConfig mc = small_config();
   Matmul mm;
   auto backend = experts::make_expert_backend({}, mc, mm);
   auto dispatch = make_a2a(transport, topo), combine = make_a2a(transport, topo);
@@ -109,7 +109,7 @@ void check_equal_to_local(Transport transport) {
     std::vector<std::vector<float>> x(2), want(2), got(2);
     for (int mb = 0; mb < 2; ++mb) {
       const int64_t T = tokens[static_cast<std::size_t>(mb)];
-      x[mb] = io::synth_tensor(11, str("x/", l, "/", mb), T * kD, 1.0f);
+      x[mb] = convert::synth_tensor(11, str("x/", l, "/", mb), T * kD, 1.0f);
       want[mb].assign(static_cast<std::size_t>(T * kD), 0.0f);
       got[mb].assign(want[mb].size(), 0.0f);
       local.start(l, 0, x[mb].data(), T, routing(l, T));

@@ -13,7 +13,7 @@
 #include "base/error.hpp"
 #include "comm/collectives.hpp"
 #include "io/requests.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/batch_loop.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/request_split.hpp"
@@ -38,7 +38,7 @@ const std::string& model_dir() {
     const std::string d = (fs::temp_directory_path() / ("moerun-engine-test-" + std::to_string(pid))).string();
     if (comm::rank_of(MPI_COMM_WORLD) == 0) {
       fs::remove_all(d);
-      io::write_synthetic_model(d, moerun::testing::tiny_synth_config(2), true);
+      convert::write_synthetic_model(d, moerun::testing::tiny_synth_config(2), true);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return d;

@@ -12,7 +12,7 @@
 #include "experts/resident_experts.hpp"
 #include "io/expert_shards.hpp"
 #include "io/model_location.hpp"
-#include "io/synthetic_model.hpp"
+#include "convert/synthetic_model.hpp"
 #include "runtime/hot_swap.hpp"
 #include "runtime/moe_layer.hpp"
 #include "tests/test_support.hpp"
@@ -26,10 +26,10 @@ class HotSwapTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("hot-swap");
-    io::SynthConfig s = moerun::testing::tiny_synth_config(2);
-    io::write_synthetic_model((dir_ / "a").string(), s, true);
+    convert::SynthConfig s = moerun::testing::tiny_synth_config(2);
+    convert::write_synthetic_model((dir_ / "a").string(), s, true);
     s.seed = 2;
-    io::write_synthetic_model((dir_ / "b").string(), s, true);
+    convert::write_synthetic_model((dir_ / "b").string(), s, true);
     mc_ = s.model;
     backend_ = experts::make_expert_backend({}, mc_, mm_);
   }
@@ -49,7 +49,7 @@ class HotSwapTest : public ::testing::Test {
       r.expert[s] = static_cast<int32_t>(s % mc_.num_experts);
       r.weight[s] = 0.5f;
     }
-    const auto x = io::synth_tensor(3, "x", T * mc_.hidden_size, 1.0f);
+    const auto x = convert::synth_tensor(3, "x", T * mc_.hidden_size, 1.0f);
     std::vector<float> out(static_cast<std::size_t>(T * mc_.hidden_size));
     layer.start(1, 0, x.data(), T, r);
     layer.finish(0, out.data());
@@ -66,7 +66,7 @@ class HotSwapTest : public ::testing::Test {
   }
 
   fs::path dir_;
-  io::ModelConfig mc_;
+  model::ModelConfig mc_;
   Matmul mm_;
   std::unique_ptr<experts::ExpertBackend> backend_;
   std::vector<std::unique_ptr<io::ExpertShardIndex>> indexes_;

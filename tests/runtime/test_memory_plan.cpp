@@ -9,8 +9,8 @@ namespace moerun::runtime {
 namespace {
 
 // vocab 10, d 4, 1 layer, 2 heads / 1 KV head of dim 2 (q 4, kv 2), ff 6, 2 experts, top-1, fp32.
-io::ModelConfig tiny() {
-  io::ModelConfig c;
+model::ModelConfig tiny() {
+  model::ModelConfig c;
   c.vocab_size = 10;
   c.hidden_size = 4;
   c.num_layers = 1;
@@ -38,10 +38,10 @@ MemoryPlanConfig small_job() {
 // the experts are the MoE layers' only.
 TEST(MemoryPlan, DenseLayersAreRouterWeights) {
   const MemoryPlanConfig p = small_job();
-  io::ModelConfig c = tiny();
+  model::ModelConfig c = tiny();
   c.num_layers = 2;
   const MemoryPlan moe = plan_memory(c, p);
-  c.layer_mlp = {io::MlpKind::Dense, io::MlpKind::Moe};
+  c.layer_mlp = {model::MlpKind::Dense, model::MlpKind::Moe};
   c.dense_intermediate_size = 5;
   const MemoryPlan dense = plan_memory(c, p);
   EXPECT_EQ(dense.dense_bytes - moe.dense_bytes, (3 * 5 * 4 - 2 * 4) * 4);  // + w1, w3, w2; - a gate [2, 4]

@@ -17,8 +17,8 @@ namespace {
 
 // A tiny DeepSeek-V3: heads 4 of nope 16 + rope 8 (latent 32), 8 experts in 4 groups, 3 layers
 // (the first dense).
-io::SynthConfig tiny_deepseek() {
-  io::SynthConfig s = moerun::testing::tiny_synth_config(2);
+convert::SynthConfig tiny_deepseek() {
+  convert::SynthConfig s = moerun::testing::tiny_synth_config(2);
   s.model.hidden_size = 64;
   s.model.num_heads = 4;
   s.model.head_dim = 24;
@@ -26,7 +26,7 @@ io::SynthConfig tiny_deepseek() {
   s.model.num_layers = 3;
   s.model.num_experts = 8;
   s.model.vocab_size = 96;
-  io::apply_family("deepseek_v3", s.model);
+  convert::apply_family("deepseek_v3", s.model);
   return s;
 }
 
@@ -64,7 +64,7 @@ class MlaForward : public ::testing::Test {
   }
 
   moerun::testing::LocalModel m_;
-  const io::ModelConfig& mc_;
+  const model::ModelConfig& mc_;
 };
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -75,7 +75,7 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST_F(MlaForward, AbsorbedAndExpandedFormsAgree) {
-  ASSERT_EQ(mc_.attention_type, io::AttentionType::Mla);
+  ASSERT_EQ(mc_.attention_type, model::AttentionType::Mla);
   KvCache a = fresh_cache(), e = fresh_cache(), x = fresh_cache();
   const auto absorbed = generate(MlaMode::Absorbed, a, 6);
   const auto expanded = generate(MlaMode::Expanded, e, 6);

@@ -40,7 +40,7 @@ class ModelForwardTest : public ::testing::Test {
   }
 
   moerun::testing::LocalModel m_;
-  const io::ModelConfig& mc_;
+  const model::ModelConfig& mc_;
 };
 
 double max_rel_diff(const float* a, const float* b, int64_t n) {

@@ -13,8 +13,8 @@
 namespace moerun::runtime {
 namespace {
 
-io::ModelConfig tiny() {
-  io::ModelConfig c;
+model::ModelConfig tiny() {
+  model::ModelConfig c;
   c.vocab_size = 10;
   c.num_layers = 1;
   c.num_kv_heads = 1;
@@ -188,7 +188,7 @@ void topic_forward(const StepBatch& b) {
 }
 
 TEST(Scheduler, MinHashBatchesSimilarRequestsTogether) {
-  io::ModelConfig m = tiny();
+  model::ModelConfig m = tiny();
   m.max_position = 64;
   m.num_experts = 4;
   // a, c: topic 0 (prompts start with 1); b, d: topic 1 (start with 2).
@@ -227,7 +227,7 @@ TEST(Scheduler, MinHashBatchesSimilarRequestsTogether) {
 }
 
 TEST(Scheduler, MinHashWaitingTooLongSeedsTheNextBatch) {
-  io::ModelConfig m = tiny();
+  model::ModelConfig m = tiny();
   m.max_position = 64;
   m.num_experts = 4;
   // a, c, e: topic 0 with long generations; b: topic 1. Batch size 2; b may wait 2 steps only.

@@ -85,8 +85,8 @@ TEST(LogSoftmax, KlDivergence) {
   EXPECT_GT(want, 0.0);
 }
 
-io::ModelConfig tiny() {
-  io::ModelConfig c;
+model::ModelConfig tiny() {
+  model::ModelConfig c;
   c.vocab_size = 10;
   c.num_layers = 1;
   c.num_kv_heads = 1;
@@ -181,7 +181,7 @@ TEST(ScoringScheduler, ScoringRequestsComputeACachedPrefix) {
   PrefixCacheConfig pc;
   pc.max_bytes = 1 << 20;
   pc.block_tokens = 2;
-  const io::ModelConfig mc = tiny();
+  const model::ModelConfig mc = tiny();
   PrefixCache cache(pc, mc.num_layers, mc.num_moe_layers(), mc.kv_k_dim(), mc.kv_v_dim(), 1);
   io::Request plain;
   plain.id = "p";

@@ -1,0 +1,96 @@
+// HfConfig's shared readers and the tensor-name defaults.
+#include "model/hf_config.hpp"
+
+#include <algorithm>
+
+#include "model/model_family.hpp"
+
+namespace moerun::model {
+using nlohmann::json;
+
+NameMap names_for(const std::string& architecture) {
+  NameMap n;
+  n.attn_norm = "input_layernorm.weight";
+  n.ffn_norm = "post_attention_layernorm.weight";
+  n.q = "self_attn.q_proj";
+  n.k = "self_attn.k_proj";
+  n.v = "self_attn.v_proj";
+  n.o = "self_attn.o_proj";
+  n.gate = "mlp.gate.weight";
+  n.expert_w1 = "mlp.experts.{e}.gate_proj.weight";
+  n.expert_w3 = "mlp.experts.{e}.up_proj.weight";
+  n.expert_w2 = "mlp.experts.{e}.down_proj.weight";
+  n.q_norm = "self_attn.q_norm.weight";
+  n.k_norm = "self_attn.k_norm.weight";
+  n.shared_w1 = "mlp.shared_expert.gate_proj.weight";
+  n.shared_w3 = "mlp.shared_expert.up_proj.weight";
+  n.shared_w2 = "mlp.shared_expert.down_proj.weight";
+  n.shared_gate = "mlp.shared_expert_gate.weight";
+  n.gate_correction_bias = "mlp.gate.e_score_correction_bias";
+  if (const ModelFamily* f = find_model_family(architecture); f && f->tensor_names) f->tensor_names(n);
+  return n;
+}
+
+void set_all_layers_sliding(ModelConfig& c, int64_t window) {
+  c.sliding_window = window;
+  c.layer_attention.assign(static_cast<std::size_t>(c.num_layers), AttentionKind::Sliding);
+}
+
+void read_dense_layers(const HfConfig& h, ModelConfig& c) {
+  const int64_t step = h.integer_or("decoder_sparse_step", 1);
+  if (step < 1) fail(ErrorKind::BadInput, h.where, ": field decoder_sparse_step is ", step, ", expected >= 1");
+  std::vector<MlpKind> kinds(static_cast<std::size_t>(c.num_layers), MlpKind::Moe);
+  for (int64_t l = 0; l < c.num_layers; ++l)
+    if ((l + 1) % step != 0) kinds[static_cast<std::size_t>(l)] = MlpKind::Dense;
+  if (h.has("mlp_only_layers")) {
+    const json& list = h.j["mlp_only_layers"];
+    if (!list.is_array()) fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers is not a list of layer indices");
+    for (const json& v : list) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.num_layers)
+        fail(ErrorKind::BadInput, h.where, ": field mlp_only_layers has ", v.dump(), ", expected layer indices in [0, ", c.num_layers, ")");
+      kinds[static_cast<std::size_t>(v.get<int64_t>())] = MlpKind::Dense;
+    }
+  }
+  if (std::find(kinds.begin(), kinds.end(), MlpKind::Dense) == kinds.end()) return;
+  c.layer_mlp = std::move(kinds);
+  c.dense_intermediate_size = h.integer("intermediate_size");
+}
+
+
+bool read_layer_type_list(const HfConfig& h, ModelConfig& c, AttentionKind other, const char* other_name) {
+  if (!h.has("layer_types")) return false;
+  const json& t = h.j["layer_types"];
+  if (!t.is_array() || static_cast<int64_t>(t.size()) != c.num_layers)
+    fail(ErrorKind::BadInput, h.where, ": field layer_types must list ", c.num_layers, " layer kinds (num_hidden_layers)");
+  c.layer_attention.clear();
+  for (std::size_t l = 0; l < t.size(); ++l) {
+    const std::string kind = t[l].is_string() ? t[l].get<std::string>() : t[l].dump();
+    if (kind != other_name && kind != "full_attention")
+      fail(ErrorKind::BadInput, h.where, ": field layer_types[", l, "] is \"", kind, "\", expected ", other_name, " or full_attention");
+    c.layer_attention.push_back(kind == other_name ? other : AttentionKind::Full);
+  }
+  return true;
+}
+
+void read_layer_types(const HfConfig& h, ModelConfig& c) {
+  c.sliding_window = h.integer_or("sliding_window", 0);
+  if (read_layer_type_list(h, c, AttentionKind::Sliding, "sliding_attention")) return;
+  // The config class's default: sliding first, then alternating.
+  for (int64_t l = 0; l < c.num_layers; ++l) c.layer_attention.push_back(l % 2 == 0 ? AttentionKind::Sliding : AttentionKind::Full);
+}
+
+int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor) {
+  // transformers 5.x saves the factor inside rope_parameters (MiniMax-M2's rotary_dim becomes one).
+  const bool nested = !h.has("partial_rotary_factor") && h.has("rope_parameters") && h.j["rope_parameters"].is_object() &&
+                      h.j["rope_parameters"].contains("partial_rotary_factor");
+  const HfConfig p = nested ? HfConfig{h.j["rope_parameters"], h.where} : h;
+  const char* field = h.has("rotary_dim") ? "rotary_dim" : nested ? "rope_parameters.partial_rotary_factor" : "partial_rotary_factor";
+  const double factor = p.number_or("partial_rotary_factor", default_factor);
+  const int64_t r = h.has("rotary_dim") ? h.integer("rotary_dim") : static_cast<int64_t>(static_cast<double>(head_dim) * factor);
+  if (r < 2 || r > head_dim || r % 2 != 0)
+    fail(ErrorKind::BadInput, h.where, ": field ", field, " gives ", r, " rotated dims of each head, expected an even number in [2, head_dim = ",
+         head_dim, "]");
+  return r == head_dim ? 0 : r;
+}
+
+}  // namespace moerun::model

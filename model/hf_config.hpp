@@ -1,0 +1,74 @@
+// Reading a Hugging Face config.json (HfConfig: fields with checks that name the file and field)
+// and the checkpoint's tensor names (NameMap): what the converter and the family files share.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "base/error.hpp"
+#include "model/model_config.hpp"
+
+namespace moerun::model {
+
+// Where a field of config.json is, for messages.
+struct HfConfig {
+  const nlohmann::json& j;
+  std::string where;
+  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+  int64_t integer(const char* k) const {
+    if (!has(k)) fail(ErrorKind::BadInput, where, ": field ", k, " is missing");
+    if (!j[k].is_number_integer()) fail(ErrorKind::BadInput, where, ": field ", k, " is not an integer");
+    // JSON's unsigned integers beyond int64 (2^64 - 1) would read back negative.
+    if (j[k].is_number_unsigned() && j[k].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      fail(ErrorKind::BadInput, where, ": field ", k, " is ", j[k].get<uint64_t>(), ", too large");
+    return j[k].get<int64_t>();
+  }
+  int64_t integer_or(const char* k, int64_t dflt) const { return has(k) ? integer(k) : dflt; }
+  double number_or(const char* k, double dflt) const {
+    if (!has(k)) return dflt;
+    if (!j[k].is_number()) fail(ErrorKind::BadInput, where, ": field ", k, " is not a number");
+    return j[k].get<double>();
+  }
+  bool flag_or(const char* k, bool dflt) const {
+    if (!has(k)) return dflt;
+    if (!j[k].is_boolean()) fail(ErrorKind::BadInput, where, ": field ", k, " is not true or false");
+    return j[k].get<bool>();
+  }
+  // An id field that may be an integer, a list (the first is taken) or null.
+  std::optional<int64_t> token_id(const char* k) const {
+    if (!has(k)) return std::nullopt;
+    const nlohmann::json& v = j[k].is_array() && !j[k].empty() ? j[k][0] : j[k];
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+      fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
+    return v.get<int64_t>();
+  }
+};
+
+// The tensor names of one architecture (without the "model." prefix where HF has it).
+struct NameMap {
+  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate, gate_correction_bias;
+  std::string expert_w1, expert_w3, expert_w2;  // with {e}
+  std::string shared_w1, shared_w3, shared_w2;
+};
+
+// NameMap of a family: the defaults (Qwen's names), then the family's own (ModelFamily::tensor_names).
+NameMap names_for(const std::string& architecture);
+
+// Every layer a sliding window of `window` tokens.
+void set_all_layers_sliding(ModelConfig& c, int64_t window);
+// Qwen's dense layers: those in mlp_only_layers, and those that decoder_sparse_step skips (a layer is
+// MoE when (l + 1) % step == 0), each an MLP of intermediate_size (Qwen2MoeDecoderLayer).
+void read_dense_layers(const HfConfig& h, ModelConfig& c);
+// config.json's layer_types, each "full_attention" or `other_name` (read as `other`), into
+// c.layer_attention; false when the field is absent. BadInput naming the entry otherwise.
+bool read_layer_type_list(const HfConfig& h, ModelConfig& c, AttentionKind other, const char* other_name);
+// gpt-oss's layer_types: "sliding_attention" or "full_attention" per layer.
+void read_layer_types(const HfConfig& h, ModelConfig& c);
+// The rotated dims of each head (ModelConfig::rotary_dim, 0 for all of head_dim): config.json's
+// rotary_dim (MiniMax's), else int(head_dim x partial_rotary_factor) as transformers' RoPE init (top
+// level, or inside rope_parameters as transformers 5.x saves it),
+// the factor `default_factor` when absent. BadInput naming the field unless even in [2, head_dim].
+int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_factor);
+
+}  // namespace moerun::model

@@ -1,0 +1,28 @@
+// The table of supported architectures: one line per family file in io/families/.
+#include "model/model_family.hpp"
+
+#include "model/families/families.hpp"
+
+namespace moerun::model {
+
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> all{&families::kMixtral,  &families::kQwen2Moe,   &families::kOlmoe,
+                                                   &families::kQwen3Moe, &families::kGptOss,     &families::kDeepseekV2,
+                                                   &families::kDeepseekV3, &families::kGlm4Moe, &families::kMinimaxM2,
+                                                   &families::kQwen3Next, &families::kQwen3_5Moe};
+  return all;
+}
+
+const ModelFamily* find_model_family(const std::string& name) {
+  for (const ModelFamily* f : model_families())
+    if (name == f->name || (f->hf_alias && name == f->hf_alias)) return f;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string s;
+  for (const ModelFamily* f : model_families()) s += std::string(s.empty() ? "" : ", ") + f->name;
+  return s;
+}
+
+}  // namespace moerun::model

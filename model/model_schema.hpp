@@ -1,0 +1,45 @@
+// The schema of model.h5's dense part: one row per dataset the config implies, with its shape, how
+// it is stored and held, and where it lands in the loaded weights. synth and convert write these
+// rows, io/model_file reads them, and the parameter counts and memory plans sum them: a new
+// tensor is one row here (docs/FORMATS.md lists the same datasets for readers of the file).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.hpp"
+
+namespace moerun::model {
+
+// Where a dense dataset lands: io::DenseWeights' model-wide tensors, or a field of a layer's
+// io::DenseLayerWeights (named like it).
+enum class DenseSlot : uint8_t {
+  EmbedTokens, FinalNorm, LmHead,
+  AttnNorm, FfnNorm, Wq, WqGate, Wk, Wv, Wo, Bq, Bk, Bv, Bo, QNorm, KNorm, Sinks,
+  WqA, QANorm, WqB, WkvA, KvANorm, WkvB,                                        // MLA
+  LinQkv, LinZ, LinB, LinA, LinConv, LinDtBias, LinALog, LinNorm,               // Gated DeltaNet
+  MlpW1, MlpW3, MlpW2,                                                          // dense MLP layers
+  Gate, GateBias, GateCorrectionBias, SharedW1, SharedW3, SharedW2, SharedGate  // MoE layers
+};
+
+struct DenseDataset {
+  std::string path;  // "/layers/3/wq", "/embed_tokens"
+  std::string name;  // "wq", "embed_tokens": the path under /layers/L/ (or the root)
+  int64_t layer = -1;
+  std::vector<int64_t> shape;  // as stored
+  DenseSlot slot = DenseSlot::EmbedTokens;
+  bool float32 = false;      // stored as float32 whatever the model's dtype (the decay's parameters, correction bias)
+  bool matrix = false;       // held as a matrix in the stored dtype; otherwise widened to float32 at load
+  bool quantizable = false;  // --quantize-dense quantizes it (the LM head, the GQA/MHA attention projections)
+  bool parameter = true;     // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
+  int64_t elements() const;
+};
+
+// Every dense dataset of a model of this config, in write order.
+std::vector<DenseDataset> dense_datasets(const ModelConfig& c);
+
+// Sums over the rows: the dense parameters, and the --quantize-dense matrices' elements.
+int64_t dense_params(const ModelConfig& c);
+int64_t quantizable_elements(const ModelConfig& c);
+
+}  // namespace moerun::model
