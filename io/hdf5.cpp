@@ -171,6 +171,10 @@ std::vector<std::string> h5_children(hid_t loc, const std::string& group_path) {
   return names;
 }
 
+bool h5_is_group(hid_t loc, const std::string& path) {
+  return H5Iget_type(h5_open_object(loc, path)) == H5I_GROUP;
+}
+
 H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path) {
   H5Handle d(H5_CHECK(H5Dopen2(loc, path.c_str(), H5P_DEFAULT)), H5Dclose);
   H5Handle space(H5_CHECK(H5Dget_space(d)), H5Sclose);

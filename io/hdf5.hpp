@@ -125,6 +125,8 @@ struct H5DatasetInfo {
 // Does a link exist at `path` (checks every component, so a missing parent is not an error)?
 bool h5_exists(hid_t loc, const std::string& path);
 std::vector<std::string> h5_children(hid_t loc, const std::string& group_path);
+// True when the object at `path` is a group (false for a dataset).
+bool h5_is_group(hid_t loc, const std::string& path);
 H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path);
 // Reads a whole dataset, converting to `mem_type` (e.g. H5T_NATIVE_FLOAT, H5T_NATIVE_UINT16).
 void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out);

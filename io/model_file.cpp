@@ -9,6 +9,7 @@
 #include "base/xxh64.hpp"
 #include "io/dense_quant_cache.hpp"
 #include "io/mapped_range.hpp"
+#include "model/model_attributes.hpp"
 
 namespace moerun::io {
 namespace {
@@ -168,94 +169,20 @@ std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
   return ids;
 }
 
-// Format version 6 (docs/FORMATS.md): MLA and DeepSeek's routing; absent, each keeps the earlier behaviour.
-void read_version6_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
-  auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
-  const std::string attention = h5_attr_string(file, "attention_type").value_or("mha");
-  if (attention != "mha" && attention != "mla")
-    fail(ErrorKind::BadInput, fname, ": attribute attention_type is \"", attention, "\", expected mha or mla");
-  c.attention_type = attention == "mla" ? model::AttentionType::Mla : model::AttentionType::Mha;
-  if (c.attention_type == model::AttentionType::Mla) {
-    c.mla.q_lora_rank = integer("q_lora_rank", 0);
-    c.mla.kv_lora_rank = integer("kv_lora_rank", 0);
-    c.mla.qk_nope_head_dim = integer("qk_nope_head_dim", 0);
-    c.mla.qk_rope_head_dim = integer("qk_rope_head_dim", 0);
-    c.mla.v_head_dim = integer("v_head_dim", 0);
+// A root attribute as the table types it, absent as nullopt.
+std::optional<model::AttributeValue> read_attribute(hid_t file, const model::ModelAttribute& a) {
+  switch (a.type) {
+    case model::AttributeType::Integer:
+      if (const auto v = h5_attr_int(file, a.name)) return *v;
+      break;
+    case model::AttributeType::Float:
+      if (const auto v = h5_attr_double(file, a.name)) return *v;
+      break;
+    case model::AttributeType::Text:
+      if (auto v = h5_attr_string(file, a.name)) return std::move(*v);
+      break;
   }
-  c.router_groups = integer("router_groups", 1);
-  c.router_topk_groups = integer("router_topk_groups", c.router_groups);
-  const std::string group_score = h5_attr_string(file, "router_group_score").value_or("max");
-  if (group_score != "max" && group_score != "top2_sum")
-    fail(ErrorKind::BadInput, fname, ": attribute router_group_score is \"", group_score, "\", expected max or top2_sum");
-  c.router_group_score = group_score == "top2_sum" ? model::GroupScore::Top2Sum : model::GroupScore::Max;
-  const auto flag = integer("router_correction_bias", 0), gated = integer("shared_expert_gated", 1);
-  if ((flag != 0 && flag != 1) || (gated != 0 && gated != 1))
-    fail(ErrorKind::BadInput, fname, ": attributes router_correction_bias and shared_expert_gated must be 0 or 1");
-  c.router_correction_bias = flag == 1;
-  c.shared_expert_gated = gated == 1;
-  c.routed_scaling_factor = h5_attr_double(file, "routed_scaling_factor").value_or(1.0);
-}
-
-// Format version 8: Gated DeltaNet layers and the gated, (1 + w)-normed attention of Qwen3-Next.
-void read_version8_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
-  auto integer = [&](const char* n, int64_t dflt) { return h5_attr_int(file, n).value_or(dflt); };
-  c.linear.k_heads = integer("linear_k_heads", 0);
-  c.linear.v_heads = integer("linear_v_heads", 0);
-  c.linear.k_dim = integer("linear_k_dim", 0);
-  c.linear.v_dim = integer("linear_v_dim", 0);
-  c.linear.conv_kernel = integer("linear_conv_kernel", 4);
-  const int64_t gate = integer("attention_output_gate", 0);
-  if (gate != 0 && gate != 1) fail(ErrorKind::BadInput, fname, ": attribute attention_output_gate is ", gate, ", expected 0 or 1");
-  c.attention_output_gate = gate == 1;
-  c.norm_weight_offset = h5_attr_double(file, "norm_weight_offset").value_or(0.0);
-}
-
-// The layer variants of format version 3 (docs/FORMATS.md); each absent attribute keeps the
-// behaviour of the files before it.
-void read_variant_attributes(hid_t file, const std::string& fname, model::ModelConfig& c) {
-  auto flag = [&](const char* n) {
-    const auto v = h5_attr_int(file, n);
-    if (v && *v != 0 && *v != 1) fail(ErrorKind::BadInput, fname, ": attribute ", n, " is ", *v, ", expected 0 or 1");
-    return v && *v == 1;
-  };
-  auto text = [&](const char* n, const char* dflt) { return h5_attr_string(file, n).value_or(dflt); };
-  auto number = [&](const char* n, double dflt) { return h5_attr_double(file, n).value_or(dflt); };
-  const int64_t qk = h5_attr_int(file, "qk_norm").value_or(0);
-  if (qk < 0 || qk > 2) fail(ErrorKind::BadInput, fname, ": attribute qk_norm is ", qk, ", expected 0 (none), 1 (projection) or 2 (per head)");
-  c.qk_norm = static_cast<model::QkNorm>(qk);
-  c.attention_out_bias = flag("attention_out_bias");
-  c.attention_sinks = flag("attention_sinks");
-  c.sliding_window = h5_attr_int(file, "sliding_window").value_or(0);
-  c.rotary_dim = h5_attr_int(file, "rotary_dim").value_or(0);
-  if (const auto types = h5_attr_string(file, "layer_types")) c.layer_attention = model::parse_layer_attention(*types, fname);
-  if (const auto mlp = h5_attr_string(file, "layer_mlp")) c.layer_mlp = model::parse_layer_mlp(*mlp, fname);
-  c.dense_intermediate_size = h5_attr_int(file, "dense_intermediate_size").value_or(0);
-  c.rope.type = model::parse_rope_type(text("rope_type", "default"), fname);
-  c.rope.factor = number("rope_factor", 1.0);
-  c.rope.original_max_position = h5_attr_int(file, "rope_original_max_position").value_or(0);
-  c.rope.beta_fast = number("rope_beta_fast", 32.0);
-  c.rope.beta_slow = number("rope_beta_slow", 1.0);
-  c.rope.attention_factor = number("rope_attention_factor", 0.0);
-  c.rope.mscale = number("rope_mscale", 0.0);
-  c.rope.mscale_all_dim = number("rope_mscale_all_dim", 0.0);
-  c.rope.truncate = h5_attr_int(file, "rope_truncate").value_or(1) != 0;
-  c.rope.low_freq_factor = number("rope_low_freq_factor", 1.0);
-  c.rope.high_freq_factor = number("rope_high_freq_factor", 4.0);
-  c.router_bias = flag("router_bias");
-  const std::string scoring = text("router_scoring", "softmax_topk");
-  if (scoring != "softmax_topk" && scoring != "topk_softmax" && scoring != "sigmoid")
-    fail(ErrorKind::BadInput, fname, ": attribute router_scoring is \"", scoring, "\", expected softmax_topk, topk_softmax or sigmoid");
-  c.router_scoring = scoring == "topk_softmax" ? model::RouterScoring::TopKSoftmax : scoring == "sigmoid" ? model::RouterScoring::Sigmoid
-                                                                                                    : model::RouterScoring::SoftmaxTopK;
-  c.expert_bias = flag("expert_bias");
-  const std::string act = text("expert_activation", "swiglu");
-  if (act != "swiglu" && act != "swiglu_clamped")
-    fail(ErrorKind::BadInput, fname, ": attribute expert_activation is \"", act, "\", expected swiglu or swiglu_clamped");
-  c.expert_activation = act == "swiglu_clamped" ? model::ExpertActivation::ClampedSwiGlu : model::ExpertActivation::SwiGlu;
-  c.swiglu_alpha = number("swiglu_alpha", 1.702);
-  c.swiglu_limit = number("swiglu_limit", 7.0);
-  read_version6_attributes(file, fname, c);
-  read_version8_attributes(file, fname, c);
+  return std::nullopt;
 }
 
 // The root attributes of an open model.h5 (`fname` names it in messages).
@@ -267,36 +194,7 @@ model::ModelConfig read_model_config(hid_t file, const std::string& fname) {
     if (ver < 1 || ver > 8) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 8");
     model::ModelConfig c;
     c.format_version = ver;
-    c.architecture = require_attr(h5_attr_string(file, "architecture"), fname, "architecture");
-    auto i = [&](const char* n) { return require_attr(h5_attr_int(file, n), fname, n); };
-    auto f = [&](const char* n) { return require_attr(h5_attr_double(file, n), fname, n); };
-    c.vocab_size = i("vocab_size");
-    c.hidden_size = i("hidden_size");
-    c.num_layers = i("num_layers");
-    c.num_heads = i("num_heads");
-    c.num_kv_heads = i("num_kv_heads");
-    c.head_dim = i("head_dim");
-    c.intermediate_size = i("intermediate_size");
-    c.num_experts = i("num_experts");
-    c.top_k = i("top_k");
-    c.rope_theta = f("rope_theta");
-    c.rms_norm_eps = f("rms_norm_eps");
-    c.max_position = i("max_position");
-    c.dtype = model::parse_dtype(require_attr(h5_attr_string(file, "dtype"), fname, "dtype"), fname);
-    const auto format = h5_attr_string(file, "expert_format");  // optional: absent means plain
-    c.expert_format = format ? model::parse_weight_format(*format, c.dtype, fname) : model::WeightFormat{c.dtype, WeightScheme::Plain};
-    c.bos_token_id = i("bos_token_id");
-    c.eos_token_id = i("eos_token_id");
-    // Variant attributes are optional: a file without them is a Mixtral model.
-    auto flag = [&](const char* n, bool dflt) {
-      const auto v = h5_attr_int(file, n);
-      if (v && *v != 0 && *v != 1) fail(ErrorKind::BadInput, fname, ": attribute ", n, " is ", *v, ", expected 0 or 1");
-      return v ? *v == 1 : dflt;
-    };
-    c.norm_topk_prob = flag("norm_topk_prob", true);
-    c.attention_bias = flag("attention_bias", false);
-    c.shared_expert_intermediate_size = h5_attr_int(file, "shared_expert_intermediate_size").value_or(0);
-    read_variant_attributes(file, fname, c);
+    for (const model::ModelAttribute& a : model::model_attributes()) a.read(c, read_attribute(file, a), fname);
     c.validate(fname);
     if (ver >= 2) c.shard_ids = read_shard_ids(file, fname);
     return c;
@@ -487,92 +385,12 @@ ModelFileWriter::ModelFileWriter(const std::string& path, const model::ModelConf
 }
 
 void ModelFileWriter::write_root_attributes() {
-  const model::ModelConfig& c = config_;
   h5_set_attr(file_, "format", std::string("moe-hdf5"));
-  // Version 4 or 5 only where it is needed (quantized experts), so other files stay readable by older builds.
-  h5_set_attr(file_, "format_version", model::required_format_version(c));
-  h5_set_attr(file_, "architecture", c.architecture);
-  h5_set_attr(file_, "vocab_size", c.vocab_size);
-  h5_set_attr(file_, "hidden_size", c.hidden_size);
-  h5_set_attr(file_, "num_layers", c.num_layers);
-  h5_set_attr(file_, "num_heads", c.num_heads);
-  h5_set_attr(file_, "num_kv_heads", c.num_kv_heads);
-  h5_set_attr(file_, "head_dim", c.head_dim);
-  h5_set_attr(file_, "intermediate_size", c.intermediate_size);
-  h5_set_attr(file_, "num_experts", c.num_experts);
-  h5_set_attr(file_, "top_k", c.top_k);
-  h5_set_attr(file_, "rope_theta", c.rope_theta);
-  h5_set_attr(file_, "rms_norm_eps", c.rms_norm_eps);
-  h5_set_attr(file_, "max_position", c.max_position);
-  h5_set_attr(file_, "dtype", std::string(dtype_name(c.dtype)));
-  h5_set_attr(file_, "expert_format", model::WeightFormat{c.dtype, c.expert_format.scheme}.name());
-  h5_set_attr(file_, "bos_token_id", c.bos_token_id);
-  h5_set_attr(file_, "eos_token_id", c.eos_token_id);
-  h5_set_attr(file_, "norm_topk_prob", int64_t{c.norm_topk_prob ? 1 : 0});
-  h5_set_attr(file_, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);
-  h5_set_attr(file_, "attention_bias", int64_t{c.attention_bias ? 1 : 0});
-  h5_set_attr(file_, "qk_norm", static_cast<int64_t>(c.qk_norm));
-  h5_set_attr(file_, "attention_out_bias", int64_t{c.attention_out_bias ? 1 : 0});
-  h5_set_attr(file_, "attention_sinks", int64_t{c.attention_sinks ? 1 : 0});
-  h5_set_attr(file_, "sliding_window", c.sliding_window);
-  if (c.rotary_dim > 0) h5_set_attr(file_, "rotary_dim", c.rotary_dim);
-  if (!c.layer_attention.empty()) h5_set_attr(file_, "layer_types", model::layer_attention_text(c.layer_attention));
-  if (!c.layer_mlp.empty()) {
-    h5_set_attr(file_, "layer_mlp", model::layer_mlp_text(c.layer_mlp));
-    h5_set_attr(file_, "dense_intermediate_size", c.dense_intermediate_size);
-  }
-  h5_set_attr(file_, "rope_type", std::string(model::rope_type_name(c.rope.type)));
-  if (c.rope.type != model::RopeType::Default) {
-    h5_set_attr(file_, "rope_factor", c.rope.factor);
-    h5_set_attr(file_, "rope_original_max_position", c.rope.original_max_position);
-    h5_set_attr(file_, "rope_beta_fast", c.rope.beta_fast);
-    h5_set_attr(file_, "rope_beta_slow", c.rope.beta_slow);
-    h5_set_attr(file_, "rope_attention_factor", c.rope.attention_factor);
-    h5_set_attr(file_, "rope_mscale", c.rope.mscale);
-    h5_set_attr(file_, "rope_mscale_all_dim", c.rope.mscale_all_dim);
-    h5_set_attr(file_, "rope_truncate", int64_t{c.rope.truncate ? 1 : 0});
-    h5_set_attr(file_, "rope_low_freq_factor", c.rope.low_freq_factor);
-    h5_set_attr(file_, "rope_high_freq_factor", c.rope.high_freq_factor);
-  }
-  h5_set_attr(file_, "router_bias", int64_t{c.router_bias ? 1 : 0});
-  h5_set_attr(file_, "router_scoring", std::string(c.router_scoring == model::RouterScoring::TopKSoftmax ? "topk_softmax"
-                                                   : c.router_scoring == model::RouterScoring::Sigmoid   ? "sigmoid"
-                                                                                                  : "softmax_topk"));
-  if (model::uses_version6(c)) write_version6_attributes();
-  if (c.num_linear_layers() > 0) {
-    h5_set_attr(file_, "linear_k_heads", c.linear.k_heads);
-    h5_set_attr(file_, "linear_v_heads", c.linear.v_heads);
-    h5_set_attr(file_, "linear_k_dim", c.linear.k_dim);
-    h5_set_attr(file_, "linear_v_dim", c.linear.v_dim);
-    h5_set_attr(file_, "linear_conv_kernel", c.linear.conv_kernel);
-  }
-  if (c.attention_output_gate) h5_set_attr(file_, "attention_output_gate", int64_t{1});
-  if (c.norm_weight_offset != 0) h5_set_attr(file_, "norm_weight_offset", c.norm_weight_offset);
-  h5_set_attr(file_, "expert_bias", int64_t{c.expert_bias ? 1 : 0});
-  h5_set_attr(file_, "expert_activation",
-              std::string(c.expert_activation == model::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu"));
-  if (c.expert_activation == model::ExpertActivation::ClampedSwiGlu) {
-    h5_set_attr(file_, "swiglu_alpha", c.swiglu_alpha);
-    h5_set_attr(file_, "swiglu_limit", c.swiglu_limit);
-  }
-}
-
-void ModelFileWriter::write_version6_attributes() {
-  const model::ModelConfig& c = config_;
-  h5_set_attr(file_, "attention_type", std::string(c.attention_type == model::AttentionType::Mla ? "mla" : "mha"));
-  if (c.attention_type == model::AttentionType::Mla) {
-    h5_set_attr(file_, "q_lora_rank", c.mla.q_lora_rank);
-    h5_set_attr(file_, "kv_lora_rank", c.mla.kv_lora_rank);
-    h5_set_attr(file_, "qk_nope_head_dim", c.mla.qk_nope_head_dim);
-    h5_set_attr(file_, "qk_rope_head_dim", c.mla.qk_rope_head_dim);
-    h5_set_attr(file_, "v_head_dim", c.mla.v_head_dim);
-  }
-  h5_set_attr(file_, "router_groups", c.router_groups);
-  h5_set_attr(file_, "router_topk_groups", c.router_topk_groups);
-  h5_set_attr(file_, "router_group_score", std::string(c.router_group_score == model::GroupScore::Top2Sum ? "top2_sum" : "max"));
-  h5_set_attr(file_, "router_correction_bias", int64_t{c.router_correction_bias ? 1 : 0});
-  h5_set_attr(file_, "routed_scaling_factor", c.routed_scaling_factor);
-  h5_set_attr(file_, "shared_expert_gated", int64_t{c.shared_expert_gated ? 1 : 0});
+  // Version 4 and later only where it is needed, so other files stay readable by older builds.
+  h5_set_attr(file_, "format_version", model::required_format_version(config_));
+  for (const model::ModelAttribute& a : model::model_attributes())
+    if (const std::optional<model::AttributeValue> v = a.write(config_))
+      std::visit([&](const auto& x) { h5_set_attr(file_, a.name, x); }, *v);
 }
 
 void ModelFileWriter::write(const model::DenseDataset& ds, const float* data) {

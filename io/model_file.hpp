@@ -122,7 +122,6 @@ class ModelFileWriter {
 
  private:
   void write_root_attributes();
-  void write_version6_attributes();
   model::ModelConfig config_;
   std::string path_;
   H5Handle file_;

@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
+#include "model/model_attributes.hpp"
 #include "model/model_family.hpp"
 
 namespace moerun::model {
@@ -27,9 +28,10 @@ bool uses_version6(const ModelConfig& c) {
 }
 
 int64_t required_format_version(const ModelConfig& c) {
-  const bool v8 = c.num_linear_layers() > 0 || c.attention_output_gate || c.norm_weight_offset != 0;
-  const int64_t variants = v8 ? 8 : c.rotary_dim > 0 ? 7 : uses_version6(c) ? 6 : 3;
-  return std::max(format_version_for(c.expert_format.scheme), variants);
+  int64_t version = 3;  // the oldest any writer still writes
+  for (const ModelAttribute& a : model_attributes())
+    if (a.write(c)) version = std::max(version, a.since);
+  return std::max(format_version_for(c.expert_format.scheme), version);
 }
 
 const char* rope_type_name(RopeType t) {
