@@ -679,61 +679,102 @@ void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const s
                 (native != WeightScheme::Plain ? std::string(" from ") + shipped + " dequantized" : "") + "; dense layers stay " + dense + "\n";
 }
 
-ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress) {
-  ConvertReport rep;
-  // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32. An fp8
-  // checkpoint's e4m3 weights and their float32 scales do not count: its other tensors decide.
-  DType dtype = DType::F32;
-  if (cfg.dtype == "bfloat16") {
-    dtype = DType::BF16;
-  } else if (cfg.dtype == "keep") {
-    bool all_bf16 = true;
-    for (const auto& n : ckpt.names()) {
-      const std::string& t = ckpt.info(n).dtype;
-      const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10)));
-      const bool kept_f32 = n.ends_with("e_score_correction_bias");  // float32 in the file whatever the dtype
-      all_bf16 = all_bf16 && (t == "BF16" || fp8_part || kept_f32);
-    }
-    dtype = all_bf16 ? DType::BF16 : DType::F32;
+// The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32. An fp8
+// checkpoint's e4m3 weights and their float32 scales do not count: its other tensors decide.
+DType stored_dtype(const ConvertConfig& cfg, const HfCheckpoint& ckpt) {
+  if (cfg.dtype == "bfloat16") return DType::BF16;
+  if (cfg.dtype != "keep") return DType::F32;
+  bool all_bf16 = true;
+  for (const auto& n : ckpt.names()) {
+    const std::string& t = ckpt.info(n).dtype;
+    const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10)));
+    const bool kept_f32 = n.ends_with("e_score_correction_bias");  // float32 in the file whatever the dtype
+    all_bf16 = all_bf16 && (t == "BF16" || fp8_part || kept_f32);
   }
-  std::string generation;
-  if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); io::check_regular_file(g))
-    generation = io::read_regular_file(g);
-  model::ModelConfig c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, generation);
-  check_fp8_config(ckpt);
-  const model::NameMap nm = model::names_for(c.architecture);
-  const CheckpointExperts experts(ckpt, c, nm);
-  choose_expert_format(cfg, experts.native(), ckpt.config_path(), c, rep.notes);
-  rep.config = c;
-  const bool tied = [&] {
-    json j = json::parse(ckpt.config_text(), nullptr, false);
-    return j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
-  }();
-  const int64_t d = c.hidden_size, ff = c.intermediate_size;
-  const int64_t total_experts = c.num_expert_slots();
-  std::vector<int64_t> moe_layers;  // the decoder layer of each row of the expert tables
-  for (int64_t l = 0; l < c.num_layers; ++l)
-    if (c.is_moe_layer(l)) moe_layers.push_back(l);
-  const auto decoder_layer = [&](int64_t slot) { return moe_layers[static_cast<std::size_t>(slot / c.num_experts)]; };
-  const int64_t expert_bytes = c.bytes_per_expert();
-  const int shards = cfg.shards > 0 ? cfg.shards
-                                    : static_cast<int>(std::clamp<int64_t>((total_experts * expert_bytes + (int64_t{2} << 30) - 1) >> 31, 1,
-                                                                           std::min<int64_t>(total_experts, 100000)));
-  if (shards > total_experts) fail(ErrorKind::Usage, "--shards ", shards, " is more than the model's ", total_experts, " experts");
-  rep.shards = shards;
-  // What every output file is made from: the checkpoint, the target dtype and the shard plan.
-  const std::string fingerprint =
-      hex(Xxh64().value(ckpt.fingerprint()).text(generation).value(static_cast<int>(dtype)).value(shards).text("moe-hdf5 v5").text(c.expert_format.name()).digest());
+  return all_bf16 ? DType::BF16 : DType::F32;
+}
 
+// One conversion's plan: the config, the checkpoint's names for it, the shards, and each dataset
+// of model.h5 with the checkpoint tensor it comes from.
+struct ConversionPlan {
+  model::ModelConfig c;
+  model::NameMap nm;
+  bool tied = false;   // tie_word_embeddings: lm_head is embed_tokens
+  int shards = 0;
+  std::string generation;   // generation_config.json's text, or empty
+  std::string fingerprint;  // what every output file is made from
+  std::vector<int64_t> moe_layers;  // the decoder layer of each row of the expert tables
+  std::vector<model::DenseDataset> ours;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> dense;  // per dataset: HF name and shape
+  std::vector<std::vector<int64_t>> rows;  // of the HF tensor, per dataset (empty: all, as they are)
+  int64_t decoder_layer(int64_t slot) const { return moe_layers[static_cast<std::size_t>(slot / c.num_experts)]; }
+};
+
+int shard_count(const ConvertConfig& cfg, const model::ModelConfig& c) {
+  const int64_t total = c.num_expert_slots();
+  const int shards = cfg.shards > 0 ? cfg.shards
+                                    : static_cast<int>(std::clamp<int64_t>((total * c.bytes_per_expert() + (int64_t{2} << 30) - 1) >> 31, 1,
+                                                                           std::min<int64_t>(total, 100000)));
+  if (shards > total) fail(ErrorKind::Usage, "--shards ", shards, " is more than the model's ", total, " experts");
+  return shards;
+}
+
+// Each dataset's source in the checkpoint: the family's (a fused tensor's rows) or the name map's.
+void plan_dense(ConversionPlan& p) {
+  const model::ModelFamily* family = model::find_model_family(p.c.architecture);
+  for (const model::DenseDataset& ds : model::dense_datasets(p.c)) {
+    model::DenseSource src;
+    if (family && family->dense_source && family->dense_source(ds, p.c, src)) {
+      p.dense.emplace_back(src.tensor, src.shape);
+      p.rows.push_back(std::move(src.rows));
+    } else {
+      p.dense.emplace_back(hf_dense_name(ds, p.nm, p.tied), ds.shape);
+      p.rows.emplace_back();
+    }
+    p.ours.push_back(ds);
+  }
+}
+
+ConversionPlan plan_conversion(const ConvertConfig& cfg, const HfCheckpoint& ckpt, ConvertReport& rep) {
+  ConversionPlan p;
+  const DType dtype = stored_dtype(cfg, ckpt);
+  if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); io::check_regular_file(g))
+    p.generation = io::read_regular_file(g);
+  p.c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, p.generation);
+  check_fp8_config(ckpt);
+  p.nm = model::names_for(p.c.architecture);
+  const json j = json::parse(ckpt.config_text(), nullptr, false);
+  p.tied = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();
+  return p;
+}
+
+// The plan's parts that depend on the experts' format (chosen between plan_conversion and this).
+void finish_plan(ConversionPlan& p, const HfCheckpoint& ckpt, const ConvertConfig& cfg) {
+  for (int64_t l = 0; l < p.c.num_layers; ++l)
+    if (p.c.is_moe_layer(l)) p.moe_layers.push_back(l);
+  p.shards = shard_count(cfg, p.c);
+  p.fingerprint = hex(Xxh64()
+                          .value(ckpt.fingerprint())
+                          .text(p.generation)
+                          .value(static_cast<int>(p.c.dtype))
+                          .value(p.shards)
+                          .text("moe-hdf5 v5")
+                          .text(p.c.expert_format.name())
+                          .digest());
+  plan_dense(p);
+}
+
+// The output directory, writable, without what a killed run left (its temp files; the files it
+// finished stay and are checked later) or shards of an earlier conversion with more shards (which
+// would make experts appear twice).
+void prepare_output(const std::string& out, int shards, ConvertReport& rep) {
   std::error_code ec;
-  fs::create_directories(cfg.out, ec);
-  if (ec) fail(ErrorKind::Io, cfg.out, ": cannot create directory: ", ec.message());
-  if (::access(cfg.out.c_str(), W_OK) != 0) fail(ErrorKind::Io, cfg.out, ": directory is not writable");
-  // What a killed run left: its temp files (the files it finished stay and are checked below).
-  for (int s = 0; s < shards; ++s) io::remove_stale_temp_files((fs::path(cfg.out) / io::shard_file_name(s)).string());
-  io::remove_stale_temp_files(io::model_h5_path(cfg.out));
-  // Shards of an earlier conversion with more shards would make experts appear twice: removed.
-  for (const auto& e : fs::directory_iterator(cfg.out, ec)) {
+  fs::create_directories(out, ec);
+  if (ec) fail(ErrorKind::Io, out, ": cannot create directory: ", ec.message());
+  if (::access(out.c_str(), W_OK) != 0) fail(ErrorKind::Io, out, ": directory is not writable");
+  for (int s = 0; s < shards; ++s) io::remove_stale_temp_files((fs::path(out) / io::shard_file_name(s)).string());
+  io::remove_stale_temp_files(io::model_h5_path(out));
+  for (const auto& e : fs::directory_iterator(out, ec)) {
     static const std::regex pat(R"(experts-(\d+)\.h5)");
     std::smatch m;
     const std::string name = e.path().filename().string();
@@ -742,145 +783,162 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
       rep.notes += "removed " + name + " (from an earlier conversion with more shards)\n";
     }
   }
+}
 
-  // The dense tensors, in the order model.h5 gets them.
-  const std::string model_path = io::model_h5_path(cfg.out);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> dense;  // HF name, shape, in write order
-  std::vector<model::DenseDataset> ours;
-  std::vector<std::vector<int64_t>> rows;  // of the HF tensor, per dataset (empty: all, as they are)
-  const model::ModelFamily* family = model::find_model_family(c.architecture);
-  for (const model::DenseDataset& ds : model::dense_datasets(c)) {
-    model::DenseSource src;
-    if (family && family->dense_source && family->dense_source(ds, c, src)) {
-      dense.emplace_back(src.tensor, src.shape);
-      rows.push_back(std::move(src.rows));
-    } else {
-      dense.emplace_back(hf_dense_name(ds, nm, tied), ds.shape);
-      rows.emplace_back();
-    }
-    ours.push_back(ds);
-  }
+// One tensor the plan expects: present, of its shape, of a dtype convert reads.
+void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const model::ModelConfig& c, const std::string& name,
+                  const ExpectedTensor& want) {
+  const std::vector<int64_t>& shape = want.shape;
+  if (!ckpt.has(name))
+    fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", name, ", which config.json implies (", c.architecture, ", ",
+         c.num_layers, " layers, ", c.num_experts, " experts)");
+  const SafetensorInfo& info = ckpt.info(name);
+  if (info.shape != shape)
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has shape ", io::shape_str(info.shape), ", config.json says ",
+         io::shape_str(shape));
+  if (want.bytes && info.dtype != "U8")
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected U8 (MXFP4)");
+  if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) return expect_fp8_scales(ckpt, name, shape);
+  if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16",
+         shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
+}
 
-  // Before anything is written: every tensor the config implies is there with its shape, and the
-  // checkpoint holds nothing else (more layers or experts than config.json says). Names the file
-  // and the tensor.
-  if (experts.form() == CheckpointExperts::Form::Mxfp4 && (d % kMxfp4Block != 0 || ff % kMxfp4Block != 0))
-    fail(ErrorKind::BadInput, ckpt.config_path(), ": hidden_size ", d, " and intermediate_size ", ff,
+// Before anything is written: every tensor the config implies is there with its shape, and the
+// checkpoint holds nothing else (more layers or experts than config.json says). Names the file and
+// the tensor.
+void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const ConversionPlan& p, const CheckpointExperts& experts) {
+  const model::ModelConfig& c = p.c;
+  if (experts.form() == CheckpointExperts::Form::Mxfp4 && (c.hidden_size % kMxfp4Block != 0 || c.intermediate_size % kMxfp4Block != 0))
+    fail(ErrorKind::BadInput, ckpt.config_path(), ": hidden_size ", c.hidden_size, " and intermediate_size ", c.intermediate_size,
          " must be multiples of 32 for MXFP4 experts");
-  {
-    std::map<std::string, ExpectedTensor> expected;
-    for (const auto& [hf, shape] : dense) expected[hf] = {shape};
-    experts.expect(expected);
-    for (const auto& [name, want] : expected) {
-      const std::vector<int64_t>& shape = want.shape;
-      if (!ckpt.has(name))
-        fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", name, ", which config.json implies (", c.architecture,
-             ", ", c.num_layers, " layers, ", c.num_experts, " experts)");
-      const SafetensorInfo& info = ckpt.info(name);
-      if (info.shape != shape)
-        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has shape ", io::shape_str(info.shape), ", config.json says ",
-             io::shape_str(shape));
-      if (want.bytes && info.dtype != "U8")
-        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected U8 (MXFP4)");
-      if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) {
-        expect_fp8_scales(ckpt, name, shape);
-        continue;
-      }
-      if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
-        fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16",
-             shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
-    }
-    for (const auto& n : ckpt.names()) {
-      if (is_mtp_tensor(n, ckpt.config_text(), c)) continue;  // not converted (a note says so)
-      const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))) &&
-                              ckpt.info(n.substr(0, n.size() - std::strlen(kFp8ScaleSuffix))).dtype == "F8_E4M3";
-      if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (tied && n == "lm_head.weight")) continue;
-      fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
-           c.num_layers, " layers, ", c.num_experts, " experts)");
-    }
+  std::map<std::string, ExpectedTensor> expected;
+  for (const auto& [hf, shape] : p.dense) expected[hf] = {shape};
+  experts.expect(expected);
+  for (const auto& [name, want] : expected) check_tensor(cfg, ckpt, c, name, want);
+  const std::size_t suffix = std::strlen(kFp8ScaleSuffix);
+  for (const auto& n : ckpt.names()) {
+    if (is_mtp_tensor(n, ckpt.config_text(), c)) continue;  // not converted (a note says so)
+    const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - suffix)) &&
+                            ckpt.info(n.substr(0, n.size() - suffix)).dtype == "F8_E4M3";
+    if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight")) continue;
+    fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
+         c.num_layers, " layers, ", c.num_experts, " experts)");
   }
+}
 
+// The tensor bytes the conversion reads (for progress): all but a tied LM head and MTP layers.
+uint64_t bytes_to_read(const HfCheckpoint& ckpt, const ConversionPlan& p) {
   uint64_t total = ckpt.total_bytes();
-  if (tied && ckpt.has("lm_head.weight")) total -= ckpt.info("lm_head.weight").end - ckpt.info("lm_head.weight").begin;
+  if (p.tied && ckpt.has("lm_head.weight")) total -= ckpt.info("lm_head.weight").end - ckpt.info("lm_head.weight").begin;
   for (const auto& n : ckpt.names())
-    if (is_mtp_tensor(n, ckpt.config_text(), c)) total -= ckpt.info(n).end - ckpt.info(n).begin;
-  TensorReader reader(ckpt, total, progress);
+    if (is_mtp_tensor(n, ckpt.config_text(), p.c)) total -= ckpt.info(n).end - ckpt.info(n).begin;
+  return total;
+}
 
-  // 1. Expert shards: contiguous runs of the (layer, expert) order, as synth makes them.
-  for (int s = 0; s < shards; ++s) {
-    const int64_t begin = total_experts * s / shards, end = total_experts * (s + 1) / shards;
-    const std::string path = (fs::path(cfg.out) / io::shard_file_name(s)).string();
-    if (finished_before(path, fingerprint)) {
-      for (int64_t i = begin; i < end; ++i) experts.skip(reader, decoder_layer(i), i % c.num_experts);
+// Expert shards: contiguous runs of the (layer, expert) order, as synth makes them; a shard an
+// interrupted run finished is kept.
+void write_expert_shards(const std::string& out_dir, const ConversionPlan& p, const CheckpointExperts& experts, TensorReader& reader,
+                         ConvertReport& rep) {
+  const model::ModelConfig& c = p.c;
+  const int64_t total = c.num_expert_slots();
+  const bool as_shipped = c.expert_format.scheme != WeightScheme::Plain && c.expert_format.scheme == experts.native();
+  for (int s = 0; s < p.shards; ++s) {
+    const int64_t begin = total * s / p.shards, end = total * (s + 1) / p.shards;
+    const std::string path = (fs::path(out_dir) / io::shard_file_name(s)).string();
+    if (finished_before(path, p.fingerprint)) {
+      for (int64_t i = begin; i < end; ++i) experts.skip(reader, p.decoder_layer(i), i % c.num_experts);
       ++rep.files_kept;
       continue;
     }
     io::AtomicFile out(path);
     {
       io::ExpertShardWriter w(out.temp_path(), c, path);
-      const bool as_shipped = c.expert_format.scheme != WeightScheme::Plain && c.expert_format.scheme == experts.native();
       for (int64_t i = begin; i < end; ++i) {  // written at its MoE layer's row
+        const int64_t layer = p.decoder_layer(i), e = i % c.num_experts;
         if (as_shipped) {
-          w.write_raw(i / c.num_experts, i % c.num_experts, experts.read_raw(reader, decoder_layer(i), i % c.num_experts, c).data());
+          w.write_raw(i / c.num_experts, e, experts.read_raw(reader, layer, e, c).data());
           continue;
         }
-        const ExpertTensors t = experts.read(reader, decoder_layer(i), i % c.num_experts);
-        w.write(i / c.num_experts, i % c.num_experts, t.w1.data(), t.w3.data(), t.w2.data(), t.bias.empty() ? nullptr : t.bias.data());
+        const ExpertTensors t = experts.read(reader, layer, e);
+        w.write(i / c.num_experts, e, t.w1.data(), t.w3.data(), t.w2.data(), t.bias.empty() ? nullptr : t.bias.data());
       }
-      w.set_attr("converted_from", fingerprint);
+      w.set_attr("converted_from", p.fingerprint);
       w.close();
     }
     out.commit();
     ++rep.files_written;
   }
+}
 
-  // 2. model.h5, last: its presence means the conversion is complete.
-  if (finished_before(model_path, fingerprint)) {
+// model.h5, last: its presence means the conversion is complete.
+void write_dense_part(const std::string& out_dir, const HfCheckpoint& ckpt, const ConversionPlan& p, TensorReader& reader,
+                      ConvertReport& rep) {
+  const std::string model_path = io::model_h5_path(out_dir);
+  if (finished_before(model_path, p.fingerprint)) {
     std::set<std::string> seen;
-    for (const auto& [hf, shape] : dense)
+    for (const auto& [hf, shape] : p.dense)
       if (seen.insert(hf).second) reader.skip(hf);
     ++rep.files_kept;
-  } else {
-    const io::ExpertShardIndex index = io::ExpertShardIndex::build(cfg.out, c);  // the shards' identities, for model.h5
-    io::AtomicFile out(model_path);
-    {
-      io::ModelFileWriter w(out.temp_path(), c, model_path);
-      const bool interleaved = c.attention_type == model::AttentionType::Mla && rope_interleaved(ckpt.config_text(), c);
-      std::string last_name;  // a fused tensor feeds adjacent datasets: read once
-      std::vector<float> last;
-      for (std::size_t i = 0; i < dense.size(); ++i) {
-        const auto& [hf, shape] = dense[i];
-        if (hf != last_name) {
-          last = reader.read(hf, shape);
-          last_name = hf;
-        }
-        std::vector<float> v = rows[i].empty() ? last : gather_rows(last, shape, rows[i]);
-        if (interleaved) deinterleave_rope(ours[i], c, v);
-        w.write(ours[i], v.data());
-      }
-      w.set_attr("num_expert_shards", shards);
-      w.set_shard_identities(index.shard_identities());
-      w.set_attr("converted_from", fingerprint);
-      w.close();
-    }
-    out.commit();
-    ++rep.files_written;
-    index.keep();  // for the first start: the walk above could not keep it before model.h5 existed
+    return;
   }
-  if (tied) rep.notes += "tie_word_embeddings: lm_head is a copy of embed_tokens\n";
+  const io::ExpertShardIndex index = io::ExpertShardIndex::build(out_dir, p.c);  // the shards' identities, for model.h5
+  io::AtomicFile out(model_path);
+  {
+    io::ModelFileWriter w(out.temp_path(), p.c, model_path);
+    const bool interleaved = p.c.attention_type == model::AttentionType::Mla && rope_interleaved(ckpt.config_text(), p.c);
+    std::string last_name;  // a fused tensor feeds adjacent datasets: read once
+    std::vector<float> last;
+    for (std::size_t i = 0; i < p.dense.size(); ++i) {
+      const auto& [hf, shape] = p.dense[i];
+      if (hf != last_name) {
+        last = reader.read(hf, shape);
+        last_name = hf;
+      }
+      std::vector<float> v = p.rows[i].empty() ? last : gather_rows(last, shape, p.rows[i]);
+      if (interleaved) deinterleave_rope(p.ours[i], p.c, v);
+      w.write(p.ours[i], v.data());
+    }
+    w.set_attr("num_expert_shards", p.shards);
+    w.set_shard_identities(index.shard_identities());
+    w.set_attr("converted_from", p.fingerprint);
+    w.close();
+  }
+  out.commit();
+  ++rep.files_written;
+  index.keep();  // for the first start: the walk above could not keep it before model.h5 existed
+}
 
-  rep.bytes_read = reader.done();
-
-  // 3. The tokenizer and generation settings travel with the model, as they are.
+// The tokenizer and generation settings travel with the model, as they are.
+void copy_tokenizer_files(const std::string& from, const std::string& out_dir) {
+  std::error_code ec;
   for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                            "generation_config.json"}) {
-    const fs::path src = fs::path(cfg.from) / name;
+    const fs::path src = fs::path(from) / name;
     if (!fs::is_regular_file(src, ec)) continue;
-    io::replace_file_atomically((fs::path(cfg.out) / name).string(), [&](const std::string& tmp) {
+    io::replace_file_atomically((fs::path(out_dir) / name).string(), [&](const std::string& tmp) {
       fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
       if (ec) fail(ErrorKind::Io, src.string(), ": cannot copy: ", ec.message());
     });
   }
+}
+
+ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const std::function<void(uint64_t, uint64_t)>& progress) {
+  ConvertReport rep;
+  ConversionPlan p = plan_conversion(cfg, ckpt, rep);
+  const CheckpointExperts experts(ckpt, p.c, p.nm);
+  choose_expert_format(cfg, experts.native(), ckpt.config_path(), p.c, rep.notes);
+  finish_plan(p, ckpt, cfg);
+  rep.config = p.c;
+  rep.shards = p.shards;
+  prepare_output(cfg.out, p.shards, rep);
+  check_checkpoint(cfg, ckpt, p, experts);
+  TensorReader reader(ckpt, bytes_to_read(ckpt, p), progress);
+  write_expert_shards(cfg.out, p, experts, reader, rep);
+  write_dense_part(cfg.out, ckpt, p, reader, rep);
+  if (p.tied) rep.notes += "tie_word_embeddings: lm_head is a copy of embed_tokens\n";
+  rep.bytes_read = reader.done();
+  copy_tokenizer_files(cfg.from, cfg.out);
   return rep;
 }
 
