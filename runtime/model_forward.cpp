@@ -9,7 +9,6 @@
 #include "io/dense_quant_cache.hpp"
 #include "io/model_location.hpp"
 #include "runtime/dense_ops.hpp"
-#include "runtime/gated_deltanet.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -19,41 +18,6 @@ float* fbuf(AlignedBuffer& b, int64_t n) {
   return b.as<float>();
 }
 }  // namespace
-
-int64_t StepBatch::decode_tokens() const {
-  int64_t n = 0;
-  for (uint8_t p : is_prefill) n += p ? 0 : 1;
-  return n;
-}
-
-int64_t StepBatch::emitting() const {
-  int64_t n = 0;
-  for (const auto& c : chunks) n += c.emit;
-  return n;
-}
-
-int64_t StepBatch::logit_rows() const {
-  int64_t n = 0;
-  for (const auto& c : chunks) n += c.logit_rows();
-  return n;
-}
-
-std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
-  std::vector<MicroBatch> out(static_cast<std::size_t>(m));
-  const int64_t T = b.tokens();
-  std::size_t c = 0;
-  int64_t tok = 0;
-  for (int i = 0; i < m; ++i) {
-    MicroBatch& mb = out[static_cast<std::size_t>(i)];
-    mb.tok0 = tok;
-    mb.chunk0 = c;
-    const int64_t target = T * (i + 1) / m;  // cumulative token target for this boundary
-    while (c < b.chunks.size() && (i == m - 1 || tok + b.chunks[c].count / 2 < target)) tok += b.chunks[c++].count;
-    mb.tok1 = tok;
-    mb.chunk1 = c;
-  }
-  return out;
-}
 
 int quantize_dense_weights(Matmul& mm, io::DenseWeights& w, WeightScheme s) {
   int n = 0;
@@ -98,7 +62,7 @@ void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
 ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                            int micro_batches, MlaMode mla_mode)
     : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
-      rope_(rope_frequencies(weights.config.rope_theta, weights.config.rope_dims(), weights.config.rope)) {
+      blocks_(make_attention_blocks(weights, mm, mla_mode)) {
   const model::ModelConfig& c = weights.config;
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.
@@ -108,132 +72,13 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
   router_.topk_groups = c.router_topk_groups;
   router_.group_top2 = c.router_group_score == model::GroupScore::Top2Sum;
   router_.routed_scaling = static_cast<float>(c.routed_scaling_factor);
-  if (c.attention_type == model::AttentionType::Mla) mla_ = std::make_unique<MlaAttention>(weights, mm, mla_mode);
   for (int64_t l = 0; l < weights.config.num_layers; ++l) moe_index_.push_back(weights.config.moe_index(l));
 }
 
 void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
-  const model::ModelConfig& c = w_.config;
-  if (c.is_linear_layer(l)) return linear_attention(b, mb, l);
-  const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
-  const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  float* h = h_.as<float>() + t0 * d;
-  float* xn = xn_.as<float>() + t0 * d;
-  float* q = q_.as<float>() + t0 * H * hd;
-  float* k = k_.as<float>() + t0 * KV * hd;
-  float* v = v_.as<float>() + t0 * KV * hd;
-  float* attn = attn_.as<float>() + t0 * H * hd;
-  float* tmp = tmp_.as<float>() + t0 * d;
-  if (n > 0 && mla_) {
-    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
-    const int64_t row = c.kv_k_dim();
-    float* rows = k_.as<float>() + t0 * row;  // the cache rows: latent and RoPE key
-    mla_->project(l, xn, n, b.positions.data() + t0, rows);
-    std::vector<MlaChunk> chunks;
-    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
-      const SeqChunk& ch = b.chunks[ci];
-      const int64_t off = ch.first - t0;
-      ch.kv->append(l, rows + off * row, nullptr, ch.count);
-      chunks.push_back({off, ch.count, ch.pos0, ch.kv});
-    }
-    float* out = attn_.as<float>() + t0 * c.attention_out_dim();
-    mla_->attend(l, chunks, n, out);
-    mm_.linear(out, n, L.wo, tmp);
-    add_inplace(h, tmp, n * d);
-    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
-  } else if (n > 0) {
-    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
-    mm_.linear(xn, n, L.wq, q);
-    mm_.linear(xn, n, L.wk, k);
-    mm_.linear(xn, n, L.wv, v);
-    if (c.attention_bias) {
-      add_row_bias(q, n, H * hd, L.bq.data());
-      add_row_bias(k, n, KV * hd, L.bk.data());
-      add_row_bias(v, n, KV * hd, L.bv.data());
-    }
-    if (c.qk_norm == model::QkNorm::Projection) {  // over the whole projection, before the heads are split (OLMoE)
-      rms_norm(q, n, H * hd, L.q_norm.data(), eps, q);
-      rms_norm(k, n, KV * hd, L.k_norm.data(), eps, k);
-    } else if (c.qk_norm == model::QkNorm::PerHead) {  // each head's head_dim values (Qwen3)
-      rms_norm(q, n * H, hd, L.q_norm.data(), eps, q);
-      rms_norm(k, n * KV, hd, L.k_norm.data(), eps, k);
-    }
-    rope_apply(q, n, H, hd, b.positions.data() + t0, rope_);
-    rope_apply(k, n, KV, hd, b.positions.data() + t0, rope_);
-    AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.window_of(l),
-                         c.attention_sinks ? L.sinks.data() : nullptr};
-    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
-      const SeqChunk& ch = b.chunks[ci];
-      const int64_t off = ch.first - t0;
-      ch.kv->append(l, k + off * KV * hd, v + off * KV * hd, ch.count);
-      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.kv->start[l], ch.pos0, ch.count, shape,
-                        attn + off * H * hd);
-    }
-    if (c.attention_output_gate) {  // Qwen3-Next: attn * sigmoid(x Wq_gate), element by element
-      float* gate = mix_.as<float>() + t0 * H * hd;
-      mm_.linear(xn, n, L.wq_gate, gate);
-      multiply_by_sigmoid(attn, gate, n * H * hd);
-    }
-    mm_.linear(attn, n, L.wo, tmp);
-    if (c.attention_out_bias) add_row_bias(tmp, n, d, L.bo.data());
-    add_inplace(h, tmp, n * d);
-    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
-  }
-}
-
-void ModelForward::linear_attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
-  const model::ModelConfig& c = w_.config;
-  const DeltaNetShape& s = c.linear;
-  const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, C = s.conv_channels(), kw = s.key_width(),
-                vw = s.value_width(), Hv = s.v_heads;
-  if (n == 0) return;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  float* h = h_.as<float>() + t0 * d;
-  float* xn = xn_.as<float>() + t0 * d;
-  float* tmp = tmp_.as<float>() + t0 * d;
-  float* out = attn_.as<float>() + t0 * vw;
-  // mix_: [T, C] q/k/v after the conv, [T, vw] z, [T, Hv] each of b, a, g, beta; then one chunk's
-  // q, k, v apart ([count, kw], [count, kw], [count, vw]) at the end.
-  const int64_t T = b.tokens();
-  float* qkv = mix_.as<float>();
-  float* z = qkv + T * C;
-  float* bb = z + T * vw;
-  float* aa = bb + T * Hv;
-  float* g = aa + T * Hv;
-  float* beta = g + T * Hv;
-  float* split = beta + T * Hv;
-  qkv += t0 * C, z += t0 * vw, bb += t0 * Hv, aa += t0 * Hv, g += t0 * Hv, beta += t0 * Hv;
-  rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
-  mm_.linear(xn, n, L.lin_qkv, qkv);
-  mm_.linear(xn, n, L.lin_z, z);
-  mm_.linear(xn, n, L.lin_b, bb);
-  mm_.linear(xn, n, L.lin_a, aa);
-  delta_gates(aa, bb, n, Hv, L.lin_A_log.data(), L.lin_dt_bias.data(), g, beta);
-  for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
-    const SeqChunk& ch = b.chunks[ci];
-    const int64_t off = ch.first - t0, m = ch.count;
-    DeltaNetState& st = ch.kv->linear[static_cast<std::size_t>(l)];
-    float* x = qkv + off * C;
-    causal_conv1d_silu(x, m, C, L.lin_conv.data(), s.conv_kernel, st.conv.data());
-    float *q = split, *k = q + m * kw, *v = k + m * kw;
-    for (int64_t t = 0; t < m; ++t) {
-      std::copy_n(x + t * C, kw, q + t * kw);
-      std::copy_n(x + t * C + kw, kw, k + t * kw);
-      std::copy_n(x + t * C + 2 * kw, vw, v + t * vw);
-    }
-    // Token by token, prompt chunks too: the chunked form equals it to 1e-5 but runs no faster here
-    // (bench deltanet), and the recurrence gives a prompt the same bits however it is split
-    // (prefix cache, micro-batches, --max-batch-tokens).
-    gated_delta_rule(q, k, v, g + off * Hv, beta + off * Hv, m, s, st.recurrent.data(), out + off * vw,
-                     DeltaRuleForm::Recurrent);
-  }
-  gated_rms_norm(out, z, n, Hv, s.v_dim, L.lin_norm.data(), eps);
-  mm_.linear(out, n, L.wo, tmp);
-  add_inplace(h, tmp, n * d);
-  rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+  const StepBuffers s{h_.as<float>(), xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(),
+                      attn_.as<float>(), tmp_.as<float>(), mix_.as<float>(), b.tokens()};
+  blocks_.of_layer[static_cast<std::size_t>(l)]->forward(b, mb, l, s);
 }
 
 void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {

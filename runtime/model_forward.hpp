@@ -12,41 +12,14 @@
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
+#include "runtime/attention_block.hpp"
 #include "runtime/dense_ops.hpp"
 #include "runtime/mla_attention.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
+#include "runtime/step_batch.hpp"
 
 namespace moerun::runtime {
-
-// A run of consecutive tokens of one sequence inside the step batch.
-struct SeqChunk {
-  KvCache* kv = nullptr;
-  int64_t first = 0;   // index of its first token in the batch
-  int64_t count = 0;
-  int64_t pos0 = 0;    // position of its first token
-  bool emit = false;   // produce logits for its last token
-  // Prompt chunks: their expert slots are appended here, per layer ([layer][token * top_k + j]).
-  std::vector<std::vector<int32_t>>* routing = nullptr;
-  // Scoring: logits also for its tokens [score_begin, score_end) (offsets in the chunk), before the
-  // emitted token's; score_end <= count - 1 when emit (the emitted row is never one of them).
-  int64_t score_begin = 0, score_end = 0;
-
-  int64_t logit_rows() const { return score_end - score_begin + (emit ? 1 : 0); }
-};
-
-struct StepBatch {
-  std::vector<int32_t> ids;          // [T] token ids
-  std::vector<int32_t> positions;    // [T]
-  std::vector<uint8_t> is_prefill;   // [T] prompt token (1) or generated token (0)
-  std::vector<int64_t> request;      // [T] request (input line) of each token, for traces
-  std::vector<SeqChunk> chunks;
-
-  int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
-  int64_t decode_tokens() const;  // generated tokens fed back (not prompt tokens)
-  int64_t emitting() const;
-  int64_t logit_rows() const;     // rows of the step's logits: scored tokens and emitted ones
-};
 
 // Seconds per phase on the router side (bench breakdown).
 struct DensePhaseTimes {
@@ -57,16 +30,6 @@ struct DensePhaseTimes {
   double dense_mlp = 0;      // the MLP of the dense layers, where the model has some
   double head = 0;       // final norm + LM head
 };
-
-// Contiguous token range [tok0, tok1) and chunk range [chunk0, chunk1) of one micro-batch.
-struct MicroBatch {
-  int64_t tok0 = 0, tok1 = 0;
-  std::size_t chunk0 = 0, chunk1 = 0;
-};
-
-// Splits the batch into `m` micro-batches of about equal tokens without splitting a chunk (some may
-// be empty). Every rank runs exactly `m` per layer, so the count, not the content, is global.
-std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
 // Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
 // weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
@@ -102,11 +65,8 @@ class ModelForward {
   MoeLayer& moe_;
   router::RouterConfig router_;
   int micro_batches_;
-  // Attention of one micro-batch, leaving the normed input of the MLP block in xn_.
+  // The layer's token-mixing block over one micro-batch, leaving the normed input of the MLP block in xn_.
   void attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
-  // A Gated DeltaNet layer's token mixing of one micro-batch (each chunk through its sequence's
-  // state), in place of attention(); the same contract.
-  void linear_attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
   void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
   // Gate prefetch: the next MoE layer's gate applied to this layer's expert input xn [n, d]; its
   // rows per expert go to moe_.hint (the residual stream changes little in a layer, so this
@@ -115,8 +75,7 @@ class ModelForward {
   // A dense layer: attention, then its MLP over the whole batch (no exchange to overlap).
   void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
   std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
-  RopeFrequencies rope_;
-  std::unique_ptr<MlaAttention> mla_;  // MLA models
+  AttentionBlocks blocks_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
   FfnScratch shared_scratch_;

@@ -1,0 +1,85 @@
+// Grouped-query (or multi-head) attention over the K/V rows of each sequence: full or sliding, with
+// the families' variants (q/k/v and output biases, q/k norms, sinks, the sigmoid output gate).
+#include <cmath>
+
+#include "runtime/attention_block.hpp"
+#include "runtime/dense_ops.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+class GqaBlock final : public AttentionBlock {
+ public:
+  GqaBlock(const io::DenseWeights& w, Matmul& mm)
+      : w_(w), mm_(mm), rope_(rope_frequencies(w.config.rope_theta, w.config.rope_dims(), w.config.rope)) {}
+
+  void forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) override {
+    const model::ModelConfig& c = w_.config;
+    const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
+    const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
+    if (n == 0) return;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+    float* h = s.h + t0 * d;
+    float* xn = s.xn + t0 * d;
+    float* q = s.q + t0 * H * hd;
+    float* k = s.k + t0 * KV * hd;
+    float* v = s.v + t0 * KV * hd;
+    float* attn = s.attn + t0 * H * hd;
+    float* tmp = s.tmp + t0 * d;
+    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+    project(L, xn, n, b.positions.data() + t0, q, k, v);
+    AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.window_of(l), c.attention_sinks ? L.sinks.data() : nullptr};
+    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+      const SeqChunk& ch = b.chunks[ci];
+      const int64_t off = ch.first - t0;
+      ch.kv->append(l, k + off * KV * hd, v + off * KV * hd, ch.count);
+      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.kv->start[l], ch.pos0, ch.count, shape,
+                        attn + off * H * hd);
+    }
+    if (c.attention_output_gate) {  // Qwen3-Next: attn * sigmoid(x Wq_gate), element by element
+      float* gate = s.mix + t0 * H * hd;
+      mm_.linear(xn, n, L.wq_gate, gate);
+      multiply_by_sigmoid(attn, gate, n * H * hd);
+    }
+    mm_.linear(attn, n, L.wo, tmp);
+    if (c.attention_out_bias) add_row_bias(tmp, n, d, L.bo.data());
+    add_inplace(h, tmp, n * d);
+    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+  }
+
+ private:
+  // q, k, v of n rows: the projections, their biases and norms, RoPE.
+  void project(const io::DenseLayerWeights& L, const float* xn, int64_t n, const int32_t* positions, float* q, float* k, float* v) {
+    const model::ModelConfig& c = w_.config;
+    const int64_t H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    mm_.linear(xn, n, L.wq, q);
+    mm_.linear(xn, n, L.wk, k);
+    mm_.linear(xn, n, L.wv, v);
+    if (c.attention_bias) {
+      add_row_bias(q, n, H * hd, L.bq.data());
+      add_row_bias(k, n, KV * hd, L.bk.data());
+      add_row_bias(v, n, KV * hd, L.bv.data());
+    }
+    if (c.qk_norm == model::QkNorm::Projection) {  // over the whole projection, before the heads are split (OLMoE)
+      rms_norm(q, n, H * hd, L.q_norm.data(), eps, q);
+      rms_norm(k, n, KV * hd, L.k_norm.data(), eps, k);
+    } else if (c.qk_norm == model::QkNorm::PerHead) {  // each head's head_dim values (Qwen3)
+      rms_norm(q, n * H, hd, L.q_norm.data(), eps, q);
+      rms_norm(k, n * KV, hd, L.k_norm.data(), eps, k);
+    }
+    rope_apply(q, n, H, hd, positions, rope_);
+    rope_apply(k, n, KV, hd, positions, rope_);
+  }
+
+  const io::DenseWeights& w_;
+  Matmul& mm_;
+  RopeFrequencies rope_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBlock> make_gqa_block(const io::DenseWeights& w, Matmul& mm) { return std::make_unique<GqaBlock>(w, mm); }
+
+}  // namespace moerun::runtime

@@ -1,0 +1,52 @@
+// DeepSeek's multi-head latent attention as a layer block: the latent and RoPE key rows are the
+// layer state (runtime/mla_attention computes the projections and the attention).
+#include "runtime/attention_block.hpp"
+#include "runtime/dense_ops.hpp"
+
+namespace moerun::runtime {
+namespace {
+
+class MlaBlock final : public AttentionBlock {
+ public:
+  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : w_(w), mm_(mm), mla_(w, mm, mode) {}
+
+  void forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) override {
+    const model::ModelConfig& c = w_.config;
+    const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0;
+    if (n == 0) return;
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+    float* h = s.h + t0 * d;
+    float* xn = s.xn + t0 * d;
+    float* tmp = s.tmp + t0 * d;
+    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+    const int64_t row = c.kv_k_dim();
+    float* rows = s.k + t0 * row;  // the cache rows: latent and RoPE key
+    mla_.project(l, xn, n, b.positions.data() + t0, rows);
+    std::vector<MlaChunk> chunks;
+    for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
+      const SeqChunk& ch = b.chunks[ci];
+      const int64_t off = ch.first - t0;
+      ch.kv->append(l, rows + off * row, nullptr, ch.count);
+      chunks.push_back({off, ch.count, ch.pos0, ch.kv});
+    }
+    float* out = s.attn + t0 * c.attention_out_dim();
+    mla_.attend(l, chunks, n, out);
+    mm_.linear(out, n, L.wo, tmp);
+    add_inplace(h, tmp, n * d);
+    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+  }
+
+ private:
+  const io::DenseWeights& w_;
+  Matmul& mm_;
+  MlaAttention mla_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBlock> make_mla_block(const io::DenseWeights& w, Matmul& mm, MlaMode mode) {
+  return std::make_unique<MlaBlock>(w, mm, mode);
+}
+
+}  // namespace moerun::runtime
