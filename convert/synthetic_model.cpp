@@ -32,7 +32,7 @@ uint64_t fnv1a(const std::string& s) {
 
 // A gate whose logits favour a seeded ranking of experts per layer and topic (different hot experts
 // per layer), as a bias along the topic's direction.
-void write_skewed_gate(io::ModelFileWriter& w, const SynthConfig& cfg, const model::DenseDataset& ds, const std::vector<std::vector<float>>& dirs) {
+std::vector<float> skewed_gate(const SynthConfig& cfg, const model::DenseDataset& ds, const std::vector<std::vector<float>>& dirs) {
   const model::ModelConfig& c = cfg.model;
   const int64_t d = c.hidden_size, topics = static_cast<int64_t>(dirs.size());
   const std::string& p = ds.path.substr(0, ds.path.size() - ds.name.size());
@@ -50,7 +50,7 @@ void write_skewed_gate(io::ModelFileWriter& w, const SynthConfig& cfg, const mod
       for (int64_t i = 0; i < d; ++i) g[static_cast<std::size_t>(e * d + i)] += 0.3f * bias * dir[static_cast<std::size_t>(i)];
     }
   }
-  w.write(ds.path, ds.shape, g.data());
+  return g;
 }
 
 // Norm weights near 1, biases and sinks small, matrices scaled by 1/sqrt(fan_in): activations stay
@@ -98,12 +98,78 @@ std::vector<float> synth_tensor(uint64_t seed, const std::string& name, int64_t 
   return out;
 }
 
+namespace {
+// Skew directions: one shared by every token, or one per topic (none without skew).
+std::vector<std::vector<float>> skew_directions(const SynthConfig& cfg) {
+  const int64_t topics = cfg.gate_skew > 0 ? std::max<int64_t>(cfg.gate_topics, 1) : 0;
+  std::vector<std::vector<float>> dirs;
+  for (int64_t t = 0; t < topics; ++t) {
+    std::vector<float> dir =
+        synth_tensor(cfg.seed, cfg.gate_topics > 0 ? "/topic_direction/" + std::to_string(t) : "/skew_direction", cfg.model.hidden_size, 1.0f);
+    double norm = 0;
+    for (float x : dir) norm += static_cast<double>(x) * x;
+    for (float& x : dir) x = static_cast<float>(x / std::sqrt(norm));
+    dirs.push_back(std::move(dir));
+  }
+  return dirs;
+}
+
+// Adds `amount` times its topic's direction to each row v of a [vocab, d] table (a token's topic is
+// its share of the vocabulary).
+void lean_rows(std::vector<float>& table, const SynthConfig& cfg, const std::vector<std::vector<float>>& dirs, float amount) {
+  const int64_t d = cfg.model.hidden_size, vocab = cfg.model.vocab_size, topics = static_cast<int64_t>(dirs.size());
+  for (int64_t v = 0; v < vocab; ++v) {
+    const std::vector<float>& dir = dirs[static_cast<std::size_t>(v * topics / vocab)];
+    for (int64_t i = 0; i < d; ++i) table[static_cast<std::size_t>(v * d + i)] += amount * dir[static_cast<std::size_t>(i)];
+  }
+}
+
+// One dense dataset's values, drawn by its path. With skew the embedding rows carry their topic's
+// direction (as large as a row's random part, so it survives RMSNorm), the gates favour a ranking
+// along it, and with topics the LM head leans each token's row towards its topic (a logit lift of a
+// few units), so that generated tokens stay in the prompt's topic.
+std::vector<float> synth_dataset(const SynthConfig& cfg, const model::DenseDataset& ds, const std::vector<std::vector<float>>& dirs) {
+  const float d = static_cast<float>(cfg.model.hidden_size);
+  if (ds.slot == model::DenseSlot::EmbedTokens) {
+    std::vector<float> t = synth_tensor(cfg.seed, ds.path, ds.elements(), 1.0f);
+    if (!dirs.empty()) lean_rows(t, cfg, dirs, std::sqrt(d) * 0.5f);
+    return t;
+  }
+  if (ds.slot == model::DenseSlot::Gate && !dirs.empty()) return skewed_gate(cfg, ds, dirs);
+  std::vector<float> t = synth_tensor(cfg.seed, ds.path, ds.elements(), synth_scale(ds), synth_offset(ds));
+  if (ds.slot == model::DenseSlot::LmHead && cfg.gate_topics > 0) lean_rows(t, cfg, dirs, 8.0f / std::sqrt(d));
+  return t;
+}
+
+// Expert shards: contiguous runs of the flattened (layer, expert) order per shard.
+void write_synthetic_shards(const std::string& dir, const SynthConfig& cfg, bool quiet) {
+  const model::ModelConfig& c = cfg.model;
+  const int64_t d = c.hidden_size, ff = c.intermediate_size, total = c.num_expert_slots();
+  const float sd = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int s = 0; s < cfg.shards; ++s) {
+    const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
+    const std::string path = dir + "/" + io::shard_file_name(s);
+    io::AtomicFile out(path);
+    io::ExpertShardWriter w(out.temp_path(), c, path);
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t l = i / c.num_experts, e = i % c.num_experts;
+      const std::string p = io::expert_group_path(l, e);
+      auto w1 = synth_tensor(cfg.seed, p + "/w1", ff * d, sd);
+      auto w3 = synth_tensor(cfg.seed, p + "/w3", ff * d, sd);
+      auto w2 = synth_tensor(cfg.seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+      const auto bias = c.expert_bias ? synth_tensor(cfg.seed, p + "/bias", c.expert_bias_params(), 0.1f) : std::vector<float>{};
+      w.write(l, e, w1.data(), w3.data(), w2.data(), c.expert_bias ? bias.data() : nullptr);
+    }
+    w.close();
+    out.commit();
+    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
+  }
+}
+}  // namespace
+
 void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool quiet) {
   cfg.validate();
   const model::ModelConfig& c = cfg.model;
-  const uint64_t seed = cfg.seed;
-  const int64_t d = c.hidden_size, ff = c.intermediate_size;
-  const float sd = 1.0f / std::sqrt(static_cast<float>(d));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail(ErrorKind::Io, dir, ": cannot create directory: ", ec.message());
@@ -115,87 +181,17 @@ void write_synthetic_model(const std::string& dir, const SynthConfig& cfg, bool 
     out.commit();
     return;
   }
-  // Experts: contiguous runs of the flattened (layer, expert) order per shard.
-  const int64_t total = c.num_expert_slots();
-  for (int s = 0; s < cfg.shards; ++s) {
-    const int64_t begin = total * s / cfg.shards, end = total * (s + 1) / cfg.shards;
-    const std::string path = dir + "/" + io::shard_file_name(s);
-    io::AtomicFile out(path);
-    io::ExpertShardWriter w(out.temp_path(), c, path);
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t l = i / c.num_experts, e = i % c.num_experts;
-      const std::string p = io::expert_group_path(l, e);
-      auto w1 = synth_tensor(seed, p + "/w1", ff * d, sd);
-      auto w3 = synth_tensor(seed, p + "/w3", ff * d, sd);
-      auto w2 = synth_tensor(seed, p + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
-      const auto bias = c.expert_bias ? synth_tensor(seed, p + "/bias", c.expert_bias_params(), 0.1f) : std::vector<float>{};
-      w.write(l, e, w1.data(), w3.data(), w2.data(), c.expert_bias ? bias.data() : nullptr);
-    }
-    w.close();
-    out.commit();
-    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
-  }
+  write_synthetic_shards(dir, cfg, quiet);
   // model.h5 last, binding the shards just written (their identities, in name order).
-  {
-    const io::ExpertShardIndex shards = io::ExpertShardIndex::build(dir, c);
-    io::AtomicFile out(io::model_h5_path(dir));
-    io::ModelFileWriter w(out.temp_path(), c, io::model_h5_path(dir));
-    w.set_attr("num_expert_shards", cfg.shards);
-    w.set_shard_identities(shards.shard_identities());
-    auto put = [&](const std::string& name, std::vector<int64_t> shape, float scale, float offset = 0.0f) {
-      int64_t n = 1;
-      for (auto s : shape) n *= s;
-      std::vector<float> t = synth_tensor(seed, name, n, scale, offset);
-      w.write(name, shape, t.data());
-    };
-    // Skew directions: one shared by every token, or one per topic. A token's topic is its share of
-    // the vocabulary.
-    const int64_t topics = cfg.gate_skew > 0 ? std::max<int64_t>(cfg.gate_topics, 1) : 0;
-    std::vector<std::vector<float>> dirs;
-    for (int64_t t = 0; t < topics; ++t) {
-      std::vector<float> dir = synth_tensor(seed, cfg.gate_topics > 0 ? "/topic_direction/" + std::to_string(t) : "/skew_direction", d, 1.0f);
-      double norm = 0;
-      for (float x : dir) norm += static_cast<double>(x) * x;
-      for (float& x : dir) x = static_cast<float>(x / std::sqrt(norm));
-      dirs.push_back(std::move(dir));
-    }
-    auto topic_of = [&](int64_t v) { return v * topics / c.vocab_size; };
-    if (topics > 0) {
-      std::vector<float> emb = synth_tensor(seed, "/embed_tokens", c.vocab_size * d, 1.0f);
-      // The shared component as large as a row's random part, so it survives RMSNorm.
-      const float amp = std::sqrt(static_cast<float>(d)) * 0.5f;
-      for (int64_t v = 0; v < c.vocab_size; ++v)
-        for (int64_t i = 0; i < d; ++i)
-          emb[static_cast<std::size_t>(v * d + i)] += amp * dirs[static_cast<std::size_t>(topic_of(v))][static_cast<std::size_t>(i)];
-      w.write("/embed_tokens", {c.vocab_size, d}, emb.data());
-    } else {
-      put("/embed_tokens", {c.vocab_size, d}, 1.0f);
-    }
-    put("/final_norm", {d}, 0.05f, 1.0f);
-    if (cfg.gate_topics > 0) {
-      // Each token's row leans towards its topic's direction, which the residual stream carries:
-      // generated tokens stay in the prompt's topic (a logit lift of a few units).
-      std::vector<float> head = synth_tensor(seed, "/lm_head", c.vocab_size * d, sd);
-      const float lift = 8.0f / std::sqrt(static_cast<float>(d));
-      for (int64_t v = 0; v < c.vocab_size; ++v)
-        for (int64_t i = 0; i < d; ++i)
-          head[static_cast<std::size_t>(v * d + i)] += lift * dirs[static_cast<std::size_t>(topic_of(v))][static_cast<std::size_t>(i)];
-      w.write("/lm_head", {c.vocab_size, d}, head.data());
-    } else {
-      put("/lm_head", {c.vocab_size, d}, sd);
-    }
-    for (const model::DenseDataset& ds : model::dense_datasets(c)) {
-      if (ds.layer < 0) continue;  // written above
-      if (ds.name == "gate" && topics > 0) {
-        write_skewed_gate(w, cfg, ds, dirs);
-        continue;
-      }
-      std::vector<float> t = synth_tensor(seed, ds.path, ds.shape[0] * (ds.shape.size() > 1 ? ds.shape[1] : 1), synth_scale(ds), synth_offset(ds));
-      w.write(ds, t.data());
-    }
-    w.close();
-    out.commit();
-  }
+  const io::ExpertShardIndex shards = io::ExpertShardIndex::build(dir, c);
+  io::AtomicFile out(io::model_h5_path(dir));
+  io::ModelFileWriter w(out.temp_path(), c, io::model_h5_path(dir));
+  w.set_attr("num_expert_shards", cfg.shards);
+  w.set_shard_identities(shards.shard_identities());
+  const std::vector<std::vector<float>> dirs = skew_directions(cfg);
+  for (const model::DenseDataset& ds : model::dense_datasets(c)) w.write(ds, synth_dataset(cfg, ds, dirs).data());
+  w.close();
+  out.commit();
 }
 
 }  // namespace moerun::convert

@@ -99,17 +99,9 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   return m;
 }
 
-std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir) {
-  const MemoryPlan m = plan_memory(c, p);
-  std::ostringstream os;
-  os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype);
-  if (c.expert_format.scheme != WeightScheme::Plain) os << ", experts " << c.expert_format.name();
-  os << ")\n";
-  os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
-     << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
-  os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
-     << ", max_position " << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps
-     << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id << "\n";
+namespace {
+// The config's variants, a line each where the model has them.
+void describe_variants(std::ostream& os, const model::ModelConfig& c) {
   if (c.architecture != "mixtral")
     os << "  norm_topk_prob " << c.norm_topk_prob << ", shared_expert_intermediate_size " << c.shared_expert_intermediate_size
        << ", attention_bias " << c.attention_bias << ", qk_norm " << static_cast<int64_t>(c.qk_norm) << "\n";
@@ -147,6 +139,30 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
        << ", weights " << (c.norm_topk_prob ? "renormalised" : "as they are") << " x " << c.routed_scaling_factor
        << (c.shared_expert_intermediate_size > 0 ? c.shared_expert_gated ? "; a gated shared expert" : "; shared experts, ungated" : "")
        << "\n";
+}
+
+// Sequences of `context` that fit the device bytes beside the rest of the router's plan (the margin
+// on top of everything, as plan_memory adds it).
+int64_t sequences_that_fit(const model::ModelConfig& c, const MemoryPlanConfig& p, const MemoryPlan& m, int64_t context) {
+  const int64_t per_sequence = c.kv_bytes(context);
+  const double room = static_cast<double>(p.device_bytes) / (1.0 + p.margin) -
+                      static_cast<double>(m.dense_bytes + m.activation_bytes + m.router_exchange_bytes);
+  return room > 0 && per_sequence > 0 ? static_cast<int64_t>(room / static_cast<double>(per_sequence)) : 0;
+}
+}  // namespace
+
+std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir) {
+  const MemoryPlan m = plan_memory(c, p);
+  std::ostringstream os;
+  os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype);
+  if (c.expert_format.scheme != WeightScheme::Plain) os << ", experts " << c.expert_format.name();
+  os << ")\n";
+  os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
+     << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
+  os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
+     << ", max_position " << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps
+     << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id << "\n";
+  describe_variants(os, c);
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";
@@ -187,7 +203,11 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   auto fits = [&](bool ok) { return p.device_bytes > 0 ? (ok ? "  fits" : "  DOES NOT FIT") : ""; };
   os << "router rank (batch " << p.batch << " x context " << context << ", " << p.max_batch_tokens << " tokens/step)\n";
   os << "  dense weights    " << human(m.dense_bytes) << "\n";
-  os << "  KV cache         " << human(m.kv_bytes) << "\n";
+  os << "  KV cache         " << human(m.kv_bytes);
+  if (p.device_bytes > 0)
+    os << " (" << human(c.kv_bytes(context)) << " a sequence" << (c.num_linear_layers() > 0 ? ", recurrent state included" : "") << ": "
+       << sequences_that_fit(c, p, m, context) << " sequences of this context fit the device bytes beside the rest)";
+  os << "\n";
   os << "  activations      " << human(m.activation_bytes) << "\n";
   os << "  exchange buffers " << human(m.router_exchange_bytes) << "\n";
   os << "  margin " << static_cast<int>(p.margin * 100) << "%       " << human(m.router_margin_bytes) << "\n";

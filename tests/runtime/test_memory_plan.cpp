@@ -5,6 +5,8 @@
 #include "base/error.hpp"
 #include "runtime/memory_plan.hpp"
 
+#include <string>
+
 namespace moerun::runtime {
 namespace {
 
@@ -63,6 +65,15 @@ TEST(MemoryPlan, OneProcess) {
   EXPECT_EQ(m.expert_rank_bytes, 992);
   EXPECT_EQ(m.router_bytes, 1240 + 992);  // one process holds both
   EXPECT_EQ(m.flat_messages_per_step, 0);
+}
+
+// With device bytes, inspect says how many sequences of the context fit beside the rest: (room / (1 +
+// margin) - dense 592 - activations 520) / 128 B a sequence, here (2000 - 1112) / 128 = 6.
+TEST(MemoryPlan, SequencesThatFitTheDevice) {
+  MemoryPlanConfig p = small_job();
+  p.device_bytes = 2000;
+  const std::string report = inspect_report(tiny(), p, "tiny");
+  EXPECT_NE(report.find("KV cache         0.12 KiB (0.12 KiB a sequence: 6 sequences of this context fit"), std::string::npos) << report;
 }
 
 TEST(MemoryPlan, TwoNodesOfThree) {
