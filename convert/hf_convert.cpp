@@ -49,28 +49,6 @@ std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
   return layer_name(l, s);
 }
 
-// The checkpoint tensor that holds a dense dataset of model.h5.
-std::string hf_dense_name(const model::DenseDataset& ds, const model::NameMap& nm, bool tied) {
-  if (ds.layer < 0) {
-    if (ds.name == "embed_tokens" || (ds.name == "lm_head" && tied)) return "model.embed_tokens.weight";
-    return ds.name == "final_norm" ? "model.norm.weight" : "lm_head.weight";
-  }
-  const std::map<std::string, std::string> by_name{
-      {"attn_norm", nm.attn_norm}, {"ffn_norm", nm.ffn_norm}, {"wq", nm.q + ".weight"}, {"wk", nm.k + ".weight"},
-      {"wv", nm.v + ".weight"}, {"wo", nm.o + ".weight"}, {"bq", nm.q + ".bias"}, {"bk", nm.k + ".bias"}, {"bv", nm.v + ".bias"},
-      {"bo", nm.o + ".bias"}, {"gate", nm.gate}, {"q_norm", nm.q_norm}, {"k_norm", nm.k_norm}, {"sinks", "self_attn.sinks"},
-      {"gate_bias", "mlp.router.bias"}, {"mlp/w1", "mlp.gate_proj.weight"}, {"mlp/w3", "mlp.up_proj.weight"},
-      {"mlp/w2", "mlp.down_proj.weight"}, {"shared_expert/w1", nm.shared_w1}, {"shared_expert/w3", nm.shared_w3},
-      {"shared_expert/w2", nm.shared_w2}, {"shared_expert_gate", nm.shared_gate},
-      // MLA (DeepSeek): q_proj is "wq" above when there is no q_lora_rank
-      {"wq_a", "self_attn.q_a_proj.weight"}, {"q_a_norm", "self_attn.q_a_layernorm.weight"}, {"wq_b", "self_attn.q_b_proj.weight"},
-      {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"}, {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
-      {"wkv_b", "self_attn.kv_b_proj.weight"}, {"gate_correction_bias", nm.gate_correction_bias}};
-  const auto it = by_name.find(ds.name);
-  if (it == by_name.end()) fail(ErrorKind::Internal, "no checkpoint name for dataset ", ds.path);
-  return layer_name(ds.layer, it->second);
-}
-
 // Rows `rows` (first index) of a tensor of `shape`, in that order.
 std::vector<float> gather_rows(const std::vector<float>& t, const std::vector<int64_t>& shape, const std::vector<int64_t>& rows) {
   const std::size_t width = t.size() / static_cast<std::size_t>(shape[0]);
@@ -728,7 +706,7 @@ void plan_dense(ConversionPlan& p) {
       p.dense.emplace_back(src.tensor, src.shape);
       p.rows.push_back(std::move(src.rows));
     } else {
-      p.dense.emplace_back(hf_dense_name(ds, p.nm, p.tied), ds.shape);
+      p.dense.emplace_back(p.nm.dense_name(ds, p.tied), ds.shape);
       p.rows.emplace_back();
     }
     p.ours.push_back(ds);

@@ -10,25 +10,18 @@ using nlohmann::json;
 
 NameMap names_for(const std::string& architecture) {
   NameMap n;
-  n.attn_norm = "input_layernorm.weight";
-  n.ffn_norm = "post_attention_layernorm.weight";
-  n.q = "self_attn.q_proj";
-  n.k = "self_attn.k_proj";
-  n.v = "self_attn.v_proj";
-  n.o = "self_attn.o_proj";
-  n.gate = "mlp.gate.weight";
   n.expert_w1 = "mlp.experts.{e}.gate_proj.weight";
   n.expert_w3 = "mlp.experts.{e}.up_proj.weight";
   n.expert_w2 = "mlp.experts.{e}.down_proj.weight";
-  n.q_norm = "self_attn.q_norm.weight";
-  n.k_norm = "self_attn.k_norm.weight";
-  n.shared_w1 = "mlp.shared_expert.gate_proj.weight";
-  n.shared_w3 = "mlp.shared_expert.up_proj.weight";
-  n.shared_w2 = "mlp.shared_expert.down_proj.weight";
-  n.shared_gate = "mlp.shared_expert_gate.weight";
-  n.gate_correction_bias = "mlp.gate.e_score_correction_bias";
   if (const ModelFamily* f = find_model_family(architecture); f && f->tensor_names) f->tensor_names(n);
   return n;
+}
+
+std::string NameMap::dense_name(const DenseDataset& ds, bool tied) const {
+  if (ds.slot == DenseSlot::LmHead && tied) return "model.embed_tokens.weight";
+  const auto it = dense.find(ds.slot);
+  const std::string& name = it != dense.end() ? it->second : ds.checkpoint;
+  return ds.layer < 0 ? name : "model.layers." + std::to_string(ds.layer) + "." + name;
 }
 
 void set_all_layers_sliding(ModelConfig& c, int64_t window) {

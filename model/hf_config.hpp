@@ -2,12 +2,14 @@
 // and the checkpoint's tensor names (NameMap): what the converter and the family files share.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "base/error.hpp"
 #include "model/model_config.hpp"
+#include "model/model_schema.hpp"
 
 namespace moerun::model {
 
@@ -47,9 +49,11 @@ struct HfConfig {
 
 // The tensor names of one architecture (without the "model." prefix where HF has it).
 struct NameMap {
-  std::string attn_norm, ffn_norm, q, k, v, o, gate, q_norm, k_norm, shared_gate, gate_correction_bias;
+  std::map<DenseSlot, std::string> dense;        // datasets whose tensor the family names otherwise than the schema's row
   std::string expert_w1, expert_w3, expert_w2;  // with {e}
-  std::string shared_w1, shared_w3, shared_w2;
+  // The tensor of a dense dataset, whole: the family's name or the row's, under model.layers.L. for a
+  // layer's; a tied LM head is the embedding.
+  std::string dense_name(const DenseDataset& ds, bool tied) const;
 };
 
 // NameMap of a family: the defaults (Qwen's names), then the family's own (ModelFamily::tensor_names).

@@ -16,13 +16,15 @@ using S = DenseSlot;
 class RowList {
  public:
   explicit RowList(std::vector<DenseDataset>& out) : out_(out) {}
-  DenseDataset& add(int64_t layer, const std::string& name, S slot, std::vector<int64_t> shape) {
+  DenseDataset& add(int64_t layer, const std::string& name, S slot, std::vector<int64_t> shape, const std::string& checkpoint) {
     const std::string path = layer < 0 ? "/" + name : "/layers/" + std::to_string(layer) + "/" + name;
     out_.push_back({path, name, layer, std::move(shape), slot});
+    out_.back().checkpoint = checkpoint;
     return out_.back();
   }
-  DenseDataset& add_matrix(int64_t layer, const std::string& name, S slot, std::vector<int64_t> shape, bool quantizable = false) {
-    DenseDataset& ds = add(layer, name, slot, std::move(shape));
+  DenseDataset& add_matrix(int64_t layer, const std::string& name, S slot, std::vector<int64_t> shape, const std::string& checkpoint,
+                           bool quantizable = false) {
+    DenseDataset& ds = add(layer, name, slot, std::move(shape), checkpoint);
     ds.matrix = true;
     ds.quantizable = quantizable;
     return ds;
@@ -36,58 +38,58 @@ class RowList {
 void add_linear_attention(RowList& r, const ModelConfig& c, int64_t l) {
   const LinearAttentionShape& lin = c.linear;
   const int64_t d = c.hidden_size;
-  r.add_matrix(l, "linear/w_qkv", S::LinQkv, {lin.conv_channels(), d});
-  r.add_matrix(l, "linear/w_z", S::LinZ, {lin.value_width(), d});
-  r.add_matrix(l, "linear/w_b", S::LinB, {lin.v_heads, d});
-  r.add_matrix(l, "linear/w_a", S::LinA, {lin.v_heads, d});
+  r.add_matrix(l, "linear/w_qkv", S::LinQkv, {lin.conv_channels(), d}, "linear_attn.in_proj_qkv.weight");
+  r.add_matrix(l, "linear/w_z", S::LinZ, {lin.value_width(), d}, "linear_attn.in_proj_z.weight");
+  r.add_matrix(l, "linear/w_b", S::LinB, {lin.v_heads, d}, "linear_attn.in_proj_b.weight");
+  r.add_matrix(l, "linear/w_a", S::LinA, {lin.v_heads, d}, "linear_attn.in_proj_a.weight");
   // The decay's parameters and the conv taps stay exact whatever the dtype.
-  r.add(l, "linear/conv", S::LinConv, {lin.conv_channels(), lin.conv_kernel}).float32 = true;
-  r.add(l, "linear/dt_bias", S::LinDtBias, {lin.v_heads}).float32 = true;
-  r.add(l, "linear/A_log", S::LinALog, {lin.v_heads}).float32 = true;
-  r.add(l, "linear/norm", S::LinNorm, {lin.v_dim});
-  r.add_matrix(l, "wo", S::Wo, {d, lin.value_width()}, true);
+  r.add(l, "linear/conv", S::LinConv, {lin.conv_channels(), lin.conv_kernel}, "linear_attn.conv1d.weight").float32 = true;
+  r.add(l, "linear/dt_bias", S::LinDtBias, {lin.v_heads}, "linear_attn.dt_bias").float32 = true;
+  r.add(l, "linear/A_log", S::LinALog, {lin.v_heads}, "linear_attn.A_log").float32 = true;
+  r.add(l, "linear/norm", S::LinNorm, {lin.v_dim}, "linear_attn.norm.weight");
+  r.add_matrix(l, "wo", S::Wo, {d, lin.value_width()}, "linear_attn.out_proj.weight", true);
 }
 
 void add_mla_attention(RowList& r, const ModelConfig& c, int64_t l) {
   const MlaShape& m = c.mla;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
   if (m.q_lora_rank > 0) {
-    r.add_matrix(l, "wq_a", S::WqA, {m.q_lora_rank, d});
-    r.add(l, "q_a_norm", S::QANorm, {m.q_lora_rank});
-    r.add_matrix(l, "wq_b", S::WqB, {q, m.q_lora_rank});
+    r.add_matrix(l, "wq_a", S::WqA, {m.q_lora_rank, d}, "self_attn.q_a_proj.weight");
+    r.add(l, "q_a_norm", S::QANorm, {m.q_lora_rank}, "self_attn.q_a_layernorm.weight");
+    r.add_matrix(l, "wq_b", S::WqB, {q, m.q_lora_rank}, "self_attn.q_b_proj.weight");
   } else {
-    r.add_matrix(l, "wq", S::Wq, {q, d});
+    r.add_matrix(l, "wq", S::Wq, {q, d}, "self_attn.q_proj.weight");
   }
-  r.add_matrix(l, "wkv_a", S::WkvA, {m.kv_lora_rank + m.qk_rope_head_dim, d});
-  r.add(l, "kv_a_norm", S::KvANorm, {m.kv_lora_rank});
-  r.add_matrix(l, "wkv_b", S::WkvB, {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
-  r.add_matrix(l, "wo", S::Wo, {d, c.attention_out_dim()});
+  r.add_matrix(l, "wkv_a", S::WkvA, {m.kv_lora_rank + m.qk_rope_head_dim, d}, "self_attn.kv_a_proj_with_mqa.weight");
+  r.add(l, "kv_a_norm", S::KvANorm, {m.kv_lora_rank}, "self_attn.kv_a_layernorm.weight");
+  r.add_matrix(l, "wkv_b", S::WkvB, {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, "self_attn.kv_b_proj.weight");
+  r.add_matrix(l, "wo", S::Wo, {d, c.attention_out_dim()}, "self_attn.o_proj.weight");
 }
 
 void add_attention(RowList& r, const ModelConfig& c, int64_t l) {
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
-  r.add_matrix(l, "wq", S::Wq, {q, d}, true);
-  if (c.attention_output_gate) r.add_matrix(l, "wq_gate", S::WqGate, {q, d}, true);
-  r.add_matrix(l, "wk", S::Wk, {kv, d}, true);
-  r.add_matrix(l, "wv", S::Wv, {kv, d}, true);
-  r.add_matrix(l, "wo", S::Wo, {d, c.attention_out_dim()}, true);
+  r.add_matrix(l, "wq", S::Wq, {q, d}, "self_attn.q_proj.weight", true);
+  if (c.attention_output_gate) r.add_matrix(l, "wq_gate", S::WqGate, {q, d}, "self_attn.q_proj.weight", true);
+  r.add_matrix(l, "wk", S::Wk, {kv, d}, "self_attn.k_proj.weight", true);
+  r.add_matrix(l, "wv", S::Wv, {kv, d}, "self_attn.v_proj.weight", true);
+  r.add_matrix(l, "wo", S::Wo, {d, c.attention_out_dim()}, "self_attn.o_proj.weight", true);
 }
 
 // Biases, q/k norms and sinks of the (non-linear) attention layers, after ffn_norm in the file.
 void add_attention_variants(RowList& r, const ModelConfig& c, int64_t l) {
   const int64_t q = c.num_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
   if (c.attention_bias) {
-    r.add(l, "bq", S::Bq, {q});
-    r.add(l, "bk", S::Bk, {kv});
-    r.add(l, "bv", S::Bv, {kv});
+    r.add(l, "bq", S::Bq, {q}, "self_attn.q_proj.bias");
+    r.add(l, "bk", S::Bk, {kv}, "self_attn.k_proj.bias");
+    r.add(l, "bv", S::Bv, {kv}, "self_attn.v_proj.bias");
   }
   if (c.qk_norm != QkNorm::None) {
     const bool per_head = c.qk_norm == QkNorm::PerHead;
-    r.add(l, "q_norm", S::QNorm, {per_head ? c.head_dim : q});
-    r.add(l, "k_norm", S::KNorm, {per_head ? c.head_dim : kv});
+    r.add(l, "q_norm", S::QNorm, {per_head ? c.head_dim : q}, "self_attn.q_norm.weight");
+    r.add(l, "k_norm", S::KNorm, {per_head ? c.head_dim : kv}, "self_attn.k_norm.weight");
   }
-  if (c.attention_out_bias) r.add(l, "bo", S::Bo, {c.hidden_size});
-  if (c.attention_sinks) r.add(l, "sinks", S::Sinks, {c.num_heads});
+  if (c.attention_out_bias) r.add(l, "bo", S::Bo, {c.hidden_size}, "self_attn.o_proj.bias");
+  if (c.attention_sinks) r.add(l, "sinks", S::Sinks, {c.num_heads}, "self_attn.sinks");
 }
 
 // The MLP of a layer: a dense SwiGLU, or the MoE block's gate, its biases and the shared expert
@@ -96,23 +98,23 @@ void add_mlp(RowList& r, const ModelConfig& c, int64_t l) {
   const int64_t d = c.hidden_size;
   if (!c.is_moe_layer(l)) {
     const int64_t dff = c.dense_intermediate_size;
-    r.add_matrix(l, "mlp/w1", S::MlpW1, {dff, d});
-    r.add_matrix(l, "mlp/w3", S::MlpW3, {dff, d});
-    r.add_matrix(l, "mlp/w2", S::MlpW2, {d, dff});
+    r.add_matrix(l, "mlp/w1", S::MlpW1, {dff, d}, "mlp.gate_proj.weight");
+    r.add_matrix(l, "mlp/w3", S::MlpW3, {dff, d}, "mlp.up_proj.weight");
+    r.add_matrix(l, "mlp/w2", S::MlpW2, {d, dff}, "mlp.down_proj.weight");
     return;
   }
-  r.add(l, "gate", S::Gate, {c.num_experts, d});  // gate logits are computed in float32
-  if (c.router_bias) r.add(l, "gate_bias", S::GateBias, {c.num_experts});
+  r.add(l, "gate", S::Gate, {c.num_experts, d}, "mlp.gate.weight");  // gate logits are computed in float32
+  if (c.router_bias) r.add(l, "gate_bias", S::GateBias, {c.num_experts}, "mlp.router.bias");
   if (c.router_correction_bias) {
-    DenseDataset& bias = r.add(l, "gate_correction_bias", S::GateCorrectionBias, {c.num_experts});
+    DenseDataset& bias = r.add(l, "gate_correction_bias", S::GateCorrectionBias, {c.num_experts}, "mlp.gate.e_score_correction_bias");
     bias.float32 = true;  // kept in float32 as the checkpoints keep it: it decides close choices
     bias.parameter = false;
   }
   if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-    r.add_matrix(l, "shared_expert/w1", S::SharedW1, {sff, d});
-    r.add_matrix(l, "shared_expert/w3", S::SharedW3, {sff, d});
-    r.add_matrix(l, "shared_expert/w2", S::SharedW2, {d, sff});
-    if (c.shared_expert_gated) r.add(l, "shared_expert_gate", S::SharedGate, {1, d});
+    r.add_matrix(l, "shared_expert/w1", S::SharedW1, {sff, d}, "mlp.shared_expert.gate_proj.weight");
+    r.add_matrix(l, "shared_expert/w3", S::SharedW3, {sff, d}, "mlp.shared_expert.up_proj.weight");
+    r.add_matrix(l, "shared_expert/w2", S::SharedW2, {d, sff}, "mlp.shared_expert.down_proj.weight");
+    if (c.shared_expert_gated) r.add(l, "shared_expert_gate", S::SharedGate, {1, d}, "mlp.shared_expert_gate.weight");
   }
 }
 }  // namespace
@@ -121,15 +123,15 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
   const int64_t d = c.hidden_size;
   std::vector<DenseDataset> out;
   RowList r(out);
-  r.add_matrix(-1, "embed_tokens", S::EmbedTokens, {c.vocab_size, d});
-  r.add(-1, "final_norm", S::FinalNorm, {d});
-  r.add_matrix(-1, "lm_head", S::LmHead, {c.vocab_size, d}, true);
+  r.add_matrix(-1, "embed_tokens", S::EmbedTokens, {c.vocab_size, d}, "model.embed_tokens.weight");
+  r.add(-1, "final_norm", S::FinalNorm, {d}, "model.norm.weight");
+  r.add_matrix(-1, "lm_head", S::LmHead, {c.vocab_size, d}, "lm_head.weight", true);
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    r.add(l, "attn_norm", S::AttnNorm, {d});
+    r.add(l, "attn_norm", S::AttnNorm, {d}, "input_layernorm.weight");
     if (c.is_linear_layer(l)) add_linear_attention(r, c, l);
     else if (c.attention_type == AttentionType::Mla) add_mla_attention(r, c, l);
     else add_attention(r, c, l);
-    r.add(l, "ffn_norm", S::FfnNorm, {d});
+    r.add(l, "ffn_norm", S::FfnNorm, {d}, "post_attention_layernorm.weight");
     if (!c.is_linear_layer(l)) add_attention_variants(r, c, l);
     add_mlp(r, c, l);
   }

@@ -1,5 +1,5 @@
 // The schema of model.h5's dense part: one row per dataset the config implies, with its shape, how
-// it is stored and held, and where it lands in the loaded weights. synth and convert write these
+// it is stored and held, where it lands in the loaded weights, and the checkpoint tensor it comes from. synth and convert write these
 // rows, io/model_file reads them, and the parameter counts and memory plans sum them: a new
 // tensor is one row here (docs/FORMATS.md lists the same datasets for readers of the file).
 #pragma once
@@ -32,6 +32,10 @@ struct DenseDataset {
   bool matrix = false;       // held as a matrix in the stored dtype; otherwise widened to float32 at load
   bool quantizable = false;  // --quantize-dense quantizes it (the LM head, the GQA/MHA attention projections)
   bool parameter = true;     // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
+  // The Hugging Face tensor it is converted from, in Qwen's names: under "model.layers.L." for a
+  // layer's, whole for the model-wide ones. A family renames through NameMap::dense (model/hf_config)
+  // or takes it from a fused tensor (ModelFamily::dense_source).
+  std::string checkpoint;
   int64_t elements() const;
 };
 

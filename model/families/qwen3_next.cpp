@@ -77,11 +77,8 @@ bool hybrid_dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSour
   const LinearAttentionShape& s = c.linear;
   const int64_t d = c.hidden_size, hk = s.k_heads, r = s.v_heads / std::max<int64_t>(1, s.k_heads), kd = s.k_dim, vd = r * s.v_dim;
   const std::string p = "model.layers." + std::to_string(ds.layer) + ".";
-  if (!fused && ds.name.starts_with("linear/w_")) {  // Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a as they are
-    out = {p + "linear_attn.in_proj_" + ds.name.substr(std::strlen("linear/w_")) + ".weight", ds.shape, {}};
-    return true;
-  }
-  if (ds.name == "linear/w_qkv" || ds.name == "linear/w_z") {
+  // Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b and in_proj_a are the rows' own tensors.
+  if (fused && (ds.name == "linear/w_qkv" || ds.name == "linear/w_z")) {
     const int64_t group = 2 * kd + 2 * vd;
     out = {p + "linear_attn.in_proj_qkvz.weight", {hk * group, d}, {}};
     if (ds.name == "linear/w_z") {
@@ -94,7 +91,7 @@ bool hybrid_dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSour
     }
     return true;
   }
-  if (ds.name == "linear/w_b" || ds.name == "linear/w_a") {
+  if (fused && (ds.name == "linear/w_b" || ds.name == "linear/w_a")) {
     out = {p + "linear_attn.in_proj_ba.weight", {hk * 2 * r, d}, grouped_rows(hk, 2 * r, ds.name == "linear/w_b" ? 0 : r, r)};
     return true;
   }
@@ -103,17 +100,11 @@ bool hybrid_dense_source(const DenseDataset& ds, const ModelConfig& c, DenseSour
     out = {p + "self_attn.q_proj.weight", {2 * c.num_heads * hd, d}, grouped_rows(c.num_heads, 2 * hd, ds.name == "wq" ? 0 : hd, hd)};
     return true;
   }
-  if (ds.name == "linear/conv") {
-    out = {p + "linear_attn.conv1d.weight", {s.conv_channels(), 1, s.conv_kernel}, {}};
+  if (ds.name == "linear/conv") {  // stored [channels, 1, kernel]
+    out = {p + ds.checkpoint, {s.conv_channels(), 1, s.conv_kernel}, {}};
     return true;
   }
-  const char* plain = ds.name == "linear/dt_bias" ? "linear_attn.dt_bias" : ds.name == "linear/A_log" ? "linear_attn.A_log"
-                      : ds.name == "linear/norm"  ? "linear_attn.norm.weight"
-                      : ds.name == "wo" && c.is_linear_layer(ds.layer) ? "linear_attn.out_proj.weight"
-                                                                        : nullptr;
-  if (!plain) return false;
-  out = {p + plain, ds.shape, {}};
-  return true;
+  return false;  // the row's own tensor (dt_bias, A_log, the norm, out_proj)
 }
 
 namespace {

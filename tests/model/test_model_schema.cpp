@@ -68,6 +68,7 @@ TEST(ModelSchema, EveryFamilyWritesAndReadsEveryRow) {
       ASSERT_TRUE(stored.count(ds.path)) << ds.path;
       EXPECT_EQ(io::h5_dataset_info(file, ds.path).shape, ds.shape) << ds.path;
       if (ds.parameter) parameters += ds.elements();
+      EXPECT_FALSE(ds.checkpoint.empty()) << ds.path;
     }
     EXPECT_EQ(stored, rows);
     EXPECT_EQ(c.dense_params(), parameters);
