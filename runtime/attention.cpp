@@ -59,6 +59,41 @@ int64_t KvCache::bytes() const {
   return b;
 }
 
+bool KvCache::keeps_rows(std::size_t l) const { return linear.empty() || linear[l].recurrent.empty(); }
+
+bool KvCache::holds_from(int64_t s) const {
+  for (std::size_t l = 0; l < k.size(); ++l)
+    if (keeps_rows(l) && start[l] > s) return false;
+  return true;
+}
+
+StateBlock KvCache::copy_block(int64_t s, int64_t n, bool snapshot) const {
+  StateBlock b;
+  b.k.resize(k.size());
+  b.v.resize(v.size());
+  for (std::size_t l = 0; l < k.size(); ++l) {
+    if (!keeps_rows(l)) continue;
+    const int64_t row0 = s - start[l];
+    b.k[l].assign(k[l].begin() + row0 * k_dim, k[l].begin() + (row0 + n) * k_dim);
+    b.v[l].assign(v[l].begin() + row0 * v_dim, v[l].begin() + (row0 + n) * v_dim);
+  }
+  if (snapshot) b.after = linear;
+  return b;
+}
+
+void KvCache::append_block(const StateBlock& b, int64_t n) {
+  for (std::size_t l = 0; l < k.size(); ++l)
+    if (keeps_rows(l)) append(static_cast<int64_t>(l), b.k[l].data(), b.v[l].data(), n);
+  if (!b.after.empty()) linear = b.after;
+}
+
+int64_t StateBlock::bytes() const {
+  int64_t n = 0;
+  for (std::size_t l = 0; l < k.size(); ++l) n += static_cast<int64_t>((k[l].size() + v[l].size()) * sizeof(float));
+  for (const DeltaNetState& s : after) n += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
+  return n;
+}
+
 namespace {
 // The two inner loops, built for the machine's vector ISA (the rest of the build targets baseline
 // x86-64): a decode step's attention is one query against the whole context.

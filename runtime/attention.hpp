@@ -16,6 +16,14 @@ namespace moerun::runtime {
 // k_dim = kv_lora_rank + qk_rope_head_dim (the latent and the RoPE key) and no V (v_dim 0). A sliding
 // layer drops the positions no later query can see (trim_windows), so its rows start at
 // start[layer]. Linear-attention layers (Gated DeltaNet): no rows, a recurrent state.
+// Positions [start, start + n) of a sequence's state as the prefix cache keeps them: each row-keeping
+// layer's rows, and the recurrent layers' state after the block where one was taken (empty: none).
+struct StateBlock {
+  std::vector<std::vector<float>> k, v;  // [layer]; empty for a layer without rows
+  std::vector<DeltaNetState> after;      // [layer]
+  int64_t bytes() const;
+};
+
 struct KvCache {
   int64_t k_dim = 0, v_dim = 0;
   std::vector<std::vector<float>> k, v;  // [layer]
@@ -40,7 +48,19 @@ struct KvCache {
   void init(const model::ModelConfig& c, int64_t reserve_positions);
   int64_t bytes() const;
 
+  // The layer state as blocks of positions, whatever each layer keeps (the prefix cache's view).
+  bool has_recurrent_layers() const { return !linear.empty(); }
+  // Whether every row-keeping layer still holds position `start` (a sliding layer may have dropped it).
+  bool holds_from(int64_t start) const;
+  // The rows of positions [start, start + n); with `snapshot`, the recurrent state now (after the last
+  // position appended) as the block's `after`.
+  StateBlock copy_block(int64_t start, int64_t n, bool snapshot) const;
+  // Appends a block's n positions to the row-keeping layers (the cache holds exactly its positions
+  // before it); takes its `after` as the recurrent state when it has one.
+  void append_block(const StateBlock& b, int64_t n);
+
  private:
+  bool keeps_rows(std::size_t layer) const;  // every layer but the recurrent ones
   void reserve_rows(int64_t layer, int64_t positions);  // a sliding layer's at most 2W
 };
 

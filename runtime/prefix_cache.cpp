@@ -21,7 +21,6 @@ PrefixCache::PrefixCache(const PrefixCacheConfig& cfg, int64_t layers, int64_t m
                          std::vector<uint8_t> linear)
     : cfg_(cfg), layers_(layers), moe_layers_(moe_layers), k_dim_(k_dim), v_dim_(v_dim), top_k_(top_k), linear_(std::move(linear)) {
   linear_.resize(static_cast<std::size_t>(layers_), 0);
-  any_linear_ = std::find(linear_.begin(), linear_.end(), 1) != linear_.end();
 }
 
 uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t start) const {
@@ -65,20 +64,14 @@ int64_t PrefixCache::reuse(const std::vector<int32_t>& prompt, int64_t max_token
         !std::equal(it->second.tokens.begin(), it->second.tokens.end(), prompt.begin() + n))
       break;
     chain.push_back(key);
-    if (!any_linear_ || !it->second.linear.empty()) usable = chain.size();
+    if (!kv.has_recurrent_layers() || !it->second.state.after.empty()) usable = chain.size();
     parent = key;
   }
   chain.resize(usable);
-  for (uint64_t key : chain) {
+  for (uint64_t key : chain) {  // the last block's state snapshot, if any, is the one that stays
     const Block& b = blocks_.at(key);
-    for (int64_t l = 0; l < layers_; ++l)
-      if (!linear_[l]) kv.append(l, b.k[l].data(), b.v[l].data(), B);
+    kv.append_block(b.state, B);
     for (int64_t m = 0; m < moe_layers_; ++m) routing[m].insert(routing[m].end(), b.experts[m].begin(), b.experts[m].end());
-  }
-  if (any_linear_ && !chain.empty()) {
-    const Block& last = blocks_.at(chain.back());
-    for (int64_t l = 0; l < layers_; ++l)
-      if (linear_[l]) kv.linear[l] = last.linear[l];
   }
   const int64_t n = static_cast<int64_t>(chain.size()) * B;
   touch(chain);
@@ -96,24 +89,12 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
     const uint64_t key = block_key(parent, prompt.data() + start, start);
     if (blocks_.find(key) == blocks_.end()) {
       // A sliding layer may have dropped the block's rows already: the chain ends there.
-      bool rows_there = true;
-      for (int64_t l = 0; l < layers_; ++l) rows_there = rows_there && (linear_[l] || kv.start[l] <= start);
-      if (!rows_there) break;
+      if (!kv.holds_from(start)) break;
       Block b;
       b.parent = parent;
       b.tokens.assign(prompt.begin() + start, prompt.begin() + start + B);
-      b.k.resize(static_cast<std::size_t>(layers_));
-      b.v.resize(static_cast<std::size_t>(layers_));
+      b.state = kv.copy_block(start, B, false);
       b.experts.resize(static_cast<std::size_t>(moe_layers_));
-      for (int64_t l = 0; l < layers_; ++l) {
-        if (linear_[l]) continue;
-        const int64_t row0 = start - kv.start[l];
-        const auto rows = [&](const std::vector<float>& m, int64_t dim) {
-          return std::vector<float>(m.begin() + row0 * dim, m.begin() + (row0 + B) * dim);
-        };
-        b.k[l] = rows(kv.k[l], k_dim_);
-        b.v[l] = rows(kv.v[l], v_dim_);
-      }
       for (int64_t m = 0; m < moe_layers_; ++m)
         b.experts[m].assign(routing[m].begin() + start * top_k_, routing[m].begin() + (start + B) * top_k_);
       lru_.push_front(key);
@@ -124,10 +105,12 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       c_.bytes += block_bytes();
     }
     Block& b = blocks_.at(key);
-    if (any_linear_ && start + B == n && b.linear.empty()) {  // the linear layers' state is the one after this block
-      b.linear = kv.linear;
-      for (const DeltaNetState& st : b.linear) b.bytes += static_cast<int64_t>((st.conv.size() + st.recurrent.size()) * sizeof(float));
-      c_.bytes += b.bytes - block_bytes();
+    if (kv.has_recurrent_layers() && start + B == n && b.state.after.empty()) {  // the recurrent state is the one after this block
+      StateBlock snapshot = kv.copy_block(start, 0, true);
+      const int64_t added = snapshot.bytes();
+      b.state.after = std::move(snapshot.after);
+      b.bytes += added;
+      c_.bytes += added;
     }
     chain.push_back(key);
     parent = key;

@@ -7,7 +7,8 @@
 // itself (the tokens are batch-independent; see e2e_infer), and skips that part of its prefill.
 // Linear-attention layers (Gated DeltaNet) have no rows: their state after a block is kept as a
 // snapshot where a sequence's prefill stopped exactly at the block's end (the scheduler cuts prompt
-// chunks there), and a prefix is reusable up to its last block with a snapshot.
+// chunks there), and a prefix is reusable up to its last block with a snapshot. Which layer keeps
+// what is KvCache's to say: the cache stores and restores its StateBlocks.
 #pragma once
 #include "base/counter_fields.hpp"
 #include <cstdint>
@@ -73,9 +74,8 @@ class PrefixCache {
   struct Block {
     uint64_t parent = 0;
     std::vector<int32_t> tokens;                 // [B]
-    std::vector<std::vector<float>> k, v;        // [layer][B * k_dim], [layer][B * v_dim]
+    StateBlock state;                            // the layers' rows of the block; the recurrent state after it, if taken
     std::vector<std::vector<int32_t>> experts;   // [moe layer][B * top_k]
-    std::vector<DeltaNetState> linear;           // [layer] after the block; empty: no snapshot
     int64_t bytes = 0;
     std::list<uint64_t>::iterator lru;
   };
@@ -86,8 +86,7 @@ class PrefixCache {
 
   PrefixCacheConfig cfg_;
   int64_t layers_, moe_layers_, k_dim_, v_dim_, top_k_;
-  std::vector<uint8_t> linear_;  // [layer]: 1 for a linear-attention layer (no K/V rows)
-  bool any_linear_ = false;
+  std::vector<uint8_t> linear_;  // [layer]: 1 for a linear-attention layer (no K/V rows): for the block's size
   std::unordered_map<uint64_t, Block> blocks_;
   std::list<uint64_t> lru_;  // most recent first
   PrefixCacheCounters c_;

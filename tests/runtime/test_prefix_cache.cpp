@@ -55,6 +55,41 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
   EXPECT_EQ(cache.counters().skipped_tokens, 12);
 }
 
+// A hybrid model (layer 0 attention, layer 1 recurrent): the recurrent state travels as a snapshot
+// after the block where a prefill stopped, and a prefix is reusable only up to its last snapshot.
+TEST(PrefixCache, RecurrentLayersReuseUpToTheirLastSnapshot) {
+  model::ModelConfig c;
+  c.num_layers = 2; c.num_heads = 1; c.num_kv_heads = 1; c.head_dim = kKvDim;
+  c.layer_attention = {model::AttentionKind::Full, model::AttentionKind::Linear};
+  c.linear = {.k_heads = 1, .v_heads = 1, .k_dim = 2, .v_dim = 2, .conv_kernel = 2};
+  PrefixCache cache({1 << 20, kB}, 2, 1, kKvDim, kKvDim, kTopK, {0, 1});
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  KvCache kv;
+  kv.init(c, 16);
+  PromptRouting routing(1);
+  auto prefill = [&](int64_t from, int64_t to) {  // rows naming their position; the state its last one
+    for (int64_t p = from; p < to; ++p) {
+      const std::vector<float> row(kKvDim, static_cast<float>(p));
+      kv.append(0, row.data(), row.data(), 1);
+      routing[0].insert(routing[0].end(), {static_cast<int32_t>(p), -1});
+      std::fill(kv.linear[1].recurrent.begin(), kv.linear[1].recurrent.end(), static_cast<float>(p));
+    }
+  };
+  prefill(0, 4);
+  cache.insert(a, 4, kv, routing);  // block [0, 4) with the state after it
+  prefill(4, 9);
+  cache.insert(a, 9, kv, routing);  // block [4, 8) without one: the prefill stopped at 9
+  EXPECT_EQ(cache.counters().inserted_blocks, 2);
+  KvCache got;
+  got.init(c, 16);
+  PromptRouting r;
+  EXPECT_EQ(cache.reuse(a, 9, got, r), 4);  // not 8: block [4, 8) has no state after it
+  EXPECT_EQ(got.rows(0), 4);
+  EXPECT_EQ(got.k[0][3 * kKvDim], 3.0f);
+  EXPECT_EQ(got.linear[1].recurrent, std::vector<float>(kv.linear[1].recurrent.size(), 3.0f));
+  EXPECT_TRUE(got.k[1].empty());  // the recurrent layer keeps no rows
+}
+
 TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {
   PrefixCache cache({1 << 20, kB}, kLayers, kLayers, kKvDim, kKvDim, kTopK);
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 0};
