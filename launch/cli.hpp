@@ -65,8 +65,8 @@ io::S3Config s3_from_environment(io::S3Config c);
 // quantize the LM head and attention projections to (Plain for none); a Usage error otherwise.
 WeightScheme parse_dense_quantization(const std::string& name);
 inline constexpr const char* kQuantizeDenseHelp =
-    "none, q8 or q4: quantize the LM head and the attention projections at load (as the experts' q8/q4; MLA's stay as "
-    "stored): decode reads fewer bytes per token, logits move by about int8's error";
+    "none, q8 or q4: quantize the LM head, the attention and Gated DeltaNet projections, shared experts and dense MLPs at "
+    "load (as the experts' q8/q4; MLA's stay as stored): decode reads fewer bytes per token, logits move by about int8's error";
 
 // The engine's options (infer, perplexity): its layout, exchange, device, the expert cache and the
 // object store. finish() parses the named values and applies the environment (launch/environment).

@@ -38,8 +38,8 @@ class RowList {
 void add_linear_attention(RowList& r, const ModelConfig& c, int64_t l) {
   const LinearAttentionShape& lin = c.linear;
   const int64_t d = c.hidden_size;
-  r.add_matrix(l, "linear/w_qkv", S::LinQkv, {lin.conv_channels(), d}, "linear_attn.in_proj_qkv.weight");
-  r.add_matrix(l, "linear/w_z", S::LinZ, {lin.value_width(), d}, "linear_attn.in_proj_z.weight");
+  r.add_matrix(l, "linear/w_qkv", S::LinQkv, {lin.conv_channels(), d}, "linear_attn.in_proj_qkv.weight", true);
+  r.add_matrix(l, "linear/w_z", S::LinZ, {lin.value_width(), d}, "linear_attn.in_proj_z.weight", true);
   r.add_matrix(l, "linear/w_b", S::LinB, {lin.v_heads, d}, "linear_attn.in_proj_b.weight");
   r.add_matrix(l, "linear/w_a", S::LinA, {lin.v_heads, d}, "linear_attn.in_proj_a.weight");
   // The decay's parameters and the conv taps stay exact whatever the dtype.
@@ -98,9 +98,9 @@ void add_mlp(RowList& r, const ModelConfig& c, int64_t l) {
   const int64_t d = c.hidden_size;
   if (!c.is_moe_layer(l)) {
     const int64_t dff = c.dense_intermediate_size;
-    r.add_matrix(l, "mlp/w1", S::MlpW1, {dff, d}, "mlp.gate_proj.weight");
-    r.add_matrix(l, "mlp/w3", S::MlpW3, {dff, d}, "mlp.up_proj.weight");
-    r.add_matrix(l, "mlp/w2", S::MlpW2, {d, dff}, "mlp.down_proj.weight");
+    r.add_matrix(l, "mlp/w1", S::MlpW1, {dff, d}, "mlp.gate_proj.weight", true);
+    r.add_matrix(l, "mlp/w3", S::MlpW3, {dff, d}, "mlp.up_proj.weight", true);
+    r.add_matrix(l, "mlp/w2", S::MlpW2, {d, dff}, "mlp.down_proj.weight", true);
     return;
   }
   r.add(l, "gate", S::Gate, {c.num_experts, d}, "mlp.gate.weight");  // gate logits are computed in float32
@@ -111,9 +111,9 @@ void add_mlp(RowList& r, const ModelConfig& c, int64_t l) {
     bias.parameter = false;
   }
   if (const int64_t sff = c.shared_expert_intermediate_size; sff > 0) {
-    r.add_matrix(l, "shared_expert/w1", S::SharedW1, {sff, d}, "mlp.shared_expert.gate_proj.weight");
-    r.add_matrix(l, "shared_expert/w3", S::SharedW3, {sff, d}, "mlp.shared_expert.up_proj.weight");
-    r.add_matrix(l, "shared_expert/w2", S::SharedW2, {d, sff}, "mlp.shared_expert.down_proj.weight");
+    r.add_matrix(l, "shared_expert/w1", S::SharedW1, {sff, d}, "mlp.shared_expert.gate_proj.weight", true);
+    r.add_matrix(l, "shared_expert/w3", S::SharedW3, {sff, d}, "mlp.shared_expert.up_proj.weight", true);
+    r.add_matrix(l, "shared_expert/w2", S::SharedW2, {d, sff}, "mlp.shared_expert.down_proj.weight", true);
     if (c.shared_expert_gated) r.add(l, "shared_expert_gate", S::SharedGate, {1, d}, "mlp.shared_expert_gate.weight");
   }
 }

@@ -30,7 +30,10 @@ struct DenseDataset {
   DenseSlot slot = DenseSlot::EmbedTokens;
   bool float32 = false;      // stored as float32 whatever the model's dtype (the decay's parameters, correction bias)
   bool matrix = false;       // held as a matrix in the stored dtype; otherwise widened to float32 at load
-  bool quantizable = false;  // --quantize-dense quantizes it (the LM head, the GQA/MHA attention projections)
+  // --quantize-dense quantizes it: the LM head, the GQA/MHA attention projections, Gated DeltaNet's
+  // q/k/v and z projections and out_proj, the shared experts and the dense MLPs (not MLA's matrices,
+  // the gates, DeltaNet's small b/a projections, norms or the embedding).
+  bool quantizable = false;
   bool parameter = true;     // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
   // The Hugging Face tensor it is converted from, in Qwen's names: under "model.layers.L." for a
   // layer's, whole for the model-wide ones. A family renames through NameMap::dense (model/hf_config)

@@ -37,16 +37,32 @@ SHAPES = {
     "qwen3_moe": ["--family", "qwen3_moe", "--layers", "4", "--experts", "128", "--top-k", "8", "--hidden", "1024",
                   "--intermediate", "384", "--heads", "16", "--kv-heads", "2", "--head-dim", "128", "--vocab", "32000",
                   "--max-position", "4096"],
+    # Qwen3.5-35B-A3B at half its width, 4 layers keeping its 3:1 pattern (3 Gated DeltaNet, 1 gated full
+    # attention): 128 experts of 384 and a gated shared expert of 384, top-8; DeltaNet 8 key heads and 16
+    # value heads of 128; attention 16/2 heads of 128 with a quarter of each rotated.
+    "qwen3_5_moe": ["--family", "qwen3_5_moe", "--layers", "4", "--experts", "128", "--top-k", "8", "--hidden", "1024",
+                    "--intermediate", "384", "--heads", "16", "--kv-heads", "2", "--head-dim", "128", "--vocab", "32000",
+                    "--max-position", "4096"],
 }
 SYNTH = ["--shards", "2", "--seed", "1"]
 # moerun's quantized experts against the llama.cpp types a user would pick at those bits, each made by
 # llama-quantize from the GGUF of the same float32 model (the same seed: the same weights).
 QUANT_PEERS = {"q8": ["Q8_0"], "q4": ["Q4_K_M", "Q4_0"]}
 QUALITY_CONTEXT = 512
-# The prefill target against llama.cpp per shape (issue 11: 2x on Mixtral's; issue 23: 1.5x on Qwen3-MoE's).
-PREFILL_TARGET = {"mixtral": 2.0, "qwen3_moe": 1.5}
+# The prefill target against llama.cpp per shape (issue 11: 2x on Mixtral's; issue 23: 1.5x on Qwen3-MoE's;
+# issue 43: 1.0x on Qwen3.5-MoE's).
+PREFILL_TARGET = {"mixtral": 2.0, "qwen3_moe": 1.5, "qwen3_5_moe": 1.0}
+# Qwen3.5's DeltaNet projections and shared expert: dense layers too, kept bf16 in the "experts only" variant.
+HYBRID_DENSE = ("attn_qkv", "attn_gate", "ssm_alpha", "ssm_beta", "ssm_out", "ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp")
 # ik_llama.cpp's runs: its default (fused MoE on), run-time repacking, fused MoE off.
 IK_VARIANTS = [("", []), (" -rtr", ["-rtr"]), (" -no-fmoe", ["-no-fmoe"])]
+
+
+def peer_failure(r):
+    """What a failed peer run said: its exit or signal, and its assertion or error line if it printed one."""
+    how = f"killed by signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+    said = [l.strip() for l in (r.stdout + r.stderr).splitlines() if re.search(r"GGML_ASSERT|error|Assertion|failed", l)]
+    return how + (f": {said[0][:200]}" if said else "")
 
 
 def sh(cmd, env=None, **kw):
@@ -80,7 +96,7 @@ def main():
     os.makedirs(o.out, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(o.threads), MOERUN_LOG="warn")
     batches = [int(x) for x in o.batches.split(",")]
-    results, checks, streams = [], {}, {}
+    results, checks, streams, failures = [], {}, {}, {}
     def synth(dt):
         model = os.path.join(o.work, f"{o.shape}-{dt}")
         if not os.path.exists(os.path.join(model, "model.h5")):
@@ -158,12 +174,14 @@ def main():
                 for label, path, args in ik_peers[dt]:  # its batched-bench prints only the markdown table
                     # Its FlashAttention asserts with several sequences (iqk_fa_templates.h: S > 0): off there.
                     fa = ["-fa", "0"] if n > 1 else []
-                    r = sh([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
-                            "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n)] + args + fa,
-                           env=env, cwd=o.work)  # it writes llama.log where it runs
-                    cells = batched_bench_cells(r.stdout + r.stderr)
-                    if cells is None:
-                        sys.exit(f"bench_peer: no table in {label}'s output:\n{(r.stdout + r.stderr)[-2000:]}")
+                    r = subprocess.run([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb",
+                                        str(o.threads), "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg",
+                                        str(o.new), "-npl", str(n)] + args + fa,
+                                       capture_output=True, text=True, env=env, cwd=o.work)  # it writes llama.log where it runs
+                    cells = batched_bench_cells(r.stdout + r.stderr) if r.returncode == 0 else None
+                    if cells is None:  # e.g. several sequences of a recurrent model, which it does not run: a gap, not the end
+                        failures.setdefault(label, f"{label} failed at N = {n}: " + peer_failure(r))
+                        cells = [float("nan")] * 10
                     results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": cells[5], "decode": cells[7],
                                     "total": cells[9]})
                 ours = next(r for r in reversed(results) if r["who"] == "moerun")
@@ -189,9 +207,9 @@ def main():
                 rs = [r for r in results if r["dtype"] == dt and r["n"] == n and r["who"] == who]
                 cols = []
                 for k in ("prefill", "decode", "total"):
-                    v = [r[k] for r in rs]
-                    med[(who, k)] = statistics.median(v)
-                    cols.append(f"{min(v):7.1f}/{statistics.median(v):7.1f}/{max(v):7.1f}")
+                    v = [r[k] for r in rs if r[k] == r[k]]  # a failed peer run is NaN
+                    med[(who, k)] = statistics.median(v) if v else float("nan")
+                    cols.append(f"{min(v):7.1f}/{statistics.median(v):7.1f}/{max(v):7.1f}" if v else "failed")
                 lines.append(f" {dt:>9} {n:>3} {who:>22} " + " ".join(f"{c:>23}" for c in cols))
             for i, (label, _) in enumerate(peers[dt]):
                 ratio = {k: med[("moerun", k)] / med[(label, k)] for k in ("prefill", "decode", "total")}
@@ -200,13 +218,17 @@ def main():
                 lines.append(f" {dt:>9} {n:>3} {name:>22} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
             if ik_peers[dt]:  # against ik_llama.cpp's best option, per column
                 ik_labels = [label for label, _, _ in ik_peers[dt]]
-                ratio = {k: med[("moerun", k)] / max(med[(label, k)] for label in ik_labels) for k in ("prefill", "decode", "total")}
+                ran = [label for label in ik_labels if med[(label, "decode")] == med[(label, "decode")]]
+                if not ran:
+                    continue
+                ratio = {k: med[("moerun", k)] / max(med[(label, k)] for label in ran) for k in ("prefill", "decode", "total")}
                 ratios.append({"dtype": dt, "n": n, "peer": "ik_llama.cpp best", "bar": False, "ik": True, **ratio})
                 lines.append(f" {dt:>9} {n:>3} {'vs ik best':>22} " + " ".join(f"{ratio[k]:>23.2f}" for k in ("prefill", "decode", "total")))
     for dt, (frac, copy, gbps) in streams.items():
         lines.append(f"# {dt}, N=1: moerun's decode streams weights at {gbps:.1f} GB/s, {frac:.2f} of this machine's copy "
                      f"bandwidth ({copy:.1f} GB/s, read + write, measured in the same bench infer run)")
     lines.append("# greedy tokens equal: " + ", ".join(f"{k} {v}" for k, v in checks.items()))
+    lines += [f"# {note}" for note in failures.values()]
     lines += [q["line"] for q in quality]
     bars = [r for r in ratios if r["bar"]]  # q8 vs Q8_0, q4 vs Q4_K_M (issue 25); plain dtypes vs the same GGUF
     worst = min(min(r["decode"], r["total"]) for r in bars)
@@ -266,7 +288,7 @@ def measure_quality(o, env, synth, to_gguf, peers):
         # where the two differ, and what its own types lose in the dense layers.
         f32 = to_gguf(synth("float32"))
         dense_bf16 = ["--output-tensor-type", "bf16", "--token-embedding-type", "bf16"] + \
-            [a for t in ("attn_q", "attn_k", "attn_v", "attn_output") for a in ("--tensor-type", f"{t}=bf16")]
+            [a for t in ("attn_q", "attn_k", "attn_v", "attn_output") + HYBRID_DENSE for a in ("--tensor-type", f"{t}=bf16")]
         variants = list(plist)
         for q in QUANT_PEERS[dt]:
             path = os.path.join(o.work, f"{o.shape}-{q}-experts.gguf")
