@@ -24,7 +24,7 @@ std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPla
                                                    : runtime::MemoryBudget{parse_bytes(budget, "memory-budget"), "--memory-budget"};
   if (b.bytes <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
   const int64_t context = p.context > 0 ? p.context : c.max_position;
-  return runtime::budget_plan_report(c, b, parse_dense_quantization(dense), p.max_batch_tokens, p.batch * context, 2,
+  return runtime::budget_plan_report(c, b, parse_dense_quantization(dense), p.max_batch_tokens, p.batch * context, p.batch, 2,
                                      p.packed_bytes_per_expert, local);
 }
 }  // namespace

@@ -141,9 +141,12 @@ class Engine {
   std::chrono::steady_clock::time_point serving_since() const { return serving_since_; }
   // At a step boundary on every rank: a changed hot-swap control file is applied here.
   void step_boundary();
-  // Before load() (in its before_weights): the KV-cache rows the caller will keep at once, reserved
-  // in the memory budget.
-  void expect_kv_tokens(int64_t tokens) { kv_tokens_ = tokens; }
+  // Before load() (in its before_weights): the KV-cache rows the caller will keep at once, and in
+  // how many sequences (each a recurrent state in a hybrid model), reserved in the memory budget.
+  void expect_kv_tokens(int64_t tokens, int64_t sequences) {
+    kv_tokens_ = tokens;
+    kv_sequences_ = sequences;
+  }
   // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
   void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
   // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
@@ -211,7 +214,7 @@ class Engine {
   std::vector<LayerRowsBalance> balance_;
   uint64_t run_fingerprint_ = 0;
   int ranks_on_host_ = 1;
-  int64_t kv_tokens_ = 0;
+  int64_t kv_tokens_ = 0, kv_sequences_ = 0;
   int64_t prefix_cache_bytes_ = 0;
   MemoryBudget budget_;
   int64_t l1_bytes_ = 0;

@@ -68,9 +68,10 @@ int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized
   return bytes;
 }
 
-int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process) {
+int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, int64_t sequences, bool one_process) {
   const auto f = static_cast<int64_t>(sizeof(float));
   int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) + kv_tokens * (c.num_layers - c.num_linear_layers()) * (c.kv_k_dim() + c.kv_v_dim()) * f;  // linear layers keep no rows
+  n += sequences * c.num_linear_layers() * c.linear.state_bytes();
   if (one_process) n += 2 * step_tokens * c.top_k * c.hidden_size * f;  // the expert rows in and out
   return n;
 }
@@ -83,10 +84,10 @@ std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& 
 }
 
 std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
-                               int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local) {
+                               int64_t kv_tokens, int64_t sequences, int io_threads, int64_t expert_bytes, bool local) {
   ExpertMemoryNeeds n;
   n.held = kStartBytes + dense_resident_bytes(c, dense, local);
-  n.reserved = reserved_bytes(c, step_tokens, kv_tokens, true);
+  n.reserved = reserved_bytes(c, step_tokens, kv_tokens, sequences, true);
   n.cache_reserved = io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(c)));
   n.expert_bytes = expert_bytes;
   n.owned_experts = c.num_moe_layers() * c.num_experts;

@@ -54,8 +54,9 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
 int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized, bool embedding_mapped);
 
 // What a router reserves by formula: its step buffers for `step_tokens` tokens (and, in one process,
-// the expert rows of those tokens), and the KV cache of `kv_tokens` positions.
-int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, bool one_process);
+// the expert rows of those tokens), the KV cache of `kv_tokens` positions and the recurrent state of
+// `sequences` sequences (linear-attention layers).
+int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, int64_t sequences, bool one_process);
 
 // The set-up line of a split ("memory budget 300 MiB (…): 77 MiB held, …").
 std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& needs, const ExpertMemory& m, const std::string& source);
@@ -65,7 +66,7 @@ std::string describe_split(const MemoryBudget& budget, const ExpertMemoryNeeds& 
 // besides the dense part on the bench shapes); the refusal it would print when nothing fits.
 inline constexpr int64_t kStartBytes = int64_t{48} << 20;
 std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& budget, WeightScheme dense, int64_t step_tokens,
-                               int64_t kv_tokens, int io_threads, int64_t expert_bytes, bool local);
+                               int64_t kv_tokens, int64_t sequences, int io_threads, int64_t expert_bytes, bool local);
 
 // Before the dense part is read: Usage error naming the numbers when `dense_bytes` on top of what
 // the rank holds now cannot fit the budget.

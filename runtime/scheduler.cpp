@@ -15,11 +15,15 @@ int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerC
   std::vector<int64_t> len;
   for (const io::Request& r : requests)
     len.push_back(std::min(max_position, static_cast<int64_t>(r.prompt_tokens.size()) + r.max_new_tokens));
-  const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
-                                                            : c.max_batch_size;
-  const auto n = static_cast<std::size_t>(std::min<int64_t>(in_flight, static_cast<int64_t>(len.size())));
+  const auto n = static_cast<std::size_t>(max_sequences_in_flight(requests, c));
   std::partial_sort(len.begin(), len.begin() + static_cast<std::ptrdiff_t>(n), len.end(), std::greater<>());
   return std::accumulate(len.begin(), len.begin() + static_cast<std::ptrdiff_t>(n), int64_t{0});
+}
+
+int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
+  const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
+                                                            : c.max_batch_size;
+  return std::min<int64_t>(in_flight, static_cast<int64_t>(requests.size()));
 }
 
 Batching parse_batching(const std::string& s) {

@@ -45,6 +45,8 @@ struct SchedulerConfig {
 // (prompt + budget, at most max_position) of as many as it keeps in flight (the memory budget
 // reserves them).
 int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
+// How many sequences it keeps in flight for these requests (each holds a recurrent state in a hybrid model).
+int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c);
 
 struct Sequence {
   const io::Request* request = nullptr;

@@ -147,9 +147,26 @@ TEST(MaxKvTokens, LongestRequestsInFlight) {
   EXPECT_EQ(max_kv_tokens(r, c, 100), 100 + 55);  // 130 capped at 100, then 55
   c.max_batch_size = 8;
   EXPECT_EQ(max_kv_tokens(r, c, 1000), 15 + 55 + 50 + 130);
+  EXPECT_EQ(max_sequences_in_flight(r, c), 4);  // no more than there are requests
   c.max_batch_size = 1;
   c.batching = Batching::MinHash;  // parks up to 4 x max_batch_size prefilled sequences
   EXPECT_EQ(max_kv_tokens(r, c, 1000), 15 + 55 + 50 + 130);
+  EXPECT_EQ(max_sequences_in_flight(r, c), 4);
+}
+
+// A hybrid model reserves each sequence's recurrent state (3 linear layers of 2 value heads of 4 x 4
+// floats and a conv state of 3 x 16 channels: 4 x (32 + 48) = 320 bytes a layer) and K/V rows only for
+// its attention layer (2 x 8 floats a position).
+TEST(MemoryBudget, HybridModelsReserveRecurrentStatePerSequence) {
+  model::ModelConfig c;
+  c.vocab_size = 10; c.hidden_size = 16; c.num_layers = 4; c.num_heads = 2; c.num_kv_heads = 1; c.head_dim = 8;
+  c.intermediate_size = 8; c.num_experts = 2; c.top_k = 1; c.max_position = 64;
+  c.layer_attention = {model::AttentionKind::Linear, model::AttentionKind::Linear, model::AttentionKind::Linear, model::AttentionKind::Full};
+  c.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 4, .v_dim = 4, .conv_kernel = 4};
+  ASSERT_EQ(c.linear.state_bytes(), 320);
+  const int64_t base = reserved_bytes(c, 8, 0, 0, false);
+  EXPECT_EQ(reserved_bytes(c, 8, 100, 0, false) - base, 100 * 16 * 4);  // one attention layer's K and V rows
+  EXPECT_EQ(reserved_bytes(c, 8, 0, 5, false) - base, 5 * 3 * 320);
 }
 
 }  // namespace
