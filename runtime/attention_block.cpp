@@ -1,7 +1,24 @@
 // Which block serves each layer.
 #include "runtime/attention_block.hpp"
 
+#include "runtime/dense_ops.hpp"
+
 namespace moerun::runtime {
+
+void AttentionBlock::forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) {
+  const model::ModelConfig& c = w_.config;
+  const int64_t d = c.hidden_size, n = mb.tok1 - mb.tok0;
+  if (n == 0) return;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+  float* h = s.h + mb.tok0 * d;
+  float* xn = s.xn + mb.tok0 * d;
+  float* out = s.tmp + mb.tok0 * d;
+  rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+  mix(b, mb, l, s, out);
+  add_inplace(h, out, n * d);
+  rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+}
 
 AttentionBlocks make_attention_blocks(const io::DenseWeights& w, Matmul& mm, MlaMode mla_mode) {
   const model::ModelConfig& c = w.config;

@@ -25,9 +25,16 @@ struct StepBuffers {
 
 class AttentionBlock {
  public:
+  explicit AttentionBlock(const io::DenseWeights& w) : w_(w) {}
   virtual ~AttentionBlock() = default;
-  // h += mixing(attn_norm(h)) over the micro-batch's rows, then xn = ffn_norm(h).
-  virtual void forward(const StepBatch& b, const MicroBatch& mb, int64_t layer, const StepBuffers& s) = 0;
+  // h += mix(attn_norm(h)) over the micro-batch's rows, then xn = ffn_norm(h).
+  void forward(const StepBatch& b, const MicroBatch& mb, int64_t layer, const StepBuffers& s);
+
+ protected:
+  // The kind's token mixing of the micro-batch's n rows of normed input xn (at s.xn + tok0 rows),
+  // its output projected back to d into out [n, d].
+  virtual void mix(const StepBatch& b, const MicroBatch& mb, int64_t layer, const StepBuffers& s, float* out) = 0;
+  const io::DenseWeights& w_;
 };
 
 // The blocks of a model: one per kind it has, and which serves each layer.

@@ -9,20 +9,17 @@ namespace {
 
 class DeltaNetBlock final : public AttentionBlock {
  public:
-  DeltaNetBlock(const io::DenseWeights& w, Matmul& mm) : w_(w), mm_(mm) {}
+  DeltaNetBlock(const io::DenseWeights& w, Matmul& mm) : AttentionBlock(w), mm_(mm) {}
 
-  void forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) override {
+ protected:
+  void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
     const model::ModelConfig& c = w_.config;
     const DeltaNetShape& shape = c.linear;
-    const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, C = shape.conv_channels(), vw = shape.value_width(),
-                  Hv = shape.v_heads;
-    if (n == 0) return;
+    const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0, C = shape.conv_channels(), vw = shape.value_width(), Hv = shape.v_heads;
     const float eps = static_cast<float>(c.rms_norm_eps);
     const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-    float* h = s.h + t0 * d;
-    float* xn = s.xn + t0 * d;
-    float* tmp = s.tmp + t0 * d;
-    float* out = s.attn + t0 * vw;
+    const float* xn = s.xn + t0 * c.hidden_size;
+    float* heads = s.attn + t0 * vw;
     // mix: [T, C] q/k/v after the conv, [T, vw] z, [T, Hv] each of b, a, g, beta; then one chunk's
     // q, k, v apart ([count, kw], [count, kw], [count, vw]) at the end.
     const int64_t T = s.tokens;
@@ -34,7 +31,6 @@ class DeltaNetBlock final : public AttentionBlock {
     float* beta = g + T * Hv;
     float* split = beta + T * Hv;
     qkv += t0 * C, z += t0 * vw, bb += t0 * Hv, aa += t0 * Hv, g += t0 * Hv, beta += t0 * Hv;
-    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
     mm_.linear(xn, n, L.lin_qkv, qkv);
     mm_.linear(xn, n, L.lin_z, z);
     mm_.linear(xn, n, L.lin_b, bb);
@@ -44,12 +40,10 @@ class DeltaNetBlock final : public AttentionBlock {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
       mix_chunk(L, ch.kv->linear[static_cast<std::size_t>(l)], qkv + off * C, g + off * Hv, beta + off * Hv, ch.count, split,
-                out + off * vw);
+                heads + off * vw);
     }
-    gated_rms_norm(out, z, n, Hv, shape.v_dim, L.lin_norm.data(), eps);
-    mm_.linear(out, n, L.wo, tmp);
-    add_inplace(h, tmp, n * d);
-    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+    gated_rms_norm(heads, z, n, Hv, shape.v_dim, L.lin_norm.data(), eps);
+    mm_.linear(heads, n, L.wo, out);
   }
 
  private:
@@ -71,7 +65,6 @@ class DeltaNetBlock final : public AttentionBlock {
     gated_delta_rule(q, k, v, g, beta, m, shape, st.recurrent.data(), out, DeltaRuleForm::Recurrent);
   }
 
-  const io::DenseWeights& w_;
   Matmul& mm_;
 };
 

@@ -11,23 +11,19 @@ namespace {
 class GqaBlock final : public AttentionBlock {
  public:
   GqaBlock(const io::DenseWeights& w, Matmul& mm)
-      : w_(w), mm_(mm), rope_(rope_frequencies(w.config.rope_theta, w.config.rope_dims(), w.config.rope)) {}
+      : AttentionBlock(w), mm_(mm), rope_(rope_frequencies(w.config.rope_theta, w.config.rope_dims(), w.config.rope)) {}
 
-  void forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) override {
+ protected:
+  void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
     const model::ModelConfig& c = w_.config;
     const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
     const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
-    if (n == 0) return;
-    const float eps = static_cast<float>(c.rms_norm_eps);
     const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-    float* h = s.h + t0 * d;
-    float* xn = s.xn + t0 * d;
+    const float* xn = s.xn + t0 * d;
     float* q = s.q + t0 * H * hd;
     float* k = s.k + t0 * KV * hd;
     float* v = s.v + t0 * KV * hd;
     float* attn = s.attn + t0 * H * hd;
-    float* tmp = s.tmp + t0 * d;
-    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
     project(L, xn, n, b.positions.data() + t0, q, k, v);
     AttentionShape shape{H, KV, hd, 1.0f / std::sqrt(static_cast<float>(hd)), c.window_of(l), c.attention_sinks ? L.sinks.data() : nullptr};
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
@@ -42,10 +38,8 @@ class GqaBlock final : public AttentionBlock {
       mm_.linear(xn, n, L.wq_gate, gate);
       multiply_by_sigmoid(attn, gate, n * H * hd);
     }
-    mm_.linear(attn, n, L.wo, tmp);
-    if (c.attention_out_bias) add_row_bias(tmp, n, d, L.bo.data());
-    add_inplace(h, tmp, n * d);
-    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+    mm_.linear(attn, n, L.wo, out);
+    if (c.attention_out_bias) add_row_bias(out, n, d, L.bo.data());
   }
 
  private:
@@ -73,7 +67,6 @@ class GqaBlock final : public AttentionBlock {
     rope_apply(k, n, KV, hd, positions, rope_);
   }
 
-  const io::DenseWeights& w_;
   Matmul& mm_;
   RopeFrequencies rope_;
 };

@@ -8,18 +8,14 @@ namespace {
 
 class MlaBlock final : public AttentionBlock {
  public:
-  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : w_(w), mm_(mm), mla_(w, mm, mode) {}
+  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : AttentionBlock(w), mm_(mm), mla_(w, mm, mode) {}
 
-  void forward(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s) override {
+ protected:
+  void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
     const model::ModelConfig& c = w_.config;
-    const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0;
-    if (n == 0) return;
-    const float eps = static_cast<float>(c.rms_norm_eps);
+    const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
     const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-    float* h = s.h + t0 * d;
-    float* xn = s.xn + t0 * d;
-    float* tmp = s.tmp + t0 * d;
-    rms_norm(h, n, d, L.attn_norm.data(), eps, xn);
+    const float* xn = s.xn + t0 * c.hidden_size;
     const int64_t row = c.kv_k_dim();
     float* rows = s.k + t0 * row;  // the cache rows: latent and RoPE key
     mla_.project(l, xn, n, b.positions.data() + t0, rows);
@@ -30,15 +26,12 @@ class MlaBlock final : public AttentionBlock {
       ch.kv->append(l, rows + off * row, nullptr, ch.count);
       chunks.push_back({off, ch.count, ch.pos0, ch.kv});
     }
-    float* out = s.attn + t0 * c.attention_out_dim();
-    mla_.attend(l, chunks, n, out);
-    mm_.linear(out, n, L.wo, tmp);
-    add_inplace(h, tmp, n * d);
-    rms_norm(h, n, d, L.ffn_norm.data(), eps, xn);
+    float* heads = s.attn + t0 * c.attention_out_dim();
+    mla_.attend(l, chunks, n, heads);
+    mm_.linear(heads, n, L.wo, out);
   }
 
  private:
-  const io::DenseWeights& w_;
   Matmul& mm_;
   MlaAttention mla_;
 };
