@@ -67,7 +67,7 @@ bool KvCache::holds_from(int64_t s) const {
   return true;
 }
 
-StateBlock KvCache::copy_block(int64_t s, int64_t n, bool snapshot) const {
+StateBlock KvCache::copy_block(int64_t s, int64_t n) const {
   StateBlock b;
   b.k.resize(k.size());
   b.v.resize(v.size());
@@ -77,7 +77,12 @@ StateBlock KvCache::copy_block(int64_t s, int64_t n, bool snapshot) const {
     b.k[l].assign(k[l].begin() + row0 * k_dim, k[l].begin() + (row0 + n) * k_dim);
     b.v[l].assign(v[l].begin() + row0 * v_dim, v[l].begin() + (row0 + n) * v_dim);
   }
-  if (snapshot) b.after = linear;
+  return b;
+}
+
+StateBlock KvCache::snapshot() const {
+  StateBlock b;
+  b.after = linear;
   return b;
 }
 

@@ -52,9 +52,10 @@ struct KvCache {
   bool has_recurrent_layers() const { return !linear.empty(); }
   // Whether every row-keeping layer still holds position `start` (a sliding layer may have dropped it).
   bool holds_from(int64_t start) const;
-  // The rows of positions [start, start + n); with `snapshot`, the recurrent state now (after the last
-  // position appended) as the block's `after`.
-  StateBlock copy_block(int64_t start, int64_t n, bool snapshot) const;
+  // The rows of positions [start, start + n).
+  StateBlock copy_block(int64_t start, int64_t n) const;
+  // The recurrent state now (after the last position appended) as a block's `after`; no rows.
+  StateBlock snapshot() const;
   // Appends a block's n positions to the row-keeping layers (the cache holds exactly its positions
   // before it); takes its `after` as the recurrent state when it has one.
   void append_block(const StateBlock& b, int64_t n);

@@ -93,7 +93,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
       Block b;
       b.parent = parent;
       b.tokens.assign(prompt.begin() + start, prompt.begin() + start + B);
-      b.state = kv.copy_block(start, B, false);
+      b.state = kv.copy_block(start, B);
       b.experts.resize(static_cast<std::size_t>(moe_layers_));
       for (int64_t m = 0; m < moe_layers_; ++m)
         b.experts[m].assign(routing[m].begin() + start * top_k_, routing[m].begin() + (start + B) * top_k_);
@@ -106,7 +106,7 @@ void PrefixCache::insert(const std::vector<int32_t>& prompt, int64_t n, const Kv
     }
     Block& b = blocks_.at(key);
     if (kv.has_recurrent_layers() && start + B == n && b.state.after.empty()) {  // the recurrent state is the one after this block
-      StateBlock snapshot = kv.copy_block(start, 0, true);
+      StateBlock snapshot = kv.snapshot();
       const int64_t added = snapshot.bytes();
       b.state.after = std::move(snapshot.after);
       b.bytes += added;
