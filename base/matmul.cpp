@@ -79,6 +79,12 @@ BlockedLayout classify(const dnnl::memory::desc& d, int64_t K) {
     return BlockedLayout::BF16_16a64b2a;
   return BlockedLayout::None;
 }
+// The part of a packed layout's name that says which layout: plain, one the hand kernels read, or
+// another of oneDNN's.
+const char* layout_tag(const PackedLayout* l) {
+  if (!l) return "/plain-";
+  return l->blocked == BlockedLayout::F32_16a64b ? "/packed16a64b-" : l->blocked == BlockedLayout::BF16_16a64b2a ? "/packed16a64b2a-" : "/packed-";
+}
 }  // namespace
 
 struct Matmul::Impl {
@@ -126,21 +132,21 @@ struct Matmul::Impl {
     }
   }
 
-  // The hand-written kernels (base/small_m_matmul), where W's layout, the CPU and M allow: the f32
-  // panel kernel for 16-64 rows (epilogue fused), or the streaming kernels for 1-4 rows, which
-  // read the weights faster than oneDNN's brgemm (issue 11; the epilogue and output dtype are
-  // applied here). False: oneDNN runs it.
-  bool run_small(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
-    if (!hand_kernels) return false;
-    if (Matmul::uses_panel(W, M)) {
-      PanelEpilogue pe;
-      pe.silu = ep == Epilogue::Silu;
-      pe.mul_by = ep == Epilogue::MulBy ? other : nullptr;
-      pe.bf16_out = out != DType::F32;
-      panel_matmul(static_cast<const float*>(x), M, W.cols, W.rows, W.data.as<float>(), y, pe);
+  // The hand-written kernels (base/small_m_matmul), where W's layout and the CPU allow: the
+  // streaming kernels for the few rows of decode, which read the weights faster than oneDNN's brgemm
+  // (issue 11), and the panel kernel for every other M. Both sum each output in the same order, so a
+  // row's bits do not depend on M (issue 44); the epilogue is the same code in both. False: oneDNN
+  // runs it.
+  bool run_hand(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
+    if (!hand_kernels || !Matmul::uses_hand_kernels(W)) return false;
+    PanelEpilogue pe;
+    pe.silu = ep == Epilogue::Silu;
+    pe.mul_by = ep == Epilogue::MulBy ? other : nullptr;
+    pe.bf16_out = out != DType::F32;
+    if (!Matmul::uses_small_m(W, M)) {
+      panel_matmul(W.packed->blocked, x, M, W.cols, W.rows, W.data.data(), y, pe);
       return true;
     }
-    if (!Matmul::uses_small_m(W, M)) return false;
     const int64_t N = W.rows;
     float* acc = static_cast<float*>(y);
     if (out != DType::F32) {
@@ -148,19 +154,14 @@ struct Matmul::Impl {
       acc = small_out.as<float>();
     }
     small_m_matmul(W.packed->blocked, x, M, W.cols, N, W.data.data(), acc);
-    const int64_t n = M * N;
-    if (ep == Epilogue::Silu)
-      for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / (1.0f + std::exp(-acc[i]));
-    else if (ep == Epilogue::MulBy)
-      for (int64_t i = 0; i < n; ++i) acc[i] *= other[i];
-    if (out != DType::F32) f32_to_bf16(acc, static_cast<uint16_t*>(y), static_cast<std::size_t>(n));
+    if (ep != Epilogue::None || out != DType::F32) apply_panel_epilogue(acc, M, N, pe, y);
     return true;
   }
 
   // One primitive execution on exactly M rows.
   void run(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     if (M == 0) return;
-    if (run_small(x, M, W, y, out, ep, other)) return;
+    if (run_hand(x, M, W, y, out, ep, other)) return;
     ShapeKey key{M, W.cols, W.rows, W.dtype, out, ep, W.packed.get()};
     dnnl::matmul* prim = get(key);
     dnnl::memory::desc wdesc = W.packed ? W.packed->desc : plain_weights(W.cols, W.rows, W.dtype);
@@ -190,7 +191,7 @@ struct Matmul::Impl {
   // bf16: chunks of <= 512 rows, each padded to a good M (see padded_rows).
   void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other,
                    int64_t capacity) {
-    if (W.dtype == DType::F32) {
+    if (W.dtype == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W))) {
       run(x, M, W, y, out, ep, other);
       return;
     }
@@ -220,13 +221,19 @@ struct Matmul::Impl {
   }
 };
 
-bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
-  return M >= kPanelMinM && M <= kPanelMaxM && W.packed && panel_supported(W.packed->blocked);
+bool Matmul::uses_hand_kernels(const WeightMatrix& W) {
+  return W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
 }
+
+bool Matmul::rows_independent(DType t) {
+  return small_m_supported(t == DType::F32 ? BlockedLayout::F32_16a64b : BlockedLayout::BF16_16a64b2a);
+}
+
+bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) { return uses_hand_kernels(W) && !uses_small_m(W, M); }
 
 bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
   const int64_t rows = W.rows * W.cols <= kTwoPassMaxElements ? small_m_max_rows() : kSmallM;
-  return M >= 1 && M <= rows && W.packed && W.packed->blocked != BlockedLayout::None && small_m_supported(W.packed->blocked);
+  return M >= 1 && M <= rows && uses_hand_kernels(W);
 }
 
 Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) { impl_->hand_kernels = hand_kernels; }
@@ -278,12 +285,18 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
   const ShapeKey lkey{0, cols, rows, t, DType::F32, Epilogue::None, nullptr};
   auto& layout = impl_->layouts[lkey];
   if (!layout) {
-    dnnl::memory::desc any({cols, rows}, to_dnnl(t), tag::any);
-    ShapeKey key = lkey;
-    key.m = typical_rows;
-    auto pd = DNNL_CHECK(impl_->make_pd(key, any));
     auto l = std::make_shared<PackedLayout>();
-    l->desc = pd.weights_desc();
+    const BlockedLayout hand = t == DType::F32 ? BlockedLayout::F32_16a64b : BlockedLayout::BF16_16a64b2a;
+    if (impl_->hand_kernels && small_m_supported(hand)) {
+      // The layout the hand kernels read, whatever oneDNN would prefer for this shape: then every
+      // GEMM on the matrix runs in them (batch invariance needs all of them).
+      l->desc = dnnl::memory::desc({cols, rows}, to_dnnl(t), t == DType::F32 ? tag::BA16a64b : tag::BA16a64b2a);
+    } else {
+      dnnl::memory::desc any({cols, rows}, to_dnnl(t), tag::any);
+      ShapeKey key = lkey;
+      key.m = typical_rows;
+      l->desc = DNNL_CHECK(impl_->make_pd(key, any)).weights_desc();
+    }
     l->blocked = classify(l->desc, cols);
     layout = l;
   }
@@ -327,7 +340,7 @@ std::string Matmul::packed_layout_name(DType t, int64_t rows, int64_t cols, int6
   const dnnl_version_t* v = dnnl_version();
   return std::string("onednn-") + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
          std::to_string(v->patch) + "/" + isa_name() + "/" + dtype_name(t) + "/" + std::to_string(rows) + "x" +
-         std::to_string(cols) + "/m" + std::to_string(typical_rows) + (layout_for(t, rows, cols, typical_rows) ? "/packed-" : "/plain-") +
+         std::to_string(cols) + "/m" + std::to_string(typical_rows) + layout_tag(layout_for(t, rows, cols, typical_rows).get()) +
          std::to_string(packed_bytes(t, rows, cols, typical_rows));
 }
 

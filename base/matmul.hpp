@@ -104,11 +104,16 @@ class Matmul {
   // dtype, shape, size): what a stored packed matrix must match to be read back.
   std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
-  // Whether a GEMM of M rows on W runs in the small-M kernels (base/small_m_matmul.hpp) rather than
-  // in oneDNN: W packed in a layout they read, this CPU's ISA, M <= small_m_max_rows().
+  // Whether GEMMs on W run in the hand-written kernels (base/small_m_matmul.hpp) rather than in
+  // oneDNN: W packed in a layout they read (pack() picks one wherever this CPU runs them), this
+  // CPU's ISA. Then every M is computed row by row in one summation order: a row's bits do not
+  // depend on M or on the other rows (batch invariance).
+  static bool uses_hand_kernels(const WeightMatrix& W);
+  // Whether that holds for every matrix of dtype `t` (float32 or bf16) that pack() packs on this CPU.
+  static bool rows_independent(DType t);
+  // Of those, the streaming small-M kernels (M <= small_m_max_rows(), kSmallM on large matrices) ...
   static bool uses_small_m(const WeightMatrix& W, int64_t M);
-  // Whether it runs in the f32 panel kernel instead: W packed as F32_16a64b, AVX-512F,
-  // kPanelMinM <= M <= kPanelMaxM.
+  // ... and the panel kernel (every other M).
   static bool uses_panel(const WeightMatrix& W, int64_t M);
 
   // Name of the ISA oneDNN dispatches to (for bench output).

@@ -24,9 +24,6 @@ constexpr int64_t kSmallMMaxRows = 8;
 // AMX-BF16, where oneDNN's AMX kernels are faster from 5 rows (docs/PERFORMANCE.md, "Tried and dropped").
 constexpr int64_t kTwoPassMaxElements = int64_t{1} << 20;
 int64_t small_m_max_rows();
-// Rows for which Matmul uses the f32 panel kernel (panel_matmul) instead of oneDNN.
-constexpr int64_t kPanelMinM = 16, kPanelMaxM = 64;
-
 // Whether this CPU runs the kernel for `layout` (AVX-512F; AVX512_BF16 for bf16).
 bool small_m_supported(BlockedLayout layout);
 
@@ -41,14 +38,20 @@ struct PanelEpilogue {
   bool bf16_out = false;         // y is bf16 bits [M, N] instead of float32
 };
 
-// Whether this CPU runs panel_matmul on `layout` (F32_16a64b with AVX-512F).
+// Whether this CPU runs panel_matmul on `layout` (as small_m_supported).
 bool panel_supported(BlockedLayout layout);
 
-// y = epilogue(x·W) for kPanelMinM <= M <= kPanelMaxM on F32_16a64b: x float32 [M, K], y [M, N].
-// Expert GEMMs of a prefill step have about this many rows; the kernel computes 6-row panels of each
-// 64-column block while it sits in L2, and prefetches the thread's next block during them. It needs
-// no JIT per M, where oneDNN creates a primitive for every new row count (0.35-1.0 ms each in
-// `moerun bench gemm`).
-void panel_matmul(const float* x, int64_t M, int64_t K, int64_t N, const float* w, void* y, const PanelEpilogue& ep);
+// y = epilogue(x·W) for any M >= 1 on either layout: x float32 [M, K] (F32) or bf16 bits (BF16), y
+// [M, N]. It computes 6-row panels of each 64-column block while the block sits in L2, and
+// prefetches the thread's next block during them; it needs no JIT per M, where oneDNN creates a
+// primitive for every new row count (0.35-1.0 ms each in `moerun bench gemm`). Each output lane sums
+// its k in order from zero, exactly as small_m_matmul does: a row's bits do not depend on M or on
+// the other rows (batch invariance, issue 44).
+void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, void* y,
+                  const PanelEpilogue& ep);
+
+// The same epilogue on small_m_matmul's float32 result acc [M, N] (changed in place), stored to y
+// (which may be acc when the output is float32).
+void apply_panel_epilogue(float* acc, int64_t M, int64_t N, const PanelEpilogue& ep, void* y);
 
 }  // namespace moerun

@@ -66,7 +66,7 @@ std::string stored_form_name(const ExpertBackend& backend, const model::ModelCon
 int64_t replica_row_granule(const model::ModelConfig& config, DeviceKind device) {
   if (device != DeviceKind::Cpu) return 0;
   const WeightScheme s = config.expert_format.scheme;
-  if (is_group_quantized(s) || is_native_quantized(s)) return 1;
+  if (is_group_quantized(s) || is_native_quantized(s) || Matmul::rows_independent(config.expert_format.dtype)) return 1;
   return config.expert_format.dtype == DType::BF16 ? Matmul::kRowChunk : 0;
 }
 

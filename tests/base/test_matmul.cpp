@@ -125,9 +125,8 @@ TEST(Matmul, SiluAndMulEpilogues) {
   }
 }
 
-// The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX, on oneDNN's blocked
-// layouts) and the f32 panel kernel (16 <= M <= 64)
-// against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
+// The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX) and the panel
+// kernel (every other M), on the blocked layouts pack() picks for them, against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
 // (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
 // 6-row panel and an odd count of blocks. Skipped with the reason where the CPU lacks AVX-512 (BF16).
 TEST(Matmul, SmallMKernelsMatchFp64) {
@@ -144,10 +143,9 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
         WeightMatrix W = make_weight(w, s.N, s.K, dt), W3 = make_weight(w3, s.N, s.K, dt);
         mm.pack(W, 32);
         mm.pack(W3, 32);
-        const bool kernel = M < kPanelMinM ? Matmul::uses_small_m(W, M) : Matmul::uses_panel(W, M);
-        if (!kernel) continue;  // this CPU, or oneDNN chose another layout for the shape (bf16: no panel kernel)
+        if (!Matmul::uses_hand_kernels(W)) continue;  // this CPU has not the ISA
         ++checked;
-        panels += M >= kPanelMinM;
+        panels += Matmul::uses_panel(W, M);
         std::vector<float> y(static_cast<std::size_t>(M * s.N));
         mm.linear(x.data(), M, W, y.data());
         const auto ref = reference(x, w, M, s.K, s.N, dt == DType::BF16);
@@ -172,8 +170,8 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
         expect_close(got, want, 1e-2);  // the output is rounded to bf16
       }
   if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: the small-M kernels are not used here";
-  EXPECT_GE(checked, 20);  // the model's shapes at least, in both dtypes
-  EXPECT_GE(panels, 6);    // f32 panels on the model's shapes at least
+  EXPECT_GE(checked, 60);  // every shape and M of f32 at least
+  EXPECT_GE(panels, 18);   // f32 panels on every shape at least
 }
 
 // The panel kernel's SiLU (its own vector exp) over the whole range of pre-activations, exp's
@@ -186,13 +184,65 @@ TEST(Matmul, PanelSiluMatchesFp64AcrossRange) {
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = -120.0f + 240.0f * static_cast<float>(i) / static_cast<float>(x.size() - 1);
   PanelEpilogue ep;
   ep.silu = true;
-  panel_matmul(x.data(), M, K, N, w.data(), y.data(), ep);
+  panel_matmul(BlockedLayout::F32_16a64b, x.data(), M, K, N, w.data(), y.data(), ep);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const double v = x[static_cast<std::size_t>(m * K + n % 16)], want = v / (1 + std::exp(-v));
       const float got = y[static_cast<std::size_t>(m * N + n)];
       EXPECT_NEAR(got, want, 2e-6 * std::max(1.0, std::abs(want))) << "at x = " << v;
     }
+}
+
+// Batch invariance (issue 44): a row's result is the same bits whatever M and the other rows, for
+// every weight format and the fused epilogues: each row of an M-row GEMM against the row computed
+// alone, and against the same rows in chunks of 7 (micro-batches, replicas). On a CPU without the
+// hand kernels' ISA float32 and bf16 run in oneDNN, which picks kernels by M: skipped there.
+TEST(Matmul, RowsAreTheSameBitsWhateverTheBatch) {
+  const int64_t K = 192, N = 200;
+  const auto w = randv(static_cast<std::size_t>(N * K), 31), w3 = randv(static_cast<std::size_t>(N * K), 32);
+  int checked = 0;
+  for (WeightScheme s : {WeightScheme::Plain, WeightScheme::Q8, WeightScheme::Q4})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      if (s != WeightScheme::Plain && dt == DType::F32) continue;
+      Matmul mm;
+      WeightMatrix W = make_weight(w, N, K, dt), W3 = make_weight(w3, N, K, dt);
+      if (s == WeightScheme::Plain) {
+        mm.pack(W, 32);
+        mm.pack(W3, 32);
+        if (!Matmul::uses_hand_kernels(W)) continue;
+      } else {
+        mm.quantize(W, s);
+      }
+      for (int64_t M : {2, 5, 8, 9, 17, 64, 65, 130, 515}) {
+        const auto x = randv(static_cast<std::size_t>(M * K), 40 + static_cast<uint32_t>(M));
+        std::vector<float> all(static_cast<std::size_t>(M * N)), one(static_cast<std::size_t>(N)), chunks(all.size());
+        mm.linear(x.data(), M, W, all.data());
+        for (int64_t m0 = 0; m0 < M; m0 += 7) mm.linear(x.data() + m0 * K, std::min<int64_t>(7, M - m0), W, chunks.data() + m0 * N);
+        EXPECT_EQ(0, std::memcmp(all.data(), chunks.data(), all.size() * 4)) << "M " << M << " in chunks of 7";
+        for (int64_t m : {int64_t{0}, M / 2, M - 1}) {
+          mm.linear(x.data() + m * K, 1, W, one.data());
+          EXPECT_EQ(0, std::memcmp(all.data() + m * N, one.data(), one.size() * 4)) << "M " << M << " row " << m;
+        }
+        if (s != WeightScheme::Plain) continue;
+        // The SwiGLU epilogues, bf16 output included (gemm takes x in W's dtype).
+        std::vector<uint16_t> xb(x.size());
+        f32_to_bf16(x.data(), xb.data(), x.size());
+        const void* xin = dt == DType::F32 ? static_cast<const void*>(x.data()) : xb.data();
+        const std::size_t xrow = static_cast<std::size_t>(K) * (dt == DType::F32 ? 4 : 2);
+        std::vector<float> g(all.size()), g1(one.size());
+        std::vector<uint16_t> a(all.size()), a1(one.size());
+        mm.gemm(xin, M, W, g.data(), DType::F32, Epilogue::Silu);
+        mm.gemm(xin, M, W3, a.data(), DType::BF16, Epilogue::MulBy, g.data());
+        const int64_t m = M - 1;
+        const void* xm = static_cast<const char*>(xin) + xrow * static_cast<std::size_t>(m);
+        mm.gemm(xm, 1, W, g1.data(), DType::F32, Epilogue::Silu);
+        mm.gemm(xm, 1, W3, a1.data(), DType::BF16, Epilogue::MulBy, g1.data());
+        EXPECT_EQ(0, std::memcmp(g.data() + m * N, g1.data(), g1.size() * 4)) << "silu, M " << M;
+        EXPECT_EQ(0, std::memcmp(a.data() + m * N, a1.data(), a1.size() * 2)) << "mul, bf16 out, M " << M;
+        ++checked;
+      }
+    }
+  if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: float32 and bf16 GEMMs run in oneDNN";
 }
 
 TEST(Dtype, Bf16RoundsToNearestEven) {
