@@ -12,6 +12,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "base/cpu_features.hpp"
 #include "base/error.hpp"
 #include "base/native_matmul.hpp"
 #include "base/small_m_matmul.hpp"
@@ -144,6 +145,7 @@ struct Matmul::Impl {
     pe.mul_by = ep == Epilogue::MulBy ? other : nullptr;
     pe.bf16_out = out != DType::F32;
     if (!Matmul::uses_small_m(W, M)) {
+      if (!Matmul::uses_panel(W, M)) return false;
       panel_matmul(W.packed->blocked, x, M, W.cols, W.rows, W.data.data(), y, pe);
       return true;
     }
@@ -191,7 +193,7 @@ struct Matmul::Impl {
   // bf16: chunks of <= 512 rows, each padded to a good M (see padded_rows).
   void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other,
                    int64_t capacity) {
-    if (W.dtype == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W))) {
+    if (W.dtype == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W) && Matmul::rows_independent(W.dtype))) {
       run(x, M, W, y, out, ep, other);
       return;
     }
@@ -226,10 +228,13 @@ bool Matmul::uses_hand_kernels(const WeightMatrix& W) {
 }
 
 bool Matmul::rows_independent(DType t) {
-  return small_m_supported(t == DType::F32 ? BlockedLayout::F32_16a64b : BlockedLayout::BF16_16a64b2a);
+  if (t == DType::F32) return small_m_supported(BlockedLayout::F32_16a64b);
+  return small_m_supported(BlockedLayout::BF16_16a64b2a) && !cpu_features().amx_bf16;
 }
 
-bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) { return uses_hand_kernels(W) && !uses_small_m(W, M); }
+bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
+  return uses_hand_kernels(W) && !uses_small_m(W, M) && rows_independent(W.dtype);
+}
 
 bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
   const int64_t rows = W.rows * W.cols <= kTwoPassMaxElements ? small_m_max_rows() : kSmallM;

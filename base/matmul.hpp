@@ -104,16 +104,17 @@ class Matmul {
   // dtype, shape, size): what a stored packed matrix must match to be read back.
   std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
-  // Whether GEMMs on W run in the hand-written kernels (base/small_m_matmul.hpp) rather than in
-  // oneDNN: W packed in a layout they read (pack() picks one wherever this CPU runs them), this
-  // CPU's ISA. Then every M is computed row by row in one summation order: a row's bits do not
-  // depend on M or on the other rows (batch invariance).
+  // Whether GEMMs on W can run in the hand-written kernels (base/small_m_matmul.hpp): W packed in
+  // a layout they read (pack() picks one wherever this CPU runs them) and this CPU's ISA.
   static bool uses_hand_kernels(const WeightMatrix& W);
-  // Whether that holds for every matrix of dtype `t` (float32 or bf16) that pack() packs on this CPU.
+  // Whether every GEMM on such a matrix of dtype `t` (float32 or bf16) does, at every M: then each
+  // row is computed in one summation order, and its bits do not depend on M or on the other rows
+  // (batch invariance, issue 44). True with AVX-512F (float32) or AVX512_BF16 (bf16), except bf16
+  // on CPUs with AMX, where oneDNN's AMX kernels take M > kSmallM (about 3x the panel kernel).
   static bool rows_independent(DType t);
-  // Of those, the streaming small-M kernels (M <= small_m_max_rows(), kSmallM on large matrices) ...
+  // The streaming small-M kernels (M <= small_m_max_rows(), kSmallM on large matrices) ...
   static bool uses_small_m(const WeightMatrix& W, int64_t M);
-  // ... and the panel kernel (every other M).
+  // ... and the panel kernel (every other M, where rows_independent).
   static bool uses_panel(const WeightMatrix& W, int64_t M);
 
   // Name of the ISA oneDNN dispatches to (for bench output).

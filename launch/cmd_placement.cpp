@@ -177,7 +177,7 @@ int placement_show(int argc, char** argv) {
   o.add_options()
     ("placement", po::value(&file)->required(), "the placement file (moerun placement plan, or written by hand)")
     ("trace", po::value(&traces)->required(), "routing trace(s) whose loads to expect")
-    ("model", po::value(&model), "the model: its experts' split granule (bf16 experts split at 512 rows; else every row)");
+    ("model", po::value(&model), "the model: its experts' split granule (every row on CPUs with AVX-512; else bf16 experts at 512 rows, float32 never)");
   layout.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv,

@@ -8,6 +8,8 @@
 #  - outputs are the single-process bytes for every placement, over the hierarchical exchange, with
 #    the expert cache, and with rebalancing on (experts moved mid-run, counted);
 #  - bf16 experts split at the 512-row granule: logits bit-identical to one process (1 router);
+#  - float32 experts split at any row (AVX-512): a skewed f32 model with 8 replicas at <= 1.15, and
+#    tokens and logits bit-identical to one process (2 routers);
 #  - a hot swap reaches every holder of a replicated expert at the same step (from the start, and
 #    written mid-run: every request as before or after it, at most one per router straddling);
 #  - healing: the shards corrupted after start-up, rebalancing's new copies fail verification and
@@ -89,6 +91,34 @@ $MPI -np 5 "$MOERUN" infer --model "$WORK/bf" --input "$WORK/b.jsonl" --output "
 splits=$(balance "$WORK/bf5-s.json" split_experts)
 check "bf16, np 5 (1 router), replicas split at 512 rows ($splits splits): tokens and logits bit-identical to one process" bash -c \
   "cmp -s '$WORK/bf-ref.jsonl' '$WORK/bf5.jsonl' && cmp -s '$WORK/bf-ref.logits' '$WORK/bf5.logits' && [ $splits -gt 0 ]"
+
+# --- float32 experts split at any row (the hand kernels' rows are independent, issue 44) ----------
+if grep -m1 '^flags' /proc/cpuinfo | grep -qw avx512f; then
+  skewed_model "$WORK/f32" float32
+  "$MOERUN" infer --model "$WORK/f32" --input "$WORK/b.jsonl" --output "$WORK/f32-ref.jsonl" --quiet --logits-out "$WORK/f32-ref.logits"
+  "${NP10[@]}" --model "$WORK/f32" --input "$WORK/a.jsonl" --output "$WORK/f32-a.jsonl" --trace "$WORK/ft.h5"
+  "$MOERUN" placement plan --model "$WORK/f32" --trace "$WORK/ft.h5" --trace "$WORK/ft.h5.1" --nodes 2 --ranks-per-node 5 \
+    --redundant 8 --out "$WORK/fp8.json" > /dev/null
+  "${NP10[@]}" --model "$WORK/f32" --input "$WORK/b.jsonl" --output "$WORK/f32-p8.jsonl" --placement "$WORK/fp8.json" \
+    --stats-json "$WORK/f32-s.json" --logits-out "$WORK/f32-p8.logits"
+  fi8=$(balance "$WORK/f32-s.json" imbalance) fsplits=$(balance "$WORK/f32-s.json" split_experts)
+  check "float32, np 10 (8 expert ranks), planned + 8 replicas: imbalance $fi8 <= 1.15, $fsplits splits" \
+    "$PY" -c "import sys; sys.exit(0 if $fi8 <= 1.15 and $fsplits > 0 else 1)"
+  check "float32, replicas split at any row: tokens, log-probs and logits bit-identical to one process" bash -c \
+    "cmp -s '$WORK/f32-ref.jsonl' '$WORK/f32-p8.jsonl' && '$PY' - '$WORK/f32-ref.logits' '$WORK/f32-p8.logits' <<'PY'
+import glob, json, sys
+def by_id(prefix):
+    out = {}
+    for p in [prefix] + glob.glob(prefix + '.*'):
+        for l in open(p):
+            r = json.loads(l)
+            out.setdefault(r['id'], []).append(r['logits'])
+    return out
+sys.exit(0 if by_id(sys.argv[1]) == by_id(sys.argv[2]) else 1)
+PY"
+else
+  echo "skip float32 replicas: this CPU has no AVX-512F (float32 experts run in oneDNN and are never split)"
+fi
 
 # --- Hot swap reaches every holder at once ---------------------------------------------------------
 skewed_model "$WORK/q8b" q8 12
