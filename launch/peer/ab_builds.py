@@ -26,8 +26,10 @@ def main():
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", default="2")
-    ap.add_argument("extra", nargs="*", help="more `moerun infer` options (after --)")
-    o = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []  # more `moerun infer` options
+    o = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    o.extra = extra
     bins, models = [o.old, o.new], o.models.split(",")
     ns = [int(x) for x in o.batches.split(",")]
     for m in models:
