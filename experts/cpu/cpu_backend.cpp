@@ -85,25 +85,56 @@ void CpuBackend::run(const ExpertRun& r) {
                      scratch_, activation_);
 }
 
+namespace {
+
+// Whether an expert's GEMMs give the same bits on one thread as on the whole team, at any row
+// count: the quantized kernels and Matmul's hand kernels split the work by output columns and sum
+// each output in one order; oneDNN (float32/bf16 where the hand kernels do not run) may not.
+bool same_bits_on_one_thread(const FfnWeights& w) {
+  if (w.w2.scheme != WeightScheme::Plain) return true;
+  return Matmul::rows_independent(w.w1.dtype) && Matmul::uses_hand_kernels(w.w1) && Matmul::uses_hand_kernels(w.w2);
+}
+
+// A run's cost in rows: its rows, plus what streaming its weights once costs (about 8 rows' work
+// in `bench gemm` at decode sizes).
+int64_t run_cost(const ExpertRun& r) { return r.rows + kSmallMMaxRows; }
+
+}  // namespace
+
+bool CpuBackend::thread_per_expert(const std::vector<ExpertRun>& runs, int threads) const {
+  if (runs.size() < 2 || threads < 2 || omp_in_parallel()) return false;
+  int64_t total = 0, largest = 0;
+  for (const ExpertRun& r : runs) {
+    const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
+    const bool one_thread_ok = same_bits_on_one_thread(w) ||
+                               (Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows));
+    if (!one_thread_ok) return false;
+    total += run_cost(r);
+    largest = std::max(largest, run_cost(r));
+  }
+  // Whole experts per thread keep every thread busy without a barrier per GEMM (a prefill step's
+  // 128 experts of ~8 rows each), as long as no expert is more than a thread's share.
+  return largest * threads <= total;
+}
+
 void CpuBackend::run_all(const std::vector<ExpertRun>& runs) {
   const int threads = omp_get_max_threads();
-  const bool small = std::all_of(runs.begin(), runs.end(), [](const ExpertRun& r) {
-    const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
-    if (w.w2.scheme != WeightScheme::Plain) return r.rows <= kSmallMMaxRows;  // a thread per expert, as below
-    return Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows);
-  });
-  if (!small || runs.size() < 2 || threads < 2 || omp_in_parallel()) {
+  if (!thread_per_expert(runs, threads)) {
     for (const ExpertRun& r : runs) run(r);
     return;
   }
   while (static_cast<int>(threads_.size()) < threads) threads_.push_back({std::make_unique<Matmul>(mm_.hand_kernels()), {}});
   const int64_t d = config_.hidden_size;
+  // Largest first, then whoever is free takes the next: the longest-processing-time rule.
+  order_.resize(runs.size());
+  for (std::size_t i = 0; i < runs.size(); ++i) order_[i] = i;
+  std::stable_sort(order_.begin(), order_.end(), [&](std::size_t a, std::size_t b) { return runs[a].rows > runs[b].rows; });
   // Each expert's GEMMs run on one thread (the kernels' own parallel regions are nested, so one
   // thread each): the same arithmetic per output element as run(), so the same bits.
 #pragma omp parallel for schedule(dynamic, 1)
   for (std::size_t i = 0; i < runs.size(); ++i) {
     ThreadCompute& t = threads_[static_cast<std::size_t>(omp_get_thread_num())];
-    const ExpertRun& r = runs[i];
+    const ExpertRun& r = runs[order_[i]];
     swiglu_ffn_forward(*t.mm, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
                        t.scratch, activation_);
   }

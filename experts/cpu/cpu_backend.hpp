@@ -38,9 +38,10 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   void begin(const float* gathered, int64_t rows, float* results) override;
   RowBuffers row_buffers(int64_t rows) override;
   void run(const ExpertRun& r) override;
-  // Decode-sized runs (in the small-M kernels: Matmul::uses_small_m) go one expert per thread: a GEMM of a few rows
-  // against a small expert matrix is too short to split across threads without them waiting at
-  // its barriers (Qwen3-MoE's 384 x 1024). Larger runs split each GEMM as run() does.
+  // Runs go one expert per thread (largest first) where that gives the same bits and balances
+  // (thread_per_expert): a GEMM of a few rows against a small expert matrix is too short to split
+  // across threads without them waiting at its barriers (Qwen3-MoE's 384 x 1024, in decode and in
+  // a prefill step's ~8 rows per expert). Otherwise each GEMM is split as run() does.
   void run_all(const std::vector<ExpertRun>& runs) override;
   void finish() override {}
   std::vector<double> dense_matmul_seconds(int64_t M, int64_t N, int64_t K, int warmup, int iters) override;
@@ -58,6 +59,11 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
     FfnScratch scratch;
   };
   std::vector<ThreadCompute> threads_;
+  std::vector<std::size_t> order_;  // run_all's runs, largest first
+  // Whether run_all gives whole experts to threads: every run gets the same bits on one thread
+  // (any row count where the kernels split by output columns; else small-M runs only), and no run
+  // costs more than a thread's share.
+  bool thread_per_expert(const std::vector<ExpertRun>& runs, int threads) const;
   AlignedBuffer gathered_buf_, results_buf_;
   const float* gathered_ = nullptr;
   float* results_ = nullptr;
