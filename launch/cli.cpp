@@ -118,7 +118,7 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")
     ("mla-attention", po::value(&mla_attention)->default_value(mla_attention),
      "MLA models (DeepSeek): absorbed (attend to the compressed cache), expanded (per-head keys and values), or auto "
-     "(expanded for chunks of 32 tokens or more)")
+     "(expanded for prompt tokens, absorbed for generated ones: the same bits however a prompt is chunked)")
     ("quantize-dense", po::value(&quantize_dense)->default_value(quantize_dense), kQuantizeDenseHelp);
   cache.add(o, c);
   object_store.add(o);

@@ -106,7 +106,7 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
 void MlaAttention::attend(int64_t l, const std::vector<MlaChunk>& chunks, int64_t n, float* out) {
   if (n != n_) fail(ErrorKind::Internal, "MlaAttention::attend: ", n, " rows, projected ", n_);
   for (const MlaChunk& ch : chunks) {
-    const bool expand = mode_ == MlaMode::Expanded || (mode_ == MlaMode::Auto && ch.count >= kMlaExpandMinRows);
+    const bool expand = mode_ == MlaMode::Expanded || (mode_ == MlaMode::Auto && ch.prompt);
     if (expand) attend_expanded(l, ch, out);
     else attend_absorbed(l, ch, out);
   }

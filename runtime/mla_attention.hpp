@@ -22,10 +22,11 @@
 
 namespace moerun::runtime {
 
-// Which form runs: absorbed or expanded always, or by chunk (auto: expanded for chunks of at least
-// kMlaExpandMinRows query tokens, absorbed below: decode steps are always absorbed).
+// Which form runs: absorbed or expanded always, or by token (auto: expanded for prompt tokens,
+// absorbed for generated ones). The forms agree to ~1e-6, not bit for bit, so auto decides by what
+// a token is, never by how many share its chunk: a prompt gives the same bits whole, in chunks, or
+// after a prefix-cache hit (batch invariance, issue 44).
 enum class MlaMode { Auto, Absorbed, Expanded };
-inline constexpr int64_t kMlaExpandMinRows = 32;
 MlaMode parse_mla_mode(const std::string& s);  // ConfigError naming the field "mla_attention"
 
 // The softmax scale: 1/sqrt(qk_nope + qk_rope), times mscale(factor, mscale_all_dim)^2 under YaRN
@@ -37,6 +38,7 @@ struct MlaChunk {
   int64_t first = 0, count = 0;  // rows in the micro-batch's q arrays
   int64_t pos0 = 0;
   const KvCache* kv = nullptr;   // its rows up to pos0 + count - 1 appended already
+  bool prompt = false;           // its tokens are prompt tokens (auto: the expanded form)
 };
 
 // Splits a layer's wkv_b per head into mla_uk, mla_uk_t and mla_uv (packed for `mm`) and frees it:

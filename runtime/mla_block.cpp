@@ -24,7 +24,12 @@ class MlaBlock final : public AttentionBlock {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
       ch.kv->append(l, rows + off * row, nullptr, ch.count);
-      chunks.push_back({off, ch.count, ch.pos0, ch.kv});
+      // Its prompt tokens (they come first) and the generated ones as two chunks: each token's form
+      // is what it is (MlaMode::Auto), however the scheduler cut the sequence.
+      int64_t prompt = 0;
+      while (prompt < ch.count && b.is_prefill[static_cast<std::size_t>(ch.first + prompt)]) ++prompt;
+      if (prompt > 0) chunks.push_back({off, prompt, ch.pos0, ch.kv, true});
+      if (prompt < ch.count) chunks.push_back({off + prompt, ch.count - prompt, ch.pos0 + prompt, ch.kv, false});
     }
     float* heads = s.attn + t0 * c.attention_out_dim();
     mla_.attend(l, chunks, n, heads);

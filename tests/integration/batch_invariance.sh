@@ -5,7 +5,8 @@
 # with 2 routers, np 3 with 3 micro-batches, and two placements that replicate every expert (the
 # routers split its rows among 2 or 3 holders). The GEMMs must run in the hand kernels for float32
 # and bf16 (AVX-512F; AVX512_BF16 without AMX): elsewhere oneDNN picks kernels by row count, and
-# those dtypes are skipped with the reason.
+# those dtypes are skipped with the reason. Then the other layer kinds (DeltaNet, MLA, sinks and
+# sliding windows) in float32.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 
@@ -98,4 +99,20 @@ for dtype in float32 bfloat16 q8 q4; do
     [ "$(stat_of balance split_experts)" -gt 0 ]
   run_case "np 4, every expert on 3 ranks, 2 micro-batches" 4 --placement "$WORK/three.json" --micro-batches 2
 done
+
+# The other layer kinds, float32: Gated DeltaNet with gated attention (qwen3_5_moe), MLA
+# (deepseek_v3), sinks and sliding windows (gpt_oss).
+if [[ " $flags " == *" avx512f "* ]]; then
+  dtype=float32
+  for family in qwen3_5_moe deepseek_v3 gpt_oss; do
+    m="$WORK/$family"
+    SYNTH_LAYERS=4 SYNTH_HIDDEN=128 SYNTH_HEAD_DIM=32 SYNTH_FF=192 synth_model "$m" --family "$family"
+    "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-ref.jsonl" --quiet --logits-out "$m-ref.logits"
+    dtype="$family float32"
+    run_case "every request alone" 1 --max-batch-size 1
+    run_case "prompts in 37-token chunks" 1 --max-batch-tokens 37
+    run_case "prefix cache on" 1 --prefix-cache-mb 16 --prefix-cache-block 8
+    run_case "np 4, 2 routers, 2 micro-batches" 4 --routers-per-node 2 --micro-batches 2
+  done
+fi
 finish

@@ -15,7 +15,7 @@ finish() { echo "$passes passed, $failures failed"; [ "$failures" -eq 0 ]; }
 # synth_model DIR [extra synth options]
 synth_model() {
   local dir=$1; shift
-  "$MOERUN" synth --out "$dir" --layers 3 --experts 8 --top-k 2 --hidden ${SYNTH_HIDDEN:-64} --heads 4 --kv-heads 2 --head-dim ${SYNTH_HEAD_DIM:-16} \
+  "$MOERUN" synth --out "$dir" --layers ${SYNTH_LAYERS:-3} --experts 8 --top-k 2 --hidden ${SYNTH_HIDDEN:-64} --heads 4 --kv-heads 2 --head-dim ${SYNTH_HEAD_DIM:-16} \
     --intermediate ${SYNTH_FF:-96} --vocab 200 --max-position 256 --eos 199 --shards 2 --seed ${SYNTH_SEED:-11} --quiet "$@"
 }
 
