@@ -5,7 +5,7 @@
 # with 2 routers, np 3 with 3 micro-batches, and two placements that replicate every expert (the
 # routers split its rows among 2 or 3 holders). The GEMMs must run in the hand kernels for float32
 # and bf16 (AVX-512F; AVX512_BF16 without AMX): elsewhere oneDNN picks kernels by row count, and
-# those dtypes are skipped with the reason. Then the other layer kinds (DeltaNet, MLA, sinks and
+# those dtypes are skipped with the reason. Then --resume, and the other layer kinds (DeltaNet, MLA, sinks and
 # sliding windows) in float32.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
@@ -34,23 +34,6 @@ json.dump(two, open(sys.argv[1] + "/two.json", "w"))
 json.dump(three, open(sys.argv[1] + "/three.json", "w"))
 PY
 
-same_logits() {  # same_logits REF_PREFIX GOT_PREFIX: every router's logits, by request, bit for bit
-  "$PY" - "$1" "$2" <<'PY'
-import glob, json, sys
-def load(prefix):
-    out = {}
-    for p in [prefix] + glob.glob(prefix + ".*"):
-        for line in open(p):
-            r = json.loads(line)
-            out.setdefault(r["id"], []).append(r["logits"])
-    return out
-ref, got = load(sys.argv[1]), load(sys.argv[2])
-diff = sum(a != b for k in ref for a, b in zip(ref[k], got.get(k, [])))
-n = sum(len(v) for v in ref.values())
-print(f"{n - diff} of {n} logit rows identical")
-sys.exit(0 if ref.keys() == got.keys() and diff == 0 and all(len(ref[k]) == len(got[k]) for k in ref) else 1)
-PY
-}
 
 stat_of() {  # stat_of SECTION FIELD: from the last case's --stats-json
   "$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]][sys.argv[3]])" "$last.stats" "$1" "$2" 2>/dev/null || echo 0
@@ -99,6 +82,23 @@ for dtype in float32 bfloat16 q8 q4; do
     [ "$(stat_of balance split_experts)" -gt 0 ]
   run_case "np 4, every expert on 3 ranks, 2 micro-batches" 4 --placement "$WORK/three.json" --micro-batches 2
 done
+
+# --resume: a run killed after 3 results, finished with other batches (--max-batch-size 4), gives
+# the uninterrupted run's bytes, log-probs included (float32; longer generations, so the kill lands
+# mid-run).
+if [ -d "$WORK/float32" ]; then
+  m="$WORK/float32"
+  sed 's/"max_new_tokens": 6/"max_new_tokens": 40/' "$WORK/reqs.jsonl" > "$WORK/long.jsonl"
+  "$MOERUN" infer --model "$m" --input "$WORK/long.jsonl" --output "$WORK/long-ref.jsonl" --quiet
+  kill_after_journal "$WORK/long-out.jsonl" 3 "$MOERUN" infer --model "$m" --input "$WORK/long.jsonl" \
+    --output "$WORK/long-out.jsonl" --quiet --max-batch-size 1
+  journaled=$(wc -l < "$WORK/long-out.jsonl.journal" 2>/dev/null || echo 0)
+  check "float32: killed mid-run ($journaled results journaled, no final file)" \
+    bash -c "[ $journaled -ge 3 ] && [ $journaled -lt 14 ] && [ ! -e '$WORK/long-out.jsonl' ]"
+  "$MOERUN" infer --model "$m" --input "$WORK/long.jsonl" --output "$WORK/long-out.jsonl" --quiet --max-batch-size 4 --resume
+  check "float32, --resume with other batches: tokens and log-probs identical to the uninterrupted run" \
+    cmp -s "$WORK/long-ref.jsonl" "$WORK/long-out.jsonl"
+fi
 
 # The other layer kinds, float32: Gated DeltaNet with gated attention (qwen3_5_moe), MLA
 # (deepseek_v3), sinks and sliding windows (gpt_oss).

@@ -54,3 +54,23 @@ kill_after_journal() {
   kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
+
+# same_logits REF_PREFIX GOT_PREFIX: every router's --logits-out file (PREFIX, PREFIX.1, ...), by
+# request, bit for bit; prints how many rows are identical.
+same_logits() {
+  "$PY" - "$1" "$2" <<'PY'
+import glob, json, sys
+def load(prefix):
+    out = {}
+    for p in [prefix] + glob.glob(prefix + ".*"):
+        for line in open(p):
+            r = json.loads(line)
+            out.setdefault(r["id"], []).append(r["logits"])
+    return out
+ref, got = load(sys.argv[1]), load(sys.argv[2])
+diff = sum(a != b for k in ref for a, b in zip(ref[k], got.get(k, [])))
+n = sum(len(v) for v in ref.values())
+print(f"{n - diff} of {n} logit rows identical")
+sys.exit(0 if ref.keys() == got.keys() and diff == 0 and all(len(ref[k]) == len(got[k]) for k in ref) else 1)
+PY
+}
