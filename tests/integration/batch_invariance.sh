@@ -1,12 +1,12 @@
 #!/bin/bash
 # Batch invariance (issue 44): a request's tokens, log-probs and logits are the same bits whatever
 # shares its steps, for float32, bf16, q8, q4, mxfp4 and fp8-block models. Each against one process
-# with the defaults: every request alone (--max-batch-size 1), prompts in 37-token chunks, the prefix cache on, np 4
-# with 2 routers, np 3 with 3 micro-batches, and two placements that replicate every expert (the
-# routers split its rows among 2 or 3 holders). The GEMMs must run in the hand kernels for float32
-# and bf16 (AVX-512F; AVX512_BF16 without AMX): elsewhere oneDNN picks kernels by row count, and
-# those dtypes are skipped with the reason. Then --resume, and the other layer kinds (DeltaNet, MLA, sinks and
-# sliding windows) in float32.
+# with the defaults: every request alone (--max-batch-size 1), prompts in 37-token chunks, the
+# prefix cache on, np 4 with 2 routers, np 3 with 3 micro-batches, and two placements that
+# replicate every expert (the routers split its rows among 2 or 3 holders). The GEMMs must run in
+# the hand kernels for float32 and bf16 (AVX-512F; AVX512_BF16 without AMX): elsewhere oneDNN picks
+# kernels by row count, and those dtypes are skipped with the reason. Then --resume, and the other
+# layer kinds (DeltaNet, MLA, sinks and sliding windows) in float32.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 
