@@ -33,7 +33,7 @@ PY
 run --output "$WORK/mh0.jsonl" --batching minhash --batching-threshold 0 --batching-pool 4 --stats-json "$WORK/mh0.json"
 check "threshold 0 and a pool of one batch: the same output" cmp -s "$WORK/ref.jsonl" "$WORK/mh0.jsonl"
 $MPI -np 4 -x OMP_NUM_THREADS=1 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/np4.jsonl" --quiet \
-  --max-batch-size 4 --batching minhash --micro-batches 1 --l1-bytes $((2 * EXPERT))
+  --comm-timeout 60 --max-batch-size 4 --batching minhash --micro-batches 1 --l1-bytes $((2 * EXPERT))
 check "mpirun -np 4 with minhash batching and a cache: the same output" cmp -s "$WORK/ref.jsonl" "$WORK/np4.jsonl"
 for bad in "--batching lifo:--batching" "--batching-threshold 1.5:--batching-threshold" "--batching-max-wait 0:--batching-max-wait"; do
   set +e; run --output "$WORK/x.jsonl" ${bad%%:*} 2> "$WORK/err"; rc=$?; set -e
