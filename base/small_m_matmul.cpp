@@ -195,7 +195,8 @@ __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void bf16_pa
                  w2 = (__m512bh)_mm512_loadu_si512(row + 64), w3 = (__m512bh)_mm512_loadu_si512(row + 96);
   for (int r = 0; r < R; ++r) {
     const uint16_t* xp = x + r * K + 2 * p;
-    const __m512bh xb = whole ? (__m512bh)_mm512_castps_si512(_mm512_broadcastss_ps(_mm_load_ss(reinterpret_cast<const float*>(xp))))
+    // _mm_loadu_si32: a row of odd K starts at an odd bf16, so the pair may not be 4-byte aligned.
+    const __m512bh xb = whole ? (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(xp))
                               : (__m512bh)_mm512_set1_epi32(static_cast<int>(*xp));
     acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, xb);
     acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, xb);
