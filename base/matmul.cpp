@@ -291,10 +291,10 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
   auto& layout = impl_->layouts[lkey];
   if (!layout) {
     auto l = std::make_shared<PackedLayout>();
-    const BlockedLayout hand = t == DType::F32 ? BlockedLayout::F32_16a64b : BlockedLayout::BF16_16a64b2a;
-    if (impl_->hand_kernels && small_m_supported(hand)) {
+    if (impl_->hand_kernels && rows_independent(t)) {
       // The layout the hand kernels read, whatever oneDNN would prefer for this shape: then every
-      // GEMM on the matrix runs in them (batch invariance needs all of them).
+      // GEMM on the matrix runs in them (batch invariance needs all of them). Where oneDNN keeps the
+      // larger M (bf16 on AMX), its own preference, which its AMX kernels are sure to take.
       l->desc = dnnl::memory::desc({cols, rows}, to_dnnl(t), t == DType::F32 ? tag::BA16a64b : tag::BA16a64b2a);
     } else {
       dnnl::memory::desc any({cols, rows}, to_dnnl(t), tag::any);

@@ -105,7 +105,7 @@ class Matmul {
   std::string packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows);
 
   // Whether GEMMs on W can run in the hand-written kernels (base/small_m_matmul.hpp): W packed in
-  // a layout they read (pack() picks one wherever this CPU runs them) and this CPU's ISA.
+  // a layout they read (pack() picks one wherever rows_independent) and this CPU's ISA.
   static bool uses_hand_kernels(const WeightMatrix& W);
   // Whether every GEMM on such a matrix of dtype `t` (float32 or bf16) does, at every M: then each
   // row is computed in one summation order, and its bits do not depend on M or on the other rows
