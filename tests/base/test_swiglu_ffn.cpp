@@ -293,9 +293,11 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
     }
     AlignedBuffer raw;
     if (k.scheme == WeightScheme::Plain) {
+      // The raw form is in the model's dtype: float32 experts are 4 bytes a weight.
       const auto w = randv(static_cast<std::size_t>(c.params_per_expert()), 31, 0.1f);
-      raw = AlignedBuffer(w.size() * 2);
-      f32_to_bf16(w.data(), raw.as<uint16_t>(), w.size());
+      raw = AlignedBuffer(w.size() * dtype_size(k.dt));
+      if (k.dt == DType::F32) std::memcpy(raw.data(), w.data(), w.size() * sizeof(float));
+      else f32_to_bf16(w.data(), raw.as<uint16_t>(), w.size());
     } else {
       std::vector<float> dq[3];
       raw = moerun::testing::quantized_expert(c, 33, dq);
