@@ -18,7 +18,8 @@ kept as shipped. DeepSeek-V2 (MLA without q_lora, group_limited_greedy over soft
 shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA with q_lora, sigmoid
 scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
 prediction layer that convert skips), and V3 in float32 without q_lora and with 2 shared experts, all
-with interleaved RoPE. The reference computes with the
+with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkpoints (experts kept
+as shipped). The reference computes with the
 dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
 max |b|) of the reference.
@@ -718,6 +719,34 @@ def qwen3_5_checkpoint(rng):
     return cfg, ckpt, ref_cfg, ref
 
 
+FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def qwen3_next_fp8_checkpoint(rng):
+    """Qwen3-Next as its FP8 release ships: every projection (DeltaNet's fused in_proj_qkvz and
+    in_proj_ba and out_proj, attention, experts, shared expert) in e4m3 with 128 x 128 block scales;
+    the router, the shared expert's gate, conv1d, norms and the LM head as they were. Returns the
+    config, the file's tensors and the reference's (dequantized)."""
+    cfg, ref = qwen3_next_checkpoint(rng)
+    return dict(cfg, quantization_config=FP8_CONFIG), fp8_projections(ref), ref
+
+
+def qwen3_5_fp8_checkpoint(rng):
+    """Qwen3.5-MoE's multimodal checkpoint with its attention, DeltaNet output, expert and shared
+    expert projections in e4m3 with block scales (the separate in_proj_qkv/z/b/a kept as they were:
+    the reference holds them fused). Returns as qwen3_5_checkpoint, the reference dequantized."""
+    cfg, ckpt, ref_cfg, ref = qwen3_5_checkpoint(rng)
+    out = {}
+    for n, w in ckpt.items():
+        if w.ndim == 2 and "proj.weight" in n and ".in_proj_" not in n and "visual" not in n:
+            q, sc = quantize_fp8(w)
+            out[n], out[n + "_scale_inv"] = q, sc
+            ref["model." + n[len("model.language_model."):]] = dequant_fp8(q, sc)
+        else:
+            out[n] = w
+    return dict(cfg, quantization_config=FP8_CONFIG), out, ref_cfg, ref  # at the top, as the release has it
+
+
 def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, expect_format, ref_cfg=None):
     """Converts one checkpoint with `convert_args`, checks the experts' format `inspect` names, runs
     it, and compares with the float64 forward over `ref_tensors` (and `ref_cfg`, else the
@@ -858,6 +887,10 @@ def main():
     failures += check_model(moerun, work, "qwen3_next", cfg, t, t, [], None)
     cfg, t, ref_cfg, ref = qwen3_5_checkpoint(Rng(13))
     failures += check_model(moerun, work, "qwen3_5_moe", cfg, t, ref, [], None, ref_cfg)
+    cfg, t, ref = qwen3_next_fp8_checkpoint(Rng(14))
+    failures += check_model(moerun, work, "qwen3_next_fp8", cfg, t, ref, [], "fp8-block")
+    cfg, t, ref_cfg, ref = qwen3_5_fp8_checkpoint(Rng(15))
+    failures += check_model(moerun, work, "qwen3_5_moe_fp8", cfg, t, ref, [], "fp8-block", ref_cfg)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
