@@ -86,6 +86,25 @@ const char* layout_tag(const PackedLayout* l) {
   if (!l) return "/plain-";
   return l->blocked == BlockedLayout::F32_16a64b ? "/packed16a64b-" : l->blocked == BlockedLayout::BF16_16a64b2a ? "/packed16a64b2a-" : "/packed-";
 }
+
+// oneDNN 2.6 has bf16 matmuls only from AVX-512 up (avx512_core). Below that (AVX2 CPUs: AMD Zen 2/3,
+// Intel client cores) bf16 weights are held widened to float32 and their GEMMs run in float32 on the
+// same bf16-rounded x: the products are exact either way, only the summation order differs. Probed
+// once per process (oneDNN's ISA is the process's: ONEDNN_MAX_CPU_ISA caps it).
+bool onednn_has_bf16() {
+  static const bool has = [] {
+    dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    const dnnl::memory::desc x({16, 32}, dt::bf16, tag::ab), y({16, 32}, dt::f32, tag::ab);
+    try {
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(x, plain_weights(32, 32, DType::BF16), y), engine);
+      return true;
+    } catch (const dnnl::error& e) {
+      if (e.status == dnnl_unimplemented) return false;
+      throw Error(ErrorKind::Internal, str("oneDNN: probing bf16 matmul failed (status ", e.status, ": ", e.what(), ")"));
+    }
+  }();
+  return has;
+}
 }  // namespace
 
 struct Matmul::Impl {
@@ -96,9 +115,13 @@ struct Matmul::Impl {
   std::unordered_map<ShapeKey, dnnl::matmul, ShapeKeyHash> cache;
   // One layout object per (K, N, dtype), shared by every matrix packed alike (one cache entry).
   std::unordered_map<ShapeKey, std::shared_ptr<const PackedLayout>, ShapeKeyHash> layouts;
-  AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out;
+  AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out, x_wide, y_wide;
   QuantizedRows xq;  // x quantized for q8/q4 weights
   bool hand_kernels = true;
+  const bool bf16_native = onednn_has_bf16();
+
+  // The dtype W's bytes are held in: bf16 weights widened where oneDNN has no bf16 matmul.
+  DType held(const WeightMatrix& W) const { return W.dtype == DType::BF16 && !bf16_native ? DType::F32 : W.dtype; }
 
   static int64_t pad_chunk(int64_t m) {
     if (m <= 16) return m;
@@ -164,13 +187,45 @@ struct Matmul::Impl {
   void run(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     if (M == 0) return;
     if (run_hand(x, M, W, y, out, ep, other)) return;
-    ShapeKey key{M, W.cols, W.rows, W.dtype, out, ep, W.packed.get()};
+    if (held(W) != W.dtype) {
+      run_widened(x, M, W, y, out, ep, other);
+      return;
+    }
+    run_onednn(x, M, W, W.data.data(), y, out, ep, other);
+  }
+
+  // bf16 weights held in float32 (bf16_native false): x widened (exactly) and, for a bf16 result,
+  // the float32 result rounded after. A matrix that was never packed is widened here, per call.
+  void run_widened(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
+    const std::size_t nx = static_cast<std::size_t>(M * W.cols), ny = static_cast<std::size_t>(M * W.rows);
+    x_wide.resize(nx * 4);
+    bf16_to_f32(static_cast<const uint16_t*>(x), x_wide.as<float>(), nx);
+    const void* w = W.data.data();
+    if (!W.packed) {
+      unpacked.resize(static_cast<std::size_t>(W.rows * W.cols) * 4);
+      bf16_to_f32(W.data.as<uint16_t>(), unpacked.as<float>(), static_cast<std::size_t>(W.rows * W.cols));
+      w = unpacked.data();
+    }
+    if (out == DType::F32) {
+      run_onednn(x_wide.data(), M, W, w, y, DType::F32, ep, other);
+      return;
+    }
+    y_wide.resize(ny * 4);
+    run_onednn(x_wide.data(), M, W, w, y_wide.data(), DType::F32, ep, other);
+    f32_to_bf16(y_wide.as<float>(), static_cast<uint16_t*>(y), ny);
+  }
+
+  // y = x·Wᵀ in oneDNN, W's bytes at `w` in the dtype they are held in (x in it too).
+  void run_onednn(const void* x, int64_t M, const WeightMatrix& W, const void* w, void* y, DType out, Epilogue ep,
+                  const float* other) {
+    const DType wt = held(W);
+    ShapeKey key{M, W.cols, W.rows, wt, out, ep, W.packed.get()};
     dnnl::matmul* prim = get(key);
-    dnnl::memory::desc wdesc = W.packed ? W.packed->desc : plain_weights(W.cols, W.rows, W.dtype);
-    void* wptr = const_cast<void*>(W.data.data());
+    dnnl::memory::desc wdesc = W.packed ? W.packed->desc : plain_weights(W.cols, W.rows, wt);
+    void* wptr = const_cast<void*>(w);
     if (!prim) {
       // Rare: no kernel takes the packed layout at this M. Unpack into scratch and run plain.
-      const dnnl::memory::desc plain = plain_weights(W.cols, W.rows, W.dtype);
+      const dnnl::memory::desc plain = plain_weights(W.cols, W.rows, wt);
       unpacked.resize(plain.get_size());
       dnnl::memory from(wdesc, engine, wptr), to(plain, engine, unpacked.data());
       DNNL_CHECK(dnnl::reorder(from, to).execute(stream, from, to));
@@ -179,7 +234,7 @@ struct Matmul::Impl {
       key.layout = nullptr;
       prim = get(key);
     }
-    dnnl::memory src({{M, W.cols}, to_dnnl(W.dtype), tag::ab}, engine, const_cast<void*>(x));
+    dnnl::memory src({{M, W.cols}, to_dnnl(wt), tag::ab}, engine, const_cast<void*>(x));
     dnnl::memory wei(wdesc, engine, wptr);
     dnnl::memory dst({{M, W.rows}, to_dnnl(out), tag::ab}, engine, y);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}};
@@ -193,7 +248,7 @@ struct Matmul::Impl {
   // bf16: chunks of <= 512 rows, each padded to a good M (see padded_rows).
   void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other,
                    int64_t capacity) {
-    if (W.dtype == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W) && Matmul::rows_independent(W.dtype))) {
+    if (held(W) == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W) && Matmul::rows_independent(W.dtype))) {
       run(x, M, W, y, out, ep, other);
       return;
     }
@@ -229,8 +284,10 @@ bool Matmul::uses_hand_kernels(const WeightMatrix& W) {
 
 bool Matmul::rows_independent(DType t) {
   if (t == DType::F32) return small_m_supported(BlockedLayout::F32_16a64b);
-  return small_m_supported(BlockedLayout::BF16_16a64b2a) && !cpu_features().amx_bf16;
+  return small_m_supported(BlockedLayout::BF16_16a64b2a) && !cpu_features().amx_bf16 && onednn_has_bf16();
 }
+
+bool Matmul::bf16_widened() { return !onednn_has_bf16(); }
 
 bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
   return uses_hand_kernels(W) && !uses_small_m(W, M) && rows_independent(W.dtype);
@@ -297,12 +354,16 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
       // larger M (bf16 on AMX), its own preference, which its AMX kernels are sure to take.
       l->desc = dnnl::memory::desc({cols, rows}, to_dnnl(t), t == DType::F32 ? tag::BA16a64b : tag::BA16a64b2a);
     } else {
-      dnnl::memory::desc any({cols, rows}, to_dnnl(t), tag::any);
+      // bf16 without oneDNN's bf16 matmul: the float32 layout, which the plain bf16 is widened into.
+      const DType h = t == DType::BF16 && !impl_->bf16_native ? DType::F32 : t;
+      dnnl::memory::desc any({cols, rows}, to_dnnl(h), tag::any);
       ShapeKey key = lkey;
       key.m = typical_rows;
+      key.in = h;
       l->desc = DNNL_CHECK(impl_->make_pd(key, any)).weights_desc();
     }
-    l->blocked = classify(l->desc, cols);
+    // The hand kernels read a layout of the matrix's own dtype only.
+    l->blocked = l->desc.data_type() == to_dnnl(t) ? classify(l->desc, cols) : BlockedLayout::None;
     layout = l;
   }
   if (layout->desc == plain_weights(cols, rows, t)) return nullptr;  // the plain layout is the preferred one
@@ -327,6 +388,12 @@ void Matmul::pack_from(const void* plain, DType t, int64_t rows, int64_t cols, W
     return;
   }
   W.data.resize(layout->desc.get_size());
+  if (layout->desc.data_type() != to_dnnl(t)) {  // bf16 held widened (bf16_native false)
+    impl_->unpacked.resize(static_cast<std::size_t>(rows * cols) * 4);
+    bf16_to_f32(static_cast<const uint16_t*>(plain), impl_->unpacked.as<float>(), static_cast<std::size_t>(rows * cols));
+    plain = impl_->unpacked.data();
+    t = DType::F32;
+  }
   dnnl::memory from(plain_weights(cols, rows, t), impl_->engine, const_cast<void*>(plain));
   dnnl::memory to(layout->desc, impl_->engine, W.data.data());
   DNNL_CHECK(dnnl::reorder(from, to).execute(impl_->stream, from, to));

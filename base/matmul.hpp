@@ -117,6 +117,11 @@ class Matmul {
   // ... and the panel kernel (every other M, where rows_independent).
   static bool uses_panel(const WeightMatrix& W, int64_t M);
 
+  // Whether bf16 weights are held widened to float32 and run float32 GEMMs (on the bf16-rounded x):
+  // where oneDNN has no bf16 matmul (below AVX-512, e.g. AVX2 CPUs). Their memory is then twice the
+  // bf16 size (packed_bytes counts it), and their GEMMs run whole, not in kRowChunk chunks.
+  static bool bf16_widened();
+
   // Name of the ISA oneDNN dispatches to (for bench output).
   static const char* isa_name();
 

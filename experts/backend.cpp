@@ -67,7 +67,7 @@ int64_t replica_row_granule(const model::ModelConfig& config, DeviceKind device)
   if (device != DeviceKind::Cpu) return 0;
   const WeightScheme s = config.expert_format.scheme;
   if (is_group_quantized(s) || is_native_quantized(s) || Matmul::rows_independent(config.expert_format.dtype)) return 1;
-  return config.expert_format.dtype == DType::BF16 ? Matmul::kRowChunk : 0;
+  return config.expert_format.dtype == DType::BF16 && !Matmul::bf16_widened() ? Matmul::kRowChunk : 0;
 }
 
 std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, const model::ModelConfig& config, Matmul& compute,

@@ -130,8 +130,8 @@ std::string stored_form_name(const ExpertBackend& backend, const model::ModelCon
 // computed whole (experts/replica_split): 1 where the kernels are row-independent (the CPU's q8, q4,
 // mxfp4 and fp8 kernels, and float32 and bf16 where the CPU runs Matmul's hand kernels: AVX-512F,
 // AVX512_BF16), else Matmul::kRowChunk for bf16 through oneDNN (its GEMMs run in chunks of that many
-// rows) and 0 (never split) for float32 through oneDNN and the CUDA backend (cuBLAS picks its
-// algorithm by row count).
+// rows) and 0 (never split) for float32 through oneDNN, bf16 widened to float32 (Matmul::bf16_widened)
+// and the CUDA backend (cuBLAS picks its algorithm by row count).
 int64_t replica_row_granule(const model::ModelConfig& config, DeviceKind device);
 
 // The backend of `spec` for the experts of `config`. `compute` is the compute thread's oneDNN

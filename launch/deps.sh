@@ -10,7 +10,7 @@ MOERUN_DEBIAN_PACKAGES=(
   libsentencepiece-dev  # tokenizer.model (SentencePiece) for text prompts
 )
 MOERUN_TEST_PACKAGES=(python3 ca-certificates python3-venv python3-torch python3-h5py python3-numpy python3-matplotlib
-  python3-sentencepiece python3-xxhash slurm-wlm munge
+  python3-sentencepiece python3-xxhash slurm-wlm munge valgrind
   swift-proxy swift-object swift-container swift-account memcached curl)
 
 moerun_install_packages() {

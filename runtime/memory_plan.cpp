@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/matmul.hpp"
 #include "model/model_schema.hpp"
 
 namespace moerun::runtime {
@@ -55,13 +56,15 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   m.expert_ranks = single ? 1 : p.nodes * (p.ranks_per_node - p.routers_per_node);
   const int64_t all_experts = c.num_expert_slots();
   m.experts_per_rank = p.experts_per_rank > 0 ? p.experts_per_rank : (all_experts + m.expert_ranks - 1) / m.expert_ranks;
-  // Router rank: the dense rows of the schema, matrices in the stored dtype and the rest in float32.
+  // Router rank: the dense rows of the schema, matrices in the stored dtype (bf16 ones in float32
+  // where Matmul widens them: no bf16 GEMM on this CPU) and the rest in float32.
+  const int64_t ms = c.dtype == DType::BF16 && Matmul::bf16_widened() ? 4 : es;
   int64_t dense_bytes = 0;
-  for (const model::DenseDataset& ds : model::dense_datasets(c)) dense_bytes += ds.elements() * (ds.matrix ? es : 4);
+  for (const model::DenseDataset& ds : model::dense_datasets(c)) dense_bytes += ds.elements() * (ds.matrix ? ms : 4);
   // MLA: the runtime holds kv_b split per head, its key half twice (as is and transposed).
   const bool mla = c.attention_type == model::AttentionType::Mla;
   const int64_t mla_split = mla ? c.num_heads * c.mla.qk_nope_head_dim * c.mla.kv_lora_rank : 0;
-  m.dense_bytes = dense_bytes + c.num_layers * mla_split * es;
+  m.dense_bytes = dense_bytes + c.num_layers * mla_split * ms;
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   int64_t kv_cache = 0;
   if (__builtin_mul_overflow(p.batch, c.kv_bytes(context), &kv_cache) || kv_cache > (int64_t{1} << 60))

@@ -1,0 +1,73 @@
+#!/bin/bash
+# bf16 models on CPUs below AVX-512 (AVX2: AMD Zen 2/3, Intel client cores), where oneDNN 2.6 has no
+# bf16 matmul. ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN to what such a CPU offers (moerun's own AVX-512
+# kernels still run for the other formats): bf16 weights are then held widened to float32. Each
+# family's tokens must equal the run without the cap and its logits be within 2% of their scale
+# (the bf16 activations between GEMMs round differently once a sum's order moves: 0.3-0.6% seen;
+# wrong weights or layouts move them by their whole scale), and inspect must count the widened
+# bytes. test_matmul_avx2 checks each GEMM against float64. (Before, every bf16 GEMM failed there with
+# "could not create a primitive descriptor"; valgrind, which hides AVX-512, showed it.)
+source "$(dirname "$0")/common.sh"
+
+"$PY" - "$WORK/reqs.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    for i in range(5):
+        toks = [1] + [rng.randint(3, 197) for _ in range(4 + 23 * i)]
+        f.write(json.dumps({"id": f"r{i}", "prompt_tokens": toks, "max_new_tokens": 6}) + "\n")
+PY
+
+for family in mixtral qwen3_5_moe deepseek_v3; do
+  m="$WORK/$family"
+  SYNTH_LAYERS=4 SYNTH_HIDDEN=128 SYNTH_HEAD_DIM=32 SYNTH_FF=192 synth_model "$m" --family "$family" --dtype bfloat16
+  "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-native.jsonl" --quiet --logits-out "$m-native.logits"
+  if ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-avx2.jsonl" --quiet \
+       --logits-out "$m-avx2.logits" 2> "$m-avx2.err"; then
+    ok "$family bf16 runs with oneDNN capped at AVX2"
+  else
+    bad "$family bf16 with oneDNN capped at AVX2: $(tail -1 "$m-avx2.err")"
+    continue
+  fi
+  check "$family: the same tokens" cmp -s "$m-native.jsonl" "$m-avx2.jsonl"
+  check "$family: logits within 2% of their scale" "$PY" - "$m-native.logits" "$m-avx2.logits" <<'PY'
+import json, sys
+def load(path):  # id -> every emitted token's logits, in order
+    out = {}
+    for r in map(json.loads, open(path)):
+        out.setdefault(r["id"], []).extend(r["logits"])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+worst, scale = 0.0, 0.0
+for k in a:
+    if len(a[k]) != len(b.get(k, [])):
+        sys.exit(f"  {k}: {len(a[k])} against {len(b.get(k, []))} logits")
+    for x, y in zip(a[k], b[k]):
+        worst, scale = max(worst, abs(x - y)), max(scale, abs(x))
+print(f"  max |diff| {worst:.3g}, scale {scale:.3g}")
+sys.exit(0 if a.keys() == b.keys() and worst <= 2e-2 * scale else 1)
+PY
+done
+
+# A CPU without AVX-512 for every probe: valgrind hides AVX-512 from the programs it runs (moerun's
+# own kernels then take their portable paths too). A small bf16 model, the same tokens.
+m="$WORK/tiny"
+SYNTH_LAYERS=2 synth_model "$m" --dtype bfloat16
+"$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-native.jsonl" --quiet
+if valgrind -q --error-exitcode=9 "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-valgrind.jsonl" --quiet \
+     2> "$m-valgrind.err"; then
+  ok "bf16 under valgrind (no AVX-512)"
+  check "bf16 under valgrind: the same tokens" cmp -s "$m-native.jsonl" "$m-valgrind.jsonl"
+else
+  bad "bf16 under valgrind (no AVX-512): $(grep -v -i hwloc "$m-valgrind.err" | tail -3)"
+fi
+
+# The memory plan counts bf16 matrices at 4 bytes where they are widened.
+m="$WORK/mixtral"
+native=$("$MOERUN" inspect --model "$m" | sed -n 's/.*, \([0-9]*\) ([^)]*) packed in memory.*/\1/p')
+capped=$(ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" inspect --model "$m" | sed -n 's/.*, \([0-9]*\) ([^)]*) packed in memory.*/\1/p')
+check "an expert's L1 slot doubles when widened ($native -> $capped bytes)" test "$capped" -ge $((2 * native))
+dense_native=$("$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *//p')
+dense_capped=$(ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *//p')
+check "inspect's dense weights grow when widened ($dense_native -> $dense_capped)" test "$dense_native" != "$dense_capped"
+finish
