@@ -152,6 +152,8 @@ class ExpertCache : public ExpertStore {
   int64_t key(int64_t l, int64_t e) const { return l * num_experts_ + e; }
   void worker();
   int choose_victim_locked(const Task& t) const;
+  int choose_victim_locked(const Task& t, bool take_needed) const;
+  int prefetch_cap_locked() const;  // prefetch loads that may run at once, by how many guesses were used
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
   void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
@@ -180,6 +182,8 @@ class ExpertCache : public ExpertStore {
   std::unordered_map<int64_t, int> where_;           // key -> slot
   std::deque<Task> tasks_;
   int running_ = 0;
+  int prefetching_ = 0;  // of running_, prefetch loads (at most prefetch_cap_locked())
+  int64_t awaited_ = -1;  // the key acquire() waits for, if any
   bool stop_ = false;
   uint64_t clock_ = 0, generation_ = 0;
   int64_t current_layer_ = -1;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <set>
 
@@ -487,6 +488,31 @@ TEST_F(ExpertCacheTest, GatePrefetchLoadsTheHintedExpertsAndKeepsThem) {
   run_layer(*c, 1, {1, 3});
   EXPECT_EQ(c->counters().l1_hits, hits + 2);
   EXPECT_EQ(c->counters().prefetch_used, 2);
+}
+
+// L1 smaller than a layer's experts, every slot holding one the layer still needs, and the layer
+// asks first for one that is not in L1 (loaded ahead of it, e.g. prefetched): one of those is
+// evicted to make room, or the layer and the loader would wait on each other for ever (it did: a
+// hang in expert_batching.sh's np 4 run with 2 slots, about 1 in 12 runs on a loaded machine).
+TEST_F(ExpertCacheTest, LayerWaitingOnAFullL1OfItsOwnExpertsProgresses) {
+  auto c = make(cfg(2));
+  c->begin_layer(1, {0, 1, 0, 1});  // experts 1 and 3 of layer 1: both slots, needed by the layer
+  c->drain();
+  ASSERT_TRUE(c->in_l1(1, 1));
+  ASSERT_TRUE(c->in_l1(1, 3));
+  auto first = std::async(std::launch::async, [&] { return &c->acquire(1, 0); });
+  if (first.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ADD_FAILURE() << "acquire(1, 0) still waits after 30 s: the cache deadlocked";
+    std::_Exit(1);  // the waiting thread cannot be joined
+  }
+  const FfnWeights want0 = reference(1, 0);
+  EXPECT_EQ(std::memcmp(weights(*first.get()).w1.data.data(), want0.w1.data.data(), want0.w1.data.size()), 0);
+  c->release(1, 0);
+  for (int64_t e : {1, 3}) {  // the one evicted is read again
+    const FfnWeights want = reference(1, e);
+    EXPECT_EQ(std::memcmp(weights(c->acquire(1, e)).w1.data.data(), want.w1.data.data(), want.w1.data.size()), 0) << e;
+    c->release(1, e);
+  }
 }
 
 // An affinity graph's routing frequencies are a hotness prior: with --warmup hotness, L1 settles on
