@@ -205,7 +205,10 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
      << m.expert_ranks << " expert rank(s), " << m.experts_per_rank << " experts per expert rank\n";
   auto fits = [&](bool ok) { return p.device_bytes > 0 ? (ok ? "  fits" : "  DOES NOT FIT") : ""; };
   os << "router rank (batch " << p.batch << " x context " << context << ", " << p.max_batch_tokens << " tokens/step)\n";
-  os << "  dense weights    " << human(m.dense_bytes) << "\n";
+  os << "  dense weights    " << human(m.dense_bytes);
+  if (c.dtype == DType::BF16 && Matmul::bf16_widened())
+    os << " (bf16 matrices held as float32: this CPU has no bf16 GEMM in oneDNN, below AVX-512; --quantize-dense keeps them small)";
+  os << "\n";
   os << "  KV cache         " << human(m.kv_bytes);
   if (p.device_bytes > 0)
     os << " (" << human(c.kv_bytes(context)) << " a sequence" << (c.num_linear_layers() > 0 ? ", recurrent state included" : "") << ": "

@@ -67,7 +67,9 @@ m="$WORK/mixtral"
 native=$("$MOERUN" inspect --model "$m" | sed -n 's/.*, \([0-9]*\) ([^)]*) packed in memory.*/\1/p')
 capped=$(ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" inspect --model "$m" | sed -n 's/.*, \([0-9]*\) ([^)]*) packed in memory.*/\1/p')
 check "an expert's L1 slot doubles when widened ($native -> $capped bytes)" test "$capped" -ge $((2 * native))
-dense_native=$("$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *//p')
-dense_capped=$(ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *//p')
+dense_native=$("$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *\([0-9.]* [KMG]*i*B\).*/\1/p')
+dense_capped=$(ONEDNN_MAX_CPU_ISA=AVX2 "$MOERUN" inspect --model "$m" | sed -n 's/^  dense weights *\([0-9.]* [KMG]*i*B\).*/\1/p')
 check "inspect's dense weights grow when widened ($dense_native -> $dense_capped)" test "$dense_native" != "$dense_capped"
+check "inspect says why" bash -c "ONEDNN_MAX_CPU_ISA=AVX2 '$MOERUN' inspect --model '$m' | grep -q 'bf16 matrices held as float32' &&
+  ! '$MOERUN' inspect --model '$m' | grep -q 'held as float32'"
 finish
