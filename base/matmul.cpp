@@ -105,6 +105,9 @@ bool onednn_has_bf16() {
   }();
   return has;
 }
+
+// The dtype a matrix of dtype `t` is held and multiplied in: bf16 widened where oneDNN has none.
+DType held_dtype(DType t) { return t == DType::BF16 && !onednn_has_bf16() ? DType::F32 : t; }
 }  // namespace
 
 struct Matmul::Impl {
@@ -118,10 +121,7 @@ struct Matmul::Impl {
   AlignedBuffer x_bf16, unpacked, x_pad, y_pad, o_pad, small_out, x_wide, y_wide;
   QuantizedRows xq;  // x quantized for q8/q4 weights
   bool hand_kernels = true;
-  const bool bf16_native = onednn_has_bf16();
-
-  // The dtype W's bytes are held in: bf16 weights widened where oneDNN has no bf16 matmul.
-  DType held(const WeightMatrix& W) const { return W.dtype == DType::BF16 && !bf16_native ? DType::F32 : W.dtype; }
+  static DType held(const WeightMatrix& W) { return held_dtype(W.dtype); }
 
   static int64_t pad_chunk(int64_t m) {
     if (m <= 16) return m;
@@ -194,7 +194,7 @@ struct Matmul::Impl {
     run_onednn(x, M, W, W.data.data(), y, out, ep, other);
   }
 
-  // bf16 weights held in float32 (bf16_native false): x widened (exactly) and, for a bf16 result,
+  // bf16 weights held in float32 (no bf16 matmul in oneDNN here): x widened (exactly) and, for a bf16 result,
   // the float32 result rounded after. A matrix that was never packed is widened here, per call.
   void run_widened(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other) {
     const std::size_t nx = static_cast<std::size_t>(M * W.cols), ny = static_cast<std::size_t>(M * W.rows);
@@ -355,7 +355,7 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
       l->desc = dnnl::memory::desc({cols, rows}, to_dnnl(t), t == DType::F32 ? tag::BA16a64b : tag::BA16a64b2a);
     } else {
       // bf16 without oneDNN's bf16 matmul: the float32 layout, which the plain bf16 is widened into.
-      const DType h = t == DType::BF16 && !impl_->bf16_native ? DType::F32 : t;
+      const DType h = held_dtype(t);
       dnnl::memory::desc any({cols, rows}, to_dnnl(h), tag::any);
       ShapeKey key = lkey;
       key.m = typical_rows;
@@ -388,10 +388,11 @@ void Matmul::pack_from(const void* plain, DType t, int64_t rows, int64_t cols, W
     return;
   }
   W.data.resize(layout->desc.get_size());
-  if (layout->desc.data_type() != to_dnnl(t)) {  // bf16 held widened (bf16_native false)
-    impl_->unpacked.resize(static_cast<std::size_t>(rows * cols) * 4);
-    bf16_to_f32(static_cast<const uint16_t*>(plain), impl_->unpacked.as<float>(), static_cast<std::size_t>(rows * cols));
-    plain = impl_->unpacked.data();
+  AlignedBuffer widened;  // freed on return: a scratch member would keep the largest matrix's copy
+  if (layout->desc.data_type() != to_dnnl(t)) {  // bf16 held widened (held_dtype)
+    widened = AlignedBuffer(static_cast<std::size_t>(rows * cols) * 4);
+    bf16_to_f32(static_cast<const uint16_t*>(plain), widened.as<float>(), static_cast<std::size_t>(rows * cols));
+    plain = widened.data();
     t = DType::F32;
   }
   dnnl::memory from(plain_weights(cols, rows, t), impl_->engine, const_cast<void*>(plain));

@@ -108,6 +108,10 @@ def qwen3_tensors(rng, cfg):
     return t
 
 
+# quantization_config of an fp8 checkpoint with 128 x 128 block scales (Qwen3-FP8, DeepSeek-V3).
+FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
 def qwen3_checkpoint(rng):
     cfg = dict(model_type="qwen3_moe", vocab_size=128, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                num_key_value_heads=2, head_dim=32, intermediate_size=96, moe_intermediate_size=48, num_experts=8,
@@ -126,8 +130,7 @@ def qwen3_fp8_checkpoint(rng):
                num_key_value_heads=2, head_dim=40, intermediate_size=192, moe_intermediate_size=160, num_experts=6,
                num_experts_per_tok=2, norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1,
                eos_token_id=127, tie_word_embeddings=False, attention_bias=False, rope_theta=1e6, mlp_only_layers=[1],
-               hidden_act="silu", quantization_config={"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                                       "weight_block_size": [128, 128]})
+               hidden_act="silu", quantization_config=FP8_CONFIG)
     ref = qwen3_tensors(rng, cfg)
     t = fp8_projections(ref)
     return cfg, t, ref
@@ -222,7 +225,7 @@ def deepseek_checkpoint(rng, v3, q_lora=None, shared=None, fp8=None):
     if fp8:  # an fp8 checkpoint, as V3 ships: every projection of the attention, the MLPs and the experts
         ref = dict(t)
         t = fp8_projections(ref)
-        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+        cfg["quantization_config"] = FP8_CONFIG
         return cfg, t, ref
     return cfg, t, t
 
@@ -717,9 +720,6 @@ def qwen3_5_checkpoint(rng):
     cfg = dict(model_type="qwen3_5_moe", text_config=text, vision_config={"model_type": "qwen3_5_moe", "depth": 1},
                tie_word_embeddings=False)
     return cfg, ckpt, ref_cfg, ref
-
-
-FP8_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
 
 def qwen3_next_fp8_checkpoint(rng):
