@@ -21,7 +21,9 @@ CpuFeatures probe() {
     f.amx_bf16 = (d >> 22) & 1;
     const bool tile = (d >> 24) & 1, int8 = (d >> 25) & 1;
     // Linux hands out the tile data state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA).
-    f.amx_int8 = tile && int8 && f.avx512f && f.avx512bw && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    const bool granted = tile && syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+    f.amx_int8 = granted && int8 && f.avx512f && f.avx512bw;
+    f.amx_bf16_tiles = granted && f.amx_bf16 && f.avx512bf16;
   }
   return f;
 }

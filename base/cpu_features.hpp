@@ -10,6 +10,7 @@ struct CpuFeatures {
   bool f16c = false;
   bool amx_bf16 = false;  // AMX-BF16 tiles in the instruction set (CPUID.(7,0):EDX[22])
   bool amx_int8 = false;  // AMX-INT8 usable: tiles and INT8 present, and Linux granted the tile state
+  bool amx_bf16_tiles = false;  // AMX-BF16 usable: tiles and BF16 present (with AVX512_BF16), and the tile state granted
 };
 
 const CpuFeatures& cpu_features();

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "base/cpu_features.hpp"
+#include "base/amx_bf16_panel.hpp"
 #include "base/error.hpp"
 #include "base/native_matmul.hpp"
 #include "base/small_m_matmul.hpp"
@@ -284,7 +284,7 @@ bool Matmul::uses_hand_kernels(const WeightMatrix& W) {
 
 bool Matmul::rows_independent(DType t) {
   if (t == DType::F32) return small_m_supported(BlockedLayout::F32_16a64b);
-  return small_m_supported(BlockedLayout::BF16_16a64b2a) && !cpu_features().amx_bf16 && onednn_has_bf16();
+  return small_m_supported(BlockedLayout::BF16_16a64b2a) && onednn_has_bf16();
 }
 
 bool Matmul::bf16_widened() { return !onednn_has_bf16(); }
@@ -294,6 +294,8 @@ bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
 }
 
 bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
+  // With AMX every bf16 GEMM is the panel's (its AMX sums differ from the streaming kernels' bits).
+  if (W.dtype == DType::BF16 && amx_bf16_panel_supported()) return false;
   const int64_t rows = W.rows * W.cols <= kTwoPassMaxElements ? small_m_max_rows() : kSmallM;
   return M >= 1 && M <= rows && uses_hand_kernels(W);
 }
@@ -350,8 +352,7 @@ std::shared_ptr<const PackedLayout> Matmul::layout_for(DType t, int64_t rows, in
     auto l = std::make_shared<PackedLayout>();
     if (impl_->hand_kernels && rows_independent(t)) {
       // The layout the hand kernels read, whatever oneDNN would prefer for this shape: then every
-      // GEMM on the matrix runs in them (batch invariance needs all of them). Where oneDNN keeps the
-      // larger M (bf16 on AMX), its own preference, which its AMX kernels are sure to take.
+      // GEMM on the matrix runs in them (batch invariance needs all of them).
       l->desc = dnnl::memory::desc({cols, rows}, to_dnnl(t), t == DType::F32 ? tag::BA16a64b : tag::BA16a64b2a);
     } else {
       // bf16 without oneDNN's bf16 matmul: the float32 layout, which the plain bf16 is widened into.

@@ -109,8 +109,8 @@ class Matmul {
   static bool uses_hand_kernels(const WeightMatrix& W);
   // Whether every GEMM on such a matrix of dtype `t` (float32 or bf16) does, at every M: then each
   // row is computed in one summation order, and its bits do not depend on M or on the other rows
-  // (batch invariance, issue 44). True with AVX-512F (float32) or AVX512_BF16 (bf16), except bf16
-  // on CPUs with AMX, where oneDNN's AMX kernels take M > kSmallM (about 3x the panel kernel).
+  // (batch invariance, issue 44). True with AVX-512F (float32) or AVX512_BF16 (bf16); on CPUs with
+  // AMX every bf16 GEMM runs in the panel's AMX tiles (base/amx_bf16_panel.hpp), decode's too.
   static bool rows_independent(DType t);
   // The streaming small-M kernels (M <= small_m_max_rows(), kSmallM on large matrices) ...
   static bool uses_small_m(const WeightMatrix& W, int64_t M);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/amx_tile_config.hpp"
 #include "base/cpu_features.hpp"
 #include "base/dpbusd_avx512.hpp"
 #include "base/dtype.hpp"
@@ -136,17 +137,9 @@ void run_block(const RowPass& p, int R, const uint8_t* w, float* out, bool vnni)
 // ---- AMX-INT8: C tiles of Σ qx qw per group (tdpbsud: signed activations, unsigned weights),
 // then the same float step as the VNNI kernel, row by row, into float accumulators. ----
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // tmm0-3: C, int32 16 x 16 (2 row blocks x 2 column blocks); tmm4-5: A, 16 rows x 32 int8 (one
 // group); tmm6-7: B, 8 k-quads x 64 bytes (one group of 16 columns: a q8 chunk's values as stored).
-// A static object: GCC 12's _tile_loadconfig does not tell the compiler it reads memory, and the
-// stores filling a local one were dropped (an invalid config, a fault).
+// A static object (base/amx_tile_config.hpp says why).
 constexpr TileConfig tile_config() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/aligned_buffer.hpp"
+#include "base/amx_bf16_panel.hpp"
 #include "base/cpu_features.hpp"
 #include "base/dtype.hpp"
 #include "base/exp_avx512.hpp"
@@ -253,23 +255,38 @@ void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int
                   const PanelEpilogue& ep) {
   if (M < 1 || !panel_supported(layout)) fail(ErrorKind::Internal, "panel_matmul: M = ", M, " or the layout is not supported");
   const bool bf16 = layout == BlockedLayout::BF16_16a64b2a;
+  // AMX takes 32 rows a pass and whole 32-k steps: x is copied with its rows zero-padded to them
+  // when K is not a multiple of 32 (the layout's weights are padded so already).
+  const bool amx = bf16 && amx_bf16_panel_supported();
+  const int64_t rows_per_pass = amx ? kAmxPanelRows : kPanelRows, kx = amx ? ceil_div(K, 32) * 32 : K;
+  AlignedBuffer padded;
+  if (kx != K) {
+    padded = AlignedBuffer(static_cast<std::size_t>(M * kx) * 2);
+    std::memset(padded.data(), 0, padded.size());
+    for (int64_t m = 0; m < M; ++m)
+      std::memcpy(padded.as<uint16_t>() + m * kx, static_cast<const uint16_t*>(x) + m * K, static_cast<std::size_t>(K) * 2);
+    x = padded.data();
+  }
   const PanelKernel* kernels = bf16 ? kBF16Panels : kF32Panels;
   const std::size_t xs = bf16 ? 2 : 4, ys = ep.bf16_out ? 2 : 4;
   const int64_t nb_count = ceil_div(N, kNB), block_bytes = (bf16 ? ceil_div(K, 32) * 32 : ceil_div(K, 16) * 16) * kNB * xs;
-  const int64_t passes = ceil_div(M, kPanelRows), block_lines = block_bytes / 64;
+  const int64_t passes = ceil_div(M, rows_per_pass), block_lines = block_bytes / 64;
   const int64_t share = ceil_div(block_lines, passes);  // lines of the next block prefetched per pass
   const char* wc = static_cast<const char*>(w);
   const char* xc = static_cast<const char*>(x);
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
   for (int64_t nb = 0; nb < nb_count; ++nb) {
-    alignas(64) float tile[kPanelRows * kNB];
+    alignas(64) float tile[kAmxPanelRows * kNB];
     const char* wb = wc + nb * block_bytes;
     const char* next = nb + 1 < nb_count ? wb + block_bytes : nullptr;
     const int64_t n0 = nb * kNB, cols = std::min<int64_t>(kNB, N - n0);
     for (int64_t p = 0; p < passes; ++p) {
-      const int64_t m0 = p * kPanelRows, R = std::min<int64_t>(kPanelRows, M - m0);
+      const int64_t m0 = p * rows_per_pass, R = std::min<int64_t>(rows_per_pass, M - m0);
       const int64_t first = p * share, lines = next ? std::max<int64_t>(0, std::min(share, block_lines - first)) : 0;
-      kernels[R - 1](xc + static_cast<std::size_t>(m0 * K) * xs, K, wb, tile, next ? next + 64 * first : nullptr, lines);
+      if (amx)
+        amx_bf16_panel(reinterpret_cast<const uint16_t*>(xc) + m0 * kx, R, kx, reinterpret_cast<const uint16_t*>(wb), tile);
+      else
+        kernels[R - 1](xc + static_cast<std::size_t>(m0 * K) * xs, K, wb, tile, next ? next + 64 * first : nullptr, lines);
       for (int64_t r = 0; r < R; ++r)
         store_row(tile + r * kNB, cols, ep, ep.mul_by ? ep.mul_by + (m0 + r) * N + n0 : nullptr,
                   static_cast<char*>(y) + static_cast<std::size_t>((m0 + r) * N + n0) * ys);

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "base/amx_bf16_panel.hpp"
 #include "base/matmul.hpp"
 #include "base/quant_matmul.hpp"
 #include "base/small_m_matmul.hpp"
@@ -125,8 +126,8 @@ TEST(Matmul, SiluAndMulEpilogues) {
   }
 }
 
-// The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX) and the panel
-// kernel (every other M), on the blocked layouts pack() picks for them, against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
+// The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX; never bf16 where it
+// has: there the panel's AMX tiles take every M) and the panel kernel (every other M), on the blocked layouts pack() picks for them, against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
 // (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
 // 6-row panel and an odd count of blocks. Skipped with the reason where the CPU lacks AVX-512 (BF16).
 TEST(Matmul, SmallMKernelsMatchFp64) {
@@ -196,7 +197,7 @@ TEST(Matmul, PanelSiluMatchesFp64AcrossRange) {
 // Batch invariance (issue 44): a row's result is the same bits whatever M and the other rows, for
 // every weight format and the fused epilogues: each row of an M-row GEMM against the row computed
 // alone, and against the same rows in chunks of 7 (micro-batches, replicas). Where float32 or bf16
-// run in oneDNN (no AVX-512; bf16 on AMX), which picks kernels by M, that dtype is skipped.
+// run in oneDNN (no AVX-512F; no AVX512_BF16), which picks kernels by M, that dtype is skipped.
 TEST(Matmul, RowsAreTheSameBitsWhateverTheBatch) {
   const int64_t K = 192, N = 200;
   const auto w = randv(static_cast<std::size_t>(N * K), 31), w3 = randv(static_cast<std::size_t>(N * K), 32);
@@ -243,6 +244,23 @@ TEST(Matmul, RowsAreTheSameBitsWhateverTheBatch) {
       }
     }
   if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: float32 and bf16 GEMMs run in oneDNN";
+}
+
+// On CPUs with AMX-BF16 every bf16 GEMM, one row included, runs in the panel's AMX tiles: their sums
+// differ from the streaming kernels' vdpbf16ps in the last bit, so a mix would make a row's bits
+// depend on M.
+TEST(Matmul, Bf16OnAmxTakesEveryRowCountInTheAmxPanel) {
+  if (!amx_bf16_panel_supported()) GTEST_SKIP() << "this CPU has no AMX-BF16 (or Linux refused the tile state)";
+  const int64_t K = 96, N = 80;
+  Matmul mm;
+  WeightMatrix W = make_weight(randv(static_cast<std::size_t>(N * K), 5), N, K, DType::BF16);
+  mm.pack(W, 32);
+  ASSERT_TRUE(Matmul::uses_hand_kernels(W));
+  EXPECT_TRUE(Matmul::rows_independent(DType::BF16));
+  for (int64_t M : {1, 2, 4, 5, 8, 16, 17, 600}) {
+    EXPECT_FALSE(Matmul::uses_small_m(W, M)) << "M " << M;
+    EXPECT_TRUE(Matmul::uses_panel(W, M)) << "M " << M;
+  }
 }
 
 TEST(Dtype, Bf16RoundsToNearestEven) {

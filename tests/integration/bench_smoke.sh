@@ -27,9 +27,12 @@ for r in rows.values():
 avx512 = "avx512" in j["isa"]
 assert rows[("fp32", 1)]["kernel"] == ("small-m" if avx512 else "oneDNN")
 # Beyond the small-M rows the panel kernel takes every M (batch invariance), bf16 too where the
-# CPU has AVX512_BF16 and no AMX (there oneDNN's AMX kernels keep it).
+# CPU has AVX512_BF16 (with AMX, its tiles, and at every M).
 assert rows[("fp32", 32)]["kernel"] == rows[("fp32", 128)]["kernel"] == ("panel" if avx512 else "oneDNN")
-assert rows[("bf16", 32)]["kernel"] == ("panel" if j["isa"] == "avx512_core_bf16" else "oneDNN"), j["isa"]
+bf16_panel = j["isa"] in ("avx512_core_bf16", "avx512_core_amx")
+assert rows[("bf16", 32)]["kernel"] == ("panel" if bf16_panel else "oneDNN"), j["isa"]
+if j["isa"] == "avx512_core_amx":
+    assert rows[("bf16", 1)]["kernel"] == "panel", rows[("bf16", 1)]
 PY
 $MPI -np 3 "$MOERUN" bench infer --layers 2 --hidden 128 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 \
   --batch 8 --prompt-len 4 --new-tokens 4 --json "$WORK/infer.json" > "$WORK/infer.txt"
