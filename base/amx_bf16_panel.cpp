@@ -39,14 +39,18 @@ constexpr std::array<TileConfig, kAmxPanelRows> bf16_configs() {
 }
 const std::array<TileConfig, kAmxPanelRows> kConfigs = bf16_configs();
 
-// Up to 16 rows against the whole block: each k-step consumes the 4 cache lines of each of its k-pair
-// rows together, so decode's one row streams the block in order (M = 1 as fast as the streaming
-// kernels; halves a block apart measured 20% slower).
-__attribute__((target("amx-tile,amx-bf16"))) inline void quarter_blocks(const uint16_t* x, int64_t K, const uint16_t* b, float* tile) {
+__attribute__((target("amx-tile"))) inline void zero_c_tiles() {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
+}
+
+// Up to 16 rows against the whole block: each k-step consumes the 4 cache lines of each of its k-pair
+// rows together, so decode's one row streams the block in order (M = 1 at ~32 GB/s, the streaming
+// kernels' 33-35; the two halves in turn, as for more rows, measured 20% slower).
+__attribute__((target("amx-tile,amx-bf16"))) inline void quarter_blocks(const uint16_t* x, int64_t K, const uint16_t* b, float* tile) {
+  zero_c_tiles();
   for (int64_t k = 0; k < K; k += 32) {
     const uint16_t* bk = b + k * kNB;  // the block's 16 k-pair rows of this step
     if (k + kPrefetchSteps * 32 < K) {
@@ -63,24 +67,16 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void quarter_blocks(const ui
     _tile_loadd(7, bk + 96, kRowStride);
     _tile_dpbf16ps(3, 4, 7);
   }
-  for (int q = 0; q < 4; ++q) {
-    float* t = tile + 16 * q;
-    switch (q) {  // tile numbers are instruction immediates
-      case 0: _tile_stored(0, t, kNB * 4); break;
-      case 1: _tile_stored(1, t, kNB * 4); break;
-      case 2: _tile_stored(2, t, kNB * 4); break;
-      default: _tile_stored(3, t, kNB * 4); break;
-    }
-  }
+  _tile_stored(0, tile, kNB * 4);
+  _tile_stored(1, tile + 16, kNB * 4);
+  _tile_stored(2, tile + 32, kNB * 4);
+  _tile_stored(3, tile + 48, kNB * 4);
 }
 
 // 17-32 rows against one 32-column half of the block (from `b`): each k-step loads two A and two B
 // tiles for four tdpbf16ps, one B load per two products (the block sits in L2 by then).
 __attribute__((target("amx-tile,amx-bf16"))) inline void half_block(const uint16_t* x, int64_t K, const uint16_t* b, float* tile) {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  zero_c_tiles();
   for (int64_t k = 0; k < K; k += 32) {
     const uint16_t* bk = b + k * kNB;
     _tile_loadd(4, x + k, K * 2);

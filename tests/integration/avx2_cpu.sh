@@ -2,9 +2,11 @@
 # bf16 models on CPUs below AVX-512 (AVX2: AMD Zen 2/3, Intel client cores), where oneDNN 2.6 has no
 # bf16 matmul. ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN to what such a CPU offers (moerun's own AVX-512
 # kernels still run for the other formats): bf16 weights are then held widened to float32. Each
-# family's tokens must equal the run without the cap and its logits be within 2% of their scale
-# (the bf16 activations between GEMMs round differently once a sum's order moves: 0.3-0.6% seen;
-# wrong weights or layouts move them by their whole scale), and inspect must count the widened
+# family's tokens must equal the run without the cap, or part only at a near-tie (a margin within
+# the logits' error; seen on the AMX host, where the uncapped run's bf16 sums are AMX's), and its
+# logits be within 2% of their scale until then (the bf16 activations between GEMMs round
+# differently once a sum's order moves: 0.3-0.6% seen; wrong weights or layouts move them by their
+# whole scale), and inspect must count the widened
 # bytes. test_matmul_avx2 checks each GEMM against float64. (Before, every bf16 GEMM failed there with
 # "could not create a primitive descriptor"; valgrind, which hides AVX-512, showed it.)
 source "$(dirname "$0")/common.sh"
@@ -29,23 +31,34 @@ for family in mixtral qwen3_5_moe deepseek_v3; do
     bad "$family bf16 with oneDNN capped at AVX2: $(tail -1 "$m-avx2.err")"
     continue
   fi
-  check "$family: the same tokens" cmp -s "$m-native.jsonl" "$m-avx2.jsonl"
-  check "$family: logits within 2% of their scale" "$PY" - "$m-native.logits" "$m-avx2.logits" <<'PY'
+  check "$family: the same tokens (or parting at a near-tie) and logits within 2% of their scale" \
+    "$PY" - "$m-native.jsonl" "$m-avx2.jsonl" "$m-native.logits" "$m-avx2.logits" <<'PY'
 import json, sys
-def load(path):  # id -> every emitted token's logits, in order
+def tokens(path):
+    return {r["id"]: r["output_tokens"] for r in map(json.loads, open(path))}
+def logits(path):  # id -> each emitted token's logits, in order
     out = {}
     for r in map(json.loads, open(path)):
-        out.setdefault(r["id"], []).extend(r["logits"])
+        out.setdefault(r["id"], []).append(r["logits"])
     return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-worst, scale = 0.0, 0.0
-for k in a:
-    if len(a[k]) != len(b.get(k, [])):
-        sys.exit(f"  {k}: {len(a[k])} against {len(b.get(k, []))} logits")
-    for x, y in zip(a[k], b[k]):
-        worst, scale = max(worst, abs(x - y)), max(scale, abs(x))
-print(f"  max |diff| {worst:.3g}, scale {scale:.3g}")
-sys.exit(0 if a.keys() == b.keys() and worst <= 2e-2 * scale else 1)
+ta, tb, la, lb = tokens(sys.argv[1]), tokens(sys.argv[2]), logits(sys.argv[3]), logits(sys.argv[4])
+if ta.keys() != tb.keys() or la.keys() != lb.keys() or any(len(la[k]) != len(lb[k]) for k in la):
+    sys.exit("  the runs emitted different requests or token counts")
+scale = max(abs(v) for steps in la.values() for step in steps for v in step)
+worst, parted = 0.0, []
+for k in ta:
+    for t, (x, y) in enumerate(zip(la[k], lb[k])):
+        worst = max(worst, max(abs(p - q) for p, q in zip(x, y)))
+        if ta[k][t] != tb[k][t]:
+            # A random model has near-ties: the runs may part where the uncapped run's margin for
+            # its token over the other's is within the logits' error; later steps see other inputs.
+            margin = x[ta[k][t]] - x[tb[k][t]]
+            if margin > 2e-2 * scale:
+                sys.exit(f"  {k}: token {t} is {ta[k][t]} against {tb[k][t]}, at a margin of {margin:.3g} (scale {scale:.3g})")
+            parted.append(f"{k} at token {t} (margin {margin:.3g})")
+            break
+print(f"  max |diff| {worst:.3g}, scale {scale:.3g}" + (f"; parted at near-ties: {', '.join(parted)}" if parted else ""))
+sys.exit(0 if worst <= 2e-2 * scale else 1)
 PY
 done
 
