@@ -98,16 +98,20 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void half_block(const uint16
 
 bool amx_bf16_panel_supported() { return cpu_features().amx_bf16_tiles; }
 
+__attribute__((target("amx-tile"))) void amx_bf16_configure(int64_t R) {
+  _tile_loadconfig(&kConfigs[static_cast<std::size_t>(R - 1)]);
+}
+
+__attribute__((target("amx-tile"))) void amx_bf16_release() { _tile_release(); }
+
 __attribute__((target("amx-tile,amx-bf16"))) void amx_bf16_panel(const uint16_t* x, int64_t R, int64_t K, const uint16_t* wb,
                                                                 float* tile) {
-  _tile_loadconfig(&kConfigs[static_cast<std::size_t>(R - 1)]);
   if (R <= 16) {
     quarter_blocks(x, K, wb, tile);
   } else {
     half_block(x, K, wb, tile);
     half_block(x, K, wb + 64, tile + 32);  // columns 32-63: 32 columns x 2 bf16 on
   }
-  _tile_release();
 }
 
 }  // namespace moerun
