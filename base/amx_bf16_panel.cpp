@@ -13,10 +13,10 @@ namespace moerun {
 namespace {
 
 constexpr int64_t kNB = 64;         // columns per weight block
-constexpr int64_t kRowStride = 256;
+constexpr int64_t kRowStride = 256;  // bytes from one k-pair row of a block to the next (64 columns x 2 bf16)
 // The next k-step's 4 KiB of the block fetched during this one: M = 1 29.6 -> 32.1 GB/s on a
 // 32000 x 1024 matrix (`bench gemm`, the AMX host), 2 and 4 steps ahead no better.
-constexpr int64_t kPrefetchSteps = 1; // bytes from one k-pair row of a block to the next (64 columns x 2 bf16)
+constexpr int64_t kPrefetchSteps = 1;
 
 // Up to 16 rows (quarter_blocks): tmm0-3 C, float32, R rows x the block's four 16-column quarters;
 // tmm4 A, R rows x 16 k-pairs; tmm6-7 B, 16 k-pairs x 16 columns x 2. More rows (half_block): tmm0-1
