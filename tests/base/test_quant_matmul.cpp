@@ -207,6 +207,33 @@ TEST(QuantizeActivations, PerGroupAmaxScaleAndNearestLevels) {
   for (std::size_t i = static_cast<std::size_t>(M * K); i < static_cast<std::size_t>(32 * K); ++i) ASSERT_EQ(q.q.as<int8_t>()[i], 0);
 }
 
+// q4's blocked bytes against the layout written out element by element (base/quant_matmul.cpp):
+// blocks of 16 rows, per group a chunk of 4 x 64 value bytes (byte 4 * lane + t of row j holds
+// k = 4j + t in its low nibble and 16 + 4j + t in its high one) and then each lane's d, then m.
+// 53 rows: three whole blocks (the AVX-512 path where the CPU has it) and a padded one.
+TEST(QuantMatmul, Q4BlockedBytesFollowTheLayout) {
+  const int64_t N = 53, K = 96, G = K / 32, row_bytes = K / 2, row_scales = 2 * G;
+  const auto w = random_matrix(N, K, 9, 0.05f);
+  const Stored st = quantize(WeightScheme::Q4, w, N, K);
+  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(WeightScheme::Q4, N, K)));
+  quant_pack(WeightScheme::Q4, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
+  std::vector<uint8_t> want(blocked.size(), 0);
+  auto level = [&](int64_t n, int64_t k) {
+    const uint8_t byte = st.q[static_cast<std::size_t>(n * row_bytes + k / 2)];
+    return k % 2 ? byte >> 4 : byte & 15;
+  };
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t g = 0; g < G; ++g) {
+      uint8_t* chunk = want.data() + ((n / 16) * G + g) * 320;
+      const int64_t lane = n % 16;
+      for (int64_t m = 0; m < 16; ++m)
+        chunk[64 * (m / 4) + 4 * lane + m % 4] = static_cast<uint8_t>(level(n, g * 32 + m) | level(n, g * 32 + 16 + m) << 4);
+      std::memcpy(chunk + 256 + 2 * lane, &st.scales[static_cast<std::size_t>(n * row_scales + 2 * g)], 2);
+      std::memcpy(chunk + 288 + 2 * lane, &st.scales[static_cast<std::size_t>(n * row_scales + 2 * g + 1)], 2);
+    }
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(blocked.as<uint8_t>()[i], want[i]) << "byte " << i;
+}
+
 TEST(QuantMatmul, ZeroActivationsGiveZero) {
   for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4}) {
     const auto w = random_matrix(20, 64, 5);
