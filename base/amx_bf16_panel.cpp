@@ -1,5 +1,6 @@
 // AMX-BF16 panel: float32 C tiles accumulate in k order, 32 k (16 pairs) per step, from A tiles of
-// the rows and B tiles of the weights read in place; the block's two 32-column halves in turn.
+// the rows and B tiles of the weights read in place: up to 16 rows against the block's four
+// 16-column quarters at once, more rows against its two 32-column halves in turn.
 #include "base/amx_bf16_panel.hpp"
 
 #include <immintrin.h>

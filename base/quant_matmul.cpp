@@ -416,16 +416,10 @@ int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) { return ceil_
 
 namespace {
 
-// q4 into the blocked layout, a block of 16 rows at a time so that each chunk is written whole.
-// Stored: byte i of a group holds k = 2i (low) and 2i + 1 (high). Blocked: byte m of a row's 16
-// holds k = m (low) and 16 + m (high), so from source bytes a = src[i] and b = src[8 + i]: m = 2i
-// takes both low nibbles, m = 2i + 1 both high ones. The streaming cache packs every expert it
-// reads, so this runs a row's group in a few register operations (0.46 -> 0.1 ms an expert of the
-// bench shape), not nibble by nibble.
-// The same for one whole block of 16 rows with AVX-512: a group's 16 x 16 stored bytes in four
-// registers (four rows each, a row per 128-bit lane), the nibbles regrouped per lane as below, a
-// 16 x 4 transpose of 32-bit words into the chunk's four 64-byte rows, and each row's two scales by
-// one gather. The streaming cache packs on the cores that compute: at 2x on the bench shape a load
+// One whole block of 16 rows of pack_q4_blocked (below) with AVX-512: a group's 16 x 16 stored
+// bytes in four registers (four rows each, a row per 128-bit lane), the nibbles regrouped per lane
+// as there, a 16 x 4 transpose of 32-bit words into the chunk's four 64-byte rows, and each row's
+// two scales by one gather. The streaming cache packs on the cores that compute: at 2x on the bench shape a load
 // took 0.17 ms, 0.1 ms of it this packing, on the critical path of a one-sequence step.
 __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* q, const uint16_t* scales, int64_t G, int64_t row_bytes,
                                                                int64_t row_scales, uint8_t* block) {
@@ -461,6 +455,12 @@ __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* 
   }
 }
 
+// q4 into the blocked layout, a block of 16 rows at a time so that each chunk is written whole.
+// Stored: byte i of a group holds k = 2i (low) and 2i + 1 (high). Blocked: byte m of a row's 16
+// holds k = m (low) and 16 + m (high), so from source bytes a = src[i] and b = src[8 + i]: m = 2i
+// takes both low nibbles, m = 2i + 1 both high ones. The streaming cache packs every expert it
+// reads, so this runs a row's group in a few register operations (0.46 -> 0.1 ms an expert of the
+// bench shape), not nibble by nibble.
 void pack_q4_blocked(const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out) {
   const WeightScheme s = WeightScheme::Q4;
   const int64_t G = K / kG, cb = chunk_bytes(s), vb = value_bytes(s);

@@ -283,12 +283,13 @@ void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int
     int64_t configured = 0;  // the rows the AMX tiles are configured for in this block
     for (int64_t p = 0; p < passes; ++p) {
       const int64_t m0 = p * rows_per_pass, R = std::min<int64_t>(rows_per_pass, M - m0);
-      const int64_t first = p * share, lines = next ? std::max<int64_t>(0, std::min(share, block_lines - first)) : 0;
-      if (amx && configured != R) amx_bf16_configure(configured = R);
-      if (amx)
+      if (amx) {
+        if (configured != R) amx_bf16_configure(configured = R);
         amx_bf16_panel(reinterpret_cast<const uint16_t*>(xc) + m0 * kx, R, kx, reinterpret_cast<const uint16_t*>(wb), tile);
-      else
+      } else {
+        const int64_t first = p * share, lines = next ? std::max<int64_t>(0, std::min(share, block_lines - first)) : 0;
         kernels[R - 1](xc + static_cast<std::size_t>(m0 * K) * xs, K, wb, tile, next ? next + 64 * first : nullptr, lines);
+      }
       for (int64_t r = 0; r < R; ++r)
         store_row(tile + r * kNB, cols, ep, ep.mul_by ? ep.mul_by + (m0 + r) * N + n0 : nullptr,
                   static_cast<char*>(y) + static_cast<std::size_t>((m0 + r) * N + n0) * ys);

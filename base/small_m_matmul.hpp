@@ -43,9 +43,9 @@ struct PanelEpilogue {
 bool panel_supported(BlockedLayout layout);
 
 // y = epilogue(x·W) for any M >= 1 on either layout: x float32 [M, K] (F32) or bf16 bits (BF16), y
-// [M, N]. It computes 6-row panels (bf16 with AMX: 32-row panels of AMX tiles, base/amx_bf16_panel.hpp) of
-// each 64-column block while the block sits in L2, and
-// prefetches the thread's next block during them; it needs no JIT per M, where oneDNN creates a
+// [M, N]. It computes 6-row panels (bf16 with AMX: 32-row panels of AMX tiles,
+// base/amx_bf16_panel.hpp) of each 64-column block while the block sits in L2, and prefetches the
+// thread's next block during them (not the AMX panels: they prefetch inside the block); it needs no JIT per M, where oneDNN creates a
 // primitive for every new row count (0.35-1.0 ms each in `moerun bench gemm`). Each output lane sums
 // its k in order from zero, exactly as small_m_matmul does: a row's bits do not depend on M or on
 // the other rows (batch invariance, issue 44).

@@ -127,8 +127,9 @@ TEST(Matmul, SiluAndMulEpilogues) {
 }
 
 // The small-M kernels (M <= 4 in one pass, 5-8 in two where the CPU has no AMX; never bf16 where it
-// has: there the panel's AMX tiles take every M) and the panel kernel (every other M), on the blocked layouts pack() picks for them, against fp64: the model's own shapes, and K and N that are not multiples of the 16/32 x 64 blocks
-// (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
+// has: there the panel's AMX tiles take every M) and the panel kernel (every other M), on the
+// blocked layouts pack() picks for them, against fp64: the model's own shapes, and K and N that are
+// not multiples of the 16/32 x 64 blocks (padding in the layout), with both epilogues and a bf16 output; M = 17 and 64 leave a partial
 // 6-row panel and an odd count of blocks. Skipped with the reason where the CPU lacks AVX-512 (BF16).
 TEST(Matmul, SmallMKernelsMatchFp64) {
   struct Shape {

@@ -6,8 +6,8 @@
 # the logits' error; seen on the AMX host, where the uncapped run's bf16 sums are AMX's), and its
 # logits be within 2% of their scale until then (the bf16 activations between GEMMs round
 # differently once a sum's order moves: 0.3-0.6% seen; wrong weights or layouts move them by their
-# whole scale), and inspect must count the widened
-# bytes. test_matmul_avx2 checks each GEMM against float64. (Before, every bf16 GEMM failed there with
+# whole scale), and inspect must count the widened bytes. test_matmul_avx2 checks each GEMM against
+# float64. (Before, every bf16 GEMM failed there with
 # "could not create a primitive descriptor"; valgrind, which hides AVX-512, showed it.)
 source "$(dirname "$0")/common.sh"
 

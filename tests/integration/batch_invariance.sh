@@ -4,8 +4,8 @@
 # with the defaults: every request alone (--max-batch-size 1), prompts in 37-token chunks, the
 # prefix cache on, np 4 with 2 routers, np 3 with 3 micro-batches, and two placements that
 # replicate every expert (the routers split its rows among 2 or 3 holders). The GEMMs must run in
-# the hand kernels for float32 and bf16 (AVX-512F; AVX512_BF16, with AMX tiles where the CPU has them): elsewhere oneDNN picks
-# kernels by row count, and those dtypes are skipped with the reason. Then --resume, and the other
+# the hand kernels for float32 and bf16 (AVX-512F; AVX512_BF16, with AMX tiles where the CPU has
+# them): elsewhere oneDNN picks kernels by row count, and those dtypes are skipped with the reason. Then --resume, and the other
 # layer kinds (DeltaNet, MLA, sinks and sliding windows) in float32.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
