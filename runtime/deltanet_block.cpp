@@ -54,6 +54,7 @@ class DeltaNetBlock final : public AttentionBlock {
     const int64_t C = shape.conv_channels(), kw = shape.key_width(), vw = shape.value_width();
     causal_conv1d_silu(x, m, C, L.lin_conv.data(), shape.conv_kernel, st.conv.data());
     float *q = split, *k = q + m * kw, *v = k + m * kw;
+#pragma omp parallel for schedule(static) if (m * C >= kParallelElements)
     for (int64_t t = 0; t < m; ++t) {
       std::copy_n(x + t * C, kw, q + t * kw);
       std::copy_n(x + t * C + kw, kw, k + t * kw);

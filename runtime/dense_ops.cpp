@@ -24,7 +24,7 @@ void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids,
 }
 
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (T * d > 65536)
+#pragma omp parallel for schedule(static) if (T * d >= kParallelElements)
   for (int64_t t = 0; t < T; ++t) {
     const float* r = x + t * d;
     float ss = 0;
@@ -149,6 +149,7 @@ void add_row_bias(float* y, int64_t T, int64_t n, const float* b) {
 }
 
 void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g, int64_t T, int64_t d) {
+#pragma omp parallel for schedule(static) if (T * d >= kParallelElements)
   for (int64_t t = 0; t < T; ++t) {
     float dot = 0;
     for (int64_t i = 0; i < d; ++i) dot += x[t * d + i] * g[i];
@@ -158,6 +159,7 @@ void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g,
 }
 
 void multiply_by_sigmoid(float* y, const float* g, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) y[i] *= 1.0f / (1.0f + std::exp(-g[i]));
 }
 

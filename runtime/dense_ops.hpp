@@ -9,6 +9,11 @@
 
 namespace moerun::runtime {
 
+// Elements from which the row-wise and elementwise ops (norms, gates, the DeltaNet conv) share the
+// work among the threads: a prompt's rows (128 tokens x 1024), not one token's. Each element is
+// computed alike on any thread, so the bits do not change.
+inline constexpr int64_t kParallelElements = 32768;
+
 // Rows `ids` of `table` [vocab, d] (float32, or bfloat16 bits) as float32 into out [T, d].
 void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids, int64_t T, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w, per row.

@@ -1,8 +1,9 @@
 // Gated DeltaNet's token mixer (Qwen3-Next, Qwen3.5; transformers' modeling_qwen3_next, its torch
 // path): a causal depthwise conv over the q/k/v channels with a state of the last inputs, then the
 // gated delta rule over a recurrent state S [v_heads, k_dim, v_dim] per sequence, then an RMSNorm
-// of each head's output gated by SiLU(z). Decode takes one recurrent step a token; prefill the
-// chunked form (the WY/UT transform per chunk of 64), which equals the recurrence.
+// of each head's output gated by SiLU(z). Decode and prefill take one recurrent step a token (the
+// same bits however a prompt is split); the chunked form (the WY/UT transform per chunk of 64)
+// equals it to 1e-5.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,7 +26,9 @@ struct DeltaNetState {
 // `state` [K-1, channels], which then holds the last K-1 inputs. w: [channels, K].
 void causal_conv1d_silu(float* x, int64_t n, int64_t channels, const float* w, int64_t K, float* state);
 
-enum class DeltaRuleForm { Recurrent, Chunked };
+// Recurrent: token by token (AVX-512 where the CPU has it); RecurrentPortable: the same steps
+// without AVX-512, as other CPUs run them (tests and benches); Chunked: the WY/UT form.
+enum class DeltaRuleForm { Recurrent, RecurrentPortable, Chunked };
 
 // The gated delta rule over n tokens of one sequence, each head on its own, in float32. q, k:
 // [n, k_heads * k_dim] (after the conv; l2-normalised here, q scaled by 1/sqrt(k_dim)); v: [n,

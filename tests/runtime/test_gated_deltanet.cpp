@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/gated_deltanet.hpp"
@@ -112,6 +113,33 @@ TEST(GatedDeltaNet, RecurrenceMatchesFloat64) {
                    DeltaRuleForm::Recurrent);
   EXPECT_LT(rel_err(out, want), 1e-5);
   EXPECT_LT(rel_err(state, S), 1e-5);
+}
+
+// Both recurrences (AVX-512 and portable) against float64 on shapes with a whole 32-column block
+// and a part of one, key dims not a multiple of 4, prompts short (state in place) and long (the
+// block copied out); and a prompt in one call gives the bits of the same tokens one at a time.
+TEST(GatedDeltaNet, RecurrenceFormsMatchFloat64AndTheirOwnTokenSteps) {
+  const DeltaNetShape wide{.k_heads = 1, .v_heads = 2, .k_dim = 18, .v_dim = 40, .conv_kernel = 4};
+  for (const DeltaNetShape& s : {kShape, wide})
+    for (int64_t n : {3, 37})
+      for (DeltaRuleForm form : {DeltaRuleForm::Recurrent, DeltaRuleForm::RecurrentPortable}) {
+        std::mt19937 rng(static_cast<unsigned>(n + s.v_dim));
+        Inputs in = make_inputs(rng, n, s);
+        std::vector<double> S(in.state.begin(), in.state.end()), want;
+        reference_rule(in.q, in.k, in.v, in.g, in.beta, n, s, S, want);
+        std::vector<float> out(want.size()), state = in.state, steps(want.size()), state2 = in.state;
+        gated_delta_rule(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), n, s, state.data(), out.data(), form);
+        const std::string what = "v_dim " + std::to_string(s.v_dim) + ", n " + std::to_string(n) + ", form " +
+                                 std::to_string(static_cast<int>(form));
+        EXPECT_LT(rel_err(out, want), 1e-5) << what;
+        EXPECT_LT(rel_err(state, S), 1e-5) << what;
+        const int64_t ks = s.k_heads * s.k_dim, vs = s.v_heads * s.v_dim, H = s.v_heads;
+        for (int64_t t = 0; t < n; ++t)
+          gated_delta_rule(in.q.data() + t * ks, in.k.data() + t * ks, in.v.data() + t * vs, in.g.data() + t * H, in.beta.data() + t * H,
+                           1, s, state2.data(), steps.data() + t * vs, form);
+        EXPECT_EQ(steps, out) << what;
+        EXPECT_EQ(state2, state) << what;
+      }
 }
 
 // The chunked form equals the recurrence (and float64) for lengths inside one chunk, at its edge,
