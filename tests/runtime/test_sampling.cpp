@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+#include <random>
 #include <vector>
 
 #include "runtime/sampling.hpp"
@@ -14,6 +16,34 @@ TEST(Sampling, GreedyTiesGoToLowerId) {
   const float l[4] = {1.0f, 3.0f, 3.0f, 2.0f};
   EXPECT_EQ(argmax(l, 4), 1);
   EXPECT_EQ(sample_token(l, 4, 0.0, 1.0, 7, 0), 1);
+}
+
+// The vector argmax against the scalar rule written out (first strict maximum, NaN never wins, a
+// NaN or -inf first element kept when nothing beats it), at lengths around 16 lanes, with ties
+// across lanes, NaNs and infinities.
+TEST(Sampling, ArgmaxIsTheFirstStrictMaximum) {
+  const auto scalar = [](const std::vector<float>& l) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < static_cast<int64_t>(l.size()); ++i)
+      if (l[static_cast<std::size_t>(i)] > l[static_cast<std::size_t>(best)]) best = i;
+    return static_cast<int32_t>(best);
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(5);
+  for (int64_t V : {1, 2, 15, 16, 17, 33, 100, 32000}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::uniform_int_distribution<int> level(0, trial % 4 == 0 ? 3 : 1000);  // few levels: many ties
+      std::vector<float> l(static_cast<std::size_t>(V));
+      for (float& x : l) x = static_cast<float>(level(rng));
+      std::uniform_int_distribution<int64_t> at(0, V - 1);
+      if (trial % 5 == 1) l[static_cast<std::size_t>(at(rng))] = nan;
+      if (trial % 5 == 2) l[0] = nan;
+      if (trial % 5 == 3) std::fill(l.begin(), l.end(), -inf);
+      if (trial % 5 == 4) l[static_cast<std::size_t>(at(rng))] = inf;
+      if (trial % 7 == 6) l[0] = -inf;
+      EXPECT_EQ(argmax(l.data(), V), scalar(l)) << "V " << V << ", trial " << trial;
+    }
+  }
 }
 
 TEST(Sampling, DeterministicPerSeedAndStep) {
