@@ -8,7 +8,12 @@
 #
 # Usage: launch/bench-peer.sh [--dtypes float32,bfloat16 or q8,q4] [--batches 1,8,32] [--runs 3] [--threads 2]
 #                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe|qwen3_5_moe] [--moerun-dense none|q8|q4]
-#                             [--ik | --ik-src DIR]
+#                             [--ik | --ik-src DIR] [--peer-tool peer_decode|batched-bench]
+# --peer-tool: how the peers are timed. peer_decode (default): they decode the requests moerun
+# decodes, each sequence its own prompt and greedy tokens (launch/peer/peer_decode.cpp).
+# batched-bench: llama-batched-bench, whose prompt and generated tokens are all token 0, so every
+# sequence and step routes to the same few experts (no user's workload; the figures before
+# session 10 were taken so).
 # --ik: ik_llama.cpp as a peer too (from the ik-llama-cpp-python source package; --ik-src: a checkout), on
 # the first GGUF of each dtype, with its default, -rtr and -no-fmoe; moerun's ratio to its best.
 # --moerun-dense q8|q4: moerun quantizes its LM head and attention at load (--quantize-dense), as llama.cpp's types do.
@@ -25,7 +30,7 @@ PEER=$BUILD/peer
 ARGS=() IK=0 IK_SRC=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --ik) IK=1; shift ;;
     --ik-src) IK=1; IK_SRC=$2; shift 2 ;;
     *) ARGS+=("$1"); shift ;;

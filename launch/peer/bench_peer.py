@@ -89,6 +89,11 @@ def main():
     # moerun's LM head and attention projections: as stored (bf16), or quantized at load as
     # llama.cpp's types quantize theirs (Q8_0: all Q8_0; Q4_K_M: Q4_K with Q6_K head and some V).
     a.add_argument("--moerun-dense", default="none", choices=["none", "q8", "q4"])
+    # peer_decode: the peers decode moerun's requests (each sequence its prompt and its own greedy
+    # tokens); batched-bench: llama-batched-bench, whose prompts and generated tokens are all token
+    # 0, so every sequence and step routes alike and a step reads a few experts (the figures before
+    # session 10 were taken so).
+    a.add_argument("--peer-tool", default="peer_decode", choices=["peer_decode", "batched-bench"])
     o = a.parse_args()
     o.dense_args = ["--quantize-dense", o.moerun_dense]
     MODEL = SHAPES[o.shape]
@@ -163,6 +168,28 @@ def main():
                                 "decode": t["decode_tokens"] / t["decode_seconds"],
                                 "total": (t["prefill_tokens"] + t["decode_tokens"]) / (t["prefill_seconds"] + t["decode_seconds"])})
                 ctx = n * (o.prompt + o.new) + 64
+                if o.peer_tool == "peer_decode":
+                    peer_runs = [(label, os.path.join(o.peer_bin, "peer_decode"), path, []) for label, path in peers[dt]]
+                    peer_runs += [(label, os.path.join(o.ik_bin, "peer_decode"), path, [x.lstrip("-") for x in args])
+                                  for label, path, args in ik_peers[dt]]
+                    prompts_in = "".join(" ".join(map(str, json.loads(l)["prompt_tokens"])) + "\n"
+                                         for l in open(os.path.join(o.work, f"bench-{n}.jsonl")))
+                    for label, tool, path, args in peer_runs:
+                        r = subprocess.run([tool, path, str(o.threads), str(o.new)] + args, input=prompts_in, capture_output=True,
+                                           text=True, env=env, cwd=o.work)
+                        m = re.search(r"^(\d+) ([\d.]+) (\d+) ([\d.]+)$", r.stdout, re.M) if r.returncode == 0 else None
+                        if m is None:
+                            failures.setdefault(label, f"{label} failed at N = {n}: " + peer_failure(r))
+                            results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": float("nan"),
+                                            "decode": float("nan"), "total": float("nan")})
+                            continue
+                        pt, ps, dtk, ds = int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+                        results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": pt / ps, "decode": dtk / ds,
+                                        "total": (pt + dtk) / (ps + ds)})
+                    ours = next(r for r in reversed(results) if r["who"] == "moerun")
+                    print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {ours['decode']:.1f}, " +
+                          ", ".join(f"{r['who']} {r['decode']:.1f}" for r in results[-len(peer_runs):]) + " tokens/s", flush=True)
+                    continue
                 for label, path in peers[dt]:
                     r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
                             "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
@@ -197,7 +224,9 @@ def main():
     quality = measure_quality(o, env, synth, to_gguf, peers) if any(dt in QUANT_PEERS for dt in peers) else []
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build), {o.shape}-shaped model: {o.threads} threads, prompt {o.prompt}, "
              f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max"
-             + ("" if o.moerun_dense == "none" else f"; moerun's LM head and attention quantized to {o.moerun_dense} (--quantize-dense)"),
+             + ("" if o.moerun_dense == "none" else f"; moerun's LM head and attention quantized to {o.moerun_dense} (--quantize-dense)")
+             + ("; the peers decode the same prompts, each sequence its own greedy tokens (peer_decode)" if o.peer_tool == "peer_decode"
+                else "; the peers in llama-batched-bench (token 0 at every position)"),
              f"#{'dtype':>9} {'N':>3} {'who':>22} {'prefill':>23} {'decode':>23} {'total':>23}"]
     ratios = []
     for dt in o.dtypes.split(","):

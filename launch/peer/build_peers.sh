@@ -36,7 +36,7 @@ build_llama_cpp() {
   local src=$peer/llama-cpp-python-$LLAMA_CPP_PYTHON
   local llama=$src/vendor/llama.cpp
   if [ -x "$peer/bin/llama-batched-bench" ] && [ -x "$peer/bin/llama_greedy" ] && [ -x "$peer/bin/llama-quantize" ] &&
-     [ -x "$peer/bin/llama-perplexity" ] && [ -x "$peer/bin/peer_decode" ]; then return 0; fi
+     [ -x "$peer/bin/llama-perplexity" ] && [ "$peer/bin/peer_decode" -nt "$root/launch/peer/peer_decode.cpp" ]; then return 0; fi
   mkdir -p "$peer/bin"
   peer_sdist "$src" llama-cpp-python "$LLAMA_CPP_PYTHON"
   echo "== building llama.cpp (GGML_NATIVE, static, clang)" >&2
@@ -52,7 +52,7 @@ build_llama_cpp() {
 
 build_ik_llama() {
   local peer=$1 src=${2:-} root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-  [ -x "$peer/ik-bin/llama-batched-bench" ] && [ -x "$peer/ik-bin/peer_decode" ] && return 0
+  [ -x "$peer/ik-bin/llama-batched-bench" ] && [ "$peer/ik-bin/peer_decode" -nt "$root/launch/peer/peer_decode.cpp" ] && return 0
   if [ -z "$src" ]; then
     peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
     src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp

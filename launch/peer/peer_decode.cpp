@@ -1,4 +1,5 @@
-// The peers' side of launch/bench-offload.sh: N sequences decoded greedily at once on token ids,
+// The peers' side of launch/bench-offload.sh and launch/bench-peer.sh: N sequences decoded greedily
+// at once on token ids,
 // with llama.cpp or ik_llama.cpp (this file builds against both; -DPEER_IK for the latter), as
 // moerun decodes its requests. llama-batched-bench feeds token 0 at every position, so its routing
 // repeats from step to step and the experts a step needs stay in the page cache: under a memory
@@ -6,7 +7,8 @@
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
-// usage: peer_decode MODEL.gguf THREADS NEW < prompts
+// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] < prompts
+// (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
 
@@ -42,9 +44,25 @@ llama_token argmax(const float* logits, int n) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: peer_decode MODEL.gguf THREADS NEW < prompts\n");
+    std::fprintf(stderr, "usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] < prompts\n");
     return 2;
   }
+  bool rtr = false, no_fmoe = false;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    rtr |= a == "rtr";
+    no_fmoe |= a == "no-fmoe";
+    if (a != "rtr" && a != "no-fmoe") {
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe)\n", argv[i]);
+      return 2;
+    }
+  }
+#ifndef PEER_IK
+  if (rtr || no_fmoe) {
+    std::fprintf(stderr, "peer_decode: rtr and no-fmoe are ik_llama.cpp's options\n");
+    return 2;
+  }
+#endif
   const int threads = std::atoi(argv[2]), steps = std::atoi(argv[3]);
   std::vector<std::vector<llama_token>> prompts;
   for (std::string line; std::getline(std::cin, line);) {
@@ -61,7 +79,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   llama_backend_init();
-  llama_model* model = llama_model_load_from_file(argv[1], llama_model_default_params());
+  llama_model_params mp = llama_model_default_params();
+#ifdef PEER_IK
+  mp.repack_tensors = rtr;  // as its -rtr: repack at load, which needs the weights read, not mapped
+  if (rtr) mp.use_mmap = false;
+#endif
+  llama_model* model = llama_model_load_from_file(argv[1], mp);
   if (!model) return 1;
   llama_context_params cp = llama_context_default_params();
   cp.n_ctx = static_cast<uint32_t>(total + n * steps + 64);
@@ -71,6 +94,7 @@ int main(int argc, char** argv) {
   cp.n_threads = threads;
   cp.n_threads_batch = threads;
 #ifdef PEER_IK
+  cp.fused_moe_up_gate = !no_fmoe;
   cp.flash_attn = n == 1;  // its FlashAttention asserts (iqk_fa_templates.h: S > 0) with several sequences
 #endif
   llama_context* ctx = llama_init_from_model(model, cp);
