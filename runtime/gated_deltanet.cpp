@@ -44,7 +44,7 @@ void l2_normalise(const float* x, int64_t d, float scale, float* y) {
 constexpr int64_t kCols = 32, kParts = 4, kCopyTokens = 8;
 
 template <int64_t W>
-__attribute__((always_inline)) inline void recurrent_columns(const float* q, const float* k, const float* v, const float* g, const float* beta,
+__attribute__((always_inline)) inline void recurrent_columns(const float* q, const float* k, const float* v, const float* decays, const float* beta,
                                                              int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S,
                                                              float* o, int64_t w) {
   const int64_t cols = W > 0 ? W : w;
@@ -52,7 +52,7 @@ __attribute__((always_inline)) inline void recurrent_columns(const float* q, con
   for (int64_t t = 0; t < n; ++t) {
     const float* kt = k + t * ks;
     const float* qt = q + t * ks;
-    const float decay = std::exp(g[t * gs]), b = beta[t * gs];
+    const float decay = decays[t], b = beta[t * gs];
     float part[kParts][kCols] = {}, delta[kCols];
     for (int64_t i = 0; i < whole; i += kParts)
       for (int64_t u = 0; u < kParts; ++u) {
@@ -149,29 +149,33 @@ __attribute__((target("avx512f"))) void recurrent_columns_avx512(const float* q,
   }
 }
 
-MOERUN_VECTOR_CLONES void recurrent_head_generic(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
-                                                 int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o) {
+MOERUN_VECTOR_CLONES void recurrent_head_generic(const float* q, const float* k, const float* v, const float* decays, const float* beta,
+                                                 int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o) {
   int64_t x0 = 0;
-  for (; x0 + kCols <= dv; x0 += kCols) recurrent_columns<kCols>(q, k, v + x0, g, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, kCols);
-  if (x0 < dv) recurrent_columns<0>(q, k, v + x0, g, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, dv - x0);
+  for (; x0 + kCols <= dv; x0 += kCols) recurrent_columns<kCols>(q, k, v + x0, decays, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, kCols);
+  if (x0 < dv) recurrent_columns<0>(q, k, v + x0, decays, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, dv - x0);
 }
 
 void recurrent_head(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n, int64_t dk, int64_t dv,
                     int64_t ks, int64_t vs, int64_t gs, float* S, float* o, bool portable) {
-  if (portable || !cpu_features().avx512f) return recurrent_head_generic(q, k, v, g, beta, n, dk, dv, ks, vs, gs, S, o);
+  // The thread's scratch, kept across calls: decode calls this once per head, sequence and layer.
+  thread_local std::vector<float> decay, block;
+  decay.resize(static_cast<std::size_t>(n));
+  for (int64_t t = 0; t < n; ++t) decay[static_cast<std::size_t>(t)] = std::exp(g[t * gs]);
+  if (portable || !cpu_features().avx512f) return recurrent_head_generic(q, k, v, decay.data(), beta, n, dk, dv, ks, vs, gs, S, o);
   // Over several tokens a block is copied out to rows of its own width: in place, its rows 512
   // bytes apart (dv 128) fall into 16 of L1's 64 sets and do not stay there.
-  std::vector<float> block(n >= kCopyTokens ? static_cast<std::size_t>(dk * kCols) : 0), decay(static_cast<std::size_t>(n));
-  for (int64_t t = 0; t < n; ++t) decay[static_cast<std::size_t>(t)] = std::exp(g[t * gs]);
+  const bool copy = n >= kCopyTokens;
+  if (copy) block.resize(static_cast<std::size_t>(dk * kCols));
   for (int64_t x0 = 0; x0 < dv; x0 += kCols) {
     const int64_t w = std::min(kCols, dv - x0);
-    float* Sb = block.empty() ? S + x0 : block.data();
-    const int64_t ss = block.empty() ? dv : kCols;
-    if (!block.empty())
+    float* Sb = copy ? block.data() : S + x0;
+    const int64_t ss = copy ? kCols : dv;
+    if (copy)
       for (int64_t i = 0; i < dk; ++i) std::copy(S + i * dv + x0, S + i * dv + x0 + w, Sb + i * kCols);
     if (w == kCols) recurrent_columns_avx512<true>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
     else recurrent_columns_avx512<false>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
-    if (!block.empty())
+    if (copy)
       for (int64_t i = 0; i < dk; ++i) std::copy(Sb + i * kCols, Sb + i * kCols + w, S + i * dv + x0);
   }
 }

@@ -139,10 +139,16 @@ def physical_bound(shares, n, slots, expert_bytes, rate, held_out=None):
     return float("inf") if misses <= 0 else n * rate / (misses * expert_bytes)
 
 
+def peer_decode_times(text):
+    """(prefill_tokens, prefill_s, decode_tokens, decode_s) from peer_decode's output line, or None."""
+    m = re.search(r"^(\d+) ([\d.]+) (\d+) ([\d.]+)$", text, re.M)
+    return (int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))) if m else None
+
+
 def peer_decode_speeds(text):
     """(prefill, decode) tokens/s from peer_decode's "prefill_tokens prefill_s decode_tokens decode_s"."""
-    m = re.search(r"^(\d+) ([\d.]+) (\d+) ([\d.]+)$", text, re.M)
-    return (int(m.group(1)) / float(m.group(2)), int(m.group(3)) / float(m.group(4))) if m else None
+    t = peer_decode_times(text)
+    return (t[0] / t[1], t[2] / t[3]) if t else None
 
 
 def batched_bench_cells(text):

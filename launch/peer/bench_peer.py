@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 
-from bench_offload import batched_bench_cells
+from bench_offload import batched_bench_cells, peer_decode_times
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The synthetic models, by shape. Mixtral's: 8 experts of width 3584, top-2 (Mixtral-8x7B at a
@@ -61,8 +61,22 @@ IK_VARIANTS = [("", []), (" -rtr", ["-rtr"]), (" -no-fmoe", ["-no-fmoe"])]
 def peer_failure(r):
     """What a failed peer run said: its exit or signal, and its assertion or error line if it printed one."""
     how = f"killed by signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
-    said = [l.strip() for l in (r.stdout + r.stderr).splitlines() if re.search(r"GGML_ASSERT|error|Assertion|failed", l)]
+    lines = [l.strip() for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    said = [l for l in lines if re.search(r"GGML_ASSERT|error|Assertion|failed", l)] or lines[-1:]
     return how + (f": {said[0][:200]}" if said else "")
+
+
+def peer_decode_rates(tool, gguf, args, requests, o, env):
+    """prefill, decode and total tokens/s of peer_decode on the prompts of moerun's request file
+    (o.new steps of every sequence), or the failed run."""
+    prompts = "".join(" ".join(map(str, json.loads(l)["prompt_tokens"])) + "\n" for l in open(requests))
+    r = subprocess.run([tool, gguf, str(o.threads), str(o.new)] + args, input=prompts, capture_output=True, text=True, env=env,
+                       cwd=o.work)
+    t = peer_decode_times(r.stdout) if r.returncode == 0 else None
+    if t is None:
+        return r
+    pt, ps, dtk, ds = t
+    return {"prefill": pt / ps, "decode": dtk / ds, "total": (pt + dtk) / (ps + ds)}
 
 
 def sh(cmd, env=None, **kw):
@@ -169,28 +183,15 @@ def main():
                                 "total": (t["prefill_tokens"] + t["decode_tokens"]) / (t["prefill_seconds"] + t["decode_seconds"])})
                 ctx = n * (o.prompt + o.new) + 64
                 if o.peer_tool == "peer_decode":
-                    peer_runs = [(label, os.path.join(o.peer_bin, "peer_decode"), path, []) for label, path in peers[dt]]
-                    peer_runs += [(label, os.path.join(o.ik_bin, "peer_decode"), path, [x.lstrip("-") for x in args])
-                                  for label, path, args in ik_peers[dt]]
-                    prompts_in = "".join(" ".join(map(str, json.loads(l)["prompt_tokens"])) + "\n"
-                                         for l in open(os.path.join(o.work, f"bench-{n}.jsonl")))
-                    for label, tool, path, args in peer_runs:
-                        r = subprocess.run([tool, path, str(o.threads), str(o.new)] + args, input=prompts_in, capture_output=True,
-                                           text=True, env=env, cwd=o.work)
-                        m = re.search(r"^(\d+) ([\d.]+) (\d+) ([\d.]+)$", r.stdout, re.M) if r.returncode == 0 else None
-                        if m is None:
-                            failures.setdefault(label, f"{label} failed at N = {n}: " + peer_failure(r))
-                            results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": float("nan"),
-                                            "decode": float("nan"), "total": float("nan")})
-                            continue
-                        pt, ps, dtk, ds = int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
-                        results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": pt / ps, "decode": dtk / ds,
-                                        "total": (pt + dtk) / (ps + ds)})
-                    ours = next(r for r in reversed(results) if r["who"] == "moerun")
-                    print(f"#   {dt} run {run + 1}/{o.runs}, N={n}: decode moerun {ours['decode']:.1f}, " +
-                          ", ".join(f"{r['who']} {r['decode']:.1f}" for r in results[-len(peer_runs):]) + " tokens/s", flush=True)
-                    continue
-                for label, path in peers[dt]:
+                    for label, tool, path, args in ([(label, os.path.join(o.peer_bin, "peer_decode"), path, []) for label, path in peers[dt]] +
+                                                    [(label, os.path.join(o.ik_bin, "peer_decode"), path, [x.lstrip("-") for x in args])
+                                                     for label, path, args in ik_peers[dt]]):
+                        rates = peer_decode_rates(tool, path, args, os.path.join(o.work, f"bench-{n}.jsonl"), o, env)
+                        if isinstance(rates, subprocess.CompletedProcess):  # e.g. several sequences of a recurrent model in ik_llama.cpp
+                            failures.setdefault(label, f"{label} failed at N = {n}: " + peer_failure(rates))
+                            rates = dict.fromkeys(("prefill", "decode", "total"), float("nan"))
+                        results.append(dict(rates, dtype=dt, n=n, run=run, who=label))
+                for label, path in (peers[dt] if o.peer_tool == "batched-bench" else []):
                     r = sh([os.path.join(o.peer_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb", str(o.threads),
                             "-c", str(ctx), "-b", "2048", "-ub", "512", "-npp", str(o.prompt), "-ntg", str(o.new), "-npl", str(n),
                             "--output-format", "jsonl"], env=env)
@@ -198,7 +199,7 @@ def main():
                     b = json.loads(line)
                     results.append({"dtype": dt, "n": n, "run": run, "who": label, "prefill": b["speed_pp"],
                                     "decode": b["speed_tg"], "total": b["speed"]})
-                for label, path, args in ik_peers[dt]:  # its batched-bench prints only the markdown table
+                for label, path, args in (ik_peers[dt] if o.peer_tool == "batched-bench" else []):  # it prints only the markdown table
                     # Its FlashAttention asserts with several sequences (iqk_fa_templates.h: S > 0): off there.
                     fa = ["-fa", "0"] if n > 1 else []
                     r = subprocess.run([os.path.join(o.ik_bin, "llama-batched-bench"), "-m", path, "-t", str(o.threads), "-tb",
