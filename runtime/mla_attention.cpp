@@ -9,6 +9,10 @@
 
 namespace moerun::runtime {
 namespace {
+// DeepSeek's own modeling code and transformers' build q_a_layernorm and kv_a_layernorm with the
+// RMSNorm's default eps, not config.rms_norm_eps (the released configs set both to 1e-6).
+constexpr float kLatentNormEps = 1e-6f;
+
 float* fbuf(AlignedBuffer& b, int64_t n) {
   b.resize(static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
   return b.as<float>();
@@ -71,7 +75,7 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = kvl + rope;
-  const float eps = static_cast<float>(c_.rms_norm_eps);
+  const float eps = kLatentNormEps;
   // q, per head [nope | rope]; split into head-major q_nope (the per-head GEMMs' rows) and q_rope.
   float* q = fbuf(q_, n * H * qk);
   if (m.q_lora_rank > 0) {

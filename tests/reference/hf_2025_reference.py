@@ -11,7 +11,9 @@ For each family: a tiny random model made with transformers' own class (eager at
 weights scaled so routing is not decided by ties), saved with save_pretrained as several
 safetensors shards, converted, and run. Every step's logits must agree with the Hugging Face
 model's (max |a-b| / max |b| <= 1e-4) and the greedy tokens must be equal, for prompts longer
-than the sliding window. The same run with mpirun -np 3 (1 router, 2 expert ranks, flat and hier),
+than the sliding window; against the same model in float64 every step's logits must be within 1e-5,
+or twice what moving every weight by half a float32 ulp moves that step (reference_common.step_bars),
+and transformers' own float32 distance under that bar is printed beside moerun's. The same run with mpirun -np 3 (1 router, 2 expert ranks, flat and hier),
 with the expert cache (L1 at 25% plus L2) and with the prefix cache gives the same bytes. gpt-oss
 is also converted from an MXFP4 checkpoint (blocks and scales as shipped; the reference model's
 weights are transformers' own convert_moe_packed_tensors of them): kept in MXFP4 (the default)
@@ -21,6 +23,7 @@ transformers does. Bad checkpoints fail with exit 3 naming the file and the tens
 
 usage: hf_2025_reference.py MOERUN_BIN WORKDIR [FAMILY,...] [SEED]
 """
+import copy
 import json
 import os
 import shutil
@@ -28,7 +31,8 @@ import sys
 
 import numpy as np
 import torch
-from reference_common import convert_refused, hf_greedy, infer_against, inspect_total, relative_error, run
+from reference_common import (FLOAT32_TOL, FLOOR_FACTOR, FLOOR_SEEDS, conditioned_worst, convert_refused, half_ulp_factors, hf_greedy,
+                              infer_against, inspect_total, read_logits, relative_error, run, step_bars)
 from safetensors.torch import load_file, save_file
 from reference_common import dequant_fp8, quantize_fp8
 from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, GptOssConfig,
@@ -153,6 +157,45 @@ def make_model(cls, cfg, seed):
             if name.endswith("e_score_correction_bias"):  # DeepSeek-V3: large enough to change some choices
                 b.copy_(0.05 * torch.randn_like(b))
     return model
+
+
+def float64_steps(model, prompts, reference):
+    """Per prompt, the model's step logits in float64 along the prompt and the float32 reference's
+    greedy tokens (one causal forward), and each step's bar (reference_common.step_bars) from
+    FLOOR_SEEDS float64 copies with every weight moved by half a float32 ulp."""
+    m64 = copy.deepcopy(model).double()
+    if hasattr(m64, "set_experts_implementation"):
+        m64.set_experts_implementation("eager")  # torch's grouped_mm has no float64
+
+    def steps(m, prompt, tokens):
+        ids = list(prompt) + list(tokens)
+        with torch.no_grad():
+            return list(m(torch.tensor([ids[:-1]])).logits[0, len(prompt) - 1:].numpy())
+
+    base = [steps(m64, p, toks) for p, (toks, _) in zip(prompts, reference)]
+    moved = [[] for _ in prompts]
+    for seed in range(FLOOR_SEEDS):
+        mp, rng = copy.deepcopy(m64), np.random.default_rng(seed)
+        with torch.no_grad():
+            for _, w in mp.named_parameters():
+                w.mul_(torch.from_numpy(half_ulp_factors(tuple(w.shape), rng)))
+        for i, (p, (toks, _)) in enumerate(zip(prompts, reference)):
+            moved[i].append(steps(mp, p, toks))
+    return base, [step_bars(b, m) for b, m in zip(base, moved)]
+
+
+def against_float64(check, tag, ours, model, reference):
+    """moerun's step logits against transformers in float64, under each step's float32 bar; the
+    float32 transformers reference's own distance under the same bars is printed beside it."""
+    base, bars = float64_steps(model, PROMPTS, reference)
+    ids = [f"p{i}" for i in range(len(PROMPTS))]
+    us = max(conditioned_worst([relative_error(a, b) for a, b in zip(ours[k], base[i])], bars[i]) for i, k in enumerate(ids))
+    hf = max(conditioned_worst([relative_error(a, b) for a, b in zip(reference[i][1], base[i])], bars[i]) for i in range(len(ids)))
+    plain = lambda logits: max(relative_error(a, b) for i, k in enumerate(ids) for a, b in zip(logits(i, k), base[i]))
+    check(us[0] <= 1.0, f"{tag}: every step's logits within {FLOAT32_TOL} of transformers in float64, or {FLOOR_FACTOR:g}x what "
+                        f"half-ulp weight changes move it (worst {us[1]:.2e} against a bar of {us[2]:.2e}, {us[0]:.2f} of it; "
+                        f"worst error {plain(lambda i, k: ours[k]):.2e}; transformers in float32: {hf[0]:.2f} of its bar, "
+                        f"worst error {plain(lambda i, k: reference[i][1]):.2e})")
 
 
 def write_fp8_checkpoint(model, hf_dir, fp8_dir):
@@ -371,6 +414,7 @@ def main():
         reference = [hf_greedy(model, p, STEPS) for p in PROMPTS]
         got = infer_against(check, moerun, work, fam, out_dir, PROMPTS, STEPS, reference, REL_TOL)
         if got:
+            against_float64(check, fam, read_logits(got[2]), model, reference)
             same_bytes_elsewhere(check, moerun, work, fam, out_dir, *got)
         if packed is not None:
             mx_dir, mx_out = os.path.join(work, fam + "-mxfp4-hf"), os.path.join(work, fam + "-mxfp4-moe")

@@ -22,7 +22,9 @@ with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkp
 as shipped). The reference computes with the
 dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
-max |b|) of the reference.
+max |b|) of the reference, and within 1e-5 or twice what moving every weight by half a float32 ulp
+moves that step, whichever is larger (reference_common.step_bars: the float32 floor of an
+ill-conditioned step).
 
 usage: numpy_reference.py MOERUN_BIN WORKDIR
 """
@@ -33,10 +35,12 @@ import shutil
 import sys
 
 import numpy as np
-from reference_common import (convert_refused, dequant_fp8, quantize_fp8, read_logits, relative_error, run, write_requests,
+from reference_common import (FLOAT32_TOL, FLOOR_FACTOR, FLOOR_SEEDS, conditioned_worst, convert_refused, dequant_fp8,
+                              half_ulp_factors, quantize_fp8, read_logits, relative_error, run, step_bars, write_requests,
                               write_safetensors)
 
 REL_TOL = 1e-4
+LATENT_EPS = 1e-6  # DeepSeek's q_a_layernorm and kv_a_layernorm: the RMSNorm's default, not rms_norm_eps
 STEPS = 5
 PROMPTS = [[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41], [3, 100, 7], [2] + list(range(60, 78))]
 E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
@@ -193,7 +197,7 @@ def deepseek_checkpoint(rng, v3, q_lora=None, shared=None, fp8=None):
                num_attention_heads=H, num_key_value_heads=H, intermediate_size=DFF, moe_intermediate_size=FF, n_routed_experts=E,
                n_shared_experts=shared, num_experts_per_tok=2, kv_lora_rank=KVL, q_lora_rank=QL if q_lora else None,
                qk_nope_head_dim=NOPE, qk_rope_head_dim=ROPE, v_head_dim=VD, first_k_dense_replace=1, n_group=4, topk_group=2,
-               routed_scaling_factor=2.5 if v3 else 2.0, norm_topk_prob=v3, max_position_embeddings=512, rms_norm_eps=1e-6,
+               routed_scaling_factor=2.5 if v3 else 2.0, norm_topk_prob=v3, max_position_embeddings=512, rms_norm_eps=1e-5,
                rope_theta=10000.0, bos_token_id=1, eos_token_id=127, tie_word_embeddings=False, hidden_act="silu",
                scoring_func="sigmoid" if v3 else "softmax", topk_method="noaux_tc" if v3 else "group_limited_greedy")
     if v3:
@@ -259,12 +263,12 @@ def deepseek_forward(cfg, t, ids):
         p = f"model.layers.{l}."
         h = rms(x, g(p + "input_layernorm.weight"), eps)
         if cfg["q_lora_rank"]:
-            q = rms(h @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), eps) @ g(p + "self_attn.q_b_proj.weight").T
+            q = rms(h @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), LATENT_EPS) @ g(p + "self_attn.q_b_proj.weight").T
         else:
             q = h @ g(p + "self_attn.q_proj.weight").T
         q = q.reshape(T, H, NOPE + ROPE)
         ckv = h @ g(p + "self_attn.kv_a_proj_with_mqa.weight").T
-        c = rms(ckv[:, :KVL], g(p + "self_attn.kv_a_layernorm.weight"), eps)
+        c = rms(ckv[:, :KVL], g(p + "self_attn.kv_a_layernorm.weight"), LATENT_EPS)
         k_rot = rope_pairs(ckv[:, None, KVL:])
         q = np.concatenate([q[..., :NOPE], rope_pairs(q[..., NOPE:])], axis=-1)
         kv = (c @ g(p + "self_attn.kv_b_proj.weight").T).reshape(T, H, NOPE + VD)
@@ -771,24 +775,40 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
         return failures + 1
     ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
     ours_logits = read_logits(lg)
-    worst = 0.0
+    fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward}.get(
+        ref_cfg["model_type"], deepseek_forward if "deepseek" in ref_cfg["model_type"] else forward)
+    worst, conditioned = 0.0, (0.0, 0.0, FLOAT32_TOL)
     for i, prompt in enumerate(PROMPTS):
         ids, ref = list(prompt), []
         for _ in range(STEPS):
-            fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward}.get(
-                ref_cfg["model_type"], deepseek_forward if "deepseek" in ref_cfg["model_type"] else forward)
             ref.append(fwd(ref_cfg, ref_tensors, ids)[-1])
             ids.append(int(np.argmax(ref[-1])))
         want, got = ids[len(prompt):], ours[f"p{i}"]
-        for a, b in zip(ours_logits[f"p{i}"], ref):
-            worst = max(worst, relative_error(a, b))
+        errors = [relative_error(a, b) for a, b in zip(ours_logits[f"p{i}"], ref)]
+        worst = max([worst] + errors)
+        conditioned = max(conditioned, conditioned_worst(errors, step_bars(ref, perturbed_steps(fwd, ref_cfg, ref_tensors, ids, len(prompt)))))
         ok = got == want[:len(got)] and len(got) > 0
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {name}: prompt {i} ({len(prompt)} tokens): tokens {got}, float64 reference {want}")
     ok = worst <= REL_TOL
     failures += not ok
     print(f"{'ok  ' if ok else 'FAIL'} {name}: logits within {REL_TOL} of the float64 reference (worst relative error {worst:.2e})")
+    ok = conditioned[0] <= 1.0
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: every step's logits within {FLOAT32_TOL} of the float64 reference, or {FLOOR_FACTOR:g}x "
+          f"what half-ulp weight changes move it (worst {conditioned[1]:.2e} against a bar of {conditioned[2]:.2e})")
     return failures
+
+
+def perturbed_steps(fwd, cfg, tensors, ids, prompt_len):
+    """The reference's step logits along `ids` (prompt and greedy tokens) with every float weight
+    moved by half a float32 ulp, for FLOOR_SEEDS draws: one causal forward each."""
+    out = []
+    for seed in range(FLOOR_SEEDS):
+        rng = np.random.default_rng(seed)
+        moved = {n: (w.astype(np.float64) * half_ulp_factors(w.shape, rng) if w.dtype.kind == "f" else w) for n, w in tensors.items()}
+        out.append(fwd(cfg, moved, ids[:-1])[prompt_len - 1:])
+    return out
 
 
 def bad_family_configs(moerun, work):
