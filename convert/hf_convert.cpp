@@ -782,6 +782,14 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
          shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
 }
 
+// A Qwen3-Next/3.5 checkpoint saved by transformers with shared_expert_intermediate_size 0 still
+// holds its shared expert: zero-element matrices and a gate that scales their zero output.
+bool empty_shared_expert(const std::string& n, const SafetensorInfo& info, const model::ModelConfig& c) {
+  if (c.shared_expert_intermediate_size != 0 || n.find(".mlp.shared_expert") == std::string::npos) return false;
+  return n.ends_with(".mlp.shared_expert_gate.weight") ||
+         info.elements() == 0;
+}
+
 // Before anything is written: every tensor the config implies is there with its shape, and the
 // checkpoint holds nothing else (more layers or experts than config.json says). Names the file and
 // the tensor.
@@ -799,7 +807,9 @@ void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const 
     if (is_mtp_tensor(n, ckpt.config_text(), c)) continue;  // not converted (a note says so)
     const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - suffix)) &&
                             ckpt.info(n.substr(0, n.size() - suffix)).dtype == "F8_E4M3";
-    if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight")) continue;
+    if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight") ||
+        empty_shared_expert(n, ckpt.info(n), c))
+      continue;
     fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
          c.num_layers, " layers, ", c.num_experts, " experts)");
   }
