@@ -19,7 +19,7 @@ shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA w
 scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
 prediction layer that convert skips), and V3 in float32 without q_lora and with 2 shared experts, all
 with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkpoints (experts kept
-as shipped). The reference computes with the
+as shipped), and Qwen3-Next without a shared expert (size 0, its zero-element matrices saved). The reference computes with the
 dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
 max |b|) of the reference, and within 1e-5 or twice what moving every weight by half a float32 ulp
@@ -905,6 +905,12 @@ def main():
     failures += check_model(moerun, work, "minimax_m2_hf5_config", cfg, t, t, [], None)
     cfg, t = qwen3_next_checkpoint(Rng(12))
     failures += check_model(moerun, work, "qwen3_next", cfg, t, t, [], None)
+    # No shared expert, as transformers saves it: size 0, zero-element matrices and the gate kept.
+    cfg, t = qwen3_next_checkpoint(Rng(16))
+    cfg["shared_expert_intermediate_size"] = 0
+    for n in [n for n in t if ".mlp.shared_expert." in n]:
+        t[n] = np.zeros((0, t[n].shape[1]) if "down_proj" not in n else (t[n].shape[0], 0), np.float32)
+    failures += check_model(moerun, work, "qwen3_next_no_shared", cfg, t, t, [], None)
     cfg, t, ref_cfg, ref = qwen3_5_checkpoint(Rng(13))
     failures += check_model(moerun, work, "qwen3_5_moe", cfg, t, ref, [], None, ref_cfg)
     cfg, t, ref = qwen3_next_fp8_checkpoint(Rng(14))
