@@ -4,7 +4,7 @@
 # clamped SwiGLU, alternating windows, yarn) with a dense layer, Qwen2-MoE with a dense layer and
 # its shared expert, GLM-4.5 (half of each head rotated, sigmoid group routing, a shared expert, a
 # dense first layer), MiniMax-M2 (partial RoPE, q/k norms over the projection, sigmoid routing with a
-# correction bias), Qwen3-Next (Gated DeltaNet layers, gated attention, (1 + w) norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
+# correction bias), Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet layers, gated attention, (1 + w) norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
 # np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
 # expert cache (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
 # --resume finishes a killed run. Prompts are longer than the windows.
@@ -73,10 +73,12 @@ family_model() {  # family_model DIR FAMILY SEED
     minimax_m2) SYNTH_SEED=$seed synth_model "$dir" --family minimax_m2 --layer-mlp moe,dense,moe ;;
     # Gated DeltaNet in layers 0 and 1 (a recurrent state per sequence), gated full attention in 2.
     qwen3_next) SYNTH_SEED=$seed synth_model "$dir" --family qwen3_next --layer-mlp moe,dense,moe ;;
+    # Qwen3.5-MoE: the same layer kinds from its own config (separate DeltaNet projections at convert).
+    qwen3_5_moe) SYNTH_SEED=$seed synth_model "$dir" --family qwen3_5_moe --layer-mlp moe,dense,moe ;;
   esac
 }
 
-for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 qwen3_next}; do
+for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 qwen3_next qwen3_5_moe}; do
   m="$WORK/$fam"
   family_model "$m" $fam 11
   "$MOERUN" inspect --model "$m" > "$WORK/$fam.inspect"
@@ -95,7 +97,7 @@ for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 q
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-twice.jsonl" --quiet --max-batch-size 8
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-pc.jsonl" --quiet --max-batch-size 8 \
     --prefix-cache-mb 8 --prefix-cache-block 4 --stats-json "$WORK/$fam-pc.json"
-  if [ $fam = qwen3_next ]; then  # each sequence's recurrent state is its own: alone or in a batch of 8, the same tokens
+  if [ $fam = qwen3_next ] || [ $fam = qwen3_5_moe ]; then  # each sequence's recurrent state is its own: alone or in a batch of 8, the same tokens
     "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$WORK/$fam-alone.jsonl" --quiet --max-batch-size 1
     check "$fam: one sequence at a time gives the batch's tokens" cmp -s "$WORK/$fam-ref.jsonl" "$WORK/$fam-alone.jsonl"
   fi
@@ -122,7 +124,7 @@ fi
 # --resume after SIGKILL, on the Qwen3-MoE model with its dense layer and on Qwen3-Next (its
 # recurrent states start again with the resumed requests): the final file equals an uninterrupted run.
 for i in $(seq 0 39); do echo "{\"id\": \"k$i\", \"prompt_tokens\": [1, $((i + 2)), $((i + 3)), 7, 9, 11, 13, 15], \"max_new_tokens\": 24}"; done > "$WORK/many.jsonl"
-for fam in qwen3_moe qwen3_next; do
+for fam in qwen3_moe qwen3_next qwen3_5_moe; do
   [ -d "$WORK/$fam" ] || continue
   m="$WORK/$fam"
   "$MOERUN" infer --model "$m" --input "$WORK/many.jsonl" --output "$WORK/full-$fam.jsonl" --quiet --max-batch-size 1
