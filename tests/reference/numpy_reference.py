@@ -22,7 +22,7 @@ with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkp
 as shipped), and Qwen3-Next without a shared expert (size 0, its zero-element matrices saved). The reference computes with the
 dequantized weights in float64. Prompts are longer
 than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
-max |b|) of the reference, and within 1e-5 or twice what moving every weight by half a float32 ulp
+max |b|) of the reference, and within 1e-5 or three times what moving every weight by half a float32 ulp
 moves that step, whichever is larger (reference_common.step_bars: the float32 floor of an
 ill-conditioned step).
 
