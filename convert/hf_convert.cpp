@@ -782,12 +782,11 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
          shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
 }
 
-// A Qwen3-Next/3.5 checkpoint saved by transformers with shared_expert_intermediate_size 0 still
-// holds its shared expert: zero-element matrices and a gate that scales their zero output.
+// A Qwen2-MoE/Qwen3-Next/Qwen3.5 checkpoint saved by transformers with shared_expert_intermediate_size
+// 0 still holds its shared expert: zero-element matrices and a gate that scales their zero output.
 bool empty_shared_expert(const std::string& n, const SafetensorInfo& info, const model::ModelConfig& c) {
   if (c.shared_expert_intermediate_size != 0 || n.find(".mlp.shared_expert") == std::string::npos) return false;
-  return n.ends_with(".mlp.shared_expert_gate.weight") ||
-         info.elements() == 0;
+  return n.ends_with(".mlp.shared_expert_gate.weight") || info.elements() == 0;
 }
 
 // Before anything is written: every tensor the config implies is there with its shape, and the

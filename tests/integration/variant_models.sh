@@ -4,8 +4,8 @@
 # clamped SwiGLU, alternating windows, yarn) with a dense layer, Qwen2-MoE with a dense layer and
 # its shared expert, GLM-4.5 (half of each head rotated, sigmoid group routing, a shared expert, a
 # dense first layer), MiniMax-M2 (partial RoPE, q/k norms over the projection, sigmoid routing with a
-# correction bias), Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet layers, gated attention, (1 + w) norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat),
-# np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
+# correction bias), Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet layers, gated attention, (1 + w)
+# norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat), np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
 # expert cache (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
 # --resume finishes a killed run. Prompts are longer than the windows.
 source "$(dirname "$0")/common.sh"

@@ -19,11 +19,11 @@ shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA w
 scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
 prediction layer that convert skips), and V3 in float32 without q_lora and with 2 shared experts, all
 with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkpoints (experts kept
-as shipped), and Qwen3-Next without a shared expert (size 0, its zero-element matrices saved). The reference computes with the
-dequantized weights in float64. Prompts are longer
-than the windows. Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| /
-max |b|) of the reference, and within 1e-5 or three times what moving every weight by half a float32 ulp
-moves that step, whichever is larger (reference_common.step_bars: the float32 floor of an
+as shipped), and Qwen3-Next without a shared expert (size 0, its zero-element matrices saved). The
+reference computes with the dequantized weights in float64. Prompts are longer than the windows.
+Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| / max |b|) of the
+reference, and within 1e-5 or three times what moving every weight by half a float32 ulp moves
+that step, whichever is larger (reference_common.step_bars: the float32 floor of an
 ill-conditioned step).
 
 usage: numpy_reference.py MOERUN_BIN WORKDIR
@@ -813,7 +813,7 @@ def perturbed_steps(fwd, cfg, tensors, ids, prompt_len):
 
 def bad_family_configs(moerun, work):
     """GLM-4.5, MiniMax-M2 and Qwen3-Next configs convert cannot follow: exit 3, one line naming config.json's
-    field, nothing written (after check_model wrote both checkpoints)."""
+    field (or the tensor it leaves without a place), nothing written (after check_model wrote the checkpoints)."""
     def set_field(model, **fields):
         def edit(d):
             path = os.path.join(d, "config.json")
@@ -829,7 +829,10 @@ def bad_family_configs(moerun, work):
              ("MiniMax-M2, softmax scores", "scoring_func", set_field("minimax_m2", scoring_func="softmax")),
              ("Qwen3-Next, value heads not a multiple of key heads", "linear_num_value_heads",
               set_field("qwen3_next", linear_num_value_heads=3)),
-             ("Qwen3-Next, a layer kind of neither", "layer_types", set_field("qwen3_next", layer_types=["linear_attention"] * 3 + ["mamba"]))]
+             ("Qwen3-Next, a layer kind of neither", "layer_types", set_field("qwen3_next", layer_types=["linear_attention"] * 3 + ["mamba"])),
+             # Size 0 skips only a shared expert that holds nothing (as transformers saves one).
+             ("Qwen3-Next, shared_expert_intermediate_size 0 beside a shared expert with weights", "has no place",
+              set_field("qwen3_next", shared_expert_intermediate_size=0))]
     failures = 0
     for i, (what, field, (model, edit)) in enumerate(cases):
         ok, err, rc = convert_refused(moerun, os.path.join(work, model + "-hf"), os.path.join(work, f"bad-family-{i}"), edit, field)
