@@ -45,6 +45,20 @@ const double kHotDecayPerRow = std::pow(0.5, 1.0 / 2048);
 constexpr int kUnsurePrefetchInFlight = 1;
 constexpr double kSurePrecision = 0.8;
 
+// Unsure guesses (below kSurePrecision) are loaded only while the compute between one layer's last
+// demand load and the next layer's start (the gap, averaged) is at least a load's disk time: a guess
+// read in a shorter gap is still reading when the next layer's own loads arrive and delays them,
+// and a wrong one (a third or more) costs a whole read. Bench shape at 2x, uniform routing: one
+// sequence has gaps of ~0.3 ms against 0.4-0.5 ms loads, and decoded 0.62 of the bound without
+// guesses against 0.54-0.57 with them; eight sequences have ~0.9 ms gaps and 0.79 with them
+// against 0.73 without.
+constexpr double kGapWeight = 0.1;  // of each new layer's gap in the running average
+
+// Guesses judged before the precision counts, and the half-life-like span of the running precision:
+// recent guesses, not the run's (a prompt's guesses, nearly all used since it routes to most
+// experts, kept one-sequence decode "sure" for hundreds of tokens).
+constexpr double kRecentGuesses = 64;
+
 }  // namespace
 
 PrefetchPolicy parse_prefetch(const std::string& s) {
@@ -96,6 +110,7 @@ const std::vector<CounterField<CacheCounters>>& CacheCounters::fields() {
       counter("l3_bytes_read", &C::l3_bytes_read), counter("l2_bytes_written", &C::l2_bytes_written),
       counter("l2_corrupt", &C::l2_corrupt), counter("prefetch_issued", &C::prefetch_issued),
       counter("prefetch_used", &C::prefetch_used), counter("prefetch_wasted", &C::prefetch_wasted),
+      counter("prefetch_held", &C::prefetch_held),
       counter("evictions", &C::evictions), counter("demand_loads", &C::demand_loads), counter("warmup_loads", &C::warmup_loads),
       counter("warmup_used", &C::warmup_used), counter("stall_s", &C::stall_s), counter("load_read_s", &C::read_s),
       counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s)};
@@ -311,6 +326,15 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
     }
     for (auto& [score, e] : later) want.push_back({0.5 * score, key(after, e)});
   }
+  // Held back (prefetch_cap_locked() 0): the predictions still keep hinted experts in L1, and every
+  // eighth layer still loads its guesses, so that the precision follows routing that turns
+  // predictable.
+  probe_layer_ = false;
+  if (prefetch_cap_locked() == 0) {
+    ++c_.prefetch_held;
+    if (c_.prefetch_held % 8 != 0) return;
+    probe_layer_ = true;
+  }
   int64_t queued = 0;
   for (auto& [score, k] : want) {
     if (queued >= room) break;
@@ -371,6 +395,7 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (layer != current_layer_) done_now_.clear();
+    note_layer_gap_locked(layer == current_layer_ + 1);
     current_layer_ = layer;
     hinted_[static_cast<std::size_t>(layer)].clear();  // the layer is here: its real rows replace the prediction
     needed_now_.clear();
@@ -447,7 +472,10 @@ const ResidentExpert& ExpertCache::acquire(int64_t layer, int64_t expert) {
         awaited_ = -1;
         if (waited) c_.stall_s += now() - t0;
         ++s.pins;
-        if (s.prefetched && !s.used) ++c_.prefetch_used;
+        if (s.prefetched && !s.used) {
+          ++c_.prefetch_used;
+          judge_guess_locked(true);
+        }
         if (s.warmed && !s.used) ++c_.warmup_used;
         s.used = true;
         return *s.w;
@@ -575,9 +603,39 @@ void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot)
 
 int ExpertCache::prefetch_cap_locked() const {
   const int64_t judged = c_.prefetch_used + c_.prefetch_wasted;
-  if (judged < 64 || static_cast<double>(c_.prefetch_used) >= kSurePrecision * static_cast<double>(judged))
-    return std::numeric_limits<int>::max();
-  return kUnsurePrefetchInFlight;
+  if (judged < kRecentGuesses || recent_used_ >= kSurePrecision * recent_judged_) return std::numeric_limits<int>::max();
+  const double load_s = loads_timed_ > 0 ? loading_s_ / static_cast<double>(loads_timed_) : 0.0;
+  return gap_s_ < 0 || gap_s_ >= load_s || probe_layer_ ? kUnsurePrefetchInFlight : 0;
+}
+
+void ExpertCache::judge_guess_locked(bool used) {
+  constexpr double keep = 1.0 - 1.0 / kRecentGuesses;
+  recent_used_ = recent_used_ * keep + (used ? 1.0 : 0.0);
+  recent_judged_ = recent_judged_ * keep + 1.0;
+}
+
+void ExpertCache::note_load_start_locked() {
+  if (loading_++ == 0) loading_since_ = now();
+}
+
+void ExpertCache::note_load_end_locked(bool demand) {
+  const double t = now();
+  if (--loading_ == 0) loading_s_ += t - loading_since_;
+  ++loads_timed_;
+  if (demand) last_demand_done_ = t;
+}
+
+void ExpertCache::note_layer_gap_locked(bool follows) {
+  // Only a gap inside a step (the head and the next token's first layer come between steps, where
+  // no guess for the next layer is known) that follows demand loads of the layer before (after a
+  // layer of hits there was none).
+  const double t = now();
+  const bool demands_pending = std::any_of(tasks_.begin(), tasks_.end(), [](const Task& x) { return x.kind == TaskKind::Demand; });
+  if (follows && last_demand_done_ > last_begin_ && !demands_pending) {
+    const double gap = t - last_demand_done_;
+    gap_s_ = gap_s_ < 0 ? gap : (1 - kGapWeight) * gap_s_ + kGapWeight * gap;
+  }
+  last_begin_ = t;
 }
 
 void ExpertCache::worker() {
@@ -622,7 +680,10 @@ void ExpertCache::worker() {
     Slot& s = slots_[static_cast<std::size_t>(victim)];
     if (s.key >= 0) {
       where_.erase(s.key);
-      if (s.prefetched && !s.used) ++c_.prefetch_wasted;
+      if (s.prefetched && !s.used) {
+        ++c_.prefetch_wasted;
+        judge_guess_locked(false);
+      }
       ++c_.evictions;
     }
     // Reset everything but the preallocated weights, which the load overwrites.
@@ -640,6 +701,7 @@ void ExpertCache::worker() {
     where_[t.key] = victim;
     ++running_;
     prefetching_ += s.prefetched;
+    note_load_start_locked();
     lock.unlock();
     // The slot is Loading: no reader touches its weights and no other load can pick it, so they
     // are written without the lock.
@@ -651,6 +713,7 @@ void ExpertCache::worker() {
     }
     lock.lock();
     --running_;
+    note_load_end_locked(t.kind == TaskKind::Demand);
     Slot& done = slots_[static_cast<std::size_t>(victim)];
     prefetching_ -= done.prefetched;
     done.error = err;

@@ -68,6 +68,7 @@ struct CacheCounters {
   int64_t l2_bytes_read = 0, l3_bytes_read = 0, l2_bytes_written = 0;
   int64_t l2_corrupt = 0;               // L2 entries that failed their checksum (dropped, refetched)
   int64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
+  int64_t prefetch_held = 0;            // layers whose unsure guesses were not loaded: gaps shorter than a load
   int64_t evictions = 0;
   int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
   int64_t warmup_loads = 0;             // loads by the warm-up (id order, or the hotness settle)
@@ -153,7 +154,14 @@ class ExpertCache : public ExpertStore {
   void worker();
   int choose_victim_locked(const Task& t) const;
   int choose_victim_locked(const Task& t, bool take_needed) const;
-  int prefetch_cap_locked() const;  // prefetch loads that may run at once, by how many guesses were used
+  // Prefetch loads that may run at once: by how many guesses were used and, for unsure ones, whether
+  // the compute between layers leaves the disk time for one (0: none).
+  int prefetch_cap_locked() const;
+  void judge_guess_locked(bool used);  // a prefetched expert used, or evicted unused
+  void note_load_start_locked();
+  void note_load_end_locked(bool demand);
+  // At a layer's start: the gap since the last demand load finished, if `follows` the layer before.
+  void note_layer_gap_locked(bool follows);
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
   void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
@@ -183,6 +191,14 @@ class ExpertCache : public ExpertStore {
   std::deque<Task> tasks_;
   int running_ = 0;
   int prefetching_ = 0;  // of running_, prefetch loads (at most prefetch_cap_locked())
+  // A load's disk time: time with some load running over the loads (pipelined loads overlap), and
+  // the running average of the gaps between a layer's last demand load and the next layer's start.
+  int loading_ = 0;
+  double loading_since_ = 0, loading_s_ = 0;
+  int64_t loads_timed_ = 0;
+  double last_demand_done_ = 0, last_begin_ = 0, gap_s_ = -1;
+  double recent_used_ = 0, recent_judged_ = 0;  // prefetch guesses, older ones decayed (judge_guess_locked)
+  bool probe_layer_ = false;       // this layer's guesses load although held back (one layer in eight)
   int64_t awaited_ = -1;  // the key acquire() waits for, if any
   bool stop_ = false;
   uint64_t clock_ = 0, generation_ = 0;

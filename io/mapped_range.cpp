@@ -42,4 +42,8 @@ void MappedRange::release_resident() const {
   if (base_) ::madvise(base_, mapped_, MADV_DONTNEED);
 }
 
+void MappedRange::expect_random_access() const {
+  if (base_) ::madvise(base_, mapped_, MADV_RANDOM);  // advice only: a kernel that ignores it reads more
+}
+
 }  // namespace moerun::io

@@ -22,6 +22,10 @@ class MappedRange {
   // Drops the pages from this process's resident set (they stay in the page cache until reclaimed;
   // the next read faults them in again): after a full scan such as a checksum.
   void release_resident() const;
+  // Lookups that touch a row here and there: a fault reads its own pages only. Without this a fault
+  // reads around it by the device's read-ahead (8 MiB on a virtio disk), so each embedding lookup
+  // read megabytes, and under a memory limit those pages evicted the code being run.
+  void expect_random_access() const;
 
  private:
   void* base_ = nullptr;

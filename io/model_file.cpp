@@ -83,7 +83,10 @@ EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, 
   }
   check_finite(t.data, c.dtype, t.rows, t.cols, fname, ds);
   t.xxh64 = verify_dense(file, fname, ds, t.data, t.bytes(), c.format_version);
-  if (map) map->release_resident();  // the scan read every page; lookups bring back the rows they use
+  if (map) {
+    map->release_resident();  // the scan read every page; lookups bring back the rows they use
+    map->expect_random_access();
+  }
   return t;
 }
 

@@ -22,8 +22,8 @@ def main():
     bins, model, reqs = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
     n, ratio, runs, extra = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
     limit = int(b.dir_bytes(model) / ratio)
-    rate = b.disk_read_rate(os.path.join(model, "experts-00000.h5"))
-    print(f"# disk {rate / 1e9:.2f} GB/s (O_DIRECT), limit {limit >> 20} MiB", flush=True)
+    expert_bytes = b.expert_read_bytes(bins[0], model)
+    print(f"# limit {limit >> 20} MiB; the bound's disk rate: expert reads around each run (bench_offload.expert_read_rate)", flush=True)
     env = dict(os.environ, OMP_NUM_THREADS="2", MOERUN_LOG="info")
     held = b.held_out_shares(bins[0], model, "/tmp", 128, 32, dict(env, MOERUN_LOG="warn"))
     stats, out = "/tmp/ab_offload-stats.json", "/tmp/ab_offload.out"
@@ -31,9 +31,11 @@ def main():
         for m in bins:
             if os.path.exists(stats):
                 os.remove(stats)
+            before = b.expert_read_rate(model, expert_bytes)
             r = b.run_limited([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
                                "--max-batch-tokens", "256", "--output", out, "--stats-json", stats] + extra,
                               limit, f"ab-offload-{os.getpid()}", env)
+            rate = (before + b.expert_read_rate(model, expert_bytes)) / 2
             if r["rc"] != 0:
                 print(f"{m}: exit {r['rc']}: {r['err'][-300:]}", flush=True)
                 continue
@@ -42,7 +44,7 @@ def main():
             decode = t["decode_tokens"] / t["decode_seconds"]
             bound = b.run_bound(s, r["err"], n, rate, held)
             oracle = b.run_bound(s, r["err"], n, rate)
-            print(f"{m}: decode {decode:.1f} tokens/s" + (f", bound {bound:.1f} ({decode / bound:.2f}), oracle {oracle:.1f} ({decode / oracle:.2f})" if bound else "") +
+            print(f"{m}: decode {decode:.1f} tokens/s, disk {rate / 1e9:.2f} GB/s" + (f", bound {bound:.1f} ({decode / bound:.2f}), oracle {oracle:.1f} ({decode / oracle:.2f})" if bound else "") +
                   f", L1 hit {c.get('l1_hit_rate', 1.0):.3f}, read {c.get('load_read_s', 0):.1f} s, pack {c.get('load_pack_s', 0):.1f} s, "
                   f"stall {c.get('stall_s', 0):.1f} s, prefetch precision {c.get('prefetch_precision', 0):.2f} recall {c.get('prefetch_recall', 0):.2f}", flush=True)
 

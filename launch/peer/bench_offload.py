@@ -13,8 +13,11 @@ decoding its own greedy tokens: llama-batched-bench feeds token 0 at every posit
 repeats and its experts stay cached, a workload no user runs). Measured per run: prefill and decode
 tokens/s (moerun's --stats-json; peer_decode's timings), bytes read from disk per generated token (getrusage's
 ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page cache), and whether
-the OOM killer struck. The physical bound (`physical_bound`): this disk's O_DIRECT read rate
-(measured in the same run) over the expert bytes a decode step must read with moerun's L1, were L1
+the OOM killer struck. The physical bound (`physical_bound`): this disk's rate for the reads an
+expert cache makes (`expert_read_rate`: random expert-sized O_DIRECT reads, four in flight, measured
+right before and right after each moerun run and averaged; this virtual disk moves between 0.9 and
+2.6 GB/s over minutes, so the once-per-script sequential rate of the header can be off by 2x for a
+given run) over the expert bytes a decode step must read with moerun's L1, were L1
 to hold the experts it should: each expert's chance of being routed in a step of N tokens comes
 from the run's own routing counts, the L1's slots hold the experts likeliest on other tokens (a
 held-out run of the same model on other prompts: what a policy can know before the run), and every
@@ -27,6 +30,7 @@ usage: bench_offload.py --moerun BIN --peer-bin DIR [--ik-bin DIR] --work DIR --
 """
 import argparse
 import json
+import mmap
 import os
 import random
 import re
@@ -120,6 +124,41 @@ def disk_read_rate(path):
     r = subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=4M", "iflag=direct"], capture_output=True, text=True)
     m = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", r.stderr)
     return int(m.group(1)) / float(m.group(2))
+
+
+def expert_read_rate(model, expert_bytes, threads=4, seconds=1.0):
+    """Bytes/s of the reads an expert cache makes: `threads` O_DIRECT reads of `expert_bytes` in flight
+    at once, each at a random page of the model's expert shards, for `seconds`, page cache dropped.
+    Measured around each run: this virtual disk's rate moves 0.9-2.1 GB/s over minutes, so a rate
+    taken once per script can be off by 2x for a given run."""
+    drop_caches()
+    shards = sorted(os.path.join(model, f) for f in os.listdir(model) if f.startswith("experts-") and f.endswith(".h5"))
+    fds = [os.open(f, os.O_RDONLY | os.O_DIRECT) for f in shards]
+    spans = [os.fstat(fd).st_size - expert_bytes for fd in fds]
+    total, stop = [0] * threads, time.monotonic() + seconds
+
+    def reader(i):
+        rng, buf = random.Random(i), mmap.mmap(-1, expert_bytes)  # page-aligned, as O_DIRECT needs
+        while time.monotonic() < stop:
+            j = rng.randrange(len(fds))
+            total[i] += os.preadv(fds[j], [buf], rng.randrange(max(1, spans[j] // 4096)) * 4096)
+    try:
+        t0 = time.monotonic()
+        workers = [threading.Thread(target=reader, args=(i,)) for i in range(threads)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return sum(total) / (time.monotonic() - t0)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def expert_read_bytes(moerun, model):
+    """Bytes of one expert as the model stores it (moerun inspect's "bytes per expert")."""
+    out = subprocess.run([moerun, "inspect", "--model", model], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"bytes per expert\s+(\d+)", out).group(1))
 
 
 def physical_bound(shares, n, slots, expert_bytes, rate, held_out=None):
@@ -273,6 +312,7 @@ def main():
         model, gguf = synth("q4", skew), gguf_q4km(skew)
         size = dir_bytes(model)
         rate = rate or disk_read_rate(os.path.join(model, "experts-00000.h5"))
+        expert_bytes = expert_read_bytes(o.moerun, model)
         held = held_out_shares(o.moerun, model, o.work, o.prompt, o.new, env)
         rng = random.Random(7)
         for n in batches:
@@ -298,15 +338,17 @@ def main():
                             for f in (stats, out):
                                 if os.path.exists(f):
                                     os.remove(f)
+                            before = expert_read_rate(model, expert_bytes)
                             r = run_limited([o.moerun] + moerun_args + ["--output", out, "--stats-json", stats], limit, name, env)
-                            row = {"ok": r["rc"] == 0}
+                            run_rate = (before + expert_read_rate(model, expert_bytes)) / 2
+                            row = {"ok": r["rc"] == 0, "disk_rate": run_rate}
                             if row["ok"]:
                                 t = json.load(open(stats))["throughput"]
                                 row["prefill"] = t["prefill_tokens"] / t["prefill_seconds"]
                                 row["decode"] = t["decode_tokens"] / t["decode_seconds"]
                                 row["equal"] = open(out).read() == open(ref).read()
-                                row["bound"] = run_bound(json.load(open(stats)), r["err"], n, rate, held)
-                                row["oracle"] = run_bound(json.load(open(stats)), r["err"], n, rate)
+                                row["bound"] = run_bound(json.load(open(stats)), r["err"], n, run_rate, held)
+                                row["oracle"] = run_bound(json.load(open(stats)), r["err"], n, run_rate)
                             else:
                                 row["error"] = r["err"].strip().splitlines()[-1][:200] if r["err"].strip() else f"exit {r['rc']}"
                         else:
@@ -334,8 +376,11 @@ def main():
                               f", read {row['read_per_token'] / 1e6:.1f} MB/token, peak {row['peak'] >> 20} MiB" +
                               (", OOM-killed" if row["killed"] else ""), flush=True)
     # The table: medians over runs, ratios to each peer, and the physical bound.
+    run_rates = [r["disk_rate"] for r in results if "disk_rate" in r] or [rate]
     lines.append(f"# moerun vs llama.cpp / ik_llama.cpp under a cgroup v1 memory limit: Qwen3-MoE shape, {o.layers} layers x 128 experts "
-                 f"(top-8), q4 / Q4_K_M; prompt {o.prompt}, {o.new} new tokens; {o.threads} threads; disk {rate / 1e9:.2f} GB/s (O_DIRECT)")
+                 f"(top-8), q4 / Q4_K_M; prompt {o.prompt}, {o.new} new tokens; {o.threads} threads; disk {rate / 1e9:.2f} GB/s (O_DIRECT, "
+                 f"sequential, at the start); the bound's rate (expert reads around each moerun run) "
+                 f"{min(run_rates) / 1e9:.2f}-{max(run_rates) / 1e9:.2f} GB/s")
     lines.append(f"#{'routing':>8} {'N':>2} {'ratio':>5} {'MiB':>5} {'who':>13} {'prefill':>8} {'decode':>8} {'MB/tok':>7} {'peak':>5} "
                  f"{'vs llama':>8} {'vs ik':>6} {'bound':>6} {'oracle':>6}")
     for routing in o.routing.split(","):

@@ -10,6 +10,7 @@
 #include <future>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "base/error.hpp"
 #include "tests/test_support.hpp"
@@ -535,6 +536,48 @@ TEST_F(ExpertCacheTest, GraphFrequenciesSettleL1BeforeServing) {
   cache->drain();
   EXPECT_TRUE(cache->in_l1(1, 2));
   EXPECT_TRUE(cache->in_l1(1, 3));
+}
+
+// Unsure guesses (all wrong here) load only where the compute between two layers leaves the disk
+// time for them: with experts of 1.5 MiB (a load of about a millisecond) and layers that begin at
+// once, only one layer in eight still loads its guesses; with 20 ms between the layers, every layer
+// loads them.
+TEST_F(ExpertCacheTest, UnsureGuessesLoadOnlyInGapsLongerThanALoad) {
+  convert::SynthConfig s = moerun::testing::tiny_synth_config(1);
+  s.model.hidden_size = 256;
+  s.model.intermediate_size = 1024;
+  convert::write_synthetic_model((dir_ / "big").string(), s, true);
+  const io::ExpertShardIndex index = io::ExpertShardIndex::build((dir_ / "big").string(), s.model);
+  CpuBackend backend(s.model, mm_);
+  for (const int gap_ms : {0, 20}) {
+    ExpertCacheConfig c;
+    c.l1_bytes = 2 * packed_expert_bytes(mm_, s.model);
+    c.prefetch = PrefetchPolicy::Gate;
+    c.warmup = WarmupPolicy::None;
+    c.io_threads = 1;
+    ExpertCache cache(c, backend, index, [](int64_t, int64_t) { return true; }, nullptr);
+    int64_t issued_before = 0;
+    for (int i = 0; i < 160; ++i) {
+      if (i == 100) issued_before = cache.counters().prefetch_issued;
+      const int64_t a = i % 4, b = (i + 2) % 4, guess = (b + 1) % 4;
+      std::vector<int64_t> hint(4, 0);
+      hint[static_cast<std::size_t>(guess)] = 1;
+      cache.hint(1, hint);
+      run_layer(cache, 0, {a});
+      std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
+      run_layer(cache, 1, {b});
+    }
+    const CacheCounters n = cache.counters();
+    const int64_t issued = n.prefetch_issued - issued_before;  // over the last 60 layer pairs
+    EXPECT_LT(n.prefetch_used, n.prefetch_wasted / 4) << "the guesses were meant to be wrong";
+    if (gap_ms == 0) {
+      EXPECT_LE(issued, 60 / 8 + 1);
+      EXPECT_GE(n.prefetch_held, 50);
+    } else {
+      EXPECT_GE(issued, 50);
+      EXPECT_EQ(n.prefetch_held, 0);
+    }
+  }
 }
 
 TEST(PrefetchPolicy, ParsesAndRejects) {

@@ -83,5 +83,18 @@ else:
     r = b.run_limited(["dd", f"if={data}", "of=/dev/null", "bs=1M"], 256 << 20, f"moerun-harness-{os.getpid()}", env)  # page cache dropped first: a real read
     os.remove(data)
     check(f"disk bytes read are counted ({r['read_bytes']} of {8 << 20})", r["read_bytes"] >= 8 << 20)
+    # The bound's rate: random expert-sized O_DIRECT reads across a model's shards (real files here).
+    shards = os.path.join(os.getcwd(), f"harness-shards-{os.getpid()}")
+    os.makedirs(shards, exist_ok=True)
+    for i in range(2):
+        with open(os.path.join(shards, f"experts-0000{i}.h5"), "wb") as f:
+            f.write(os.urandom(8 << 20))
+    t0 = time.time()
+    rate = b.expert_read_rate(shards, 737280, threads=2, seconds=0.3)
+    took = time.time() - t0
+    for i in range(2):
+        os.remove(os.path.join(shards, f"experts-0000{i}.h5"))
+    os.rmdir(shards)
+    check(f"expert read rate: some reads in its time ({rate / 1e9:.2f} GB/s in {took:.2f} s)", rate * 0.3 >= 737280 and took < 10)
 print(f"{fails} failed")
 sys.exit(1 if fails else 0)
