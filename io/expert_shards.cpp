@@ -343,10 +343,20 @@ void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffe
     if (span.contiguous) {
       read_at(span.first, raw.size(), raw.data());
     } else if (span.one_request) {
-      AlignedBuffer all(span.end - span.first);
-      read_at(span.first, all.size(), all.data());
+      // One read of the span, the parts copied out of it in raw order (a local shard's direct read
+      // lands in the span buffer itself: one copy of the expert, not two).
+      thread_local AlignedBuffer scratch;
+      const std::size_t n = span.end - span.first;
+      const unsigned char* all = scratch.as<unsigned char>();
+      if (model_.remote()) {
+        if (scratch.size() < n) scratch.resize(n);
+        model_.store()->read(model_.url(shard_files_[shard]), span.first, n, scratch.data());
+        all = scratch.as<unsigned char>();
+      } else {
+        all = local_files_[shard]->read_view(span.first, n, scratch);
+      }
       for (std::size_t m = 0; m < parts.size(); ++m)
-        std::memcpy(raw.as<unsigned char>() + parts[m].offset, all.as<unsigned char>() + (loc.offset[m] - span.first), parts[m].bytes);
+        std::memcpy(raw.as<unsigned char>() + parts[m].offset, all + (loc.offset[m] - span.first), parts[m].bytes);
     } else {
       for (std::size_t m = 0; m < parts.size(); ++m) read_at(loc.offset[m], parts[m].bytes, raw.as<unsigned char>() + parts[m].offset);
     }

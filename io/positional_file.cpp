@@ -36,20 +36,32 @@ PositionalFile::~PositionalFile() {
 }
 
 void PositionalFile::read(uint64_t offset, std::size_t n, void* dst) const {
-  uint64_t got = 0;
-  errno = 0;
-  if (direct_fd_ >= 0) {
-    // O_DIRECT wants offset, length and memory aligned: the aligned span, then the bytes asked for.
-    const uint64_t first = offset / kDirectIoAlign * kDirectIoAlign;
-    const uint64_t span = (offset + n - first + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
-    thread_local AlignedBuffer bounce;
-    if (bounce.size() < span) bounce.resize(std::max<uint64_t>(span, AlignedBuffer::kPageAlignFrom));  // page-aligned
-    const uint64_t r = pread_full(direct_fd_, bounce.data(), span, first);
-    got = r > offset - first ? std::min<uint64_t>(n, r - (offset - first)) : 0;
-    std::memcpy(dst, bounce.as<unsigned char>() + (offset - first), got);
-  } else {
-    got = pread_full(fd_, dst, n, offset);
+  if (direct_fd_ < 0) {
+    errno = 0;
+    check_read(offset, n, pread_full(fd_, dst, n, offset));
+    return;
   }
+  thread_local AlignedBuffer bounce;
+  std::memcpy(dst, read_view(offset, n, bounce), n);
+}
+
+const unsigned char* PositionalFile::read_view(uint64_t offset, std::size_t n, AlignedBuffer& scratch) const {
+  errno = 0;
+  if (direct_fd_ < 0) {
+    if (scratch.size() < n) scratch.resize(n);
+    check_read(offset, n, pread_full(fd_, scratch.data(), n, offset));
+    return scratch.as<unsigned char>();
+  }
+  // O_DIRECT wants offset, length and memory aligned: the aligned span, the bytes asked for in it.
+  const uint64_t first = offset / kDirectIoAlign * kDirectIoAlign;
+  const uint64_t span = (offset + n - first + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign;
+  if (scratch.size() < span) scratch.resize(std::max<uint64_t>(span, AlignedBuffer::kPageAlignFrom));  // page-aligned
+  const uint64_t r = pread_full(direct_fd_, scratch.data(), span, first);
+  check_read(offset, n, r > offset - first ? std::min<uint64_t>(n, r - (offset - first)) : 0);
+  return scratch.as<unsigned char>() + (offset - first);
+}
+
+void PositionalFile::check_read(uint64_t offset, std::size_t n, uint64_t got) const {
   if (got == n) return;
   if (errno != 0 && errno != EINTR)
     fail(ErrorKind::Io, path_, ": read of ", n, " bytes at ", offset, " failed: ", std::strerror(errno));

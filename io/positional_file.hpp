@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/aligned_buffer.hpp"
+
 namespace moerun::io {
 
 inline constexpr uint64_t kDirectIoAlign = 4096;
@@ -26,10 +28,14 @@ class PositionalFile {
   // Reads [offset, offset + n) into dst; BadInput naming the file when it ends first, Io on a
   // read error. With O_DIRECT the aligned span around it goes through a per-thread buffer.
   void read(uint64_t offset, std::size_t n, void* dst) const;
+  // The same bytes without the copy out of the aligned span: read into `scratch` (resized as
+  // needed, kept from call to call) and returned where they start in it.
+  const unsigned char* read_view(uint64_t offset, std::size_t n, AlignedBuffer& scratch) const;
   bool direct() const { return direct_fd_ >= 0; }
   const std::string& path() const { return path_; }
 
  private:
+  void check_read(uint64_t offset, std::size_t n, uint64_t got) const;  // BadInput or Io unless all n came
   std::string path_;
   int fd_ = -1, direct_fd_ = -1;
 };
