@@ -51,7 +51,7 @@ constexpr double kSurePrecision = 0.8;
 // and a wrong one (a third or more) costs a whole read. Bench shape at 2x, uniform routing: one
 // sequence has gaps of ~0.3 ms against 0.4-0.5 ms loads, and decoded 0.62 of the bound without
 // guesses against 0.54-0.57 with them; eight sequences have ~0.9 ms gaps and 0.79 with them
-// against 0.73 without.
+// against 0.73 without (one A/B; a second had them within noise).
 constexpr double kGapWeight = 0.1;  // of each new layer's gap in the running average
 
 // Guesses judged before the precision counts, and the half-life-like span of the running precision:
