@@ -347,10 +347,10 @@ void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffe
       // lands in the span buffer itself: one copy of the expert, not two).
       thread_local AlignedBuffer scratch;
       const std::size_t n = span.end - span.first;
-      const unsigned char* all = scratch.as<unsigned char>();
+      const unsigned char* all = nullptr;
       if (model_.remote()) {
         if (scratch.size() < n) scratch.resize(n);
-        model_.store()->read(model_.url(shard_files_[shard]), span.first, n, scratch.data());
+        read_at(span.first, n, scratch.data());
         all = scratch.as<unsigned char>();
       } else {
         all = local_files_[shard]->read_view(span.first, n, scratch);

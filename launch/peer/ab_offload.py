@@ -23,7 +23,7 @@ def main():
     n, ratio, runs, extra = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
     limit = int(b.dir_bytes(model) / ratio)
     expert_bytes = b.expert_read_bytes(bins[0], model)
-    print(f"# limit {limit >> 20} MiB; the bound's disk rate: expert reads around each run (bench_offload.expert_read_rate)", flush=True)
+    print(f"# limit {limit >> 20} MiB; the bound's disk rate: expert reads around each run (bench_offload.run_limited_rated)", flush=True)
     env = dict(os.environ, OMP_NUM_THREADS="2", MOERUN_LOG="info")
     held = b.held_out_shares(bins[0], model, "/tmp", 128, 32, dict(env, MOERUN_LOG="warn"))
     stats, out = "/tmp/ab_offload-stats.json", "/tmp/ab_offload.out"
@@ -31,11 +31,10 @@ def main():
         for m in bins:
             if os.path.exists(stats):
                 os.remove(stats)
-            before = b.expert_read_rate(model, expert_bytes)
-            r = b.run_limited([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
-                               "--max-batch-tokens", "256", "--output", out, "--stats-json", stats] + extra,
-                              limit, f"ab-offload-{os.getpid()}", env)
-            rate = (before + b.expert_read_rate(model, expert_bytes)) / 2
+            r = b.run_limited_rated([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
+                                     "--max-batch-tokens", "256", "--output", out, "--stats-json", stats] + extra,
+                                    limit, f"ab-offload-{os.getpid()}", env, model, expert_bytes)
+            rate = r["disk_rate"]
             if r["rc"] != 0:
                 print(f"{m}: exit {r['rc']}: {r['err'][-300:]}", flush=True)
                 continue

@@ -15,9 +15,9 @@ tokens/s (moerun's --stats-json; peer_decode's timings), bytes read from disk pe
 ru_inblock), peak memory of the cgroup (memory.max_usage_in_bytes: RSS and page cache), and whether
 the OOM killer struck. The physical bound (`physical_bound`): this disk's rate for the reads an
 expert cache makes (`expert_read_rate`: random expert-sized O_DIRECT reads, four in flight, measured
-right before and right after each moerun run and averaged; this virtual disk moves between 0.9 and
-2.6 GB/s over minutes, so the once-per-script sequential rate of the header can be off by 2x for a
-given run) over the expert bytes a decode step must read with moerun's L1, were L1
+right before and right after each moerun run and averaged, `run_limited_rated`; this virtual disk
+moves between 0.9 and 2.9 GB/s over minutes, so the once-per-script sequential rate of the header can
+be off by 2x for a given run) over the expert bytes a decode step must read with moerun's L1, were L1
 to hold the experts it should: each expert's chance of being routed in a step of N tokens comes
 from the run's own routing counts, the L1's slots hold the experts likeliest on other tokens (a
 held-out run of the same model on other prompts: what a policy can know before the run), and every
@@ -128,10 +128,8 @@ def disk_read_rate(path):
 
 def expert_read_rate(model, expert_bytes, threads=4, seconds=1.0):
     """Bytes/s of the reads an expert cache makes: `threads` O_DIRECT reads of `expert_bytes` in flight
-    at once, each at a random page of the model's expert shards, for `seconds`, page cache dropped.
-    Measured around each run: this virtual disk's rate moves 0.9-2.1 GB/s over minutes, so a rate
-    taken once per script can be off by 2x for a given run."""
-    drop_caches()
+    at once, each at a random page of the model's expert shards, for `seconds` (O_DIRECT: the page
+    cache plays no part)."""
     shards = sorted(os.path.join(model, f) for f in os.listdir(model) if f.startswith("experts-") and f.endswith(".h5"))
     fds = [os.open(f, os.O_RDONLY | os.O_DIRECT) for f in shards]
     spans = [os.fstat(fd).st_size - expert_bytes for fd in fds]
@@ -153,6 +151,16 @@ def expert_read_rate(model, expert_bytes, threads=4, seconds=1.0):
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def run_limited_rated(cmd, limit, name, env, model, expert_bytes):
+    """run_limited, with "disk_rate": expert_read_rate measured right before and right after the run,
+    averaged (this virtual disk moves between 0.9 and 2.9 GB/s over minutes, and by up to 0.9 GB/s
+    between the two, so a rate taken once per script can be off by 2x for a given run)."""
+    before = expert_read_rate(model, expert_bytes)
+    r = run_limited(cmd, limit, name, env)
+    r["disk_rate"] = (before + expert_read_rate(model, expert_bytes)) / 2
+    return r
 
 
 def expert_read_bytes(moerun, model):
@@ -338,9 +346,9 @@ def main():
                             for f in (stats, out):
                                 if os.path.exists(f):
                                     os.remove(f)
-                            before = expert_read_rate(model, expert_bytes)
-                            r = run_limited([o.moerun] + moerun_args + ["--output", out, "--stats-json", stats], limit, name, env)
-                            run_rate = (before + expert_read_rate(model, expert_bytes)) / 2
+                            r = run_limited_rated([o.moerun] + moerun_args + ["--output", out, "--stats-json", stats], limit, name, env,
+                                                  model, expert_bytes)
+                            run_rate = r["disk_rate"]
                             row = {"ok": r["rc"] == 0, "disk_rate": run_rate}
                             if row["ok"]:
                                 t = json.load(open(stats))["throughput"]

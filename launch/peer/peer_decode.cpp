@@ -1,8 +1,8 @@
 // The peers' side of launch/bench-offload.sh and launch/bench-peer.sh: N sequences decoded greedily
-// at once on token ids, with llama.cpp or ik_llama.cpp (this file builds against both; -DPEER_IK for the latter), as
-// moerun decodes its requests. llama-batched-bench feeds token 0 at every position, so its routing
-// repeats from step to step and the experts a step needs stay in the page cache: under a memory
-// limit it measures a workload no user runs. Here each sequence has its own prompt and its own
+// at once on token ids, with llama.cpp or ik_llama.cpp (this file builds against both; -DPEER_IK
+// for the latter), as moerun decodes its requests. llama-batched-bench feeds token 0 at every
+// position, so its routing repeats from step to step and the experts a step needs stay in the page
+// cache: under a memory limit it measures a workload no user runs. Here each sequence has its own prompt and its own
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).

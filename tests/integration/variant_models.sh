@@ -5,8 +5,9 @@
 # its shared expert, GLM-4.5 (half of each head rotated, sigmoid group routing, a shared expert, a
 # dense first layer), MiniMax-M2 (partial RoPE, q/k norms over the projection, sigmoid routing with a
 # correction bias), Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet layers, gated attention, (1 + w)
-# norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat), np 4 with 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the
-# expert cache (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
+# norms). Each gives the single-process tokens, and logits within 1e-4, with np 4 (flat), np 4 with
+# 2 routers, np 8 as 2 nodes x 4 over the hierarchical exchange, 3 micro-batches, the expert cache
+# (L1 25% + L2) and the prefix cache; hot swap gives the swapped model's output and
 # --resume finishes a killed run. Prompts are longer than the windows.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none -x OMP_NUM_THREADS=1"
@@ -97,7 +98,8 @@ for fam in ${VARIANT_FAMILIES:-qwen3_moe gpt_oss qwen2_moe glm4_moe minimax_m2 q
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-twice.jsonl" --quiet --max-batch-size 8
   "$MOERUN" infer --model "$m" --input "$WORK/twice.jsonl" --output "$WORK/$fam-pc.jsonl" --quiet --max-batch-size 8 \
     --prefix-cache-mb 8 --prefix-cache-block 4 --stats-json "$WORK/$fam-pc.json"
-  if [ $fam = qwen3_next ] || [ $fam = qwen3_5_moe ]; then  # each sequence's recurrent state is its own: alone or in a batch of 8, the same tokens
+  # Each sequence's recurrent state is its own: alone or in a batch of 8, the same tokens.
+  if [ $fam = qwen3_next ] || [ $fam = qwen3_5_moe ]; then
     "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$WORK/$fam-alone.jsonl" --quiet --max-batch-size 1
     check "$fam: one sequence at a time gives the batch's tokens" cmp -s "$WORK/$fam-ref.jsonl" "$WORK/$fam-alone.jsonl"
   fi

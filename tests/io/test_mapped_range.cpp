@@ -67,12 +67,18 @@ TEST(MappedRange, RandomAccessFaultsInOnlyThePagesTouched) {
   {
     const MappedRange m(path, 0, bytes);
     m.expect_random_access();
+    std::vector<unsigned char> resident(bytes / page);
+    auto cached_pages = [&] {
+      EXPECT_EQ(::mincore(const_cast<void*>(m.data()), bytes, resident.data()), 0);
+      std::size_t n = 0;
+      for (unsigned char r : resident) n += r & 1;
+      return n;
+    };
+    // tmpfs keeps every page (it is the page cache): there read-around cannot be observed.
+    if (cached_pages() != 0) GTEST_SKIP() << "the file's pages cannot be dropped from the page cache here (tmpfs?)";
     const auto* base = static_cast<const volatile char*>(m.data());
     EXPECT_EQ(base[bytes / 2], 'x');
-    std::vector<unsigned char> resident(bytes / page);
-    ASSERT_EQ(::mincore(const_cast<void*>(m.data()), bytes, resident.data()), 0);
-    std::size_t pages = 0;
-    for (unsigned char r : resident) pages += r & 1;
+    const std::size_t pages = cached_pages();
     EXPECT_GE(pages, 1u);
     EXPECT_LE(pages, 4u) << "a one-byte lookup brought " << pages << " pages into the page cache";
   }
