@@ -113,7 +113,8 @@ const std::vector<CounterField<CacheCounters>>& CacheCounters::fields() {
       counter("prefetch_held", &C::prefetch_held),
       counter("evictions", &C::evictions), counter("demand_loads", &C::demand_loads), counter("warmup_loads", &C::warmup_loads),
       counter("warmup_used", &C::warmup_used), counter("stall_s", &C::stall_s), counter("load_read_s", &C::read_s),
-      counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s)};
+      counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s),
+      counter("loading_s", &C::loading_s)};
   return f;
 }
 
@@ -604,7 +605,7 @@ void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot)
 int ExpertCache::prefetch_cap_locked() const {
   const int64_t judged = c_.prefetch_used + c_.prefetch_wasted;
   if (judged < kRecentGuesses || recent_used_ >= kSurePrecision * recent_judged_) return std::numeric_limits<int>::max();
-  const double load_s = loads_timed_ > 0 ? loading_s_ / static_cast<double>(loads_timed_) : 0.0;
+  const double load_s = loads_timed_ > 0 ? c_.loading_s / static_cast<double>(loads_timed_) : 0.0;
   return gap_s_ < 0 || gap_s_ >= load_s || probe_layer_ ? kUnsurePrefetchInFlight : 0;
 }
 
@@ -620,7 +621,7 @@ void ExpertCache::note_load_start_locked() {
 
 void ExpertCache::note_load_end_locked(bool demand) {
   const double t = now();
-  if (--loading_ == 0) loading_s_ += t - loading_since_;
+  if (--loading_ == 0) c_.loading_s += t - loading_since_;
   ++loads_timed_;
   if (demand) last_demand_done_ = t;
 }

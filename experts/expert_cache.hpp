@@ -76,6 +76,8 @@ struct CacheCounters {
   double stall_s = 0;                   // compute waiting for weights
   // Where load time goes, summed over I/O threads: reading (L2 or L3), checksums, packing.
   double read_s = 0, verify_s = 0, pack_s = 0;
+  // Wall time with at least one load running: the disk's busy time, as the cache sees it.
+  double loading_s = 0;
 
   double l1_hit_rate() const;
   double l2_hit_rate() const;
@@ -194,7 +196,7 @@ class ExpertCache : public ExpertStore {
   // A load's disk time: time with some load running over the loads (pipelined loads overlap), and
   // the running average of the gaps between a layer's last demand load and the next layer's start.
   int loading_ = 0;
-  double loading_since_ = 0, loading_s_ = 0;
+  double loading_since_ = 0;  // busy time: CacheCounters::loading_s
   int64_t loads_timed_ = 0;
   double last_demand_done_ = 0, last_begin_ = 0, gap_s_ = -1;
   double recent_used_ = 0, recent_judged_ = 0;  // prefetch guesses, older ones decayed (judge_guess_locked)

@@ -45,6 +45,7 @@ def main():
             oracle = b.run_bound(s, r["err"], n, rate)
             print(f"{m}: decode {decode:.1f} tokens/s, disk {rate / 1e9:.2f} GB/s" + (f", bound {bound:.1f} ({decode / bound:.2f}), oracle {oracle:.1f} ({decode / oracle:.2f})" if bound else "") +
                   f", L1 hit {c.get('l1_hit_rate', 1.0):.3f}, read {c.get('load_read_s', 0):.1f} s, pack {c.get('load_pack_s', 0):.1f} s, "
+                  f"disk busy {c.get('loading_s', 0) / (t['prefill_seconds'] + t['decode_seconds']):.2f} of the steps, "
                   f"stall {c.get('stall_s', 0):.1f} s, prefetch precision {c.get('prefetch_precision', 0):.2f} recall {c.get('prefetch_recall', 0):.2f}", flush=True)
 
 

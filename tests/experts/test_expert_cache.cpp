@@ -4,6 +4,7 @@
 // healed from L3, and a flipped byte in L3 fails naming the expert and the file.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -139,6 +140,20 @@ TEST_F(ExpertCacheTest, LoadsReuseThePreallocatedSlots) {
       }
   EXPECT_LE(addresses.size(), 2u);
   EXPECT_EQ(c->counters().evictions, 22);  // 24 loads into 2 slots
+}
+
+// loading_s is the disk's busy time as the cache sees it: wall time with some load running, loads
+// that overlap counted once, so never more than the wall time around them.
+TEST_F(ExpertCacheTest, BusyTimeCountsOverlappingLoadsOnce) {
+  auto c = make(cfg(8));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t layer = 0; layer < 2; ++layer) run_layer(*c, layer, {0, 1, 2, 3});
+  c->drain();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const CacheCounters k = c->counters();
+  EXPECT_EQ(k.demand_loads, 8);
+  EXPECT_GT(k.loading_s, 0.0);
+  EXPECT_LE(k.loading_s, wall);
 }
 
 TEST_F(ExpertCacheTest, BudgetBelowOneExpertIsAUsageError) {
