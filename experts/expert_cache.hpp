@@ -167,12 +167,28 @@ class ExpertCache : public ExpertStore {
   double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
   void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
+  // A demand load's read: counted from when a loader takes it until its bytes are in (done(), or
+  // the end of the load however it ends), so unsure guesses read only while the disk has no demand.
+  class DemandRead {
+   public:
+    DemandRead(ExpertCache& c, bool demand);  // under mu_
+    DemandRead(const DemandRead&) = delete;
+    DemandRead& operator=(const DemandRead&) = delete;
+    ~DemandRead() { done(); }
+    void done();  // takes mu_
+
+   private:
+    ExpertCache& c_;
+    bool active_;
+  };
   // Loads an expert into a slot's weights: from L2 (a CPU backend's packed form read straight into
   // them, or the raw form through `raw`) or else from L3 (fetch_from_l3).
-  void load_into(int64_t key, AlignedBuffer& raw, ResidentExpert& slot);
+  void load_into(int64_t key, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* read = nullptr);
   // From L3 into `into` (none: only into L2): read into `raw`, verify, load into the backend, and
   // store the backend's stored form in L2.
-  void fetch_from_l3(int64_t key, AlignedBuffer& raw, ResidentExpert* into);
+  void fetch_from_l3(int64_t key, AlignedBuffer& raw, ResidentExpert* into, DemandRead* read = nullptr);
+  // Whether the guess at the queue's front may start now.
+  bool prefetch_may_start_locked() const;
   // Bytes of an expert's form in L2 as the counters count it (a slot for packed forms, else raw).
   int64_t stored_bytes() const { return backend_.stored_form() ? slot_bytes_ : raw_bytes_; }
 
@@ -193,6 +209,7 @@ class ExpertCache : public ExpertStore {
   std::deque<Task> tasks_;
   int running_ = 0;
   int prefetching_ = 0;  // of running_, prefetch loads (at most prefetch_cap_locked())
+  int demand_reads_ = 0;  // demand loads taken by a loader whose bytes are not in yet
   // A load's disk time: time with some load running over the loads (pipelined loads overlap), and
   // the running average of the gaps between a layer's last demand load and the next layer's start.
   int loading_ = 0;

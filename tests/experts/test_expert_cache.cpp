@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -593,6 +594,84 @@ TEST_F(ExpertCacheTest, UnsureGuessesLoadOnlyInGapsLongerThanALoad) {
       EXPECT_EQ(n.prefetch_held, 0);
     }
   }
+}
+
+// The model's shards, every read `delay` longer and logged (which expert, from when to when): the
+// tiny model's own reads are too fast for two of them to overlap, and the order of reads is what a
+// test checks.
+class LoggedSlowSource : public io::ExpertSource {
+ public:
+  struct Read {
+    int64_t layer, expert;
+    double start, end;
+  };
+  LoggedSlowSource(const io::ExpertSource& s, std::chrono::milliseconds delay) : s_(s), delay_(delay) {}
+  const model::ModelConfig& config() const override { return s_.config(); }
+  AlignedBuffer read_raw(int64_t layer, int64_t expert) const override {
+    AlignedBuffer raw;
+    read_raw_into(layer, expert, raw);
+    return raw;
+  }
+  void read_raw_into(int64_t layer, int64_t expert, AlignedBuffer& raw) const override {
+    const double start = seconds();
+    std::this_thread::sleep_for(delay_);
+    s_.read_raw_into(layer, expert, raw);
+    std::lock_guard<std::mutex> lock(mu_);
+    reads_.push_back({layer, expert, start, seconds()});
+  }
+  uint64_t checksum(int64_t layer, int64_t expert) const override { return s_.checksum(layer, expert); }
+  std::string where(int64_t layer, int64_t expert) const override { return s_.where(layer, expert); }
+  std::vector<Read> reads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reads_;
+  }
+  static double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+ private:
+  const io::ExpertSource& s_;
+  std::chrono::milliseconds delay_;
+  mutable std::mutex mu_;
+  mutable std::vector<Read> reads_;
+};
+
+// An unsure guess (all wrong here) reads only once the layer's own demand reads are in, even with
+// loaders to spare: the guess for layer 1, queued as layer 0 begins, would otherwise read beside
+// layer 0's demand and halve its share of the disk. The gaps (15 ms against 5 ms reads) let the
+// guesses load at all, so the check is not empty.
+TEST_F(ExpertCacheTest, UnsureGuessesReadOnlyAfterTheLayersDemandReads) {
+  LoggedSlowSource source(*index_, std::chrono::milliseconds(5));
+  ExpertCacheConfig c = cfg(2, PrefetchPolicy::Gate);
+  c.io_threads = 4;
+  ExpertCache cache(c, *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
+  constexpr int kSteps = 120, kJudged = 80;  // after kJudged steps the guesses are judged unsure
+  std::vector<std::pair<double, double>> windows;  // per step: layer 0 begins, layer 1 begins
+  for (int i = 0; i < kSteps; ++i) {
+    const int64_t a = i % 4, b = (i + 2) % 4, guess = (b + 1) % 4;
+    std::vector<int64_t> hint(4, 0);
+    hint[static_cast<std::size_t>(guess)] = 1;
+    cache.hint(1, hint);
+    const double begin0 = LoggedSlowSource::seconds();
+    run_layer(cache, 0, {a});
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    windows.push_back({begin0, LoggedSlowSource::seconds()});
+    run_layer(cache, 1, {b});
+  }
+  cache.drain();
+  const CacheCounters n = cache.counters();
+  ASSERT_LT(n.prefetch_used, n.prefetch_wasted / 4) << "the guesses were meant to be wrong";
+  int guesses = 0, beside_demand = 0;
+  const std::vector<LoggedSlowSource::Read> reads = source.reads();
+  for (int i = kJudged; i < kSteps; ++i) {
+    const auto [from, to] = windows[static_cast<std::size_t>(i)];
+    for (const auto& g : reads) {
+      if (g.layer != 1 || g.start < from || g.start >= to) continue;  // layer 1 before it begins: a guess
+      ++guesses;
+      for (const auto& d : reads)
+        if (d.layer == 0 && d.start >= from && d.start < to && g.start < d.end) ++beside_demand;
+    }
+  }
+  EXPECT_GE(guesses, 10);
+  EXPECT_EQ(beside_demand, 0);
 }
 
 TEST(PrefetchPolicy, ParsesAndRejects) {
