@@ -121,7 +121,7 @@ const std::vector<CounterField<CacheCounters>>& CacheCounters::fields() {
       counter("evictions", &C::evictions), counter("demand_loads", &C::demand_loads), counter("warmup_loads", &C::warmup_loads),
       counter("warmup_used", &C::warmup_used), counter("stall_s", &C::stall_s), counter("load_read_s", &C::read_s),
       counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s),
-      counter("loading_s", &C::loading_s)};
+      counter("loading_s", &C::loading_s), counter("finished_by_waiter", &C::finished_by_waiter)};
   return f;
 }
 
@@ -490,6 +490,10 @@ const ResidentExpert& ExpertCache::acquire(int64_t layer, int64_t expert) {
       }
     }
     waited = true;
+    if (handoff_ && handoff_->key == k) {
+      finish_handoff(lock);
+      continue;
+    }
     if (awaited_ != k) {  // a loader that found no slot for k looks again (choose_victim_locked)
       awaited_ = k;
       cv_.notify_all();
@@ -538,7 +542,7 @@ void ExpertCache::DemandRead::done() {
   c_.cv_.notify_all();
 }
 
-void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* into, DemandRead* demand_read) {
+ExpertCache::L3Read ExpertCache::read_from_l3(int64_t k, AlignedBuffer& raw) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
   std::shared_ptr<const Swapped> swapped;
   {
@@ -546,18 +550,24 @@ void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* i
     auto it = swapped_.find(k);
     if (it != swapped_.end()) swapped = it->second;
   }
-  const uint64_t want = swapped ? swapped->xxh64 : source_.checksum(l, e);
-  auto t0 = Clock::now();
+  L3Read r;
+  r.want = swapped ? swapped->xxh64 : source_.checksum(l, e);
+  r.where = swapped ? swapped->where : source_.where(l, e);
+  const auto t0 = Clock::now();
   if (swapped) {
     raw.resize(swapped->raw.size());
     std::memcpy(raw.data(), swapped->raw.data(), raw.size());
   } else {
     source_.read_raw_into(l, e, raw);
   }
-  if (demand_read) demand_read->done();
-  const double read = since(t0);
-  t0 = Clock::now();
-  io::verify_expert(raw.data(), source_.config(), want, swapped ? swapped->where : source_.where(l, e), l, e);
+  r.read_s = since(t0);
+  return r;
+}
+
+void ExpertCache::finish_from_l3(int64_t k, const AlignedBuffer& raw, ResidentExpert* into, const L3Read& r) {
+  const int64_t l = k / num_experts_, e = k % num_experts_;
+  auto t0 = Clock::now();
+  io::verify_expert(raw.data(), source_.config(), r.want, r.where, l, e);
   const double verify = since(t0);
   t0 = Clock::now();
   if (into) backend_.load_expert(raw.data(), *into);
@@ -566,20 +576,26 @@ void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* i
   // and for other backends the raw form.
   const std::vector<io::ConstBlobPart> stored_form =
       into && backend_.stored_form() ? const_parts(backend_.stored_form()->parts(*into)) : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
-  const bool stored = l2_ && l2_->put(l, e, stored_form, want);
+  const bool stored = l2_ && l2_->put(l, e, stored_form, r.want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
   c_.l3_bytes_read += raw_bytes_;
-  c_.read_s += read;
+  c_.read_s += r.read_s;
   c_.verify_s += verify;
   c_.pack_s += pack;
   if (stored) c_.l2_bytes_written += stored_bytes();
   if (l2_) c_.l2_corrupt = l2_->corrupt_dropped();
 }
 
-void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* demand_read) {
+void ExpertCache::fetch_from_l3(int64_t k, AlignedBuffer& raw, ResidentExpert* into, DemandRead* demand_read) {
+  const L3Read r = read_from_l3(k, raw);
+  if (demand_read) demand_read->done();
+  finish_from_l3(k, raw, into, r);
+}
+
+bool ExpertCache::load_from_l2(int64_t k, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* demand_read) {
   const int64_t l = k / num_experts_, e = k % num_experts_;
-  if (l2_) {
+  {
     const auto t0 = Clock::now();
     uint64_t want;
     {
@@ -615,12 +631,16 @@ void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot,
       c_.pack_s += pack;
       c_.read_s += read;
       c_.verify_s += verify;
-      return;
+      return true;
     }
     std::lock_guard<std::mutex> lock(mu_);
     ++c_.l2_misses;
   }
-  fetch_from_l3(k, raw, &slot, demand_read);
+  return false;
+}
+
+void ExpertCache::load_into(int64_t k, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* demand_read) {
+  if (!(l2_ && load_from_l2(k, raw, slot, demand_read))) fetch_from_l3(k, raw, &slot, demand_read);
 }
 
 int ExpertCache::prefetch_cap_locked() const {
@@ -705,51 +725,102 @@ void ExpertCache::worker() {
       cv_.wait(lock);
       continue;
     }
-    Slot& s = slots_[static_cast<std::size_t>(victim)];
-    if (s.key >= 0) {
-      where_.erase(s.key);
-      if (s.prefetched && !s.used) {
-        ++c_.prefetch_wasted;
-        judge_guess_locked(false);
-      }
-      ++c_.evictions;
-    }
-    // Reset everything but the preallocated weights, which the load overwrites.
-    s.pins = 0;
-    s.last_use = 0;
-    s.used = false;
-    s.warmed = t.kind == TaskKind::Fill;
-    s.error = nullptr;
-    s.key = t.key;
-    s.state = State::Loading;
-    s.prefetched = t.kind == TaskKind::Prefetch;
-    if (s.prefetched) ++c_.prefetch_issued;
-    else if (s.warmed) ++c_.warmup_loads;
-    else ++c_.demand_loads;
-    where_[t.key] = victim;
-    ++running_;
-    prefetching_ += s.prefetched;
-    note_load_start_locked();
+    start_load_locked(t, victim);
     DemandRead demand_read(*this, t.kind == TaskKind::Demand);
     lock.unlock();
-    // The slot is Loading: no reader touches its weights and no other load can pick it, so they
-    // are written without the lock.
-    std::exception_ptr err;
-    try {
-      load_into(t.key, raw, *slots_[static_cast<std::size_t>(victim)].w, &demand_read);
-    } catch (...) {
-      err = std::current_exception();
-    }
-    demand_read.done();
+    run_load(t, victim, raw, demand_read);
     lock.lock();
-    --running_;
-    note_load_end_locked(t.kind == TaskKind::Demand);
-    Slot& done = slots_[static_cast<std::size_t>(victim)];
-    prefetching_ -= done.prefetched;
-    done.error = err;
-    done.state = err ? State::Failed : State::Ready;
-    cv_.notify_all();
   }
+}
+
+void ExpertCache::start_load_locked(const Task& t, int victim) {
+  Slot& s = slots_[static_cast<std::size_t>(victim)];
+  if (s.key >= 0) {
+    where_.erase(s.key);
+    if (s.prefetched && !s.used) {
+      ++c_.prefetch_wasted;
+      judge_guess_locked(false);
+    }
+    ++c_.evictions;
+  }
+  // Reset everything but the preallocated weights, which the load overwrites.
+  s.pins = 0;
+  s.last_use = 0;
+  s.used = false;
+  s.warmed = t.kind == TaskKind::Fill;
+  s.error = nullptr;
+  s.key = t.key;
+  s.state = State::Loading;
+  s.prefetched = t.kind == TaskKind::Prefetch;
+  if (s.prefetched) ++c_.prefetch_issued;
+  else if (s.warmed) ++c_.warmup_loads;
+  else ++c_.demand_loads;
+  where_[t.key] = victim;
+  ++running_;
+  prefetching_ += s.prefetched;
+  note_load_start_locked();
+}
+
+void ExpertCache::run_load(const Task& t, int victim, AlignedBuffer& raw, DemandRead& demand_read) {
+  // The slot is Loading: no reader touches its weights and no other load can pick it, so they
+  // are written without the lock.
+  ResidentExpert& slot = *slots_[static_cast<std::size_t>(victim)].w;
+  std::exception_ptr err;
+  try {
+    if (l2_ && load_from_l2(t.key, raw, slot, &demand_read)) {
+      demand_read.done();
+    } else {
+      const L3Read r = read_from_l3(t.key, raw);
+      demand_read.done();
+      // The expert the compute waits for is checked and packed by the waiting thread itself, on
+      // the core it leaves idle, and this loader reads the next expert at once.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (awaited_ == t.key && !handoff_ && !waiter_finishing_) {
+        handoff_ = std::make_unique<Handoff>(Handoff{t.key, victim, t.kind, r, {}});
+        std::swap(handoff_->raw, raw);
+        if (!spare_raw_.empty()) {
+          raw = std::move(spare_raw_.back());
+          spare_raw_.pop_back();
+        }
+        cv_.notify_all();
+        return;
+      }
+      lock.unlock();
+      finish_from_l3(t.key, raw, &slot, r);
+    }
+  } catch (...) {
+    err = std::current_exception();
+  }
+  demand_read.done();
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_load_locked(victim, t.kind, err);
+}
+
+void ExpertCache::finish_handoff(std::unique_lock<std::mutex>& lock) {
+  std::unique_ptr<Handoff> h = std::move(handoff_);
+  waiter_finishing_ = true;
+  lock.unlock();
+  std::exception_ptr err;
+  try {
+    finish_from_l3(h->key, h->raw, slots_[static_cast<std::size_t>(h->victim)].w.get(), h->read);
+  } catch (...) {
+    err = std::current_exception();
+  }
+  lock.lock();
+  waiter_finishing_ = false;
+  spare_raw_.push_back(std::move(h->raw));
+  ++c_.finished_by_waiter;
+  complete_load_locked(h->victim, h->kind, err);
+}
+
+void ExpertCache::complete_load_locked(int victim, TaskKind kind, std::exception_ptr err) {
+  --running_;
+  note_load_end_locked(kind == TaskKind::Demand);
+  Slot& done = slots_[static_cast<std::size_t>(victim)];
+  prefetching_ -= done.prefetched;
+  done.error = err;
+  done.state = err ? State::Failed : State::Ready;
+  cv_.notify_all();
 }
 
 uint64_t ExpertCache::source_checksum_locked(int64_t k) const {

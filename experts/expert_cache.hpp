@@ -73,6 +73,7 @@ struct CacheCounters {
   int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
   int64_t warmup_loads = 0;             // loads by the warm-up (id order, or the hotness settle)
   int64_t warmup_used = 0;              // of those, experts a layer then used
+  int64_t finished_by_waiter = 0;       // L3 loads checked and packed by the thread waiting for them
   double stall_s = 0;                   // compute waiting for weights
   // Where load time goes, summed over I/O threads: reading (L2 or L3), checksums, packing.
   double read_s = 0, verify_s = 0, pack_s = 0;
@@ -184,6 +185,22 @@ class ExpertCache : public ExpertStore {
   // Loads an expert into a slot's weights: from L2 (a CPU backend's packed form read straight into
   // them, or the raw form through `raw`) or else from L3 (fetch_from_l3).
   void load_into(int64_t key, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* read = nullptr);
+  bool load_from_l2(int64_t key, AlignedBuffer& raw, ResidentExpert& slot, DemandRead* read);  // false: not in L2
+  // An L3 load in two parts: the read, then the checksum, the pack into `into` and the L2 copy.
+  struct L3Read {
+    uint64_t want = 0;
+    std::string where;
+    double read_s = 0;
+  };
+  L3Read read_from_l3(int64_t key, AlignedBuffer& raw);
+  void finish_from_l3(int64_t key, const AlignedBuffer& raw, ResidentExpert* into, const L3Read& r);
+  // A loader's turn: the slot taken for t (under mu_), then the load run without the lock (the
+  // second part of an L3 load handed to acquire() when it waits for this very expert), and the
+  // slot marked ready (or failed).
+  void start_load_locked(const Task& t, int victim);
+  void run_load(const Task& t, int victim, AlignedBuffer& raw, DemandRead& demand_read);
+  void complete_load_locked(int victim, TaskKind kind, std::exception_ptr err);
+  void finish_handoff(std::unique_lock<std::mutex>& lock);  // acquire(): the handed-off load, finished here
   // From L3 into `into` (none: only into L2): read into `raw`, verify, load into the backend, and
   // store the backend's stored form in L2.
   void fetch_from_l3(int64_t key, AlignedBuffer& raw, ResidentExpert* into, DemandRead* read = nullptr);
@@ -210,6 +227,18 @@ class ExpertCache : public ExpertStore {
   int running_ = 0;
   int prefetching_ = 0;  // of running_, prefetch loads (at most prefetch_cap_locked())
   int demand_reads_ = 0;  // demand loads taken by a loader whose bytes are not in yet
+  // An L3 load read for the expert acquire() waits for, handed to it to check and pack (with the
+  // loader's read buffer; the loader took a spare in its place).
+  struct Handoff {
+    int64_t key;
+    int victim;
+    TaskKind kind;
+    L3Read read;
+    AlignedBuffer raw;
+  };
+  std::unique_ptr<Handoff> handoff_;
+  bool waiter_finishing_ = false;      // one handed-off load at a time: one read buffer more than loaders
+  std::vector<AlignedBuffer> spare_raw_;
   // A load's disk time: time with some load running over the loads (pipelined loads overlap), and
   // the running average of the gaps between a layer's last demand load and the next layer's start.
   int loading_ = 0;

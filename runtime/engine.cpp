@@ -190,7 +190,7 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   ExpertMemoryNeeds n;
   n.held = resident_memory_bytes();
   if (is_router()) n.reserved = reserved_bytes(mc_, cfg_.reserve_step_tokens, kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_;
-  n.cache_reserved = cfg_.cache.io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(mc_)));
+  n.cache_reserved = cache_loader_bytes(cfg_.cache.io_threads, static_cast<int64_t>(io::expert_raw_bytes(mc_)));
   n.expert_bytes = backend_->expert_bytes();
   n.owned_experts = owned;
   n.min_slots = mc_.top_k;

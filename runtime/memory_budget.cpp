@@ -31,7 +31,9 @@ MemoryBudget default_memory_budget(int ranks_on_host) {
   return b;
 }
 
-int64_t cache_io_thread_bytes(int64_t raw_expert_bytes) { return (int64_t{2} << 20) + 2 * raw_expert_bytes; }
+int64_t cache_loader_bytes(int io_threads, int64_t raw_expert_bytes) {
+  return io_threads * ((int64_t{2} << 20) + 2 * raw_expert_bytes) + raw_expert_bytes;
+}
 
 int64_t budget_margin_bytes(int64_t budget) { return (int64_t{40} << 20) + budget / 20; }
 
@@ -88,7 +90,7 @@ std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& 
   ExpertMemoryNeeds n;
   n.held = kStartBytes + dense_resident_bytes(c, dense, local);
   n.reserved = reserved_bytes(c, step_tokens, kv_tokens, sequences, true);
-  n.cache_reserved = io_threads * cache_io_thread_bytes(static_cast<int64_t>(io::expert_raw_bytes(c)));
+  n.cache_reserved = cache_loader_bytes(io_threads, static_cast<int64_t>(io::expert_raw_bytes(c)));
   n.expert_bytes = expert_bytes;
   n.owned_experts = c.num_moe_layers() * c.num_experts;
   n.min_slots = c.top_k;

@@ -41,10 +41,11 @@ struct ExpertMemory {
   int64_t room = 0;      // what the budget left for experts
 };
 
-// Memory an expert-cache I/O thread holds besides L1: its read and O_DIRECT bounce buffers (one
-// expert each), its stack and oneDNN's per-thread state (measured: about 3 MiB each with 0.7 MiB
-// experts, 1 to 8 threads, once freed buffers go back to the system under a budget).
-int64_t cache_io_thread_bytes(int64_t raw_expert_bytes);
+// Memory the expert cache's loaders hold besides L1: per I/O thread its read and O_DIRECT bounce
+// buffers (one expert each), its stack and oneDNN's per-thread state (measured: about 3 MiB each
+// with 0.7 MiB experts, 1 to 8 threads, once freed buffers go back to the system under a budget);
+// and one more read buffer, a load's handed to the thread that waits for it.
+int64_t cache_loader_bytes(int io_threads, int64_t raw_expert_bytes);
 
 // Usage error naming the budget, its source and every part when not even min_slots fit.
 ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& needs);

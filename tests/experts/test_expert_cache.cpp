@@ -141,6 +141,9 @@ TEST_F(ExpertCacheTest, LoadsReuseThePreallocatedSlots) {
       }
   EXPECT_LE(addresses.size(), 2u);
   EXPECT_EQ(c->counters().evictions, 22);  // 24 loads into 2 slots
+  // The waiting thread checked and packed what it waited for (acquire() right after each begin
+  // waits for every one of these loads), and the weights above are still the right ones.
+  EXPECT_GT(c->counters().finished_by_waiter, 0);
 }
 
 // loading_s is the disk's busy time as the cache sees it: wall time with some load running, loads
@@ -572,9 +575,12 @@ TEST_F(ExpertCacheTest, UnsureGuessesLoadOnlyInGapsLongerThanALoad) {
     c.warmup = WarmupPolicy::None;
     c.io_threads = 1;
     ExpertCache cache(c, backend, index, [](int64_t, int64_t) { return true; }, nullptr);
-    int64_t issued_before = 0;
-    for (int i = 0; i < 160; ++i) {
-      if (i == 100) issued_before = cache.counters().prefetch_issued;
+    // Until 64 guesses are judged (wrong: unsure from then on), then 60 layer pairs counted.
+    int64_t issued_before = -1, counted = 0;
+    for (int i = 0; i < 600 && counted < 60; ++i) {
+      const CacheCounters k = cache.counters();
+      if (issued_before < 0 && k.prefetch_used + k.prefetch_wasted >= 64) issued_before = k.prefetch_issued;
+      counted += issued_before >= 0;
       const int64_t a = i % 4, b = (i + 2) % 4, guess = (b + 1) % 4;
       std::vector<int64_t> hint(4, 0);
       hint[static_cast<std::size_t>(guess)] = 1;
@@ -583,6 +589,7 @@ TEST_F(ExpertCacheTest, UnsureGuessesLoadOnlyInGapsLongerThanALoad) {
       std::this_thread::sleep_for(std::chrono::milliseconds(gap_ms));
       run_layer(cache, 1, {b});
     }
+    ASSERT_EQ(counted, 60) << "the guesses were never judged";
     const CacheCounters n = cache.counters();
     const int64_t issued = n.prefetch_issued - issued_before;  // over the last 60 layer pairs
     EXPECT_LT(n.prefetch_used, n.prefetch_wasted / 4) << "the guesses were meant to be wrong";

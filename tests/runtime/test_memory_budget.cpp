@@ -33,7 +33,11 @@ TEST(MemoryBudget, MarginIsFortyMebibytesAndFivePercent) {
   EXPECT_EQ(budget_margin_bytes(1000 * MiB), 40 * MiB + 50 * MiB);
 }
 
-TEST(MemoryBudget, IoThreadHoldsTwoExpertsAndTwoMebibytes) { EXPECT_EQ(cache_io_thread_bytes(3 * MiB), 8 * MiB); }
+// Per loader two experts and 2 MiB, and one expert more for a load handed to the waiting thread.
+TEST(MemoryBudget, LoadersHoldTwoExpertsAndTwoMebibytesEachAndOneMore) {
+  EXPECT_EQ(cache_loader_bytes(1, 3 * MiB), 11 * MiB);
+  EXPECT_EQ(cache_loader_bytes(4, 3 * MiB), 35 * MiB);
+}
 
 TEST(MemoryBudget, ExpertsThatFitStayResident) {
   const ExpertMemory m = split_for_experts({1000 * MiB, "test"}, needs(51));  // 510 MiB exactly
