@@ -767,9 +767,7 @@ void ExpertCache::run_load(const Task& t, int victim, AlignedBuffer& raw, Demand
   ResidentExpert& slot = *slots_[static_cast<std::size_t>(victim)].w;
   std::exception_ptr err;
   try {
-    if (l2_ && load_from_l2(t.key, raw, slot, &demand_read)) {
-      demand_read.done();
-    } else {
+    if (!(l2_ && load_from_l2(t.key, raw, slot, &demand_read))) {
       const L3Read r = read_from_l3(t.key, raw);
       demand_read.done();
       // The expert the compute waits for is checked and packed by the waiting thread itself, on
