@@ -535,11 +535,12 @@ ExpertCache::DemandRead::DemandRead(ExpertCache& c, bool demand) : c_(c), active
 void ExpertCache::DemandRead::done() {
   if (!active_) return;
   active_ = false;
+  bool guess_waits;  // only a guess at the queue's front waits for the demand reads to end
   {
     std::lock_guard<std::mutex> lock(c_.mu_);
-    --c_.demand_reads_;
+    guess_waits = --c_.demand_reads_ == 0 && !c_.tasks_.empty() && c_.tasks_.front().kind == TaskKind::Prefetch;
   }
-  c_.cv_.notify_all();
+  if (guess_waits) c_.cv_.notify_all();
 }
 
 ExpertCache::L3Read ExpertCache::read_from_l3(int64_t k, AlignedBuffer& raw) {
