@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -679,6 +680,35 @@ TEST_F(ExpertCacheTest, UnsureGuessesReadOnlyAfterTheLayersDemandReads) {
   }
   EXPECT_GE(guesses, 10);
   EXPECT_EQ(beside_demand, 0);
+}
+
+// A load handed to the waiting thread fails there as a loader's own would: a flipped bit in L3 is
+// the same BadInput naming the file and the expert, thrown by acquire(). The read is slowed so that
+// acquire() already waits when it ends (the handoff's condition).
+TEST_F(ExpertCacheTest, HandedOffLoadWithAFlippedBitFailsInTheWaitingThread) {
+  const std::string shard = index_->where(0, 1);
+  {
+    io::H5Handle f = io::h5_open_file(shard, io::H5Mode::ReadWrite);
+    std::vector<float> w1(static_cast<std::size_t>(config_.intermediate_size * config_.hidden_size));
+    io::h5_read(f, "/layers/0/experts/1/w1", H5T_NATIVE_FLOAT, w1.data());
+    w1[5] = std::nextafter(w1[5], 1.0f);
+    io::h5_delete(f, "/layers/0/experts/1/w1");
+    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                 w1.data(), true);
+  }
+  LoggedSlowSource source(*index_, std::chrono::milliseconds(50));
+  ExpertCache cache(cfg(2), *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
+  cache.begin_layer(0, {0, 1, 0, 0});
+  try {
+    cache.acquire(0, 1);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::BadInput);
+    const std::string m = e.what();
+    EXPECT_NE(m.find(shard), std::string::npos) << m;
+    EXPECT_NE(m.find("/layers/0/experts/1"), std::string::npos) << m;
+  }
+  EXPECT_EQ(cache.counters().finished_by_waiter, 1);
 }
 
 TEST(PrefetchPolicy, ParsesAndRejects) {
