@@ -31,11 +31,14 @@ Environment Environment::read() {
   e.malloc_tuned = std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr;
   e.launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
   e.singleton_set = std::getenv("OMPI_MCA_ess_singleton_isolated") != nullptr;
+  e.pml_set = std::getenv("OMPI_MCA_pml") != nullptr;
   return e;
 }
 
 void isolate_mpi_singleton(const Environment& env) {
-  if (!env.launched && !env.singleton_set) ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+  if (env.launched) return;
+  if (!env.singleton_set) ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+  if (!env.pml_set) ::setenv("OMPI_MCA_pml", "ob1", 0);
 }
 
 void keep_freed_memory(const Environment& env) {
