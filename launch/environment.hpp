@@ -39,8 +39,8 @@ void keep_freed_memory(const Environment& env);
 // daemon it would otherwise start for it (ess_singleton_isolated): 0.15-0.25 s of every start on
 // this VM (0.43 -> 0.30 s for a tiny model), and no daemon left in the caller's cgroup. It also
 // takes the ob1 messaging layer instead of UCX's: a process alone has no peer, and UCX's transport
-// probing cost 0.2-0.25 s of every start on the AMD host (bench-offload's start-up job 0.83-0.89 ->
-// 0.55-0.74 s). Both only where the user set neither. Before MPI_Init.
+// probing cost ~0.25 s of every start on the AMD host (docs/NOTES.md "Start-up"). Each setting only
+// where the user gave none. Before MPI_Init.
 void isolate_mpi_singleton(const Environment& env);
 // The HDF5 probe as MOERUN_HDF5_PROBE and MOERUN_HDF5_PROBE_TIMEOUT say (Usage error on a bad timeout).
 io::Hdf5Probe hdf5_probe_from(const Environment& env);
