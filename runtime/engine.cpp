@@ -189,7 +189,7 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   if (backend_->weight_memory() != MemoryKind::Host) return 0;
   ExpertMemoryNeeds n;
   n.held = resident_memory_bytes();
-  if (is_router()) n.reserved = reserved_bytes(mc_, cfg_.reserve_step_tokens, kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_;
+  if (is_router()) n.reserved = reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_;
   n.cache_reserved = cache_loader_bytes(cfg_.cache.io_threads, static_cast<int64_t>(io::expert_raw_bytes(mc_)));
   n.expert_bytes = backend_->expert_bytes();
   n.owned_experts = owned;
@@ -279,7 +279,7 @@ void Engine::start_serving() {
     }
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);
-    if (cfg_.reserve_step_tokens > 0) reserve_step_buffers(cfg_.reserve_step_tokens);
+    if (reserved_step_tokens() > 0) reserve_step_buffers(reserved_step_tokens());
   } else {
     server_ = std::make_unique<ExpertServer>(*protocol_, *backend_, *store_, mc_.num_experts);
   }

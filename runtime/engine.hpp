@@ -14,6 +14,7 @@
 //   while (more) { e.step_boundary(); e.is_router() ? e.step(batch, logits, &stats) : e.serve_step(); }
 //   EngineReport r = e.report();  // collective
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -147,6 +148,9 @@ class Engine {
     kv_tokens_ = tokens;
     kv_sequences_ = sequences;
   }
+  // Likewise the most tokens a step will hold (max_step_tokens), when fewer than
+  // EngineConfig::reserve_step_tokens: the step buffers are sized and reserved for these.
+  void expect_step_tokens(int64_t tokens) { step_tokens_ = tokens; }
   // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
   void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
   // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
@@ -215,6 +219,10 @@ class Engine {
   uint64_t run_fingerprint_ = 0;
   int ranks_on_host_ = 1;
   int64_t kv_tokens_ = 0, kv_sequences_ = 0;
+  int64_t step_tokens_ = 0;  // expect_step_tokens (0: none said)
+  int64_t reserved_step_tokens() const {
+    return step_tokens_ > 0 ? std::min(cfg_.reserve_step_tokens, step_tokens_) : cfg_.reserve_step_tokens;
+  }
   int64_t prefix_cache_bytes_ = 0;
   MemoryBudget budget_;
   int64_t l1_bytes_ = 0;

@@ -4,8 +4,9 @@
 # ranks), the peak RSS stays within the budget, and the set-up line says how the budget was
 # divided. Under a real cgroup v1 memory limit (when this machine lets the test make one) the
 # default budget comes from the limit and the run is not OOM-killed; with an L2 on disk, its writes
-# do not stay in the page cache (which the limit counts). A budget too small for the
-# dense part, or for one token's experts, is exit 2 with one line before anything is written.
+# do not stay in the page cache (which the limit counts). Step buffers are reserved for the most
+# tokens the requests can put in one step. A budget too small for the dense part, or for one
+# token's experts, is exit 2 with one line before anything is written.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 cd "$WORK"
@@ -41,6 +42,15 @@ cp err plain.err
 peak_rss "$MOERUN" infer --model m --input R --output p.jsonl --memory-budget ${BUDGET}M --max-batch-tokens 64 --prefix-cache-mb 48
 check "budget ${BUDGET} MiB with --prefix-cache-mb 48: L1 $(l1_of err) MiB against $(l1_of plain.err) MiB without, the same tokens" \
   bash -c "[ $rc -eq 0 ] && cmp -s p.jsonl unlimited.jsonl && [ \$(( $(l1_of plain.err) - $(l1_of err) )) -ge 45 ] && [ \$(( $(l1_of plain.err) - $(l1_of err) )) -le 51 ]"
+
+# A step never holds more tokens than the requests in flight can fill (6 x (4 + 6) = 60 here): the
+# default --max-batch-tokens (1024) reserves the step buffers of --max-batch-tokens 60, no more.
+step_of() { sed -n 's/.*MiB held, \([0-9]*\) MiB of step buffers.*/\1/p' "$1" | head -1; }
+peak_rss "$MOERUN" infer --model m --input R --output s.jsonl --memory-budget ${BUDGET}M --max-batch-tokens 60
+cp err sixty.err
+peak_rss "$MOERUN" infer --model m --input R --output d.jsonl --memory-budget ${BUDGET}M
+check "budget ${BUDGET} MiB, default --max-batch-tokens: $(step_of err) MiB of step buffers and KV cache against $(step_of sixty.err) MiB at 60 tokens, the same tokens" \
+  bash -c "[ $rc -eq 0 ] && cmp -s d.jsonl unlimited.jsonl && [ -n '$(step_of err)' ] && [ '$(step_of err)' = '$(step_of sixty.err)' ]"
 
 # Several expert ranks, each with its own budget (rank 0 routes, ranks 1-2 hold 192 MiB of experts each).
 set +e
