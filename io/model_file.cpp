@@ -8,7 +8,6 @@
 #include "base/host.hpp"
 #include "base/xxh64.hpp"
 #include "io/dense_quant_cache.hpp"
-#include "io/mapped_range.hpp"
 #include "model/model_attributes.hpp"
 
 namespace moerun::io {
@@ -17,9 +16,8 @@ namespace {
 // Format version 2: every dense dataset carries the xxh64 of its bytes as stored; checked after
 // the NaN scan (which can name the element). A flipped bit in model.h5 is then an error, not
 // different tokens. Returns the bytes' xxh64 (computed whatever the version).
-uint64_t verify_dense(hid_t file, const std::string& fname, const std::string& path, const void* stored, std::size_t bytes,
-                      int64_t format_version) {
-  const uint64_t sum = Xxh64().bytes(stored, bytes).digest();
+// The xxh64 `sum` of a dataset's bytes against its attribute (format version 2); returns it.
+uint64_t check_dense_checksum(hid_t file, const std::string& fname, const std::string& path, uint64_t sum, int64_t format_version) {
   if (format_version < 2) return sum;
   const auto expected = h5_attr_uint64(h5_open_object(file, path), "xxh64");
   if (!expected) fail(ErrorKind::BadInput, fname, ": ", path, " has no xxh64 attribute (format_version 2 needs one)");
@@ -27,6 +25,11 @@ uint64_t verify_dense(hid_t file, const std::string& fname, const std::string& p
     fail(ErrorKind::BadInput, fname, ": ", path, " checksum mismatch (xxh64 attribute ", *expected, ", data ", sum,
          "): the file changed after it was written");
   return sum;
+}
+
+uint64_t verify_dense(hid_t file, const std::string& fname, const std::string& path, const void* stored, std::size_t bytes,
+                      int64_t format_version) {
+  return check_dense_checksum(file, fname, path, Xxh64().bytes(stored, bytes).digest(), format_version);
 }
 
 std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
@@ -60,8 +63,25 @@ WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string
   return m;
 }
 
-// The embedding table: mapped where model.h5 is local and stores it contiguously in little-endian
-// order (the bytes in the file are the values), else read; scanned and checksummed either way.
+// An embedding table read from its file: the NaN scan and the xxh64 of its bytes, 4 MiB of rows at a
+// time through one buffer.
+uint64_t scan_embedding_file(const EmbeddingTable& t, const std::string& fname, const std::string& ds) {
+  const auto rb = static_cast<int64_t>(t.row_bytes());
+  const int64_t block = std::max<int64_t>(1, (int64_t{4} << 20) / rb);
+  AlignedBuffer buf;
+  Xxh64 sum;
+  for (int64_t r = 0; r < t.rows; r += block) {
+    const int64_t n = std::min(block, t.rows - r);
+    const unsigned char* p = t.file->read_view(t.file_offset + static_cast<uint64_t>(r * rb), static_cast<std::size_t>(n * rb), buf);
+    check_finite(p, t.dtype, n, t.cols, fname, ds, r);
+    sum.bytes(p, static_cast<std::size_t>(n * rb));
+  }
+  return sum.digest();
+}
+
+// The embedding table: read row by row from model.h5 where it is local and stores the table
+// contiguously in little-endian order (the bytes in the file are the values), else read whole;
+// scanned and checksummed either way.
 EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, const model::ModelConfig& c) {
   const std::string ds = "/embed_tokens";
   expect_dataset(file, fname, ds, {c.vocab_size, c.hidden_size}, c.dtype);
@@ -70,23 +90,19 @@ EmbeddingTable read_embedding(hid_t file, const std::string& fname, bool local, 
   t.rows = c.vocab_size;
   t.cols = c.hidden_size;
   const std::optional<uint64_t> at = local && h5_little_endian(file, ds) ? h5_contiguous_offset(file, ds) : std::nullopt;
-  std::shared_ptr<MappedRange> map;
   if (at) {
-    map = std::make_shared<MappedRange>(fname, *at, t.bytes());
-    t.data = map->data();
-    t.storage = map;
-  } else {
-    auto buf = std::make_shared<AlignedBuffer>(t.bytes());
-    h5_read(file, ds, c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, buf->data());
-    t.data = buf->data();
-    t.storage = buf;
+    t.file = std::make_shared<const PositionalFile>(fname, false);
+    t.file_offset = *at;
+    t.xxh64 = check_dense_checksum(file, fname, ds, scan_embedding_file(t, fname, ds), c.format_version);
+    t.file->expect_random_access();
+    return t;
   }
+  auto buf = std::make_shared<AlignedBuffer>(t.bytes());
+  h5_read(file, ds, c.dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, buf->data());
+  t.data = buf->data();
+  t.storage = buf;
   check_finite(t.data, c.dtype, t.rows, t.cols, fname, ds);
   t.xxh64 = verify_dense(file, fname, ds, t.data, t.bytes(), c.format_version);
-  if (map) {
-    map->release_resident();  // the scan read every page; lookups bring back the rows they use
-    map->expect_random_access();
-  }
   return t;
 }
 
@@ -97,6 +113,12 @@ T require_attr(std::optional<T> v, const std::string& fname, const char* name) {
 }
 
 }  // namespace
+
+const void* EmbeddingTable::row(int64_t id, AlignedBuffer& scratch) const {
+  const std::size_t rb = row_bytes();
+  if (data) return static_cast<const unsigned char*>(data) + static_cast<std::size_t>(id) * rb;
+  return file->read_view(file_offset + static_cast<uint64_t>(id) * rb, rb, scratch);
+}
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
@@ -138,7 +160,7 @@ bool any_not_finite(const Bits* p, int64_t n) {
 }  // namespace
 
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
-                  const std::string& tensor) {
+                  const std::string& tensor, int64_t first_row) {
   const int64_t n = rows * cols;
   const bool bad = dtype == DType::F32 ? any_not_finite<uint32_t, 0x7f800000u>(static_cast<const uint32_t*>(data), n)
                                        : any_not_finite<uint16_t, 0x7f80>(static_cast<const uint16_t*>(data), n);
@@ -146,7 +168,7 @@ void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, con
   for (int64_t i = 0; i < n; ++i) {
     const float v = dtype == DType::F32 ? static_cast<const float*>(data)[i] : bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
     if (!std::isfinite(v))
-      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", i / cols, ",",
+      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", std::isnan(v) ? "NaN" : "Inf", " at [", first_row + i / cols, ",",
            i % cols, "]");
   }
 }

@@ -13,6 +13,7 @@
 #include "io/hdf5.hpp"
 #include "model/model_config.hpp"
 #include "io/model_location.hpp"
+#include "io/positional_file.hpp"
 #include "model/model_schema.hpp"
 
 namespace moerun::io {
@@ -50,15 +51,24 @@ struct DenseLayerWeights {
 };
 
 // The token embedding [vocab, d] in the stored dtype (rows are widened to float32 as they are looked
-// up). From a local model.h5 that stores it contiguously it is mapped (io/mapped_range): a lookup
-// brings in the rows it uses and the kernel may drop them again; otherwise it is read into memory.
+// up). From a local model.h5 that stores it contiguously a lookup reads its row from the file
+// (pread, no read-ahead): the page cache keeps the rows in use and the kernel drops them under
+// pressure, and none counts in this process's RSS (a mapping did: its faults mapped the 64 KiB
+// around each row once the load's scan had the table in the page cache). Otherwise it is read into
+// memory.
 struct EmbeddingTable {
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
-  const void* data = nullptr;           // rows x cols elements
-  std::shared_ptr<const void> storage;  // keeps `data` alive: the mapping or the buffer
-  uint64_t xxh64 = 0;                   // of the bytes, from the load's scan (fingerprints use it: no second pass)
-  std::size_t bytes() const { return static_cast<std::size_t>(rows * cols) * dtype_size(dtype); }
+  const void* data = nullptr;            // in memory: rows x cols elements (null when read from `file`)
+  std::shared_ptr<const void> storage;   // keeps `data` alive
+  std::shared_ptr<const PositionalFile> file;  // else the file whose bytes at `file_offset` are the table
+  uint64_t file_offset = 0;
+  uint64_t xxh64 = 0;                    // of the bytes, from the load's scan (fingerprints use it: no second pass)
+  std::size_t row_bytes() const { return static_cast<std::size_t>(cols) * dtype_size(dtype); }
+  std::size_t bytes() const { return static_cast<std::size_t>(rows) * row_bytes(); }
+  // Row `id`'s bytes: in `data`, or read into `scratch` (resized as needed). Io or BadInput naming
+  // the file when a read fails.
+  const void* row(int64_t id, AlignedBuffer& scratch) const;
 };
 
 struct DenseWeights {
@@ -99,8 +109,9 @@ void expect_dataset_type(hid_t file, const std::string& fname, const std::string
                          const H5TypeInfo& type, const char* type_text);
 
 // Throws BadInput "`where`: `tensor` contains NaN at [r,c]" if any element is not finite.
+// `first_row`: the row index of data's first row in the tensor (a scan in blocks).
 void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
-                  const std::string& tensor);
+                  const std::string& tensor, int64_t first_row = 0);
 // The same for IEEE half bits (the quantized formats' scales).
 void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor);
 

@@ -35,6 +35,8 @@ PositionalFile::~PositionalFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+void PositionalFile::expect_random_access() const { ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); }
+
 void PositionalFile::read(uint64_t offset, std::size_t n, void* dst) const {
   if (direct_fd_ < 0) {
     errno = 0;

@@ -31,6 +31,10 @@ class PositionalFile {
   // The same bytes without the copy out of the aligned span: read into `scratch` (resized as
   // needed, kept from call to call) and returned where they start in it.
   const unsigned char* read_view(uint64_t offset, std::size_t n, AlignedBuffer& scratch) const;
+  // Reads through the page cache will be small and scattered (embedding rows): no read-ahead
+  // around them (this project's virtio disk reads ahead 8 MiB, which under a memory limit pushed
+  // the running code out of the page cache). Advice only.
+  void expect_random_access() const;
   bool direct() const { return direct_fd_ >= 0; }
   const std::string& path() const { return path_; }
 

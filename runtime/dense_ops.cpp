@@ -13,13 +13,13 @@ namespace moerun::runtime {
 
 double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
-void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids, int64_t T, float* out) {
+void embed_tokens(const io::EmbeddingTable& table, const int32_t* ids, int64_t T, float* out) {
+  const int64_t d = table.cols;
+  AlignedBuffer scratch;  // a row read from the file
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t row = static_cast<int64_t>(ids[t]) * d;
-    if (dtype == DType::F32)
-      std::memcpy(out + t * d, static_cast<const float*>(table) + row, static_cast<std::size_t>(d) * sizeof(float));
-    else
-      bf16_to_f32(static_cast<const uint16_t*>(table) + row, out + t * d, static_cast<std::size_t>(d));
+    const void* row = table.row(ids[t], scratch);
+    if (table.dtype == DType::F32) std::memcpy(out + t * d, row, static_cast<std::size_t>(d) * sizeof(float));
+    else bf16_to_f32(static_cast<const uint16_t*>(row), out + t * d, static_cast<std::size_t>(d));
   }
 }
 

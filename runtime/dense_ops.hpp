@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/dtype.hpp"
+#include "io/model_file.hpp"
 #include "model/model_config.hpp"
 
 namespace moerun::runtime {
@@ -15,7 +16,7 @@ namespace moerun::runtime {
 inline constexpr int64_t kParallelElements = 32768;
 
 // Rows `ids` of `table` [vocab, d] (float32, or bfloat16 bits) as float32 into out [T, d].
-void embed_tokens(const void* table, DType dtype, int64_t d, const int32_t* ids, int64_t T, float* out);
+void embed_tokens(const io::EmbeddingTable& table, const int32_t* ids, int64_t T, float* out);
 // out = x * rsqrt(mean(x^2) + eps) * w, per row.
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out);
 // RoPE's inverse frequencies [head_dim / 2] and the factor on cos and sin, as Hugging Face's

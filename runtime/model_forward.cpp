@@ -192,7 +192,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   const bool shared = c.shared_expert_intermediate_size > 0;
   float* sh = shared ? fbuf(shared_, sizes[7]) : nullptr;
   fbuf(mix_, sizes[8]);
-  embed_tokens(w_.embed_tokens.data, w_.embed_tokens.dtype, d, b.ids.data(), T, h);
+  embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (moe_index_[static_cast<std::size_t>(l)] < 0) {

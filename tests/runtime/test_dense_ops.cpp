@@ -28,8 +28,13 @@ TEST(DenseOps, EmbeddingRowsOfEitherDtype) {
       if (dt == DType::F32) table.data.as<float>()[i] = values[static_cast<std::size_t>(i)];
       else table.data.as<uint16_t>()[i] = f32_to_bf16(values[static_cast<std::size_t>(i)]);  // all exact in bf16
     }
+    io::EmbeddingTable t;
+    t.dtype = dt;
+    t.rows = vocab;
+    t.cols = d;
+    t.data = table.data.data();
     std::vector<float> out(ids.size() * d);
-    embed_tokens(table.data.data(), dt, d, ids.data(), static_cast<int64_t>(ids.size()), out.data());
+    embed_tokens(t, ids.data(), static_cast<int64_t>(ids.size()), out.data());
     for (std::size_t t = 0; t < ids.size(); ++t)
       for (int64_t j = 0; j < d; ++j)
         EXPECT_EQ(out[t * d + static_cast<std::size_t>(j)], values[static_cast<std::size_t>(ids[t] * d + j)]) << dtype_name(dt);
