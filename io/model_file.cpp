@@ -15,8 +15,8 @@ namespace {
 
 // Format version 2: every dense dataset carries the xxh64 of its bytes as stored; checked after
 // the NaN scan (which can name the element). A flipped bit in model.h5 is then an error, not
-// different tokens. Returns the bytes' xxh64 (computed whatever the version).
-// The xxh64 `sum` of a dataset's bytes against its attribute (format version 2); returns it.
+// different tokens. check_dense_checksum takes the bytes' xxh64 `sum` (a scan in blocks sums as it
+// goes), verify_dense computes it; both return it, whatever the version.
 uint64_t check_dense_checksum(hid_t file, const std::string& fname, const std::string& path, uint64_t sum, int64_t format_version) {
   if (format_version < 2) return sum;
   const auto expected = h5_attr_uint64(h5_open_object(file, path), "xxh64");

@@ -143,14 +143,12 @@ class Engine {
   // At a step boundary on every rank: a changed hot-swap control file is applied here.
   void step_boundary();
   // Before load() (in its before_weights): the KV-cache rows the caller will keep at once, and in
-  // how many sequences (each a recurrent state in a hybrid model), reserved in the memory budget.
+  // how many sequences (each a recurrent state in a hybrid model), reserved in the memory budget;
+  // they also bound the step buffers' tokens (reserved_step_tokens).
   void expect_kv_tokens(int64_t tokens, int64_t sequences) {
     kv_tokens_ = tokens;
     kv_sequences_ = sequences;
   }
-  // Likewise the most tokens a step will hold (max_step_tokens), when fewer than
-  // EngineConfig::reserve_step_tokens: the step buffers are sized and reserved for these.
-  void expect_step_tokens(int64_t tokens) { step_tokens_ = tokens; }
   // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
   void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
   // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
@@ -219,9 +217,11 @@ class Engine {
   uint64_t run_fingerprint_ = 0;
   int ranks_on_host_ = 1;
   int64_t kv_tokens_ = 0, kv_sequences_ = 0;
-  int64_t step_tokens_ = 0;  // expect_step_tokens (0: none said)
+  // Step buffers: for EngineConfig::reserve_step_tokens, or fewer when the KV rows the caller
+  // expects are fewer (each token of a step is a KV row of a sequence in flight): a small job under
+  // a memory budget leaves the rest to the expert cache.
   int64_t reserved_step_tokens() const {
-    return step_tokens_ > 0 ? std::min(cfg_.reserve_step_tokens, step_tokens_) : cfg_.reserve_step_tokens;
+    return kv_tokens_ > 0 ? std::min(cfg_.reserve_step_tokens, kv_tokens_) : cfg_.reserve_step_tokens;
   }
   int64_t prefix_cache_bytes_ = 0;
   MemoryBudget budget_;

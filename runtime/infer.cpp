@@ -252,7 +252,6 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
     requests = take_requests(cfg, engine, request_text);
     engine.expect_kv_tokens(max_kv_tokens(requests, cfg.scheduler, engine.model().max_position),
                             max_sequences_in_flight(requests, cfg.scheduler));
-    engine.expect_step_tokens(max_step_tokens(requests, cfg.scheduler, engine.model().max_position));
     engine.expect_prefix_cache_bytes(cfg.prefix_cache.max_bytes);
   });
   agree_on_setup(world, setup_timeout, "outputs", [&] {

@@ -369,7 +369,6 @@ PerplexityReport run_perplexity(const PerplexityConfig& cfg, MPI_Comm world) {
   Shared mine;
   engine.load([&] {
     engine.expect_kv_tokens(cfg.scheduler.max_batch_size * cfg.context, cfg.scheduler.max_batch_size);
-    engine.expect_step_tokens(std::min(cfg.scheduler.max_batch_tokens, cfg.scheduler.max_batch_size * cfg.context));
     if (engine.is_router()) check_files(cfg, engine.location());
     if (rank != 0) return;
     mine.tokens = read_scored_tokens(cfg, engine.model());

@@ -20,10 +20,6 @@ int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerC
   return std::accumulate(len.begin(), len.begin() + static_cast<std::ptrdiff_t>(n), int64_t{0});
 }
 
-int64_t max_step_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position) {
-  return std::min(c.max_batch_tokens, max_kv_tokens(requests, c, max_position));
-}
-
 int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
   const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
                                                             : c.max_batch_size;

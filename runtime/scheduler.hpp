@@ -45,10 +45,6 @@ struct SchedulerConfig {
 // (prompt + budget, at most max_position) of as many as it keeps in flight (the memory budget
 // reserves them).
 int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
-// The most tokens one step can hold for these requests: max_batch_tokens, or fewer when the
-// sequences in flight cannot fill it (each step token is one of their KV rows). A small job under a
-// memory budget then leaves the step buffers' share to the expert cache.
-int64_t max_step_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
 // How many sequences it keeps in flight for these requests (each holds a recurrent state in a hybrid model).
 int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c);
 

@@ -60,6 +60,17 @@ class ModelFormat : public ::testing::Test {
   std::string dir;
 };
 
+// The table is read as tokens need it, so a model.h5 cut short after the load is found at a
+// lookup: BadInput naming the file (a mapped table was a SIGBUS there).
+TEST_F(ModelFormat, EmbeddingRowPastATruncatedFileIsBadInputNamingIt) {
+  DenseWeights w = load_dense_weights(dir);
+  ASSERT_NE(w.embed_tokens.file, nullptr);
+  fs::resize_file(dir + "/model.h5", w.embed_tokens.file_offset + w.embed_tokens.row_bytes());  // row 0 only
+  AlignedBuffer scratch;
+  EXPECT_NE(w.embed_tokens.row(0, scratch), nullptr);
+  expect_error([&] { w.embed_tokens.row(49, scratch); }, ErrorKind::BadInput, {"model.h5", "ends before byte"});
+}
+
 TEST_F(ModelFormat, RoundTrip) {
   model::ModelConfig c = read_model_config(dir);
   EXPECT_EQ(c.num_layers, 2);

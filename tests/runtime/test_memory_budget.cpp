@@ -158,26 +158,6 @@ TEST(MaxKvTokens, LongestRequestsInFlight) {
   EXPECT_EQ(max_sequences_in_flight(r, c), 4);
 }
 
-// A step holds at most max_batch_tokens, and no more than the KV rows of the sequences in flight: a
-// job of one short request reserves step buffers for its own length only.
-TEST(MaxStepTokens, NoMoreThanTheSequencesInFlightCanFill) {
-  std::vector<io::Request> r(3);
-  const int64_t prompt[] = {10, 50, 30}, budget[] = {5, 5, 20};
-  for (std::size_t i = 0; i < r.size(); ++i) {
-    r[i].prompt_tokens.assign(static_cast<std::size_t>(prompt[i]), 1);
-    r[i].max_new_tokens = budget[i];
-  }
-  SchedulerConfig c;
-  c.max_batch_tokens = 1024;
-  c.max_batch_size = 1;
-  EXPECT_EQ(max_step_tokens(r, c, 1000), 55);  // the longest request alone
-  c.max_batch_size = 8;
-  EXPECT_EQ(max_step_tokens(r, c, 1000), 15 + 55 + 50);
-  EXPECT_EQ(max_step_tokens(r, c, 40), 15 + 40 + 40);  // each capped at max_position
-  c.max_batch_tokens = 64;
-  EXPECT_EQ(max_step_tokens(r, c, 1000), 64);
-}
-
 // A hybrid model reserves each sequence's recurrent state (3 linear layers of 2 value heads of 4 x 4
 // floats and a conv state of 3 x 16 channels: 4 x (32 + 48) = 320 bytes a layer) and K/V rows only for
 // its attention layer (2 x 8 floats a position).
