@@ -5,6 +5,8 @@ counters per run. How the streaming changes of issue 41 were measured (docs/PERF
 Uses bench_offload's cgroup runner and bound; the models and request files are bench-offload's.
 
 usage: ab_offload.py BIN[,BIN...] MODEL_DIR REQUESTS.jsonl N RATIO RUNS [extra infer options]
+  N: sequences at once (--max-batch-size N --max-batch-tokens 256, as bench-offload runs them), or
+  "default": infer's own defaults for those two, N the requests in the file
   e.g. ab_offload.py old/moerun,build/launch/moerun build/peer/work/qwen3moe-L4-q4-skew0.0 \\
          build/peer/work/offload-8.jsonl 8 2 3
 """
@@ -20,7 +22,10 @@ def main():
     if len(sys.argv) < 7:
         sys.exit(__doc__)
     bins, model, reqs = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
-    n, ratio, runs, extra = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
+    ratio, runs, extra = float(sys.argv[5]), int(sys.argv[6]), sys.argv[7:]
+    defaults = sys.argv[4] == "default"
+    n = sum(1 for line in open(reqs) if line.strip()) if defaults else int(sys.argv[4])
+    batch = [] if defaults else ["--max-batch-size", str(n), "--max-batch-tokens", "256"]
     limit = int(b.dir_bytes(model) / ratio)
     expert_bytes = b.expert_read_bytes(bins[0], model)
     print(f"# limit {limit >> 20} MiB; the bound's disk rate: expert reads around each run (bench_offload.run_limited_rated)", flush=True)
@@ -31,8 +36,8 @@ def main():
         for m in bins:
             if os.path.exists(stats):
                 os.remove(stats)
-            r = b.run_limited_rated([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4", "--max-batch-size", str(n),
-                                     "--max-batch-tokens", "256", "--output", out, "--stats-json", stats] + extra,
+            r = b.run_limited_rated([m, "infer", "--model", model, "--input", reqs, "--quantize-dense", "q4"] + batch +
+                                    ["--output", out, "--stats-json", stats] + extra,
                                     limit, f"ab-offload-{os.getpid()}", env, model, expert_bytes)
             rate = r["disk_rate"]
             if r["rc"] != 0:
