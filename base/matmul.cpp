@@ -339,7 +339,8 @@ void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) 
 void Matmul::quantize(WeightMatrix& W, WeightScheme s) {
   if (!is_group_quantized(s) || W.scheme != WeightScheme::Plain || W.packed || W.cols % kQuantGroup != 0)
     fail(ErrorKind::Internal, "Matmul::quantize: needs a plain row-major matrix of whole groups of 32 columns");
-  AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, W.rows, W.cols)));
+  AlignedBuffer blocked(W.data.pool());  // where W's memory comes from (a HugePagePool, or the heap)
+  blocked.resize(static_cast<std::size_t>(quant_blocked_bytes(s, W.rows, W.cols)));
   quant_pack_plain(s, W.data.data(), W.dtype == DType::BF16, W.rows, W.cols, blocked.as<uint8_t>());
   W.data = std::move(blocked);
   W.scheme = s;
@@ -422,7 +423,7 @@ void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {
   if (W.packed || W.scheme != WeightScheme::Plain) return;  // q8/q4: quant_matmul's form already
   if (!layout_for(W.dtype, W.rows, W.cols, typical_rows)) return;
   const AlignedBuffer plain = std::move(W.data);
-  W.data = AlignedBuffer();
+  W.data = AlignedBuffer(plain.pool());
   pack_from(plain.data(), W.dtype, W.rows, W.cols, W, typical_rows);
 }
 

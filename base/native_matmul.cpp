@@ -16,6 +16,7 @@
 #include "base/dpbusd_avx512.hpp"
 #include "base/error.hpp"
 #include "base/native_quant.hpp"
+#include "base/parallel_for.hpp"
 #include "base/weight_dequant.hpp"
 
 // GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* pass-through operands may be
@@ -343,12 +344,10 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
     if (is_mx(s)) {
       digits.resize(static_cast<std::size_t>(rows * (K / kG)));
       MxDigits* dst = digits.data();
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && rows >= 16)
-      for (int64_t m = 0; m < rows; ++m) mx_digits(x + (c0 + m) * K, K, dst + m * (K / kG));
+      parallel_for(rows, rows >= 16, [&](int64_t m) { mx_digits(x + (c0 + m) * K, K, dst + m * (K / kG)); });
     }
     const MxDigits* dg = digits.data();
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-    for (int64_t nb = 0; nb < nblocks; ++nb) {
+    parallel_for(nblocks, true, [&](int64_t nb) {
       const int64_t n0 = nb * kNB, width = std::min<int64_t>(kNB, N - n0);
       alignas(64) float out[kMaxRows * kNB];
       for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
@@ -357,7 +356,7 @@ void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t
         run_block(s, p, R, out, avx512);
         for (int r = 0; r < R; ++r) std::memcpy(y + (c0 + r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
       }
-    }
+    });
   }
 }
 

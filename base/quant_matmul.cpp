@@ -16,6 +16,7 @@
 #include "base/dpbusd_avx512.hpp"
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "base/parallel_for.hpp"
 
 namespace moerun {
 namespace {
@@ -373,7 +374,10 @@ const char* quant_kernel_name(QuantKernel k) {
 
 void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& out) {
   if (K % kG != 0) fail(ErrorKind::Internal, "quantize_activations: ", K, " columns are not a multiple of ", kG);
-  const int64_t G = K / kG, padded = ceil_div(M, 32) * 32;
+  // Rows past M are zeros only where the AMX kernel may run: its tiles load 16 rows at a time. The
+  // VNNI and portable kernels read M rows, and zeroing 31 rows at every one-row GEMM cost ~1% of
+  // a decode step.
+  const int64_t G = K / kG, padded = quant_kernel_supported(QuantKernel::Amx) ? ceil_div(M, 16) * 16 : M;
   out.rows = M;
   out.cols = K;
   out.q.resize(static_cast<std::size_t>(padded * K));
@@ -383,17 +387,17 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
     std::memset(b->as<unsigned char>() + M * G * 4, 0, static_cast<std::size_t>((padded - M) * G) * 4);
   }
   const bool avx512 = quant_kernel_supported(QuantKernel::Vnni);
-  // Groups are independent: a prompt's on every thread (perf, a one-sequence prompt: 7% of the
-  // second thread's waits fell in this loop on the first).
-#pragma omp parallel for schedule(static) if (!omp_in_parallel() && M * K >= 32768)
-  for (int64_t i = 0; i < M * G; ++i) {
+  auto group = [&](int64_t i) {
     GroupQuant gq;
     if (avx512) quantize_group_avx512(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
     else quantize_group(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
     out.dx.as<float>()[i] = gq.dx;
     out.qinit.as<int32_t>()[i] = -128 * gq.qsum;
     out.xsum.as<float>()[i] = gq.xsum;
-  }
+  };
+  // Groups are independent: a prompt's on every thread (perf, a one-sequence prompt: 7% of the
+  // second thread's waits fell in this loop on the first).
+  parallel_for(M * G, M * K >= 32768, group);
 }
 
 void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, int64_t K, uint8_t* out) {
@@ -542,8 +546,7 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
   const bool vnni = kernel == QuantKernel::Vnni;
   const int64_t M = x.rows, nblocks = ceil_div(N, kNB);
   const int64_t block_bytes = (x.cols / kG) * chunk_bytes(s), pass_rows = rows_per_pass(s);
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-  for (int64_t nb = 0; nb < nblocks; ++nb) {
+  auto block = [&](int64_t nb) {
     const uint8_t* wb = w + nb * block_bytes;
     const int64_t n0 = nb * kNB, width = std::min<int64_t>(kNB, N - n0);
     alignas(64) float out[kMaxRowsPerPass * kNB];
@@ -555,7 +558,8 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
       else run_block<false>(p, R, wb, out, vnni);
       for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
     }
-  }
+  };
+  parallel_for(nblocks, true, block);
 }
 
 }  // namespace moerun

@@ -27,7 +27,8 @@ uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 const char* scheme_text(WeightScheme s) { return s == WeightScheme::Q8 ? "q8" : "q4"; }
 
 // One entry of the header into a matrix read from `file`; throws BadInput on anything amiss.
-DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, WeightScheme s, const nlohmann::json& e) {
+DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, WeightScheme s, const nlohmann::json& e,
+                           const std::shared_ptr<HugePagePool>& memory) {
   const auto rows = e.at("rows").get<int64_t>(), cols = e.at("cols").get<int64_t>();
   const auto offset = e.at("offset").get<uint64_t>(), bytes = e.at("bytes").get<uint64_t>();
   if (rows <= 0 || cols <= 0 || cols % 32 != 0 || rows > (int64_t{1} << 24) || cols > (int64_t{1} << 20) ||
@@ -41,6 +42,7 @@ DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, Weigh
   m.scheme = s;
   m.rows = rows;
   m.cols = cols;
+  m.data.place_in(memory);
   m.data.resize(bytes);
   file.read(offset, bytes, m.data.data());
   if (Xxh64().bytes(m.data.data(), bytes).digest() != e.at("xxh64").get<uint64_t>())
@@ -67,7 +69,7 @@ std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(De
   return out;
 }
 
-std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s) {
+std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s, const std::shared_ptr<HugePagePool>& memory) {
   std::map<std::string, DenseCacheEntry> out;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
@@ -86,7 +88,7 @@ std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path,
     const nlohmann::json h = parse_json(text, path);
     if (h.at("version").get<int>() != 1 || h.at("scheme").get<std::string>() != scheme_text(s))
       fail(ErrorKind::BadInput, "version or scheme is not this run's");
-    for (const nlohmann::json& e : h.at("matrices")) out.emplace(e.at("path").get<std::string>(), read_entry(file, size, s, e));
+    for (const nlohmann::json& e : h.at("matrices")) out.emplace(e.at("path").get<std::string>(), read_entry(file, size, s, e, memory));
   } catch (const std::exception& e) {
     log::warn(path, ": not used (", e.what(), "); the dense matrices are quantized at load");
     out.clear();

@@ -30,8 +30,9 @@ struct DenseCacheEntry {
 };
 
 // The usable entries of `path` for scheme `s` (empty when the file is missing). A file that is not a
-// dense cache, or is damaged, gives none and one warning naming it.
-std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s);
+// dense cache, or is damaged, gives none and one warning naming it. The matrices are read into `memory`.
+std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s,
+                                                        const std::shared_ptr<HugePagePool>& memory = nullptr);
 
 // Writes every quantized matrix of `w` (scheme s) with its source checksum (`sources`, by path),
 // atomically. Returns false (after one warning) when the directory is not writable.

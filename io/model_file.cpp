@@ -53,9 +53,10 @@ std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const s
 }
 
 WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows,
-                         int64_t cols, DType dtype, int64_t version) {
+                         int64_t cols, DType dtype, int64_t version, const std::shared_ptr<HugePagePool>& memory) {
   expect_dataset(file, fname, path, {rows, cols}, dtype);
   WeightMatrix m;
+  m.data.place_in(memory);
   m.allocate(dtype, rows, cols);
   h5_read(file, path, dtype == DType::F32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_UINT16, m.data.data());
   check_finite(m.data.data(), dtype, rows, cols, fname, path);
@@ -242,7 +243,7 @@ class QuantizableReader {
       : file_(file), fname_(fname), cache_(std::move(cache)), on_(on) {}
   WeightMatrix read(DenseWeights& w, const std::string& path, int64_t rows, int64_t cols) {
     const model::ModelConfig& c = w.config;
-    if (!on_ || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
+    if (!on_ || cols % 32 != 0) return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version, w.memory);
     expect_dataset(file_, fname_, path, {rows, cols}, c.dtype);
     const std::optional<uint64_t> src = h5_attr_uint64(h5_open_object(file_, path), "xxh64");
     if (src) w.source_xxh64[path] = *src;
@@ -252,7 +253,7 @@ class QuantizableReader {
       m.dtype = c.dtype;
       return m;
     }
-    return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version);
+    return read_matrix(file_, fname_, path, rows, cols, c.dtype, c.format_version, w.memory);
   }
 
  private:
@@ -277,9 +278,10 @@ void read_dense_dataset(hid_t file, const std::string& fname, const model::Dense
   if (ds.quantizable) {
     m = quantizable.read(w, ds.path, rows, cols);
   } else if (ds.matrix) {
-    m = read_matrix(file, fname, ds.path, rows, cols, stored, c.format_version);
+    m = read_matrix(file, fname, ds.path, rows, cols, stored, c.format_version, w.memory);
   } else {  // a matrix held in float32 (the gate)
     const std::vector<float> v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
+    m.data.place_in(w.memory);
     m.allocate(DType::F32, rows, cols);
     std::copy(v.begin(), v.end(), m.data.as<float>());
   }
@@ -301,8 +303,9 @@ void apply_norm_weight_offset(DenseWeights& w) {
 // `local`: fname is model.h5's path on this host (the embedding can be mapped). `quantized`: the
 // --quantize-dense scheme, with `cache` the dense cache's usable entries.
 DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local, WeightScheme quantized,
-                                std::map<std::string, DenseCacheEntry> cache) {
+                                std::map<std::string, DenseCacheEntry> cache, std::shared_ptr<HugePagePool> memory) {
   DenseWeights w;
+  w.memory = std::move(memory);
   w.config = read_model_config(file, fname);
   const model::ModelConfig& c = w.config;
   // Checked before allocating: a file whose (sparse, chunked) datasets claim tens of GiB would
@@ -382,10 +385,12 @@ DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds) {
 DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized) {
   model.check_exists();
   const std::string fname = model.file("model.h5");
+  auto memory = std::make_shared<HugePagePool>();
   std::map<std::string, DenseCacheEntry> cache;
-  if (quantized != WeightScheme::Plain && !model.remote()) cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized);
+  if (quantized != WeightScheme::Plain && !model.remote())
+    cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized, memory);
   H5Handle file = model.open("model.h5");  // once: from an object store every open costs round trips
-  return h5_reading(fname, [&] { return read_dense_weights(file, fname, !model.remote(), quantized, std::move(cache)); });
+  return h5_reading(fname, [&] { return read_dense_weights(file, fname, !model.remote(), quantized, std::move(cache), memory); });
 }
 
 void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,

@@ -73,6 +73,8 @@ struct EmbeddingTable {
 
 struct DenseWeights {
   model::ModelConfig config;
+  // Where the matrices live: huge pages, since every step streams them (base/huge_page_pool).
+  std::shared_ptr<HugePagePool> memory;
   EmbeddingTable embed_tokens;
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/parallel_for.hpp"
+
 namespace moerun::router {
 
 DispatchPlan DispatchPlan::build(const int32_t* expert, int64_t T, int64_t k, int64_t E) {
@@ -31,15 +33,14 @@ DispatchPlan DispatchPlan::build(const int32_t* expert, int64_t T, int64_t k, in
 
 void permute_rows(const float* x, int64_t d, const DispatchPlan& plan, float* gathered) {
   const int64_t rows = plan.rows();
-#pragma omp parallel for schedule(static) if (rows * d > 65536)
-  for (int64_t r = 0; r < rows; ++r)
+  parallel_for(rows, rows * d > 65536, [&](int64_t r) {
     std::memcpy(gathered + r * d, x + static_cast<int64_t>(plan.row_token[r]) * d, static_cast<std::size_t>(d) * sizeof(float));
+  });
 }
 
 void combine_rows(const float* y, int64_t d, const DispatchPlan& plan, const float* weight, float* out) {
   const int64_t T = plan.tokens, k = plan.top_k;
-#pragma omp parallel for schedule(static) if (T * d * k > 65536)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, T * d * k > 65536, [&](int64_t t) {
     float* o = out + t * d;
     std::fill(o, o + d, 0.0f);
     for (int64_t j = 0; j < k; ++j) {
@@ -49,7 +50,7 @@ void combine_rows(const float* y, int64_t d, const DispatchPlan& plan, const flo
       const float* src = y + r * d;
       for (int64_t i = 0; i < d; ++i) o[i] += w * src[i];
     }
-  }
+  });
 }
 
 }  // namespace moerun::router

@@ -8,6 +8,7 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "base/parallel_for.hpp"
 
 namespace moerun::runtime {
 
@@ -24,15 +25,14 @@ void embed_tokens(const io::EmbeddingTable& table, const int32_t* ids, int64_t T
 }
 
 void rms_norm(const float* x, int64_t T, int64_t d, const float* w, float eps, float* out) {
-#pragma omp parallel for schedule(static) if (T * d >= kParallelElements)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, T * d >= kParallelElements, [&](int64_t t) {
     const float* r = x + t * d;
     float ss = 0;
     for (int64_t i = 0; i < d; ++i) ss += r[i] * r[i];
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
     float* o = out + t * d;
     for (int64_t i = 0; i < d; ++i) o[i] = w[i] * (r[i] * inv);
-  }
+  });
 }
 
 namespace {
@@ -149,18 +149,16 @@ void add_row_bias(float* y, int64_t T, int64_t n, const float* b) {
 }
 
 void add_sigmoid_gated(float* y, const float* s, const float* x, const float* g, int64_t T, int64_t d) {
-#pragma omp parallel for schedule(static) if (T * d >= kParallelElements)
-  for (int64_t t = 0; t < T; ++t) {
+  parallel_for(T, T * d >= kParallelElements, [&](int64_t t) {
     float dot = 0;
     for (int64_t i = 0; i < d; ++i) dot += x[t * d + i] * g[i];
     const float gate = 1.0f / (1.0f + std::exp(-dot));
     for (int64_t i = 0; i < d; ++i) y[t * d + i] += gate * s[t * d + i];
-  }
+  });
 }
 
 void multiply_by_sigmoid(float* y, const float* g, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kParallelElements)
-  for (int64_t i = 0; i < n; ++i) y[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+  parallel_for(n, n >= kParallelElements, [&](int64_t i) { y[i] *= 1.0f / (1.0f + std::exp(-g[i])); });
 }
 
 }  // namespace moerun::runtime

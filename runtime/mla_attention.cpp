@@ -21,6 +21,7 @@ float* fbuf(AlignedBuffer& b, int64_t n) {
 WeightMatrix slice_rows(Matmul& mm, const WeightMatrix& w, int64_t r0, int64_t rows, bool transpose) {
   const std::size_t es = dtype_size(w.dtype);
   WeightMatrix m;
+  m.data.place_in(w.data.pool());
   m.allocate(w.dtype, transpose ? w.cols : rows, transpose ? rows : w.cols);
   const auto* src = w.data.as<unsigned char>();
   auto* dst = m.data.as<unsigned char>();

@@ -55,6 +55,7 @@ std::string CpuBackend::name() const {
 
 std::unique_ptr<ResidentExpert> CpuBackend::allocate_expert() {
   auto e = std::make_unique<CpuExpert>();
+  for (WeightMatrix* m : {&e->w.w1, &e->w.w3, &e->w.w2}) m->data.place_in(weight_memory_);
   std::lock_guard<std::mutex> lock(layout_mu_);
   preallocate_expert(layout_mm_, config_, e->w);
   return e;

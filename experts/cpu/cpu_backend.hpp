@@ -53,6 +53,8 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   mutable std::mutex layout_mu_;
   mutable Matmul layout_mm_;
   FfnActivation activation_;
+  // The experts' matrices: in huge pages, many experts to a page (base/huge_page_pool says why).
+  std::shared_ptr<HugePagePool> weight_memory_ = std::make_shared<HugePagePool>();
   FfnScratch scratch_;
   struct ThreadCompute {  // run_all's per-thread GEMM engine and scratch
     std::unique_ptr<Matmul> mm;
