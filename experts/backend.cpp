@@ -74,7 +74,7 @@ std::unique_ptr<ExpertBackend> make_expert_backend(const BackendSpec& spec, cons
                                                    int local_rank) {
   // Both backends compute every format (the CUDA backend dequantizes quantized experts in front of
   // cuBLAS); a format added later without kernels would be refused here by name.
-  if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute);
+  if (spec.device == DeviceKind::Cpu) return std::make_unique<CpuBackend>(config, compute, spec.host_weights);
   std::string path;
   const moerun_backend_open_fn open = load_cuda_backend(spec.cuda_library, path);
   return open_c_backend(open, path, config, local_rank);

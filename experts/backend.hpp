@@ -26,6 +26,7 @@ const char* device_name(DeviceKind d);
 struct BackendSpec {
   DeviceKind device = DeviceKind::Cpu;
   std::string cuda_library;  // libmoerun_cuda.so; empty: next to the running executable
+  std::shared_ptr<HugePagePool> host_weights;  // where the CPU backend keeps experts (null: the C heap)
 };
 
 // One allocation of a backend: where it lives, the bytes asked for, the bytes really taken.

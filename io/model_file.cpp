@@ -382,10 +382,9 @@ DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds) {
   fail(ErrorKind::Internal, "dense_target: no place for ", ds.path);
 }
 
-DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized) {
+DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized, std::shared_ptr<HugePagePool> memory) {
   model.check_exists();
   const std::string fname = model.file("model.h5");
-  auto memory = std::make_shared<HugePagePool>();
   std::map<std::string, DenseCacheEntry> cache;
   if (quantized != WeightScheme::Plain && !model.remote())
     cache = read_dense_cache(dense_cache_path(model.str(), quantized), quantized, memory);

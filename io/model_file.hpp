@@ -73,7 +73,7 @@ struct EmbeddingTable {
 
 struct DenseWeights {
   model::ModelConfig config;
-  // Where the matrices live: huge pages, since every step streams them (base/huge_page_pool).
+  // Where the matrices live: a HugePagePool (every step streams them), or null: the C heap.
   std::shared_ptr<HugePagePool> memory;
   EmbeddingTable embed_tokens;
   std::vector<float> final_norm;    // [d]
@@ -98,7 +98,9 @@ model::ModelConfig read_model_config(const ModelLocation& model);
 // `quantized` q8/q4 (--quantize-dense): the LM head and attention projections are taken from the
 // model directory's dense cache where it holds them for this model.h5 (already quantized), else read
 // as stored.
-DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized = WeightScheme::Plain);
+// `memory`: where the matrices are allocated (base/huge_page_pool); null: the C heap.
+DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized = WeightScheme::Plain,
+                                std::shared_ptr<HugePagePool> memory = nullptr);
 
 // "[64,256]"
 std::string shape_str(const std::vector<int64_t>& shape);

@@ -72,6 +72,7 @@ inline constexpr const char* kQuantizeDenseHelp =
 // object store. finish() parses the named values and applies the environment (launch/environment).
 struct EngineOptions {
   std::string device = "cpu", placement = "round-robin", a2a = "mpi", mla_attention = "auto", quantize_dense = "none";
+  std::string huge_pages = "auto";
   CacheOptions cache;
   ObjectStoreOptions object_store;
   void add(po::options_description& o, runtime::EngineConfig& c);

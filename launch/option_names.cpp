@@ -23,6 +23,7 @@ std::string option_name(const std::string& field) {
       {"engine.a2a", "--a2a"},
       {"engine.device", "--device"},
       {"mla_attention", "--mla-attention"},
+      {"huge_pages", "--huge-pages"},
       {"engine.affinity", "--affinity"},
       {"engine.placement_file", "--placement"},
       {"engine.swap_control", "--swap-control"},

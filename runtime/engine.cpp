@@ -66,6 +66,13 @@ void agree_on_setup(MPI_Comm world, double timeout_s, const char* what, const st
   throw ReportedError(kind);
 }
 
+HugePages parse_huge_pages(const std::string& s) {
+  if (s == "auto") return HugePages::Auto;
+  if (s == "on") return HugePages::On;
+  if (s == "off") return HugePages::Off;
+  fail_config("huge_pages", "'", s, "': expected auto, on or off");
+}
+
 void EngineConfig::validate() const {
   if (model.empty()) fail_config("model", "is required");
   if (micro_batches < 0 || micro_batches > 64) fail_config("micro_batches", "must be in [1, 64], or 0 for the default");
@@ -148,7 +155,7 @@ void Engine::connect() {
 void Engine::build_store(int64_t rank) {
   source_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*location_, mc_));
   auto owns = [this, rank](int64_t l, int64_t e) { return placement_.holds(static_cast<int>(rank), l, e); };
-  backend_ = experts::make_expert_backend({cfg_.device, cfg_.cuda_library}, mc_, mm_,
+  backend_ = experts::make_expert_backend({cfg_.device, cfg_.cuda_library, weight_memory_}, mc_, mm_,
                                           topo_.ranks[static_cast<std::size_t>(rank)].local_rank);
   int64_t owned = 0;
   for (int64_t l = 0; l < mc_.num_moe_layers(); ++l)
@@ -207,9 +214,11 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
   placement_ = cfg_.placement_file.empty() || !distributed()
                    ? experts::round_robin_placement(mc_.num_moe_layers(), mc_.num_experts, topo_)
                    : experts::placement_from_json(cfg_.placement_file, mc_.num_moe_layers(), mc_.num_experts, topo_);
+  const bool huge = cfg_.huge_pages == HugePages::On || (cfg_.huge_pages == HugePages::Auto && decode_steps_ >= kHugePageSteps);
+  if (huge) weight_memory_ = std::make_shared<HugePagePool>();
   if (is_router()) {
     check_dense_fits(budget_, dense_resident_bytes(mc_, cfg_.dense_scheme, !location_->remote()), location_->file("model.h5"));
-    dense_ = io::load_dense_weights(*location_, cfg_.dense_scheme);
+    dense_ = io::load_dense_weights(*location_, cfg_.dense_scheme, weight_memory_);
     quantize_dense();
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing
     pack_dense_weights(mm_, *dense_);
@@ -249,6 +258,7 @@ void Engine::load(const std::function<void()>& before_weights) {
               "), d=", mc_.hidden_size, ", ", dtype_name(mc_.dtype), ", ",
               (mc_.total_params() * static_cast<int64_t>(dtype_size(mc_.dtype))) >> 20, " MiB");
     if (distributed()) std::fputs((topo_.describe() + placement_.describe()).c_str(), stderr);
+    if (weights_in_huge_pages()) log::info("weights in 2 MiB pages (--huge-pages)");
   }
 }
 
@@ -415,6 +425,7 @@ EngineReport Engine::report() {
   EngineReport rep;
   rep.ranks = topo_.world_size;
   rep.routers = routers();
+  rep.huge_pages = weights_in_huge_pages();
   const PhaseSeconds mine = my_phases();
   if (distributed()) {
     static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",

@@ -50,6 +50,14 @@
 
 namespace moerun::runtime {
 
+// Whether the weights (dense matrices, CPU experts) live in 2 MiB pages (base/huge_page_pool): a
+// decode step streams them faster (q8 at one sequence, AMD host: +6-25%), but faulting them in costs
+// more at load where the hypervisor hands back free memory (this host: +1 s for 0.65 GB). Auto:
+// huge pages when the job is known to decode at least kHugePageSteps steps.
+enum class HugePages { Auto, On, Off };
+HugePages parse_huge_pages(const std::string& s);  // ConfigError naming the field "huge_pages"
+inline constexpr int64_t kHugePageSteps = 2048;
+
 struct EngineConfig {
   std::string model;                  // a directory or s3://bucket/prefix (model.h5 + experts-*.h5)
   io::S3Config s3;                    // for an s3:// model
@@ -70,6 +78,7 @@ struct EngineConfig {
   // --quantize-dense: the LM head and the attention projections as q8/q4 on the routers, quantized
   // at load (runtime/model_forward's pack_dense_weights); Plain keeps the model's dtype.
   WeightScheme dense_scheme = WeightScheme::Plain;
+  HugePages huge_pages = HugePages::Auto;
   // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's
   // max_batch_tokens; 0: grown on first use): the first large step would otherwise fault in 100 MB
   // of fresh pages one by one (with launch's keep_freed_memory, a cold 1024-token Qwen3-shaped
@@ -104,6 +113,7 @@ struct EngineReport {
   HotSwapCounters hot_swap;
   BalanceReport balance;                       // distributed runs
   bool remote_model = false;                   // the model is in an object store
+  bool huge_pages = false;                     // the weights were placed in 2 MiB pages (--huge-pages)
   io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
 };
 
@@ -151,6 +161,11 @@ class Engine {
   }
   // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
   void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
+  // Before load() (in its before_weights): about how many decode steps the job takes, for
+  // --huge-pages auto (0, the default: unknown, small pages).
+  void expect_decode_steps(int64_t steps) { decode_steps_ = steps; }
+  // After load(): whether the weights were placed in huge pages.
+  bool weights_in_huge_pages() const { return weight_memory_ != nullptr; }
   // The budget this rank divided, and the L1 bytes it chose (0: experts resident); after load().
   const MemoryBudget& memory_budget() const { return budget_; }
   int64_t l1_bytes() const { return l1_bytes_; }
@@ -217,6 +232,8 @@ class Engine {
   uint64_t run_fingerprint_ = 0;
   int ranks_on_host_ = 1;
   int64_t kv_tokens_ = 0, kv_sequences_ = 0;
+  int64_t decode_steps_ = 0;
+  std::shared_ptr<HugePagePool> weight_memory_;  // null: the weights are on the C heap
   // Step buffers: for EngineConfig::reserve_step_tokens, or fewer when the KV rows the caller
   // expects are fewer (each token of a step is a KV row of a sequence in flight): a small job under
   // a memory budget leaves the rest to the expert cache.

@@ -253,6 +253,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
     engine.expect_kv_tokens(max_kv_tokens(requests, cfg.scheduler, engine.model().max_position),
                             max_sequences_in_flight(requests, cfg.scheduler));
     engine.expect_prefix_cache_bytes(cfg.prefix_cache.max_bytes);
+    engine.expect_decode_steps(expected_decode_steps(requests, cfg.scheduler));
   });
   agree_on_setup(world, setup_timeout, "outputs", [&] {
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);

@@ -26,6 +26,12 @@ int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const 
   return std::min<int64_t>(in_flight, static_cast<int64_t>(requests.size()));
 }
 
+int64_t expected_decode_steps(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
+  int64_t tokens = 0;
+  for (const io::Request& r : requests) tokens += r.max_new_tokens;
+  return tokens / std::max<int64_t>(1, std::min<int64_t>(c.max_batch_size, static_cast<int64_t>(requests.size())));
+}
+
 Batching parse_batching(const std::string& s) {
   if (s == "fifo") return Batching::Fifo;
   if (s == "minhash") return Batching::MinHash;

@@ -47,6 +47,9 @@ struct SchedulerConfig {
 int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
 // How many sequences it keeps in flight for these requests (each holds a recurrent state in a hybrid model).
 int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c);
+// About how many decode steps these requests take: every token they may generate, over the
+// batch's width (--huge-pages auto weighs a job's length by it).
+int64_t expected_decode_steps(const std::vector<io::Request>& requests, const SchedulerConfig& c);
 
 struct Sequence {
   const io::Request* request = nullptr;

@@ -64,6 +64,7 @@ std::string infer_stats_json(const InferConfig& cfg, const InferReport& rep, con
   }
   if (e.balance.on) j["balance"] = e.balance.to_json();
   j["journal"] = counters_json(rep.journal);
+  j["huge_pages"] = e.huge_pages;
   if (cfg.scheduler.batching == Batching::MinHash) {
     const BatchingCounters& bc = rep.batching;
     j["batching"] = counters_json(bc);

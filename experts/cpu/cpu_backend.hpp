@@ -21,8 +21,9 @@ class CpuExpert final : public ResidentExpert {
 // Its experts' packed form is what L2 keeps (StoredForm), and `bench layer` times its oneDNN GEMM.
 class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming {
  public:
-  CpuBackend(const model::ModelConfig& config, Matmul& compute)
-      : config_(config), mm_(compute), activation_(activation_of(config)) {}
+  // `weights`: where experts are allocated (base/huge_page_pool); null: the C heap.
+  CpuBackend(const model::ModelConfig& config, Matmul& compute, std::shared_ptr<HugePagePool> weights = nullptr)
+      : config_(config), mm_(compute), activation_(activation_of(config)), weight_memory_(std::move(weights)) {}
   std::string describe() const override;
   MemoryKind weight_memory() const override { return MemoryKind::Host; }
   int64_t expert_bytes() override;
@@ -53,8 +54,7 @@ class CpuBackend : public ExpertBackend, public StoredForm, public BackendTiming
   mutable std::mutex layout_mu_;
   mutable Matmul layout_mm_;
   FfnActivation activation_;
-  // The experts' matrices: in huge pages, many experts to a page (base/huge_page_pool says why).
-  std::shared_ptr<HugePagePool> weight_memory_ = std::make_shared<HugePagePool>();
+  std::shared_ptr<HugePagePool> weight_memory_;  // the experts' matrices, many to a huge page
   FfnScratch scratch_;
   struct ThreadCompute {  // run_all's per-thread GEMM engine and scratch
     std::unique_ptr<Matmul> mm;
