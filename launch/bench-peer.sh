@@ -8,7 +8,7 @@
 #
 # Usage: launch/bench-peer.sh [--dtypes float32,bfloat16 or q8,q4] [--batches 1,8,32] [--runs 3] [--threads 2]
 #                             [--prompt 128] [--new 128] [--shape mixtral|qwen3_moe|qwen3_5_moe] [--moerun-dense none|q8|q4]
-#                             [--ik | --ik-src DIR] [--peer-tool peer_decode|batched-bench]
+#                             [--ik | --ik-src DIR] [--peer-tool peer_decode|batched-bench] [--moerun-huge-pages on|off|auto]
 # --peer-tool: how the peers are timed. peer_decode (default): they decode the requests moerun
 # decodes, each sequence its own prompt and greedy tokens (launch/peer/peer_decode.cpp).
 # batched-bench: llama-batched-bench, whose prompt and generated tokens are all token 0, so every
@@ -17,6 +17,8 @@
 # --ik: ik_llama.cpp as a peer too (from the ik-llama-cpp-python source package; --ik-src: a checkout), on
 # the first GGUF of each dtype, with its default, -rtr and -no-fmoe; moerun's ratio to its best.
 # --moerun-dense q8|q4: moerun quantizes its LM head and attention at load (--quantize-dense), as llama.cpp's types do.
+# --moerun-huge-pages (default on): moerun's timed runs with the weights in huge pages, as a job of 2048 decode
+# steps or more has them by default (the timed runs are shorter only to keep the bench short).
 # --shape qwen3_moe: 128 experts of width 384, top-8, per-head q/k norms (Qwen3-30B-A3B at half width).
 # --shape qwen3_5_moe: Qwen3.5-35B-A3B at half width, 4 layers (3 Gated DeltaNet, 1 gated attention), llama.cpp's qwen35moe.
 # --dtypes q8,q4: moerun's quantized experts against llama-quantize's Q8_0, Q4_K_M and Q4_0 of the same float32
@@ -30,7 +32,7 @@ PEER=$BUILD/peer
 ARGS=() IK=0 IK_SRC=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --ik) IK=1; shift ;;
     --ik-src) IK=1; IK_SRC=$2; shift 2 ;;
     *) ARGS+=("$1"); shift ;;

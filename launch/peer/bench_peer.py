@@ -103,6 +103,9 @@ def main():
     # moerun's LM head and attention projections: as stored (bf16), or quantized at load as
     # llama.cpp's types quantize theirs (Q8_0: all Q8_0; Q4_K_M: Q4_K with Q6_K head and some V).
     a.add_argument("--moerun-dense", default="none", choices=["none", "q8", "q4"])
+    # The timed runs are 128 tokens long to keep the bench short; a job of 2048 decode steps or more
+    # gets huge pages by default (--huge-pages auto), and that steady state is what is compared.
+    a.add_argument("--moerun-huge-pages", default="on", choices=["on", "off", "auto"])
     # peer_decode: the peers decode moerun's requests (each sequence its prompt and its own greedy
     # tokens); batched-bench: llama-batched-bench, whose prompts and generated tokens are all token
     # 0, so every sequence and step routes alike and a step reads a few experts (the figures before
@@ -175,7 +178,8 @@ def main():
             for n in batches:
                 stats = os.path.join(o.work, "stats.json")
                 sh([o.moerun, "infer", "--model", model, "--input", os.path.join(o.work, f"bench-{n}.jsonl"), "--output",
-                    os.path.join(o.work, "bench.out"), "--stats-json", stats, "--quiet", "--max-batch-size", str(n)] + o.dense_args, env=env)
+                    os.path.join(o.work, "bench.out"), "--stats-json", stats, "--quiet", "--max-batch-size", str(n),
+                    "--huge-pages", o.moerun_huge_pages] + o.dense_args, env=env)
                 t = json.load(open(stats))["throughput"]
                 results.append({"dtype": dt, "n": n, "run": run, "who": "moerun",
                                 "prefill": t["prefill_tokens"] / t["prefill_seconds"],
@@ -226,6 +230,7 @@ def main():
     lines = [f"# moerun vs llama.cpp (llama-cpp-python's vendored build), {o.shape}-shaped model: {o.threads} threads, prompt {o.prompt}, "
              f"{o.new} new tokens per sequence, {o.runs} interleaved runs; tokens/s min/median/max"
              + ("" if o.moerun_dense == "none" else f"; moerun's LM head and attention quantized to {o.moerun_dense} (--quantize-dense)")
+             + f"; moerun --huge-pages {o.moerun_huge_pages}" + (" (as in a job of 2048 decode steps or more)" if o.moerun_huge_pages == "on" else "")
              + ("; the peers decode the same prompts, each sequence its own greedy tokens (peer_decode)" if o.peer_tool == "peer_decode"
                 else "; the peers in llama-batched-bench (token 0 at every position)"),
              f"#{'dtype':>9} {'N':>3} {'who':>22} {'prefill':>23} {'decode':>23} {'total':>23}"]
