@@ -27,7 +27,8 @@ class HugePagePool {
   // Thread-safe (I/O threads allocate experts while another thread computes).
   void* allocate(std::size_t bytes);
   // Gives back what allocate(bytes) returned: kept for the next allocation of that size (an
-  // expert's matrices come and go in a few sizes), never unmapped before the pool goes.
+  // expert's matrices come and go in a few sizes), never unmapped before the pool goes; the pages
+  // of a block of kHugePage bytes or more leave RSS now.
   void release(void* p, std::size_t bytes);
 
   // Whether the kernel took the huge-page advice for the regions (false where THP is off or absent:
