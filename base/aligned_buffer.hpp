@@ -44,7 +44,7 @@ class AlignedBuffer {
     }
     deallocate();
     if (pool_) {
-      capacity_ = (bytes + HugePagePool::kAlign - 1) / HugePagePool::kAlign * HugePagePool::kAlign;
+      capacity_ = HugePagePool::block_bytes(bytes);
       data_ = pool_->allocate(capacity_);
     } else {
       // Large buffers are page-aligned with page-multiple capacity, so O_DIRECT can read into them.

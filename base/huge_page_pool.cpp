@@ -20,7 +20,7 @@ HugePagePool::~HugePagePool() {
 }
 
 void* HugePagePool::allocate(std::size_t bytes) {
-  bytes = round_up(bytes ? bytes : 1, kAlign);
+  bytes = block_bytes(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = free_.find(bytes);
   if (it != free_.end() && !it->second.empty()) {
@@ -52,7 +52,7 @@ void* HugePagePool::allocate(std::size_t bytes) {
 
 void HugePagePool::release(void* p, std::size_t bytes) {
   if (!p) return;
-  bytes = round_up(bytes ? bytes : 1, kAlign);
+  bytes = block_bytes(bytes);
   // A block of a huge page or more gives its pages back, as free() does a large block: a matrix
   // packed from a plain copy in the pool must not keep the copy resident (memory budgets count
   // RSS). Smaller ones (an expert's matrices) stay: giving back part of a huge page splits it, and

@@ -23,7 +23,10 @@ class HugePagePool {
   HugePagePool& operator=(const HugePagePool&) = delete;
   ~HugePagePool();  // unmaps every region: whatever was carved from it must be gone
 
-  // `bytes` rounded up to kAlign, kAlign-aligned; throws std::bad_alloc when no region can be mapped.
+  // What a block for `bytes` takes: rounded up to kAlign (what AlignedBuffer counts as its capacity).
+  static std::size_t block_bytes(std::size_t bytes) { return ((bytes ? bytes : 1) + kAlign - 1) / kAlign * kAlign; }
+
+  // block_bytes(bytes), kAlign-aligned; throws std::bad_alloc when no region can be mapped.
   // Thread-safe (I/O threads allocate experts while another thread computes).
   void* allocate(std::size_t bytes);
   // Gives back what allocate(bytes) returned: kept for the next allocation of that size (an

@@ -15,6 +15,7 @@
 #include "base/dtype.hpp"
 #include "base/exp_avx512.hpp"
 #include "base/error.hpp"
+#include "base/parallel_for.hpp"
 
 namespace moerun {
 namespace {
@@ -274,8 +275,7 @@ void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int
   const int64_t share = ceil_div(block_lines, passes);  // lines of the next block prefetched per pass
   const char* wc = static_cast<const char*>(w);
   const char* xc = static_cast<const char*>(x);
-#pragma omp parallel for schedule(static) if (!omp_in_parallel())
-  for (int64_t nb = 0; nb < nb_count; ++nb) {
+  parallel_for(nb_count, true, [&](int64_t nb) {
     alignas(64) float tile[kAmxPanelRows * kNB];
     const char* wb = wc + nb * block_bytes;
     const char* next = nb + 1 < nb_count ? wb + block_bytes : nullptr;
@@ -295,7 +295,7 @@ void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int
                   static_cast<char*>(y) + static_cast<std::size_t>((m0 + r) * N + n0) * ys);
     }
     if (amx) amx_bf16_release();
-  }
+  });
 }
 
 void apply_panel_epilogue(float* acc, int64_t M, int64_t N, const PanelEpilogue& ep, void* y) {
