@@ -29,7 +29,8 @@ void write(Level l, const std::string& msg) {
   static const char* names[] = {"warn", "info", "debug"};
   std::string line = "moerun";
   if (state().rank >= 0) line += str("[", state().rank, "]");
-  line += str(" ", names[static_cast<int>(l)], ": ", msg, "\n");
+  // Messages quote names and values read from files: escaped as error messages are (\xNN).
+  line += str(" ", names[static_cast<int>(l)], ": ", printable(msg), "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
 }

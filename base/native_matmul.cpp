@@ -320,7 +320,7 @@ int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint
     float v;
     std::memcpy(&v, sc + i, 4);
     if (!fp8_scale_ok(v)) {
-      *what = "a block scale that is not finite or not below 2^119";
+      *what = "a block scale that is not finite or not below 2^64 (its products overflow float32)";
       return i;
     }
   }

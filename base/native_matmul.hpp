@@ -33,7 +33,7 @@ int64_t native_blocked_bytes(WeightScheme s, int64_t N, int64_t K);
 void native_pack(WeightScheme s, const uint8_t* values, const void* scales, int64_t N, int64_t K, uint8_t* out);
 // The first bad scale or value of a blocked matrix, for the NaN/Inf scan of a form read back from L2:
 // an E8M0 255, an e4m3 NaN byte, a float32 scale that is not finite or whose weights would overflow
-// float32 (|scale| >= 2^119). Returns its index in the stored order (or -1) and what it is in `what`.
+// float32 (|scale| >= 2^64, fp8_scale_ok). Returns its index in the stored order (or -1) and what it is in `what`.
 int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, const char** what);
 
 enum class NativeKernel {

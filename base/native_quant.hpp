@@ -20,9 +20,14 @@ float e4m3_to_f32(uint8_t v);  // NaN for 0x7f / 0xff
 // Round to nearest even, saturating at +-448 (the largest e4m3fn value); NaN gives 0x7f.
 uint8_t f32_to_e4m3(float f);
 inline bool e4m3_is_nan(uint8_t v) { return (v & 0x7f) == 0x7f; }
-// A block scale the kernels take: finite and below 2^119 in magnitude, so that every weight it
-// scales (at most 448 times it) and the kernels' scale * 256 are finite float32 values.
-inline bool fp8_scale_ok(float s) { return s == s && s < 0x1p119f && s > -0x1p119f; }
+// A block scale the kernels take: finite and below 2^64 in magnitude. Below 2^119 every weight it
+// scales (at most 448 times it) would still be a float32, but not its products: a scale of 2^118
+// overflowed the GEMMs and gave NaN logits (issue 63). Below 2^64 the weights stay under 2^73, and a
+// dot product over up to 2^20 inputs stays finite for inputs under 2^34; real checkpoints' scales
+// are below 1. "2^64" in kFp8ScaleBound names it in messages.
+inline constexpr float kFp8MaxScale = 0x1p64f;
+inline constexpr const char* kFp8ScaleBound = "2^64";
+inline bool fp8_scale_ok(float s) { return s == s && s < kFp8MaxScale && s > -kFp8MaxScale; }
 
 // out[r, g*32 + 2i] = e2m1(blocks[r, g, i] & 15) * 2^(scales[r, g] - 127), the high nibble at 2i + 1,
 // for `rows` rows of `groups` blocks: what transformers' convert_moe_packed_tensors computes,

@@ -98,7 +98,7 @@ class TensorReader {
     return v;
   }
   // An fp8 matrix as shipped: its e4m3 bytes and float32 block scales (name + "_scale_inv"), each
-  // scanned: no NaN code, every scale one the kernels take (finite, below 2^119).
+  // scanned: no NaN code, every scale one the kernels take (fp8_scale_ok: finite, products that fit float32).
   struct Fp8Tensor {
     std::vector<unsigned char> values;
     std::vector<float> scales;
@@ -112,7 +112,7 @@ class TensorReader {
     for (std::size_t i = 0; i < t.scales.size(); ++i)
       if (!fp8_scale_ok(t.scales[i]))
         fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, kFp8ScaleSuffix, " has ", t.scales[i], " at ", i,
-             ": a block scale must be finite and below 2^119");
+             ": a block scale must be finite and below ", kFp8ScaleBound, " (its weights' products would overflow float32)");
     count(name);
     count(name + kFp8ScaleSuffix);
     return t;
@@ -742,11 +742,24 @@ void finish_plan(ConversionPlan& p, const HfCheckpoint& ckpt, const ConvertConfi
   plan_dense(p);
 }
 
+// The tokenizer and generation settings a model directory carries, copied as they are.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                           "special_tokens_map.json", "generation_config.json"};
+
 // The output directory, writable, without what a killed run left (its temp files; the files it
 // finished stay and are checked later) or shards of an earlier conversion with more shards (which
 // would make experts appear twice).
-void prepare_output(const std::string& out, int shards, ConvertReport& rep) {
+void prepare_output(const std::string& out, const std::string& from, int shards, ConvertReport& rep) {
   std::error_code ec;
+  // No file convert writes may be a file of the checkpoint it reads (the same directory, or a hard
+  // link); a symlink at an output's name is replaced, never written through (io/output_file.hpp).
+  std::vector<io::PathUse> inputs, outputs;
+  for (const auto& e : fs::directory_iterator(from, ec)) inputs.push_back({e.path().string(), "--from"});
+  for (int s = 0; s < shards; ++s) outputs.push_back({(fs::path(out) / io::shard_file_name(s)).string(), "--out"});
+  outputs.push_back({io::model_h5_path(out), "--out"});
+  for (const char* name : kTokenizerFiles) outputs.push_back({(fs::path(out) / name).string(), "--out"});
+  if (fs::equivalent(out, from, ec)) fail(ErrorKind::Usage, "--out ", out, " is the --from checkpoint directory; writing it would change the input");
+  io::check_distinct_paths(inputs, outputs);
   fs::create_directories(out, ec);
   if (ec) fail(ErrorKind::Io, out, ": cannot create directory: ", ec.message());
   if (::access(out.c_str(), W_OK) != 0) fail(ErrorKind::Io, out, ": directory is not writable");
@@ -899,14 +912,12 @@ void write_dense_part(const std::string& out_dir, const HfCheckpoint& ckpt, cons
 // The tokenizer and generation settings travel with the model, as they are.
 void copy_tokenizer_files(const std::string& from, const std::string& out_dir) {
   std::error_code ec;
-  for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json"}) {
+  for (const char* name : kTokenizerFiles) {
     const fs::path src = fs::path(from) / name;
     if (!fs::is_regular_file(src, ec)) continue;
-    io::replace_file_atomically((fs::path(out_dir) / name).string(), [&](const std::string& tmp) {
-      fs::copy_file(src, tmp, fs::copy_options::overwrite_existing, ec);
-      if (ec) fail(ErrorKind::Io, src.string(), ": cannot copy: ", ec.message());
-    });
+    io::AtomicFile out((fs::path(out_dir) / name).string());
+    out.write(io::read_regular_file(src.string()));
+    out.commit();
   }
 }
 
@@ -918,7 +929,7 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   finish_plan(p, ckpt, cfg);
   rep.config = p.c;
   rep.shards = p.shards;
-  prepare_output(cfg.out, p.shards, rep);
+  prepare_output(cfg.out, cfg.from, p.shards, rep);
   check_checkpoint(cfg, ckpt, p, experts);
   TensorReader reader(ckpt, bytes_to_read(ckpt, p), progress);
   write_expert_shards(cfg.out, p, experts, reader, rep);

@@ -2,6 +2,8 @@
 #include "io/blob_store.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "base/xxh64.hpp"
 #include "io/output_file.hpp"
 #include "io/positional_file.hpp"
+#include "io/private_dir.hpp"
 
 namespace moerun::io {
 namespace {
@@ -36,21 +39,31 @@ uint64_t BlobEntry::span() const {
 BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::string& layout, bool direct)
     : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), layout_(layout),
       max_bytes_(max_bytes) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) fail(ErrorKind::Io, dir, ": cannot create the L2 directory: ", ec.message());
-  fd_ = ::open(blob_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail(ErrorKind::Io, blob_path_, ": cannot open: ", std::strerror(errno));
-  if (direct) direct_fd_ = ::open(blob_path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);  // tmpfs and some others refuse
+  make_private_directory(dir, "L2 directory");
+  fd_ = open_owned_file(blob_path_, O_RDWR | O_CREAT, "the L2 blob");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK)  // a file system without locks: as before, one writer is the user's to ensure
+      log::warn(blob_path_, ": cannot lock (", std::strerror(errno), "); runs sharing this L2 directory may overwrite each other");
+    read_only_ = errno == EWOULDBLOCK;
+    if (read_only_) log::info(dir_, ": L2 in use by another run; this run reads its entries and adds none");
+  }
+  if (direct) direct_fd_ = ::open(blob_path_.c_str(), O_RDONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);  // tmpfs and some others refuse
   direct_ = direct_fd_ >= 0;
   const off_t file_size = ::lseek(fd_, 0, SEEK_END);
+  const int index_fd = ::open(index_path_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (index_fd < 0) return;
+  struct stat sb{};
+  const bool regular = ::fstat(index_fd, &sb) == 0 && S_ISREG(sb.st_mode);
+  ::close(index_fd);
   std::ifstream in(index_path_);
-  if (!in) return;
+  if (!regular || !in) return;
   int64_t dropped = 0;
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     if (j.value("format_version", 0) != kIndexVersion || j.value("layout", std::string()) != layout_) {
-      log::info(index_path_, ": L2 holds another layout (", j.value("layout", std::string("format 1")), "); starting it empty");
+      log::info(index_path_, ": L2 holds another layout (", j.value("layout", std::string("format 1")),
+                read_only_ ? "); another run holds it, so this run uses no L2 entry" : "); starting it empty");
+      if (read_only_) return;
       if (::ftruncate(fd_, 0) != 0) { /* the empty index does not cover the old bytes either way */ }
       write_index_locked();
       return;
@@ -173,6 +186,7 @@ bool BlobStore::put(int64_t layer, int64_t expert, const std::vector<ConstBlobPa
 
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.count({layer, expert})) return true;
+  if (read_only_) return false;
   b.offset = end_;
   const auto fail_once = [&](const std::string& why) {
     if (!full_warned_) log::warn(dir_, ": L2 cache not growing (", why, "); experts beyond it come from L3");
@@ -215,6 +229,7 @@ void BlobStore::settle_written_locked() {
 }
 
 void BlobStore::write_index_locked() {
+  if (read_only_) return;  // the run that holds the directory owns its index
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [k, b] : index_)
     entries.push_back({{"layer", k.first}, {"expert", k.second}, {"offset", b.offset}, {"parts", b.parts},

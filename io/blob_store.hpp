@@ -7,6 +7,10 @@
 // each added entry, so a restart finds every complete entry and starts warm; a torn or corrupt
 // entry fails its checksum on read, is dropped and counted, and the caller refetches it from L3.
 // When the budget or the disk is full, puts stop (one warning) and the run continues from L3.
+// DIR is private (made 0700, or checked: a real directory of this user that nobody else may write)
+// and its files are opened by the one rule of io/output_file.hpp, so nothing planted there is
+// written through. One run writes a DIR at a time (flock on the blob): a second run that finds it
+// held reads the entries it holds and adds none.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -58,6 +62,7 @@ class BlobStore {
   int64_t entries() const;
   int64_t corrupt_dropped() const;
   bool direct_io() const { return direct_; }
+  bool read_only() const { return read_only_; }  // another run holds DIR
   const std::string& dir() const { return dir_; }
 
  private:
@@ -74,6 +79,7 @@ class BlobStore {
   int fd_ = -1;         // buffered, for writes (and reads when O_DIRECT is refused)
   int direct_fd_ = -1;  // O_DIRECT, for reads
   bool direct_ = false;
+  bool read_only_ = false;
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int64_t>, BlobEntry> index_;
   uint64_t end_ = 0;    // next free (page-aligned) offset

@@ -255,7 +255,7 @@ void check_native_part(const ExpertPart& p, const unsigned char* data, const std
     if (p.elem == PartElem::F32) {
       float v;
       std::memcpy(&v, data + 4 * i, 4);
-      if (!fp8_scale_ok(v)) what = std::isfinite(v) ? "a block scale of 2^119 or more (its weights overflow float32)" : "a block scale that is NaN or Inf";
+      if (!fp8_scale_ok(v)) what = std::isfinite(v) ? "a block scale of 2^64 or more (its weights' products overflow float32)" : "a block scale that is NaN or Inf";
     }
     if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
   }

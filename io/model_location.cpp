@@ -73,6 +73,15 @@ std::vector<std::string> ModelLocation::local_files() const {
   return files;
 }
 
+std::vector<std::string> ModelLocation::input_files() const {
+  std::vector<std::string> files;
+  std::error_code ec;
+  if (remote() || !std::filesystem::is_directory(name_, ec)) return files;
+  for (const auto& entry : std::filesystem::directory_iterator(name_, ec)) files.push_back(entry.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 std::vector<std::string> ModelLocation::probe_files() const {
   if (!remote()) return local_files();
   std::vector<std::string> files{file("model.h5")};

@@ -31,6 +31,9 @@ class ModelLocation {
   // Local: the paths of model.h5 and every shard that exist (for the HDF5 probe and the check that
   // no output overwrites the model). Remote: none.
   std::vector<std::string> local_files() const;
+  // Every entry of a local model directory (model.h5, shards, tokenizer files, the caches kept
+  // next to them): what no output of a run may name. Empty for an object store.
+  std::vector<std::string> input_files() const;
   // What the HDF5 probe walks: local_files(), or in an object store the URLs of model.h5 and of
   // every shard (one listing).
   std::vector<std::string> probe_files() const;

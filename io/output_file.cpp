@@ -21,18 +21,6 @@ namespace {
 
 const char* kind_of(mode_t m) { return file_type_name(m); }
 
-// The file a write to `path` ends up replacing: symlinks followed (a dangling link's target).
-std::string resolve(const std::string& path) {
-  std::error_code ec;
-  fs::path p(path);
-  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
-    fs::path target = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = target.is_absolute() ? target : p.parent_path() / target;
-  }
-  return p.string();
-}
-
 struct FileId {
   bool exists = false;
   dev_t dev = 0;
@@ -40,13 +28,16 @@ struct FileId {
   std::string spelling;  // absolute, normalised, symlinks resolved where they exist
 };
 
-FileId file_id(const std::string& path) {
+// An input is the file a read reaches (links followed); an output is the name a write replaces
+// (its directory resolved, a link at the name itself not followed: rename(2) replaces the link).
+FileId file_id(const std::string& path, bool follow) {
   FileId id;
   std::error_code ec;
-  fs::path canon = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  id.spelling = ec ? fs::absolute(path).lexically_normal().string() : canon.string();
+  const fs::path abs = fs::absolute(path, ec).lexically_normal();
+  const fs::path canon = follow ? fs::weakly_canonical(abs, ec) : fs::weakly_canonical(abs.parent_path(), ec) / abs.filename();
+  id.spelling = ec ? abs.string() : canon.string();
   struct stat sb{};
-  if (::stat(path.c_str(), &sb) == 0) {
+  if ((follow ? ::stat(path.c_str(), &sb) : ::lstat(path.c_str(), &sb)) == 0) {
     id.exists = true;
     id.dev = sb.st_dev;
     id.ino = sb.st_ino;
@@ -71,11 +62,12 @@ bool is_side_file(const std::string& o, const std::string& p) {
 }  // namespace
 
 void check_output_target(const std::string& path, const std::string& option) {
-  const std::string target = resolve(path);
   struct stat sb{};
-  if (::stat(target.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+  if (::lstat(path.c_str(), &sb) == 0 && S_ISLNK(sb.st_mode))
+    fail(ErrorKind::Usage, option, " ", path, ": is a symbolic link; moerun never writes through a link (name the file itself)");
+  if (::lstat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
     fail(ErrorKind::Usage, option, " ", path, ": is ", kind_of(sb.st_mode), "; outputs are written as new regular files, refusing to replace it");
-  const std::string dir = parent_dir(target);
+  const std::string dir = parent_dir(path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, path, ": output directory ", dir, " does not exist");
   if (::access(dir.c_str(), W_OK) != 0) fail(ErrorKind::Io, path, ": output directory ", dir, " is not writable");
@@ -86,10 +78,10 @@ void check_output_target(const std::string& path, const std::string& option) {
 
 void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs) {
   std::vector<FileId> out_ids;
-  for (const auto& o : outputs) out_ids.push_back(file_id(o.path));
+  for (const auto& o : outputs) out_ids.push_back(file_id(o.path, false));
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (const auto& in : inputs) {
-      const FileId id = file_id(in.path);
+      const FileId id = file_id(in.path, true);
       if (same_file(id, out_ids[i]))
         fail(ErrorKind::Usage, outputs[i].option, " ", outputs[i].path, " is the ", in.option, " file; writing it would destroy the input");
       if (is_side_file(out_ids[i].spelling, id.spelling))
@@ -103,17 +95,18 @@ void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<
   }
 }
 
-AtomicFile::AtomicFile(const std::string& path) : path_(path), target_(resolve(path)) {
+AtomicFile::AtomicFile(const std::string& path) : path_(path) {
   struct stat sb{};
-  if (::lstat(target_.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+  const bool exists = ::lstat(path_.c_str(), &sb) == 0;
+  if (exists && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
     fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; refusing to replace it with a regular file");
-  const bool replacing = ::stat(target_.c_str(), &sb) == 0;
+  const bool replacing = exists && S_ISREG(sb.st_mode);  // a link's mode is not the file's
   // Not mkstemp (always 0600): created 0666 so that the kernel applies the umask, as for any new
   // file; a replaced file keeps its own mode.
   std::random_device rd;
   static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    tmp_ = target_ + ".tmp.";
+    tmp_ = path_ + ".tmp.";
     for (int i = 0; i < 6; ++i) tmp_ += kChars[rd() % (sizeof kChars - 1)];
     fd_ = ::open(tmp_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     if (fd_ < 0 && errno != EEXIST) break;
@@ -140,9 +133,11 @@ void AtomicFile::commit() {
   int fd = ::open(tmp_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) fail(ErrorKind::Io, tmp_, ": fsync failed: ", std::strerror(errno));
   ::close(fd);
-  if (::rename(tmp_.c_str(), target_.c_str()) != 0) fail(ErrorKind::Io, path_, ": rename failed: ", std::strerror(errno));
+  // rename(2) replaces the name itself: a symlink planted there since the checks is replaced, and
+  // the file it points at (an input, someone else's file) is never touched.
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) fail(ErrorKind::Io, path_, ": rename failed: ", std::strerror(errno));
   committed_ = true;
-  int dfd = ::open(parent_dir(target_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = ::open(parent_dir(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -150,7 +145,7 @@ void AtomicFile::commit() {
 }
 
 int remove_stale_temp_files(const std::string& path) {
-  const fs::path target(resolve(path));
+  const fs::path target(path);
   const std::string prefix = target.filename().string() + ".tmp.";
   int removed = 0;
   std::error_code ec;
@@ -187,6 +182,28 @@ void write_file_atomically(const std::string& path, const std::vector<std::strin
 std::string parent_dir(const std::string& path) {
   auto p = fs::path(path).parent_path();
   return p.empty() ? "." : p.string();
+}
+
+int open_owned_file(const std::string& path, int flags, const std::string& what) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat sb{};
+    if (err == ELOOP) fail(ErrorKind::Usage, path, ": is a symbolic link; moerun never writes ", what, " through a link");
+    // A FIFO without a reader refuses a non-blocking open for writing (ENXIO): named as what it is.
+    if (::lstat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
+      fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; ", what, " must be a regular file");
+    fail(ErrorKind::Io, path, ": cannot open ", what, ": ", std::strerror(err));
+  }
+  struct stat sb{};
+  std::string why;
+  if (::fstat(fd, &sb) != 0) why = str(": cannot stat ", what, ": ", std::strerror(errno));
+  else if (!S_ISREG(sb.st_mode)) why = str(": is ", kind_of(sb.st_mode), "; ", what, " must be a regular file");
+  else if (sb.st_nlink > 1) why = str(": has ", sb.st_nlink, " hard links; refusing to write ", what, " into a file with another name");
+  else if (sb.st_uid != ::geteuid()) why = str(": is owned by uid ", sb.st_uid, ", not by this user; refusing to write ", what, " into it");
+  if (why.empty()) return fd;
+  ::close(fd);
+  fail(ErrorKind::Usage, path, why);
 }
 
 void write_fully(int fd, const std::string& data, const std::string& path) {

@@ -1,9 +1,11 @@
-// Output files: what a command may write to, checked before any work, and how it is written.
-// Outputs are replaced atomically (a fresh temp file next to the target, renamed over it), which
-// would turn a device, a FIFO or a symlink into a regular file and would silently destroy an
-// input given as an output. So an existing target must be a regular file (a symlink is followed:
-// the file it points at is replaced, the link stays), and no output may be an input or another
-// output, counting the side files an output makes (OUT.journal*, OUT.N per router, OUT.lock).
+// The one rule for every file moerun writes (issue 63). A file is either replaced atomically (a new
+// temp file made with O_EXCL | O_NOFOLLOW next to its name, renamed onto the name: a link at the
+// name is replaced as a link, never written through) or, for the few written in place (journals,
+// locks, the L2 blob), opened by open_owned_file (no link, one hard link, this user's). Named
+// outputs are checked before any work: an existing one must be a regular file (a symlink is
+// refused), and no output may be an input or another output, counting the side files an output
+// makes (OUT.journal*, OUT.N per router, OUT.lock). Nothing else in the tree opens a file for
+// writing (tests/io/check_file_writers.py enforces it).
 #pragma once
 #include <functional>
 #include <string>
@@ -18,18 +20,19 @@ struct PathUse {
 };
 
 // Before any work: the directory exists and is writable, and a file with the longest side-file
-// name can be made there (Io otherwise); an existing target is a regular file after following
-// symlinks (Usage otherwise).
+// name can be made there (Io otherwise); an existing target is a regular file, not a symlink
+// (Usage otherwise).
 void check_output_target(const std::string& path, const std::string& option);
 // Usage error naming both options when an output is an input, another output, or would be
 // overwritten by another output's side files. Paths are compared as files (device and inode) when
 // they exist, else by their absolute, normalised spelling.
 void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs);
 
-// A file replaced atomically: written to a new temp file in the target's directory (a fresh name,
-// so a stale or planted PATH.tmp is never opened), then synced and renamed over the target, and
-// the directory synced. Until commit() the target is untouched; without commit() the temp file is
-// removed. A non-regular target is refused (Usage); a symlink's target is replaced.
+// A file replaced atomically: written to a new temp file in the name's directory (a fresh name,
+// so a stale or planted PATH.tmp is never opened), then synced and renamed onto the name, and the
+// directory synced. Until commit() the name is untouched; without commit() the temp file is
+// removed. A device, FIFO or directory at the name is refused (Usage); a symlink at the name is
+// replaced by the new file and what it pointed at is left alone.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path);
@@ -42,7 +45,7 @@ class AtomicFile {
   void commit();
 
  private:
-  std::string path_, target_, tmp_;
+  std::string path_, tmp_;
   int fd_ = -1;
   bool committed_ = false;
 };
@@ -55,6 +58,12 @@ int remove_stale_temp_files(const std::string& path);
 void replace_file_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write);
 // Text lines (each followed by '\n'), replaced atomically.
 void write_file_atomically(const std::string& path, const std::vector<std::string>& lines);
+
+// The one way to open a file that is written in place (a journal, a lock, the L2 blob): `flags`
+// (O_RDWR, O_CREAT, O_APPEND ...) plus O_NOFOLLOW, O_NONBLOCK and O_CLOEXEC. Refused (Usage, one
+// line naming `path` and `what`) when the name is a symlink, not a regular file, has another hard
+// link (a planted second name of someone's file), or belongs to another user. Returns the fd.
+int open_owned_file(const std::string& path, int flags, const std::string& what);
 
 // For writers of side files: write(2) until done (EINTR retried; Io naming `path` on failure), and
 // the directory a path is in ("." for a bare name).

@@ -37,17 +37,12 @@ std::string host_name() {
 
 OutputLock::OutputLock(const std::string& output) : path_(path_for(output)) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    // O_NONBLOCK and O_NOFOLLOW: a FIFO or a symlink planted as OUTPUT.lock is refused, not waited on.
-    const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
-    if (fd < 0) {
-      if (errno == ELOOP) fail(ErrorKind::Usage, path_, ": is a symlink; the lock of --output ", output, " must be a regular file");
-      fail(ErrorKind::Io, path_, ": cannot create the lock of --output ", output, ": ", std::strerror(errno));
-    }
+    // A FIFO or a symlink planted as OUTPUT.lock is refused, not waited on or written through.
+    const int fd = open_owned_file(path_, O_RDWR | O_CREAT, "the lock of --output " + output);
     struct stat mine{};
-    if (::fstat(fd, &mine) != 0 || !S_ISREG(mine.st_mode)) {
+    if (::fstat(fd, &mine) != 0) {
       ::close(fd);
-      fail(ErrorKind::Usage, path_, ": is ", file_type_name(mine.st_mode), "; the lock of --output ", output,
-           " must be a regular file");
+      fail(ErrorKind::Io, path_, ": cannot stat the lock of --output ", output);
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int err = errno;

@@ -18,7 +18,7 @@ namespace {
 void check(const std::string& path, const std::string& what) {
   struct stat sb{};
   if (::lstat(path.c_str(), &sb) != 0) fail(ErrorKind::Io, what, path, ": cannot stat: ", std::strerror(errno));
-  if (S_ISLNK(sb.st_mode)) fail(ErrorKind::Io, what, path, ": is a symlink; refusing to trust a staging directory through it");
+  if (S_ISLNK(sb.st_mode)) fail(ErrorKind::Io, what, path, ": is a symlink; refusing to trust a directory through it");
   if (!S_ISDIR(sb.st_mode)) fail(ErrorKind::Io, what, path, ": is ", file_type_name(sb.st_mode), ", expected a directory");
   if (sb.st_uid != ::geteuid())
     fail(ErrorKind::Io, what, path, ": is owned by uid ", sb.st_uid, ", not by this user (uid ", ::geteuid(),
@@ -32,10 +32,19 @@ void check(const std::string& path, const std::string& what) {
 
 }  // namespace
 
-void make_private_directory(const std::string& path) {
+void make_private_directory(const std::string& path, const std::string& option) {
+  const std::string what = option.empty() ? "" : option + " ";
   if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-    fail(ErrorKind::Io, path, ": cannot create directory: ", std::strerror(errno));
-  check(path, "");
+    fail(ErrorKind::Io, what, path, ": cannot create directory: ", std::strerror(errno));
+  check(path, what);
+}
+
+void make_private_directory_path(const std::string& path, const std::string& option) {
+  const std::filesystem::path parent = std::filesystem::path(path).lexically_normal().parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) fail(ErrorKind::Io, option, " ", path, ": cannot create its parent directory: ", ec.message());
+  make_private_directory(path, option);
 }
 
 void check_private_directory(const std::string& path, const std::string& option) { check(path, option + " "); }

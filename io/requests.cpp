@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -286,14 +287,18 @@ json logprobs_json(const std::vector<TokenLogprob>& v) {
   return a;
 }
 
+// JSON has no NaN or Inf: nlohmann writes them as null, so null reads back as NaN (a journal line
+// moerun writes is always one it reads back).
+double logprob_from_json(const json& v) { return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>(); }
+
 // Throws json::exception on a malformed entry (result_from_json turns it into false).
 std::vector<TokenLogprob> logprobs_from_json(const json& a) {
   std::vector<TokenLogprob> v;
   for (const json& e : a) {
     TokenLogprob t;
     t.token = e.at("token").get<int32_t>();
-    t.logprob = e.at("logprob").get<double>();
-    for (const json& p : e.at("top")) t.top.emplace_back(p.at(0).get<int32_t>(), p.at(1).get<double>());
+    t.logprob = logprob_from_json(e.at("logprob"));
+    for (const json& p : e.at("top")) t.top.emplace_back(p.at(0).get<int32_t>(), logprob_from_json(p.at(1)));
     v.push_back(std::move(t));
   }
   return v;

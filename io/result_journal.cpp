@@ -88,14 +88,7 @@ ResultJournal::ResultJournal(const std::string& output_path, int writer, bool re
                 "); recomputing them");
     }
   }
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | (resume ? 0 : O_TRUNC) | O_CLOEXEC, 0666);
-  if (fd_ < 0) fail(ErrorKind::Io, path_, ": cannot open journal: ", std::strerror(errno));
-  struct stat sb{};
-  if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    fail(ErrorKind::Usage, path_, ": the journal is not a regular file");
-  }
+  fd_ = open_owned_file(path_, O_WRONLY | O_CREAT | O_APPEND | (resume ? 0 : O_TRUNC), "the journal");
   // A torn last line from a kill must not glue onto the next record.
   if (resume && ::lseek(fd_, 0, SEEK_END) > 0) {
     std::ifstream in(path_, std::ios::binary);

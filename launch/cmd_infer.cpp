@@ -94,7 +94,11 @@ int cmd_infer(int argc, char** argv) {
   if (mpi.rank() == 0) engine.warn_deprecated();
   if (mpi.rank() == 0 && check_weights)
     log::warn("--check-weights is deprecated and does nothing: every weight is checked for NaN/Inf as it loads");
-  runtime::run_infer(c, MPI_COMM_WORLD);
+  const runtime::InferReport rep = runtime::run_infer(c, MPI_COMM_WORLD);
+  // Every result is written; a request the model could not compute is bad input (the model's).
+  if (rep.failed_requests > 0)
+    fail(ErrorKind::BadInput, rep.failed_requests, " request(s) ended with non-finite values (their lines in ", c.output,
+         " say where); the other results are complete");
   return 0;
 }
 

@@ -144,6 +144,8 @@ int placement_plan(int argc, char** argv) {
   if (device_bytes > 0 && model.empty()) fail(ErrorKind::Usage, "--device-bytes needs --model (the model's sizes)");
   std::vector<io::PathUse> inputs;
   for (const auto& t : traces) inputs.push_back({t, "--trace"});
+  if (!model.empty() && !io::is_s3_url(model))
+    for (const auto& f : io::ModelLocation(model).input_files()) inputs.push_back({f, "--model"});
   check_output_files({{out, "--out"}}, inputs);
   const experts::ExpertLoads loads = read_loads(traces);
   if (pc.groups > 0 && loads.num_experts % pc.groups != 0)

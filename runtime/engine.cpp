@@ -23,6 +23,7 @@
 #include "io/expert_index_cache.hpp"
 #include "io/expert_shards.hpp"
 #include "io/input_file.hpp"
+#include "io/private_dir.hpp"
 #include "runtime/distributed_moe.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/moe_protocol.hpp"
@@ -166,8 +167,12 @@ void Engine::build_store(int64_t rank) {
     experts::ExpertCacheConfig cc = cfg_.cache;
     cc.l1_bytes = l1_bytes_;
     source_->set_direct_reads(cc.l3_direct);
-    // Ranks sharing a host (or a shared directory) each keep their own blob file.
-    if (!cc.l2_dir.empty()) cc.l2_dir += "/rank-" + std::to_string(rank);
+    // Ranks sharing a host (or a shared directory) each keep their own blob file, in a directory
+    // checked as --staging is: another user's link or file planted there would be written through.
+    if (!cc.l2_dir.empty()) {
+      io::make_private_directory_path(cc.l2_dir, "--l2-dir");
+      cc.l2_dir += "/rank-" + std::to_string(rank);
+    }
     store_ = std::make_unique<experts::ExpertCache>(cc, *backend_, *source_, owns, graph_ ? &*graph_ : nullptr);
   } else {
     // The budget (auto: the cgroup limit or MemAvailable) holds every expert: no cache to use them.
@@ -196,7 +201,8 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   if (backend_->weight_memory() != MemoryKind::Host) return 0;
   ExpertMemoryNeeds n;
   n.held = resident_memory_bytes();
-  if (is_router()) n.reserved = reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_;
+  if (is_router())
+    n.reserved = reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_ + logit_bytes();
   n.cache_reserved = cache_loader_bytes(cfg_.cache.io_threads, static_cast<int64_t>(io::expert_raw_bytes(mc_)));
   n.expert_bytes = backend_->expert_bytes();
   n.owned_experts = owned;
@@ -208,7 +214,9 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
 }
 
 void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
-  budget_ = cfg_.memory_budget > 0 ? MemoryBudget{cfg_.memory_budget, "--memory-budget"} : default_memory_budget(ranks_on_host_);
+  budget_ = resolve_memory_budget(cfg_.memory_budget, ranks_on_host_);
+  if (!budget_.clamped_from.empty() && rank_ == 0) log::warn(budget_.clamped_from);
+  logit_cap_ = logit_rows_cap(budget_, mc_.vocab_size, logit_rows_, logit_copies_, logit_floor_);
   if (!cfg_.placement_file.empty() && !distributed() && rank_ == 0)
     log::warn("--placement ", cfg_.placement_file, " is not used: in one process every expert is local");
   placement_ = cfg_.placement_file.empty() || !distributed()
@@ -391,6 +399,11 @@ void Engine::step_boundary() {
 
 void Engine::requests_finished(int64_t done) {
   if (auto* cache = dynamic_cast<experts::ExpertCache*>(store_.get())) cache->requests_finished(done);
+}
+
+const std::vector<int32_t>& Engine::step_nonfinite_layers() const {
+  static const std::vector<int32_t> none;
+  return forward_ ? forward_->nonfinite_layers() : none;
 }
 
 void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats) {

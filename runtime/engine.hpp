@@ -159,6 +159,19 @@ class Engine {
     kv_tokens_ = tokens;
     kv_sequences_ = sequences;
   }
+  // Before load() (in its before_weights): the vocabulary rows one step may hold (its logits: every
+  // token of the step when requests score their prompts, else one per sequence in flight), each
+  // `copies` times (log-softmax rows, --kl-base rows), and the fewest a step needs (`floor`).
+  void expect_logit_rows(int64_t rows, int64_t copies, int64_t floor) {
+    logit_rows_ = rows;
+    logit_copies_ = copies;
+    logit_floor_ = floor;
+  }
+  // Router ranks, after step(): per token, the first layer whose output was not finite (-1: none).
+  const std::vector<int32_t>& step_nonfinite_layers() const;
+  // After load(): the rows a step may score under the memory budget (SchedulerConfig::max_logit_rows;
+  // 0: no cap), reserved in it.
+  int64_t logit_rows_per_step() const { return logit_cap_; }
   // Likewise the prefix cache's bound (--prefix-cache-mb): KV rows kept past their requests.
   void expect_prefix_cache_bytes(int64_t bytes) { prefix_cache_bytes_ = bytes; }
   // Before load() (in its before_weights): about how many decode steps the job takes, for
@@ -241,6 +254,8 @@ class Engine {
     return kv_tokens_ > 0 ? std::min(cfg_.reserve_step_tokens, kv_tokens_) : cfg_.reserve_step_tokens;
   }
   int64_t prefix_cache_bytes_ = 0;
+  int64_t logit_rows_ = 0, logit_copies_ = 1, logit_floor_ = 1, logit_cap_ = 0;
+  int64_t logit_bytes() const { return (logit_cap_ > 0 ? logit_cap_ : logit_rows_) * logit_copies_ * mc_.vocab_size * int64_t{4}; }
   MemoryBudget budget_;
   int64_t l1_bytes_ = 0;
   std::chrono::steady_clock::time_point serving_since_;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -77,16 +78,32 @@ std::unique_ptr<io::Tokenizer> open_model_tokenizer(const InferConfig& cfg) {
   return tok;
 }
 
-// Every output is a regular file (or new), and none of them is an input or another output.
-void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
+std::vector<io::PathUse> output_uses(const InferConfig& cfg) {
   auto use = [&](const std::string& path, const char* field) { return io::PathUse{path, named(cfg, field)}; };
   std::vector<io::PathUse> outputs{use(cfg.output, "output")};
   if (!cfg.stats_json.empty()) outputs.push_back(use(cfg.stats_json, "stats_json"));
   if (!cfg.trace.empty()) outputs.push_back(use(cfg.trace, "trace"));
   if (!cfg.logits_out.empty()) outputs.push_back(use(cfg.logits_out, "logits_out"));
-  for (const auto& o : outputs) io::check_output_target(o.path, o.option);
+  return outputs;
+}
+
+// Before anything is created (the lock, the L2 directory): every output is a regular file or new,
+// and none is the L2 directory.
+void check_output_names(const InferConfig& cfg) {
+  const std::string l2 = cfg.engine.cache.l2_dir;
+  for (const auto& o : output_uses(cfg)) {
+    if (!l2.empty() && std::filesystem::absolute(o.path).lexically_normal() == std::filesystem::absolute(l2).lexically_normal())
+      fail(ErrorKind::Usage, o.option, " ", o.path, " is the ", named(cfg, "engine.cache.l2_dir"), " directory; choose another");
+    io::check_output_target(o.path, o.option);
+  }
+}
+
+// None of the outputs is an input or another output.
+void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
+  auto use = [&](const std::string& path, const char* field) { return io::PathUse{path, named(cfg, field)}; };
+  const std::vector<io::PathUse> outputs = output_uses(cfg);
   std::vector<io::PathUse> inputs{use(cfg.input, "input")};
-  for (const auto& f : model.local_files()) inputs.push_back(use(f, "engine.model"));
+  for (const auto& f : model.input_files()) inputs.push_back(use(f, "engine.model"));
   const EngineConfig& e = cfg.engine;
   if (!e.affinity.empty()) inputs.push_back(use(e.affinity, "engine.affinity"));
   if (!e.placement_file.empty()) inputs.push_back(use(e.placement_file, "engine.placement_file"));
@@ -132,13 +149,16 @@ RouterWork router_work(const InferConfig& cfg, const Engine& engine, const std::
 }
 
 // Rank 0, once every journal is complete: the output in input order, text decoded in one batch.
-void write_output(const InferConfig& cfg, const std::vector<io::Request>& requests, const io::JournalKeys& keys) {
+// Returns how many valid requests ended with an error (non-finite values in the forward).
+int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& requests, const io::JournalKeys& keys) {
   auto finished = io::read_journals(cfg.output, keys);
+  int64_t failed = 0;
   std::vector<io::Result*> texts;
   std::vector<std::vector<int32_t>> text_ids;
   for (const io::Request& r : requests) {
     auto it = finished.find(r.id);
     if (it == finished.end()) fail(ErrorKind::Internal, "request ", r.id, " has no result");
+    failed += r.error.empty() && !it->second.error.empty() ? 1 : 0;
     if (r.has_text && it->second.error.empty()) {
       texts.push_back(&it->second);
       text_ids.push_back(it->second.output_tokens);
@@ -156,6 +176,7 @@ void write_output(const InferConfig& cfg, const std::vector<io::Request>& reques
   for (const io::Request& r : requests) lines.push_back(io::result_to_json(finished.at(r.id)));
   io::write_file_atomically(cfg.output, lines);
   io::remove_journals(cfg.output);
+  return failed;
 }
 
 // After set-up: serve, then gather the counters on rank 0 and finish the output there.
@@ -163,7 +184,8 @@ InferReport serve(const InferConfig& cfg, Engine& engine, const std::vector<io::
                   const io::JournalKeys& keys) {
   const MPI_Comm world = engine.world();
   RoutingStats stats(engine.model(), !cfg.trace.empty());
-  const BatchLoopConfig loop{cfg.scheduler, cfg.prefix_cache, !cfg.quiet};
+  BatchLoopConfig loop{cfg.scheduler, cfg.prefix_cache, !cfg.quiet};
+  loop.scheduler.max_logit_rows = engine.logit_rows_per_step();
   InferReport rep;
   rep.requests = static_cast<int64_t>(requests.size());
   engine.start_serving();
@@ -195,7 +217,7 @@ InferReport serve(const InferConfig& cfg, Engine& engine, const std::vector<io::
     comm::barrier(world);  // every journal is complete before rank 0 reads them
   }
   if (engine.rank() == 0) {
-    write_output(cfg, requests, keys);
+    rep.failed_requests = write_output(cfg, requests, keys);
     print_infer_summary(cfg, rep, stats);
     if (!cfg.stats_json.empty()) io::write_file_atomically(cfg.stats_json, {infer_stats_json(cfg, rep, stats)});
   }
@@ -236,6 +258,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
     // Read at steps during the run, so a FIFO there would be found only then: refused now.
     if (!cfg.engine.swap_control.empty()) io::check_regular_file(cfg.engine.swap_control, ErrorKind::Usage);
     // One run per output: taken before anything of the output's is touched (journals, temp files).
+    if (rank == 0) check_output_names(cfg);
     if (rank == 0) output_lock.emplace(cfg.output);
   });
   // One rank reads the requests (a FIFO or a pipe can be read only once), every rank parses them.
@@ -254,6 +277,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
                             max_sequences_in_flight(requests, cfg.scheduler));
     engine.expect_prefix_cache_bytes(cfg.prefix_cache.max_bytes);
     engine.expect_decode_steps(expected_decode_steps(requests, cfg.scheduler));
+    engine.expect_logit_rows(max_step_logit_rows(requests, cfg.scheduler), 1, max_sequences_in_flight(requests, cfg.scheduler) + 1);
   });
   agree_on_setup(world, setup_timeout, "outputs", [&] {
     if (rank == 0 && !cfg.resume) io::remove_journals(cfg.output);

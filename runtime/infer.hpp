@@ -53,6 +53,7 @@ struct InferReport {
   bool prefix_on = false;
   PrefixCacheCounters prefix;
   EngineReport engine;
+  int64_t failed_requests = 0;   // rank 0: valid requests whose output line is an error (non-finite values)
 };
 
 InferReport run_infer(const InferConfig& cfg, MPI_Comm world);

@@ -31,6 +31,25 @@ MemoryBudget default_memory_budget(int ranks_on_host) {
   return b;
 }
 
+MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host) {
+  MemoryBudget host = default_memory_budget(ranks_on_host);
+  if (requested <= 0) return host;
+  MemoryBudget b{requested, "--memory-budget", ""};
+  if (host.bytes > 0 && requested > host.bytes) {
+    b.clamped_from = str("--memory-budget ", mib(requested), " is more than ", host.source, " allows (", mib(host.bytes),
+                         "); using ", mib(host.bytes));
+    b.bytes = host.bytes;
+    b.source = "--memory-budget, clamped to " + host.source;
+  }
+  return b;
+}
+
+int64_t logit_rows_cap(const MemoryBudget& budget, int64_t vocab, int64_t rows, int64_t copies, int64_t floor) {
+  if (budget.bytes <= 0 || rows <= 0) return 0;
+  const int64_t row_bytes = std::max<int64_t>(1, vocab * copies * static_cast<int64_t>(sizeof(float)));
+  return std::min(rows, std::max(floor, budget.bytes / 8 / row_bytes));
+}
+
 int64_t cache_loader_bytes(int io_threads, int64_t raw_expert_bytes) {
   return io_threads * ((int64_t{2} << 20) + 2 * raw_expert_bytes) + raw_expert_bytes;
 }

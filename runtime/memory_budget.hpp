@@ -15,11 +15,20 @@ namespace moerun::runtime {
 struct MemoryBudget {
   int64_t bytes = 0;   // per rank; 0: none (no limit known)
   std::string source;  // what set it, for messages: "--memory-budget", "the cgroup memory limit", ...
+  std::string clamped_from;  // a warning when --memory-budget asked for more than the host allows
 };
 
 // What --memory-budget auto means: the tighter of the cgroup memory limit and MemAvailable, shared
 // by the `ranks_on_host` ranks of this host.
 MemoryBudget default_memory_budget(int ranks_on_host);
+// The budget of a rank: `requested` (--memory-budget; 0: auto), but never more than auto's: a
+// budget above the cgroup limit or MemAvailable would be OOM-killed with no message, so it is
+// clamped to that, with clamped_from saying so.
+MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host);
+
+// The vocabulary rows a step may hold under `budget` (an eighth of it at most, never fewer than
+// `floor`), of the `rows` it would hold unbounded, each `copies` times; 0 (no cap) without a budget.
+int64_t logit_rows_cap(const MemoryBudget& budget, int64_t vocab, int64_t rows, int64_t copies, int64_t floor);
 
 // The slack kept inside a budget for what no formula counts: library code paged in while serving
 // (measured: 36 MiB of oneDNN and OpenMP pages after the plan on the bench shape), allocator

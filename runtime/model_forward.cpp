@@ -9,6 +9,7 @@
 #include "io/dense_quant_cache.hpp"
 #include "io/model_location.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/nonfinite_rows.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -177,6 +178,18 @@ void ModelForward::reserve(int64_t T) {
   }
 }
 
+// A token whose logits row is not finite though its hidden state was: the LM head overflowed.
+void ModelForward::flag_logit_rows(const StepBatch& b, const float* logits) {
+  const int64_t V = w_.config.vocab_size;
+  const auto head = static_cast<int32_t>(w_.config.num_layers);
+  int64_t row = 0;
+  for (const SeqChunk& ch : b.chunks) {
+    for (int64_t j = ch.score_begin; j < ch.score_end; ++j, ++row)
+      flag_nonfinite_rows(logits + row * V, 1, V, head, &nonfinite_layer_[static_cast<std::size_t>(ch.first + j)]);
+    if (ch.emit) flag_nonfinite_rows(logits + row++ * V, 1, V, head, &nonfinite_layer_[static_cast<std::size_t>(ch.first + ch.count - 1)]);
+  }
+}
+
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
   const model::ModelConfig& c = w_.config;
   const int64_t T = b.tokens(), d = c.hidden_size;
@@ -194,7 +207,9 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   fbuf(mix_, sizes[8]);
   embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
+  nonfinite_layer_.assign(static_cast<std::size_t>(T), -1);
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (l > 0) flag_nonfinite_rows(h, T, d, static_cast<int32_t>(l - 1), nonfinite_layer_.data());
     if (moe_index_[static_cast<std::size_t>(l)] < 0) {
       dense_layer(b, mbs, l);
       continue;
@@ -214,6 +229,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
     }
     times_.moe += now() - t0;
   }
+  flag_nonfinite_rows(h, T, d, static_cast<int32_t>(c.num_layers - 1), nonfinite_layer_.data());
   double t4 = now();
   const int64_t n = b.logit_rows();
   float* rows = fbuf(xn_, n * d);
@@ -226,6 +242,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   }
   logits.resize(static_cast<std::size_t>(n * c.vocab_size));
   if (n > 0) mm_.linear(rows, n, w_.lm_head, logits.data());
+  flag_logit_rows(b, logits.data());
   times_.head += now() - t4;
 }
 

@@ -58,6 +58,9 @@ class ModelForward {
   // the emitted one).
   void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
   const DensePhaseTimes& times() const { return times_; }
+  // Per token of the last step: the first decoder layer whose output was not finite, num_layers
+  // when only its logits were not, -1 when all were (runtime/nonfinite_rows.hpp).
+  const std::vector<int32_t>& nonfinite_layers() const { return nonfinite_layer_; }
 
  private:
   const io::DenseWeights& w_;
@@ -74,12 +77,14 @@ class ModelForward {
   void hint_next_layer(const float* xn, int64_t n, int64_t layer, const std::vector<uint8_t>& prefill);
   // A dense layer: attention, then its MLP over the whole batch (no exchange to overlap).
   void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
+  void flag_logit_rows(const StepBatch& b, const float* logits);
   std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
   AttentionBlocks blocks_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
   FfnScratch shared_scratch_;
   DensePhaseTimes times_;
+  std::vector<int32_t> nonfinite_layer_;
 };
 
 }  // namespace moerun::runtime

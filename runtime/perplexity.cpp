@@ -105,6 +105,8 @@ class ScoringSink final : public ResultSink {
 
   void result(const io::Result& r) override {
     const int64_t k = std::stoll(r.id.substr(1));
+    // A window the model could not compute has no score: a perplexity without it would be wrong.
+    if (!r.error.empty()) fail(ErrorKind::BadInput, "window ", k, " (tokens from ", plan_.start(k), "): ", r.error);
     for (std::size_t j = 0; j < r.prompt_logprobs.size(); ++j)
       slots_.nll[static_cast<std::size_t>(k * plan_.per_window() + static_cast<int64_t>(j))] = -r.prompt_logprobs[j].logprob;
   }
@@ -288,7 +290,7 @@ void check_files(const PerplexityConfig& cfg, const io::ModelLocation& model) {
   if (!cfg.save_logits.empty()) outputs.push_back(use(cfg.save_logits, "save_logits"));
   for (const auto& o : outputs) io::check_output_target(o.path, o.option);
   std::vector<io::PathUse> inputs{cfg.text.empty() ? use(cfg.tokens, "tokens") : use(cfg.text, "text")};
-  for (const auto& f : model.local_files()) inputs.push_back(use(f, "engine.model"));
+  for (const auto& f : model.input_files()) inputs.push_back(use(f, "engine.model"));
   if (!cfg.kl_base.empty()) inputs.push_back(use(cfg.kl_base, "kl_base"));
   io::check_distinct_paths(inputs, outputs);
 }
@@ -303,7 +305,8 @@ PerplexityReport serve(const PerplexityConfig& cfg, Engine& engine, const Shared
   const std::vector<io::Request> windows = window_requests(rep.plan, shared.tokens);
   SlotValues slots(rep.plan.scored(), rep.kl_on);
   RoutingStats stats(mc, false);
-  const BatchLoopConfig loop{cfg.scheduler, {}, !cfg.quiet};
+  BatchLoopConfig loop{cfg.scheduler, {}, !cfg.quiet};
+  loop.scheduler.max_logit_rows = engine.logit_rows_per_step();
   engine.start_serving();
   BatchLoopResult res;
   if (engine.is_router()) {
@@ -369,6 +372,9 @@ PerplexityReport run_perplexity(const PerplexityConfig& cfg, MPI_Comm world) {
   Shared mine;
   engine.load([&] {
     engine.expect_kv_tokens(cfg.scheduler.max_batch_size * cfg.context, cfg.scheduler.max_batch_size);
+    // Per scored row: its logits, and with --save-logits or --kl-base its log-softmax, with --kl-base the base row.
+    const int64_t copies = 1 + (cfg.save_logits.empty() && cfg.kl_base.empty() ? 0 : 1) + (cfg.kl_base.empty() ? 0 : 1);
+    engine.expect_logit_rows(cfg.scheduler.max_batch_tokens, copies, cfg.scheduler.max_batch_size + 1);
     if (engine.is_router()) check_files(cfg, engine.location());
     if (rank != 0) return;
     mine.tokens = read_scored_tokens(cfg, engine.model());

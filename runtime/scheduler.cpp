@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 
 #include "base/error.hpp"
+#include "base/log.hpp"
 #include "runtime/log_softmax.hpp"
 #include "runtime/sampling.hpp"
 
@@ -24,6 +26,11 @@ int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const 
   const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
                                                             : c.max_batch_size;
   return std::min<int64_t>(in_flight, static_cast<int64_t>(requests.size()));
+}
+
+int64_t max_step_logit_rows(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
+  const bool scoring = std::any_of(requests.begin(), requests.end(), [](const io::Request& r) { return r.prompt_logprobs >= 0; });
+  return scoring ? c.max_batch_tokens : max_sequences_in_flight(requests, c);
 }
 
 int64_t expected_decode_steps(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
@@ -89,19 +96,28 @@ StepBatch Scheduler::next_step() {
   // In flight: FIFO admits up to the batch size; minhash prefills ahead up to the pool.
   const int64_t in_flight = !minhash ? cfg_.max_batch_size : cfg_.pool > 0 ? cfg_.pool : 4 * cfg_.max_batch_size;
   int64_t budget = cfg_.max_batch_tokens;
+  // Each logit row is a vocabulary row of floats: under a memory budget a step scores at most
+  // max_logit_rows prompt tokens (a prompt's later tokens wait for the next step).
+  int64_t rows_left = cfg_.max_logit_rows > 0 ? cfg_.max_logit_rows : std::numeric_limits<int64_t>::max();
   auto add_chunk = [&](Sequence& s, int64_t n) {
     SeqChunk ch;
+    auto shape = [&](int64_t count) {
+      ch.count = count;
+      // The last token computed emits the next one, unless the request only scores its prompt.
+      ch.emit = s.processed + count == static_cast<int64_t>(s.tokens.size()) && s.request->max_new_tokens > 0;
+      if (s.request->prompt_logprobs >= 0) {  // rows predicting prompt tokens score_from .. prompt_len - 1
+        ch.score_begin = std::clamp(s.request->score_from - 1 - s.processed, int64_t{0}, count);
+        ch.score_end = std::clamp(s.prompt_len - 1 - s.processed, ch.score_begin, count);
+      }
+    };
+    shape(n);
+    if (ch.logit_rows() > rows_left) shape(n = std::max<int64_t>(0, ch.score_begin + rows_left));
+    if (n == 0) return;
+    rows_left -= ch.logit_rows();
     ch.kv = &s.kv;
     ch.first = b.tokens();
-    ch.count = n;
     ch.pos0 = s.processed;
-    // The last token computed emits the next one, unless the request only scores its prompt.
-    ch.emit = s.processed + n == static_cast<int64_t>(s.tokens.size()) && s.request->max_new_tokens > 0;
     if (s.processed < s.prompt_len) ch.routing = &s.routing;
-    if (s.request->prompt_logprobs >= 0) {  // rows predicting prompt tokens score_from .. prompt_len - 1
-      ch.score_begin = std::clamp(s.request->score_from - 1 - s.processed, int64_t{0}, n);
-      ch.score_end = std::clamp(s.prompt_len - 1 - s.processed, ch.score_begin, n);
-    }
     for (int64_t i = 0; i < n; ++i) {
       const int64_t p = s.processed + i;
       b.ids.push_back(s.tokens[static_cast<std::size_t>(p)]);
@@ -112,7 +128,8 @@ StepBatch Scheduler::next_step() {
     s.processed += n;
     budget -= n;
     b.chunks.push_back(ch);
-    if (ch.logit_rows() > 0 || s.processed == s.prompt_len) rows_of_.push_back({&s, ch.pos0, ch.score_begin, ch.score_end, ch.emit});
+    // Every chunk, rows or not: a middle chunk's tokens may be where a request's values stopped being finite.
+    rows_of_.push_back({&s, ch.pos0, ch.score_begin, ch.score_end, ch.emit, ch.first, ch.count});
   };
   // Decode tokens first (one each), so generation never starves behind long prompts.
   for (Sequence& s : active_)
@@ -163,6 +180,10 @@ void Scheduler::score_rows(const std::vector<float>& logits, const std::vector<d
   int64_t row = 0;
   for (const RowsOf& c : rows_of_) {
     Sequence& s = *c.seq;
+    if (c.nonfinite >= 0) {  // its rows are not finite: nothing to score
+      row += c.score_end - c.score_begin + (c.emit ? 1 : 0);
+      continue;
+    }
     for (int64_t j = c.score_begin; j < c.score_end; ++j, ++row) {
       const int64_t target_pos = c.pos0 + j + 1;
       const int32_t target = s.tokens[static_cast<std::size_t>(target_pos)];
@@ -186,12 +207,44 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
          static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
 }
 
-std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, StepLogits* out) {
+bool Scheduler::mark_nonfinite(const std::vector<int32_t>* nonfinite) {
+  bool any = false;
+  for (RowsOf& c : rows_of_) {
+    for (int64_t t = c.first; nonfinite && t < c.first + c.count; ++t) {
+      const int32_t l = (*nonfinite)[static_cast<std::size_t>(t)];
+      if (l >= 0 && (c.nonfinite < 0 || l < c.nonfinite)) c.nonfinite = l;
+    }
+    any = any || c.nonfinite >= 0;
+  }
+  return any;
+}
+
+io::Result Scheduler::nonfinite_result(const RowsOf& c) const {
+  const Sequence& s = *c.seq;
+  const std::string where = c.nonfinite < model_.num_layers ? str("layer ", c.nonfinite) : std::string("the LM head");
+  io::Result r{s.request->id, {}, "", s.prompt_len,
+               str("non-finite values (NaN or Inf) from ", where, " at positions ", c.pos0, "..", c.pos0 + c.count - 1,
+                   ": the model's weights overflow float32")};
+  log::warn("request ", r.id, ": ", r.error);
+  return r;
+}
+
+std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, StepLogits* out,
+                                                 const std::vector<int32_t>* nonfinite) {
   std::vector<io::Result> finished;
   const int64_t V = model_.vocab_size;
+  const bool failures = mark_nonfinite(nonfinite);
+  std::vector<const Sequence*> done_seqs;
+  for (const RowsOf& c : rows_of_) {
+    if (c.nonfinite < 0) continue;
+    finished.push_back(nonfinite_result(c));
+    done_seqs.push_back(c.seq);
+  }
+  auto failed = [&](const Sequence& s) { return failures && std::find(done_seqs.begin(), done_seqs.end(), &s) != done_seqs.end(); };
   if (prefix_) {
-    // Prompt blocks completed by this step become reusable.
+    // Prompt blocks completed by this step become reusable (not those of a request that failed).
     for (Sequence& s : active_) {
+      if (failed(s)) continue;
       const int64_t done = std::min(s.processed, s.prompt_len);
       if (done - s.cached_upto < prefix_->block_tokens()) continue;
       prefix_->insert(s.tokens, done, s.kv, s.routing);
@@ -205,12 +258,15 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
   const int64_t rows = static_cast<int64_t>(logits.size()) / V;
   const std::vector<double> lse = scoring ? log_sum_exp_rows(logits.data(), rows, V) : std::vector<double>(static_cast<std::size_t>(rows));
   score_rows(logits, lse, out);
-  std::vector<const Sequence*> done_seqs;
   std::vector<Sequence*> prefilled;  // sequences whose prompt ended this step
   int64_t row = 0;
   for (const RowsOf& c : rows_of_) {
     Sequence& s = *c.seq;
     row += c.score_end - c.score_begin;
+    if (c.nonfinite >= 0) {
+      row += c.emit ? 1 : 0;
+      continue;
+    }
     if (!c.emit) {  // a scoring request's prompt ended: it is done
       if (s.processed == s.prompt_len && s.request->max_new_tokens == 0) {
         finished.push_back(result_of(s, "length"));

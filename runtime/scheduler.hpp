@@ -38,6 +38,7 @@ struct SchedulerConfig {
   double similarity_threshold = 0.7;  // minhash: estimated Jaccard a sequence needs to join the batch
   int64_t pool = 0;                   // minhash: sequences prefilled or parked at most (0: 4 x max_batch_size)
   int64_t max_wait_steps = 64;        // minhash: parked this long, a sequence is next
+  int64_t max_logit_rows = 0;         // vocabulary rows one step may score (0: no cap; set from the memory budget)
   void validate() const;           // Usage error naming the option
 };
 
@@ -47,6 +48,9 @@ struct SchedulerConfig {
 int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerConfig& c, int64_t max_position);
 // How many sequences it keeps in flight for these requests (each holds a recurrent state in a hybrid model).
 int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c);
+// The most logit rows (vocabulary rows) one step of these requests holds without a cap: every token
+// of the step when one of them scores its prompt, else one per sequence in flight.
+int64_t max_step_logit_rows(const std::vector<io::Request>& requests, const SchedulerConfig& c);
 // About how many decode steps these requests take: every token they may generate, over the
 // batch's width (--huge-pages auto weighs a job's length by it).
 int64_t expected_decode_steps(const std::vector<io::Request>& requests, const SchedulerConfig& c);
@@ -111,8 +115,10 @@ class Scheduler {
   // Builds the next step (call only when !done()).
   StepBatch next_step();
   // Samples from logits [logit_rows, vocab] of the last step and scores its scored rows; returns the
-  // requests that finished.
-  std::vector<io::Result> complete_step(const std::vector<float>& logits, StepLogits* out = nullptr);
+  // requests that finished. `nonfinite`: per token of the step, the first layer whose output was
+  // not finite (ModelForward::nonfinite_layers); such a request ends with an error naming it.
+  std::vector<io::Result> complete_step(const std::vector<float>& logits, StepLogits* out = nullptr,
+                                        const std::vector<int32_t>* nonfinite = nullptr);
   // Results of requests that need no compute (max_new_tokens 0, nothing to score); taken once.
   std::vector<io::Result> take_trivial();
   int64_t active() const { return static_cast<int64_t>(active_.size()); }
@@ -130,7 +136,12 @@ class Scheduler {
     int64_t pos0 = 0;                // position of the chunk's first token
     int64_t score_begin = 0, score_end = 0;
     bool emit = false;
+    int64_t first = 0, count = 0;    // the chunk's tokens in the step
+    int32_t nonfinite = -1;          // the first layer whose output was not finite for one of them
   };
+  // Marks each chunk's first non-finite layer; returns whether any chunk has one.
+  bool mark_nonfinite(const std::vector<int32_t>* nonfinite);
+  io::Result nonfinite_result(const RowsOf& c) const;
   std::vector<RowsOf> rows_of_;
   std::vector<io::Result> trivial_;
   PrefixCache* prefix_ = nullptr;

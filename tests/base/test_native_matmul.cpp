@@ -353,7 +353,7 @@ TEST_P(NativeMatmul, FindsTheBadScaleOrValueInABlockedForm) {
     EXPECT_EQ(native_blocked_find_bad(s, N, K, w.blocked.data(), &what), 2);
     reinterpret_cast<float*>(w.scales.data())[2] = 0x1p119f;
     native_pack(s, w.values.data(), w.scales.data(), N, K, w.blocked.data());
-    EXPECT_EQ(native_blocked_find_bad(s, N, K, w.blocked.data(), &what), 2) << "2^119 would overflow a weight";
+    EXPECT_EQ(native_blocked_find_bad(s, N, K, w.blocked.data(), &what), 2) << "2^119 would overflow a weight (and 2^64 its products)";
   }
 }
 
