@@ -76,6 +76,9 @@ void remove_journals(const std::string& output_path) {
 ResultJournal::ResultJournal(const std::string& output_path, int writer, bool resume, const JournalKeys& keys)
     : path_(journal_path(output_path, writer)), keys_(keys) {
   check_output_target(output_path, "--output");
+  // Opened by the one rule before anything is read from it: a link or a second name planted as the
+  // journal is refused, not read as this run's results.
+  fd_ = open_owned_file(path_, O_WRONLY | O_CREAT | O_APPEND | (resume ? 0 : O_TRUNC), "the journal");
   if (resume) {
     JournalReadStats st;
     finished_ = read_journals(output_path, keys_, &st);
@@ -88,7 +91,6 @@ ResultJournal::ResultJournal(const std::string& output_path, int writer, bool re
                 "); recomputing them");
     }
   }
-  fd_ = open_owned_file(path_, O_WRONLY | O_CREAT | O_APPEND | (resume ? 0 : O_TRUNC), "the journal");
   // A torn last line from a kill must not glue onto the next record.
   if (resume && ::lseek(fd_, 0, SEEK_END) > 0) {
     std::ifstream in(path_, std::ios::binary);

@@ -40,6 +40,7 @@ std::string option_name(const std::string& field) {
       {"engine.cache.l1_bytes", "--l1-bytes"},
       {"engine.memory_budget", "--memory-budget"},
       {"engine.cache.l2_bytes", "--l2-bytes"},
+      {"engine.cache.l2_dir", "--l2-dir"},
       {"engine.cache.io_threads", "--io-threads"},
       {"scheduler.max_batch_size", "--max-batch-size"},
       {"scheduler.max_batch_tokens", "--max-batch-tokens"},
