@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/log.hpp"
 #include "comm/collectives.hpp"
 #include "runtime/progress.hpp"
 
@@ -98,7 +99,10 @@ class RouterLoop {
     StepLogits out;
     out.want_emitted = sink_.wants_logits();
     out.want_scored = sink_.wants_scored_rows();
-    for (const io::Result& r : sched.complete_step(logits_, &out, &e_.step_nonfinite_layers())) emit(r);
+    for (const io::Result& r : sched.complete_step(logits_, &out, &e_.step_nonfinite_layers())) {
+      if (!r.error.empty() && cfg_.warn_failed) log::warn("request ", r.id, ": ", r.error);
+      emit(r);
+    }
     // Before the results count as done (the Job commits them next): a KL divergence or saved
     // log-probs of a finished window are complete when its result is.
     if (out.want_scored) sink_.scored_rows(out.scored, logits_, e_.model().vocab_size);

@@ -46,6 +46,7 @@ struct BatchLoopConfig {
   SchedulerConfig scheduler;
   PrefixCacheConfig prefix_cache;  // max_bytes 0: off
   bool progress = true;            // rank 0's progress line on stderr
+  bool warn_failed = true;         // a warning line per request that ended with an error in the run (non-finite values)
 };
 
 // This router's share of a job.

@@ -305,7 +305,7 @@ PerplexityReport serve(const PerplexityConfig& cfg, Engine& engine, const Shared
   const std::vector<io::Request> windows = window_requests(rep.plan, shared.tokens);
   SlotValues slots(rep.plan.scored(), rep.kl_on);
   RoutingStats stats(mc, false);
-  BatchLoopConfig loop{cfg.scheduler, {}, !cfg.quiet};
+  BatchLoopConfig loop{cfg.scheduler, {}, !cfg.quiet, false};  // a failed window is the run's one error line
   loop.scheduler.max_logit_rows = engine.logit_rows_per_step();
   engine.start_serving();
   BatchLoopResult res;

@@ -225,7 +225,6 @@ io::Result Scheduler::nonfinite_result(const RowsOf& c) const {
   io::Result r{s.request->id, {}, "", s.prompt_len,
                str("non-finite values (NaN or Inf) from ", where, " at positions ", c.pos0, "..", c.pos0 + c.count - 1,
                    ": the model's weights overflow float32")};
-  log::warn("request ", r.id, ": ", r.error);
   return r;
 }
 

@@ -17,6 +17,7 @@ usage: hf_convert_reference.py MOERUN_BIN WORKDIR
 import json
 import os
 import shutil
+import struct
 import sys
 
 import h5py
@@ -198,6 +199,21 @@ def main():
                                            ".w1.weight has shape [96,64], config.json says [100,64]"), "config.json says")
     bad_case("unsupported architecture", config_edit("model_type", "llama", "mixtral, qwen2_moe, olmoe"),
              "model_type \"llama\" is not supported")
+
+    # An fp8 block scale whose weights are finite but whose products overflow float32 (issue 63's
+    # probe: 2^118, under the old bound of 2^119, gave NaN logits): refused at convert.
+    def huge_scale(d):
+        name = "model.layers.0.block_sparse_moe.experts.1.w2.weight_scale_inv"
+        path = os.path.join(d, "model.safetensors")
+        with open(path, "r+b") as f:  # the scale's first float32, patched in place
+            n = struct.unpack("<Q", f.read(8))[0]
+            begin = json.loads(f.read(n))[name]["data_offsets"][0]
+            f.seek(8 + n + begin)
+            f.write(struct.pack("<f", 2.0 ** 118))
+        return name
+    ok, err, rc = convert_refused(moerun, os.path.join(work, "fp8-hf"), os.path.join(work, "bad-fp8-scale"), huge_scale,
+                                  "a block scale must be finite and below 2^64")
+    check(ok, f"bad checkpoint, an fp8 block scale of 2^118: exit {rc}: {err}")
 
     print(f"{len(failures)} failure(s)")
     return 1 if failures else 0
