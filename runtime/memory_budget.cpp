@@ -47,7 +47,7 @@ MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host) {
 int64_t logit_rows_cap(const MemoryBudget& budget, int64_t vocab, int64_t rows, int64_t copies, int64_t floor) {
   if (budget.bytes <= 0 || rows <= 0) return 0;
   const int64_t row_bytes = std::max<int64_t>(1, vocab * copies * static_cast<int64_t>(sizeof(float)));
-  return std::min(rows, std::max(floor, budget.bytes / 8 / row_bytes));
+  return std::min(rows, std::max(floor, budget.bytes / 16 / row_bytes));
 }
 
 int64_t cache_loader_bytes(int io_threads, int64_t raw_expert_bytes) {

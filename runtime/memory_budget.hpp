@@ -26,7 +26,7 @@ MemoryBudget default_memory_budget(int ranks_on_host);
 // clamped to that, with clamped_from saying so.
 MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host);
 
-// The vocabulary rows a step may hold under `budget` (an eighth of it at most, never fewer than
+// The vocabulary rows a step may hold under `budget` (a sixteenth of it at most, never fewer than
 // `floor`), of the `rows` it would hold unbounded, each `copies` times; 0 (no cap) without a budget.
 int64_t logit_rows_cap(const MemoryBudget& budget, int64_t vocab, int64_t rows, int64_t copies, int64_t floor);
 
