@@ -15,7 +15,7 @@ namespace moerun::runtime {
 struct MemoryBudget {
   int64_t bytes = 0;   // per rank; 0: none (no limit known)
   std::string source;  // what set it, for messages: "--memory-budget", "the cgroup memory limit", ...
-  std::string clamped_from;  // a warning when --memory-budget asked for more than the host allows
+  std::string clamped_from{};  // a warning when --memory-budget asked for more than the host allows
 };
 
 // What --memory-budget auto means: the tighter of the cgroup memory limit and MemAvailable, shared

@@ -2,6 +2,7 @@
 // the journal (resume after a torn line) and atomic writes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -108,6 +109,24 @@ TEST_F(Requests, ResultJsonRoundTrip) {
   EXPECT_EQ(back.finish_reason, "eos");
   EXPECT_EQ(back.prompt_len, 3);
   EXPECT_FALSE(result_from_json("{\"id\":\"q1\",\"output_tok", &back));
+}
+
+// A line moerun writes is one it reads back (issue 63): JSON has no NaN or Inf, nlohmann writes
+// them as null, and null reads back as NaN instead of making the line unreadable; an error result
+// (a request that met non-finite values) round-trips too.
+TEST_F(Requests, ResultsWithNonFiniteLogprobsAndErrorsReadBack) {
+  Result r{"q1", {5}, "length", 2, ""};
+  r.has_logprobs = true;
+  r.logprobs.push_back({5, std::nan(""), {{5, -INFINITY}, {3, -1.5}}});
+  Result back;
+  ASSERT_TRUE(result_from_json(result_to_json(r, true), &back));
+  ASSERT_EQ(back.logprobs.size(), 1u);
+  EXPECT_TRUE(std::isnan(back.logprobs[0].logprob));
+  EXPECT_TRUE(std::isnan(back.logprobs[0].top[0].second));
+  EXPECT_EQ(back.logprobs[0].top[1].second, -1.5);
+  const Result failed{"q2", {}, "", 4, "non-finite values (NaN or Inf) from layer 3 at positions 0..3"};
+  ASSERT_TRUE(result_from_json(result_to_json(failed, true), &back));
+  EXPECT_EQ(back.error, failed.error);
 }
 
 TEST_F(Requests, JournalResumesAfterTornLine) {

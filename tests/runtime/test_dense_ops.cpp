@@ -9,6 +9,7 @@
 #include "base/dtype.hpp"
 #include "base/matmul.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/nonfinite_rows.hpp"
 #include "tests/test_support.hpp"
 
 namespace moerun::runtime {
@@ -127,6 +128,28 @@ TEST(DenseOps, RopeScalingFrequencies) {
       EXPECT_FLOAT_EQ(ll.inv_freq[i], base.inv_freq[i] / 8.0f);
     }
   }
+}
+
+// The non-finite scan of activations (issue 63): NaN, +-Inf and nothing else, at any position
+// (the vectorized loop's body and tail); a flagged row keeps its first mark.
+TEST(NonFiniteRows, FindsNanAndInfOnly) {
+  std::vector<float> x(37, 1.0f);
+  x[5] = 3.4e38f;
+  x[6] = -3.4e38f;
+  x[7] = 1e-45f;  // subnormal
+  EXPECT_TRUE(all_finite(x.data(), 37));
+  for (float bad : {NAN, INFINITY, -INFINITY})
+    for (int at : {0, 16, 36}) {
+      std::vector<float> y = x;
+      y[static_cast<std::size_t>(at)] = bad;
+      EXPECT_FALSE(all_finite(y.data(), 37)) << bad << " at " << at;
+    }
+  std::vector<float> rows(3 * 4, 0.0f);
+  rows[1 * 4 + 2] = NAN;
+  std::vector<int32_t> flag{-1, -1, 7};
+  rows[2 * 4] = INFINITY;
+  flag_nonfinite_rows(rows.data(), 3, 4, 2, flag.data());
+  EXPECT_EQ(flag, (std::vector<int32_t>{-1, 2, 7}));
 }
 
 }  // namespace

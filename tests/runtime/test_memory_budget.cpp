@@ -39,6 +39,32 @@ TEST(MemoryBudget, LoadersHoldTwoExpertsAndTwoMebibytesEachAndOneMore) {
   EXPECT_EQ(cache_loader_bytes(4, 3 * MiB), 35 * MiB);
 }
 
+// A budget above what the host allows (the cgroup limit or MemAvailable) would be OOM-killed
+// silently: it is clamped, with the warning saying both numbers; one below is taken as it is.
+TEST(MemoryBudget, AnExplicitBudgetAboveTheHostIsClamped) {
+  const MemoryBudget host = default_memory_budget(1);
+  ASSERT_GT(host.bytes, 0);
+  const MemoryBudget big = resolve_memory_budget(int64_t{1} << 60, 1);
+  EXPECT_NEAR(static_cast<double>(big.bytes), static_cast<double>(host.bytes), 64.0 * MiB);  // MemAvailable moves
+  EXPECT_NE(big.clamped_from.find("--memory-budget 1099511627776 MiB is more than " + host.source + " allows"), std::string::npos)
+      << big.clamped_from;
+  const MemoryBudget small = resolve_memory_budget(64 * MiB, 1);
+  EXPECT_EQ(small.bytes, 64 * MiB);
+  EXPECT_EQ(small.source, "--memory-budget");
+  EXPECT_TRUE(small.clamped_from.empty());
+  EXPECT_NEAR(static_cast<double>(resolve_memory_budget(0, 1).bytes), static_cast<double>(host.bytes), 64.0 * MiB);  // auto
+}
+
+// Logit rows: a sixteenth of the budget over the row's bytes (vocab x 4 x copies), within [floor, rows].
+TEST(MemoryBudget, LogitRowsTakeASixteenthOfTheBudget) {
+  const MemoryBudget b{160 * MiB, "test"};
+  EXPECT_EQ(logit_rows_cap(b, 32768, 1024, 1, 9), 80);  // 10 MiB / 128 KiB
+  EXPECT_EQ(logit_rows_cap(b, 32768, 1024, 2, 9), 40);
+  EXPECT_EQ(logit_rows_cap(b, 32768, 50, 1, 9), 50);    // fewer rows than the cap: all of them
+  EXPECT_EQ(logit_rows_cap(b, 1 << 24, 1024, 1, 9), 9);  // never below the floor
+  EXPECT_EQ(logit_rows_cap({0, "none"}, 32768, 1024, 1, 9), 0);  // no budget: no cap
+}
+
 TEST(MemoryBudget, ExpertsThatFitStayResident) {
   const ExpertMemory m = split_for_experts({1000 * MiB, "test"}, needs(51));  // 510 MiB exactly
   EXPECT_TRUE(m.resident);

@@ -91,6 +91,59 @@ TEST(Scheduler, StopsAtMaxPosition) {
   EXPECT_EQ(done[0].output_tokens.size(), 2u);  // 6 + 2 = max_position 8
 }
 
+// Under a memory budget a step scores at most max_logit_rows prompt tokens (each a vocabulary row
+// of logits): a scoring prompt of 6 tokens (5 scored rows) and a decode row fit a cap of 3 per step.
+TEST(Scheduler, ScoredRowsPerStepStayUnderTheCap) {
+  io::Request a = req("a", {1, 2, 3, 4, 5, 6}, 1);
+  a.prompt_logprobs = 0;
+  std::vector<io::Request> rs = {a, req("b", {1}, 3)};
+  SchedulerConfig cfg;
+  cfg.max_logit_rows = 3;
+  Scheduler s(cfg, tiny(), rs, {0, 1});
+  int64_t steps = 0, scored = 0;
+  std::vector<io::Result> done;
+  while (!s.done()) {
+    StepBatch b = s.next_step();
+    EXPECT_LE(b.logit_rows(), 3) << "step " << steps;
+    for (const SeqChunk& ch : b.chunks) scored += ch.score_end - ch.score_begin;
+    fake_forward(b);
+    for (auto& r : s.complete_step(std::vector<float>(static_cast<std::size_t>(b.logit_rows()) * 10, 0.0f))) done.push_back(r);
+    ASSERT_LT(++steps, 20);
+  }
+  EXPECT_EQ(scored, 5);
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& r : done) {
+    if (r.id == "a") {
+      EXPECT_EQ(r.prompt_logprobs.size(), 5u);
+    }
+  }
+  EXPECT_GE(steps, 3);  // 5 scored rows and the emitted token need two steps more than one would
+}
+
+// A token whose values stopped being finite ends its request with an error naming the layer; the
+// other request of the step samples as usual.
+TEST(Scheduler, NonFiniteValuesEndTheirRequestWithAnError) {
+  std::vector<io::Request> rs = {req("a", {1, 2}, 2), req("b", {1, 3}, 2)};
+  Scheduler s({}, tiny(), rs, {0, 1});
+  StepBatch b = s.next_step();
+  ASSERT_EQ(b.tokens(), 4);
+  fake_forward(b);
+  std::vector<int32_t> nonfinite(4, -1);
+  nonfinite[3] = 0;  // b's second token, at layer 0
+  auto done = s.complete_step(logits_for({4, 6}), nullptr, &nonfinite);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].id, "b");
+  EXPECT_NE(done[0].error.find("non-finite values (NaN or Inf) from layer 0 at positions 0..1"), std::string::npos) << done[0].error;
+  b = s.next_step();
+  ASSERT_EQ(b.tokens(), 1);  // a decodes on
+  fake_forward(b);
+  std::vector<int32_t> head(1, 1);  // num_layers: only the logits were not finite
+  done = s.complete_step(logits_for({5}), nullptr, &head);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_NE(done[0].error.find("from the LM head at positions 2..2"), std::string::npos) << done[0].error;
+  EXPECT_TRUE(s.done());
+}
+
 TEST(Scheduler, ZeroNewTokensNeedsNoCompute) {
   std::vector<io::Request> rs = {req("a", {1, 2}, 0)};
   Scheduler s({}, tiny(), rs, {0});
