@@ -519,7 +519,11 @@ model::ModelConfig model_config_from_hf(const std::string& text, const std::stri
   c.eos_token_id = *eos;
   if (h.has("bos_token_id") && j["bos_token_id"].is_array()) note("bos_token_id is a list: the first is used");
   if (h.has("eos_token_id") && j["eos_token_id"].is_array()) note("eos_token_id is a list: the first (" + std::to_string(*eos) + ") is used");
-  c.validate(where);
+  try {
+    c.validate(where);
+  } catch (const Error& e) {
+    throw model::with_hf_field_names(e, j);  // the user wrote config.json's names, not moe-hdf5's
+  }
   return c;
 }
 
@@ -589,6 +593,23 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
   return rep;
 }
 
+// quantization_config of an fp8 checkpoint: block-wise e4m3 with 128 x 128 blocks is what is read
+// (a per-tensor or other block size would need other scales).
+void check_quantization_config(const std::string& config_json, const std::string& config_path) {
+  const json j = json::parse(config_json, nullptr, false);
+  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return;
+  const json& q = j["quantization_config"];
+  const std::string where = config_path + ": field quantization_config";
+  const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
+  if (method == "mxfp4") return;  // gpt-oss: the blocks and scales say it all
+  if (method != "fp8")
+    fail(ErrorKind::BadInput, where, ".quant_method is \"", method, "\"; supported: fp8 (128 x 128 blocks) and mxfp4");
+  if (q.contains("fmt") && q["fmt"] != "e4m3") fail(ErrorKind::BadInput, where, ".fmt is ", q["fmt"].dump(), ", expected e4m3");
+  if (!q.contains("weight_block_size") || q["weight_block_size"] != json::array({kFp8Block, kFp8Block}))
+    fail(ErrorKind::BadInput, where, ".weight_block_size is ", q.contains("weight_block_size") ? q["weight_block_size"].dump() : "missing",
+         ", expected [128, 128]");
+}
+
 WeightScheme shipped_expert_scheme(const std::string& config_json) {
   const json j = json::parse(config_json, nullptr, false);
   if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return WeightScheme::Plain;
@@ -600,23 +621,6 @@ WeightScheme shipped_expert_scheme(const std::string& config_json) {
 }
 
 namespace {
-
-// quantization_config of an fp8 checkpoint: block-wise e4m3 with 128 x 128 blocks is what is read
-// (a per-tensor or other block size would need other scales).
-void check_fp8_config(const HfCheckpoint& ckpt) {
-  const json j = json::parse(ckpt.config_text(), nullptr, false);
-  if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return;
-  const json& q = j["quantization_config"];
-  const std::string where = ckpt.config_path() + ": field quantization_config";
-  const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
-  if (method == "mxfp4") return;  // gpt-oss: the blocks and scales say it all
-  if (method != "fp8")
-    fail(ErrorKind::BadInput, where, ".quant_method is \"", method, "\"; supported: fp8 (128 x 128 blocks) and mxfp4");
-  if (q.contains("fmt") && q["fmt"] != "e4m3") fail(ErrorKind::BadInput, where, ".fmt is ", q["fmt"].dump(), ", expected e4m3");
-  if (!q.contains("weight_block_size") || q["weight_block_size"] != json::array({kFp8Block, kFp8Block}))
-    fail(ErrorKind::BadInput, where, ".weight_block_size is ", q.contains("weight_block_size") ? q["weight_block_size"].dump() : "missing",
-         ", expected [128, 128]");
-}
 
 // An fp8 weight's scales: "X.weight_scale_inv", float32 (or bf16/f16) [ceil(rows/128), ceil(cols/128)].
 void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
@@ -719,7 +723,7 @@ ConversionPlan plan_conversion(const ConvertConfig& cfg, const HfCheckpoint& ckp
   if (const std::string g = (fs::path(cfg.from) / "generation_config.json").string(); io::check_regular_file(g))
     p.generation = io::read_regular_file(g);
   p.c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, p.generation);
-  check_fp8_config(ckpt);
+  check_quantization_config(ckpt.config_text(), ckpt.config_path());
   p.nm = model::names_for(p.c.architecture);
   const json j = json::parse(ckpt.config_text(), nullptr, false);
   p.tied = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();

@@ -50,6 +50,10 @@ model::ModelConfig model_config_from_hf(const std::string& config_json, const st
 // 128 x 128 blocks, or mxfp4), which convert keeps by default; plain otherwise. For planning from a
 // config alone (inspect --hf-config): the tensors themselves decide at convert.
 WeightScheme shipped_expert_scheme(const std::string& config_json);
+// The quantization_config convert reads (fp8 e4m3 with 128 x 128 blocks, mxfp4, or none): BadInput
+// naming `config_path` and the field otherwise. Shared by convert and inspect --hf-config, so that
+// inspect never plans what convert refuses.
+void check_quantization_config(const std::string& config_json, const std::string& config_path);
 
 // progress(done, total): tensor bytes processed so far, called after every tensor.
 ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::function<void(uint64_t, uint64_t)>& progress);

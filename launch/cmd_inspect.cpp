@@ -61,6 +61,7 @@ int cmd_inspect(int argc, char** argv) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
     const std::string text = io::read_regular_file(hf_config);
     model::ModelConfig c = convert::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
+    convert::check_quantization_config(text, hf_config);  // what convert refuses is not planned
     // The experts as convert keeps them: a quantized checkpoint's native form where the shapes allow it.
     if (const WeightScheme s = convert::shipped_expert_scheme(text); s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 &&
                                                                 c.intermediate_size % kQuantGroup == 0) {

@@ -2,10 +2,54 @@
 #include "model/hf_config.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <vector>
 
 #include "model/model_family.hpp"
 
 namespace moerun::model {
+
+namespace {
+// moe-hdf5 attribute -> the config.json fields it is read from, in the order families read them
+// (where the attribute has the config's own name, none is needed).
+const std::map<std::string, std::vector<std::string>>& hf_fields_of_attribute() {
+  static const std::map<std::string, std::vector<std::string>> m{
+      {"num_layers", {"num_hidden_layers"}},
+      {"num_heads", {"num_attention_heads"}},
+      {"num_kv_heads", {"num_key_value_heads"}},
+      {"max_position", {"max_position_embeddings"}},
+      {"top_k", {"num_experts_per_tok"}},
+      {"num_experts", {"num_local_experts", "n_routed_experts", "num_experts"}},
+      {"intermediate_size", {"moe_intermediate_size", "intermediate_size"}},
+      {"dense_intermediate_size", {"intermediate_size"}},
+      {"linear_k_heads", {"linear_num_key_heads"}},
+      {"linear_v_heads", {"linear_num_value_heads"}},
+      {"linear_k_dim", {"linear_key_head_dim"}},
+      {"linear_v_dim", {"linear_value_head_dim"}},
+      {"linear_conv_kernel", {"linear_conv_kernel_dim"}},
+  };
+  return m;
+}
+}  // namespace
+
+Error with_hf_field_names(const Error& e, const nlohmann::json& j) {
+  std::string msg = e.what();
+  static const std::string kAttr = ": attribute ";
+  const std::size_t at = msg.find(kAttr);
+  if (at == std::string::npos) return e;
+  std::size_t end = at + kAttr.size();
+  while (end < msg.size() && (std::isalnum(static_cast<unsigned char>(msg[end])) || msg[end] == '_')) ++end;
+  const std::string name = msg.substr(at + kAttr.size(), end - at - kAttr.size());
+  std::string field = name;
+  if (const auto it = hf_fields_of_attribute().find(name); it != hf_fields_of_attribute().end())
+    for (const std::string& f : it->second)
+      if (j.contains(f)) {
+        field = f;
+        break;
+      }
+  if (!j.contains(field)) return e;  // derived, not read from one field: the attribute's name it is
+  return Error(e.kind(), msg.substr(0, at) + ": field " + field + msg.substr(end));
+}
 using nlohmann::json;
 
 NameMap names_for(const std::string& architecture) {

@@ -47,6 +47,11 @@ struct HfConfig {
   }
 };
 
+// A check of the model's attributes (ModelConfig::validate) that failed on a config made from
+// config.json `j`, its message naming the field the user wrote where the attribute came from one
+// ("attribute linear_k_dim" -> "field linear_key_head_dim"); other messages unchanged.
+Error with_hf_field_names(const Error& e, const nlohmann::json& j);
+
 // The tensor names of one architecture (without the "model." prefix where HF has it).
 struct NameMap {
   std::map<DenseSlot, std::string> dense;        // datasets whose tensor the family names otherwise than the schema's row

@@ -95,4 +95,26 @@ expect_value "Qwen3-Next-80B-A3B total parameters" "$(grep -E '^  total ' "$WORK
 expect_value "Qwen3-Next-80B-A3B active per token" "$(grep -E 'active per token' "$WORK/qwen3-next.txt" | awk '{print $4}')" 3874929408
 grep -q "Gated DeltaNet layers 36 of 48 .*a recurrent state of 75.38 MiB per sequence" "$WORK/qwen3-next.txt" \
   && ok "Qwen3-Next: 36 Gated DeltaNet layers, 75.38 MiB of state per sequence" || bad "Qwen3-Next: no DeltaNet line ($(grep -i deltanet "$WORK/qwen3-next.txt"))"
+
+# What convert refuses, inspect refuses too (issue 63): exit 3, one line naming the field; and a
+# bad value is named by the config.json field the user wrote, not by moe-hdf5's attribute.
+hf_refused() {
+  local what=$1 pattern=$2 edit=$3
+  "$PY" -c "import json, sys; c = json.load(open(sys.argv[1])); $edit; json.dump(c, open(sys.argv[2], 'w'))" \
+    "$CONFIGS/qwen3-next-80b-a3b.json" "$WORK/edited.json"
+  local rc=0
+  "$MOERUN" inspect --hf-config "$WORK/edited.json" > /dev/null 2> "$WORK/edited.err" || rc=$?
+  check "inspect --hf-config, $what: exit 3, one line ($(cat "$WORK/edited.err"))" \
+    bash -c "[ $rc -eq 3 ] && [ \$(wc -l < '$WORK/edited.err') -eq 1 ] && grep -q '$pattern' '$WORK/edited.err'"
+}
+hf_refused "quant_method awq" 'field quantization_config.quant_method is "awq"' "c['quantization_config'] = {'quant_method': 'awq'}"
+hf_refused "fp8 blocks of 64 x 128" 'weight_block_size is \[64,128\], expected \[128, 128\]' \
+  "c['quantization_config'] = {'quant_method': 'fp8', 'weight_block_size': [64, 128]}"
+hf_refused "fp8 e5m2" 'fmt is "e5m2", expected e4m3' \
+  "c['quantization_config'] = {'quant_method': 'fp8', 'fmt': 'e5m2', 'weight_block_size': [128, 128]}"
+hf_refused "linear_key_head_dim 0" 'field linear_key_head_dim is 0, expected in \[1, ' "c['linear_key_head_dim'] = 0"
+hf_refused "linear_conv_kernel_dim 99" 'field linear_conv_kernel_dim is 99' "c['linear_conv_kernel_dim'] = 99"
+hf_refused "num_attention_heads -2" 'field num_attention_heads must be > 0' "c['num_attention_heads'] = -2"
+hf_refused "max_position_embeddings 0" 'field max_position_embeddings is 0, expected > 0' "c['max_position_embeddings'] = 0"
+hf_refused "num_experts 100000" 'field num_experts is 100000, expected <= ' "c['num_experts'] = 100000"
 finish
