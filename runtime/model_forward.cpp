@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "base/parallel_for.hpp"
 #include "io/dense_quant_cache.hpp"
 #include "io/model_location.hpp"
 #include "runtime/dense_ops.hpp"
@@ -178,16 +179,22 @@ void ModelForward::reserve(int64_t T) {
   }
 }
 
-// A token whose logits row is not finite though its hidden state was: the LM head overflowed.
+// A token whose logits row is not finite though its hidden state was: the LM head overflowed. One
+// more pass over the logits (as sampling's argmax is): rows split over the threads when there are
+// several (each row is its own token).
 void ModelForward::flag_logit_rows(const StepBatch& b, const float* logits) {
   const int64_t V = w_.config.vocab_size;
   const auto head = static_cast<int32_t>(w_.config.num_layers);
-  int64_t row = 0;
+  std::vector<int64_t>& token_of = logit_tokens_;
+  token_of.clear();
   for (const SeqChunk& ch : b.chunks) {
-    for (int64_t j = ch.score_begin; j < ch.score_end; ++j, ++row)
-      flag_nonfinite_rows(logits + row * V, 1, V, head, &nonfinite_layer_[static_cast<std::size_t>(ch.first + j)]);
-    if (ch.emit) flag_nonfinite_rows(logits + row++ * V, 1, V, head, &nonfinite_layer_[static_cast<std::size_t>(ch.first + ch.count - 1)]);
+    for (int64_t j = ch.score_begin; j < ch.score_end; ++j) token_of.push_back(ch.first + j);
+    if (ch.emit) token_of.push_back(ch.first + ch.count - 1);
   }
+  const auto n = static_cast<int64_t>(token_of.size());
+  parallel_for(n, true, [&](int64_t r) {
+    flag_nonfinite_rows(logits + r * V, 1, V, head, &nonfinite_layer_[static_cast<std::size_t>(token_of[static_cast<std::size_t>(r)])]);
+  });
 }
 
 void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {

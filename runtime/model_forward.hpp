@@ -85,6 +85,7 @@ class ModelForward {
   FfnScratch shared_scratch_;
   DensePhaseTimes times_;
   std::vector<int32_t> nonfinite_layer_;
+  std::vector<int64_t> logit_tokens_;  // flag_logit_rows' scratch: the token of each logits row
 };
 
 }  // namespace moerun::runtime
