@@ -6,7 +6,8 @@
 # the L2 index, convert's and synth's files) replace the link. Either way no target changes a byte.
 # Also: outputs that name the model's files (placement plan), an L2 directory that is someone's
 # to write or is the --output, and two runs sharing one L2 directory (no refetch warnings, no
-# duplicate entries). tests/io/check_file_writers.py keeps every writer of the tree on the rule.
+# duplicate entries), and convert's staging directory for an s3:// --out (a real S3 server,
+# cluster/objectstore). tests/io/check_file_writers.py keeps every writer of the tree on the rule.
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 synth_model m
@@ -117,6 +118,26 @@ ln -sf ../victim syn/model.h5
 replaced "synth: model.h5 planted as a link to a bystander" syn/model.h5 -- synth --out syn --layers 1 --experts 4 --top-k 2 --hidden 32 \
   --heads 2 --kv-heads 1 --head-dim 16 --intermediate 32 --vocab 64 --quiet
 untouched "convert and synth"
+
+# 5b. convert --out s3:// makes the model in a staging directory first: links planted there are
+# replaced too, and the model uploaded is the one converted.
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export MOERUN_OBJECTSTORE_DIR=$WORK/objectstore MOERUN_S3_PORT=${MOERUN_S3_PORT:-18093}
+trap '"$ROOT/cluster/objectstore/stop.sh" > /dev/null 2>&1; rm -rf "$WORK"' EXIT
+if eval "$("$ROOT/cluster/objectstore/start.sh" --bucket moerun-links)"; then
+  mkdir -m 700 stg
+  ln -sf ../victim stg/model.h5
+  ln -sf ../hf/model.safetensors stg/experts-00000.h5
+  replaced "convert --out s3:// --staging: model.h5 and a shard planted as links" stg/model.h5 -- \
+    convert --from hf --out s3://moerun-links/conv --staging stg --quiet
+  "$MOERUN" infer --model s3://moerun-links/conv --input R --output up.jsonl --quiet 2> err || true
+  "$MOERUN" infer --model conv --input R --output local.jsonl --quiet
+  check "convert --out s3://: the uploaded model gives the local conversion's tokens" cmp -s up.jsonl local.jsonl
+  untouched "convert's staging"
+  "$ROOT/cluster/objectstore/stop.sh" > /dev/null 2>&1
+else
+  bad "the object store (cluster/objectstore/start.sh) did not start"
+fi
 
 # 6. Two runs sharing one L2 directory: the second reads it and adds nothing; no refetch warnings.
 # (Longer runs, so that they overlap; with --io-threads 1 the writer's puts are spread out.)
