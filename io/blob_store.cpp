@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/xxh64.hpp"
+#include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "io/positional_file.hpp"
 #include "io/private_dir.hpp"
@@ -42,24 +42,21 @@ BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::strin
   make_private_directory(dir, "L2 directory");
   fd_ = open_owned_file(blob_path_, O_RDWR | O_CREAT, "the L2 blob");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK)  // a file system without locks: as before, one writer is the user's to ensure
-      log::warn(blob_path_, ": cannot lock (", std::strerror(errno), "); runs sharing this L2 directory may overwrite each other");
-    read_only_ = errno == EWOULDBLOCK;
+    const int err = errno;
+    read_only_ = err == EWOULDBLOCK;
     if (read_only_) log::info(dir_, ": L2 in use by another run; this run reads its entries and adds none");
+    else  // a file system without locks: as before, one writer is the user's to ensure
+      log::warn(blob_path_, ": cannot lock (", std::strerror(err), "); runs sharing this L2 directory may overwrite each other");
   }
   if (direct) direct_fd_ = ::open(blob_path_.c_str(), O_RDONLY | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);  // tmpfs and some others refuse
   direct_ = direct_fd_ >= 0;
   const off_t file_size = ::lseek(fd_, 0, SEEK_END);
-  const int index_fd = ::open(index_path_.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (index_fd < 0) return;
+  // No index yet; or a link or another kind of file at its name, never read (the first write replaces it).
   struct stat sb{};
-  const bool regular = ::fstat(index_fd, &sb) == 0 && S_ISREG(sb.st_mode);
-  ::close(index_fd);
-  std::ifstream in(index_path_);
-  if (!regular || !in) return;
+  if (::lstat(index_path_.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) return;
   int64_t dropped = 0;
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
+    const nlohmann::json j = nlohmann::json::parse(read_regular_file(index_path_));
     if (j.value("format_version", 0) != kIndexVersion || j.value("layout", std::string()) != layout_) {
       log::info(index_path_, ": L2 holds another layout (", j.value("layout", std::string("format 1")),
                 read_only_ ? "); another run holds it, so this run uses no L2 entry" : "); starting it empty");
