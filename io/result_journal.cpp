@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -81,7 +82,12 @@ ResultJournal::ResultJournal(const std::string& output_path, int writer, bool re
   fd_ = open_owned_file(path_, O_WRONLY | O_CREAT | O_APPEND | (resume ? 0 : O_TRUNC), "the journal");
   if (resume) {
     JournalReadStats st;
-    finished_ = read_journals(output_path, keys_, &st);
+    try {
+      finished_ = read_journals(output_path, keys_, &st);
+    } catch (...) {
+      ::close(std::exchange(fd_, -1));  // the destructor does not run when the constructor throws
+      throw;
+    }
     if (st.torn) log::warn(output_path, ".journal*: ignored ", st.torn, " incomplete journal line(s)");
     if (st.stale) {
       std::string ids;
