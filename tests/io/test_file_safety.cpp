@@ -239,5 +239,19 @@ TEST_F(FileSafety, ASecondStoreOnTheSameL2DirectoryReadsAndAddsNothing) {
   EXPECT_EQ(fs::file_size(l2 / "experts.blob"), 5000u);
 }
 
+// Log lines quote bytes read from files: escaped as error lines are (\xNN), here an L2 index with
+// bytes that are not UTF-8 (its warning printed them raw).
+TEST_F(FileSafety, LogLinesEscapeBytesThatAreNotUtf8) {
+  const fs::path l2 = dir / "rank-0";
+  make_private_directory(l2.string());
+  std::ofstream(l2 / "index.json") << "{\"format_version\": 2, \"layout\": \"\xff\xfe\x01\"}";
+  ::testing::internal::CaptureStderr();
+  { BlobStore b(l2.string(), 1 << 20, "x", false); }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("\\xff"), std::string::npos) << err;
+  EXPECT_EQ(err.find('\xff'), std::string::npos) << err;
+  EXPECT_EQ(err.find('\x01'), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace moerun::io
