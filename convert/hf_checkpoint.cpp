@@ -98,26 +98,32 @@ const std::string& HfCheckpoint::stored(const std::string& name) const {
 
 const SafetensorInfo& HfCheckpoint::info(const std::string& name) const {
   auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].info(stored(name));
 }
 
 std::string HfCheckpoint::file_of(const std::string& name) const {
   auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].path();
 }
 
 std::vector<float> HfCheckpoint::read_f32(const std::string& name, int64_t index) const {
   auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].read_f32(stored(name), index);
 }
 
 std::vector<unsigned char> HfCheckpoint::read_raw(const std::string& name, int64_t index) const {
   auto it = where_.find(name);
-  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", name);
+  if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].read_raw(stored(name), index);
+}
+
+std::string HfCheckpoint::spelled(const std::string& name) const {
+  if (const auto it = stored_.find(name); it != stored_.end()) return it->second;
+  static const std::string text = "model.";
+  return !stored_.empty() && name.starts_with(text) ? "model.language_model." + name.substr(text.size()) : name;
 }
 
 std::vector<std::string> HfCheckpoint::names() const {

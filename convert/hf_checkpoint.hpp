@@ -32,6 +32,9 @@ class HfCheckpoint {
   std::vector<float> read_f32(const std::string& name, int64_t index = -1) const;  // index: as SafetensorsFile
   std::vector<unsigned char> read_raw(const std::string& name, int64_t index = -1) const;
   std::vector<std::string> names() const;
+  // `name` (model.X) as this checkpoint spells it: model.language_model.X in a multimodal one, for
+  // messages that must name what is in the user's index.
+  std::string spelled(const std::string& name) const;
   uint64_t total_bytes() const;  // of every tensor
   // xxh64 over config.json, every safetensors header and each file's identity (size, inode,
   // modification and change times): what a conversion was made from.

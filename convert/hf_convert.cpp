@@ -94,7 +94,7 @@ class TensorReader {
       v = ckpt_.read_f32(name);
       count(name);
     }
-    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), name);
+    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), ckpt_.spelled(name));
     return v;
   }
   // An fp8 matrix as shipped: its e4m3 bytes and float32 block scales (name + "_scale_inv"), each
@@ -108,10 +108,10 @@ class TensorReader {
     Fp8Tensor t{ckpt_.read_raw(name), ckpt_.read_f32(name + kFp8ScaleSuffix)};
     for (std::size_t i = 0; i < t.values.size(); ++i)
       if (e4m3_is_nan(t.values[i]))
-        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " contains an e4m3 NaN at [", i / shape[1], ",", i % shape[1], "]");
+        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " contains an e4m3 NaN at [", i / shape[1], ",", i % shape[1], "]");
     for (std::size_t i = 0; i < t.scales.size(); ++i)
       if (!fp8_scale_ok(t.scales[i]))
-        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, kFp8ScaleSuffix, " has ", t.scales[i], " at ", i,
+        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), kFp8ScaleSuffix, " has ", t.scales[i], " at ", i,
              ": a block scale must be finite and below ", kFp8ScaleBound, " (its weights' products would overflow float32)");
     count(name);
     count(name + kFp8ScaleSuffix);
@@ -121,7 +121,7 @@ class TensorReader {
   std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
     check_shape(name, shape);
     std::vector<float> v = ckpt_.read_f32(name, index);
-    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), name + "[" + std::to_string(index) + "]");
+    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), ckpt_.spelled(name) + "[" + std::to_string(index) + "]");
     count_slice(name);
     return v;
   }
@@ -145,7 +145,7 @@ class TensorReader {
   void check_shape(const std::string& name, const std::vector<int64_t>& shape) const {
     const SafetensorInfo& info = ckpt_.info(name);
     if (info.shape != shape)
-      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", name, " has shape ", io::shape_str(info.shape), ", config.json says ",
+      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " has shape ", io::shape_str(info.shape), ", config.json says ",
            io::shape_str(shape));
   }
   void count(const std::string& name) {
@@ -184,19 +184,26 @@ void store_biases(const std::vector<float>& bias, DType dtype, unsigned char* ou
   else f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(out), bias.size());
 }
 
-// How a checkpoint holds its experts: one tensor per matrix and expert (Mixtral, Qwen, OLMoE), or
-// per layer fused over the experts (gpt-oss): gate_up_proj [E, d, 2ff] with gate and up in
-// alternating columns and down_proj [E, ff, d], as transformers saves them, or as shipped in MXFP4
-// (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj likewise over ff).
+// How a checkpoint holds its experts: one tensor per matrix and expert (Mixtral, Qwen, OLMoE); per
+// layer stacked over the experts as transformers 5.x saves every family with per-expert names and
+// as the Hub ships Qwen3.5/3.6 (Stacked: EXPERTS.gate_up_proj [E, 2ff, d], the gate's ff rows then
+// the up's, and EXPERTS.down_proj [E, d, ff], where EXPERTS is the per-expert names' module, or
+// mlp.experts); or per layer fused over the experts (gpt-oss): gate_up_proj [E, d, 2ff] with gate
+// and up in alternating columns and down_proj [E, ff, d], as transformers saves them, or as
+// shipped in MXFP4 (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj
+// likewise over ff).
 // Per-expert matrices may be fp8 (e4m3 with 128 x 128 block scales). The native forms (MXFP4,
 // fp8) are kept as shipped when the model's expert format is theirs (read_raw), and dequantized
 // exactly otherwise (read).
 class CheckpointExperts {
  public:
-  enum class Form { PerExpert, Fused, Mxfp4 };
+  enum class Form { PerExpert, Stacked, Fused, Mxfp4 };
   CheckpointExperts(const HfCheckpoint& ckpt, const model::ModelConfig& c, const model::NameMap& nm) : c_(c), nm_(nm) {
-    if (!nm.expert_w1.empty()) form_ = Form::PerExpert;  // else the family's experts are fused tensors
+    if (!nm.expert_w1.empty()) form_ = stacked_module(ckpt) ? Form::Stacked : Form::PerExpert;
     else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
+    if (form_ == Form::Stacked && ckpt.info(stacked(first_moe_layer(), "gate_up_proj")).dtype == "F8_E4M3")
+      fail(ErrorKind::BadInput, ckpt.file_of(stacked(first_moe_layer(), "gate_up_proj")), ": tensor ",
+           ckpt.spelled(stacked(first_moe_layer(), "gate_up_proj")), " is F8_E4M3: fp8 experts stacked over the experts are not read yet");
     if (form_ != Form::PerExpert) return;
     // fp8 when every expert matrix is (a mix is dequantized; the config check names a missing one).
     fp8_ = true;
@@ -223,6 +230,11 @@ class CheckpointExperts {
         }
         continue;
       }
+      if (form_ == Form::Stacked) {
+        out[stacked(l, "gate_up_proj")] = {{E, 2 * ff, d}};
+        out[stacked(l, "down_proj")] = {{E, d, ff}};
+        continue;
+      }
       out[layer_name(l, "mlp.experts.gate_up_proj_bias")] = {{E, 2 * ff}};
       out[layer_name(l, "mlp.experts.down_proj_bias")] = {{E, d}};
       if (form_ == Form::Fused) {
@@ -245,6 +257,13 @@ class CheckpointExperts {
       t.w1 = r.read(expert_name(l, e, nm_.expert_w1), {ff, d});
       t.w3 = r.read(expert_name(l, e, nm_.expert_w3), {ff, d});
       t.w2 = r.read(expert_name(l, e, nm_.expert_w2), {d, ff});
+      return t;
+    }
+    if (form_ == Form::Stacked) {  // [2ff, d]: the gate's rows, then the up's; down_proj[e] is w2 as it is
+      const std::vector<float> gu = r.read_slice(stacked(l, "gate_up_proj"), {E, 2 * ff, d}, e);
+      t.w1.assign(gu.begin(), gu.begin() + ff * d);
+      t.w3.assign(gu.begin() + ff * d, gu.end());
+      t.w2 = r.read_slice(stacked(l, "down_proj"), {E, d, ff}, e);
       return t;
     }
     std::vector<float> gate_up(static_cast<std::size_t>(2 * ff * d));  // [2ff, d]: rows alternate gate, up
@@ -317,6 +336,10 @@ class CheckpointExperts {
       for (const std::string* p : {&nm_.expert_w1, &nm_.expert_w3, &nm_.expert_w2}) r.skip(expert_name(l, e, *p));
       return;
     }
+    if (form_ == Form::Stacked) {
+      for (const char* n : {"gate_up_proj", "down_proj"}) r.skip(stacked(l, n), true);
+      return;
+    }
     std::vector<std::string> names{"gate_up_proj_bias", "down_proj_bias"};
     if (form_ == Form::Fused) names.insert(names.end(), {"gate_up_proj", "down_proj"});
     else names.insert(names.end(), {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"});
@@ -324,6 +347,27 @@ class CheckpointExperts {
   }
 
  private:
+  int64_t first_moe_layer() const {
+    int64_t l = 0;
+    while (l + 1 < c_.num_layers && !c_.is_moe_layer(l)) ++l;
+    return l;
+  }
+  // A stacked tensor of layer l under the module that holds the experts (stacked_prefix_).
+  std::string stacked(int64_t l, const std::string& what) const { return layer_name(l, stacked_prefix_ + what); }
+  // Whether the checkpoint stacks its experts (no per-expert tensor where the names put expert 0, a
+  // gate_up_proj under the per-expert names' module or mlp.experts.); sets stacked_prefix_.
+  bool stacked_module(const HfCheckpoint& ckpt) {
+    const int64_t l = first_moe_layer();
+    if (ckpt.has(expert_name(l, 0, nm_.expert_w1))) return false;
+    const std::string own = nm_.expert_w1.substr(0, nm_.expert_w1.find("{e}"));  // "block_sparse_moe.experts."
+    for (const std::string& prefix : {own, std::string("mlp.experts.")})
+      if (ckpt.has(layer_name(l, prefix + "gate_up_proj"))) {
+        stacked_prefix_ = prefix;
+        return true;
+      }
+    return false;
+  }
+
   // One expert's MXFP4 matrix [rows, cols] as shipped, its scales scanned (255 is NaN).
   struct Mxfp4Slice {
     std::vector<unsigned char> blocks, scales;
@@ -355,6 +399,7 @@ class CheckpointExperts {
 
   model::ModelConfig c_;
   const model::NameMap& nm_;
+  std::string stacked_prefix_;
   Form form_ = Form::PerExpert;
   bool fp8_ = false;
 };
@@ -626,14 +671,14 @@ namespace {
 void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
   const std::string sname = name + kFp8ScaleSuffix;
   if (!ckpt.has(sname))
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " is F8_E4M3 but the checkpoint has no ", sname, " (its block scales)");
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " is F8_E4M3 but the checkpoint has no ", ckpt.spelled(sname), " (its block scales)");
   const SafetensorInfo& si = ckpt.info(sname);
   const std::vector<int64_t> want{fp8_scale_rows(shape[0]), fp8_scale_cols(shape[1])};
   if (si.shape != want)
-    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", sname, " has shape ", io::shape_str(si.shape), ", expected ", io::shape_str(want),
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has shape ", io::shape_str(si.shape), ", expected ", io::shape_str(want),
          " (128 x 128 blocks of ", io::shape_str(shape), ")");
   if (si.dtype != "F32" && si.dtype != "BF16" && si.dtype != "F16")
-    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", sname, " has dtype ", si.dtype, ", expected F32, BF16 or F16");
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has dtype ", si.dtype, ", expected F32, BF16 or F16");
 }
 
 // The experts' stored format: --quantize keep takes the checkpoint's native form (MXFP4, fp8) when
@@ -785,17 +830,17 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
                   const ExpectedTensor& want) {
   const std::vector<int64_t>& shape = want.shape;
   if (!ckpt.has(name))
-    fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", name, ", which config.json implies (", c.architecture, ", ",
+    fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", ckpt.spelled(name), ", which config.json implies (", c.architecture, ", ",
          c.num_layers, " layers, ", c.num_experts, " experts)");
   const SafetensorInfo& info = ckpt.info(name);
   if (info.shape != shape)
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has shape ", io::shape_str(info.shape), ", config.json says ",
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has shape ", io::shape_str(info.shape), ", config.json says ",
          io::shape_str(shape));
   if (want.bytes && info.dtype != "U8")
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected U8 (MXFP4)");
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected U8 (MXFP4)");
   if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) return expect_fp8_scales(ckpt, name, shape);
   if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", name, " has dtype ", info.dtype, ", expected F32, BF16 or F16",
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected F32, BF16 or F16",
          shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
 }
 
@@ -826,7 +871,7 @@ void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const 
     if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight") ||
         empty_shared_expert(n, ckpt.info(n), c))
       continue;
-    fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", n, " has no place in a ", c.architecture, " model as config.json describes it (",
+    fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", ckpt.spelled(n), " has no place in a ", c.architecture, " model as config.json describes it (",
          c.num_layers, " layers, ", c.num_experts, " experts)");
   }
 }

@@ -841,6 +841,58 @@ def bad_family_configs(moerun, work):
     return failures
 
 
+def stacked_experts(tensors, module=None):
+    """The same checkpoint with each layer's experts stacked as transformers 5.x saves them and as the
+    Hub ships Qwen3.5/3.6: MODULE.gate_up_proj [E, 2ff, d] (the gate's rows, then the up's) and
+    MODULE.down_proj [E, d, ff], where MODULE is the per-expert names' own module (X.experts.) or
+    `module` in its place (e.g. mlp.experts. for a family whose per-expert names use another)."""
+    import re
+    pat = re.compile(r"(.*\.)([a-z_]+\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$")
+    out, groups = {}, {}
+    for n, w in tensors.items():
+        m = pat.match(n)
+        if not m:
+            out[n] = w
+            continue
+        key = m.group(1) + (module or m.group(2))
+        role = {"gate_proj": "w1", "w1": "w1", "up_proj": "w3", "w3": "w3", "down_proj": "w2", "w2": "w2"}[m.group(4)]
+        groups.setdefault(key, {}).setdefault(int(m.group(3)), {})[role] = w
+    for key, experts in groups.items():
+        order = sorted(experts)
+        out[key + "gate_up_proj"] = np.stack([np.concatenate([experts[e]["w1"], experts[e]["w3"]]) for e in order])
+        out[key + "down_proj"] = np.stack([experts[e]["w2"] for e in order])
+    return out
+
+
+def stacked_checkpoints(moerun, work):
+    """Experts stacked over the experts (issue 64): Qwen3.5-MoE as the Hub ships it (under
+    model.language_model.), Qwen3-MoE as transformers 5.x saves it (mlp.experts.), MiniMax-M2 under
+    its own module (block_sparse_moe.experts.) and under mlp.experts.: the per-expert conversions'
+    reference, and a wrong shape named as the checkpoint spells the tensor."""
+    failures = 0
+    cfg, t, ref_cfg, ref = qwen3_5_checkpoint(Rng(13))
+    failures += check_model(moerun, work, "qwen3_5_moe_stacked", cfg, stacked_experts(t), ref, [], None, ref_cfg)
+    cfg, t = qwen3_checkpoint(Rng(7))
+    failures += check_model(moerun, work, "qwen3_moe_stacked", cfg, stacked_experts(t), t, [], None)
+    cfg, t = minimax_checkpoint(Rng(11))
+    failures += check_model(moerun, work, "minimax_m2_stacked", cfg, stacked_experts(t), t, [], None)
+    failures += check_model(moerun, work, "minimax_m2_stacked_mlp", cfg, stacked_experts(t, "mlp.experts."), t, [], None)
+    cfg, t, _, _ = qwen3_5_checkpoint(Rng(13))
+    s = stacked_experts(t)
+    down = "model.language_model.layers.1.mlp.experts.down_proj"
+    s[down] = s[down][:, :, :16].copy()  # [8, 64, 32] -> [8, 64, 16]
+    cases = [("a stacked down_proj of the wrong shape", s, down + " has shape [8,64,16], config.json says [8,64,32]"),
+             ("a missing expert, per-expert", {k: v for k, v in t.items() if ".experts.3.up_proj" not in k},
+              "the checkpoint has no tensor model.language_model.layers.0.mlp.experts.3.up_proj.weight")]
+    for i, (what, tensors, named) in enumerate(cases):
+        src = os.path.join(work, f"bad-stacked-src-{i}")
+        write_checkpoint(src, cfg, tensors)
+        ok, err, rc = convert_refused(moerun, src, os.path.join(work, f"bad-stacked-{i}"), lambda d, n=named: n, "")
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} bad checkpoint, {what}: exit {rc}: {err}")
+    return failures
+
+
 def bad_native_checkpoints(moerun, work):
     """MXFP4 and fp8 checkpoints that cannot be read as shipped: exit 3, one line naming the file and
     the tensor or field, nothing written."""
@@ -920,6 +972,7 @@ def main():
     failures += check_model(moerun, work, "qwen3_next_fp8", cfg, t, ref, [], "fp8-block")
     cfg, t, ref_cfg, ref = qwen3_5_fp8_checkpoint(Rng(15))
     failures += check_model(moerun, work, "qwen3_5_moe_fp8", cfg, t, ref, [], "fp8-block", ref_cfg)
+    failures += stacked_checkpoints(moerun, work)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
