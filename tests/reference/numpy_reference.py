@@ -34,6 +34,7 @@ import os
 import shutil
 import sys
 
+import h5py
 import numpy as np
 from reference_common import (FLOAT32_TOL, FLOOR_FACTOR, FLOOR_SEEDS, conditioned_worst, convert_refused, dequant_fp8,
                               half_ulp_factors, quantize_fp8, read_logits, relative_error, run, step_bars, write_requests,
@@ -877,6 +878,26 @@ def stacked_checkpoints(moerun, work):
     cfg, t = minimax_checkpoint(Rng(11))
     failures += check_model(moerun, work, "minimax_m2_stacked", cfg, stacked_experts(t), t, [], None)
     failures += check_model(moerun, work, "minimax_m2_stacked_mlp", cfg, stacked_experts(t, "mlp.experts."), t, [], None)
+    # The same model either way: every dataset and attribute of the expert shards equal the per-expert
+    # conversion's (converted earlier in main), bar the checkpoint's fingerprint; so the cache, hot
+    # swap and every rank count serve them as they serve those.
+    for name in ("qwen3_5_moe", "qwen3_moe", "minimax_m2"):
+        diffs = []
+        for shard in ("experts-00000.h5", "experts-00001.h5"):
+            with h5py.File(os.path.join(work, name + "-moe", shard)) as a, h5py.File(os.path.join(work, name + "_stacked-moe", shard)) as b:
+                def walk(g, h, path):
+                    for k, v in g.attrs.items():
+                        if k != "converted_from" and not np.array_equal(np.asarray(v), np.asarray(h.attrs.get(k))):
+                            diffs.append(path + "@" + k)
+                    for k in g:
+                        if isinstance(g[k], h5py.Dataset):
+                            if not np.array_equal(g[k][()], h[k][()]):
+                                diffs.append(path + k)
+                        else:
+                            walk(g[k], h[k], path + k + "/")
+                walk(a, b, shard + ":/")
+        failures += bool(diffs)
+        print(f"{'ok  ' if not diffs else 'FAIL'} {name}: the stacked conversion's expert shards equal the per-expert one's {diffs[:3]}")
     cfg, t, _, _ = qwen3_5_checkpoint(Rng(13))
     s = stacked_experts(t)
     down = "model.language_model.layers.1.mlp.experts.down_proj"
