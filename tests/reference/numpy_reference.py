@@ -902,13 +902,20 @@ def stacked_checkpoints(moerun, work):
     s = stacked_experts(t)
     down = "model.language_model.layers.1.mlp.experts.down_proj"
     s[down] = s[down][:, :, :16].copy()  # [8, 64, 32] -> [8, 64, 16]
-    cases = [("a stacked down_proj of the wrong shape", s, down + " has shape [8,64,16], config.json says [8,64,32]"),
-             ("a missing expert, per-expert", {k: v for k, v in t.items() if ".experts.3.up_proj" not in k},
-              "the checkpoint has no tensor model.language_model.layers.0.mlp.experts.3.up_proj.weight")]
-    for i, (what, tensors, named) in enumerate(cases):
-        src = os.path.join(work, f"bad-stacked-src-{i}")
-        write_checkpoint(src, cfg, tensors)
-        ok, err, rc = convert_refused(moerun, src, os.path.join(work, f"bad-stacked-{i}"), lambda d, n=named: n, "")
+    return failures + refused_checkpoints(moerun, work, "bad-stacked", [
+        ("a stacked down_proj of the wrong shape", cfg, s, down + " has shape [8,64,16], config.json says [8,64,32]"),
+        ("a missing expert, per-expert", cfg, {k: v for k, v in t.items() if ".experts.3.up_proj" not in k},
+         "the checkpoint has no tensor model.language_model.layers.0.mlp.experts.3.up_proj.weight")])
+
+
+def refused_checkpoints(moerun, work, tag, cases):
+    """Each case (what, config, tensors, what the one error line must hold) written and converted:
+    exit 3, one line holding it, nothing written. Returns the failures."""
+    failures = 0
+    for i, (what, cfg, t, named) in enumerate(cases):
+        src = os.path.join(work, f"{tag}-src-{i}")
+        write_checkpoint(src, cfg, t)
+        ok, err, rc = convert_refused(moerun, src, os.path.join(work, f"{tag}-{i}"), lambda d, n=named: n, "")
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} bad checkpoint, {what}: exit {rc}: {err}")
     return failures
@@ -938,13 +945,7 @@ def bad_native_checkpoints(moerun, work):
          e + "_scale_inv has inf at 1"),
         ("64 x 64 fp8 blocks", block64, f_t, "quantization_config.weight_block_size is [64,64], expected [128, 128]"),
     ]
-    for i, (what, cfg, t, named) in enumerate(cases):
-        src = os.path.join(work, f"bad-src-{i}")
-        write_checkpoint(src, cfg, t)
-        ok, err, rc = convert_refused(moerun, src, os.path.join(work, f"bad-{i}"), lambda d, n=named: n, "")
-        failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} bad checkpoint, {what}: exit {rc}: {err}")
-    return failures
+    return refused_checkpoints(moerun, work, "bad", cases)
 
 
 def main():
