@@ -924,7 +924,6 @@ def refused_checkpoints(moerun, work, tag, cases):
 def bad_native_checkpoints(moerun, work):
     """MXFP4 and fp8 checkpoints that cannot be read as shipped: exit 3, one line naming the file and
     the tensor or field, nothing written."""
-    failures = 0
     g_cfg, g_t = gpt_oss_checkpoint(Rng(7))
     f_cfg, f_t, _ = qwen3_fp8_checkpoint(Rng(9))
     e = "model.layers.2.mlp.experts.3.down_proj.weight"
