@@ -1,4 +1,4 @@
-// Group quantization of weight rows (q8, q4) and its exact inverse.
+// Group quantization of weight rows (q8, q4, int4) and its exact inverse.
 #include "base/quant_format.hpp"
 
 #include "base/weight_dequant.hpp"
@@ -75,6 +75,20 @@ void quantize_group_q4(const float* x, uint8_t* q, uint16_t* dm) {
   dm[1] = best_m;
 }
 
+// int4 as compressed-tensors quantizes a symmetric group (its calculate_qparams and quantize):
+// s = max|x| / 7.5 in bf16, u = clamp(round(x / s), -8, 7) + 8, zero level 8.
+void quantize_group_int4(const float* x, uint8_t* q, uint16_t* s_out, uint8_t* level) {
+  float amax = 0.0f;
+  for (int i = 0; i < kG; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const uint16_t sb = f32_to_bf16(amax / 7.5f);
+  const float s = bf16_to_f32(sb);
+  uint8_t u[kG];
+  for (int i = 0; i < kG; ++i) u[i] = static_cast<uint8_t>(s > 0.0f ? std::clamp(std::nearbyint(x[i] / s), -8.0f, 7.0f) + 8.0f : 8.0f);
+  for (int i = 0; i < kG / 2; ++i) q[i] = static_cast<uint8_t>(u[2 * i] | (u[2 * i + 1] << 4));
+  *s_out = sb;
+  *level = 8;
+}
+
 void check_cols(WeightScheme s, int64_t cols) {
   if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quantize: not a group-quantized scheme");
   if (cols % kQuantGroup != 0) fail(ErrorKind::Internal, "quantize: ", cols, " columns are not a multiple of ", kQuantGroup);
@@ -82,22 +96,25 @@ void check_cols(WeightScheme s, int64_t cols) {
 
 }  // namespace
 
-int64_t quant_row_bytes(WeightScheme s, int64_t cols) { return s == WeightScheme::Q4 ? cols / 2 : cols; }
+int64_t quant_row_bytes(WeightScheme s, int64_t cols) { return s == WeightScheme::Q8 ? cols : cols / 2; }
 int64_t quant_row_scales(WeightScheme s, int64_t cols) { return (s == WeightScheme::Q4 ? 2 : 1) * (cols / kQuantGroup); }
 
-void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, uint8_t* q, uint16_t* scales) {
+void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, uint8_t* q, uint16_t* scales, uint8_t* levels) {
   check_cols(s, cols);
+  if (s == WeightScheme::Int4 && !levels) fail(ErrorKind::Internal, "quantize: int4 needs its level bytes");
   const int64_t groups = rows * (cols / kQuantGroup);
   for (int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * kQuantGroup;
     if (s == WeightScheme::Q8) quantize_group_q8(xg, reinterpret_cast<int8_t*>(q) + g * kQuantGroup, scales + g);
-    else quantize_group_q4(xg, q + g * (kQuantGroup / 2), scales + 2 * g);
+    else if (s == WeightScheme::Q4) quantize_group_q4(xg, q + g * (kQuantGroup / 2), scales + 2 * g);
+    else quantize_group_int4(xg, q + g * (kQuantGroup / 2), scales + g, levels + g);
   }
 }
 
-void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out) {
+void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out, const uint8_t* levels) {
   check_cols(s, cols);
-  const dequant::QuantMatrix m{s, q, reinterpret_cast<const uint8_t*>(scales), rows, cols};
+  if (s == WeightScheme::Int4 && !levels) fail(ErrorKind::Internal, "dequantize: int4 needs its level bytes");
+  const dequant::QuantMatrix m{s, q, reinterpret_cast<const uint8_t*>(scales), rows, cols, levels};
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = dequant::weight(m, r, c);
 }

@@ -27,17 +27,52 @@ constexpr int64_t kNB = 16;  // output rows per block: one 32-bit lane each
 // tokens): q4 takes them in one pass (its 8 rows' sums are 24 of the 32 vector registers; `bench
 // gemm` 384 x 1024, M = 8: 1.10x two passes of 4), q8 in two (8 at once measured 0.79x: spills).
 constexpr int kMaxRowsPerPass = 8;
-int rows_per_pass(WeightScheme s) { return s == WeightScheme::Q4 ? 8 : 4; }
+int rows_per_pass(WeightScheme s) { return s == WeightScheme::Q8 ? 4 : 8; }
 // Groups ahead a block's stream is prefetched, into L2: 4 groups into L1 left the 8-row passes
 // waiting on memory (an LM head of 32000 x 1024, 8 rows: 1.12-1.48 -> 1.08-1.09 ms, `bench gemm`)
 // and one-row experts 10-15% slower; 12-24 groups, into L1 or L2, all measured alike.
 constexpr int64_t kPrefetchChunks = 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-bool is_q4(WeightScheme s) { return s == WeightScheme::Q4; }
+// q4 and int4 share their nibbles' blocked layout (and so the AMX tile unpacking); they differ in
+// what follows the values: q4's fp16 d and m, int4's 16-bit scales and level bytes.
+constexpr bool nibbles(WeightScheme s) { return s != WeightScheme::Q8; }
 // Bytes of one (block, group) chunk: the interleaved values, then the scales.
-int64_t value_bytes(WeightScheme s) { return is_q4(s) ? 256 : 512; }
-int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (is_q4(s) ? 64 : 32); }
+constexpr int64_t value_bytes(WeightScheme s) { return nibbles(s) ? 256 : 512; }
+constexpr int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (s == WeightScheme::Q8 ? 32 : s == WeightScheme::Q4 ? 64 : 48); }
+
+// A chunk's 16 scales dw and minimum terms mw (weight = dw * level + mw): q8's fp16 d (its minimum
+// is in qinit); q4's fp16 d and m; int4's bf16 or fp16 s per lane (the level byte's bit 7) and
+// -(s * z), exact in float32 (an 8- or 11-bit significand times a 4-bit level).
+template <WeightScheme S>
+__attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __m512& dw, __m512& mw) {
+  if constexpr (S == WeightScheme::Int4) {
+    const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc));
+    const __m512i lv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 32)));
+    const __mmask16 f16 = _mm512_test_epi32_mask(lv, _mm512_set1_epi32(kInt4F16Scale));
+    dw = _mm512_mask_blend_ps(f16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(s16), 16)), _mm512_cvtph_ps(s16));
+    const __m512 z = _mm512_cvtepi32_ps(_mm512_and_si512(lv, _mm512_set1_epi32(kInt4ZeroMask)));
+    mw = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dw, z));
+  } else {
+    dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
+    mw = S == WeightScheme::Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
+  }
+}
+// Lane n's dw and mw, as load_scales computes them.
+template <WeightScheme S>
+void lane_scales(const uint8_t* sc, int n, float& dw, float& mw) {
+  uint16_t bits[2];
+  std::memcpy(bits, sc + 2 * n, 2);
+  if constexpr (S == WeightScheme::Int4) {
+    const uint8_t level = sc[32 + n];
+    dw = (level & kInt4F16Scale) ? f16_to_f32(bits[0]) : bf16_to_f32(bits[0]);
+    mw = 0.0f - dw * static_cast<float>(level & kInt4ZeroMask);
+  } else {
+    dw = f16_to_f32(bits[0]);
+    if (S == WeightScheme::Q4) std::memcpy(bits + 1, sc + 32 + 2 * n, 2);
+    mw = S == WeightScheme::Q4 ? f16_to_f32(bits[1]) : dw;
+  }
+}
 
 // The kernels' view of one pass: R rows starting at `row` of x.
 struct RowPass {
@@ -58,9 +93,10 @@ const int8_t* x_quad(const RowPass& p, int r, int64_t g, int j) { return p.q + r
 
 // y[r][n] for the block at `w` (16 output rows), R rows of the pass; out [R][16]. One block at a
 // time: a single weight stream per thread keeps more of the read bandwidth than 2-4 side by side.
-template <bool Q4, int R>
+template <WeightScheme S, int R>
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const RowPass& p, const uint8_t* w, float* out) {
-  constexpr int64_t vb = Q4 ? 256 : 512, cb = vb + (Q4 ? 64 : 32);
+  constexpr bool Q4 = nibbles(S);
+  constexpr int64_t vb = value_bytes(S), cb = chunk_bytes(S);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -83,9 +119,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
         for (int r = 0; r < R; ++r) ia[1][r] = dpbusd_bcast(ia[1][r], hi, x_quad(p, r, g, j + 4));
       }
     }
-    const uint8_t* sc = w + g * cb + vb;
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
-    const __m512 mw = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
+    __m512 dw, mw;
+    load_scales<S>(w + g * cb + vb, dw, mw);
     for (int r = 0; r < R; ++r) {
       const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(ia[0][r], ia[1][r]));
       acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[r * p.G + g])), acc[r]);
@@ -96,9 +131,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
 }
 
 // The same sums lane by lane: integer dot products, then the float steps in the kernel's order.
-template <bool Q4>
+template <WeightScheme S>
 void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
-  constexpr int64_t vb = Q4 ? 256 : 512, cb = vb + (Q4 ? 64 : 32);
+  constexpr bool Q4 = nibbles(S);
+  constexpr int64_t vb = value_bytes(S), cb = chunk_bytes(S);
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < kNB; ++n) {
       float acc = 0.0f;
@@ -112,28 +148,27 @@ void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
             ia += (Q4 ? (v & 15) : v) * xq[4 * j + t];
             if (Q4) ia += (v >> 4) * xq[16 + 4 * j + t];
           }
-        uint16_t bits[2];
-        std::memcpy(bits, chunk + vb + 2 * n, 2);
-        if (Q4) std::memcpy(bits + 1, chunk + vb + 32 + 2 * n, 2);
-        acc = std::fma(static_cast<float>(ia), f16_to_f32(bits[0]) * p.dx[r * p.G + g], acc);
-        if (Q4) acc = std::fma(f16_to_f32(bits[1]), p.xsum[r * p.G + g], acc);
+        float dw, mw;
+        lane_scales<S>(chunk + vb, n, dw, mw);
+        acc = std::fma(static_cast<float>(ia), dw * p.dx[r * p.G + g], acc);
+        if (Q4) acc = std::fma(mw, p.xsum[r * p.G + g], acc);
       }
       out[r * kNB + n] = acc;
     }
 }
 
-template <bool Q4>
+template <WeightScheme S>
 void run_block(const RowPass& p, int R, const uint8_t* w, float* out, bool vnni) {
-  if (!vnni) return portable_block<Q4>(p, R, w, out);
+  if (!vnni) return portable_block<S>(p, R, w, out);
   switch (R) {
-    case 1: return vnni_block<Q4, 1>(p, w, out);
-    case 2: return vnni_block<Q4, 2>(p, w, out);
-    case 3: return vnni_block<Q4, 3>(p, w, out);
-    case 4: return vnni_block<Q4, 4>(p, w, out);
-    case 5: return vnni_block<Q4, 5>(p, w, out);
-    case 6: return vnni_block<Q4, 6>(p, w, out);
-    case 7: return vnni_block<Q4, 7>(p, w, out);
-    default: return vnni_block<Q4, 8>(p, w, out);
+    case 1: return vnni_block<S, 1>(p, w, out);
+    case 2: return vnni_block<S, 2>(p, w, out);
+    case 3: return vnni_block<S, 3>(p, w, out);
+    case 4: return vnni_block<S, 4>(p, w, out);
+    case 5: return vnni_block<S, 5>(p, w, out);
+    case 6: return vnni_block<S, 6>(p, w, out);
+    case 7: return vnni_block<S, 7>(p, w, out);
+    default: return vnni_block<S, 8>(p, w, out);
   }
 }
 
@@ -177,11 +212,12 @@ struct RowBlockScales {
 };
 
 // Group g's C tile scaled into the accumulators.
-template <bool Q4>
+template <WeightScheme S>
 __attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales& rs, int64_t g, const int32_t* c, const uint8_t* sc,
                                                            __m512* acc) {
-  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
-  const __m512 mw = Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
+  constexpr bool Q4 = nibbles(S);
+  __m512 dw, mw;
+  load_scales<S>(sc, dw, mw);
   const float* dx = rs.dx + 16 * g;
   const int32_t* qinit = rs.qinit + 16 * g;
   const float* xsum = rs.xsum + 16 * g;
@@ -214,10 +250,11 @@ __attribute__((target("amx-tile,amx-int8"))) inline void start_group1(const int8
 // groups in C0 A4 B6, odd in C1 A5 B7): group g + 1's tdpbsud runs while g's C is stored, and the
 // scaling reads the C stored one group earlier; done in order, the tdpbsud -> tilestored -> load
 // latency took most of the time.
-template <bool Q4>
+template <WeightScheme S>
 __attribute__((target("amx-tile,amx-int8,avx512f"))) void amx_block(const RowBlockScales& rs, int64_t K, const int8_t* a, const uint8_t* wb,
                                                                     const uint8_t* b_tiles, int32_t* c, float* out) {
-  constexpr int64_t cb = Q4 ? 320 : 544, vb = Q4 ? 256 : 512;
+  constexpr bool Q4 = nibbles(S);
+  constexpr int64_t cb = chunk_bytes(S), vb = value_bytes(S);
   const int64_t G = K / kG;
   auto b_tile = [&](int64_t g) { return Q4 ? b_tiles + g * kBTileBytes : wb + g * cb; };
   __m512 acc[16];
@@ -226,22 +263,22 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void amx_block(const RowBlo
   for (int64_t g = 0; g < G; g += 2) {
     if (g + 1 < G) start_group1(a + (g + 1) * kG, K, b_tile(g + 1));
     _tile_stored(0, c, 64);
-    if (g > 0) scale_group<Q4>(rs, g - 1, c + 256, wb + (g - 1) * cb + vb, acc);
+    if (g > 0) scale_group<S>(rs, g - 1, c + 256, wb + (g - 1) * cb + vb, acc);
     if (g + 1 >= G) {
-      scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
+      scale_group<S>(rs, g, c, wb + g * cb + vb, acc);
       break;
     }
     if (g + 2 < G) start_group0(a + (g + 2) * kG, K, b_tile(g + 2));
     _tile_stored(1, c + 256, 64);
-    scale_group<Q4>(rs, g, c, wb + g * cb + vb, acc);
-    if (g + 2 >= G) scale_group<Q4>(rs, g + 1, c + 256, wb + (g + 1) * cb + vb, acc);
+    scale_group<S>(rs, g, c, wb + g * cb + vb, acc);
+    if (g + 2 >= G) scale_group<S>(rs, g + 1, c + 256, wb + (g + 1) * cb + vb, acc);
   }
   for (int r = 0; r < 16; ++r) _mm512_store_ps(out + 16 * r, acc[r]);
 }
 
 // The output columns of blocks nb and nb + 1 (`two`) for every row, 16 rows at a time.
 // `b_tiles`: q4's unpacked tiles of both blocks ([2][G]); q8's are read straight from w.
-template <bool Q4>
+template <WeightScheme S>
 void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8_t* wb, int64_t block_bytes, const uint8_t* b_tiles,
               bool two, int32_t* c, float* out, float* y, int64_t N, int64_t n0) {
   const int64_t K = x.cols, G = K / kG, M = x.rows;
@@ -249,7 +286,7 @@ void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8
     const float* t = scales_t.as<float>() + (m0 / 16) * 3 * G * 16;
     const RowBlockScales rs{t, reinterpret_cast<const int32_t*>(t + G * 16), t + 2 * G * 16};
     for (int b = 0; b < (two ? 2 : 1); ++b) {
-      amx_block<Q4>(rs, K, x.q.as<int8_t>() + m0 * K, wb + b * block_bytes, Q4 ? b_tiles + b * G * kBTileBytes : nullptr, c, out);
+      amx_block<S>(rs, K, x.q.as<int8_t>() + m0 * K, wb + b * block_bytes, nibbles(S) ? b_tiles + b * G * kBTileBytes : nullptr, c, out);
       const int64_t width = std::min<int64_t>(16, N - n0 - 16 * b);
       for (int64_t r = m0; r < std::min(m0 + 16, M); ++r)
         std::memcpy(y + r * N + n0 + 16 * b, out + (r - m0) * 16, static_cast<std::size_t>(width) * 4);
@@ -278,7 +315,7 @@ void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t
 #pragma omp parallel if (!omp_in_parallel())
   {
     thread_local AlignedBuffer b_tiles, out, c;
-    if (is_q4(s)) b_tiles.resize(static_cast<std::size_t>(2 * G * kBTileBytes));
+    if (nibbles(s)) b_tiles.resize(static_cast<std::size_t>(2 * G * kBTileBytes));
     out.resize(256 * sizeof(float));
     c.resize(2 * 256 * sizeof(int32_t));
     // The tile state is the thread's: configured here, released before anything else (oneDNN) runs.
@@ -288,13 +325,16 @@ void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t
       const int64_t nb = 2 * pi;
       const bool two = nb + 1 < nblocks;
       const uint8_t* wb = w + nb * block_bytes;
-      if (is_q4(s)) {
+      if (nibbles(s))
         for (int b = 0; b < (two ? 2 : 1); ++b)
-          for (int64_t g = 0; g < G; ++g) unpack_q4_tile(wb + b * block_bytes + g * 320, b_tiles.as<uint8_t>() + (b * G + g) * kBTileBytes);
-        amx_pair<true>(x, st, wb, block_bytes, b_tiles.as<uint8_t>(), two, c.as<int32_t>(), out.as<float>(), y, N, nb * kNB);
-      } else {
-        amx_pair<false>(x, st, wb, block_bytes, nullptr, two, c.as<int32_t>(), out.as<float>(), y, N, nb * kNB);
-      }
+          for (int64_t g = 0; g < G; ++g)
+            unpack_q4_tile(wb + b * block_bytes + g * chunk_bytes(s), b_tiles.as<uint8_t>() + (b * G + g) * kBTileBytes);
+      int32_t* ci = c.as<int32_t>();
+      float* o = out.as<float>();
+      uint8_t* bt = b_tiles.as<uint8_t>();
+      if (s == WeightScheme::Q4) amx_pair<WeightScheme::Q4>(x, st, wb, block_bytes, bt, two, ci, o, y, N, nb * kNB);
+      else if (s == WeightScheme::Int4) amx_pair<WeightScheme::Int4>(x, st, wb, block_bytes, bt, two, ci, o, y, N, nb * kNB);
+      else amx_pair<WeightScheme::Q8>(x, st, wb, block_bytes, nullptr, two, ci, o, y, N, nb * kNB);
     }
     amx_release();
   }
@@ -401,10 +441,11 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
 }
 
 void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, int64_t K, uint8_t* out) {
-  if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack_plain: not a q8/q4 matrix of whole groups");
+  if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack_plain: not a q8/q4/int4 matrix of whole groups");
   const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
   std::vector<uint8_t> q(static_cast<std::size_t>(N * row_bytes));
   std::vector<uint16_t> scales(static_cast<std::size_t>(N * row_scales));
+  std::vector<uint8_t> levels(s == WeightScheme::Int4 ? static_cast<std::size_t>(N * (K / kG)) : 0);
   // Rows are independent: the same bytes whatever the thread count.
 #pragma omp parallel if (!omp_in_parallel() && N >= 64)
   {
@@ -416,10 +457,10 @@ void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, i
         bf16_to_f32(static_cast<const uint16_t*>(plain) + r * K, row.data(), static_cast<std::size_t>(K));
         x = row.data();
       }
-      quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales);
+      quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales, levels.empty() ? nullptr : levels.data() + r * (K / kG));
     }
   }
-  quant_pack(s, q.data(), scales.data(), N, K, out);
+  quant_pack(s, q.data(), scales.data(), N, K, out, levels.empty() ? nullptr : levels.data());
 }
 
 int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) { return ceil_div(N, kNB) * (K / kG) * chunk_bytes(s); }
@@ -431,9 +472,10 @@ namespace {
 // as there, a 16 x 4 transpose of 32-bit words into the chunk's four 64-byte rows, and each row's
 // two scales by one gather. The streaming cache packs on the cores that compute: at 2x on the bench shape a load
 // took 0.17 ms, 0.1 ms of it this packing, on the critical path of a one-sequence step.
+// int4 (scales null) takes the values only: its scales are copied after.
 __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* q, const uint16_t* scales, int64_t G, int64_t row_bytes,
-                                                               int64_t row_scales, uint8_t* block) {
-  const int64_t cb = chunk_bytes(WeightScheme::Q4), vb = value_bytes(WeightScheme::Q4);
+                                                               int64_t row_scales, int64_t cb, uint8_t* block) {
+  const int64_t vb = value_bytes(WeightScheme::Q4);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   // word 4l + j of a register (lane l's word j) to position 4j + l
   const __m512i by_word = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
@@ -459,10 +501,21 @@ __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* 
     _mm512_storeu_si512(chunk + 64, _mm512_shuffle_i32x4(p, r, _MM_SHUFFLE(3, 1, 3, 1)));
     _mm512_storeu_si512(chunk + 128, _mm512_shuffle_i32x4(u, w, _MM_SHUFFLE(2, 0, 2, 0)));
     _mm512_storeu_si512(chunk + 192, _mm512_shuffle_i32x4(u, w, _MM_SHUFFLE(3, 1, 3, 1)));
+    if (!scales) continue;
     const __m512i sc = _mm512_i32gather_epi32(scale_at, scales + 2 * g, 1);  // row n's (d, m) pair as one word
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + vb), _mm512_cvtepi32_epi16(sc));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + vb + 32), _mm512_cvtepi32_epi16(_mm512_srli_epi32(sc, 16)));
   }
+}
+
+// int4's scales and level bytes of rows n0 .. n0 + lanes into their block's chunks.
+void pack_int4_scales(const uint16_t* scales, const uint8_t* levels, int64_t n0, int64_t lanes, int64_t G, uint8_t* block) {
+  const int64_t cb = chunk_bytes(WeightScheme::Int4), vb = value_bytes(WeightScheme::Int4);
+  for (int64_t g = 0; g < G; ++g)
+    for (int64_t lane = 0; lane < lanes; ++lane) {
+      std::memcpy(block + g * cb + vb + 2 * lane, scales + (n0 + lane) * G + g, 2);
+      block[g * cb + vb + 32 + lane] = levels[(n0 + lane) * G + g];
+    }
 }
 
 // q4 into the blocked layout, a block of 16 rows at a time so that each chunk is written whole.
@@ -471,8 +524,9 @@ __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* 
 // takes both low nibbles, m = 2i + 1 both high ones. The streaming cache packs every expert it
 // reads, so this runs a row's group in a few register operations (0.46 -> 0.1 ms an expert of the
 // bench shape), not nibble by nibble.
-void pack_q4_blocked(const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out) {
-  const WeightScheme s = WeightScheme::Q4;
+// int4 takes the same values; its 16-bit scales and level bytes ([N, K / 32] each) fill the rest
+// of each chunk.
+void pack_q4_blocked(WeightScheme s, const uint8_t* q, const uint16_t* scales, const uint8_t* levels, int64_t N, int64_t K, uint8_t* out) {
   const int64_t G = K / kG, cb = chunk_bytes(s), vb = value_bytes(s);
   const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
   constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0FULL;
@@ -480,7 +534,9 @@ void pack_q4_blocked(const uint8_t* q, const uint16_t* scales, int64_t N, int64_
   for (int64_t n0 = 0; n0 < N; n0 += kNB) {
     const int64_t lanes = std::min(kNB, N - n0);
     if (avx512 && lanes == kNB) {
-      pack_q4_block16(q + n0 * row_bytes, scales + n0 * row_scales, G, row_bytes, row_scales, out + (n0 / kNB) * G * cb);
+      pack_q4_block16(q + n0 * row_bytes, s == WeightScheme::Q4 ? scales + n0 * row_scales : nullptr, G, row_bytes, row_scales, cb,
+                      out + (n0 / kNB) * G * cb);
+      if (s == WeightScheme::Int4) pack_int4_scales(scales, levels, n0, lanes, G, out + (n0 / kNB) * G * cb);
       continue;
     }
     for (int64_t g = 0; g < G; ++g) {
@@ -495,22 +551,25 @@ void pack_q4_blocked(const uint8_t* q, const uint16_t* scales, int64_t N, int64_
         _mm_store_si128(reinterpret_cast<__m128i*>(m16),
                         _mm_unpacklo_epi8(_mm_cvtsi64_si128(static_cast<long long>(even)), _mm_cvtsi64_si128(static_cast<long long>(odd))));
         for (int j = 0; j < 4; ++j) std::memcpy(chunk + 64 * j + 4 * lane, &m16[j], 4);
+        if (s == WeightScheme::Int4) continue;
         const uint16_t* sc = scales + (n0 + lane) * row_scales + 2 * g;
         std::memcpy(chunk + vb + 2 * lane, sc, 2);
         std::memcpy(chunk + vb + 32 + 2 * lane, sc + 1, 2);
       }
     }
+    if (s == WeightScheme::Int4) pack_int4_scales(scales, levels, n0, lanes, G, out + (n0 / kNB) * G * cb);
   }
 }
 
 }  // namespace
 
-void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out) {
-  if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack: not a q8/q4 matrix of whole groups");
+void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out, const uint8_t* levels) {
+  if (!is_group_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "quant_pack: not a q8/q4/int4 matrix of whole groups");
+  if (s == WeightScheme::Int4 && !levels) fail(ErrorKind::Internal, "quant_pack: int4 needs its level bytes");
   const int64_t G = K / kG, cb = chunk_bytes(s), vb = value_bytes(s);
   // Padding rows stand for weight 0 (q4: level 0 with scale and minimum 0; q8 below).
-  if (N % kNB != 0 || !is_q4(s)) std::memset(out, 0, static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
-  if (is_q4(s)) return pack_q4_blocked(q, scales, N, K, out);
+  if (N % kNB != 0 || !nibbles(s)) std::memset(out, 0, static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+  if (nibbles(s)) return pack_q4_blocked(s, q, scales, levels, N, K, out);
   const int64_t row_bytes = quant_row_bytes(s, K), row_scales = quant_row_scales(s, K);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t lane = n % kNB;
@@ -528,17 +587,28 @@ void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_
       for (int j = 0; j < 8; ++j) std::memset(out + ((n / kNB) * G + g) * cb + 64 * j + 4 * (n % kNB), 128, 4);
 }
 
-int64_t quant_blocked_scales(WeightScheme s, int64_t N, int64_t K) {
-  return ceil_div(N, kNB) * (K / kG) * (chunk_bytes(s) - value_bytes(s)) / 2;
+namespace {
+template <WeightScheme S>
+int64_t find_bad_scale(int64_t N, int64_t K, const uint8_t* w) {
+  const int64_t chunks = ceil_div(N, kNB) * (K / kG);
+  for (int64_t i = 0; i < chunks; ++i)
+    for (int n = 0; n < kNB; ++n) {
+      float dw, mw;
+      lane_scales<S>(w + i * chunk_bytes(S) + value_bytes(S), n, dw, mw);
+      if (!std::isfinite(dw) || !std::isfinite(mw)) return i * kNB + n;
+    }
+  return -1;
 }
+}  // namespace
 
-void quant_blocked_copy_scales(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, uint16_t* out) {
-  const int64_t chunks = ceil_div(N, kNB) * (K / kG), sb = chunk_bytes(s) - value_bytes(s);
-  for (int64_t i = 0; i < chunks; ++i) std::memcpy(out + i * sb / 2, w + i * chunk_bytes(s) + value_bytes(s), static_cast<std::size_t>(sb));
+int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w) {
+  if (s == WeightScheme::Q4) return find_bad_scale<WeightScheme::Q4>(N, K, w);
+  if (s == WeightScheme::Int4) return find_bad_scale<WeightScheme::Int4>(N, K, w);
+  return find_bad_scale<WeightScheme::Q8>(N, K, w);
 }
 
 void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel) {
-  if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quant_matmul: not a q8/q4 matrix");
+  if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quant_matmul: not a q8/q4/int4 matrix");
   if (kernel == QuantKernel::Auto) kernel = quant_kernel_for(x.rows);
   if (!quant_kernel_supported(kernel)) fail(ErrorKind::Internal, "quant_matmul: this CPU has no ", quant_kernel_name(kernel), " kernel");
   if (x.rows == 0) return;
@@ -554,8 +624,9 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
     for (int64_t r0 = 0; r0 < M; r0 += pass_rows) {
       const int R = static_cast<int>(std::min<int64_t>(pass_rows, M - r0));
       const RowPass p = row_pass(x, r0);
-      if (is_q4(s)) run_block<true>(p, R, wb, out, vnni);
-      else run_block<false>(p, R, wb, out, vnni);
+      if (s == WeightScheme::Q4) run_block<WeightScheme::Q4>(p, R, wb, out, vnni);
+      else if (s == WeightScheme::Int4) run_block<WeightScheme::Int4>(p, R, wb, out, vnni);
+      else run_block<WeightScheme::Q8>(p, R, wb, out, vnni);
       for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
     }
   };

@@ -1,4 +1,4 @@
-// Matmul on group-quantized weights (q8, q4; base/quant_format.hpp) in a blocked resident form,
+// Matmul on group-quantized weights (q8, q4, int4; base/quant_format.hpp) in a blocked resident form,
 // with the activations quantized per row and group to int8 as llama.cpp does. Integer dot products
 // per group of 32, then one float step per group: y += (Σ qw qx - offset) * (dw dx) (+ m Σx for q4).
 // Three kernels compute exactly those numbers, so their results are bitwise equal whatever the row
@@ -31,20 +31,22 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
 // of 32 k, the 16 rows' quantized values interleaved for vpdpbusd (4 consecutive k of one row per
 // 32-bit lane) followed by their fp16 scales:
 //   q8: 8 x 64 bytes (k-quad j: row n's q[32g+4j..+3] + 128 as uint8), 16 d   = 544 bytes;
-//   q4: 4 x 64 bytes (low nibbles k-quad j, high nibbles k-quad j+4), 16 d, 16 m = 320 bytes.
+//   q4: 4 x 64 bytes (low nibbles k-quad j, high nibbles k-quad j+4), 16 d, 16 m = 320 bytes;
+//   int4: q4's 4 x 64 bytes, 16 16-bit scales, 16 level bytes = 304 bytes (the stored scale and
+//         level of the row's group: compressed-tensors' numbers as shipped, 4.75 bits per weight).
 // Rows past N are zero (weights and scales) up to a multiple of 16.
 int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K);
-// Stored rows (quantize_rows' q and scales for W [N, K]) into that form; `out` has
-// quant_blocked_bytes.
-void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out);
+// Stored rows (quantize_rows' q and scales for W [N, K], and int4's level bytes) into that form;
+// `out` has quant_blocked_bytes.
+void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out, const uint8_t* levels = nullptr);
 // Plain row-major W [N, K] (float32, or bf16 bits when `bf16`) quantized (quantize_rows) straight
 // into that form; one row at a time through float32, so the only extra memory is the quantized
 // bytes. `out` has quant_blocked_bytes.
 void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, int64_t K, uint8_t* out);
-// The fp16 values (scales, q4's minimums) of a blocked matrix, padding rows included, copied out
-// in block order (for the NaN/Inf scan of a form read back from the L2 cache).
-int64_t quant_blocked_scales(WeightScheme s, int64_t N, int64_t K);
-void quant_blocked_copy_scales(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, uint16_t* out);
+// The first scale (or q4 minimum, int4 minimum term) of a blocked matrix that is not finite, as
+// its index in block order (chunk * 16 + lane), or -1: the NaN/Inf scan of a form read back from a
+// cache file.
+int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w);
 
 enum class QuantKernel {
   Auto,      // AMX from kQuantAmxMinRows rows where the CPU has it, else VNNI where it has that, else Portable

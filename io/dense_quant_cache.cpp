@@ -47,9 +47,8 @@ DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, Weigh
   file.read(offset, bytes, m.data.data());
   if (Xxh64().bytes(m.data.data(), bytes).digest() != e.at("xxh64").get<uint64_t>())
     fail(ErrorKind::BadInput, e.at("path").get<std::string>(), " checksum mismatch");
-  std::vector<uint16_t> scales(static_cast<std::size_t>(quant_blocked_scales(s, rows, cols)));
-  quant_blocked_copy_scales(s, rows, cols, m.data.as<uint8_t>(), scales.data());
-  check_finite_fp16(scales.data(), 1, static_cast<int64_t>(scales.size()), "entry", e.at("path").get<std::string>() + " scales");
+  const int64_t bad = quant_blocked_find_bad(s, rows, cols, m.data.as<uint8_t>());
+  if (bad >= 0) fail(ErrorKind::BadInput, "entry: ", e.at("path").get<std::string>(), " scales contain NaN or Inf (scale ", bad, " in block order)");
   return out;
 }
 

@@ -37,7 +37,8 @@ std::string shard_file_name(int index) {
 std::size_t part_elem_size(PartElem e, DType dense) {
   switch (e) {
     case PartElem::Dense: return dtype_size(dense);
-    case PartElem::Fp16: return 2;
+    case PartElem::Fp16:
+    case PartElem::Scale16: return 2;
     case PartElem::F32: return 4;
     default: return 1;
   }
@@ -48,8 +49,9 @@ std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c) {
   const WeightScheme s = c.expert_format.scheme;
   std::vector<ExpertPart> parts;
   if (s != WeightScheme::Plain) {
-    for (auto [name, scales, rows, cols] : {std::tuple{"w1", "w1_scales", ff, d}, std::tuple{"w3", "w3_scales", ff, d},
-                                            std::tuple{"w2", "w2_scales", d, ff}}) {
+    for (auto [name, scales, levels, rows, cols] : {std::tuple{"w1", "w1_scales", "w1_levels", ff, d},
+                                                    std::tuple{"w3", "w3_scales", "w3_levels", ff, d},
+                                                    std::tuple{"w2", "w2_scales", "w2_levels", d, ff}}) {
       switch (s) {
         case WeightScheme::Mxfp4:
           parts.push_back({name, {rows, cols / 2}, PartElem::Uint8});
@@ -58,6 +60,11 @@ std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c) {
         case WeightScheme::Fp8Block:
           parts.push_back({name, {rows, cols}, PartElem::E4m3});
           parts.push_back({scales, {fp8_scale_rows(rows), fp8_scale_cols(cols)}, PartElem::F32});
+          break;
+        case WeightScheme::Int4:  // the levels right after the scales: base/weight_dequant.hpp reads them there
+          parts.push_back({name, {rows, cols / 2}, PartElem::Uint8});
+          parts.push_back({scales, {rows, cols / kQuantGroup}, PartElem::Scale16});
+          parts.push_back({levels, {rows, cols / kQuantGroup}, PartElem::Level});
           break;
         default:
           parts.push_back({name, {rows, quant_row_bytes(s, cols)}, s == WeightScheme::Q8 ? PartElem::Int8 : PartElem::Uint8});
@@ -95,9 +102,11 @@ PartTypes part_types(PartElem e, DType dense) {
   switch (e) {
     case PartElem::Int8: return {H5T_NATIVE_INT8, H5T_STD_I8LE};
     case PartElem::Uint8:
+    case PartElem::Level:
     case PartElem::E8m0:
     case PartElem::E4m3: return {H5T_NATIVE_UINT8, H5T_STD_U8LE};
-    case PartElem::Fp16: return {H5T_NATIVE_UINT16, H5T_STD_U16LE};
+    case PartElem::Fp16:
+    case PartElem::Scale16: return {H5T_NATIVE_UINT16, H5T_STD_U16LE};
     case PartElem::F32: return {H5T_NATIVE_FLOAT, H5T_IEEE_F32LE};
     default: return dense == DType::F32 ? PartTypes{H5T_NATIVE_FLOAT, H5T_IEEE_F32LE} : PartTypes{H5T_NATIVE_UINT16, H5T_STD_U16LE};
   }
@@ -107,7 +116,10 @@ void expect_part(hid_t file, const std::string& fname, const std::string& path, 
   if (p.elem == PartElem::F32) return expect_dataset(file, fname, path, p.shape, DType::F32);
   const bool is_signed = p.elem == PartElem::Int8;
   const std::size_t size = part_elem_size(p.elem, dense);
-  const char* want = p.elem == PartElem::Int8 ? "int8" : p.elem == PartElem::Fp16 ? "uint16 (fp16 bits)" : "uint8";
+  const char* want = p.elem == PartElem::Int8      ? "int8"
+                     : p.elem == PartElem::Fp16    ? "uint16 (fp16 bits)"
+                     : p.elem == PartElem::Scale16 ? "uint16 (bf16 or fp16 bits)"
+                                                   : "uint8";
   expect_dataset_type(file, fname, path, p.shape, {H5T_INTEGER, size, is_signed}, want);
 }
 }  // namespace
@@ -260,6 +272,21 @@ void check_native_part(const ExpertPart& p, const unsigned char* data, const std
     if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
   }
 }
+// int4's scales with their level bytes (the next part): each level byte a zero level in bits 0-3
+// and the fp16 flag in bit 7 only, each scale finite in the type that flag names.
+void check_int4_scales(const ExpertPart& p, const unsigned char* data, const std::string& where, const std::string& tensor) {
+  const int64_t cols = p.shape[1], n = p.shape[0] * cols;
+  const unsigned char* levels = data + p.bytes;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t level = levels[i];
+    uint16_t s;
+    std::memcpy(&s, data + 2 * i, 2);
+    const char* what = nullptr;
+    if ((level & ~(kInt4ZeroMask | kInt4F16Scale)) != 0) what = "a level byte with bits 4-6 set (only the zero level and the fp16 flag are defined)";
+    else if (!std::isfinite((level & kInt4F16Scale) ? f16_to_f32(s) : bf16_to_f32(s))) what = "a scale that is NaN or Inf";
+    if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
+  }
+}
 }  // namespace
 
 void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expected, const std::string& where, int64_t layer,
@@ -269,10 +296,12 @@ void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expect
   // The NaN scan comes first: it names the tensor and element, the checksum cannot.
   for (const ExpertPart& p : expert_raw_parts(c)) {
     if (p.elem == PartElem::Int8 || p.elem == PartElem::Uint8) continue;  // integers are always finite
+    if (p.elem == PartElem::Level) continue;                               // checked with their scales
     const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;
     const std::string tensor = gp + "/" + p.name;
     switch (p.elem) {
       case PartElem::Fp16: check_finite_fp16(reinterpret_cast<const uint16_t*>(b + p.offset), rows, cols, where, tensor); break;
+      case PartElem::Scale16: check_int4_scales(p, b + p.offset, where, tensor); break;
       case PartElem::E8m0:
       case PartElem::E4m3:
       case PartElem::F32: check_native_part(p, b + p.offset, where, tensor); break;
@@ -407,12 +436,14 @@ void ExpertShardWriter::write_raw_group(int64_t layer, int64_t expert, const uns
 }
 
 namespace {
-// One float32 matrix [rows, cols] quantized into a part pair of the raw form (values, scales).
-void quantize_matrix(WeightScheme s, const float* x, int64_t rows, int64_t cols, unsigned char* values, unsigned char* scales) {
+// One float32 matrix [rows, cols] quantized into its parts of the raw form (values, scales, and
+// int4's levels).
+void quantize_matrix(WeightScheme s, const float* x, int64_t rows, int64_t cols, unsigned char* values, unsigned char* scales,
+                     unsigned char* levels) {
   switch (s) {
     case WeightScheme::Mxfp4: return quantize_mxfp4(x, rows, cols / kMxfp4Block, values, scales);
     case WeightScheme::Fp8Block: return quantize_fp8_block(x, rows, cols, values, reinterpret_cast<float*>(scales));
-    default: quantize_rows(s, x, rows, cols, values, reinterpret_cast<uint16_t*>(scales));
+    default: quantize_rows(s, x, rows, cols, values, reinterpret_cast<uint16_t*>(scales), levels);
   }
 }
 }  // namespace
@@ -442,16 +473,20 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
   }
   // Each matrix quantized as a whole (one expert's worth of memory) into the raw form, biases in the dtype.
   std::vector<unsigned char> raw(expert_raw_bytes(c));
+  const char* const matrices[] = {"w1", "w3", "w2"};
   for (int m = 0; m < 3; ++m) {
-    const ExpertPart& v = parts[static_cast<std::size_t>(2 * m)];
-    const ExpertPart& sc = parts[static_cast<std::size_t>(2 * m + 1)];
+    const std::string name = matrices[m];
     const int64_t rows = m == 2 ? c.hidden_size : c.intermediate_size, cols = m == 2 ? c.intermediate_size : c.hidden_size;
-    quantize_matrix(scheme, data[m], rows, cols, raw.data() + v.offset, raw.data() + sc.offset);
+    unsigned char* levels = scheme == WeightScheme::Int4 ? raw.data() + expert_part(parts, name + "_levels").offset : nullptr;
+    quantize_matrix(scheme, data[m], rows, cols, raw.data() + expert_part(parts, name).offset,
+                    raw.data() + expert_part(parts, name + "_scales").offset, levels);
   }
-  for (std::size_t m = 6; m < parts.size(); ++m) {
-    const int64_t n = parts[m].shape[0];
-    if (c.dtype == DType::F32) std::memcpy(raw.data() + parts[m].offset, data[m - 3], static_cast<std::size_t>(n) * 4);
-    else f32_to_bf16(data[m - 3], reinterpret_cast<uint16_t*>(raw.data() + parts[m].offset), static_cast<std::size_t>(n));
+  const char* const biases[] = {"b1", "b3", "b2"};
+  for (int m = 0; bias && m < 3; ++m) {
+    const ExpertPart& p = expert_part(parts, biases[m]);
+    const int64_t n = p.shape[0];
+    if (c.dtype == DType::F32) std::memcpy(raw.data() + p.offset, data[3 + m], static_cast<std::size_t>(n) * 4);
+    else f32_to_bf16(data[3 + m], reinterpret_cast<uint16_t*>(raw.data() + p.offset), static_cast<std::size_t>(n));
   }
   write_raw_group(layer, expert, raw.data());
 }

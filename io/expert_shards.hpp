@@ -20,15 +20,18 @@ namespace moerun::io {
 // w2 [d, ff], then with expert biases b1 [ff], b3 [ff], b2 [d] (format version 3). All as stored.
 // Quantized experts store each matrix as its values and then its scales ("w1", "w1_scales", "w3",
 // ...): q8/q4 (version 4) as quantize_rows lays them out, mxfp4 and fp8-block (version 5) as the
-// checkpoints ship them (base/native_quant.hpp); biases in the dtype.
+// checkpoints ship them (base/native_quant.hpp), int4 (version 9) as values, scales and then level
+// bytes ("w1_levels"; base/quant_format.hpp); biases in the dtype.
 enum class PartElem {
   Dense,  // the model's dtype (float32, or bfloat16 bits as uint16)
   Int8,   // q8 values
-  Uint8,  // q4 and mxfp4 values, two per byte
+  Uint8,  // q4, int4 and mxfp4 values, two per byte
   Fp16,   // q8/q4 scales (and q4's minimums): IEEE half bits as uint16
   E8m0,   // mxfp4 scales: one byte, 2^(s - 127); 255 is NaN
   E4m3,   // fp8-block values: float8 e4m3fn bits; 0x7f and 0xff are NaN
   F32,    // fp8-block scales: float32 per 128x128 block, whatever the model's dtype
+  Scale16,  // int4 scales: bf16 or fp16 bits as uint16, which one its level byte says
+  Level,    // int4 level bytes: zero level in bits 0-3, bit 7 set for an fp16 scale
 };
 struct ExpertPart {
   const char* name;              // dataset in the expert's group: "w1"
@@ -36,7 +39,7 @@ struct ExpertPart {
   PartElem elem = PartElem::Dense;
   std::size_t offset = 0, bytes = 0;  // in the raw form
 };
-inline constexpr int kMaxExpertParts = 9;
+inline constexpr int kMaxExpertParts = 12;  // int4's three parts per matrix, and biases
 std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c);
 // The part called `name` ("w2_scales"); Internal if this format has none.
 const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::string& name);

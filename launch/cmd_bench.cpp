@@ -77,7 +77,7 @@ int bench_gemm(int argc, char** argv) {
     ("rows", po::value(&c.rows)->default_value(c.rows), "weight rows (output features; an expert's intermediate size)")
     ("cols", po::value(&c.cols)->default_value(c.cols), "weight columns (input features; the hidden size)")
     ("m", po::value(&m)->default_value(m), "comma-separated row counts of x (tokens an expert sees)")
-    ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16, q8, q4, mxfp4, fp8 (the quantized ones are compared with bf16)")
+    ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16, q8, q4, int4, mxfp4, fp8 (the quantized ones are compared with bf16)")
     ("weight-mb", po::value(&c.weight_mb)->default_value(c.weight_mb), "MB of matrices per dtype (more than the caches hold)")
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed passes over all matrices (best reported)")
     ("json", po::value(&json), "also write the results as JSON");
@@ -87,6 +87,7 @@ int bench_gemm(int argc, char** argv) {
   std::string plain;
   for (const std::string& d : parse_string_list(dtypes)) {
     if (d == "q8" || d == "q4") c.schemes.push_back(d == "q8" ? WeightScheme::Q8 : WeightScheme::Q4);
+    else if (d == "int4") c.schemes.push_back(WeightScheme::Int4);
     else if (d == "mxfp4" || d == "fp8") c.schemes.push_back(d == "mxfp4" ? WeightScheme::Mxfp4 : WeightScheme::Fp8Block);
     else plain += d + ",";
   }

@@ -1,4 +1,4 @@
-// The root attributes' table (docs/FORMATS.md: versions 1 to 8).
+// The root attributes' table (docs/FORMATS.md: versions 1 to 9).
 #include "model/model_attributes.hpp"
 
 #include <type_traits>

@@ -318,7 +318,8 @@ int64_t ModelConfig::bytes_per_expert() const {
   auto matrix = [&](int64_t rows, int64_t cols) {
     if (s == WeightScheme::Mxfp4) return rows * (cols / 2 + cols / kMxfp4Block);
     if (s == WeightScheme::Fp8Block) return rows * cols + 4 * fp8_scale_rows(rows) * fp8_scale_cols(cols);
-    return rows * (quant_row_bytes(s, cols) + 2 * quant_row_scales(s, cols));
+    const int64_t levels = s == WeightScheme::Int4 ? cols / kQuantGroup : 0;
+    return rows * (quant_row_bytes(s, cols) + 2 * quant_row_scales(s, cols) + levels);
   };
   return 2 * matrix(ff, d) + matrix(d, ff) + bias;
 }

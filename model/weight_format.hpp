@@ -1,6 +1,6 @@
 // WeightFormat: how the experts' weights are stored and computed with: an element dtype plus a
-// quantization scheme (plain f32/bf16 elements, q8/q4 groups, or the checkpoints' native mxfp4 and
-// fp8-block). The model file, the backends and the cache tiers carry this one parameter, and a
+// quantization scheme (plain f32/bf16 elements, q8/q4 groups, or the checkpoints' native int4
+// (compressed-tensors), mxfp4 and fp8-block). The model file, the backends and the cache tiers carry this one parameter, and a
 // backend refuses a format it has no kernels for (docs/FORMATS.md).
 #pragma once
 #include <cstdint>
@@ -18,17 +18,19 @@ struct WeightFormat {
   DType dtype = DType::F32;  // Plain: the element type; quantized: the type they dequantize to
   WeightScheme scheme = WeightScheme::Plain;
 
-  // "f32", "bf16", "q8", "q4", "mxfp4", "fp8-block": the model file's expert_format attribute.
+  // "float32", "bfloat16", "q8", "q4", "int4", "mxfp4", "fp8-block": the model file's expert_format attribute.
   std::string name() const;
   bool operator==(const WeightFormat& o) const { return dtype == o.dtype && scheme == o.scheme; }
 };
 
-// Every format by name, as options take them ("float32", "bfloat16", "q8", "q4", "mxfp4", "fp8-block"),
-// and that list for messages.
+// Every format by name, as options take them ("float32", "bfloat16", "q8", "q4", "int4", "mxfp4",
+// "fp8-block"), and that list for messages.
 bool is_weight_format_name(const std::string& name);
-inline constexpr const char* kWeightFormatNames = "float32, bfloat16, q8, q4, mxfp4 or fp8-block";
+inline constexpr const char* kWeightFormatNames = "float32, bfloat16, q8, q4, int4, mxfp4 or fp8-block";
+inline constexpr const char* const kWeightFormatList[] = {"float32", "bfloat16", "q8", "q4", "int4", "mxfp4", "fp8-block"};
 
-// The moe-hdf5 format_version that first stores experts of `s`: 3 plain, 4 q8/q4, 5 mxfp4/fp8-block.
+// The moe-hdf5 format_version that first stores experts of `s`: 3 plain, 4 q8/q4, 5 mxfp4/fp8-block,
+// 9 int4.
 // Writers write exactly it, so files older builds can read stay readable by them.
 int64_t format_version_for(WeightScheme s);
 

@@ -185,7 +185,7 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   // L1 of the same bytes holds that many more.
   os << "  at each format   ";
   const char* sep = "";
-  for (const char* name : {"float32", "bfloat16", "q8", "q4", "mxfp4", "fp8-block"}) {
+  for (const char* name : model::kWeightFormatList) {
     model::ModelConfig f = c;
     f.dtype = std::string(name) == "float32" ? DType::F32 : DType::BF16;
     f.expert_format = model::parse_weight_format(name, f.dtype, "inspect");

@@ -50,7 +50,10 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const model::ModelConfig&
     const io::ExpertPart& scales = io::expert_part(parts, std::string(kMatrixNames[i]) + "_scales");
     shape_quantized(*m, c, rows, cols);
     if (is_native_quantized(m->scheme)) native_pack(m->scheme, b + values.offset, b + scales.offset, rows, cols, m->data.as<uint8_t>());
-    else quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>());
+    else {
+      const uint8_t* levels = m->scheme == WeightScheme::Int4 ? b + io::expert_part(parts, std::string(kMatrixNames[i]) + "_levels").offset : nullptr;
+      quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>(), levels);
+    }
   }
   if (!c.expert_bias) return;
   // b1‖b3‖b2 are adjacent in the raw form, in the same order as FfnWeights::bias.
@@ -109,10 +112,8 @@ void check_packed_finite(FfnWeights& w, const model::ModelConfig& c, const std::
       if (at >= 0) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " (element ", at, " of its values or scales as stored)");
       continue;
     }
-    const int64_t n = quant_blocked_scales(m->scheme, rows, cols);
-    std::vector<uint16_t> scales(static_cast<std::size_t>(n));
-    quant_blocked_copy_scales(m->scheme, rows, cols, m->data.as<uint8_t>(), scales.data());
-    io::check_finite_fp16(scales.data(), 1, n, where, tensor + " scales");
+    const int64_t bad = quant_blocked_find_bad(m->scheme, rows, cols, m->data.as<uint8_t>());
+    if (bad >= 0) fail(ErrorKind::BadInput, where, ": ", tensor, " scales contain NaN or Inf (scale ", bad, " in block order)");
   }
   if (w.bias.size() > 0)
     io::check_finite(w.bias.data(), DType::F32, 1, static_cast<int64_t>(w.bias.size() / 4), where, group + "/biases (packed, in L2)");

@@ -82,6 +82,7 @@ const char* row_label(const GemmBenchRow& r) {
   switch (r.scheme) {
     case WeightScheme::Q8: return "q8";
     case WeightScheme::Q4: return "q4";
+    case WeightScheme::Int4: return "int4";
     case WeightScheme::Mxfp4: return "mxfp4";
     case WeightScheme::Fp8Block: return "fp8";
     default: return dtype_label(r.dtype);

@@ -1,9 +1,10 @@
-// q8/q4 group quantization and the quantized matmul, against fp64 references of the dequantized
+// q8/q4/int4 group quantization and the quantized matmul, against fp64 references of the dequantized
 // weights; fp16 conversions against the CPU's own F16C instructions.
 #include <gtest/gtest.h>
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -54,17 +55,33 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed, floa
 struct Stored {
   std::vector<uint8_t> q;
   std::vector<uint16_t> scales;
+  std::vector<uint8_t> levels;  // int4
 };
+// int4 as quantize_rows writes it (bf16 scales, zero level 8), then with what checkpoints also ship
+// mixed in: every third group's scale as fp16 (the same value), every fourth group's zero level
+// another (an asymmetric scheme's).
 Stored quantize(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols) {
   Stored st{std::vector<uint8_t>(static_cast<std::size_t>(rows * quant_row_bytes(s, cols))),
-            std::vector<uint16_t>(static_cast<std::size_t>(rows * quant_row_scales(s, cols)))};
-  quantize_rows(s, w.data(), rows, cols, st.q.data(), st.scales.data());
+            std::vector<uint16_t>(static_cast<std::size_t>(rows * quant_row_scales(s, cols))),
+            std::vector<uint8_t>(s == WeightScheme::Int4 ? static_cast<std::size_t>(rows * cols / 32) : 0)};
+  quantize_rows(s, w.data(), rows, cols, st.q.data(), st.scales.data(), st.levels.data());
+  for (std::size_t g = 0; g < st.levels.size(); ++g) {
+    if (g % 3 == 1) {
+      st.scales[g] = f32_to_f16(bf16_to_f32(st.scales[g]));
+      st.levels[g] |= kInt4F16Scale;
+    }
+    if (g % 4 == 2) st.levels[g] = static_cast<uint8_t>((st.levels[g] & kInt4F16Scale) | (g * 7) % 16);
+  }
   return st;
 }
 std::vector<float> dequantize(WeightScheme s, const Stored& st, int64_t rows, int64_t cols) {
   std::vector<float> out(static_cast<std::size_t>(rows * cols));
-  dequantize_rows(s, st.q.data(), st.scales.data(), rows, cols, out.data());
+  dequantize_rows(s, st.q.data(), st.scales.data(), rows, cols, out.data(), st.levels.data());
   return out;
+}
+void pack(WeightScheme s, const Stored& st, int64_t N, int64_t K, AlignedBuffer& blocked) {
+  blocked.resize(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
+  quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>(), st.levels.data());
 }
 
 TEST(QuantFormat, Q8ErrorIsAtMostHalfAStep) {
@@ -113,8 +130,14 @@ Level level(WeightScheme s, const Stored& st, int64_t K, int64_t n, int64_t k) {
   if (s == WeightScheme::Q8)
     return {static_cast<double>(static_cast<int8_t>(st.q[n * K + k])), f16_to_f32(st.scales[n * (K / 32) + g]), 0.0};
   const uint8_t byte = st.q[n * K / 2 + k / 2];
-  return {static_cast<double>((byte >> (4 * (k % 2))) & 15), f16_to_f32(st.scales[n * (K / 16) + 2 * g]),
-          f16_to_f32(st.scales[n * (K / 16) + 2 * g + 1])};
+  const double u = (byte >> (4 * (k % 2))) & 15;
+  if (s == WeightScheme::Int4) {  // w = (u - z) s: d = s, m = -z s
+    const int64_t at = n * (K / 32) + g;
+    const uint8_t lv = st.levels[at];
+    const double d = (lv & 0x80) ? f16_to_f32(st.scales[at]) : bf16_to_f32(st.scales[at]);
+    return {u, d, -d * (lv & 15)};
+  }
+  return {u, f16_to_f32(st.scales[n * (K / 16) + 2 * g]), f16_to_f32(st.scales[n * (K / 16) + 2 * g + 1])};
 }
 
 // In fp64, what the kernel computes up to float rounding: Σ d q (dx qx) + m Σ x per group.
@@ -143,8 +166,8 @@ class QuantMatmul : public ::testing::TestWithParam<std::tuple<WeightScheme, int
     const auto w = random_matrix(N, K, 3, 0.05f);
     const auto xf = random_matrix(M, K, 4);
     const Stored st = quantize(s, w, N, K);
-    AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, N, K)));
-    quant_pack(s, st.q.data(), st.scales.data(), N, K, blocked.as<uint8_t>());
+    AlignedBuffer blocked;
+    pack(s, st, N, K, blocked);
     QuantizedRows x;
     quantize_activations(xf.data(), M, K, x);
     std::vector<float> yp(static_cast<std::size_t>(M * N));
@@ -179,7 +202,7 @@ TEST_P(QuantMatmul, PrefillRowsMatchFp64AndEveryKernelIsBitwiseEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,
-                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4), ::testing::Values(1, 3, 4, 5, 9),
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4), ::testing::Values(1, 3, 4, 5, 9),
                                             ::testing::Values(1, 16, 17, 33, 100), ::testing::Values(32, 96, 1024)));
 
 TEST(QuantizeActivations, PerGroupAmaxScaleAndNearestLevels) {
@@ -237,12 +260,37 @@ TEST(QuantMatmul, Q4BlockedBytesFollowTheLayout) {
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_EQ(blocked.as<uint8_t>()[i], want[i]) << "byte " << i;
 }
 
+// int4's blocked bytes: q4's values (the same nibbles, laid out as above), then each lane's 16-bit
+// scale and its level byte: 304 bytes a chunk.
+TEST(QuantMatmul, Int4BlockedBytesFollowTheLayout) {
+  const int64_t N = 53, K = 96, G = K / 32;
+  const auto w = random_matrix(N, K, 9, 0.05f);
+  const Stored st = quantize(WeightScheme::Int4, w, N, K);
+  AlignedBuffer blocked, q4_values;
+  pack(WeightScheme::Int4, st, N, K, blocked);
+  Stored as_q4 = st;
+  as_q4.scales.assign(static_cast<std::size_t>(N * 2 * G), 0);
+  pack(WeightScheme::Q4, as_q4, N, K, q4_values);
+  ASSERT_EQ(blocked.size(), static_cast<std::size_t>(4 * G * 304));
+  for (int64_t chunk = 0; chunk < 4 * G; ++chunk) {
+    ASSERT_EQ(std::memcmp(blocked.as<uint8_t>() + chunk * 304, q4_values.as<uint8_t>() + chunk * 320, 256), 0) << "chunk " << chunk;
+    for (int64_t lane = 0; lane < 16; ++lane) {
+      const int64_t n = (chunk / G) * 16 + lane, g = chunk % G;
+      uint16_t sc;
+      std::memcpy(&sc, blocked.as<uint8_t>() + chunk * 304 + 256 + 2 * lane, 2);
+      const uint8_t lv = blocked.as<uint8_t>()[chunk * 304 + 288 + lane];
+      EXPECT_EQ(sc, n < N ? st.scales[static_cast<std::size_t>(n * G + g)] : 0) << n << " " << g;
+      EXPECT_EQ(lv, n < N ? st.levels[static_cast<std::size_t>(n * G + g)] : 0) << n << " " << g;
+    }
+  }
+}
+
 TEST(QuantMatmul, ZeroActivationsGiveZero) {
-  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4}) {
+  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4}) {
     const auto w = random_matrix(20, 64, 5);
     const Stored st = quantize(s, w, 20, 64);
-    AlignedBuffer blocked(static_cast<std::size_t>(quant_blocked_bytes(s, 20, 64)));
-    quant_pack(s, st.q.data(), st.scales.data(), 20, 64, blocked.as<uint8_t>());
+    AlignedBuffer blocked;
+    pack(s, st, 20, 64, blocked);
     std::vector<float> xf(2 * 64, 0.0f), y(2 * 20, 1.0f);
     QuantizedRows x;
     quantize_activations(xf.data(), 2, 64, x);

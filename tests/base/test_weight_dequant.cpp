@@ -16,6 +16,15 @@ namespace moerun::dequant {
 namespace {
 
 __attribute__((target("f16c"))) float hw_f16(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) float hw_round_f16(float f) { return _cvtsh_ss(static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))); }
+// Round to nearest even bfloat16 by the integer trick, in the test's own words.
+float round_to_bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); }
 
@@ -58,6 +67,15 @@ Stored random_stored(WeightScheme s, int64_t rows, int64_t cols, uint32_t seed) 
   }
   if (s == WeightScheme::Mxfp4)
     for (auto& v : st.scales) v = static_cast<uint8_t>(rng() % 255);
+  const int64_t n_groups = rows * (cols / kGroup);
+  if (s == WeightScheme::Int4)  // scales of either type (some large, some subnormal), any zero level
+    for (int64_t i = 0; i < n_groups; ++i) {
+      const bool f16_scale = rng() % 2;
+      const uint16_t h = f16_scale ? (i % 9 == 0 ? static_cast<uint16_t>(rng() & 0x83ff) : half())
+                                   : static_cast<uint16_t>(((rng() % 200 + 20) << 7) | (rng() & 0x807f));
+      std::memcpy(&st.scales[2 * i], &h, 2);
+      st.scales[static_cast<std::size_t>(2 * n_groups + i)] = static_cast<uint8_t>((rng() % 16) | (f16_scale ? 0x80 : 0));
+    }
   if (s == WeightScheme::Fp8Block)
     for (std::size_t i = 0; i < st.scales.size(); i += 4) {
       const float f = std::ldexp(static_cast<float>(rng() % 1000 + 1) / 1000.0f, -static_cast<int>(rng() % 20));
@@ -79,6 +97,18 @@ Stored random_stored(WeightScheme s, int64_t rows, int64_t cols, uint32_t seed) 
         case WeightScheme::Q4:  // d * q rounded to float32, then + m rounded
           w = static_cast<float>(static_cast<float>(scale16(2 * (r * G + c / 32)) * nibble()) + scale16(2 * (r * G + c / 32) + 1));
           break;
+        case WeightScheme::Int4: {  // (u - z) * s exact, rounded once to the scale's type (compressed-tensors' dequantize)
+          const int64_t at = r * G + c / 32;
+          const uint8_t lv = st.scales[static_cast<std::size_t>(2 * n_groups + at)];
+          uint16_t h;
+          std::memcpy(&h, &st.scales[2 * at], 2);
+          uint32_t bits = static_cast<uint32_t>(h) << 16;
+          float bf;
+          std::memcpy(&bf, &bits, 4);
+          const double p = (nibble() - (lv & 15)) * ((lv & 0x80) ? static_cast<double>(hw_f16(h)) : static_cast<double>(bf));
+          w = (lv & 0x80) ? hw_round_f16(static_cast<float>(p)) : round_to_bf16(static_cast<float>(p));
+          break;
+        }
         case WeightScheme::Mxfp4: {
           const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
           const int n = nibble();
@@ -103,6 +133,7 @@ class WeightDequantMatrix : public ::testing::TestWithParam<WeightScheme> {};
 
 TEST_P(WeightDequantMatrix, EveryWeightIsItsDefinitionBitForBit) {
   const WeightScheme s = GetParam();
+  if (s == WeightScheme::Int4 && !__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU to round against";
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 32}, {7, 96}, {130, 288}, {257, 160}}) {
     const Stored st = random_stored(s, rows, cols, static_cast<uint32_t>(rows * 31 + cols));
     const QuantMatrix m{s, st.values.data(), st.scales.data(), rows, cols};
@@ -114,10 +145,13 @@ TEST_P(WeightDequantMatrix, EveryWeightIsItsDefinitionBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, WeightDequantMatrix,
-                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
                          [](const auto& info) {
-                           return std::string(info.param == WeightScheme::Q8 ? "q8" : info.param == WeightScheme::Q4 ? "q4"
-                                              : info.param == WeightScheme::Mxfp4 ? "mxfp4" : "fp8_block");
+                           return std::string(info.param == WeightScheme::Q8      ? "q8"
+                                              : info.param == WeightScheme::Q4    ? "q4"
+                                              : info.param == WeightScheme::Int4  ? "int4"
+                                              : info.param == WeightScheme::Mxfp4 ? "mxfp4"
+                                                                                  : "fp8_block");
                          });
 
 }  // namespace
