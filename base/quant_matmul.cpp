@@ -42,8 +42,13 @@ constexpr int64_t value_bytes(WeightScheme s) { return nibbles(s) ? 256 : 512; }
 constexpr int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (s == WeightScheme::Q8 ? 32 : s == WeightScheme::Q4 ? 64 : 48); }
 
 // A chunk's 16 scales dw and minimum terms mw (weight = dw * level + mw): q8's fp16 d (its minimum
-// is in qinit); q4's fp16 d and m; int4's bf16 or fp16 s per lane (the level byte's bit 7) and
-// -(s * z), exact in float32 (an 8- or 11-bit significand times a 4-bit level).
+// is in qinit); q4's fp16 d and m; int4's bf16 or fp16 s per lane (the level byte's bit 7), its
+// zero level in the integer sum instead (int4_offsets), so mw is unused.
+// Why int4 keeps the zero level in the integers: q4's m * Σx takes the exact activations while the
+// levels meet the int8-rounded ones, so each group's rounding error comes back multiplied by the
+// level's offset (8 for a symmetric int4): q4's form left a Kimi-shaped test model's logits about 2%
+// from the float64 reference. Σ (u - z) qx is llama.cpp's Q4_0 x Q8_0 arithmetic, and matches that
+// reference, inputs rounded as the kernels round them, to float32 rounding (int4_reference.py).
 template <WeightScheme S>
 __attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __m512& dw, __m512& mw) {
   if constexpr (S == WeightScheme::Int4) {
@@ -51,8 +56,7 @@ __attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __
     const __m512i lv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 32)));
     const __mmask16 f16 = _mm512_test_epi32_mask(lv, _mm512_set1_epi32(kInt4F16Scale));
     dw = _mm512_mask_blend_ps(f16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(s16), 16)), _mm512_cvtph_ps(s16));
-    const __m512 z = _mm512_cvtepi32_ps(_mm512_and_si512(lv, _mm512_set1_epi32(kInt4ZeroMask)));
-    mw = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dw, z));
+    mw = _mm512_setzero_ps();
   } else {
     dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
     mw = S == WeightScheme::Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
@@ -66,12 +70,24 @@ void lane_scales(const uint8_t* sc, int n, float& dw, float& mw) {
   if constexpr (S == WeightScheme::Int4) {
     const uint8_t level = sc[32 + n];
     dw = (level & kInt4F16Scale) ? f16_to_f32(bits[0]) : bf16_to_f32(bits[0]);
-    mw = 0.0f - dw * static_cast<float>(level & kInt4ZeroMask);
+    mw = 0.0f;
   } else {
     dw = f16_to_f32(bits[0]);
     if (S == WeightScheme::Q4) std::memcpy(bits + 1, sc + 32 + 2 * n, 2);
     mw = S == WeightScheme::Q4 ? f16_to_f32(bits[1]) : dw;
   }
+}
+// int4's 16 lanes' integer-sum starts for an activation row whose qinit is -128 Σ qx: -z Σ qx.
+__attribute__((target("avx512f"))) inline __m512i int4_offsets(const uint8_t* levels, int32_t qinit) {
+  const __m512i z = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels))), _mm512_set1_epi32(kInt4ZeroMask));
+  return _mm512_mullo_epi32(z, _mm512_set1_epi32(qinit / 128));
+}
+// The integer sum's start for lane n, as the kernels set it: q8's offset correction (-128 Σ qx,
+// its values being stored + 128), int4's -z Σ qx, q4's 0.
+template <WeightScheme S>
+int32_t sum_start(const uint8_t* sc, int n, int32_t qinit) {
+  if constexpr (S == WeightScheme::Int4) return (sc[32 + n] & kInt4ZeroMask) * (qinit / 128);
+  else return S == WeightScheme::Q8 ? qinit : 0;
 }
 
 // The kernels' view of one pass: R rows starting at `row` of x.
@@ -105,7 +121,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
     // offset correction (-128 Σ qx), so no subtraction is left for later.
     __m512i ia[2][R];
     for (int r = 0; r < R; ++r) {
-      ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
+      if constexpr (S == WeightScheme::Int4) ia[0][r] = int4_offsets(w + g * cb + vb + 32, p.qinit[r * p.G + g]);
+      else ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
       ia[1][r] = _mm512_setzero_si512();
     }
     for (int line = 0; line < cb; line += 64)
@@ -124,7 +141,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
     for (int r = 0; r < R; ++r) {
       const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(ia[0][r], ia[1][r]));
       acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[r * p.G + g])), acc[r]);
-      if constexpr (Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(p.xsum[r * p.G + g]), acc[r]);
+      if constexpr (S == WeightScheme::Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(p.xsum[r * p.G + g]), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * kNB, acc[r]);
@@ -141,7 +158,7 @@ void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
       for (int64_t g = 0; g < p.G; ++g) {
         const uint8_t* chunk = w + g * cb;
         const int8_t* xq = p.q + r * p.K + g * kG;
-        int32_t ia = Q4 ? 0 : p.qinit[r * p.G + g];
+        int32_t ia = sum_start<S>(chunk + vb, n, p.qinit[r * p.G + g]);
         for (int j = 0; j < (Q4 ? 4 : 8); ++j)
           for (int t = 0; t < 4; ++t) {
             const uint8_t v = chunk[64 * j + 4 * n + t];
@@ -151,7 +168,7 @@ void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
         float dw, mw;
         lane_scales<S>(chunk + vb, n, dw, mw);
         acc = std::fma(static_cast<float>(ia), dw * p.dx[r * p.G + g], acc);
-        if (Q4) acc = std::fma(mw, p.xsum[r * p.G + g], acc);
+        if (S == WeightScheme::Q4) acc = std::fma(mw, p.xsum[r * p.G + g], acc);
       }
       out[r * kNB + n] = acc;
     }
@@ -224,8 +241,9 @@ __attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales&
   for (int r = 0; r < 16; ++r) {
     __m512i ci = _mm512_load_si512(c + 16 * r);
     if constexpr (!Q4) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(qinit[r]));
+    if constexpr (S == WeightScheme::Int4) ci = _mm512_add_epi32(int4_offsets(sc + 32, qinit[r]), ci);
     acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
-    if constexpr (Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xsum[r]), acc[r]);
+    if constexpr (S == WeightScheme::Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xsum[r]), acc[r]);
   }
 }
 

@@ -2,6 +2,8 @@
 #include "convert/hf_checkpoint.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/xxh64.hpp"
+#include "convert/compressed_tensors.hpp"
 #include "io/input_file.hpp"
 #include "io/json_input.hpp"
 
@@ -18,10 +21,15 @@ namespace fs = std::filesystem;
 namespace {
 std::string read_text(const std::string& path) { return io::read_regular_file(path); }
 
-// A multimodal checkpoint's text-model tensor (model.language_model.X) under its text-only name (model.X).
+// A multimodal checkpoint's text-model tensor under its text-only name: model.language_model.X
+// (Qwen3.5) as model.X, language_model.model.X and language_model.lm_head.X (Kimi K2.5) as model.X
+// and lm_head.X.
+constexpr const char* kLanguagePrefixes[] = {"model.language_model.", "language_model.model.", "language_model.lm_head."};
+constexpr const char* kTextPrefixes[] = {"model.", "model.", "lm_head."};
 std::string text_model_name(const std::string& t) {
-  static const std::string language = "model.language_model.";
-  return t.starts_with(language) ? "model." + t.substr(language.size()) : t;
+  for (std::size_t i = 0; i < std::size(kLanguagePrefixes); ++i)
+    if (t.starts_with(kLanguagePrefixes[i])) return kTextPrefixes[i] + t.substr(std::strlen(kLanguagePrefixes[i]));
+  return t;
 }
 }  // namespace
 
@@ -88,6 +96,15 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
   for (const auto& [t, f] : weight_map)
     if (!where_.count(text_model_name(t)))
       fail(ErrorKind::BadInput, (fs::path(dir) / f).string(), ": has no tensor ", t, " (model.safetensors.index.json says it does)");
+  for (const auto& [t, fi] : where_) {
+    std::string weight;
+    if (!t.ends_with(".weight_packed") || !is_packed_int4_part(t, &weight) || where_.count(weight)) continue;
+    SafetensorInfo info = files_[fi].info(stored(t));
+    info.name = weight;
+    info.dtype = "INT4";
+    if (!info.shape.empty()) info.shape.back() *= 8;
+    packed_[weight] = info;
+  }
   fingerprint_ = h.digest();
 }
 
@@ -97,24 +114,28 @@ const std::string& HfCheckpoint::stored(const std::string& name) const {
 }
 
 const SafetensorInfo& HfCheckpoint::info(const std::string& name) const {
+  if (const auto p = packed_.find(name); p != packed_.end()) return p->second;
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].info(stored(name));
 }
 
 std::string HfCheckpoint::file_of(const std::string& name) const {
+  if (packed_.count(name)) return file_of(name + "_packed");
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].path();
 }
 
 std::vector<float> HfCheckpoint::read_f32(const std::string& name, int64_t index) const {
+  if (packed_.count(name)) fail(ErrorKind::Internal, name, " is packed INT4: read it with read_packed_int4");
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].read_f32(stored(name), index);
 }
 
 std::vector<unsigned char> HfCheckpoint::read_raw(const std::string& name, int64_t index) const {
+  if (packed_.count(name)) fail(ErrorKind::Internal, name, " is packed INT4: read it with read_packed_int4");
   auto it = where_.find(name);
   if (it == where_.end()) fail(ErrorKind::BadInput, dir_, ": the checkpoint has no tensor ", spelled(name));
   return files_[it->second].read_raw(stored(name), index);
@@ -122,13 +143,21 @@ std::vector<unsigned char> HfCheckpoint::read_raw(const std::string& name, int64
 
 std::string HfCheckpoint::spelled(const std::string& name) const {
   if (const auto it = stored_.find(name); it != stored_.end()) return it->second;
-  static const std::string text = "model.";
-  return !stored_.empty() && name.starts_with(text) ? "model.language_model." + name.substr(text.size()) : name;
+  if (stored_.empty()) return name;
+  // A name the checkpoint lacks, as it would spell it: its text model's prefix where its stored
+  // names have one.
+  const std::string& some = stored_.begin()->second;
+  const bool kimi = some.starts_with("language_model.");
+  for (std::size_t i = 0; i < std::size(kLanguagePrefixes); ++i)
+    if (name.starts_with(kTextPrefixes[i]) && (kimi ? i > 0 : i == 0))
+      return kLanguagePrefixes[i] + name.substr(std::strlen(kTextPrefixes[i]));
+  return name;
 }
 
 std::vector<std::string> HfCheckpoint::names() const {
   std::vector<std::string> out;
   for (const auto& [t, f] : where_) out.push_back(t);
+  for (const auto& [t, info] : packed_) out.push_back(t);
   return out;
 }
 

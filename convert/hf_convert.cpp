@@ -21,6 +21,7 @@
 #include "base/xxh64.hpp"
 #include "io/expert_shards.hpp"
 #include "io/hdf5.hpp"
+#include "convert/compressed_tensors.hpp"
 #include "convert/hf_checkpoint.hpp"
 #include "model/hf_config.hpp"
 #include "io/input_file.hpp"
@@ -90,6 +91,8 @@ class TensorReader {
       const Fp8Tensor t = read_fp8(name, shape);
       v.resize(t.values.size());
       dequantize_fp8_block(t.values.data(), t.scales.data(), shape[1], 0, shape[0], v.data());
+    } else if (ckpt_.info(name).dtype == "INT4") {  // compressed-tensors INT4, dequantized as it does
+      v = dequantize(read_int4(name, shape));
     } else {
       v = ckpt_.read_f32(name);
       count(name);
@@ -117,6 +120,13 @@ class TensorReader {
     count(name + kFp8ScaleSuffix);
     return t;
   }
+  // A compressed-tensors INT4 matrix as shipped (convert/compressed_tensors.hpp), its parts counted.
+  PackedInt4Matrix read_int4(const std::string& name, const std::vector<int64_t>& shape) {
+    check_shape(name, shape);
+    PackedInt4Matrix m = read_packed_int4(ckpt_, name, shape[0], shape[1]);
+    count(name);
+    return m;
+  }
   // Slice `index` of a fused [E, ...] tensor (one expert), its whole shape checked; floats or bytes.
   std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
     check_shape(name, shape);
@@ -137,6 +147,19 @@ class TensorReader {
     count(name);
     if (ckpt_.info(name).dtype == "F8_E4M3") count(name + kFp8ScaleSuffix);
   }
+  // Counts X.weight as read, with a packed one's other parts (its values are X.weight's bytes).
+  void count(const std::string& name) {
+    const SafetensorInfo& info = ckpt_.info(name);
+    used_.insert(name);
+    done_ += info.end - info.begin;
+    if (info.dtype == "INT4")
+      for (const char* part : {"_scale", "_shape", "_zero_point"})
+        if (ckpt_.has(name + part)) {
+          used_.insert(name + part);
+          done_ += ckpt_.info(name + part).end - ckpt_.info(name + part).begin;
+        }
+    if (progress_) progress_(done_, total_);
+  }
   const std::set<std::string>& used() const { return used_; }
   std::string file_of(const std::string& name) const { return ckpt_.file_of(name); }
   uint64_t done() const { return done_; }
@@ -147,12 +170,6 @@ class TensorReader {
     if (info.shape != shape)
       fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " has shape ", io::shape_str(info.shape), ", config.json says ",
            io::shape_str(shape));
-  }
-  void count(const std::string& name) {
-    const SafetensorInfo& info = ckpt_.info(name);
-    used_.insert(name);
-    done_ += info.end - info.begin;
-    if (progress_) progress_(done_, total_);
   }
   void count_slice(const std::string& name) {
     const SafetensorInfo& info = ckpt_.info(name);
@@ -192,9 +209,9 @@ void store_biases(const std::vector<float>& bias, DType dtype, unsigned char* ou
 // and up in alternating columns and down_proj [E, ff, d], as transformers saves them, or as
 // shipped in MXFP4 (gate_up_proj_blocks [E, 2ff, d/32, 16] and _scales [E, 2ff, d/32], down_proj
 // likewise over ff).
-// Per-expert matrices may be fp8 (e4m3 with 128 x 128 block scales). The native forms (MXFP4,
-// fp8) are kept as shipped when the model's expert format is theirs (read_raw), and dequantized
-// exactly otherwise (read).
+// Per-expert matrices may be fp8 (e4m3 with 128 x 128 block scales) or compressed-tensors INT4. The
+// native forms (MXFP4, fp8, INT4) are kept as shipped when the model's expert format is theirs
+// (read_raw), and dequantized exactly otherwise (read).
 class CheckpointExperts {
  public:
   enum class Form { PerExpert, Stacked, Fused, Mxfp4 };
@@ -205,18 +222,16 @@ class CheckpointExperts {
       fail(ErrorKind::BadInput, ckpt.file_of(stacked(first_moe_layer(), "gate_up_proj")), ": tensor ",
            ckpt.spelled(stacked(first_moe_layer(), "gate_up_proj")), " is F8_E4M3: fp8 experts stacked over the experts are not read yet");
     if (form_ != Form::PerExpert) return;
-    // fp8 when every expert matrix is (a mix is dequantized; the config check names a missing one).
-    fp8_ = true;
-    for (int64_t l = 0; l < c.num_layers && fp8_; ++l)
-      for (int64_t e = 0; c.is_moe_layer(l) && e < c.num_experts && fp8_; ++e)
-        for (const std::string* p : {&nm.expert_w1, &nm.expert_w3, &nm.expert_w2}) {
-          const std::string n = expert_name(l, e, *p);
-          fp8_ = fp8_ && ckpt.has(n) && ckpt.info(n).dtype == "F8_E4M3";
-        }
+    // fp8 or INT4 when every expert matrix is (a mix is dequantized; the config check names a missing one).
+    fp8_ = all_experts(ckpt, "F8_E4M3");
+    int4_ = all_experts(ckpt, "INT4");
   }
   Form form() const { return form_; }
   // The form the checkpoint ships its experts in: mxfp4, fp8-block, or plain (floats).
-  WeightScheme native() const { return form_ == Form::Mxfp4 ? WeightScheme::Mxfp4 : fp8_ ? WeightScheme::Fp8Block : WeightScheme::Plain; }
+  WeightScheme native() const {
+    if (form_ == Form::Mxfp4) return WeightScheme::Mxfp4;
+    return fp8_ ? WeightScheme::Fp8Block : int4_ ? WeightScheme::Int4 : WeightScheme::Plain;
+  }
 
   void expect(std::map<std::string, ExpectedTensor>& out) const {
     const int64_t E = c_.num_experts, ff = c_.intermediate_size, d = c_.hidden_size;
@@ -300,9 +315,16 @@ class CheckpointExperts {
       if (p.bytes != bytes) fail(ErrorKind::Internal, "convert: part ", part, " is ", p.bytes, " bytes, the checkpoint's ", bytes);
       std::memcpy(raw.data() + p.offset, src, bytes);
     };
-    if (form_ == Form::PerExpert) {  // fp8: the e4m3 bytes and their float32 scales
+    if (form_ == Form::PerExpert) {  // fp8: the e4m3 bytes and their float32 scales; INT4: values, scales, levels
       for (auto [part, pattern, rows, cols] : {std::tuple{"w1", &nm_.expert_w1, ff, d}, std::tuple{"w3", &nm_.expert_w3, ff, d},
                                                std::tuple{"w2", &nm_.expert_w2, d, ff}}) {
+        if (int4_) {
+          const PackedInt4Matrix m = r.read_int4(expert_name(l, e, *pattern), {rows, cols});
+          put(part, m.values.data(), m.values.size());
+          put((std::string(part) + "_scales").c_str(), m.scales.data(), m.scales.size() * 2);
+          put((std::string(part) + "_levels").c_str(), m.levels.data(), m.levels.size());
+          continue;
+        }
         const TensorReader::Fp8Tensor t = r.read_fp8(expert_name(l, e, *pattern), {rows, cols});
         put(part, t.values.data(), t.values.size());
         put((std::string(part) + "_scales").c_str(), t.scales.data(), t.scales.size() * 4);
@@ -347,6 +369,16 @@ class CheckpointExperts {
   }
 
  private:
+  // Whether every expert matrix is there with this dtype.
+  bool all_experts(const HfCheckpoint& ckpt, const std::string& dtype) const {
+    for (int64_t l = 0; l < c_.num_layers; ++l)
+      for (int64_t e = 0; c_.is_moe_layer(l) && e < c_.num_experts; ++e)
+        for (const std::string* p : {&nm_.expert_w1, &nm_.expert_w3, &nm_.expert_w2}) {
+          const std::string n = expert_name(l, e, *p);
+          if (!ckpt.has(n) || ckpt.info(n).dtype != dtype) return false;
+        }
+    return true;
+  }
   int64_t first_moe_layer() const {
     int64_t l = 0;
     while (l + 1 < c_.num_layers && !c_.is_moe_layer(l)) ++l;
@@ -401,7 +433,7 @@ class CheckpointExperts {
   const model::NameMap& nm_;
   std::string stacked_prefix_;
   Form form_ = Form::PerExpert;
-  bool fp8_ = false;
+  bool fp8_ = false, int4_ = false;
 };
 
 // Was `path` written by a conversion of exactly this input (its converted_from attribute)?
@@ -427,8 +459,8 @@ void ConvertConfig::validate() const {
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
-  if (quantize != "keep" && quantize != "none" && quantize != "q8" && quantize != "q4")
-    fail(ErrorKind::Usage, "--quantize must be keep, none, q8 or q4, not \"", quantize, "\"");
+  if (quantize != "keep" && quantize != "none" && quantize != "q8" && quantize != "q4" && quantize != "int4")
+    fail(ErrorKind::Usage, "--quantize must be keep, none, q8, q4 or int4, not \"", quantize, "\"");
 }
 
 namespace {
@@ -639,7 +671,8 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
 }
 
 // quantization_config of an fp8 checkpoint: block-wise e4m3 with 128 x 128 blocks is what is read
-// (a per-tensor or other block size would need other scales).
+// (a per-tensor or other block size would need other scales); of a compressed-tensors one, INT4
+// pack-quantized groups (convert/compressed_tensors.hpp).
 void check_quantization_config(const std::string& config_json, const std::string& config_path) {
   const json j = json::parse(config_json, nullptr, false);
   if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return;
@@ -647,8 +680,10 @@ void check_quantization_config(const std::string& config_json, const std::string
   const std::string where = config_path + ": field quantization_config";
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : "";
   if (method == "mxfp4") return;  // gpt-oss: the blocks and scales say it all
+  if (read_packed_int4_scheme(q, where)) return;
   if (method != "fp8")
-    fail(ErrorKind::BadInput, where, ".quant_method is \"", method, "\"; supported: fp8 (128 x 128 blocks) and mxfp4");
+    fail(ErrorKind::BadInput, where, ".quant_method is \"", method,
+         "\"; supported: fp8 (128 x 128 blocks), mxfp4 and compressed-tensors (INT4 pack-quantized)");
   if (q.contains("fmt") && q["fmt"] != "e4m3") fail(ErrorKind::BadInput, where, ".fmt is ", q["fmt"].dump(), ", expected e4m3");
   if (!q.contains("weight_block_size") || q["weight_block_size"] != json::array({kFp8Block, kFp8Block}))
     fail(ErrorKind::BadInput, where, ".weight_block_size is ", q.contains("weight_block_size") ? q["weight_block_size"].dump() : "missing",
@@ -660,6 +695,16 @@ WeightScheme shipped_expert_scheme(const std::string& config_json) {
   if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return WeightScheme::Plain;
   const json& q = j["quantization_config"];
   if (q.contains("quant_method") && q["quant_method"] == "mxfp4") return WeightScheme::Mxfp4;
+  if (const auto int4 = read_packed_int4_scheme(q, "quantization_config")) {
+    // INT4 when the scheme covers the family's expert linears (the last layer's first expert's w1,
+    // as convert names it: every family's last layer is a MoE one).
+    const std::string type = j.value("model_type", std::string());
+    const int64_t layers = j.value("num_hidden_layers", int64_t{1});
+    std::string w1 = model::names_for(model::find_model_family(type) ? model::find_model_family(type)->name : type).expert_w1;
+    w1.replace(w1.find("{e}"), 3, "0");
+    const std::string module = layer_name(layers - 1, w1.substr(0, w1.size() - std::strlen(".weight")));
+    return int4->covers(module) ? WeightScheme::Int4 : WeightScheme::Plain;
+  }
   const bool fp8 = q.contains("quant_method") && q["quant_method"] == "fp8" && q.contains("weight_block_size") &&
                    q["weight_block_size"] == json::array({kFp8Block, kFp8Block});
   return fp8 ? WeightScheme::Fp8Block : WeightScheme::Plain;
@@ -685,7 +730,9 @@ void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const 
 // it has one and the shapes allow it, none dequantizes, q8/q4 quantize. Notes say which.
 void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const std::string& where, model::ModelConfig& c, std::string& notes) {
   const std::string dense = dtype_name(c.dtype);
-  const char* shipped = native == WeightScheme::Mxfp4 ? "MXFP4" : "fp8 (e4m3, 128 x 128 block scales)";
+  const char* shipped = native == WeightScheme::Mxfp4  ? "MXFP4"
+                        : native == WeightScheme::Int4 ? "INT4 (compressed-tensors pack-quantized)"
+                                                       : "fp8 (e4m3, 128 x 128 block scales)";
   if (cfg.quantize == "none" || (cfg.quantize == "keep" && native == WeightScheme::Plain)) {
     if (native != WeightScheme::Plain) notes += std::string("experts: ") + shipped + " dequantized to " + dense + " (--quantize none)\n";
     return;
@@ -702,7 +749,7 @@ void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const s
     return;
   }
   if (cfg.quantize == "keep") notes += std::string("experts: kept as shipped, ") + shipped + "; dense layers " + dense + "\n";
-  else notes += "experts quantized to " + cfg.quantize + " (groups of 32, fp16 scales)" +
+  else notes += "experts quantized to " + cfg.quantize + (cfg.quantize == "int4" ? " (groups of 32, bf16 scales)" : " (groups of 32, fp16 scales)") +
                 (native != WeightScheme::Plain ? std::string(" from ") + shipped + " dequantized" : "") + "; dense layers stay " + dense + "\n";
 }
 
@@ -714,7 +761,9 @@ DType stored_dtype(const ConvertConfig& cfg, const HfCheckpoint& ckpt) {
   bool all_bf16 = true;
   for (const auto& n : ckpt.names()) {
     const std::string& t = ckpt.info(n).dtype;
-    const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10)));
+    std::string weight;
+    const bool fp8_part = t == "F8_E4M3" || (n.size() > 10 && n.ends_with(kFp8ScaleSuffix) && ckpt.has(n.substr(0, n.size() - 10))) ||
+                          t == "INT4" || (is_packed_int4_part(n, &weight) && ckpt.has(weight) && ckpt.info(weight).dtype == "INT4");
     const bool kept_f32 = n.ends_with("e_score_correction_bias");  // float32 in the file whatever the dtype
     all_bf16 = all_bf16 && (t == "BF16" || fp8_part || kept_f32);
   }
@@ -839,9 +888,10 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
   if (want.bytes && info.dtype != "U8")
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected U8 (MXFP4)");
   if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) return expect_fp8_scales(ckpt, name, shape);
+  if (!want.bytes && info.dtype == "INT4" && shape.size() == 2) return check_packed_int4(ckpt, name, shape[0], shape[1]);
   if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected F32, BF16 or F16",
-         shape.size() == 2 ? " (or F8_E4M3 with block scales)" : "");
+         shape.size() == 2 ? " (or F8_E4M3 with block scales, or packed INT4)" : "");
 }
 
 // A Qwen2-MoE/Qwen3-Next/Qwen3.5 checkpoint saved by transformers with shared_expert_intermediate_size
@@ -868,7 +918,9 @@ void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const 
     if (is_mtp_tensor(n, ckpt.config_text(), c)) continue;  // not converted (a note says so)
     const bool fp8_scales = n.ends_with(kFp8ScaleSuffix) && expected.count(n.substr(0, n.size() - suffix)) &&
                             ckpt.info(n.substr(0, n.size() - suffix)).dtype == "F8_E4M3";
-    if (expected.count(n) || fp8_scales || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight") ||
+    std::string weight;
+    const bool int4_part = is_packed_int4_part(n, &weight) && expected.count(weight) && ckpt.info(weight).dtype == "INT4";
+    if (expected.count(n) || fp8_scales || int4_part || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight") ||
         empty_shared_expert(n, ckpt.info(n), c))
       continue;
     fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", ckpt.spelled(n), " has no place in a ", c.architecture, " model as config.json describes it (",

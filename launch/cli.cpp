@@ -228,7 +228,7 @@ void ModelOptions::add(po::options_description& o, model::ModelConfig& m) {
     ("bos", po::value(&m.bos_token_id)->default_value(m.bos_token_id), "bos_token_id")
     ("eos", po::value(&m.eos_token_id)->default_value(m.eos_token_id), "eos_token_id")
     ("dtype", po::value(&dtype)->default_value(dtype),
-     "float32 or bfloat16; q8, q4, mxfp4 or fp8-block: bfloat16 dense layers, experts quantized from the same float32 "
+     "float32 or bfloat16; q8, q4, int4, mxfp4 or fp8-block: bfloat16 dense layers, experts quantized from the same float32 "
      "weights (docs/FORMATS.md)")
     ("family", po::value(&family)->default_value(family),
      ("layer variants of a family, as convert sets them: " + model::supported_architectures() + " (docs/FORMATS.md)").c_str())

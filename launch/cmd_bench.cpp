@@ -195,7 +195,7 @@ int bench_infer(int argc, char** argv) {
      "scoring-compare: tokens per step (the other modes hold the whole batch in one step)")
     ("l1-fraction", po::value(&l1_fraction)->default_value(l1_fraction), "cache-compare: L1 as a fraction of a rank's experts")
     ("l1-budget-of", po::value(&l1_budget_of),
-     "cache-compare: size L1 in experts of this format (float32, bfloat16, q8, q4, mxfp4, fp8-block), e.g. --dtype q4 --l1-budget-of bfloat16: "
+     "cache-compare: size L1 in experts of this format (float32, bfloat16, q8, q4, int4, mxfp4, fp8-block), e.g. --dtype q4 --l1-budget-of bfloat16: "
      "bf16's L1 bytes, which hold 3.2x the q4 experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
     ("io-threads", po::value(&c.engine.cache.io_threads)->default_value(c.engine.cache.io_threads), "cache-compare: loader threads per expert rank");

@@ -1,6 +1,8 @@
 // The table of supported architectures: one line per family file in io/families/.
 #include "model/model_family.hpp"
 
+#include <algorithm>
+
 #include "model/families/families.hpp"
 
 namespace moerun::model {
@@ -15,7 +17,7 @@ const std::vector<const ModelFamily*>& model_families() {
 
 const ModelFamily* find_model_family(const std::string& name) {
   for (const ModelFamily* f : model_families())
-    if (name == f->name || (f->hf_alias && name == f->hf_alias)) return f;
+    if (name == f->name || std::find(f->hf_aliases.begin(), f->hf_aliases.end(), name) != f->hf_aliases.end()) return f;
   return nullptr;
 }
 

@@ -46,8 +46,9 @@ struct ModelFamily {
   // A dataset whose tensor differs in name, shape or row order from the default mapping (Qwen3-Next's
   // fused, interleaved projections): fills `out` and returns true; null or false: the default.
   bool (*dense_source)(const DenseDataset& ds, const ModelConfig& c, DenseSource& out) = nullptr;
-  // Another model_type that names the family (Qwen3.5-MoE's text-only "qwen3_5_moe_text"); null: none.
-  const char* hf_alias = nullptr;
+  // Other model_types that name the family (Qwen3.5-MoE's text-only "qwen3_5_moe_text", Kimi K2.x's
+  // "kimi_k2" and "kimi_k25" for DeepSeek-V3).
+  std::vector<std::string> hf_aliases = {};
 };
 
 const std::vector<const ModelFamily*>& model_families();      // in the order help texts list them

@@ -180,7 +180,7 @@ void GemmBenchConfig::validate() const {
   if (weight_mb < 1) fail(ErrorKind::Usage, "--weight-mb must be >= 1");
   if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
   if (m.empty() || (dtypes.empty() && schemes.empty())) fail(ErrorKind::Usage, "--m and --dtype need at least one value");
-  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8, q4, mxfp4 and fp8");
+  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8, q4, int4, mxfp4 and fp8");
   for (int64_t v : m)
     if (v < 1 || v > 4096) fail(ErrorKind::Usage, "--m: ", v, " is not in [1, 4096]");
   const int64_t host_mb = host_memory_bytes() / 1000000;

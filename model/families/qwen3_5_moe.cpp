@@ -35,6 +35,6 @@ const ModelFamily kQwen3_5Moe{.name = "qwen3_5_moe",
                               .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) {
                                 return hybrid_dense_source(ds, c, out, false);
                               },
-                              .hf_alias = "qwen3_5_moe_text"};
+                              .hf_aliases = {"qwen3_5_moe_text"}};
 
 }  // namespace moerun::model::families

@@ -131,11 +131,11 @@ Level level(WeightScheme s, const Stored& st, int64_t K, int64_t n, int64_t k) {
     return {static_cast<double>(static_cast<int8_t>(st.q[n * K + k])), f16_to_f32(st.scales[n * (K / 32) + g]), 0.0};
   const uint8_t byte = st.q[n * K / 2 + k / 2];
   const double u = (byte >> (4 * (k % 2))) & 15;
-  if (s == WeightScheme::Int4) {  // w = (u - z) s: d = s, m = -z s
+  if (s == WeightScheme::Int4) {  // w = (u - z) s, the level u - z meeting the int8 activations
     const int64_t at = n * (K / 32) + g;
     const uint8_t lv = st.levels[at];
     const double d = (lv & 0x80) ? f16_to_f32(st.scales[at]) : bf16_to_f32(st.scales[at]);
-    return {u, d, -d * (lv & 15)};
+    return {u - (lv & 15), d, 0.0};
   }
   return {u, f16_to_f32(st.scales[n * (K / 16) + 2 * g]), f16_to_f32(st.scales[n * (K / 16) + 2 * g + 1])};
 }

@@ -198,14 +198,16 @@ TEST_P(QuantizedExpertFfn, MatchesFp64OfDequantizedWeights) {
     }
   }
   // int8 activations: half a step of amax/127 per group, times Σ|d q| (for q4 about twice Σ|w|, its
-  // levels being offset by the minimum). Native formats: float32 sums of 64-96 products.
-  const double bound = scheme == WeightScheme::Q4 ? 4e-2 : scheme == WeightScheme::Q8 ? 2e-2 : 2e-6;
+  // levels being offset by the minimum; int4's signed levels u - z as q8's). Native formats: float32
+  // sums of 64-96 products.
+  const double bound = scheme == WeightScheme::Q4 ? 4e-2 : is_group_quantized(scheme) ? 2e-2 : 2e-6;
   EXPECT_LE(worst / scale, bound) << "rows " << rows;
   EXPECT_GT(worst, 0.0) << "exactly equal would mean the reference is not independent of the rounding";
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, QuantizedExpertFfn,
-                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4,
+                                                              WeightScheme::Fp8Block),
                                             ::testing::Values(1, 3, 8, 16, 53)));
 
 // gpt-oss's experts kept in MXFP4 (and the same in fp8-block): biases and the clamped SwiGLU on the

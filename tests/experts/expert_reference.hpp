@@ -16,8 +16,8 @@
 
 namespace moerun::testing {
 
-// One quantized matrix [rows, cols] into its raw parts (values at q, scales at sc) as the shards
-// store it, and the weights those bytes stand for into `dq`.
+// One quantized matrix [rows, cols] into its raw parts (values at q, scales at sc, int4's level
+// bytes right after its scales) as the shards store it, and the weights those bytes stand for into `dq`.
 inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, uint8_t* q, uint8_t* sc, std::vector<float>& dq) {
   dq.resize(static_cast<std::size_t>(rows * cols));
   if (s == WeightScheme::Mxfp4) {
@@ -27,8 +27,9 @@ inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t r
     quantize_fp8_block(w.data(), rows, cols, q, reinterpret_cast<float*>(sc));
     dequantize_fp8_block(q, reinterpret_cast<const float*>(sc), cols, 0, rows, dq.data());
   } else {
-    quantize_rows(s, w.data(), rows, cols, q, reinterpret_cast<uint16_t*>(sc));
-    dequantize_rows(s, q, reinterpret_cast<const uint16_t*>(sc), rows, cols, dq.data());
+    uint8_t* levels = s == WeightScheme::Int4 ? sc + 2 * rows * (cols / 32) : nullptr;
+    quantize_rows(s, w.data(), rows, cols, q, reinterpret_cast<uint16_t*>(sc), levels);
+    dequantize_rows(s, q, reinterpret_cast<const uint16_t*>(sc), rows, cols, dq.data(), levels);
   }
 }
 

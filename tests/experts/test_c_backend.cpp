@@ -109,7 +109,7 @@ TEST(CBackend, GptOssExpertsCrossTheInterface) {
 // The weight format crosses too: each quantized format's raw form through the library gives the
 // in-process CPU backend's bits, and its slot bytes.
 TEST(CBackend, QuantizedExpertsCrossTheInterface) {
-  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
     model::ModelConfig c = config();
     c.hidden_size = 64;  // whole groups of 32
     c.intermediate_size = 96;

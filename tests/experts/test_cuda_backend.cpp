@@ -254,7 +254,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendLayer, ::testing::Values(DType::F32,
 // off, so the reference is fp64, not the CPU backend), with biases and the clamped activation.
 TEST(CudaQuantizedExperts, DequantizeBitForBitAndFfnMatchesFp64) {
   SKIP_WITHOUT_GPU();
-  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
+  for (WeightScheme s : {WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
     model::ModelConfig c;
     c.hidden_size = 160;  // two 128-blocks along d for fp8, the second partial
     c.intermediate_size = 96;
@@ -268,7 +268,8 @@ TEST(CudaQuantizedExperts, DequantizeBitForBitAndFfnMatchesFp64) {
     const auto& v = io::expert_part(parts, "w1");
     const auto& sc = io::expert_part(parts, "w1_scales");
     auto dv = to_device(std::vector<uint8_t>(raw.as<uint8_t>() + v.offset, raw.as<uint8_t>() + v.offset + v.bytes));
-    auto ds = to_device(std::vector<uint8_t>(raw.as<uint8_t>() + sc.offset, raw.as<uint8_t>() + sc.offset + sc.bytes));
+    const auto sb = static_cast<std::size_t>(dequant::scales_bytes(s, ff, d));  // int4: its level bytes too, right after
+    auto ds = to_device(std::vector<uint8_t>(raw.as<uint8_t>() + sc.offset, raw.as<uint8_t>() + sc.offset + sb));
     cuda::DeviceBuffer out(static_cast<std::size_t>(ff * d) * 4);
     kernels::dequantize({s, dv.as<uint8_t>(), ds.as<uint8_t>(), ff, d}, out.as<float>(), nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -59,10 +59,11 @@ void quantize_matrix(WeightScheme s, const std::vector<float>& w, int64_t rows, 
       q.resize(rows * cols);
       scales.resize(fp8_scale_rows(rows) * fp8_scale_cols(cols) * 4);
       return quantize_fp8_block(w.data(), rows, cols, q.data(), reinterpret_cast<float*>(scales.data()));
-    default:
+    default:  // int4: the level bytes after the scales, as the raw form holds them
       q.resize(rows * quant_row_bytes(s, cols));
-      scales.resize(rows * quant_row_scales(s, cols) * 2);
-      quantize_rows(s, w.data(), rows, cols, q.data(), reinterpret_cast<uint16_t*>(scales.data()));
+      scales.resize(rows * quant_row_scales(s, cols) * 2 + (s == WeightScheme::Int4 ? rows * cols / 32 : 0));
+      quantize_rows(s, w.data(), rows, cols, q.data(), reinterpret_cast<uint16_t*>(scales.data()),
+                    s == WeightScheme::Int4 ? scales.data() + rows * cols / 16 : nullptr);
   }
 }
 std::vector<float> dequantize_matrix(WeightScheme s, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales, int64_t rows,
@@ -70,14 +71,15 @@ std::vector<float> dequantize_matrix(WeightScheme s, const std::vector<uint8_t>&
   std::vector<float> out(rows * cols);
   if (s == WeightScheme::Mxfp4) dequantize_mxfp4(q.data(), scales.data(), rows, cols / 32, out.data());
   else if (s == WeightScheme::Fp8Block) dequantize_fp8_block(q.data(), reinterpret_cast<const float*>(scales.data()), cols, 0, rows, out.data());
-  else dequantize_rows(s, q.data(), reinterpret_cast<const uint16_t*>(scales.data()), rows, cols, out.data());
+  else dequantize_rows(s, q.data(), reinterpret_cast<const uint16_t*>(scales.data()), rows, cols, out.data(),
+                       s == WeightScheme::Int4 ? scales.data() + rows * cols / 16 : nullptr);
   return out;
 }
 
 TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   const WeightScheme s = GetParam();
   const bool native = s == WeightScheme::Mxfp4 || s == WeightScheme::Fp8Block;
-  EXPECT_EQ(config.format_version, native ? 5 : 4);
+  EXPECT_EQ(config.format_version, s == WeightScheme::Int4 ? 9 : native ? 5 : 4);
   EXPECT_EQ(config.expert_format.scheme, s);
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
   const AlignedBuffer raw = idx.load_raw(1, 2);  // verified: NaN scan and checksum
@@ -85,7 +87,11 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   EXPECT_EQ(static_cast<int64_t>(raw.size()), config.bytes_per_expert());
   // Bits per group of 32 weights: values and scales (fp8: one byte a weight, a float per 128 x 128
   // block, here one block per matrix: 64 x 96 and 96 x 64).
-  const int64_t bits = s == WeightScheme::Q8 ? 8 * 32 + 16 : s == WeightScheme::Q4 ? 4 * 32 + 32 : s == WeightScheme::Mxfp4 ? 4 * 32 + 8 : 8 * 32;
+  const int64_t bits = s == WeightScheme::Q8     ? 8 * 32 + 16
+                       : s == WeightScheme::Q4   ? 4 * 32 + 32
+                       : s == WeightScheme::Int4 ? 4 * 32 + 16 + 8
+                       : s == WeightScheme::Mxfp4 ? 4 * 32 + 8
+                                                  : 8 * 32;
   EXPECT_EQ(config.bytes_per_expert() * 8, config.params_per_expert() / 32 * bits + (native && s != WeightScheme::Mxfp4 ? 3 * 32 : 0));
   // The same synth_tensor, quantized here: byte for byte what the shard holds.
   const int64_t d = 64, ff = 96;
@@ -96,9 +102,10 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   const ExpertPart& pv = expert_part(parts, "w2");
   const ExpertPart& ps = expert_part(parts, "w2_scales");
   ASSERT_EQ(pv.bytes, q.size());
-  ASSERT_EQ(ps.bytes, scales.size());
+  ASSERT_EQ(ps.bytes + (s == WeightScheme::Int4 ? expert_part(parts, "w2_levels").bytes : 0), scales.size());
+  if (s == WeightScheme::Int4) EXPECT_EQ(expert_part(parts, "w2_levels").offset, ps.offset + ps.bytes);
   EXPECT_EQ(std::memcmp(raw.as<uint8_t>() + pv.offset, q.data(), q.size()), 0);
-  EXPECT_EQ(std::memcmp(raw.as<uint8_t>() + ps.offset, scales.data(), ps.bytes), 0);
+  EXPECT_EQ(std::memcmp(raw.as<uint8_t>() + ps.offset, scales.data(), scales.size()), 0);
   // And it dequantizes close to the float32 original.
   const std::vector<float> back = dequantize_matrix(s, q, scales, d, ff);
   double err = 0, mag = 0;
@@ -106,7 +113,7 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
     err += std::pow(back[i] - w2[i], 2);
     mag += std::pow(w2[i], 2);
   }
-  const double bound = s == WeightScheme::Q8 ? 0.01 : s == WeightScheme::Fp8Block ? 0.04 : 0.12;  // 3 and 2 mantissa bits
+  const double bound = s == WeightScheme::Q8 ? 0.01 : s == WeightScheme::Fp8Block ? 0.04 : s == WeightScheme::Int4 ? 0.14 : 0.12;  // 3 and 2 mantissa bits
   EXPECT_LT(std::sqrt(err / mag), bound);
 }
 
@@ -134,6 +141,17 @@ TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
       expect_error(load, {"experts-00000.h5", ds + " contains a block scale that is NaN or Inf at [0,0]"});
       rewrite<float>(shard, ds, H5T_NATIVE_FLOAT, [](std::vector<float>& v, int64_t) { v[0] = 0x1p118f; });  // issue 63's probe
       return expect_error(load, {ds + " contains a block scale of 2^64 or more"});
+    case WeightScheme::Int4: {  // bf16 scales, each with its level byte, whose bit 7 makes it fp16
+      const std::string levels = expert_group_path(0, 1) + "/w3_levels";
+      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7fc0; });  // bf16 NaN
+      expect_error(load, {"experts-00000.h5", ds + " contains a scale that is NaN or Inf at [2,1]"});
+      // 0x7c00: a finite bf16 (2^121) but the fp16 Inf, once the level byte says fp16.
+      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7c00; });
+      rewrite<uint8_t>(shard, levels, H5T_NATIVE_UINT8, [](std::vector<uint8_t>& v, int64_t cols) { v[2 * cols + 1] |= kInt4F16Scale; });
+      expect_error(load, {ds + " contains a scale that is NaN or Inf at [2,1]"});
+      rewrite<uint8_t>(shard, levels, H5T_NATIVE_UINT8, [](std::vector<uint8_t>& v, int64_t cols) { v[2 * cols + 1] = 0x18; });
+      return expect_error(load, {ds + " contains a level byte with bits 4-6 set"});
+    }
     default:
       rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7e00; });  // fp16 NaN
       expect_error(load, {"experts-00000.h5", ds + " contains NaN at [2,1]"});
@@ -174,7 +192,7 @@ std::string scheme_test_name(const ::testing::TestParamInfo<WeightScheme>& info)
 }
 INSTANTIATE_TEST_SUITE_P(Fp8, Fp8Experts, ::testing::Values(WeightScheme::Fp8Block), scheme_test_name);
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts,
-                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
                          scheme_test_name);
 
 TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {

@@ -90,6 +90,19 @@ def swiglu(h, w1, w3, w2):
     return (a1 / (1 + np.exp(-a1)) * (h @ w3.T)) @ w2.T
 
 
+def expert_input(x):
+    """A routed expert's matrix input as its kernel takes it: the floats themselves here;
+    int4_reference.py swaps in the int8 rounding per group of 32 that the int4/q4 kernels apply."""
+    return x
+
+
+def routed_swiglu(h, w1, w3, w2):
+    """A routed expert: swiglu with each matrix's input as expert_input gives it."""
+    h = expert_input(h)
+    a1 = h @ w1.T
+    return expert_input(a1 / (1 + np.exp(-a1)) * (h @ w3.T)) @ w2.T
+
+
 def qwen3_tensors(rng, cfg):
     """A Qwen3-MoE checkpoint's tensors for `cfg` (one tensor per expert matrix, per-head q/k norms)."""
     V, D, L, H, KV, HD = (cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -315,7 +328,7 @@ def deepseek_mlp(cfg, g, p, l, h, v3, masked):
         w = w * cfg["routed_scaling_factor"]
         for e, we in zip(top, w):
             ep = p + f"mlp.experts.{e}."
-            out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+            out[ti] += we * routed_swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
     return out
 
 
@@ -420,8 +433,7 @@ def forward(cfg, t, ids):
                     y = dn_all[e] @ act + dnb[e]
                 else:
                     ep = p + f"mlp.experts.{e}."
-                    a1, a3 = g(ep + "gate_proj.weight") @ h[ti], g(ep + "up_proj.weight") @ h[ti]
-                    y = g(ep + "down_proj.weight") @ (a1 / (1 + np.exp(-a1)) * a3)
+                    y = routed_swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
                 out[ti] += we * y
         x = x + out
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
@@ -552,7 +564,7 @@ def minimax_forward(cfg, t, ids):
             w = sc[ti, top] / sc[ti, top].sum()
             for e, we in zip(top, w):
                 ep = p + f"block_sparse_moe.experts.{e}."
-                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "w1.weight"), g(ep + "w3.weight"), g(ep + "w2.weight"))[0]
+                out[ti] += we * routed_swiglu(h[ti:ti + 1], g(ep + "w1.weight"), g(ep + "w3.weight"), g(ep + "w2.weight"))[0]
         x = x + out
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
@@ -666,7 +678,7 @@ def qwen3_next_forward(cfg, t, ids):
             top = np.argsort(-pr, kind="stable")[:k]
             for e, we in zip(top, pr[top] / pr[top].sum()):
                 ep = p + f"mlp.experts.{e}."
-                out[ti] += we * swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
+                out[ti] += we * routed_swiglu(h[ti:ti + 1], g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight"))[0]
         sh = swiglu(h, g(p + "mlp.shared_expert.gate_proj.weight"), g(p + "mlp.shared_expert.up_proj.weight"),
                     g(p + "mlp.shared_expert.down_proj.weight"))
         x = x + out + sh / (1 + np.exp(-(h @ g(p + "mlp.shared_expert_gate.weight").T)))

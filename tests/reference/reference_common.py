@@ -129,12 +129,17 @@ class Fp8(np.ndarray):
     """e4m3fn bytes (uint8) that the file calls F8_E4M3."""
 
 
+class Bf16(np.ndarray):
+    """bfloat16 bits (uint16) that the file calls BF16."""
+
+
 def write_safetensors(path, tensors):
     header, off, blobs = {}, 0, []
     for name, a in tensors.items():
-        fp8 = isinstance(a, Fp8)
+        marked = "F8_E4M3" if isinstance(a, Fp8) else "BF16" if isinstance(a, Bf16) else None
         a = np.ascontiguousarray(a)
-        dtype = "F8_E4M3" if fp8 else {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}[a.dtype]
+        dtype = marked or {np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8", np.dtype(np.float16): "F16", np.dtype(np.int32): "I32",
+                           np.dtype(np.int64): "I64"}[a.dtype]
         header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         off += a.nbytes
         blobs.append(a.tobytes())
