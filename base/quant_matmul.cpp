@@ -41,14 +41,15 @@ constexpr bool nibbles(WeightScheme s) { return s != WeightScheme::Q8; }
 constexpr int64_t value_bytes(WeightScheme s) { return nibbles(s) ? 256 : 512; }
 constexpr int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (s == WeightScheme::Q8 ? 32 : s == WeightScheme::Q4 ? 64 : 48); }
 
-// A chunk's 16 scales dw and minimum terms mw (weight = dw * level + mw): q8's fp16 d (its minimum
-// is in qinit); q4's fp16 d and m; int4's bf16 or fp16 s per lane (the level byte's bit 7), its
-// zero level in the integer sum instead (int4_offsets), so mw is unused.
-// Why int4 keeps the zero level in the integers: q4's m * Σx takes the exact activations while the
-// levels meet the int8-rounded ones, so each group's rounding error comes back multiplied by the
-// level's offset (8 for a symmetric int4): q4's form left a Kimi-shaped test model's logits about 2%
-// from the float64 reference. Σ (u - z) qx is llama.cpp's Q4_0 x Q8_0 arithmetic, and matches that
-// reference, inputs rounded as the kernels round them, to float32 rounding (int4_reference.py).
+// A chunk's 16 scales dw and second terms mw: q8's fp16 d (its minimum is in qinit); q4's fp16 d
+// and m (weight = d * level + m, m meeting Σx); int4's bf16 or fp16 s per lane (the level byte's
+// bit 7) and, as mw, its zero level z as a float: the sum becomes Σ u qx - z Σ qx (int4_sum).
+// Why int4 takes the zero level against the int8-rounded activations: q4's m * Σx takes the exact
+// activations while the levels meet the rounded ones, so each group's rounding error comes back
+// multiplied by the level's offset (8 for a symmetric int4): q4's form left a Kimi-shaped test
+// model's logits about 2% from the float64 reference. Σ (u - z) qx is llama.cpp's Q4_0 x Q8_0
+// arithmetic, and matches that reference, inputs rounded as the kernels round them, to float32
+// rounding (int4_reference.py).
 template <WeightScheme S>
 __attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __m512& dw, __m512& mw) {
   if constexpr (S == WeightScheme::Int4) {
@@ -56,7 +57,7 @@ __attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __
     const __m512i lv = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 32)));
     const __mmask16 f16 = _mm512_test_epi32_mask(lv, _mm512_set1_epi32(kInt4F16Scale));
     dw = _mm512_mask_blend_ps(f16, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(s16), 16)), _mm512_cvtph_ps(s16));
-    mw = _mm512_setzero_ps();
+    mw = _mm512_cvtepi32_ps(_mm512_and_si512(lv, _mm512_set1_epi32(kInt4ZeroMask)));
   } else {
     dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
     mw = S == WeightScheme::Q4 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc + 32))) : dw;
@@ -70,24 +71,18 @@ void lane_scales(const uint8_t* sc, int n, float& dw, float& mw) {
   if constexpr (S == WeightScheme::Int4) {
     const uint8_t level = sc[32 + n];
     dw = (level & kInt4F16Scale) ? f16_to_f32(bits[0]) : bf16_to_f32(bits[0]);
-    mw = 0.0f;
+    mw = static_cast<float>(level & kInt4ZeroMask);
   } else {
     dw = f16_to_f32(bits[0]);
     if (S == WeightScheme::Q4) std::memcpy(bits + 1, sc + 32 + 2 * n, 2);
     mw = S == WeightScheme::Q4 ? f16_to_f32(bits[1]) : dw;
   }
 }
-// int4's 16 lanes' integer-sum starts for an activation row whose qinit is -128 Σ qx: -z Σ qx.
-__attribute__((target("avx512f"))) inline __m512i int4_offsets(const uint8_t* levels, int32_t qinit) {
-  const __m512i z = _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(levels))), _mm512_set1_epi32(kInt4ZeroMask));
-  return _mm512_mullo_epi32(z, _mm512_set1_epi32(qinit / 128));
-}
-// The integer sum's start for lane n, as the kernels set it: q8's offset correction (-128 Σ qx,
-// its values being stored + 128), int4's -z Σ qx, q4's 0.
-template <WeightScheme S>
-int32_t sum_start(const uint8_t* sc, int n, int32_t qinit) {
-  if constexpr (S == WeightScheme::Int4) return (sc[32 + n] & kInt4ZeroMask) * (qinit / 128);
-  else return S == WeightScheme::Q8 ? qinit : 0;
+// int4's integer sum Σ u qx - z Σ qx as a float, from Σ u qx and the row's Σ qx (QuantizedRows'
+// qsum): each term an integer below 2^24, so the one fused step is exact, and equals the integer
+// difference converted.
+__attribute__((target("avx512f"))) inline __m512 int4_sum(__m512i ia, __m512 z, float qsum) {
+  return _mm512_fnmadd_ps(z, _mm512_set1_ps(qsum), _mm512_cvtepi32_ps(ia));
 }
 
 // The kernels' view of one pass: R rows starting at `row` of x.
@@ -96,13 +91,14 @@ struct RowPass {
   const float* dx;
   const int32_t* qinit;
   const float* xsum;
+  const float* qsum;
   int64_t K, G;
 };
 
 RowPass row_pass(const QuantizedRows& x, int64_t row) {
   const int64_t G = x.cols / kG;
   return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qinit.as<int32_t>() + row * G,
-          x.xsum.as<float>() + row * G, x.cols, G};
+          x.xsum.as<float>() + row * G, x.qsum.as<float>() + row * G, x.cols, G};
 }
 
 const int8_t* x_quad(const RowPass& p, int r, int64_t g, int j) { return p.q + r * p.K + g * kG + 4 * j; }
@@ -121,8 +117,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
     // offset correction (-128 Σ qx), so no subtraction is left for later.
     __m512i ia[2][R];
     for (int r = 0; r < R; ++r) {
-      if constexpr (S == WeightScheme::Int4) ia[0][r] = int4_offsets(w + g * cb + vb + 32, p.qinit[r * p.G + g]);
-      else ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
+      ia[0][r] = Q4 ? _mm512_setzero_si512() : _mm512_set1_epi32(p.qinit[r * p.G + g]);
       ia[1][r] = _mm512_setzero_si512();
     }
     for (int line = 0; line < cb; line += 64)
@@ -139,7 +134,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void vnni_block(const Row
     __m512 dw, mw;
     load_scales<S>(w + g * cb + vb, dw, mw);
     for (int r = 0; r < R; ++r) {
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(ia[0][r], ia[1][r]));
+      const __m512i sum = _mm512_add_epi32(ia[0][r], ia[1][r]);
+      const __m512 f = S == WeightScheme::Int4 ? int4_sum(sum, mw, p.qsum[r * p.G + g]) : _mm512_cvtepi32_ps(sum);
       acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[r * p.G + g])), acc[r]);
       if constexpr (S == WeightScheme::Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(p.xsum[r * p.G + g]), acc[r]);
     }
@@ -158,7 +154,7 @@ void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
       for (int64_t g = 0; g < p.G; ++g) {
         const uint8_t* chunk = w + g * cb;
         const int8_t* xq = p.q + r * p.K + g * kG;
-        int32_t ia = sum_start<S>(chunk + vb, n, p.qinit[r * p.G + g]);
+        int32_t ia = Q4 ? 0 : p.qinit[r * p.G + g];
         for (int j = 0; j < (Q4 ? 4 : 8); ++j)
           for (int t = 0; t < 4; ++t) {
             const uint8_t v = chunk[64 * j + 4 * n + t];
@@ -167,7 +163,8 @@ void portable_block(const RowPass& p, int R, const uint8_t* w, float* out) {
           }
         float dw, mw;
         lane_scales<S>(chunk + vb, n, dw, mw);
-        acc = std::fma(static_cast<float>(ia), dw * p.dx[r * p.G + g], acc);
+        const float f = S == WeightScheme::Int4 ? std::fma(-mw, p.qsum[r * p.G + g], static_cast<float>(ia)) : static_cast<float>(ia);
+        acc = std::fma(f, dw * p.dx[r * p.G + g], acc);
         if (S == WeightScheme::Q4) acc = std::fma(mw, p.xsum[r * p.G + g], acc);
       }
       out[r * kNB + n] = acc;
@@ -226,6 +223,7 @@ struct RowBlockScales {
   const float* dx;
   const int32_t* qinit;
   const float* xsum;
+  const float* qsum;
 };
 
 // Group g's C tile scaled into the accumulators.
@@ -238,11 +236,12 @@ __attribute__((target("avx512f"))) inline void scale_group(const RowBlockScales&
   const float* dx = rs.dx + 16 * g;
   const int32_t* qinit = rs.qinit + 16 * g;
   const float* xsum = rs.xsum + 16 * g;
+  const float* qsum = rs.qsum + 16 * g;
   for (int r = 0; r < 16; ++r) {
     __m512i ci = _mm512_load_si512(c + 16 * r);
     if constexpr (!Q4) ci = _mm512_add_epi32(ci, _mm512_set1_epi32(qinit[r]));
-    if constexpr (S == WeightScheme::Int4) ci = _mm512_add_epi32(int4_offsets(sc + 32, qinit[r]), ci);
-    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
+    const __m512 f = S == WeightScheme::Int4 ? int4_sum(ci, mw, qsum[r]) : _mm512_cvtepi32_ps(ci);
+    acc[r] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(dx[r])), acc[r]);
     if constexpr (S == WeightScheme::Q4) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xsum[r]), acc[r]);
   }
 }
@@ -296,13 +295,15 @@ __attribute__((target("amx-tile,amx-int8,avx512f"))) void amx_block(const RowBlo
 
 // The output columns of blocks nb and nb + 1 (`two`) for every row, 16 rows at a time.
 // `b_tiles`: q4's unpacked tiles of both blocks ([2][G]); q8's are read straight from w.
+constexpr int kRowFields = 4;  // dx, qinit, xsum, qsum
+
 template <WeightScheme S>
 void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8_t* wb, int64_t block_bytes, const uint8_t* b_tiles,
               bool two, int32_t* c, float* out, float* y, int64_t N, int64_t n0) {
   const int64_t K = x.cols, G = K / kG, M = x.rows;
   for (int64_t m0 = 0; m0 < M; m0 += 16) {
-    const float* t = scales_t.as<float>() + (m0 / 16) * 3 * G * 16;
-    const RowBlockScales rs{t, reinterpret_cast<const int32_t*>(t + G * 16), t + 2 * G * 16};
+    const float* t = scales_t.as<float>() + (m0 / 16) * kRowFields * G * 16;
+    const RowBlockScales rs{t, reinterpret_cast<const int32_t*>(t + G * 16), t + 2 * G * 16, t + 3 * G * 16};
     for (int b = 0; b < (two ? 2 : 1); ++b) {
       amx_block<S>(rs, K, x.q.as<int8_t>() + m0 * K, wb + b * block_bytes, nibbles(S) ? b_tiles + b * G * kBTileBytes : nullptr, c, out);
       const int64_t width = std::min<int64_t>(16, N - n0 - 16 * b);
@@ -312,14 +313,14 @@ void amx_pair(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8
   }
 }
 
-// x's dx, qinit and xsum per block of 16 rows, group-major: [M/16][3][G][16] (4-byte values).
+// x's dx, qinit, xsum and qsum per block of 16 rows, group-major: [M/16][4][G][16] (4-byte values).
 void transpose_row_scales(const QuantizedRows& x, AlignedBuffer& out) {
   const int64_t G = x.cols / kG, blocks = ceil_div(x.rows, 16);
-  out.resize(static_cast<std::size_t>(blocks * 3 * G * 16) * 4);
-  const uint32_t* src[3] = {x.dx.as<uint32_t>(), x.qinit.as<uint32_t>(), x.xsum.as<uint32_t>()};
+  out.resize(static_cast<std::size_t>(blocks * kRowFields * G * 16) * 4);
+  const uint32_t* src[kRowFields] = {x.dx.as<uint32_t>(), x.qinit.as<uint32_t>(), x.xsum.as<uint32_t>(), x.qsum.as<uint32_t>()};
   uint32_t* dst = out.as<uint32_t>();
   for (int64_t rb = 0; rb < blocks; ++rb)
-    for (int f = 0; f < 3; ++f)
+    for (int f = 0; f < kRowFields; ++f)
       for (int64_t g = 0; g < G; ++g)
         for (int64_t r = 0; r < 16; ++r) *dst++ = src[f][(rb * 16 + r) * G + g];  // padded rows: zero
 }
@@ -440,7 +441,7 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
   out.cols = K;
   out.q.resize(static_cast<std::size_t>(padded * K));
   std::memset(out.q.as<int8_t>() + M * K, 0, static_cast<std::size_t>((padded - M) * K));
-  for (AlignedBuffer* b : {&out.dx, &out.qinit, &out.xsum}) {
+  for (AlignedBuffer* b : {&out.dx, &out.qinit, &out.xsum, &out.qsum}) {
     b->resize(static_cast<std::size_t>(padded * G) * 4);
     std::memset(b->as<unsigned char>() + M * G * 4, 0, static_cast<std::size_t>((padded - M) * G) * 4);
   }
@@ -452,6 +453,7 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
     out.dx.as<float>()[i] = gq.dx;
     out.qinit.as<int32_t>()[i] = -128 * gq.qsum;
     out.xsum.as<float>()[i] = gq.xsum;
+    out.qsum.as<float>()[i] = static_cast<float>(gq.qsum);
   };
   // Groups are independent: a prompt's on every thread (perf, a one-sequence prompt: 7% of the
   // second thread's waits fell in this loop on the first).

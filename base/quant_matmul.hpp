@@ -22,6 +22,7 @@ struct QuantizedRows {
   AlignedBuffer dx;    // float [padded rows, cols / 32]
   AlignedBuffer qinit;  // int32 [padded rows, cols / 32]
   AlignedBuffer xsum;  // float [padded rows, cols / 32]
+  AlignedBuffer qsum;  // float [padded rows, cols / 32]: Σ q (int4's zero-level term, exact)
 };
 
 // Quantizes x [M, K] (K a multiple of 32) into `out`, reusing its buffers.
