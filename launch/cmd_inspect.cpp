@@ -4,6 +4,7 @@
 #include "experts/cpu/expert_packing.hpp"
 #include "base/error.hpp"
 #include "io/hdf5_probe.hpp"
+#include "convert/hf_checkpoint.hpp"
 #include "convert/hf_convert.hpp"
 #include "io/input_file.hpp"
 #include "io/model_file.hpp"
@@ -59,7 +60,7 @@ int cmd_inspect(int argc, char** argv) {
   p.validate();
   if (!hf_config.empty()) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
-    const std::string text = io::read_regular_file(hf_config);
+    const std::string text = convert::text_model_config(io::read_regular_file(hf_config), hf_config);  // as convert reads it
     model::ModelConfig c = convert::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
     convert::check_quantization_config(text, hf_config);  // what convert refuses is not planned
     // The experts as convert keeps them: a quantized checkpoint's native form where the shapes allow it.

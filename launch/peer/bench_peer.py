@@ -47,7 +47,7 @@ SHAPES = {
 SYNTH = ["--shards", "2", "--seed", "1"]
 # moerun's quantized experts against the llama.cpp types a user would pick at those bits, each made by
 # llama-quantize from the GGUF of the same float32 model (the same seed: the same weights).
-QUANT_PEERS = {"q8": ["Q8_0"], "q4": ["Q4_K_M", "Q4_0"]}
+QUANT_PEERS = {"q8": ["Q8_0"], "q4": ["Q4_K_M", "Q4_0"], "int4": ["Q4_K_M", "Q4_0"]}
 QUALITY_CONTEXT = 512
 # The prefill target against llama.cpp per shape (issue 11: 2x on Mixtral's; issue 23: 1.5x on Qwen3-MoE's;
 # issue 43: 1.0x on Qwen3.5-MoE's).

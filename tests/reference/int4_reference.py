@@ -306,6 +306,26 @@ def ranks_cache_swap(moerun, work, name, other):
     return failures
 
 
+def inspect_plans(moerun, work):
+    """inspect --hf-config plans each checkpoint's experts as convert stores them, and refuses what
+    convert refuses."""
+    failures = 0
+    for name, want in (("kimi_k2", "experts int4"), ("kimi_k25", "experts int4"), ("qwen3_moe_w4a16_asym_g128_f16", "experts int4")):
+        first = run([moerun, "inspect", "--hf-config", os.path.join(work, name + "-hf", "config.json")]).stdout.splitlines()
+        ok = bool(first) and want in first[0]
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} inspect --hf-config {name}: {first[0] if first else 'no output'}")
+    cfg = json.load(open(os.path.join(work, "kimi_k2-hf", "config.json")))
+    cfg["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {"num_bits": 8, "type": "int"}
+    bad = os.path.join(work, "inspect-w4a8.json")
+    json.dump(cfg, open(bad, "w"))
+    r = run([moerun, "inspect", "--hf-config", bad])
+    ok = r.returncode == 3 and "input_activations is set" in r.stderr
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} inspect --hf-config refuses W4A8 as convert does: exit {r.returncode}: {r.stderr.strip()}")
+    return failures
+
+
 def bad_checkpoints(moerun, work):
     cfg, t, _ = kimi_k2_checkpoint(21)
     e = "model.layers.2.mlp.experts.5.up_proj.weight"
@@ -364,6 +384,7 @@ def main():
     write_checkpoint(os.path.join(work, "kimi_k2_b-hf"), cfg, t)
     run([moerun, "convert", "--from-hf", os.path.join(work, "kimi_k2_b-hf"), "--out", os.path.join(work, "kimi_k2_b-moe"), "--shards", "2", "--quiet"])
     failures += ranks_cache_swap(moerun, work, "kimi_k2", "kimi_k2_b")
+    failures += inspect_plans(moerun, work)
     failures += bad_checkpoints(moerun, work)
     print(f"{failures} failure(s)")
     return 1 if failures else 0

@@ -19,7 +19,8 @@ shared experts, a dense first layer) and DeepSeek-V3 as an fp8 checkpoint (MLA w
 scores with a correction bias, groups by their best two, YaRN with mscale_all_dim, a multi-token
 prediction layer that convert skips), and V3 in float32 without q_lora and with 2 shared experts, all
 with interleaved RoPE. Qwen3-Next and Qwen3.5-MoE as they ship and as fp8 checkpoints (experts kept
-as shipped), and Qwen3-Next without a shared expert (size 0, its zero-element matrices saved). The
+as shipped), Qwen3-Next without a shared expert (size 0, its zero-element matrices saved), and
+MiniMax-M2 and GLM-4.5 as fp8 checkpoints (every projection, the experts kept as shipped). The
 reference computes with the dequantized weights in float64. Prompts are longer than the windows.
 Greedy tokens must be equal and every step's logits within 1e-4 (max |a-b| / max |b|) of the
 reference, and within 1e-5 or three times what moving every weight by half a float32 ulp moves
@@ -159,7 +160,7 @@ def fp8_projections(ref):
     `ref` becomes what those bytes stand for."""
     t = {}
     for n, w in ref.items():
-        if w.ndim == 2 and ("proj.weight" in n or "proj_with_mqa.weight" in n):
+        if w.ndim == 2 and ("proj.weight" in n or "proj_with_mqa.weight" in n or n.endswith((".w1.weight", ".w2.weight", ".w3.weight"))):
             q, sc = quantize_fp8(w)
             t[n], t[n + "_scale_inv"] = q, sc
             ref[n] = dequant_fp8(q, sc)
@@ -515,12 +516,12 @@ def glm4_forward(cfg, t, ids):
     return rms(x, g("model.norm.weight"), eps) @ g("lm_head.weight").T
 
 
-def minimax_checkpoint(rng):
+def minimax_checkpoint(rng, FF=48):
     """MiniMax-M2 as it ships: GQA without biases, q and k RMSNorm over the whole projection
     (qk_norm_type per_layer), RoPE on rotary_dim 16 of each head's 32, Mixtral's expert names under
     block_sparse_moe, sigmoid scores with a correction bias (block_sparse_moe.e_score_correction_bias),
-    and a multi-token-prediction module that convert must skip."""
-    V, D, L, H, KV, HD, E, FF = 128, 64, 3, 4, 2, 32, 8, 48
+    and a multi-token-prediction module that convert must skip. FF: the experts' width."""
+    V, D, L, H, KV, HD, E = 128, 64, 3, 4, 2, 32, 8
     cfg = dict(model_type="minimax_m2", vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
                num_key_value_heads=KV, head_dim=HD, rotary_dim=16, intermediate_size=FF, num_local_experts=E, num_experts_per_tok=2,
                qk_norm_type="per_layer", scoring_func="sigmoid", use_routing_bias=True, rope_theta=5000000.0,
@@ -1010,6 +1011,12 @@ def main():
     failures += check_model(moerun, work, "qwen3_next_fp8", cfg, t, ref, [], "fp8-block")
     cfg, t, ref_cfg, ref = qwen3_5_fp8_checkpoint(Rng(15))
     failures += check_model(moerun, work, "qwen3_5_moe_fp8", cfg, t, ref, [], "fp8-block", ref_cfg)
+    # fp8 where the family ships it (MiniMax-M2; GLM-4.5/4.6-FP8): every projection, experts kept as shipped.
+    # (MiniMax's experts 64 wide here: the fp8 kernels take whole groups of 32.)
+    for name, make in (("minimax_m2_fp8", lambda r: minimax_checkpoint(r, FF=64)), ("glm4_moe_fp8", glm4_checkpoint)):
+        cfg, ref = make(Rng(33))
+        t = fp8_projections(ref)
+        failures += check_model(moerun, work, name, dict(cfg, quantization_config=FP8_CONFIG), t, ref, [], "fp8-block", cfg)
     failures += stacked_checkpoints(moerun, work)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
