@@ -1,6 +1,6 @@
 #!/bin/bash
 # Batch invariance (issue 44): a request's tokens, log-probs and logits are the same bits whatever
-# shares its steps, for float32, bf16, q8, q4, mxfp4 and fp8-block models. Each against one process
+# shares its steps, for float32, bf16, q8, q4, int4, mxfp4 and fp8-block models. Each against one process
 # with the defaults: every request alone (--max-batch-size 1), prompts in 37-token chunks, the
 # prefix cache on, np 4 with 2 routers, np 3 with 3 micro-batches, and two placements that
 # replicate every expert (the routers split its rows among 2 or 3 holders). The GEMMs must run in
@@ -41,7 +41,7 @@ stat_of() {  # stat_of SECTION FIELD: from the last case's --stats-json
 
 # float32 and bf16 need the hand kernels; q8 and q4 run row-independent kernels everywhere.
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
-for dtype in float32 bfloat16 q8 q4 mxfp4 fp8-block; do
+for dtype in float32 bfloat16 q8 q4 int4 mxfp4 fp8-block; do
   if [ "$dtype" = float32 ] && [[ " $flags " != *" avx512f "* ]]; then
     echo "skip float32: this CPU has no AVX-512F (its GEMMs run in oneDNN, not batch-invariant)"; continue
   fi

@@ -47,6 +47,15 @@ check "the uploaded conversion infers like the local one" cmp -s "$WORK/conv-loc
 "$MOERUN" convert --from-hf "$WORK/hf" --out s3://moerun-test/models/converted --shards 2 2> "$WORK/conv2.err"
 check "a second convert to the same prefix uploads nothing" grep -q '0 object(s) uploaded .* 3 already there' "$WORK/conv2.err"
 check "the staging directory is gone" bash -c "! ls -d \${TMPDIR:-/tmp}/moerun-convert-* 2>/dev/null | grep -q ."
+# int4 experts (issue 64) from the store: its three parts a matrix by ranged GETs, streamed through a
+# one-expert L1 at np 3, give the local int4 conversion's tokens.
+"$MOERUN" convert --from-hf "$WORK/hf" --out "$WORK/hf-int4" --quantize int4 --shards 2 --quiet
+"$MOERUN" convert --from-hf "$WORK/hf" --out s3://moerun-test/models/int4 --quantize int4 --shards 2 --quiet
+"$MOERUN" infer --model "$WORK/hf-int4" --input "$WORK/reqs.jsonl" --output "$WORK/int4-local.jsonl" --quiet
+$MPI -np 3 "$MOERUN" infer --model s3://moerun-test/models/int4 --input "$WORK/reqs.jsonl" --output "$WORK/int4-s3.jsonl" --quiet \
+  --l1-bytes "$(expert_slot_bytes "$WORK/hf-int4")" --stats-json "$WORK/int4-s3.stats"
+check "int4 experts from s3:// at np 3 with a one-expert L1: the local int4 model's tokens" bash -c \
+  "cmp -s '$WORK/int4-local.jsonl' '$WORK/int4-s3.jsonl' && '$PY' -c 'import json,sys; c=json.load(open(sys.argv[1]))[\"cache\"]; assert c[\"l3_reads\"] > 0, c' '$WORK/int4-s3.stats'"
 
 check "inspect --model s3://" bash -c "'$MOERUN' inspect --model $URL | grep -q 'num_experts 8'"
 
