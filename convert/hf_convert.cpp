@@ -109,16 +109,22 @@ class TensorReader {
   Fp8Tensor read_fp8(const std::string& name, const std::vector<int64_t>& shape) {
     check_shape(name, shape);
     Fp8Tensor t{ckpt_.read_raw(name), ckpt_.read_f32(name + kFp8ScaleSuffix)};
-    for (std::size_t i = 0; i < t.values.size(); ++i)
-      if (e4m3_is_nan(t.values[i]))
-        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " contains an e4m3 NaN at [", i / shape[1], ",", i % shape[1], "]");
-    for (std::size_t i = 0; i < t.scales.size(); ++i)
-      if (!fp8_scale_ok(t.scales[i]))
-        fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), kFp8ScaleSuffix, " has ", t.scales[i], " at ", i,
-             ": a block scale must be finite and below ", kFp8ScaleBound, " (its weights' products would overflow float32)");
+    scan_fp8(name, t, shape[1]);
     count(name);
     count(name + kFp8ScaleSuffix);
     return t;
+  }
+  // No e4m3 NaN code, every scale one the kernels take; `name` may carry a slice's index.
+  void scan_fp8(const std::string& name, const Fp8Tensor& t, int64_t cols) const {
+    const std::string base = name.substr(0, name.find('['));
+    const std::string spelled = ckpt_.spelled(base) + name.substr(base.size());
+    for (std::size_t i = 0; i < t.values.size(); ++i)
+      if (e4m3_is_nan(t.values[i]))
+        fail(ErrorKind::BadInput, ckpt_.file_of(base), ": tensor ", spelled, " contains an e4m3 NaN at [", i / cols, ",", i % cols, "]");
+    for (std::size_t i = 0; i < t.scales.size(); ++i)
+      if (!fp8_scale_ok(t.scales[i]))
+        fail(ErrorKind::BadInput, ckpt_.file_of(base), ": tensor ", ckpt_.spelled(base), kFp8ScaleSuffix, name.substr(base.size()), " has ", t.scales[i],
+             " at ", i, ": a block scale must be finite and below ", kFp8ScaleBound, " (its weights' products would overflow float32)");
   }
   // A compressed-tensors INT4 matrix as shipped (convert/compressed_tensors.hpp), its parts counted.
   PackedInt4Matrix read_int4(const std::string& name, const std::vector<int64_t>& shape) {
@@ -126,6 +132,16 @@ class TensorReader {
     PackedInt4Matrix m = read_packed_int4(ckpt_, name, shape[0], shape[1]);
     count(name);
     return m;
+  }
+  // Slice `index` of a stacked fp8 tensor [E, rows, cols] (one expert) with its scales' slice, scanned
+  // as read_fp8 scans a whole matrix.
+  Fp8Tensor read_fp8_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
+    check_shape(name, shape);
+    Fp8Tensor t{ckpt_.read_raw(name, index), ckpt_.read_f32(name + kFp8ScaleSuffix, index)};
+    scan_fp8(name + "[" + std::to_string(index) + "]", t, shape.back());
+    count_slice(name);
+    count_slice(name + kFp8ScaleSuffix);
+    return t;
   }
   // Slice `index` of a fused [E, ...] tensor (one expert), its whole shape checked; floats or bytes.
   std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
@@ -143,7 +159,11 @@ class TensorReader {
   }
   // Counts a tensor (or one slice) as done without reading it (its file was kept from an earlier run).
   void skip(const std::string& name, bool slice = false) {
-    if (slice) return count_slice(name);
+    if (slice) {
+      count_slice(name);
+      if (ckpt_.info(name).dtype == "F8_E4M3") count_slice(name + kFp8ScaleSuffix);
+      return;
+    }
     count(name);
     if (ckpt_.info(name).dtype == "F8_E4M3") count(name + kFp8ScaleSuffix);
   }
@@ -218,18 +238,28 @@ class CheckpointExperts {
   CheckpointExperts(const HfCheckpoint& ckpt, const model::ModelConfig& c, const model::NameMap& nm) : c_(c), nm_(nm) {
     if (!nm.expert_w1.empty()) form_ = stacked_module(ckpt) ? Form::Stacked : Form::PerExpert;
     else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
-    if (form_ == Form::Stacked && ckpt.info(stacked(first_moe_layer(), "gate_up_proj")).dtype == "F8_E4M3")
-      fail(ErrorKind::BadInput, ckpt.file_of(stacked(first_moe_layer(), "gate_up_proj")), ": tensor ",
-           ckpt.spelled(stacked(first_moe_layer(), "gate_up_proj")), " is F8_E4M3: fp8 experts stacked over the experts are not read yet");
+    if (form_ == Form::Stacked) {
+      // fp8 as transformers 5.x saves a FineGrainedFP8 model: gate_up_proj and down_proj in e4m3 with
+      // their block scales stacked beside them ([E, ceil(rows/128), ceil(cols/128)]).
+      fp8_ = true;
+      for (int64_t l = 0; l < c.num_layers; ++l)
+        for (const char* t : {"gate_up_proj", "down_proj"})
+          fp8_ = fp8_ && (!c.is_moe_layer(l) || (ckpt.has(stacked(l, t)) && ckpt.info(stacked(l, t)).dtype == "F8_E4M3"));
+      return;
+    }
     if (form_ != Form::PerExpert) return;
     // fp8 or INT4 when every expert matrix is (a mix is dequantized; the config check names a missing one).
     fp8_ = all_experts(ckpt, "F8_E4M3");
     int4_ = all_experts(ckpt, "INT4");
   }
   Form form() const { return form_; }
+  bool fp8() const { return fp8_; }
   // The form the checkpoint ships its experts in: mxfp4, fp8-block, or plain (floats).
+  // Stacked fp8 splits gate_up_proj's block grid between w1 and w3: kept only where the gate's rows
+  // end on a block (ff a multiple of 128, as every shipped width is), else dequantized.
   WeightScheme native() const {
     if (form_ == Form::Mxfp4) return WeightScheme::Mxfp4;
+    if (fp8_ && form_ == Form::Stacked && c_.intermediate_size % kFp8Block != 0) return WeightScheme::Plain;
     return fp8_ ? WeightScheme::Fp8Block : int4_ ? WeightScheme::Int4 : WeightScheme::Plain;
   }
 
@@ -275,10 +305,10 @@ class CheckpointExperts {
       return t;
     }
     if (form_ == Form::Stacked) {  // [2ff, d]: the gate's rows, then the up's; down_proj[e] is w2 as it is
-      const std::vector<float> gu = r.read_slice(stacked(l, "gate_up_proj"), {E, 2 * ff, d}, e);
+      const std::vector<float> gu = stacked_floats(r, l, e, "gate_up_proj", 2 * ff, d);
       t.w1.assign(gu.begin(), gu.begin() + ff * d);
       t.w3.assign(gu.begin() + ff * d, gu.end());
-      t.w2 = r.read_slice(stacked(l, "down_proj"), {E, d, ff}, e);
+      t.w2 = stacked_floats(r, l, e, "down_proj", d, ff);
       return t;
     }
     std::vector<float> gate_up(static_cast<std::size_t>(2 * ff * d));  // [2ff, d]: rows alternate gate, up
@@ -315,6 +345,18 @@ class CheckpointExperts {
       if (p.bytes != bytes) fail(ErrorKind::Internal, "convert: part ", part, " is ", p.bytes, " bytes, the checkpoint's ", bytes);
       std::memcpy(raw.data() + p.offset, src, bytes);
     };
+    if (form_ == Form::Stacked) {  // fp8: gate_up's first ff rows (and their block rows) are w1, the rest w3
+      const TensorReader::Fp8Tensor gu = r.read_fp8_slice(stacked(l, "gate_up_proj"), {c_.num_experts, 2 * ff, d}, e);
+      const TensorReader::Fp8Tensor down = r.read_fp8_slice(stacked(l, "down_proj"), {c_.num_experts, d, ff}, e);
+      const std::size_t half = static_cast<std::size_t>(ff * d), scale_half = static_cast<std::size_t>(fp8_scale_rows(ff) * fp8_scale_cols(d));
+      put("w1", gu.values.data(), half);
+      put("w3", gu.values.data() + half, half);
+      put("w1_scales", gu.scales.data(), scale_half * 4);
+      put("w3_scales", gu.scales.data() + scale_half, scale_half * 4);
+      put("w2", down.values.data(), down.values.size());
+      put("w2_scales", down.scales.data(), down.scales.size() * 4);
+      return raw;
+    }
     if (form_ == Form::PerExpert) {  // fp8: the e4m3 bytes and their float32 scales; INT4: values, scales, levels
       for (auto [part, pattern, rows, cols] : {std::tuple{"w1", &nm_.expert_w1, ff, d}, std::tuple{"w3", &nm_.expert_w3, ff, d},
                                                std::tuple{"w2", &nm_.expert_w2, d, ff}}) {
@@ -369,6 +411,14 @@ class CheckpointExperts {
   }
 
  private:
+  // One expert's slice of a stacked matrix [rows, cols] as floats: fp8 dequantized with its block scales.
+  std::vector<float> stacked_floats(TensorReader& r, int64_t l, int64_t e, const char* which, int64_t rows, int64_t cols) const {
+    if (!fp8_) return r.read_slice(stacked(l, which), {c_.num_experts, rows, cols}, e);
+    const TensorReader::Fp8Tensor t = r.read_fp8_slice(stacked(l, which), {c_.num_experts, rows, cols}, e);
+    std::vector<float> v(t.values.size());
+    dequantize_fp8_block(t.values.data(), t.scales.data(), cols, 0, rows, v.data());
+    return v;
+  }
   // Whether every expert matrix is there with this dtype.
   bool all_experts(const HfCheckpoint& ckpt, const std::string& dtype) const {
     for (int64_t l = 0; l < c_.num_layers; ++l)
@@ -712,13 +762,16 @@ WeightScheme shipped_expert_scheme(const std::string& config_json) {
 
 namespace {
 
-// An fp8 weight's scales: "X.weight_scale_inv", float32 (or bf16/f16) [ceil(rows/128), ceil(cols/128)].
+// An fp8 weight's scales: "X.weight_scale_inv", float32 (or bf16/f16) [ceil(rows/128), ceil(cols/128)]
+// (stacked experts [E, rows, cols]: [E, ceil(rows/128), ceil(cols/128)]).
 void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
   const std::string sname = name + kFp8ScaleSuffix;
   if (!ckpt.has(sname))
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " is F8_E4M3 but the checkpoint has no ", ckpt.spelled(sname), " (its block scales)");
   const SafetensorInfo& si = ckpt.info(sname);
-  const std::vector<int64_t> want{fp8_scale_rows(shape[0]), fp8_scale_cols(shape[1])};
+  const std::size_t n = shape.size();
+  std::vector<int64_t> want(shape.begin(), shape.end() - 2);
+  want.insert(want.end(), {fp8_scale_rows(shape[n - 2]), fp8_scale_cols(shape[n - 1])});
   if (si.shape != want)
     fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has shape ", io::shape_str(si.shape), ", expected ", io::shape_str(want),
          " (128 x 128 blocks of ", io::shape_str(shape), ")");
@@ -887,7 +940,7 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
          io::shape_str(shape));
   if (want.bytes && info.dtype != "U8")
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected U8 (MXFP4)");
-  if (!want.bytes && info.dtype == "F8_E4M3" && shape.size() == 2) return expect_fp8_scales(ckpt, name, shape);
+  if (!want.bytes && info.dtype == "F8_E4M3" && (shape.size() == 2 || shape.size() == 3)) return expect_fp8_scales(ckpt, name, shape);
   if (!want.bytes && info.dtype == "INT4" && shape.size() == 2) return check_packed_int4(ckpt, name, shape[0], shape[1]);
   if (!want.bytes && info.dtype != "F32" && info.dtype != "BF16" && info.dtype != "F16")
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected F32, BF16 or F16",
@@ -1027,6 +1080,9 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   ConversionPlan p = plan_conversion(cfg, ckpt, rep);
   const CheckpointExperts experts(ckpt, p.c, p.nm);
   choose_expert_format(cfg, experts.native(), ckpt.config_path(), p.c, rep.notes);
+  if (experts.form() == CheckpointExperts::Form::Stacked && experts.fp8() && experts.native() == WeightScheme::Plain && cfg.quantize == "keep")
+    rep.notes += "experts: stacked fp8 dequantized to " + std::string(dtype_name(p.c.dtype)) + ": a 128-row block of gate_up_proj holds gate and up rows (" +
+                 "intermediate_size " + std::to_string(p.c.intermediate_size) + " is not a multiple of 128)\n";
   finish_plan(p, ckpt, cfg);
   rep.config = p.c;
   rep.shards = p.shards;

@@ -878,6 +878,29 @@ def stacked_experts(tensors, module=None):
     return out
 
 
+def fp8_stacked(stacked, ref, ref_prefix=""):
+    """Stacked float experts quantized as transformers 5.x's FineGrainedFP8 stores them: each expert's
+    gate_up_proj [2ff, d] and down_proj [d, ff] in e4m3 with 128 x 128 block scales over that matrix
+    (gate_up_proj_scale_inv [E, ceil(2ff/128), ceil(d/128)]); `ref`'s per-expert tensors (names the
+    stacked prefix with `ref_prefix` in place of model.language_model.) become what those bytes stand for."""
+    out = {}
+    for n, w in stacked.items():
+        if not (n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj")) or w.ndim != 3:
+            out[n] = w
+            continue
+        qs, scs = zip(*(quantize_fp8(w[e]) for e in range(w.shape[0])))
+        out[n], out[n + "_scale_inv"] = np.stack(qs).view(Fp8), np.stack(scs)
+        base = n.replace("model.language_model.", ref_prefix or "model.").rsplit(".", 1)[0]  # ...mlp.experts
+        for e in range(w.shape[0]):
+            dq = dequant_fp8(qs[e], scs[e])
+            if n.endswith("down_proj"):
+                ref[f"{base}.{e}.down_proj.weight"] = dq
+            else:
+                ff = dq.shape[0] // 2
+                ref[f"{base}.{e}.gate_proj.weight"], ref[f"{base}.{e}.up_proj.weight"] = dq[:ff], dq[ff:]
+    return out
+
+
 def stacked_checkpoints(moerun, work):
     """Experts stacked over the experts (issue 64): Qwen3.5-MoE as the Hub ships it (under
     model.language_model.), Qwen3-MoE as transformers 5.x saves it (mlp.experts.), MiniMax-M2 under
@@ -911,19 +934,31 @@ def stacked_checkpoints(moerun, work):
                 walk(a, b, shard + ":/")
         failures += bool(diffs)
         print(f"{'ok  ' if not diffs else 'FAIL'} {name}: the stacked conversion's expert shards equal the per-expert one's {diffs[:3]}")
+    # Stacked fp8, as transformers 5.x saves a FineGrainedFP8 model: Qwen3-MoE with experts 128 wide
+    # (the gate's rows end on a block: kept as shipped, w1 and w3 each their half of the block grid),
+    # and Qwen3.5 with experts 32 wide (a block holds gate and up rows: dequantized exactly).
+    cfg = dict(qwen3_checkpoint(Rng(7))[0], hidden_size=128, moe_intermediate_size=128, intermediate_size=256, head_dim=32,
+               num_experts=6, sliding_window=None, use_sliding_window=False)
+    t = qwen3_tensors(Rng(41), cfg)
+    ref = dict(t)
+    failures += check_model(moerun, work, "qwen3_moe_stacked_fp8", dict(cfg, quantization_config=FP8_CONFIG),
+                            fp8_stacked(stacked_experts(t), ref), ref, [], "fp8-block", cfg)
+    cfg, t, ref_cfg, ref = qwen3_5_checkpoint(Rng(43))
+    failures += check_model(moerun, work, "qwen3_5_moe_stacked_fp8", dict(cfg, quantization_config=FP8_CONFIG),
+                            fp8_stacked(stacked_experts(t), ref), ref, [], None, ref_cfg)
     cfg, t, _, _ = qwen3_5_checkpoint(Rng(13))
     s = stacked_experts(t)
-    fp8_stacked = dict(stacked_experts(t))
-    for n in [n for n in fp8_stacked if n.endswith("experts.gate_up_proj")]:
-        fp8_stacked[n] = np.zeros(fp8_stacked[n].shape, np.uint8).view(Fp8)
+    no_scales = fp8_stacked(stacked_experts(t), {})
+    gu = "model.language_model.layers.0.mlp.experts.gate_up_proj"
+    del no_scales[gu + "_scale_inv"]
     down = "model.language_model.layers.1.mlp.experts.down_proj"
     s[down] = s[down][:, :, :16].copy()  # [8, 64, 32] -> [8, 64, 16]
     return failures + refused_checkpoints(moerun, work, "bad-stacked", [
         ("a stacked down_proj of the wrong shape", cfg, s, down + " has shape [8,64,16], config.json says [8,64,32]"),
         ("a missing expert, per-expert", cfg, {k: v for k, v in t.items() if ".experts.3.up_proj" not in k},
          "the checkpoint has no tensor model.language_model.layers.0.mlp.experts.3.up_proj.weight"),
-        ("stacked experts in fp8", cfg, fp8_stacked,
-         "model.language_model.layers.0.mlp.experts.gate_up_proj is F8_E4M3: fp8 experts stacked over the experts are not read yet")])
+        ("stacked fp8 experts without their scales", dict(cfg, quantization_config=FP8_CONFIG), no_scales,
+         gu + " is F8_E4M3 but the checkpoint has no " + gu + "_scale_inv")])
 
 
 def refused_checkpoints(moerun, work, tag, cases):
