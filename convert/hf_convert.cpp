@@ -895,7 +895,7 @@ void finish_plan(ConversionPlan& p, const HfCheckpoint& ckpt, const ConvertConfi
 
 // The tokenizer and generation settings a model directory carries, copied as they are.
 constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
-                                           "special_tokens_map.json", "generation_config.json"};
+                                           "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};
 
 // The output directory, writable, without what a killed run left (its temp files; the files it
 // finished stay and are checked later) or shards of an earlier conversion with more shards (which

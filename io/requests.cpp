@@ -145,9 +145,11 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
   return r;
 }
 
+}  // namespace
+
 // Parses one line. Returns the request, or (with `error` set) the id found, if any, and why the
 // line is invalid. Never throws for the line's content.
-Request parse_line(const std::string& text, int64_t line_no, const RequestDefaults& d, const RequestLimits& lim) {
+Request parse_request_line(const std::string& text, int64_t line_no, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
   json j;
   // The JSON parser stops at a NUL byte as at the end of its input: "{...}\0junk" would pass.
@@ -178,8 +180,6 @@ Request parse_line(const std::string& text, int64_t line_no, const RequestDefaul
   return r;
 }
 
-}  // namespace
-
 bool any_text_prompt(const std::vector<Request>& requests) {
   for (const Request& r : requests)
     if (r.has_text && r.error.empty()) return true;
@@ -191,7 +191,7 @@ void tokenize_prompts(std::vector<Request>& requests, const std::string& path, c
   std::vector<Request*> todo;
   std::vector<std::string> texts;
   for (Request& r : requests)
-    if (r.has_text && r.error.empty()) {
+    if (r.has_text && r.error.empty() && !r.prompt_text.empty()) {  // a chat request's prompt is its template's (io/openai_batch)
       todo.push_back(&r);
       texts.push_back(r.prompt_text);
     }
@@ -243,6 +243,11 @@ std::vector<Request> read_requests(const std::string& path, const RequestDefault
 
 std::vector<Request> parse_requests(const std::string& all, const std::string& path, const RequestDefaults& d,
                                     const RequestLimits& lim, bool skip_invalid) {
+  return parse_lines(all, path, skip_invalid, [&](const std::string& t, int64_t n) { return parse_request_line(t, n, d, lim); });
+}
+
+std::vector<Request> parse_lines(const std::string& all, const std::string& path, bool skip_invalid,
+                                 const std::function<Request(const std::string&, int64_t)>& parse_line) {
   std::istringstream in(all);
   std::vector<Request> out;
   std::unordered_map<std::string, int64_t> claimed;  // id -> the line that has it (first in input order)
@@ -251,7 +256,7 @@ std::vector<Request> parse_requests(const std::string& all, const std::string& p
   while (std::getline(in, text)) {
     ++line_no;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines are allowed
-    Request r = parse_line(text, line_no, d, lim);
+    Request r = parse_line(text, line_no);
     if (!r.id.empty()) {
       auto [it, inserted] = claimed.emplace(r.id, line_no);
       if (!inserted) {

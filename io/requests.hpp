@@ -4,11 +4,14 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace moerun::io {
+
+struct OpenAiRequest;  // io/openai_batch.hpp
 
 struct Request {
   std::string id;
@@ -27,6 +30,7 @@ struct Request {
   int64_t score_from = 1;
   int64_t line = 0;     // 1-based line in the input file
   std::string error;    // non-empty: invalid, skipped (only with skip_invalid)
+  std::shared_ptr<const OpenAiRequest> openai{};  // a line of an OpenAI batch file: what it adds
 };
 
 struct RequestDefaults {
@@ -53,6 +57,13 @@ std::vector<Request> read_requests(const std::string& path, const RequestDefault
 std::string read_requests_text(const std::string& path);
 std::vector<Request> parse_requests(const std::string& text, const std::string& path, const RequestDefaults& defaults,
                                     const RequestLimits& limits, bool skip_invalid);
+// parse_requests' two steps, for another line format (io/openai_batch): one line of moerun's format
+// (the request, or with `error` set the id found and why it is invalid; never throws for the
+// line's content), and the walk over a file's lines with any such per-line parser (blank lines
+// skipped, ids claimed in input order, invalid lines without an id given "line:N").
+Request parse_request_line(const std::string& text, int64_t line, const RequestDefaults& defaults, const RequestLimits& limits);
+std::vector<Request> parse_lines(const std::string& text, const std::string& path, bool skip_invalid,
+                                 const std::function<Request(const std::string&, int64_t)>& parse_line);
 
 // Fills prompt_tokens of the requests that gave "prompt" text (`encode` takes all texts at once),
 // then checks them as given tokens are checked (range, max_position) and caps their budget. A

@@ -101,6 +101,17 @@ class PythonTokenizer : public Tokenizer {
     return r.at("texts").get<std::vector<std::string>>();
   }
   std::string describe() const override { return "tokenizers " + path_; }
+  std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) override {
+    json items = json::array();
+    for (const ChatPrompt& p : prompts) items.push_back({{"messages", json::parse(p.messages)}, {"kwargs", json::parse(p.template_kwargs)}});
+    const json r = call({{"op", "chat"}, {"items", std::move(items)}});
+    std::vector<ChatTokens> out;
+    for (const json& e : r.at("results")) {
+      if (e.contains("error")) out.push_back({{}, "chat template: " + e["error"].get<std::string>()});
+      else out.push_back({e.at("ids").get<std::vector<int32_t>>(), ""});
+    }
+    return out;
+  }
 
  private:
   json call(const json& req) {

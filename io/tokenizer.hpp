@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "io/openai_batch.hpp"
+
 namespace moerun::io {
 
 class Tokenizer {
@@ -19,6 +21,12 @@ class Tokenizer {
   // Special tokens (EOS) left out of the text.
   virtual std::vector<std::string> decode(const std::vector<std::vector<int32_t>>& ids) = 0;
   virtual std::string describe() const = 0;  // "sentencepiece DIR/tokenizer.model", ...
+  // Chat conversations through the model's chat template, then encoded (special tokens only as
+  // the template writes them); an error per conversation the template refuses. Only tokenizer.json
+  // models (the Python helper renders the template); others answer an error for each.
+  virtual std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) {
+    return std::vector<ChatTokens>(prompts.size(), ChatTokens{{}, describe() + ": chat templates need the model's tokenizer.json"});
+  }
 };
 
 struct TokenizerConfig {

@@ -4,8 +4,15 @@
 #   -> {"ready": true, "vocab_size": N}            once, at start
 #   <- {"op": "encode", "texts": [...]}  -> {"ids": [[...], ...]}       (special tokens added, as HF does)
 #   <- {"op": "decode", "ids": [[...]]}  -> {"texts": [...]}            (special tokens skipped)
+#   <- {"op": "chat", "items": [{"messages": [...], "kwargs": {...}, "template": NAME or null}, ...]}
+#      -> {"results": [{"ids": [...]} or {"error": "..."}, ...]}
+#      each conversation rendered with the model's chat template as transformers' apply_chat_template
+#      renders it (jinja2's sandbox, trim_blocks and lstrip_blocks, loop controls, its tojson,
+#      raise_exception and strftime_now, the special tokens and add_generation_prompt as variables),
+#      then encoded without special tokens added, as apply_chat_template(tokenize=True) does
 #   any failure                          -> {"error": "..."}
 import json
+import os
 import sys
 
 try:
@@ -22,6 +29,92 @@ except Exception as e:
     sys.exit(1)
 sys.stdout.write(json.dumps({"ready": True, "vocab_size": tok.get_vocab_size(with_added_tokens=True)}) + "\n")
 sys.stdout.flush()
+CHAT = None  # (templates by name, variables), loaded at the first chat request
+
+
+def chat_setup():
+    """The directory's chat templates (tokenizer_config.json's chat_template, a string or a list of
+    {name, template}; or chat_template.jinja) and the special tokens transformers passes to them."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):  # {% generation %}: transformers tracks assistant tokens; rendering is the body
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    def strftime_now(fmt):
+        from datetime import datetime
+        return datetime.now().strftime(fmt)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = strftime_now
+    d = os.path.dirname(os.path.abspath(sys.argv[1]))
+    cfg = {}
+    if os.path.exists(os.path.join(d, "tokenizer_config.json")):
+        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    raw = cfg.get("chat_template")
+    if os.path.exists(os.path.join(d, "chat_template.jinja")):
+        with open(os.path.join(d, "chat_template.jinja"), encoding="utf-8") as f:
+            raw = f.read()
+    if isinstance(raw, list):
+        templates = {t["name"]: t["template"] for t in raw}
+    elif isinstance(raw, str):
+        templates = {"default": raw}
+    else:
+        templates = {}
+    variables = {}
+    for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):
+        v = cfg.get(k)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            variables[k] = v
+    extra = cfg.get("additional_special_tokens")
+    if isinstance(extra, list):
+        variables["additional_special_tokens"] = [t.get("content") if isinstance(t, dict) else t for t in extra]
+    return {name: env.from_string(t) for name, t in templates.items()}, variables
+
+
+def chat(items):
+    global CHAT
+    if CHAT is None:
+        CHAT = chat_setup()
+    templates, variables = CHAT
+    out = []
+    for it in items:
+        try:
+            name = it.get("template")
+            if not templates:
+                raise ValueError("the model has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja)")
+            if name is None:
+                name = "default" if "default" in templates else None
+            if name not in templates:
+                raise ValueError(f"no chat template named {name!r}; the model has {sorted(templates)}")
+            text = templates[name].render(messages=it["messages"], tools=None, documents=None, add_generation_prompt=True,
+                                          **{**variables, **it.get("kwargs", {})})
+            out.append({"ids": tok.encode(text, add_special_tokens=False).ids})
+        except Exception as e:
+            out.append({"error": f"{type(e).__name__}: {e}"})
+    return out
+
+
 for line in sys.stdin:
     try:
         req = json.loads(line)
@@ -29,6 +122,8 @@ for line in sys.stdin:
             out = {"ids": [e.ids for e in tok.encode_batch(req["texts"], add_special_tokens=True)]}
         elif req["op"] == "decode":
             out = {"texts": tok.decode_batch(req["ids"], skip_special_tokens=True)}
+        elif req["op"] == "chat":
+            out = {"results": chat(req["items"])}
         else:
             out = {"error": f"unknown op {req['op']!r}"}
     except Exception as e:

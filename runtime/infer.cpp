@@ -8,12 +8,16 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <sys/stat.h>
+#include <unordered_map>
 
 #include "base/log.hpp"
 #include "comm/collectives.hpp"
 #include "comm/counter_reduction.hpp"
 #include "comm/mpi.hpp"
 #include "io/input_file.hpp"
+#include "io/openai_batch.hpp"
 #include "io/output_file.hpp"
 #include "io/output_lock.hpp"
 #include "io/result_journal.hpp"
@@ -113,14 +117,22 @@ void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
 
 // Parses the requests every rank received; routers tokenize text prompts (expert ranks never
 // look at prompts) and check the outputs.
+// An OpenAI batch file (io/openai_batch.hpp) always keeps its bad lines as error lines.
 std::vector<io::Request> take_requests(const InferConfig& cfg, const Engine& engine, std::string& text) {
   const model::ModelConfig& mc = engine.model();
-  auto requests = io::parse_requests(text, cfg.input, cfg.defaults, {mc.vocab_size, mc.max_position}, cfg.skip_invalid);
+  const io::RequestLimits lim{mc.vocab_size, mc.max_position};
+  const bool openai = io::is_openai_batch(text);
+  std::set<std::string> ignored;
+  auto requests = openai ? io::parse_openai_batch(text, cfg.input, cfg.defaults, lim, ignored)
+                         : io::parse_requests(text, cfg.input, cfg.defaults, lim, cfg.skip_invalid);
   text = std::string();
+  if (engine.rank() == 0)
+    for (const std::string& f : ignored) log::warn(cfg.input, ": body field ", f, " is ignored (moerun does not use it)");
   if (engine.is_router() && io::any_text_prompt(requests)) {
     const auto tok = open_model_tokenizer(cfg);
-    io::tokenize_prompts(requests, cfg.input, {mc.vocab_size, mc.max_position}, cfg.skip_invalid,
+    io::tokenize_prompts(requests, cfg.input, lim, cfg.skip_invalid || openai,
                          [&](const std::vector<std::string>& t) { return tok->encode(t); });
+    io::render_chat_prompts(requests, lim, [&](const std::vector<io::ChatPrompt>& p) { return tok->encode_chat(p); });
   }
   if (engine.is_router()) check_outputs(cfg, engine.location());
   return requests;
@@ -148,6 +160,31 @@ RouterWork router_work(const InferConfig& cfg, const Engine& engine, const std::
   return w;
 }
 
+// The text of every token an OpenAI output's log-probs name, each id decoded alone, in one batch.
+std::unordered_map<int32_t, std::string> logprob_token_texts(const InferConfig& cfg, const std::vector<io::Request>& requests,
+                                                             const std::unordered_map<std::string, io::Result>& finished) {
+  std::set<int32_t> ids;
+  for (const io::Request& r : requests)
+    for (const io::TokenLogprob& t : finished.at(r.id).logprobs) {
+      ids.insert(t.token);
+      for (const auto& [id, lp] : t.top) ids.insert(id);
+    }
+  std::unordered_map<int32_t, std::string> out;
+  if (ids.empty()) return out;
+  std::vector<std::vector<int32_t>> one;
+  for (int32_t id : ids) one.push_back({id});
+  const std::vector<std::string> texts = open_model_tokenizer(cfg)->decode(one);
+  for (std::size_t i = 0; i < one.size(); ++i) out[one[i][0]] = texts.at(i);
+  return out;
+}
+
+// The Unix time an OpenAI output's bodies carry: the input's modification time, so that a rerun or
+// a --resume writes the same bytes.
+int64_t input_time(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_mtime) : 0;
+}
+
 // Rank 0, once every journal is complete: the output in input order, text decoded in one batch.
 // Returns how many valid requests ended with an error (non-finite values in the forward).
 int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& requests, const io::JournalKeys& keys) {
@@ -173,7 +210,13 @@ int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& req
   }
   std::vector<std::string> lines;
   lines.reserve(requests.size());
-  for (const io::Request& r : requests) lines.push_back(io::result_to_json(finished.at(r.id)));
+  if (!requests.empty() && requests.front().openai) {
+    const auto token_texts = logprob_token_texts(cfg, requests, finished);
+    const int64_t created = input_time(cfg.input);
+    for (const io::Request& r : requests) lines.push_back(io::openai_result_line(r, finished.at(r.id), created, token_texts));
+  } else {
+    for (const io::Request& r : requests) lines.push_back(io::result_to_json(finished.at(r.id)));
+  }
   io::write_file_atomically(cfg.output, lines);
   io::remove_journals(cfg.output);
   return failed;

