@@ -2,6 +2,7 @@
 // the journal as its result sink, then rank 0's output, summary and stats.
 #include "runtime/infer.hpp"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -118,7 +119,7 @@ void check_outputs(const InferConfig& cfg, const io::ModelLocation& model) {
 // Parses the requests every rank received; routers tokenize text prompts (expert ranks never
 // look at prompts) and check the outputs.
 // An OpenAI batch file (io/openai_batch.hpp) always keeps its bad lines as error lines.
-std::vector<io::Request> take_requests(const InferConfig& cfg, const Engine& engine, std::string& text) {
+std::vector<io::Request> take_requests(const InferConfig& cfg, const Engine& engine, std::string& text, InferReport::Tokenize& timing) {
   const model::ModelConfig& mc = engine.model();
   const io::RequestLimits lim{mc.vocab_size, mc.max_position};
   const bool openai = io::is_openai_batch(text);
@@ -129,10 +130,14 @@ std::vector<io::Request> take_requests(const InferConfig& cfg, const Engine& eng
   if (engine.rank() == 0)
     for (const std::string& f : ignored) log::warn(cfg.input, ": body field ", f, " is ignored (moerun does not use it)");
   if (engine.is_router() && io::any_text_prompt(requests)) {
+    const auto start = std::chrono::steady_clock::now();
+    for (const io::Request& r : requests)
+      if (r.has_text && r.error.empty()) ++(r.prompt_text.empty() ? timing.chat_prompts : timing.text_prompts);
     const auto tok = open_model_tokenizer(cfg);
     io::tokenize_prompts(requests, cfg.input, lim, cfg.skip_invalid || openai,
                          [&](const std::vector<std::string>& t) { return tok->encode(t); });
     io::render_chat_prompts(requests, lim, [&](const std::vector<io::ChatPrompt>& p) { return tok->encode_chat(p); });
+    timing.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   if (engine.is_router()) check_outputs(cfg, engine.location());
   return requests;
@@ -224,13 +229,14 @@ int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& req
 
 // After set-up: serve, then gather the counters on rank 0 and finish the output there.
 InferReport serve(const InferConfig& cfg, Engine& engine, const std::vector<io::Request>& requests,
-                  const io::JournalKeys& keys) {
+                  const io::JournalKeys& keys, const InferReport::Tokenize& tokenize) {
   const MPI_Comm world = engine.world();
   RoutingStats stats(engine.model(), !cfg.trace.empty());
   BatchLoopConfig loop{cfg.scheduler, cfg.prefix_cache, !cfg.quiet};
   loop.scheduler.max_logit_rows = engine.logit_rows_per_step();
   InferReport rep;
   rep.requests = static_cast<int64_t>(requests.size());
+  rep.tokenize = tokenize;
   engine.start_serving();
   BatchLoopResult res;
   if (engine.is_router()) {
@@ -314,8 +320,9 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   ec.reserve_step_tokens = cfg.scheduler.max_batch_tokens;
   Engine engine(ec, world);
   std::vector<io::Request> requests;
+  InferReport::Tokenize tokenize;
   engine.load([&] {
-    requests = take_requests(cfg, engine, request_text);
+    requests = take_requests(cfg, engine, request_text, tokenize);
     engine.expect_kv_tokens(max_kv_tokens(requests, cfg.scheduler, engine.model().max_position),
                             max_sequences_in_flight(requests, cfg.scheduler));
     engine.expect_prefix_cache_bytes(cfg.prefix_cache.max_bytes);
@@ -333,7 +340,7 @@ InferReport run_infer(const InferConfig& given, MPI_Comm world) {
   // After set-up a failure on one rank cannot be agreed on (the others are inside collectives):
   // report it with the rank and end the whole job with its exit code, within seconds.
   try {
-    return serve(cfg, engine, requests, keys);
+    return serve(cfg, engine, requests, keys, tokenize);
   } catch (const Error& e) {
     if (!distributed) throw;
     std::fprintf(stderr, "moerun: error: rank %d: %s\n", rank, e.what());

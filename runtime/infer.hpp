@@ -54,6 +54,12 @@ struct InferReport {
   PrefixCacheCounters prefix;
   EngineReport engine;
   int64_t failed_requests = 0;   // rank 0: valid requests whose output line is an error (non-finite values)
+  // Rank 0's tokenization of the input before the run: text prompts encoded and chat prompts
+  // rendered through the chat template, all in one call each.
+  struct Tokenize {
+    int64_t text_prompts = 0, chat_prompts = 0;
+    double seconds = 0;
+  } tokenize;
 };
 
 InferReport run_infer(const InferConfig& cfg, MPI_Comm world);

@@ -41,6 +41,9 @@ void print_infer_summary(const InferConfig& cfg, const InferReport& rep, const R
               rate(static_cast<double>(t.decode_tokens), t.decode_seconds), " tokens/s), ",
               t.first_token_s >= 0 ? str("first token after ", t.first_token_s, " s") : std::string("no token generated (scoring only)"),
               "; the progress line's rates are of wall time (", rep.seconds, " s)");
+  if (rep.tokenize.text_prompts + rep.tokenize.chat_prompts > 0)
+    log::info("tokenized ", rep.tokenize.text_prompts, " text and ", rep.tokenize.chat_prompts, " chat prompt(s) in ", rep.tokenize.seconds,
+              " s before the run (chat: through the model's chat template)");
   const EngineReport& e = rep.engine;
   if (e.cache_on) log::info(cache_summary(e.cache));
   if (e.balance.on) log::info(e.balance.summary());
@@ -64,6 +67,7 @@ std::string infer_stats_json(const InferConfig& cfg, const InferReport& rep, con
   }
   if (e.balance.on) j["balance"] = e.balance.to_json();
   j["journal"] = counters_json(rep.journal);
+  j["tokenize"] = {{"text_prompts", rep.tokenize.text_prompts}, {"chat_prompts", rep.tokenize.chat_prompts}, {"seconds", rep.tokenize.seconds}};
   j["huge_pages"] = e.huge_pages;
   if (cfg.scheduler.batching == Batching::MinHash) {
     const BatchingCounters& bc = rep.batching;

@@ -14,7 +14,8 @@ completions and bad lines goes through `moerun infer`. Checks:
 - every output line is in input order, its body validates as openai.types.chat.ChatCompletion or
   openai.types.Completion, its error as openai.types.BatchError's fields; bad lines are error lines
   and the job goes on;
-- stop strings cut the text (finish_reason stop); np 4 writes the same bytes.
+- stop strings cut the text (finish_reason stop); np 4 writes the same bytes, and so does a run
+  killed mid-way and finished with --resume.
 
 usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR
 """
@@ -164,6 +165,34 @@ def stops(moerun, work, model):
           f"stop strings: {stop!r} cuts {text!r} to {choice['text']!r}, finish_reason {choice['finish_reason']}")
 
 
+def resume(moerun, work, model):
+    """A run killed after 3 results, finished by --resume with other batches: the uninterrupted
+    run's bytes."""
+    src, ref, out = (os.path.join(work, f) for f in ("resume.jsonl", "resume-ref.jsonl", "resume-out.jsonl"))
+    with open(src, "w", encoding="utf-8") as f:
+        for i in range(12):
+            if i % 2:
+                body = {"model": "m", "messages": CONVERSATIONS[i % 3], "max_tokens": 40, "stop": ["\n\n"]}
+                f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}, ensure_ascii=False) + "\n")
+            else:
+                body = {"model": "m", "prompt": f"Count {i}:", "max_tokens": 40, "logprobs": 1}
+                f.write(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions", "body": body}) + "\n")
+    run([moerun, "infer", "--model", model, "--input", src, "--output", ref, "--quiet"])
+    env = dict(os.environ, MOERUN_PYTHON=sys.executable)
+    p = subprocess.Popen([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet", "--max-batch-size", "1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    journal = out + ".journal"
+    while p.poll() is None:
+        if os.path.exists(journal) and sum(1 for _ in open(journal, "rb")) >= 3:
+            p.kill()
+            break
+    p.wait()
+    killed = not os.path.exists(out)
+    r = run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet", "--max-batch-size", "4", "--resume"])
+    check(killed and r.returncode == 0 and open(out, "rb").read() == open(ref, "rb").read(),
+          f"--resume after a kill (killed mid-run: {killed}) gives the uninterrupted run's bytes {r.stderr.strip()[-200:]}")
+
+
 def main():
     moerun, work, tdir = sys.argv[1], sys.argv[2], sys.argv[3]
     shutil.rmtree(work, ignore_errors=True)
@@ -177,6 +206,7 @@ def main():
     for name in TEMPLATES:
         one_template(moerun, work, tdir, name, base, tok_dir)
     stops(moerun, work, os.path.join(work, TEMPLATES[0]))
+    resume(moerun, work, os.path.join(work, TEMPLATES[0]))
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
