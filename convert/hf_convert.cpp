@@ -637,15 +637,22 @@ model::ModelConfig model_config_from_hf(const std::string& text, const std::stri
   c.top_k = h.integer("num_experts_per_tok");
   family->from_hf(h, c, note);
   c.bos_token_id = h.token_id("bos_token_id").value_or(0);
-  auto eos = h.token_id("eos_token_id");
-  if (!eos && generation && generation->is_object()) {
-    eos = model::HfConfig{*generation, "generation_config.json"}.token_id("eos_token_id");
-    if (eos) note("eos_token_id from generation_config.json");
-  }
-  if (!eos) fail(ErrorKind::BadInput, where, ": field eos_token_id is missing, here and in generation_config.json (generation needs an end token)");
-  c.eos_token_id = *eos;
+  // The end tokens: config.json's eos_token_id, and every one generation_config.json lists (what
+  // transformers' generate stops at).
+  std::vector<int64_t> ends = h.token_ids("eos_token_id");
+  if (generation && generation->is_object())
+    for (int64_t t : model::HfConfig{*generation, "generation_config.json"}.token_ids("eos_token_id"))
+      if (std::find(ends.begin(), ends.end(), t) == ends.end()) ends.push_back(t);
+  if (ends.empty()) fail(ErrorKind::BadInput, where, ": field eos_token_id is missing, here and in generation_config.json (generation needs an end token)");
+  c.eos_token_id = ends.front();
+  c.extra_eos_token_ids.assign(ends.begin() + 1, ends.end());
+  if (!h.has("eos_token_id")) note("eos_token_id from generation_config.json");
+  if (ends.size() > 1) note("end tokens " + [&] {
+    std::string s;
+    for (int64_t t : ends) s += (s.empty() ? "" : ", ") + std::to_string(t);
+    return s;
+  }() + " (config.json and generation_config.json)");
   if (h.has("bos_token_id") && j["bos_token_id"].is_array()) note("bos_token_id is a list: the first is used");
-  if (h.has("eos_token_id") && j["eos_token_id"].is_array()) note("eos_token_id is a list: the first (" + std::to_string(*eos) + ") is used");
   try {
     c.validate(where);
   } catch (const Error& e) {

@@ -217,7 +217,7 @@ model::ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 9) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 9");
+    if (ver < 1 || ver > 10) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 10");
     model::ModelConfig c;
     c.format_version = ver;
     for (const model::ModelAttribute& a : model::model_attributes()) a.read(c, read_attribute(file, a), fname);

@@ -39,11 +39,20 @@ struct HfConfig {
   }
   // An id field that may be an integer, a list (the first is taken) or null.
   std::optional<int64_t> token_id(const char* k) const {
-    if (!has(k)) return std::nullopt;
-    const nlohmann::json& v = j[k].is_array() && !j[k].empty() ? j[k][0] : j[k];
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
-      fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
-    return v.get<int64_t>();
+    const std::vector<int64_t> ids = token_ids(k);
+    if (ids.empty()) return std::nullopt;
+    return ids.front();
+  }
+  // Every id of such a field, in order (generation_config.json's eos_token_id lists the end tokens).
+  std::vector<int64_t> token_ids(const char* k) const {
+    if (!has(k)) return {};
+    std::vector<int64_t> out;
+    for (const nlohmann::json& v : j[k].is_array() ? j[k] : nlohmann::json::array({j[k]})) {
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)))
+        fail(ErrorKind::BadInput, where, ": field ", k, " is not a token id");
+      out.push_back(v.get<int64_t>());
+    }
+    return out;
   }
 };
 

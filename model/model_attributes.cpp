@@ -1,6 +1,8 @@
-// The root attributes' table (docs/FORMATS.md: versions 1 to 9).
+// The root attributes' table (docs/FORMATS.md: versions 1 to 10).
 #include "model/model_attributes.hpp"
 
+#include <cstdlib>
+#include <sstream>
 #include <type_traits>
 
 #include "base/error.hpp"
@@ -126,6 +128,27 @@ void add_base_rows(std::vector<ModelAttribute>& t) {
       [](const ModelConfig& c) { return WeightFormat{c.dtype, c.expert_format.scheme}.name(); }));
   t.push_back(required<int64_t>("bos_token_id", MOERUN_FIELD(bos_token_id)));
   t.push_back(required<int64_t>("eos_token_id", MOERUN_FIELD(eos_token_id)));
+  t.push_back(text(
+      "extra_eos_token_ids", 10,
+      [](ModelConfig& c, const std::optional<std::string>& v, const std::string& where) {
+        c.extra_eos_token_ids.clear();
+        if (!v) return;
+        std::stringstream in(*v);
+        std::string item;
+        while (std::getline(in, item, ',')) {
+          char* end = nullptr;
+          const long long t = std::strtoll(item.c_str(), &end, 10);
+          if (item.empty() || *end != '\0' || t < 0 || t >= c.vocab_size)
+            fail(ErrorKind::BadInput, where, ": attribute extra_eos_token_ids holds \"", item, "\", expected token ids in [0, ", c.vocab_size, ")");
+          c.extra_eos_token_ids.push_back(t);
+        }
+      },
+      [](const ModelConfig& c) {
+        std::string s;
+        for (int64_t t : c.extra_eos_token_ids) s += (s.empty() ? "" : ",") + std::to_string(t);
+        return s;
+      },
+      [](const ModelConfig& c) { return !c.extra_eos_token_ids.empty(); }));
   // A file without the variant attributes is a Mixtral model.
   t.push_back(flag("norm_topk_prob", 1, MOERUN_FIELD(norm_topk_prob), true));
   t.push_back(defaulted<int64_t>("shared_expert_intermediate_size", 1, MOERUN_FIELD(shared_expert_intermediate_size), 0));

@@ -1,6 +1,7 @@
 // ModelConfig: the hyper-parameters of a moe-hdf5 model (root attributes of model.h5, DESIGN §3),
 // their validation, and the parameter/byte arithmetic that `inspect` and the stats report.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -101,6 +102,12 @@ struct ModelConfig {
   WeightFormat expert_format;  // of the experts: {dtype, plain} unless the file says otherwise
   int64_t bos_token_id = 0;
   int64_t eos_token_id = 0;
+  // More end tokens (format version 10): generation ends at eos_token_id or any of these
+  // (generation_config.json's eos_token_id list past its first, e.g. Qwen3's <|endoftext|>).
+  std::vector<int64_t> extra_eos_token_ids;
+  bool is_end_token(int64_t t) const {
+    return t == eos_token_id || std::find(extra_eos_token_ids.begin(), extra_eos_token_ids.end(), t) != extra_eos_token_ids.end();
+  }
   // Architecture variants (docs/FORMATS.md). The defaults are Mixtral's; qwen2_moe and olmoe
   // checkpoints converted from Hugging Face set them as their configs say.
   bool norm_topk_prob = true;                   // renormalise the top-k weights to sum 1 (false: raw softmax probabilities)
@@ -139,7 +146,7 @@ struct ModelConfig {
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
   // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
-  int64_t format_version = 9;  // of the file read; a config built in memory is the newest
+  int64_t format_version = 10;  // of the file read; a config built in memory is the newest
   std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.

@@ -164,7 +164,9 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
      << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
   os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
      << ", max_position " << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps
-     << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id << "\n";
+     << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id;
+  for (int64_t t : c.extra_eos_token_ids) os << "," << t;
+  os << "\n";
   describe_variants(os, c);
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";

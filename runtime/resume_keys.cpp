@@ -36,6 +36,7 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   for (double v : {c.rope.factor, c.rope.beta_fast, c.rope.beta_slow, c.rope.attention_factor, c.rope.mscale, c.rope.mscale_all_dim,
                    c.rope.low_freq_factor, c.rope.high_freq_factor, c.swiglu_alpha, c.swiglu_limit})
     h.value(v);
+  for (int64_t t : c.extra_eos_token_ids) h.value(t);
   for (model::AttentionKind k : c.layer_attention) h.value(static_cast<int64_t>(k));
   for (model::MlpKind k : c.layer_mlp) h.value(static_cast<int64_t>(k));
   h.value(c.rope_theta);

@@ -203,7 +203,7 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
   if (r.logprobs >= 0) s.logprobs.push_back(token_logprob(lg, V, lse, tok, r.logprobs));
   s.tokens.push_back(tok);
   const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-  return tok == model_.eos_token_id || generated >= r.max_new_tokens ||
+  return model_.is_end_token(tok) || generated >= r.max_new_tokens ||
          static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
 }
 
@@ -282,7 +282,7 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
     const bool ended = emit_token(s, lg, lse[static_cast<std::size_t>(row)]);
     ++row;
     if (!ended) continue;
-    finished.push_back(result_of(s, s.tokens.back() == model_.eos_token_id ? "eos" : "length"));
+    finished.push_back(result_of(s, model_.is_end_token(s.tokens.back()) ? "eos" : "length"));
     done_seqs.push_back(&s);
   }
   prefilled.erase(std::remove_if(prefilled.begin(), prefilled.end(),

@@ -961,6 +961,27 @@ def stacked_checkpoints(moerun, work):
          gu + " is F8_E4M3 but the checkpoint has no " + gu + "_scale_inv")])
 
 
+def end_tokens(moerun, work):
+    """generation_config.json's eos_token_id list (issue 65): every id ends generation. The token the
+    converted Qwen3-MoE generates first for prompt 0 listed as a second end token: the run stops
+    there, finish_reason eos, and inspect names both."""
+    first = json.loads(open(os.path.join(work, "qwen3_moe-out.jsonl")).readline())["output_tokens"][0]
+    src = os.path.join(work, "end-tokens-hf")
+    shutil.copytree(os.path.join(work, "qwen3_moe-hf"), src)
+    json.dump({"eos_token_id": [127, first]}, open(os.path.join(src, "generation_config.json"), "w"))
+    out = os.path.join(work, "end-tokens-moe")
+    r = run([moerun, "convert", "--from-hf", src, "--out", out, "--quiet"])
+    info = run([moerun, "inspect", "--model", out]).stdout
+    reqs, res = os.path.join(work, "end-tokens.jsonl"), os.path.join(work, "end-tokens-out.jsonl")
+    write_requests(reqs, PROMPTS[:1], STEPS)
+    r2 = run([moerun, "infer", "--model", out, "--input", reqs, "--output", res, "--quiet"])
+    got = json.loads(open(res).readline()) if r2.returncode == 0 else {}
+    ok = r.returncode == 0 and f"eos 127,{first}" in info and got.get("output_tokens") == [first] and got.get("finish_reason") == "eos"
+    print(f"{'ok  ' if ok else 'FAIL'} end tokens from generation_config.json: [127, {first}] stop the run at {first} "
+          f"({got.get('output_tokens')}, {got.get('finish_reason')}) {r.stderr.strip()}{r2.stderr.strip()}")
+    return not ok
+
+
 def refused_checkpoints(moerun, work, tag, cases):
     """Each case (what, config, tensors, what the one error line must hold) written and converted:
     exit 3, one line holding it, nothing written. Returns the failures."""
@@ -1053,6 +1074,7 @@ def main():
         t = fp8_projections(ref)
         failures += check_model(moerun, work, name, dict(cfg, quantization_config=FP8_CONFIG), t, ref, [], "fp8-block", cfg)
     failures += stacked_checkpoints(moerun, work)
+    failures += end_tokens(moerun, work)
     failures += bad_native_checkpoints(moerun, work)
     failures += bad_family_configs(moerun, work)
     print(f"{failures} failure(s)")
