@@ -236,11 +236,29 @@ void render_chat_prompts(std::vector<Request>& requests, const RequestLimits& li
     }
     r.prompt_tokens = ids;
     r.max_new_tokens = std::min(r.max_new_tokens, lim.max_position - static_cast<int64_t>(ids.size()));
+    if (got[i].opens_think) {
+      auto oa = std::make_shared<OpenAiRequest>(*r.openai);
+      oa->prompt_opens_think = true;
+      r.openai = oa;
+    }
   }
 }
 
+ReasoningSplit split_reasoning(const std::string& text, bool prompt_opens_think) {
+  static const std::string open = "<think>", close = "</think>";
+  std::string t = text;
+  const std::size_t lead = t.find_first_not_of(" \n");
+  const bool opened = lead != std::string::npos && t.compare(lead, open.size(), open) == 0;
+  if (opened) t.erase(0, lead + open.size());
+  const std::size_t end = t.find(close);
+  if (end == std::string::npos) return opened || prompt_opens_think ? ReasoningSplit{t, ""} : ReasoningSplit{"", text};
+  std::string content = t.substr(end + close.size());
+  content.erase(0, content.find_first_not_of('\n') == std::string::npos ? content.size() : content.find_first_not_of('\n'));
+  return {t.substr(0, end), content};
+}
+
 std::string openai_result_line(const Request& r, const Result& res, int64_t created,
-                               const std::unordered_map<int32_t, std::string>& token_texts) {
+                               const std::unordered_map<int32_t, std::string>& token_texts, bool split) {
   const OpenAiRequest& oa = *r.openai;
   const std::string h = hex(Xxh64().text(oa.custom_id).value(r.line).digest());
   json out{{"id", "batch_req_" + h}, {"custom_id", oa.custom_id}};
@@ -266,6 +284,11 @@ std::string openai_result_line(const Request& r, const Result& res, int64_t crea
     body["id"] = "chatcmpl-" + h;
     body["object"] = "chat.completion";
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (split) {
+      const ReasoningSplit s = split_reasoning(text, oa.prompt_opens_think);
+      choice["message"]["content"] = s.content;
+      choice["message"]["reasoning_content"] = s.reasoning.empty() ? json(nullptr) : json(s.reasoning);
+    }
     if (res.has_logprobs) choice["logprobs"] = chat_logprobs(res, token_texts);
   } else {
     body["id"] = "cmpl-" + h;

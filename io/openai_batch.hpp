@@ -25,6 +25,7 @@ struct OpenAiRequest {
   std::string template_kwargs;       // chat: body.chat_template_kwargs as a JSON object's text ("{}")
   std::vector<std::string> stop;     // body.stop: the output is cut before the first match
   bool echo = false;                 // completions: the prompt's text before the completion
+  bool prompt_opens_think = false;   // chat: the rendered prompt ends inside <think> (a thinking template)
 };
 
 // Whether `text` (a whole input file) is an OpenAI batch file.
@@ -45,6 +46,7 @@ struct ChatPrompt {
 struct ChatTokens {
   std::vector<int32_t> ids;
   std::string error;  // non-empty: the template refused it (raise_exception) or could not render it
+  bool opens_think = false;  // the rendered text ends with an open <think> (the model continues its reasoning)
 };
 // Fills prompt_tokens of the chat requests (`render` takes every conversation at once) and checks
 // them as tokenize_prompts checks text prompts; a failure is that request's error.
@@ -56,6 +58,15 @@ void render_chat_prompts(std::vector<Request>& requests, const RequestLimits& li
 // the error object. `created` is the Unix time the bodies carry; `token_texts` each log-prob
 // token's text (its id decoded alone).
 std::string openai_result_line(const Request& r, const Result& res, int64_t created,
-                               const std::unordered_map<int32_t, std::string>& token_texts);
+                               const std::unordered_map<int32_t, std::string>& token_texts, bool split_reasoning = false);
+
+// A thinking model's chat text split as vLLM's reasoning parsers split it: the reasoning up to the
+// first </think> (a leading <think> dropped), the content after it (leading newlines dropped).
+// Without </think>: all reasoning if the text opened <think> or the prompt did (the budget ran out
+// while thinking), else all content.
+struct ReasoningSplit {
+  std::string reasoning, content;
+};
+ReasoningSplit split_reasoning(const std::string& text, bool prompt_opens_think);
 
 }  // namespace moerun::io

@@ -108,7 +108,7 @@ class PythonTokenizer : public Tokenizer {
     std::vector<ChatTokens> out;
     for (const json& e : r.at("results")) {
       if (e.contains("error")) out.push_back({{}, "chat template: " + e["error"].get<std::string>()});
-      else out.push_back({e.at("ids").get<std::vector<int32_t>>(), ""});
+      else out.push_back({e.at("ids").get<std::vector<int32_t>>(), "", e.value("opens_think", false)});
     }
     return out;
   }

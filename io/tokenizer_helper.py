@@ -5,7 +5,8 @@
 #   <- {"op": "encode", "texts": [...]}  -> {"ids": [[...], ...]}       (special tokens added, as HF does)
 #   <- {"op": "decode", "ids": [[...]]}  -> {"texts": [...]}            (special tokens skipped)
 #   <- {"op": "chat", "items": [{"messages": [...], "kwargs": {...}, "template": NAME or null}, ...]}
-#      -> {"results": [{"ids": [...]} or {"error": "..."}, ...]}
+#      -> {"results": [{"ids": [...], "opens_think": bool} or {"error": "..."}, ...]}
+#      (opens_think: the rendered prompt ends with <think>, a thinking template's generation prompt)
 #      each conversation rendered with the model's chat template as transformers' apply_chat_template
 #      renders it (jinja2's sandbox, trim_blocks and lstrip_blocks, loop controls, its tojson,
 #      raise_exception and strftime_now, the special tokens and add_generation_prompt as variables),
@@ -109,7 +110,7 @@ def chat(items):
                 raise ValueError(f"no chat template named {name!r}; the model has {sorted(templates)}")
             text = templates[name].render(messages=it["messages"], tools=None, documents=None, add_generation_prompt=True,
                                           **{**variables, **it.get("kwargs", {})})
-            out.append({"ids": tok.encode(text, add_special_tokens=False).ids})
+            out.append({"ids": tok.encode(text, add_special_tokens=False).ids, "opens_think": text.rstrip().endswith("<think>")})
         except Exception as e:
             out.append({"error": f"{type(e).__name__}: {e}"})
     return out

@@ -33,6 +33,7 @@ int cmd_infer(int argc, char** argv) {
   bool check_weights = false;
   double prefix_mb = 0;
   std::string batching = "fifo";
+  std::string reasoning = "none";
   po::options_description o("infer options");
   o.add_options()
     ("model", po::value(&c.engine.model)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
@@ -40,6 +41,9 @@ int cmd_infer(int argc, char** argv) {
     ("output", po::value(&c.output)->required(), "results, JSON Lines (written atomically at the end)")
     ("resume", po::bool_switch(&c.resume), "skip requests already in OUTPUT.journal")
     ("skip-invalid", po::bool_switch(&c.skip_invalid), "report bad request lines as results with an error field")
+    ("reasoning-parser", po::value(&reasoning)->default_value(reasoning),
+     "none, or think: in an OpenAI batch file's chat output, the text up to </think> (Qwen3/3.5, DeepSeek-R1/V3.x, GLM-4.5+, "
+     "MiniMax-M2, Kimi K2-Thinking) goes to message.reasoning_content and the rest to content")
     ("max-new-tokens", po::value(&c.defaults.max_new_tokens)->default_value(c.defaults.max_new_tokens), "default per request")
     ("temperature", po::value(&c.defaults.temperature)->default_value(c.defaults.temperature), "default sampling temperature (0: greedy)")
     ("top-p", po::value(&c.defaults.top_p)->default_value(c.defaults.top_p), "default nucleus mass")
@@ -84,6 +88,8 @@ int cmd_infer(int argc, char** argv) {
   c.engine.router.overflow = router::parse_overflow(overflow);
   resolve_capacity(vm, c.engine.router);
   c.scheduler.batching = runtime::parse_batching(batching);
+  if (reasoning != "none" && reasoning != "think") fail(ErrorKind::Usage, "--reasoning-parser must be none or think, not \"", reasoning, "\"");
+  c.split_reasoning = reasoning == "think";
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
   c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
   const Environment env = engine.finish(c.engine);

@@ -218,7 +218,8 @@ int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& req
   if (!requests.empty() && requests.front().openai) {
     const auto token_texts = logprob_token_texts(cfg, requests, finished);
     const int64_t created = input_time(cfg.input);
-    for (const io::Request& r : requests) lines.push_back(io::openai_result_line(r, finished.at(r.id), created, token_texts));
+    for (const io::Request& r : requests)
+      lines.push_back(io::openai_result_line(r, finished.at(r.id), created, token_texts, cfg.split_reasoning));
   } else {
     for (const io::Request& r : requests) lines.push_back(io::result_to_json(finished.at(r.id)));
   }

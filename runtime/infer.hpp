@@ -28,6 +28,7 @@ struct InferConfig {
   std::string output;
   bool resume = false;
   bool skip_invalid = false;
+  bool split_reasoning = false;  // OpenAI chat output: <think>...</think> into reasoning_content (io/openai_batch)
   bool quiet = false;
   std::string stats_json;   // optional
   std::string trace;        // optional routing trace (HDF5); router N > 0 writes TRACE.N

@@ -15,7 +15,8 @@ completions and bad lines goes through `moerun infer`. Checks:
   openai.types.Completion, its error as openai.types.BatchError's fields; bad lines are error lines
   and the job goes on;
 - stop strings cut the text (finish_reason stop); np 4 writes the same bytes, and so does a run
-  killed mid-way and finished with --resume.
+  killed mid-way and finished with --resume; --reasoning-parser think splits a thinking template's
+  output into reasoning_content and content.
 
 usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR
 """
@@ -165,6 +166,32 @@ def stops(moerun, work, model):
           f"stop strings: {stop!r} cuts {text!r} to {choice['text']!r}, finish_reason {choice['finish_reason']}")
 
 
+def reasoning(moerun, work, tdir):
+    """--reasoning-parser think: DeepSeek-V3.1's template in thinking mode opens <think> in the
+    prompt, so text without </think> is all reasoning_content; Qwen3's with enable_thinking false
+    closes it, so the text is all content. Both validate as ChatCompletion."""
+    for name, kwargs, opened in (("deepseek-ai-DeepSeek-V3.1", {"thinking": True}, True), ("Qwen-Qwen3-0.6B", {"enable_thinking": False}, False)):
+        model = os.path.join(work, name)
+        src, out, plain = (os.path.join(work, name + s) for s in ("-think.jsonl", "-think-out.jsonl", "-think-plain.jsonl"))
+        with open(src, "w") as f:
+            f.write(json.dumps({"custom_id": "t", "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"messages": CONVERSATIONS[0], "max_tokens": 8, "chat_template_kwargs": kwargs}}) + "\n")
+        run([moerun, "infer", "--model", model, "--input", src, "--output", plain, "--quiet"])
+        r = run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet", "--reasoning-parser", "think"])
+        text = json.loads(open(plain).read())["response"]["body"]["choices"][0]["message"]["content"]
+        body = json.loads(open(out).read())["response"]["body"] if r.returncode == 0 else {}
+        msg = body.get("choices", [{}])[0].get("message", {})
+        try:
+            ChatCompletion.model_validate(body)
+            valid = True
+        except Exception:
+            valid = False
+        want = (text, "") if opened and "</think>" not in text else (None, text)
+        got = (msg.get("reasoning_content"), msg.get("content"))
+        check(valid and (got == want or "</think>" in text),
+              f"--reasoning-parser think, {name} {kwargs}: reasoning_content {got[0]!r:.40}, content {got[1]!r:.40}")
+
+
 def resume(moerun, work, model):
     """A run killed after 3 results, finished by --resume with other batches: the uninterrupted
     run's bytes."""
@@ -207,6 +234,7 @@ def main():
         one_template(moerun, work, tdir, name, base, tok_dir)
     stops(moerun, work, os.path.join(work, TEMPLATES[0]))
     resume(moerun, work, os.path.join(work, TEMPLATES[0]))
+    reasoning(moerun, work, tdir)
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

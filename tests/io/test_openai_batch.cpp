@@ -1,0 +1,117 @@
+// io/openai_batch: OpenAI batch lines into requests (errors per line), and the output lines, with
+// the reasoning split. The end to end test with real templates is tests/integration/openai_batch.py.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "io/openai_batch.hpp"
+
+namespace moerun::io {
+namespace {
+
+using nlohmann::json;
+
+const RequestLimits kLimits{1000, 512};
+
+std::vector<Request> parse(const std::vector<std::string>& lines, std::set<std::string>* ignored = nullptr) {
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  std::set<std::string> seen;
+  auto r = parse_openai_batch(text, "batch.jsonl", RequestDefaults{}, kLimits, seen);
+  if (ignored) *ignored = seen;
+  return r;
+}
+
+TEST(OpenAiBatch, DetectsTheFormatByItsFirstLine) {
+  EXPECT_TRUE(is_openai_batch("\n{\"custom_id\": \"a\", \"body\": {}}\n"));
+  EXPECT_FALSE(is_openai_batch("{\"id\": \"a\", \"prompt\": \"x\"}\n"));
+  EXPECT_FALSE(is_openai_batch("not json\n"));
+}
+
+TEST(OpenAiBatch, ReadsChatAndCompletionBodies) {
+  std::set<std::string> ignored;
+  const auto r = parse({R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", )"
+                        R"("messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7, "temperature": 0.5, )"
+                        R"("stop": "###", "logprobs": true, "top_logprobs": 3, "user": "u", "metadata": {}}})",
+                        R"({"custom_id": "p", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5, 6, 7], "max_tokens": 4, "echo": true}})"},
+                       &ignored);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].error, "");
+  EXPECT_EQ(r[0].id, "c");
+  EXPECT_TRUE(r[0].openai->chat);
+  EXPECT_EQ(r[0].max_new_tokens, 7);
+  EXPECT_EQ(r[0].temperature, 0.5);
+  EXPECT_EQ(r[0].logprobs, 3);
+  EXPECT_EQ(r[0].openai->stop, std::vector<std::string>{"###"});
+  EXPECT_EQ(json::parse(r[0].openai->messages)[0]["content"], "hi");
+  EXPECT_TRUE(r[0].prompt_text.empty()) << "a chat prompt comes from the template";
+  EXPECT_EQ(ignored, (std::set<std::string>{"metadata", "user"}));
+  EXPECT_EQ(r[1].error, "");
+  EXPECT_EQ(r[1].prompt_tokens, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_TRUE(r[1].openai->echo);
+}
+
+TEST(OpenAiBatch, EveryBadLineIsItsOwnError) {
+  const auto r = parse({"{oops",
+                        R"({"custom_id": "n", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "n": 2}})",
+                        R"({"custom_id": "t", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}})",
+                        R"({"custom_id": "e", "method": "POST", "url": "/v1/embeddings", "body": {}})",
+                        R"({"custom_id": "v", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5000]}})",
+                        R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}})",
+                        R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "y"}})"});
+  ASSERT_EQ(r.size(), 7u);
+  EXPECT_NE(r[0].error.find("not valid JSON"), std::string::npos) << r[0].error;
+  EXPECT_NE(r[1].error.find("body.n is 2"), std::string::npos) << r[1].error;
+  EXPECT_NE(r[2].error.find("tool calls are not supported"), std::string::npos) << r[2].error;
+  EXPECT_NE(r[3].error.find("/v1/embeddings"), std::string::npos) << r[3].error;
+  EXPECT_NE(r[4].error.find("out of range"), std::string::npos) << r[4].error;
+  EXPECT_EQ(r[5].error, "");
+  EXPECT_NE(r[6].error.find("repeats line 6"), std::string::npos) << r[6].error;
+  EXPECT_EQ(r[6].openai->custom_id, "ok") << "the output keeps the line's custom_id";
+}
+
+TEST(OpenAiBatch, OutputLinesInTheApiShape) {
+  auto r = parse({R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", )"
+                  R"("messages": [{"role": "user", "content": "hi"}], "stop": ["STOP", "END"]}})"});
+  r[0].prompt_tokens = {1, 2, 3};
+  Result res;
+  res.id = "c";
+  res.output_tokens = {7, 8, 9, 10};
+  res.finish_reason = "length";
+  res.text = "Paris END. STOP later";
+  const json j = json::parse(openai_result_line(r[0], res, 1700000000, {}));
+  EXPECT_EQ(j["custom_id"], "c");
+  EXPECT_TRUE(j["error"].is_null());
+  EXPECT_EQ(j["response"]["status_code"], 200);
+  const json& b = j["response"]["body"];
+  EXPECT_EQ(b["object"], "chat.completion");
+  EXPECT_EQ(b["model"], "m");
+  EXPECT_EQ(b["created"], 1700000000);
+  EXPECT_EQ(b["choices"][0]["message"]["content"], "Paris ") << "cut before the first match of any stop string";
+  EXPECT_EQ(b["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(b["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(b["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(b["usage"]["total_tokens"], 7);
+  Result failed = res;
+  failed.error = "non-finite values in layer 3";
+  const json e = json::parse(openai_result_line(r[0], failed, 0, {}));
+  EXPECT_TRUE(e["response"].is_null());
+  EXPECT_EQ(e["error"]["code"], "server_error");
+}
+
+TEST(OpenAiBatch, ReasoningSplitsAsTheThinkParsersDo) {
+  auto check = [](const std::string& text, bool opens, const std::string& reasoning, const std::string& content) {
+    const ReasoningSplit s = split_reasoning(text, opens);
+    EXPECT_EQ(s.reasoning, reasoning) << text;
+    EXPECT_EQ(s.content, content) << text;
+  };
+  check("<think>step 1</think>\n\nThe answer", false, "step 1", "The answer");
+  check("step 1</think>The answer", true, "step 1", "The answer");  // the template opened <think>
+  check("still thinking", true, "still thinking", "");              // the budget ran out inside
+  check("<think>still thinking", false, "still thinking", "");
+  check("A plain answer", false, "", "A plain answer");            // no thinking at all
+  check("\n<think></think>\n\nAnswer", false, "", "Answer");
+}
+
+}  // namespace
+}  // namespace moerun::io
