@@ -133,6 +133,7 @@ Request parse_openai_line(const std::string& text, int64_t line_no, const Reques
       if (!kRead.count(it.key())) ignored.insert(it.key());
     r = parse_request_line(m.dump(), line_no, d, lim);
     if (oa->chat && r.error.empty()) r.prompt_text.clear();
+    r.stop = oa->stop;
   } catch (const Error& e) {
     r = Request{};
     r.error = e.what();
@@ -270,7 +271,7 @@ std::string openai_result_line(const Request& r, const Result& res, int64_t crea
   }
   // The first stop string in the generated text ends it; what follows is dropped.
   std::string text = res.text;
-  bool stopped = res.finish_reason == "eos";
+  bool stopped = res.finish_reason == "eos" || res.finish_reason == "stop";
   std::size_t cut = std::string::npos;
   for (const std::string& s : oa.stop) cut = std::min(cut, text.find(s));
   if (cut != std::string::npos) {

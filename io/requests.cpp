@@ -231,6 +231,11 @@ uint64_t request_fingerprint(const Request& r) {
       .value(r.prompt_logprobs)
       .value(r.score_from)
       .text(r.error)
+      .text([&] {
+        std::string all;
+        for (const std::string& s : r.stop) all += s + '\0';
+        return all;
+      }())
       .digest();
 }
 

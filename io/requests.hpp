@@ -31,6 +31,9 @@ struct Request {
   int64_t line = 0;     // 1-based line in the input file
   std::string error;    // non-empty: invalid, skipped (only with skip_invalid)
   std::shared_ptr<const OpenAiRequest> openai{};  // a line of an OpenAI batch file: what it adds
+  // Generation ends once the generated text holds one of these (matched on the tokens' bytes as
+  // they are sampled; SchedulerConfig::token_bytes); the output text is cut before it.
+  std::vector<std::string> stop{};
 };
 
 struct RequestDefaults {

@@ -52,6 +52,30 @@ class SentencePieceTokenizer : public Tokenizer {
     return out;
   }
   std::string describe() const override { return "sentencepiece " + path_; }
+  // A piece's text with its word boundary as a space, a byte piece (<0xNN>) as that byte, control
+  // pieces (BOS, EOS) as nothing: as Decode joins them.
+  std::vector<std::string> token_bytes() override {
+    std::vector<std::string> out(static_cast<std::size_t>(sp_.GetPieceSize()));
+    for (int i = 0; i < sp_.GetPieceSize(); ++i) {
+      if (sp_.IsControl(i) || sp_.IsUnknown(i)) continue;
+      const std::string p = sp_.IdToPiece(i);
+      if (sp_.IsByte(i)) {
+        out[static_cast<std::size_t>(i)] = std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+        continue;
+      }
+      std::string t;
+      for (std::size_t k = 0; k < p.size(); ++k) {
+        if (p.compare(k, 3, "\xe2\x96\x81") == 0) {  // U+2581, SentencePiece's space
+          t += ' ';
+          k += 2;
+        } else {
+          t += p[k];
+        }
+      }
+      out[static_cast<std::size_t>(i)] = t;
+    }
+    return out;
+  }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;
@@ -101,6 +125,17 @@ class PythonTokenizer : public Tokenizer {
     return r.at("texts").get<std::vector<std::string>>();
   }
   std::string describe() const override { return "tokenizers " + path_; }
+  std::vector<std::string> token_bytes() override {
+    const json r = call({{"op", "token_bytes"}});
+    std::vector<std::string> out;
+    for (const json& h : r.at("bytes")) {
+      const std::string hex = h.get<std::string>();
+      std::string b(hex.size() / 2, '\0');
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      out.push_back(std::move(b));
+    }
+    return out;
+  }
   std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) override {
     json items = json::array();
     for (const ChatPrompt& p : prompts) items.push_back({{"messages", json::parse(p.messages)}, {"kwargs", json::parse(p.template_kwargs)}});

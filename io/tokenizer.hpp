@@ -24,6 +24,9 @@ class Tokenizer {
   // Chat conversations through the model's chat template, then encoded (special tokens only as
   // the template writes them); an error per conversation the template refuses. Only tokenizer.json
   // models (the Python helper renders the template); others answer an error for each.
+  // The bytes each token id decodes to alone, in id order (special tokens: none): what the text of
+  // generated tokens is made of, for stop strings matched while generating.
+  virtual std::vector<std::string> token_bytes() = 0;
   virtual std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) {
     return std::vector<ChatTokens>(prompts.size(), ChatTokens{{}, describe() + ": chat templates need the model's tokenizer.json"});
   }

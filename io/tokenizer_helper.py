@@ -11,6 +11,7 @@
 #      renders it (jinja2's sandbox, trim_blocks and lstrip_blocks, loop controls, its tojson,
 #      raise_exception and strftime_now, the special tokens and add_generation_prompt as variables),
 #      then encoded without special tokens added, as apply_chat_template(tokenize=True) does
+#   <- {"op": "token_bytes"}             -> {"bytes": [hex, ...]}        (each id's bytes, special tokens none)
 #   any failure                          -> {"error": "..."}
 import json
 import os
@@ -116,6 +117,37 @@ def chat(items):
     return out
 
 
+def token_bytes():
+    """The bytes each id decodes to alone: byte-level BPE tokens through GPT-2's byte alphabet,
+    byte-fallback pieces (<0xNN>) as that byte, Metaspace's U+2581 as a space, special tokens none."""
+    spec = json.loads(tok.to_str())
+    decoders = [spec.get("decoder") or {}]
+    while decoders and decoders[0].get("type") == "Sequence":
+        decoders = decoders[0].get("decoders", [])
+    byte_level = any(d.get("type") == "ByteLevel" for d in decoders)
+    chars = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
+    codes, n = chars[:], 0
+    for b in range(256):
+        if b not in chars:
+            chars.append(b)
+            codes.append(256 + n)
+            n += 1
+    byte_of = {chr(c): b for b, c in zip(chars, codes)}
+    special = {t["id"] for t in spec.get("added_tokens", []) if t.get("special")}
+    out = []
+    for i in range(tok.get_vocab_size(with_added_tokens=True)):
+        t = tok.id_to_token(i)
+        if t is None or i in special:
+            out.append("")
+        elif byte_level and all(c in byte_of for c in t):
+            out.append(bytes(byte_of[c] for c in t).hex())
+        elif len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            out.append(t[3:5].lower())
+        else:
+            out.append(t.replace("\u2581", " ").encode("utf-8").hex())
+    return out
+
+
 for line in sys.stdin:
     try:
         req = json.loads(line)
@@ -123,6 +155,8 @@ for line in sys.stdin:
             out = {"ids": [e.ids for e in tok.encode_batch(req["texts"], add_special_tokens=True)]}
         elif req["op"] == "decode":
             out = {"texts": tok.decode_batch(req["ids"], skip_special_tokens=True)}
+        elif req["op"] == "token_bytes":
+            out = {"bytes": token_bytes()}
         elif req["op"] == "chat":
             out = {"results": chat(req["items"])}
         else:

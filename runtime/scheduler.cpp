@@ -203,6 +203,15 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
   if (r.logprobs >= 0) s.logprobs.push_back(token_logprob(lg, V, lse, tok, r.logprobs));
   s.tokens.push_back(tok);
   const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
+  if (!r.stop.empty() && cfg_.token_bytes && tok >= 0 && static_cast<std::size_t>(tok) < cfg_.token_bytes->size()) {
+    // Only the bytes a match could still end in are kept: the longest stop string less one.
+    std::size_t longest = 0;
+    for (const std::string& st : r.stop) longest = std::max(longest, st.size());
+    s.text_tail += (*cfg_.token_bytes)[static_cast<std::size_t>(tok)];
+    for (const std::string& st : r.stop) s.stopped = s.stopped || s.text_tail.find(st) != std::string::npos;
+    if (s.text_tail.size() >= longest) s.text_tail.erase(0, s.text_tail.size() - (longest - 1));
+    if (s.stopped) return true;
+  }
   return model_.is_end_token(tok) || generated >= r.max_new_tokens ||
          static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
 }
@@ -282,7 +291,7 @@ std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logit
     const bool ended = emit_token(s, lg, lse[static_cast<std::size_t>(row)]);
     ++row;
     if (!ended) continue;
-    finished.push_back(result_of(s, model_.is_end_token(s.tokens.back()) ? "eos" : "length"));
+    finished.push_back(result_of(s, s.stopped ? "stop" : model_.is_end_token(s.tokens.back()) ? "eos" : "length"));
     done_seqs.push_back(&s);
   }
   prefilled.erase(std::remove_if(prefilled.begin(), prefilled.end(),

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct SchedulerConfig {
   int64_t pool = 0;                   // minhash: sequences prefilled or parked at most (0: 4 x max_batch_size)
   int64_t max_wait_steps = 64;        // minhash: parked this long, a sequence is next
   int64_t max_logit_rows = 0;         // vocabulary rows one step may score (0: no cap; set from the memory budget)
+  // The bytes each token id stands for (special tokens: none), for requests with stop strings: their
+  // generated text is followed token by token and ends at a match (finish_reason "stop"). Null:
+  // stop strings are matched only when the output is written.
+  std::shared_ptr<const std::vector<std::string>> token_bytes;
   void validate() const;           // Usage error naming the option
 };
 
@@ -69,6 +74,8 @@ struct Sequence {
   int64_t parked_at = 0;           // minhash: step it parked at
   MinHashSignature signature;      // minhash: of its prompt's experts
   std::vector<io::TokenLogprob> prompt_logprobs, logprobs;  // scoring requests: so far
+  std::string text_tail;           // stop strings: the last bytes of the generated text (the longest stop's worth)
+  bool stopped = false;            // a stop string matched
 };
 
 // A scored prompt token of the last step: row `row` of the step's logits predicts token `target`

@@ -161,9 +161,11 @@ def stops(moerun, work, model):
         f.write(json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions",
                             "body": {"prompt": "x y z", "max_tokens": 12, "stop": [stop, "never there"]}}) + "\n")
     run([moerun, "infer", "--model", model, "--input", src, "--output", out, "--quiet"])
-    choice = json.loads(open(out).read())["response"]["body"]["choices"][0]
-    check(choice["text"] == text[:text.find(stop)] and choice["finish_reason"] == "stop",
-          f"stop strings: {stop!r} cuts {text!r} to {choice['text']!r}, finish_reason {choice['finish_reason']}")
+    body = json.loads(open(out).read())["response"]["body"]
+    choice = body["choices"][0]
+    check(choice["text"] == text[:text.find(stop)] and choice["finish_reason"] == "stop" and body["usage"]["completion_tokens"] < 12,
+          f"stop strings: {stop!r} cuts {text!r} to {choice['text']!r}, finish_reason {choice['finish_reason']}, generation ended "
+          f"there ({body['usage']['completion_tokens']} of 12 tokens)")
 
 
 def reasoning(moerun, work, tdir):

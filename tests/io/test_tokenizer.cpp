@@ -58,6 +58,19 @@ TEST_F(TokenizerTest, SentencePieceEncodesWithBosAndDecodesBack) {
   EXPECT_EQ(back[1], text);
 }
 
+// The bytes stop strings are matched on: each id's, concatenated, are the decoded text (the word
+// boundary's space included; BOS, a control piece, none), bar the space Decode drops at the start.
+TEST_F(TokenizerTest, SentencePieceTokenBytesJoinIntoTheDecodedText) {
+  auto tok = open_tokenizer((dir_ / "model").string(), {});
+  const std::string text = "the lazy fox jumps";
+  const auto ids = tok->encode({text})[0];
+  const std::vector<std::string> bytes = tok->token_bytes();
+  std::string joined;
+  for (int32_t id : ids) joined += bytes.at(static_cast<std::size_t>(id));
+  EXPECT_EQ(bytes.at(static_cast<std::size_t>(ids[0])), "") << "BOS has no text";
+  EXPECT_EQ(joined, " " + text);
+}
+
 TEST_F(TokenizerTest, AddBosTokenFalseIsHonoured) {
   std::ofstream(dir_ / "model" / "tokenizer_config.json") << R"({"add_bos_token": false})";
   auto tok = open_tokenizer((dir_ / "model").string(), {});
