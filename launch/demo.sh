@@ -8,7 +8,7 @@ BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 OUT=${MOERUN_DEMO_DIR:-$ROOT/out/demo}
 NP=${MOERUN_DEMO_NP:-4}   # 1 router rank + 3 expert ranks
 source "$ROOT/launch/deps.sh"
-moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}"
+moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 python3-venv ca-certificates  # the chat batch file's tokenizer venv
 mkdir -p "$BUILD"
 moerun_build "$ROOT" "$BUILD" moerun
 MOERUN=$BUILD/launch/moerun
