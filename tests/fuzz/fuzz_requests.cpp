@@ -1,9 +1,9 @@
-// Bounded, seeded fuzz test of the request parser (io/requests). Mutates valid JSONL request
+// Bounded, seeded fuzz test of the request parsers (io/requests, io/openai_batch). Mutates valid JSONL request
 // files (byte edits, numbers at and past the limits of their types, repeated and colliding ids,
 // deep nesting, broken UTF-8) and parses each mutant in both modes. The parser must never crash
 // (run under ASan and UBSan in CI), never throw anything but a BadInput error naming the file and
 // line, and with --skip-invalid give one request per non-blank line, with unique ids, valid
-// requests in range.
+// requests in range. OpenAI batch files likewise: never a throw, one request per line.
 // usage: fuzz_requests [--seconds S] [--seed N] [--iterations N]
 #include <unistd.h>
 
@@ -14,10 +14,12 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/error.hpp"
+#include "io/openai_batch.hpp"
 #include "io/requests.hpp"
 
 namespace {
@@ -31,6 +33,12 @@ const std::vector<std::string> kSeeds = {
     R"({"id": 17, "prompt_tokens": [0, 99, 3, 3, 3], "max_new_tokens": null})",
     R"({"id": "line:3", "prompt_tokens": [2, 2]})",
     R"({"prompt_tokens": [1], "id": "ü-ñ"})",
+};
+const std::vector<std::string> kOpenAiSeeds = {
+    R"({"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stop": ["x", "y"], "logprobs": true, "top_logprobs": 2}})",
+    R"({"custom_id": "b", "method": "POST", "url": "/v1/completions", "body": {"prompt": [1, 2, 3], "max_tokens": 4, "echo": true, "n": 1, "temperature": 0.5}})",
+    R"({"custom_id": "c", "method": "POST", "url": "/v1/completions", "body": {"prompt": "text", "logprobs": 3, "stop": "z", "seed": 7}})",
+    R"({"custom_id": "d", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "system", "content": [{"type": "text", "text": "t"}]}], "chat_template_kwargs": {"enable_thinking": false}}})",
 };
 const std::vector<std::string> kTokens = {
     "1e999", "-1e999", "18446744073709551615", "18446744073709551616", "9223372036854775807", "-9223372036854775808",
@@ -140,6 +148,33 @@ int main(int argc, char** argv) {
       }
     } catch (const std::exception& e) {
       problem(std::string("skip: threw: ") + e.what(), path);
+    }
+    // The same kind of file in the OpenAI batch format: never a throw, one request per line,
+    // unique ids, each valid one with its custom_id and a prompt (chat: none until the template).
+    {
+      std::string otext;
+      for (int l = 0; l < lines; ++l) {
+        std::string line = kOpenAiSeeds[rng() % kOpenAiSeeds.size()];
+        if (rng() % 4 != 0) line = mutate(line, rng);
+        otext += line + "\n";
+      }
+      int64_t olines = 0;
+      std::istringstream oin(otext);
+      for (std::string l; std::getline(oin, l);) olines += l.find_first_not_of(" \t\r") != std::string::npos;
+      try {
+        std::set<std::string> ignored;
+        auto rs = moerun::io::parse_openai_batch(otext, path, defaults, lim, ignored);
+        if (static_cast<int64_t>(rs.size()) != olines) problem("openai: request count differs from non-blank lines", path);
+        std::set<std::string> ids;
+        for (const auto& r : rs) {
+          if (r.id.empty() || !ids.insert(r.id).second) problem("openai: empty or repeated id " + r.id, path);
+          if (!r.openai) problem("openai: a request without its OpenAI fields", path);
+          if (r.error.empty() && r.openai && !r.openai->chat && r.prompt_tokens.empty() && r.prompt_text.empty())
+            problem("openai: a valid completion without a prompt", path);
+        }
+      } catch (const std::exception& e) {
+        problem(std::string("openai: threw: ") + e.what(), path);
+      }
     }
     if (failures > 10) break;
   }
