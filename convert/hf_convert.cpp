@@ -992,8 +992,8 @@ void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const 
 uint64_t bytes_to_read(const HfCheckpoint& ckpt, const ConversionPlan& p) {
   uint64_t total = ckpt.total_bytes();
   if (p.tied && ckpt.has("lm_head.weight")) total -= ckpt.info("lm_head.weight").end - ckpt.info("lm_head.weight").begin;
-  for (const auto& n : ckpt.names())
-    if (is_mtp_tensor(n, ckpt.config_text(), p.c)) total -= ckpt.info(n).end - ckpt.info(n).begin;
+  for (const auto& n : ckpt.names())  // a packed INT4 weight's bytes are its parts' (counted as they are)
+    if (is_mtp_tensor(n, ckpt.config_text(), p.c) && ckpt.info(n).dtype != "INT4") total -= ckpt.info(n).end - ckpt.info(n).begin;
   return total;
 }
 

@@ -78,7 +78,7 @@ std::vector<std::string> stop_strings(const json& b) {
 }
 
 // moerun's request object for the body's common fields; the endpoint's own ones into `oa`.
-json moerun_object(const json& line, const json& b, OpenAiRequest& oa) {
+json moerun_object(const json& b, OpenAiRequest& oa) {
   json m{{"id", oa.custom_id}};
   const char* budget = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens" : "max_tokens";
   if (b.contains(budget) && !b[budget].is_null()) m["max_new_tokens"] = b[budget];
@@ -106,7 +106,6 @@ json moerun_object(const json& line, const json& b, OpenAiRequest& oa) {
     if (!b["echo"].is_boolean()) fail(ErrorKind::BadInput, "field body.echo is not true or false");
     oa.echo = b["echo"].get<bool>();
   }
-  (void)line;
   return m;
 }
 
@@ -128,7 +127,7 @@ Request parse_openai_line(const std::string& text, int64_t line_no, const Reques
     if (!j.contains("body") || !j["body"].is_object()) fail(ErrorKind::BadInput, "field body is missing or not an object");
     const json& b = j["body"];
     if (const std::string why = unsupported(b); !why.empty()) fail(ErrorKind::BadInput, why);
-    const json m = moerun_object(j, b, *oa);
+    const json m = moerun_object(b, *oa);
     for (auto it = b.begin(); it != b.end(); ++it)
       if (!kRead.count(it.key())) ignored.insert(it.key());
     r = parse_request_line(m.dump(), line_no, d, lim);
