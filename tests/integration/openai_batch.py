@@ -194,6 +194,32 @@ def reasoning(moerun, work, tdir):
               f"--reasoning-parser think, {name} {kwargs}: reasoning_content {got[0]!r:.40}, content {got[1]!r:.40}")
 
 
+def refusals(moerun, work, model):
+    """A template that raises (raise_exception) makes its line an error line naming the template's
+    message, the other lines run; a bad --reasoning-parser is exit 2 writing nothing."""
+    strict = os.path.join(work, "strict-template")
+    shutil.copytree(model, strict)
+    cfg_path = os.path.join(strict, "tokenizer_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["chat_template"] = ("{% for m in messages %}{% if m['role'] == 'tool' %}{{ raise_exception('tool turns are not supported') }}"
+                            "{% endif %}{{ m['content'] }}{% endfor %}")
+    json.dump(cfg, open(cfg_path, "w"))
+    src, out = os.path.join(work, "strict.jsonl"), os.path.join(work, "strict-out.jsonl")
+    with open(src, "w") as f:
+        for cid, role in (("fine", "user"), ("tool", "tool")):
+            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"messages": [{"role": role, "content": "x"}], "max_tokens": 2}}) + "\n")
+    r = run([moerun, "infer", "--model", strict, "--input", src, "--output", out, "--quiet"])
+    got = [json.loads(l) for l in open(out)] if r.returncode == 0 else []
+    ok = (len(got) == 2 and got[0]["error"] is None and got[1]["response"] is None
+          and "tool turns are not supported" in got[1]["error"]["message"])
+    check(ok, f"a template that raises: that line an error line ({got[1]['error']['message'] if len(got) == 2 and got[1]['error'] else r.stderr.strip()})")
+    bad = os.path.join(work, "bad-parser-out.jsonl")
+    r = run([moerun, "infer", "--model", strict, "--input", src, "--output", bad, "--quiet", "--reasoning-parser", "deepseek"])
+    check(r.returncode == 2 and "--reasoning-parser must be none or think" in r.stderr and not os.path.exists(bad),
+          f"--reasoning-parser deepseek: exit {r.returncode}, no output ({r.stderr.strip()})")
+
+
 def resume(moerun, work, model):
     """A run killed after 3 results, finished by --resume with other batches: the uninterrupted
     run's bytes."""
@@ -237,6 +263,7 @@ def main():
     stops(moerun, work, os.path.join(work, TEMPLATES[0]))
     resume(moerun, work, os.path.join(work, TEMPLATES[0]))
     reasoning(moerun, work, tdir)
+    refusals(moerun, work, os.path.join(work, TEMPLATES[0]))
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
