@@ -47,7 +47,7 @@ constexpr int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (s == We
 // Why int4 takes the zero level against the int8-rounded activations: q4's m * Σx takes the exact
 // activations while the levels meet the rounded ones, so each group's rounding error comes back
 // multiplied by the level's offset (8 for a symmetric int4): q4's form left a Kimi-shaped test
-// model's logits about 2% from the float64 reference. Σ (u - z) qx is llama.cpp's Q4_0 x Q8_0
+// model's logits about 2% from the float64 reference (docs/NOTES.md, issue 64). Σ (u - z) qx is llama.cpp's Q4_0 x Q8_0
 // arithmetic, and matches that reference, inputs rounded as the kernels round them, to float32
 // rounding (int4_reference.py).
 template <WeightScheme S>
