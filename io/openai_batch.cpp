@@ -18,7 +18,8 @@ using nlohmann::json;
 // Body fields moerun reads, per endpoint; what it refuses unless neutral; the rest is ignored with
 // a warning (user, metadata, store, service_tier, stream_options, ...).
 const std::set<std::string> kRead = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-                                     "stop", "n", "logprobs", "top_logprobs", "echo", "chat_template_kwargs"};
+                                     "stop", "n", "logprobs", "top_logprobs", "echo", "chat_template_kwargs",
+                                     "chat_template"};
 
 std::string hex(uint64_t v) {
   char buf[17];
@@ -92,6 +93,13 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
     const json kw = b.value("chat_template_kwargs", json::object());
     if (!kw.is_object()) fail(ErrorKind::BadInput, "field body.chat_template_kwargs is not an object");
     oa.template_kwargs = kw.dump();
+    // transformers' apply_chat_template(chat_template=...): one of the model's templates by name,
+    // else the text is itself a template (vLLM's per-request chat_template).
+    if (b.contains("chat_template") && !b["chat_template"].is_null()) {
+      if (!b["chat_template"].is_string() || b["chat_template"].get<std::string>().empty())
+        fail(ErrorKind::BadInput, "field body.chat_template is not a template name or a template's text");
+      oa.chat_template = b["chat_template"].get<std::string>();
+    }
     m["prompt"] = "(chat)";  // the prompt comes from the template: render_chat_prompts
     if (b.contains("logprobs") && b["logprobs"] == true) m["logprobs"] = b.value("top_logprobs", json(0)).is_null() ? json(0) : b.value("top_logprobs", json(0));
     return m;
@@ -215,7 +223,7 @@ void render_chat_prompts(std::vector<Request>& requests, const RequestLimits& li
   for (Request& r : requests)
     if (r.openai && r.openai->chat && r.error.empty()) {
       todo.push_back(&r);
-      prompts.push_back({r.openai->messages, r.openai->template_kwargs});
+      prompts.push_back({r.openai->messages, r.openai->template_kwargs, r.openai->chat_template});
     }
   if (todo.empty()) return;
   const std::vector<ChatTokens> got = render(prompts);

@@ -138,7 +138,11 @@ class PythonTokenizer : public Tokenizer {
   }
   std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) override {
     json items = json::array();
-    for (const ChatPrompt& p : prompts) items.push_back({{"messages", json::parse(p.messages)}, {"kwargs", json::parse(p.template_kwargs)}});
+    for (const ChatPrompt& p : prompts) {
+      json item{{"messages", json::parse(p.messages)}, {"kwargs", json::parse(p.template_kwargs)}};
+      if (!p.chat_template.empty()) item["template"] = p.chat_template;
+      items.push_back(std::move(item));
+    }
     const json r = call({{"op", "chat"}, {"items", std::move(items)}});
     std::vector<ChatTokens> out;
     for (const json& e : r.at("results")) {

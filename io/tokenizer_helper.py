@@ -4,7 +4,7 @@
 #   -> {"ready": true, "vocab_size": N}            once, at start
 #   <- {"op": "encode", "texts": [...]}  -> {"ids": [[...], ...]}       (special tokens added, as HF does)
 #   <- {"op": "decode", "ids": [[...]]}  -> {"texts": [...]}            (special tokens skipped)
-#   <- {"op": "chat", "items": [{"messages": [...], "kwargs": {...}, "template": NAME or null}, ...]}
+#   <- {"op": "chat", "items": [{"messages": [...], "kwargs": {...}, "template": NAME, TEXT or null}, ...]}
 #      -> {"results": [{"ids": [...], "opens_think": bool} or {"error": "..."}, ...]}
 #      (opens_think: the rendered prompt ends with <think>, a thinking template's generation prompt)
 #      each conversation rendered with the model's chat template as transformers' apply_chat_template
@@ -31,7 +31,8 @@ except Exception as e:
     sys.exit(1)
 sys.stdout.write(json.dumps({"ready": True, "vocab_size": tok.get_vocab_size(with_added_tokens=True)}) + "\n")
 sys.stdout.flush()
-CHAT = None  # (templates by name, variables), loaded at the first chat request
+CHAT = None  # (templates by name, variables, environment), loaded at the first chat request
+INLINE = {}  # templates given as text in requests (body.chat_template), compiled once each
 
 
 def chat_setup():
@@ -91,25 +92,36 @@ def chat_setup():
     extra = cfg.get("additional_special_tokens")
     if isinstance(extra, list):
         variables["additional_special_tokens"] = [t.get("content") if isinstance(t, dict) else t for t in extra]
-    return {name: env.from_string(t) for name, t in templates.items()}, variables
+    return {name: env.from_string(t) for name, t in templates.items()}, variables, env
+
+
+def pick_template(templates, env, name):
+    """transformers' choice: the named one of the model's templates, the default when none is
+    named, else the text given is itself a template (compiled once per distinct text)."""
+    if name is None:
+        if not templates:
+            raise ValueError("the model has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja)")
+        if "default" not in templates:
+            raise ValueError(f"the model has several chat templates and no default: name one of {sorted(templates)} in body.chat_template")
+        return templates["default"]
+    if name in templates:
+        return templates[name]
+    if "{{" not in name and "{%" not in name:  # a misspelt name, not a template
+        raise ValueError(f"no chat template named {name!r}; the model has {sorted(templates)}")
+    if name not in INLINE:
+        INLINE[name] = env.from_string(name)
+    return INLINE[name]
 
 
 def chat(items):
     global CHAT
     if CHAT is None:
         CHAT = chat_setup()
-    templates, variables = CHAT
+    templates, variables, env = CHAT
     out = []
     for it in items:
         try:
-            name = it.get("template")
-            if not templates:
-                raise ValueError("the model has no chat template (tokenizer_config.json's chat_template, or chat_template.jinja)")
-            if name is None:
-                name = "default" if "default" in templates else None
-            if name not in templates:
-                raise ValueError(f"no chat template named {name!r}; the model has {sorted(templates)}")
-            text = templates[name].render(messages=it["messages"], tools=None, documents=None, add_generation_prompt=True,
+            text = pick_template(templates, env, it.get("template")).render(messages=it["messages"], tools=None, documents=None, add_generation_prompt=True,
                                           **{**variables, **it.get("kwargs", {})})
             out.append({"ids": tok.encode(text, add_special_tokens=False).ids, "opens_think": text.rstrip().endswith("<think>")})
         except Exception as e:

