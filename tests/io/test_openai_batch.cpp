@@ -51,6 +51,20 @@ TEST(OpenAiBatch, ReadsChatAndCompletionBodies) {
   EXPECT_TRUE(r[1].openai->echo);
 }
 
+TEST(OpenAiBatch, ChatTemplateByNameOrText) {
+  auto line = [](const char* id, const char* pick) {
+    return std::string(R"({"custom_id": ")") + id + R"(", "method": "POST", "url": "/v1/chat/completions", )" +
+           R"("body": {"messages": [{"role": "user", "content": "x"}], "chat_template": )" + pick + "}}";
+  };
+  const auto r = parse({line("a", R"("rag")"), line("b", "null"), line("c", "3")});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].error, "");
+  EXPECT_EQ(r[0].openai->chat_template, "rag");
+  EXPECT_EQ(r[1].error, "");
+  EXPECT_EQ(r[1].openai->chat_template, "") << "null: the model's default";
+  EXPECT_NE(r[2].error.find("body.chat_template"), std::string::npos) << r[2].error;
+}
+
 TEST(OpenAiBatch, EveryBadLineIsItsOwnError) {
   const auto r = parse({"{oops",
                         R"({"custom_id": "n", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "n": 2}})",
