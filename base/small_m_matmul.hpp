@@ -21,7 +21,7 @@ constexpr int64_t kSmallMMaxRows = 8;
 // Rows up to which Matmul uses them: kSmallMMaxRows (two passes) on matrices of at most
 // kTwoPassMaxElements (an expert's; `moerun bench gemm --m 8`, bf16 on the AMD host: 384 x 1024
 // 1.07-1.17x oneDNN, 2048 x 1024 0.94x, 32000 x 1024 0.91x), else kSmallM; kSmallM on CPUs with
-// AMX-BF16, chosen when oneDNN's AMX kernels took bf16 from 5 rows (docs/PERFORMANCE.md, "Tried and
+// AMX-BF16, chosen when oneDNN's AMX kernels took bf16 from 5 rows (docs/log/performance-2026.md, "Tried and
 // dropped"). bf16 now runs the AMX panel at every M there, so this only moves float32's rows 5-8.
 constexpr int64_t kTwoPassMaxElements = int64_t{1} << 20;
 int64_t small_m_max_rows();

@@ -1,6 +1,6 @@
 // Choosing and building the all-to-all-v: `mpi` (point-to-point MPI, flat) or `hier` (hierarchical:
 // shared memory inside a node, UCX between nodes — MPI where UCX is not built). There is no
-// automatic choice: hier has not measured faster than mpi anywhere yet (docs/PERFORMANCE.md), so
+// automatic choice: hier has not measured faster than mpi anywhere yet (docs/log/performance-2026.md), so
 // `auto` would only ever mean mpi; launch/ accepts `--a2a auto` as a deprecated name for mpi.
 #pragma once
 #include <cstdint>

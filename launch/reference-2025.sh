@@ -3,9 +3,9 @@
 # which CI does not carry (a 5.6 GB venv; CI runs tests/reference/numpy_reference.py instead).
 # Makes the venv with the machine's own pip configuration (index and mirrors as configured),
 # builds moerun if needed, runs the comparison and writes its output to
-# docs/data/hf_2025_reference.txt; then compressed-tensors INT4 checkpoints made by the
+# docs/data/DATE-COMMIT-hf_2025_reference.txt; then compressed-tensors INT4 checkpoints made by the
 # compressed-tensors package itself (tests/reference/int4_compressed_tensors.py, which needs torch
-# 2.10) into docs/data/int4_compressed_tensors.txt.
+# 2.10) into docs/data/DATE-COMMIT-int4_compressed_tensors.txt (docs/data/README.md: the naming).
 #   usage: launch/reference-2025.sh [VENV_DIR]   (default: build/venv-transformers5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,9 +18,10 @@ fi
 [ -x build/launch/moerun ] || { cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > /dev/null && cmake --build build -j"$(nproc)" > /dev/null; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p docs/data
+stamp=$(date +%F)-$(git rev-parse --short=7 HEAD)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rc=0
-"$VENV/bin/python" tests/reference/hf_2025_reference.py build/launch/moerun "$work" 2>/dev/null | tee docs/data/hf_2025_reference.txt || rc=$?
-"$VENV/bin/python" tests/reference/int4_compressed_tensors.py build/launch/moerun "$work/int4" 2>/dev/null | tee docs/data/int4_compressed_tensors.txt || rc=$?
+"$VENV/bin/python" tests/reference/hf_2025_reference.py build/launch/moerun "$work" 2>/dev/null | tee "docs/data/$stamp-hf_2025_reference.txt" || rc=$?
+"$VENV/bin/python" tests/reference/int4_compressed_tensors.py build/launch/moerun "$work/int4" 2>/dev/null | tee "docs/data/$stamp-int4_compressed_tensors.txt" || rc=$?
 exit $rc

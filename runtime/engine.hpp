@@ -82,7 +82,7 @@ struct EngineConfig {
   // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's
   // max_batch_tokens; 0: grown on first use): the first large step would otherwise fault in 100 MB
   // of fresh pages one by one (with launch's keep_freed_memory, a cold 1024-token Qwen3-shaped
-  // prefill step went 1.35 -> 0.7 s: docs/PERFORMANCE.md).
+  // prefill step went 1.35 -> 0.7 s: docs/log/performance-2026.md).
   int64_t reserve_step_tokens = 0;
   std::string cuda_library;           // libmoerun_cuda.so to load; empty: next to the executable
   double comm_timeout_s = 300;        // a peer silent this long ends the job (set-up included)

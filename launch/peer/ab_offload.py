@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An A/B of moerun binaries (or wrapper scripts adding options or environment) under the same cgroup
 v1 memory limit, runs interleaved: decode tokens/s, its physical bound, and the expert cache's
-counters per run. How the streaming changes of issue 41 were measured (docs/PERFORMANCE.md).
+counters per run. How the streaming changes of issue 41 were measured (docs/log/performance-2026.md).
 Uses bench_offload's cgroup runner and bound; the models and request files are bench-offload's.
 
 usage: ab_offload.py BIN[,BIN...] MODEL_DIR REQUESTS.jsonl N RATIO RUNS [extra infer options]

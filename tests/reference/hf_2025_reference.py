@@ -4,7 +4,7 @@ GLM-4.5, MiniMax-M2, Qwen3-Next and Qwen3.5-MoE.
 
 Needs a current transformers (and torch 2.x), which the project's CI venv does not carry
 (docs/NOTES.md: 5.6 GB); `launch/reference-2025.sh` makes that venv and runs this script, whose
-output is committed as docs/data/hf_2025_reference.txt. CI checks the same families against
+output is committed as docs/data/DATE-COMMIT-hf_2025_reference.txt. CI checks the same families against
 tests/reference/numpy_reference.py instead.
 
 For each family: a tiny random model made with transformers' own class (eager attention, seeded,

@@ -6,7 +6,7 @@ modeling_deepseek_v2/v3.py, modeling_glm4_moe.py and modeling_minimax_m2.py, aga
 
 The CI venv's transformers (4.46) has neither family, and the 5.x venv that has them is 5.6 GB
 (docs/NOTES.md), so CI checks them here and tests/reference/hf_2025_reference.py checks against
-transformers itself (docs/data/hf_2025_reference.txt). The checkpoints are written with numpy in
+transformers itself (docs/data/2026-12-07-dbfde1b-hf_2025_reference.txt). The checkpoints are written with numpy in
 the layout Hugging Face ships: Qwen3-MoE with one tensor per expert matrix, per-head q/k norms, an
 explicit head_dim, yarn and a sliding window on every layer; gpt-oss with its experts in MXFP4
 (blocks and E8M0 scales), attention sinks, biases everywhere, sliding and full layers alternating,

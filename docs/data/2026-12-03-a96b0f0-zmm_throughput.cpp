@@ -1,8 +1,8 @@
 // Time per 512-bit instruction on this CPU, 12 independent chains of each kind (throughput, not
-// latency; the least of 3 runs), plus the 256-bit add for comparison. docs/PERFORMANCE.md, issue 25:
+// latency; the least of 3 runs), plus the 256-bit add for comparison. docs/log/performance-2026.md, issue 25:
 // on the 2-core AMD EPYC VM vpdpbusd, vfmadd, vpermb, vpermps and vpsrlw on zmm took 0.273-0.279
 // ns, vpaddd zmm 0.138 and vpaddd ymm 0.069.
-//   g++ -O2 -march=native docs/data/zmm_throughput.cpp -o /tmp/zmm && /tmp/zmm
+//   g++ -O2 -march=native docs/data/2026-12-03-a96b0f0-zmm_throughput.cpp -o /tmp/zmm && /tmp/zmm
 #include <immintrin.h>
 
 #include <algorithm>

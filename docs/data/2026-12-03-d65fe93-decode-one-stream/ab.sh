@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A/B of two moerun binaries, interleaved (docs/PERFORMANCE.md, "One stream at every row count"):
-#   docs/data/decode-one-stream/ab.sh OLD_BINARY NEW_BINARY > ab.txt
+# A/B of two moerun binaries, interleaved (docs/log/performance-2026.md, "One stream at every row count"):
+#   docs/data/2026-12-03-d65fe93-decode-one-stream/ab.sh OLD_BINARY NEW_BINARY > ab.txt
 # 1. bench gemm at M = 1, 2, 4 (512 MB of matrices: from memory) and 16, 64 (128 MB), 6 runs each;
 # 2. moerun infer on bench-peer's Mixtral-shaped q4 and q8 models (launch/bench-peer.sh --dtypes q8,q4
 #    made them, and the bench-N.jsonl requests) with the dense layers quantized alike, 3 runs.

@@ -3,7 +3,7 @@
 relative to moerun's q4 (fp16 scale and minimum per 32, 5 bits; the least-squares grid search of
 base/quant_format.cpp). docs/NOTES.md, issue 25: Q4_K-like 6-bit sub-scales at 4.5 bits +4%,
 two Lloyd rounds on every candidate -2.4%, an IQ4_NL-style table at 4.5 bits +15%.
-    python3 docs/data/q4_error_model.py      (numpy; seconds)"""
+    python3 docs/data/2026-12-03-690dd7e-q4_error_model.py      (numpy; seconds)"""
 import numpy as np
 
 X = np.random.default_rng(0).standard_normal((20000, 32))

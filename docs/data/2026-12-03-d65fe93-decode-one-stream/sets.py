@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """min / median / max per set, dtype, M and binary of in-cache-amd.txt or prefetch-quant-amd.txt:
-    python3 docs/data/decode-one-stream/sets.py docs/data/decode-one-stream/in-cache-amd.txt"""
+    python3 docs/data/2026-12-03-d65fe93-decode-one-stream/sets.py docs/data/2026-12-03-d65fe93-decode-one-stream/in-cache-amd.txt"""
 import collections
 import statistics
 import sys
