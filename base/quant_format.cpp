@@ -8,6 +8,7 @@
 
 #include "base/dtype.hpp"
 #include "base/error.hpp"
+#include "base/weight_scheme_table.hpp"
 
 namespace moerun {
 namespace {
@@ -95,6 +96,8 @@ void check_cols(WeightScheme s, int64_t cols) {
 }
 
 }  // namespace
+
+bool is_group_quantized(WeightScheme s) { return weight_scheme_row(s).group_quantized; }
 
 int64_t quant_row_bytes(WeightScheme s, int64_t cols) { return s == WeightScheme::Q8 ? cols : cols / 2; }
 int64_t quant_row_scales(WeightScheme s, int64_t cols) { return (s == WeightScheme::Q4 ? 2 : 1) * (cols / kQuantGroup); }

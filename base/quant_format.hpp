@@ -26,7 +26,8 @@ enum class WeightScheme {
 
 inline constexpr int64_t kQuantGroup = 32;  // weights per scale
 
-inline bool is_group_quantized(WeightScheme s) { return s == WeightScheme::Q8 || s == WeightScheme::Q4 || s == WeightScheme::Int4; }
+// q8, q4 and int4 (the weight-format table's group_quantized column).
+bool is_group_quantized(WeightScheme s);
 
 // int4's level byte per group: the zero level z (8 for a symmetric scheme) in bits 0-3, and bit 7
 // set when the group's scale is fp16 bits (else bf16): the scale's type travels with every group,

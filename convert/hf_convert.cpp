@@ -16,6 +16,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/weight_scheme_table.hpp"
 #include "base/error.hpp"
 #include "base/log.hpp"
 #include "base/xxh64.hpp"
@@ -509,8 +510,10 @@ void ConvertConfig::validate() const {
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
-  if (quantize != "keep" && quantize != "none" && quantize != "q8" && quantize != "q4" && quantize != "int4")
-    fail(ErrorKind::Usage, "--quantize must be keep, none, q8, q4 or int4, not \"", quantize, "\"");
+  const auto scheme = weight_scheme_by_name(quantize);
+  if (quantize != "keep" && quantize != "none" && !(scheme && weight_scheme_row(*scheme).convert_quantizable))
+    fail(ErrorKind::Usage, "--quantize must be keep, none, ", weight_scheme_names([](const WeightSchemeRow& r) { return r.convert_quantizable; }),
+         ", not \"", quantize, "\"");
 }
 
 namespace {

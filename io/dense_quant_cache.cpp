@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "base/weight_scheme_table.hpp"
 #include "base/log.hpp"
 #include "base/quant_matmul.hpp"
 #include "base/xxh64.hpp"
@@ -24,7 +25,7 @@ constexpr uint64_t kMaxHeader = uint64_t{16} << 20;
 constexpr uint64_t kAlign = 4096;
 uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-const char* scheme_text(WeightScheme s) { return s == WeightScheme::Q8 ? "q8" : "q4"; }
+const char* scheme_text(WeightScheme s) { return weight_scheme_row(s).name; }
 
 // One entry of the header into a matrix read from `file`; throws BadInput on anything amiss.
 DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, WeightScheme s, const nlohmann::json& e,

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "base/weight_scheme_table.hpp"
 #include "base/log.hpp"
 #include "comm/exchange_select.hpp"
 #include "experts/backend.hpp"
@@ -92,10 +93,12 @@ void CacheOptions::finish(runtime::EngineConfig& c) const {
 }
 
 WeightScheme parse_dense_quantization(const std::string& name) {
-  if (name == "q8") return WeightScheme::Q8;
-  if (name == "q4") return WeightScheme::Q4;
-  if (name != "none") fail(ErrorKind::Usage, "--quantize-dense must be none, q8 or q4, not \"", name, "\"");
-  return WeightScheme::Plain;
+  if (name == "none") return WeightScheme::Plain;
+  const auto s = weight_scheme_by_name(name);
+  if (!s || !weight_scheme_row(*s).dense_quantizable)
+    fail(ErrorKind::Usage, "--quantize-dense must be none, ", weight_scheme_names([](const WeightSchemeRow& r) { return r.dense_quantizable; }),
+         ", not \"", name, "\"");
+  return *s;
 }
 
 void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
@@ -246,7 +249,7 @@ void ModelOptions::add(po::options_description& o, model::ModelConfig& m) {
 }
 
 void ModelOptions::finish(model::ModelConfig& m) const {
-  if (!model::is_weight_format_name(dtype)) fail(ErrorKind::Usage, "--dtype must be ", model::kWeightFormatNames);
+  if (!model::is_weight_format_name(dtype)) fail(ErrorKind::Usage, "--dtype must be ", model::weight_format_names_text());
   const bool quantized = dtype != "float32" && dtype != "bfloat16";
   m.dtype = dtype == "float32" ? DType::F32 : DType::BF16;
   m.expert_format = model::parse_weight_format(quantized ? dtype : dtype_name(m.dtype), m.dtype, "--dtype");

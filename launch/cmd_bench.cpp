@@ -3,6 +3,7 @@
 #include <iostream>
 #include <tuple>
 
+#include "base/weight_scheme_table.hpp"
 #include "io/output_file.hpp"
 #include "comm/exchange_select.hpp"
 #include "launch/cli.hpp"
@@ -77,7 +78,7 @@ int bench_gemm(int argc, char** argv) {
     ("rows", po::value(&c.rows)->default_value(c.rows), "weight rows (output features; an expert's intermediate size)")
     ("cols", po::value(&c.cols)->default_value(c.cols), "weight columns (input features; the hidden size)")
     ("m", po::value(&m)->default_value(m), "comma-separated row counts of x (tokens an expert sees)")
-    ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16, q8, q4, int4, mxfp4, fp8 (the quantized ones are compared with bf16)")
+    ("dtype", po::value(&dtypes)->default_value(dtypes), "comma-separated: fp32, bf16, q8, q4, int4, mxfp4, fp8-block (the quantized ones are compared with bf16)")
     ("weight-mb", po::value(&c.weight_mb)->default_value(c.weight_mb), "MB of matrices per dtype (more than the caches hold)")
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed passes over all matrices (best reported)")
     ("json", po::value(&json), "also write the results as JSON");
@@ -86,10 +87,9 @@ int bench_gemm(int argc, char** argv) {
   c.m = parse_int_list(m, "m");
   std::string plain;
   for (const std::string& d : parse_string_list(dtypes)) {
-    if (d == "q8" || d == "q4") c.schemes.push_back(d == "q8" ? WeightScheme::Q8 : WeightScheme::Q4);
-    else if (d == "int4") c.schemes.push_back(WeightScheme::Int4);
-    else if (d == "mxfp4" || d == "fp8") c.schemes.push_back(d == "mxfp4" ? WeightScheme::Mxfp4 : WeightScheme::Fp8Block);
-    else plain += d + ",";
+    if (const auto s = weight_scheme_by_name(d)) c.schemes.push_back(*s);
+    else if (d == "fp32" || d == "bf16" || d == "float32" || d == "bfloat16") plain += d + ",";
+    else fail(ErrorKind::Usage, "--dtype takes fp32, bf16, ", weight_scheme_names([](const WeightSchemeRow&) { return true; }), ", not \"", d, "\"");
   }
   c.dtypes = parse_dtype_list(plain);
   c.validate();
@@ -237,7 +237,7 @@ int bench_infer(int argc, char** argv) {
     comm::MpiSession mpi(&argc, &argv);
     if (mpi.rank() == 0) check_output_files({{json, "--json"}});
     if (!l1_budget_of.empty() && !model::is_weight_format_name(l1_budget_of))
-      fail(ErrorKind::Usage, "--l1-budget-of must be ", model::kWeightFormatNames);
+      fail(ErrorKind::Usage, "--l1-budget-of must be ", model::weight_format_names_text());
     const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD, l1_budget_of);
     if (mpi.rank() == 0) {
       std::cout << bench::cache_bench_table(c, l1_fraction, r);

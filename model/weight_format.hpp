@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/dtype.hpp"
 #include "base/quant_format.hpp"
@@ -23,15 +24,14 @@ struct WeightFormat {
   bool operator==(const WeightFormat& o) const { return dtype == o.dtype && scheme == o.scheme; }
 };
 
-// Every format by name, as options take them ("float32", "bfloat16", "q8", "q4", "int4", "mxfp4",
-// "fp8-block"), and that list for messages.
+// Every format by name, as options take them: the two plain dtypes ("float32", "bfloat16"), then
+// the weight-format table's names (base/weight_scheme_table.hpp); and that list for messages.
 bool is_weight_format_name(const std::string& name);
-inline constexpr const char* kWeightFormatNames = "float32, bfloat16, q8, q4, int4, mxfp4 or fp8-block";
-inline constexpr const char* const kWeightFormatList[] = {"float32", "bfloat16", "q8", "q4", "int4", "mxfp4", "fp8-block"};
+std::vector<std::string> weight_format_names();
+std::string weight_format_names_text();  // "float32, bfloat16, q8, ... or fp8-block"
 
-// The moe-hdf5 format_version that first stores experts of `s`: 3 plain, 4 q8/q4, 5 mxfp4/fp8-block,
-// 9 int4.
-// Writers write exactly it, so files older builds can read stay readable by them.
+// The moe-hdf5 format_version that first stores experts of `s` (the table's row). Writers write
+// exactly it, so files older builds can read stay readable by them.
 int64_t format_version_for(WeightScheme s);
 
 // The format of `name` for experts whose dtype is `dtype`; BadInput naming `where` otherwise.

@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "base/weight_scheme_table.hpp"
 #include "base/error.hpp"
 #include "base/matmul.hpp"
 #include "model/model_schema.hpp"
@@ -160,6 +161,10 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   os << "model " << model_dir << " (moe-hdf5 v" << c.format_version << ", " << c.architecture << ", " << dtype_name(c.dtype);
   if (c.expert_format.scheme != WeightScheme::Plain) os << ", experts " << c.expert_format.name();
   os << ")\n";
+  if (c.expert_format.scheme != WeightScheme::Plain) {
+    const WeightSchemeRow& r = weight_scheme_row(c.expert_format.scheme);
+    os << "  experts as " << r.name << ": " << r.what << ", " << r.bits_per_weight << " bits per weight\n";
+  }
   os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
      << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
   os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
@@ -187,9 +192,9 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   // L1 of the same bytes holds that many more.
   os << "  at each format   ";
   const char* sep = "";
-  for (const char* name : model::kWeightFormatList) {
+  for (const std::string& name : model::weight_format_names()) {
     model::ModelConfig f = c;
-    f.dtype = std::string(name) == "float32" ? DType::F32 : DType::BF16;
+    f.dtype = name == "float32" ? DType::F32 : DType::BF16;
     f.expert_format = model::parse_weight_format(name, f.dtype, "inspect");
     const bool whole = c.hidden_size % kQuantGroup == 0 && c.intermediate_size % kQuantGroup == 0;
     if (f.expert_format.scheme != WeightScheme::Plain && !whole) continue;  // quantized formats need whole groups of 32

@@ -13,6 +13,7 @@
 #include "base/error.hpp"
 #include "base/host.hpp"
 #include "base/matmul.hpp"
+#include "base/weight_scheme_table.hpp"
 #include "base/native_matmul.hpp"
 #include "base/native_quant.hpp"
 #include "base/quant_matmul.hpp"
@@ -79,14 +80,7 @@ double read_seconds(const std::vector<const AlignedBuffer*>& bufs, int iters) {
 
 const char* dtype_label(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
 const char* row_label(const GemmBenchRow& r) {
-  switch (r.scheme) {
-    case WeightScheme::Q8: return "q8";
-    case WeightScheme::Q4: return "q4";
-    case WeightScheme::Int4: return "int4";
-    case WeightScheme::Mxfp4: return "mxfp4";
-    case WeightScheme::Fp8Block: return "fp8";
-    default: return dtype_label(r.dtype);
-  }
+  return r.scheme == WeightScheme::Plain ? dtype_label(r.dtype) : weight_scheme_row(r.scheme).name;
 }
 
 // As many matrices as take cfg.weight_mb at `bytes_each`, at least 2.

@@ -126,7 +126,7 @@ expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --sk
 expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5
 expect "bench gemm --m 0" 2 "--m: 0 is not in \[1, 4096\]" -- bench gemm --m 0
-expect "bench gemm --dtype fp16" 2 "--dtype: \"fp16\" is not fp32 or bf16" -- bench gemm --dtype fp16
+expect "bench gemm --dtype fp16" 2 "--dtype takes fp32, bf16, q8, q4, int4, mxfp4 or fp8-block, not \"fp16\"" -- bench gemm --dtype fp16
 expect "bench gemm --weight-mb beyond memory" 2 "--weight-mb 100000000 is more than half of this host's memory" -- bench gemm --weight-mb 100000000
 expect "affinity show --top -1" 2 "--top must be >= 0" -- affinity show "$WORK/none.h5" --top -1
 before=$(find /tmp -maxdepth 1 -name 'moerun-bench-*' | wc -l)
