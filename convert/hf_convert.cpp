@@ -574,10 +574,19 @@ void deinterleave_rope(const model::DenseDataset& ds, const model::ModelConfig& 
     for (int64_t h = 0; h < c.num_heads; ++h) first_rows.push_back(h * c.head_dim + m.qk_nope_head_dim);
   else if (ds.name == "wkv_a")
     first_rows.push_back(m.kv_lora_rank);
-  // Only these matrices hold RoPE rows; the others (norms among them) may be one-dimensional.
+  // GLM-5's indexer: each index head's first qk_rope_head_dim rows of wq_b, the key's of wk, and of
+  // the key's LayerNorm (permuted alike, it normalises the same values).
+  const model::ModelFamily* f = model::find_model_family(c.architecture);
+  if (f && f->indexer_rope_interleaved) {
+    if (ds.name == "indexer/wq_b")
+      for (int64_t h = 0; h < c.dsa.index_heads; ++h) first_rows.push_back(h * c.dsa.index_head_dim);
+    else if (ds.name == "indexer/wk" || ds.name == "indexer/k_norm" || ds.name == "indexer/k_norm_bias")
+      first_rows.push_back(0);
+  }
+  // Only these hold RoPE rows; the other norms may be one-dimensional.
   if (first_rows.empty()) return;
-  if (ds.shape.size() != 2) fail(ErrorKind::Internal, "deinterleave_rope: ", ds.name, " is not a matrix");
-  const int64_t cols = ds.shape[1], rope = m.qk_rope_head_dim;
+  if (ds.shape.size() != 2 && ds.shape.size() != 1) fail(ErrorKind::Internal, "deinterleave_rope: ", ds.name, " is not a matrix or a vector");
+  const int64_t cols = ds.shape.size() == 2 ? ds.shape[1] : 1, rope = m.qk_rope_head_dim;
   std::vector<float> part(static_cast<std::size_t>(rope * cols));
   for (int64_t r0 : first_rows) {
     for (int64_t i = 0; i < rope; ++i) {

@@ -217,7 +217,8 @@ model::ModelConfig read_model_config(hid_t file, const std::string& fname) {
     auto fmt = require_attr(h5_attr_string(file, "format"), fname, "format");
     if (fmt != "moe-hdf5") fail(ErrorKind::BadInput, fname, ": root attribute format is \"", fmt, "\", expected \"moe-hdf5\"");
     auto ver = require_attr(h5_attr_int(file, "format_version"), fname, "format_version");
-    if (ver < 1 || ver > 10) fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to 10");
+    if (ver < 1 || ver > model::kNewestFormatVersion)
+      fail(ErrorKind::BadInput, fname, ": root attribute format_version is ", ver, ", expected 1 to ", model::kNewestFormatVersion);
     model::ModelConfig c;
     c.format_version = ver;
     for (const model::ModelAttribute& a : model::model_attributes()) a.read(c, read_attribute(file, a), fname);
@@ -359,6 +360,11 @@ DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds) {
     case S::WkvA: return &L.wkv_a;
     case S::KvANorm: return &L.kv_a_norm;
     case S::WkvB: return &L.wkv_b;
+    case S::IdxWqB: return &L.idx_wq_b;
+    case S::IdxWk: return &L.idx_wk;
+    case S::IdxKNorm: return &L.idx_k_norm;
+    case S::IdxKNormBias: return &L.idx_k_norm_bias;
+    case S::IdxWeights: return &L.idx_weights;
     case S::LinQkv: return &L.lin_qkv;
     case S::LinZ: return &L.lin_z;
     case S::LinB: return &L.lin_b;

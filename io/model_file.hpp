@@ -40,6 +40,10 @@ struct DenseLayerWeights {
   // wkv_b split per head by the runtime when it prepares the weights (runtime/mla_attention):
   // W_uk [nope, kv_lora], its transpose [kv_lora, nope] and W_uv [v, kv_lora]; wkv_b is then freed.
   std::vector<WeightMatrix> mla_uk, mla_uk_t, mla_uv;
+  // DSA's indexer (dsa.index_heads > 0): wq_b [heads*dim, q_lora], wk [dim, d], weights [heads, d];
+  // the key's LayerNorm weight and bias [dim]. RoPE parts in rotate_half order, as MLA's.
+  WeightMatrix idx_wq_b, idx_wk, idx_weights;
+  std::vector<float> idx_k_norm, idx_k_norm_bias;
   // Gated DeltaNet (linear layers): w_qkv [conv channels, d] (q, k, v of every head in turn), w_z
   // [v_heads*v_dim, d], w_b and w_a [v_heads, d]; conv [channels, kernel], dt_bias and A_log
   // [v_heads], norm [v_dim]; wo is its out_proj [d, v_heads*v_dim].

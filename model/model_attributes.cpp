@@ -240,6 +240,21 @@ void add_version8_rows(std::vector<ModelAttribute>& t) {
                      [](const ModelConfig& c) { return c.norm_weight_offset != 0; }));
 }
 
+// Version 11: DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5).
+void add_version11_rows(std::vector<ModelAttribute>& t) {
+  const auto dsa = [](const ModelConfig& c) { return c.dsa.index_heads > 0; };
+  t.push_back(defaulted<int64_t>("index_n_heads", 11, MOERUN_FIELD(dsa.index_heads), 0, dsa));
+  t.push_back(defaulted<int64_t>("index_head_dim", 11, MOERUN_FIELD(dsa.index_head_dim), 0, dsa));
+  t.push_back(defaulted<int64_t>("index_topk", 11, MOERUN_FIELD(dsa.index_topk), 0, dsa));
+  t.push_back(text(
+      "index_layer_types", 11,
+      [](ModelConfig& c, const std::optional<std::string>& v, const std::string& where) {
+        if (v) c.dsa.layer_indexer = parse_layer_indexer(*v, where);
+      },
+      [](const ModelConfig& c) { return layer_indexer_text(c.dsa.layer_indexer); },
+      [](const ModelConfig& c) { return !c.dsa.layer_indexer.empty(); }));
+}
+
 #undef MOERUN_FIELD
 
 std::vector<ModelAttribute> make_table() {
@@ -248,6 +263,7 @@ std::vector<ModelAttribute> make_table() {
   add_variant_rows(t);
   add_version6_rows(t);
   add_version8_rows(t);
+  add_version11_rows(t);
   return t;
 }
 

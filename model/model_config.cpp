@@ -94,6 +94,13 @@ std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string&
   return parse_layer_kinds(text, where, "layer_mlp", {MlpKind::Moe, MlpKind::Dense}, mlp_kind_name);
 }
 std::string layer_mlp_text(const std::vector<MlpKind>& kinds) { return layer_kinds_text(kinds, mlp_kind_name); }
+namespace {
+const char* indexer_kind_name(IndexerKind k) { return k == IndexerKind::Shared ? "shared" : "full"; }
+}  // namespace
+std::vector<IndexerKind> parse_layer_indexer(const std::string& text, const std::string& where) {
+  return parse_layer_kinds(text, where, "index_layer_types", {IndexerKind::Full, IndexerKind::Shared}, indexer_kind_name);
+}
+std::string layer_indexer_text(const std::vector<IndexerKind>& kinds) { return layer_kinds_text(kinds, indexer_kind_name); }
 
 int64_t ModelConfig::num_linear_layers() const {
   return std::count(layer_attention.begin(), layer_attention.end(), AttentionKind::Linear);
@@ -112,6 +119,25 @@ namespace {
 // The layer variants' own checks (validate() has checked the shapes they size).
 // MLA's dimensions, and what it does not combine with here (kv heads, q/k norms, biases, sinks,
 // windows: no MLA model has them).
+// DSA's indexer: its sizes, and a first layer that runs it (a shared layer reuses an earlier one's choice).
+void validate_dsa(const ModelConfig& c, const std::string& where) {
+  const DsaShape& s = c.dsa;
+  if (s.index_heads == 0 && s.index_head_dim == 0 && s.index_topk == 0 && s.layer_indexer.empty()) return;
+  if (c.attention_type != AttentionType::Mla || c.mla.q_lora_rank <= 0)
+    fail(ErrorKind::BadInput, where, ": index_n_heads needs attention_type mla with q_lora_rank > 0 (the indexer's queries come from the q latent)");
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [", lo, ", ", hi, "]");
+  };
+  in_range("index_n_heads", s.index_heads, 1, 1024);
+  in_range("index_head_dim", s.index_head_dim, c.mla.qk_rope_head_dim, kMaxHeadDim);
+  in_range("index_topk", s.index_topk, 1, int64_t{1} << 30);
+  if (s.index_heads * s.index_head_dim * std::max(c.mla.q_lora_rank, c.hidden_size) > kMaxMatrixElements)
+    fail(ErrorKind::BadInput, where, ": the indexer's wq_b [index_n_heads*index_head_dim, q_lora_rank] is more than ", kMaxMatrixElements, " elements");
+  if (!s.layer_indexer.empty() && static_cast<int64_t>(s.layer_indexer.size()) != c.num_layers)
+    fail(ErrorKind::BadInput, where, ": attribute index_layer_types has ", s.layer_indexer.size(), " entries, expected num_layers = ", c.num_layers);
+  if (s.shared(0)) fail(ErrorKind::BadInput, where, ": attribute index_layer_types starts with shared: layer 0 has no earlier choice to reuse");
+}
+
 void validate_mla(const ModelConfig& c, const std::string& where) {
   if (c.attention_type != AttentionType::Mla) return;
   const MlaShape& m = c.mla;
@@ -224,6 +250,7 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     finite_positive("swiglu_limit", c.swiglu_limit);
   }
   validate_mla(c, where);
+  validate_dsa(c, where);
   validate_group_routing(c, where);
   if (c.rotary_dim != 0 && (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0 || c.attention_type == AttentionType::Mla))
     fail(ErrorKind::BadInput, where, ": attribute rotary_dim is ", c.rotary_dim, ", expected 0 (all of head_dim ", c.head_dim,

@@ -64,6 +64,25 @@ struct MlaShape {
   int64_t v_head_dim = 0;
 };
 
+// DeepSeek Sparse Attention (format version 11: DeepSeek-V3.2, GLM-5): MLA over the index_topk
+// cached positions a lightning indexer picks per query. The indexer has index_heads query heads of
+// index_head_dim from the MLA's normed q latent, one key of index_head_dim per position (LayerNorm,
+// then RoPE on its first qk_rope_head_dim dims) kept in the layer's cache row after the latent and
+// the RoPE key, and per-head weights; a position's score is sum_h w_h relu(q_h . k / sqrt(dim)).
+// The newest moe-hdf5 format_version this build reads and writes (11: DSA's indexer).
+inline constexpr int64_t kNewestFormatVersion = 11;
+
+// GLM-5 runs the indexer on some layers only; a "shared" layer attends to the positions the last
+// full layer before it picked, and has no indexer weights (nor keys: its rows keep the column).
+enum class IndexerKind : uint8_t { Full, Shared };
+struct DsaShape {
+  int64_t index_heads = 0;  // 0: dense MLA
+  int64_t index_head_dim = 0;
+  int64_t index_topk = 0;
+  std::vector<IndexerKind> layer_indexer;  // [layer]; empty: every layer full
+  bool shared(int64_t layer) const { return !layer_indexer.empty() && layer_indexer[static_cast<std::size_t>(layer)] == IndexerKind::Shared; }
+};
+
 // Gated DeltaNet's shape (linear-attention layers): k_heads query/key heads of k_dim, v_heads value
 // heads of v_dim (a multiple of k_heads: q/k head h / (v_heads / k_heads) serves value head h), and a
 // causal depthwise conv of conv_kernel taps over the q, k, v channels. Per sequence and layer the
@@ -134,6 +153,7 @@ struct ModelConfig {
   bool shared_expert_gated = true;              // the shared expert's output through a sigmoid gate (Qwen2-MoE), or added as is (DeepSeek)
   AttentionType attention_type = AttentionType::Mha;
   MlaShape mla;                                 // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
+  DsaShape dsa;                                 // MLA with DeepSeek Sparse Attention's indexer (index_heads > 0)
   int64_t rotary_dim = 0;                       // RoPE on each head's first rotary_dim dims, the rest unrotated (glm4_moe); 0: all
   // Format version 8 (Qwen3-Next): linear-attention layers (layer_types "linear") of this shape; the
   // full layers' output gated by sigmoid(x Wq_gate) per element; RMSNorm weights stored as w and
@@ -182,7 +202,11 @@ struct ModelConfig {
   int64_t bytes_per_expert() const;
   // What the KV cache holds per token and layer: K and V rows of kv_heads * head_dim floats, or for
   // MLA one row of the latent and the RoPE key (kv_lora_rank + qk_rope_head_dim) and no V.
-  int64_t kv_k_dim() const { return attention_type == AttentionType::Mla ? mla.kv_lora_rank + mla.qk_rope_head_dim : num_kv_heads * head_dim; }
+  // The cache row per position: GQA's keys; MLA's latent and RoPE key (and DSA's index key).
+  int64_t kv_k_dim() const {
+    return attention_type == AttentionType::Mla ? mla.kv_lora_rank + mla.qk_rope_head_dim + dsa.index_head_dim : num_kv_heads * head_dim;
+  }
+  bool is_dsa() const { return attention_type == AttentionType::Mla && dsa.index_heads > 0; }
   int64_t kv_v_dim() const { return attention_type == AttentionType::Mla ? 0 : num_kv_heads * head_dim; }
   // Width of the attention output that o_proj takes: heads * head_dim, or heads * v_head_dim (MLA).
   int64_t attention_out_dim() const { return num_heads * (attention_type == AttentionType::Mla ? mla.v_head_dim : head_dim); }
@@ -199,6 +223,8 @@ std::vector<AttentionKind> parse_layer_attention(const std::string& text, const 
 std::string layer_attention_text(const std::vector<AttentionKind>& kinds);
 // "moe,dense,moe" <-> layer MLP kinds (attribute layer_mlp).
 std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where);
+std::vector<IndexerKind> parse_layer_indexer(const std::string& text, const std::string& where);
+std::string layer_indexer_text(const std::vector<IndexerKind>& kinds);
 std::string layer_mlp_text(const std::vector<MlpKind>& kinds);
 RopeType parse_rope_type(const std::string& name, const std::string& where);
 

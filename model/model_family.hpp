@@ -37,6 +37,8 @@ struct ModelFamily {
   void (*tensor_names)(NameMap& n) = nullptr;
   // Whether the checkpoint's RoPE rows are interleaved pairs (convert de-interleaves them); null: no.
   bool (*rope_interleaved)(const HfConfig& h) = nullptr;
+  // Whether DSA's indexer ropes interleaved pairs too (GLM-5; DeepSeek-V3.2's indexer is rotate_half).
+  bool indexer_rope_interleaved = false;
   // Layers the checkpoint holds past num_hidden_layers that are not converted (multi-token
   // prediction); null: none.
   int64_t (*unconverted_layers)(const HfConfig& h) = nullptr;

@@ -50,6 +50,16 @@ void add_linear_attention(RowList& r, const ModelConfig& c, int64_t l) {
   r.add_matrix(l, "wo", S::Wo, {d, lin.value_width()}, "linear_attn.out_proj.weight", true);
 }
 
+// DSA's lightning indexer: its queries from MLA's normed q latent, its key and head weights from x.
+void add_dsa_indexer(RowList& r, const ModelConfig& c, int64_t l) {
+  const DsaShape& s = c.dsa;
+  r.add_matrix(l, "indexer/wq_b", S::IdxWqB, {s.index_heads * s.index_head_dim, c.mla.q_lora_rank}, "self_attn.indexer.wq_b.weight");
+  r.add_matrix(l, "indexer/wk", S::IdxWk, {s.index_head_dim, c.hidden_size}, "self_attn.indexer.wk.weight");
+  r.add(l, "indexer/k_norm", S::IdxKNorm, {s.index_head_dim}, "self_attn.indexer.k_norm.weight");
+  r.add(l, "indexer/k_norm_bias", S::IdxKNormBias, {s.index_head_dim}, "self_attn.indexer.k_norm.bias");
+  r.add_matrix(l, "indexer/weights_proj", S::IdxWeights, {s.index_heads, c.hidden_size}, "self_attn.indexer.weights_proj.weight");
+}
+
 void add_mla_attention(RowList& r, const ModelConfig& c, int64_t l) {
   const MlaShape& m = c.mla;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
@@ -64,6 +74,7 @@ void add_mla_attention(RowList& r, const ModelConfig& c, int64_t l) {
   r.add(l, "kv_a_norm", S::KvANorm, {m.kv_lora_rank}, "self_attn.kv_a_layernorm.weight");
   r.add_matrix(l, "wkv_b", S::WkvB, {c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, "self_attn.kv_b_proj.weight");
   r.add_matrix(l, "wo", S::Wo, {d, c.attention_out_dim()}, "self_attn.o_proj.weight");
+  if (c.is_dsa() && !c.dsa.shared(l)) add_dsa_indexer(r, c, l);
 }
 
 void add_attention(RowList& r, const ModelConfig& c, int64_t l) {

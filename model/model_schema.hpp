@@ -17,6 +17,7 @@ enum class DenseSlot : uint8_t {
   EmbedTokens, FinalNorm, LmHead,
   AttnNorm, FfnNorm, Wq, WqGate, Wk, Wv, Wo, Bq, Bk, Bv, Bo, QNorm, KNorm, Sinks,
   WqA, QANorm, WqB, WkvA, KvANorm, WkvB,                                        // MLA
+  IdxWqB, IdxWk, IdxKNorm, IdxKNormBias, IdxWeights,                            // DSA's indexer
   LinQkv, LinZ, LinB, LinA, LinConv, LinDtBias, LinALog, LinNorm,               // Gated DeltaNet
   MlpW1, MlpW3, MlpW2,                                                          // dense MLP layers
   Gate, GateBias, GateCorrectionBias, SharedW1, SharedW3, SharedW2, SharedGate  // MoE layers

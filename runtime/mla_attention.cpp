@@ -75,7 +75,7 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, qk = nope + rope;
-  const int64_t kvl = m.kv_lora_rank, row = kvl + rope;
+  const int64_t kvl = m.kv_lora_rank, row = c_.kv_k_dim();  // the cache row: latent, RoPE key (DSA: its index key)
   const float eps = kLatentNormEps;
   // q, per head [nope | rope]; split into head-major q_nope (the per-head GEMMs' rows) and q_rope.
   float* q = fbuf(q_, n * H * qk);
@@ -96,12 +96,13 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
     }
   rope_apply(qr, n, H, rope, positions, rope_);
   // The cache rows: [RMSNorm(c) | RoPE(k_rope)].
-  float* kv = fbuf(kv_a_, n * row);
+  const int64_t a = kvl + rope;
+  float* kv = fbuf(kv_a_, n * a);
   float* kr = fbuf(kr_, n * rope);
   mm_.linear(xn, n, L.wkv_a, kv);
   for (int64_t t = 0; t < n; ++t) {
-    rms_norm(kv + t * row, 1, kvl, L.kv_a_norm.data(), eps, rows + t * row);
-    std::memcpy(kr + t * rope, kv + t * row + kvl, static_cast<std::size_t>(rope) * 4);
+    rms_norm(kv + t * a, 1, kvl, L.kv_a_norm.data(), eps, rows + t * row);
+    std::memcpy(kr + t * rope, kv + t * a + kvl, static_cast<std::size_t>(rope) * 4);
   }
   rope_apply(kr, n, 1, rope, positions, rope_);
   for (int64_t t = 0; t < n; ++t) std::memcpy(rows + t * row + kvl, kr + t * rope, static_cast<std::size_t>(rope) * 4);
@@ -121,7 +122,7 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim;
-  const int64_t kvl = m.kv_lora_rank, row = kvl + rope, n = ch.count;
+  const int64_t kvl = m.kv_lora_rank, row = kvl + rope, stride = c_.kv_k_dim(), n = ch.count;
   // q_cat [n][H][kvl + rope] = [W_ukᵀ q_nope | q_rope]: a query against the cached rows as they are.
   float* qc = fbuf(q_cat_, n * H * row);
   float* lat = fbuf(lat_, n * kvl);
@@ -134,9 +135,10 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   }
   // One kv head whose key is the whole row and whose value its latent part: MQA over the cache.
   float* olat = fbuf(head_in_, n * H * kvl);
-  AttentionShape shape{H, 1, row, scale_, 0, nullptr, kvl, row, row};
+  AttentionShape shape{H, 1, row, scale_, 0, nullptr, kvl, stride, stride};
   const KvCache& kv = *ch.kv;
-  attention_forward(qc, kv.k[l].data(), kv.k[l].data(), kv.start[l], ch.pos0, n, shape, olat);
+  if (ch.selection) attend_selected(ch, qc, H * row, kv.k[l].data(), stride, nullptr, 0, kv.start[l], shape, olat, H * kvl);
+  else attention_forward(qc, kv.k[l].data(), kv.k[l].data(), kv.start[l], ch.pos0, n, shape, olat);
   // Each head's output through its W_uv.
   float* hin = fbuf(lat_, n * kvl);
   float* hout = fbuf(head_out_, n * v);
@@ -151,7 +153,7 @@ void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim, qk = nope + rope;
-  const int64_t kvl = m.kv_lora_rank, row = kvl + rope, n = ch.count;
+  const int64_t kvl = m.kv_lora_rank, row = c_.kv_k_dim(), n = ch.count;
   const KvCache& kv = *ch.kv;
   const int64_t S = kv.rows(l);
   const float* cache = kv.k[l].data();
@@ -177,7 +179,25 @@ void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
       std::memcpy(qf + (t * H + h) * qk + nope, q_rope_.as<float>() + ((ch.first + t) * H + h) * rope, static_cast<std::size_t>(rope) * 4);
     }
   AttentionShape shape{H, H, qk, scale_, 0, nullptr, v, 0, 0};
-  attention_forward(qf, keys, vals, kv.start[l], ch.pos0, n, shape, out + ch.first * H * v);
+  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, vals, H * v, kv.start[l], shape, out + ch.first * H * v, H * v);
+  else attention_forward(qf, keys, vals, kv.start[l], ch.pos0, n, shape, out + ch.first * H * v);
+}
+
+void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_width, const float* v,
+                                   int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width) {
+  const DsaSelection& sel = *ch.selection;
+  for (int64_t t = 0; t < ch.count; ++t) {
+    const int64_t b = sel.offsets[static_cast<std::size_t>(t)], e = sel.offsets[static_cast<std::size_t>(t) + 1];
+    float* gk = fbuf(gk_, (e - b) * k_width);
+    float* gv = v ? fbuf(gv_, (e - b) * v_width) : gk;
+    for (int64_t j = b; j < e; ++j) {
+      const int64_t r = sel.positions[static_cast<std::size_t>(j)] - kv_start;
+      std::memcpy(gk + (j - b) * k_width, k + r * k_width, static_cast<std::size_t>(k_width) * 4);
+      if (v) std::memcpy(gv + (j - b) * v_width, v + r * v_width, static_cast<std::size_t>(v_width) * 4);
+    }
+    // The gathered rows as a cache of positions 0 .. e-b-1 and the query as the last of them.
+    attention_forward(q + t * q_width, gk, gv, 0, e - b - 1, 1, shape, out + t * out_width);
+  }
 }
 
 }  // namespace moerun::runtime

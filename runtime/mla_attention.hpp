@@ -19,6 +19,7 @@
 #include "io/model_file.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/dsa_indexer.hpp"
 
 namespace moerun::runtime {
 
@@ -39,6 +40,7 @@ struct MlaChunk {
   int64_t pos0 = 0;
   const KvCache* kv = nullptr;   // its rows up to pos0 + count - 1 appended already
   bool prompt = false;           // its tokens are prompt tokens (auto: the expanded form)
+  const DsaSelection* selection = nullptr;  // DSA: the positions each query attends (null: all earlier ones)
 };
 
 // Splits a layer's wkv_b per head into mla_uk, mla_uk_t and mla_uv (packed for `mm`) and frees it:
@@ -55,10 +57,16 @@ class MlaAttention {
   void project(int64_t layer, const float* xn, int64_t n, const int32_t* positions, float* rows);
   // Attention of the projected queries against each chunk's cache; out [n, heads * v_head_dim].
   void attend(int64_t layer, const std::vector<MlaChunk>& chunks, int64_t n, float* out);
+  // The normed q latent [n, q_lora] of the last project() (DSA's indexer reads it).
+  const float* q_latent() const { return qa_.as<float>(); }
 
  private:
   void attend_absorbed(int64_t layer, const MlaChunk& ch, float* out);
   void attend_expanded(int64_t layer, const MlaChunk& ch, float* out);
+  // One query per call over the chunk's selected positions' rows, gathered: k [rows, k_width] and
+  // v [rows, v_width] (v null: the keys' rows), the selected ones into gk and gv.
+  void attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_width, const float* v,
+                       int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width);
   const model::ModelConfig& c_;
   const io::DenseWeights& w_;
   Matmul& mm_;
@@ -67,7 +75,7 @@ class MlaAttention {
   float scale_;
   // Scratch: queries of the last project() (q_nope [H][n][nope], q_rope [n][H][rope]), and the
   // forms' working rows.
-  AlignedBuffer qa_, q_, q_nope_, q_rope_, kv_a_, kr_, q_cat_, lat_, head_in_, head_out_, kvb_, keys_, vals_, q_full_;
+  AlignedBuffer qa_, q_, q_nope_, q_rope_, kv_a_, kr_, q_cat_, lat_, head_in_, head_out_, kvb_, keys_, vals_, q_full_, gk_, gv_;
   int64_t n_ = 0;  // rows of the last project()
 };
 

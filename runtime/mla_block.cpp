@@ -1,5 +1,11 @@
 // DeepSeek's multi-head latent attention as a layer block: the latent and RoPE key rows are the
-// layer state (runtime/mla_attention computes the projections and the attention).
+// layer state (runtime/mla_attention computes the projections and the attention). With DeepSeek
+// Sparse Attention (DeepSeek-V3.2) the indexer's key joins each row and every query attends to the
+// positions the indexer picks (runtime/dsa_indexer).
+#include <algorithm>
+#include <map>
+
+#include "base/error.hpp"
 #include "runtime/attention_block.hpp"
 #include "runtime/dense_ops.hpp"
 
@@ -8,7 +14,9 @@ namespace {
 
 class MlaBlock final : public AttentionBlock {
  public:
-  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : AttentionBlock(w), mm_(mm), mla_(w, mm, mode) {}
+  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : AttentionBlock(w), mm_(mm), mla_(w, mm, mode) {
+    if (w.config.is_dsa()) indexer_ = std::make_unique<DsaIndexer>(w, mm);
+  }
 
  protected:
   void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
@@ -19,6 +27,8 @@ class MlaBlock final : public AttentionBlock {
     const int64_t row = c.kv_k_dim();
     float* rows = s.k + t0 * row;  // the cache rows: latent and RoPE key
     mla_.project(l, xn, n, b.positions.data() + t0, rows);
+    if (indexer_ && !c.dsa.shared(l)) indexer_->project(l, xn, mla_.q_latent(), n, b.positions.data() + t0, rows);
+    else if (indexer_) clear_index_keys(rows, n);
     std::vector<MlaChunk> chunks;
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
       const SeqChunk& ch = b.chunks[ci];
@@ -31,14 +41,38 @@ class MlaBlock final : public AttentionBlock {
       if (prompt > 0) chunks.push_back({off, prompt, ch.pos0, ch.kv, true});
       if (prompt < ch.count) chunks.push_back({off + prompt, ch.count - prompt, ch.pos0 + prompt, ch.kv, false});
     }
+    if (indexer_) select(l, mb.tok0, chunks);
     float* heads = s.attn + t0 * c.attention_out_dim();
     mla_.attend(l, chunks, n, heads);
     mm_.linear(heads, n, L.wo, out);
   }
 
  private:
+  // DSA: the positions each query of each chunk attends, where some query has more earlier
+  // positions than index_topk (else the chunk attends as dense MLA does: the same positions). A
+  // shared layer (GLM-5) takes the last full layer's choice for the same micro-batch.
+  void select(int64_t l, int64_t tok0, std::vector<MlaChunk>& chunks) {
+    std::vector<DsaSelection>& sel = selections_[tok0];
+    const bool shared = w_.config.dsa.shared(l);
+    if (!shared) sel.assign(chunks.size(), DsaSelection{});
+    else if (sel.size() != chunks.size()) fail(ErrorKind::Internal, "DSA: layer ", l, " shares a choice made for other chunks");
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      MlaChunk& ch = chunks[i];
+      if (indexer_->attends_all(ch.pos0 + ch.count - 1)) continue;
+      if (!shared) indexer_->select(*ch.kv, l, ch.first, ch.count, ch.pos0, sel[i]);
+      ch.selection = &sel[i];
+    }
+  }
+  // A shared layer's rows keep the index key's columns, zero (nothing reads them).
+  void clear_index_keys(float* rows, int64_t n) const {
+    const model::ModelConfig& c = w_.config;
+    const int64_t stride = c.kv_k_dim(), col = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
+    for (int64_t t = 0; t < n; ++t) std::fill(rows + t * stride + col, rows + (t + 1) * stride, 0.0f);
+  }
   Matmul& mm_;
   MlaAttention mla_;
+  std::unique_ptr<DsaIndexer> indexer_;
+  std::map<int64_t, std::vector<DsaSelection>> selections_;  // by micro-batch (its first token)
 };
 
 }  // namespace

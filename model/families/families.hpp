@@ -6,7 +6,9 @@
 
 namespace moerun::model::families {
 
-extern const ModelFamily kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGptOss, kDeepseekV2, kDeepseekV3, kGlm4Moe, kMinimaxM2, kQwen3Next, kQwen3_5Moe;
+extern const ModelFamily kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGptOss, kDeepseekV2, kDeepseekV3, kDeepseekV32, kGlm4Moe, kGlmMoeDsa, kMinimaxM2,
+    kQwen3Next,
+    kQwen3_5Moe;
 
 // Qwen2-MoE and Qwen3-MoE (transformers' Qwen2MoeConfig / Qwen3MoeConfig): experts, dense layers
 // and the sliding window alike. Returns whether use_sliding_window is set.
@@ -14,6 +16,8 @@ bool read_qwen_moe(const HfConfig& h, ModelConfig& c);
 // DeepSeek-V2/V3: config.json (v3: sigmoid routing) and synth's shapes (deepseek_v2.cpp).
 void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool v3);
 void synth_deepseek(bool v3, ModelConfig& m);
+// DSA's indexer fields (index_n_heads, index_head_dim, index_topk), checked against the MLA shape.
+void read_dsa_indexer(const HfConfig& h, ModelConfig& c);
 // The MoE part of synth_deepseek: groups, scores, scaling, the shared experts, a dense first layer.
 void synth_deepseek_moe(bool v3, ModelConfig& m);
 void deepseek_tensor_names(NameMap& n);  // shared_experts (plural) in both

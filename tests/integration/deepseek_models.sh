@@ -1,5 +1,5 @@
 #!/bin/bash
-# DeepSeek-V2/V3 through the whole runtime on synthetic models (`synth --family deepseek_v2|v3`):
+# DeepSeek-V2/V3/V3.2 through the whole runtime on synthetic models (`synth --family deepseek_v2|v3|v32`):
 # MLA with its compressed KV cache, group-limited routing (V3: sigmoid scores with a correction
 # bias), shared experts, a dense first layer. V2 at V2-Lite's expert count: 64 experts, top-6. With
 # one router and one micro-batch (as one process runs: the same GEMM row counts on the router), np 5
@@ -18,6 +18,7 @@ ds_model() {  # ds_model DIR FAMILY EXPERTS TOP_K
 requests "$WORK/reqs.jsonl" 10 6
 ds_model "$WORK/v2" deepseek_v2 64 6
 ds_model "$WORK/v3" deepseek_v3 16 4
+ds_model "$WORK/v32" deepseek_v32 16 4  # DSA: 8 positions a query, fewer than the longer prompts'
 
 "$MOERUN" inspect --model "$WORK/v2" > "$WORK/v2.inspect"
 check "inspect: MLA's cache of kv_lora + rope values a token" grep -q "the KV cache holds 40 values a token and layer (multi-head attention of these heads: 160)" "$WORK/v2.inspect"
@@ -28,7 +29,7 @@ same_bytes() {  # same_bytes WHAT REF GOT: tokens and logits, byte for byte
   if cmp -s "$2.jsonl" "$3.jsonl" && cmp -s "$2.logits" "$3.logits"; then ok "$1: the one-process tokens and logits, bit for bit"
   else bad "$1: differs from one process ($(tail -2 "$3.err" 2>/dev/null | tr '\n' ' '))"; fi
 }
-for v in v2 v3; do
+for v in v2 v3 v32; do
   m="$WORK/$v"
   run() {  # run NAME NP ARGS...
     local name=$1 np=$2; shift 2

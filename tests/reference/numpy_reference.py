@@ -249,10 +249,66 @@ def deepseek_checkpoint(rng, v3, q_lora=None, shared=None, fp8=None):
     return cfg, t, t
 
 
+def deepseek_v32_checkpoint(rng, topk):
+    """DeepSeek-V3.2: V3's layout (float32 here) with DeepSeek Sparse Attention's indexer in every
+    layer, the MTP layer's included (convert skips it): 4 index heads of 16, RoPE on their first 8;
+    `topk` positions per query, below the longer prompts' lengths."""
+    cfg, t, _ = deepseek_checkpoint(rng, v3=True, fp8=False)
+    IH, ID, D, QL = 4, 16, cfg["hidden_size"], cfg["q_lora_rank"]
+    cfg.update(model_type="deepseek_v32", index_n_heads=IH, index_head_dim=ID, index_topk=topk)
+    for l in range(cfg["num_hidden_layers"] + 1):
+        p = f"model.layers.{l}.self_attn.indexer."
+        t.update({p + "wq_b.weight": rng.w(IH * ID, QL), p + "wk.weight": rng.w(ID, D), p + "k_norm.weight": rng.near(1, ID),
+                  p + "k_norm.bias": rng.near(0, ID) * 0.1, p + "weights_proj.weight": rng.w(IH, D)})
+    return cfg, t
+
+
+def glm_moe_dsa_checkpoint(rng, topk):
+    """GLM-5 (glm_moe_dsa): V3.2's layout with the indexer's RoPE interleaved and layer 2 sharing layer
+    1's choice (indexer_types; no indexer weights of its own)."""
+    cfg, t = deepseek_v32_checkpoint(rng, topk)
+    cfg.update(model_type="glm_moe_dsa", indexer_types=["full", "full", "shared"])
+    for n in [n for n in t if n.startswith("model.layers.2.self_attn.indexer.")]:
+        del t[n]
+    return cfg, t
+
+
+def dsa_selected(cfg, g, p, h, q_latent, T):
+    """DeepseekV32Indexer (GlmMoeDsaIndexer: interleaved RoPE) in float64: [T, T] True where query t
+    attends position s (causal, and among its index_topk best scores; ties to the earlier position,
+    as a stable sort gives)."""
+    IH, ID, ROPE, K = cfg["index_n_heads"], cfg["index_head_dim"], cfg["qk_rope_head_dim"], cfg["index_topk"]
+    freq, att = inv_freq(cfg, ROPE)
+    pos = np.arange(T, dtype=np.float64)
+    ang = pos[:, None] * freq[None, :]
+    cos, sin = np.cos(ang)[:, None, :] * att, np.sin(ang)[:, None, :] * att
+
+    def half_rope(x):  # rotate_half (V3.2), or GLM's pairs (2i, 2i+1) rotated and written as [evens | odds]
+        r = x[..., :ROPE]
+        if cfg["model_type"] == "glm_moe_dsa":
+            a, b = r[..., 0::2], r[..., 1::2]
+            r = np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+        else:
+            r = rope(r, pos, freq, att)
+        return np.concatenate([r, x[..., ROPE:]], axis=-1)
+    q = half_rope((q_latent @ g(p + "indexer.wq_b.weight").T).reshape(T, IH, ID))
+    k = h @ g(p + "indexer.wk.weight").T
+    k = (k - k.mean(-1, keepdims=True)) / np.sqrt(k.var(-1, keepdims=True) + 1e-6) * g(p + "indexer.k_norm.weight") + g(p + "indexer.k_norm.bias")
+    k = half_rope(k[:, None, :])[:, 0, :]
+    w = (h @ g(p + "indexer.weights_proj.weight").T) * IH ** -0.5
+    score = np.einsum("th,ths->ts", w, np.maximum(np.einsum("thd,sd->ths", q, k) * ID ** -0.5, 0))
+    causal = np.tril(np.ones((T, T), bool))
+    score = np.where(causal, score, -np.inf)
+    keep = np.zeros((T, T), bool)
+    for ti in range(T):
+        keep[ti, np.argsort(-score[ti], kind="stable")[:min(K, ti + 1)]] = True
+    return keep & causal
+
+
 def deepseek_forward(cfg, t, ids):
     """modeling_deepseek_v2/v3 in float64: MLA with interleaved RoPE, group-limited routing, shared experts."""
     g = lambda n: t[n].astype(np.float64)
-    v3 = cfg["model_type"] == "deepseek_v3"
+    v3 = cfg["model_type"] in ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
     H, L, eps = cfg["num_attention_heads"], cfg["num_hidden_layers"], cfg["rms_norm_eps"]
     KVL, NOPE, ROPE, VD = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     freq, att = inv_freq(cfg, ROPE)
@@ -278,7 +334,8 @@ def deepseek_forward(cfg, t, ids):
         p = f"model.layers.{l}."
         h = rms(x, g(p + "input_layernorm.weight"), eps)
         if cfg["q_lora_rank"]:
-            q = rms(h @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), LATENT_EPS) @ g(p + "self_attn.q_b_proj.weight").T
+            q_latent = rms(h @ g(p + "self_attn.q_a_proj.weight").T, g(p + "self_attn.q_a_layernorm.weight"), LATENT_EPS)
+            q = q_latent @ g(p + "self_attn.q_b_proj.weight").T
         else:
             q = h @ g(p + "self_attn.q_proj.weight").T
         q = q.reshape(T, H, NOPE + ROPE)
@@ -289,7 +346,11 @@ def deepseek_forward(cfg, t, ids):
         kv = (c @ g(p + "self_attn.kv_b_proj.weight").T).reshape(T, H, NOPE + VD)
         kk = np.concatenate([kv[..., :NOPE], np.repeat(k_rot, H, axis=1)], axis=-1)
         s_ = np.einsum("thd,shd->hts", q, kk) * scale
-        s_ = np.where(np.tril(np.ones((T, T), bool))[None], s_, -np.inf)
+        if not cfg.get("index_topk"):
+            allowed = np.tril(np.ones((T, T), bool))
+        elif (cfg.get("indexer_types") or ["full"] * L)[l] == "full":  # a shared layer keeps the last full layer's
+            allowed = dsa_selected(cfg, g, p + "self_attn.", h, q_latent, T)
+        s_ = np.where(allowed[None], s_, -np.inf)
         pr = np.exp(s_ - s_.max(axis=-1, keepdims=True))
         pr /= pr.sum(axis=-1, keepdims=True)
         o = np.einsum("hts,shd->thd", pr, kv[..., NOPE:]).reshape(T, H * VD)
@@ -789,7 +850,7 @@ def check_model(moerun, work, name, cfg, tensors, ref_tensors, convert_args, exp
         return failures + 1
     ours = {json.loads(l)["id"]: json.loads(l)["output_tokens"] for l in open(out)}
     ours_logits = read_logits(lg)
-    fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward}.get(
+    fwd = {"glm4_moe": glm4_forward, "minimax_m2": minimax_forward, "qwen3_next": qwen3_next_forward, "glm_moe_dsa": deepseek_forward}.get(
         ref_cfg["model_type"], deepseek_forward if "deepseek" in ref_cfg["model_type"] else forward)
     worst, conditioned = 0.0, (0.0, 0.0, FLOAT32_TOL)
     for i, prompt in enumerate(PROMPTS):
@@ -1043,6 +1104,14 @@ def main():
     # dataset's shape here (issue 42); the sanitizer pass runs this test.
     cfg, t, ref = deepseek_checkpoint(Rng(8), v3=True, q_lora=False, shared=2, fp8=False)
     failures += check_model(moerun, work, "deepseek_v3_no_q_lora", cfg, t, ref, [], None)
+    # DeepSeek-V3.2: 4 positions per query, so the 11- and 19-token prompts attend sparsely.
+    for seed in (17, 18):
+        cfg, t = deepseek_v32_checkpoint(Rng(seed), topk=4)
+        failures += check_model(moerun, work, f"deepseek_v32_seed{seed}", cfg, t, t, [], None)
+    # GLM-5: the indexer's RoPE interleaved, and a layer that shares the choice of the one before.
+    for seed in (19, 20):
+        cfg, t = glm_moe_dsa_checkpoint(Rng(seed), topk=4)
+        failures += check_model(moerun, work, f"glm_moe_dsa_seed{seed}", cfg, t, t, [], None)
     cfg, t = glm4_checkpoint(Rng(10))
     failures += check_model(moerun, work, "glm4_moe", cfg, t, t, [], None)
     cfg, t = minimax_checkpoint(Rng(11))

@@ -1,0 +1,54 @@
+// DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5), as transformers'
+// DeepseekV32Indexer computes it: per query t and cached position s,
+//   score(t, s) = sum_h w_h(t) / sqrt(heads) * relu(q_h(t) . k(s) / sqrt(dim)),
+// with q = wq_b(MLA's normed q latent) per head, k = LayerNorm(wk(x)) (weight, bias, eps 1e-6), both
+// RoPE'd on their first qk_rope_head_dim dims, w = weights_proj(x). A query attends to the
+// index_topk positions of highest score among those at or before it (all of them while there are
+// no more than index_topk). The keys are the layer state: each position's key is stored in its
+// MLA cache row after the latent and the RoPE key, so the prefix cache, --resume and every
+// router carry it with the rest of the row.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "base/aligned_buffer.hpp"
+#include "base/matmul.hpp"
+#include "io/model_file.hpp"
+#include "runtime/attention.hpp"
+#include "runtime/dense_ops.hpp"
+
+namespace moerun::runtime {
+
+// The positions each query of a chunk attends: query i's are positions[offsets[i] .. offsets[i+1]),
+// ascending.
+struct DsaSelection {
+  std::vector<int64_t> offsets;
+  std::vector<int32_t> positions;
+};
+
+class DsaIndexer {
+ public:
+  explicit DsaIndexer(const io::DenseWeights& w, Matmul& mm);
+
+  // n rows of `layer`: xn [n, d] the attention's input, q_latent [n, q_lora] the MLA's normed q
+  // latent. Writes each row's key into rows [n, kv_k_dim] at the index key's columns; keeps the
+  // queries and head weights for select().
+  void project(int64_t layer, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows);
+  // For rows [first, first + count) of the last project(), at positions pos0.., against `kv`'s
+  // layer rows (appended up to the chunk's last position): the positions each attends. Ties go to
+  // the earlier position, so the choice is the same however the batch is cut.
+  void select(const KvCache& kv, int64_t layer, int64_t first, int64_t count, int64_t pos0, DsaSelection& out);
+  // Whether a query at `pos` attends every earlier position (there are no more than index_topk).
+  bool attends_all(int64_t pos) const { return pos + 1 <= topk_; }
+
+ private:
+  const model::ModelConfig& c_;
+  const io::DenseWeights& w_;
+  Matmul& mm_;
+  RopeFrequencies rope_;
+  int64_t topk_;
+  AlignedBuffer q_, wts_, k_;  // queries [n][heads][dim], head weights [n][heads], keys [n][dim]
+  int64_t n_ = 0;
+};
+
+}  // namespace moerun::runtime
