@@ -134,6 +134,15 @@ def families():
                              layer_types=["linear_attention"] * 3 + ["full_attention"], max_position_embeddings=512,
                              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
                                               "mrope_section": [2, 1, 1], "mrope_interleaved": True})),
+        # DeepSeek Sparse Attention: 4 positions a query (the longer prompts attend sparsely), 8 index heads; V3.2's
+        # indexer ropes rotate_half, GLM-5's interleaved pairs, and its layer 2 shares layer 1's choice.
+        "deepseek_v32": ("DeepseekV32ForCausalLM", "DeepseekV32Config",
+                         dict(DEEPSEEK, q_lora_rank=48, n_shared_experts=1, n_group=4, topk_group=2, first_k_dense_replace=1,
+                              norm_topk_prob=True, routed_scaling_factor=2.5, index_n_heads=8, index_head_dim=16, index_topk=4)),
+        "glm_moe_dsa": ("GlmMoeDsaForCausalLM", "GlmMoeDsaConfig",
+                        dict(DEEPSEEK, q_lora_rank=48, n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1,
+                             norm_topk_prob=True, routed_scaling_factor=2.5, index_n_heads=8, index_head_dim=16, index_topk=4,
+                             indexer_types=["full", "full", "shared"])),
     }
     for fam, (model_cls, config_cls, fields) in newer.items():
         if hasattr(transformers, model_cls):
@@ -153,12 +162,17 @@ def make_model(cls, cfg, seed):
             if p.dim() == 2:  # 1/sqrt(fan_in): activations O(1), gate logits well apart
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[1]))
             elif p.dim() == 3:  # fused experts: [E, in, out] (gpt-oss), [E, out, in] (DeepSeek)
-                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "minimax_m2", "qwen3_next", "qwen3_5_moe_text")
+                fused_out_in = "deepseek" in cfg.model_type or cfg.model_type in ("glm4_moe", "glm_moe_dsa", "minimax_m2", "qwen3_next", "qwen3_5_moe_text")
                 p.normal_(0.0, 1.0 / np.sqrt(p.shape[2] if fused_out_in else p.shape[1]))
             elif "sinks" in name:
                 p.copy_(torch.randn_like(p))
             else:  # norms and biases: near their defaults, but not equal to them
-                p.copy_((1.0 if "norm" in name or "layernorm" in name else 0.0) + 0.1 * torch.randn_like(p))
+                p.copy_((1.0 if ("norm" in name or "layernorm" in name) and not name.endswith(".bias") else 0.0) + 0.1 * torch.randn_like(p))
+            # DSA's head weights positive: a position scores 0 only when every head's relu is 0, so no
+            # two positions tie at the top-k boundary (torch.topk breaks such ties arbitrarily, and
+            # its cached and uncached paths differently: an implementation detail, not the model's).
+            if name.endswith("indexer.weights_proj.weight"):
+                p.abs_()
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):  # DeepSeek-V3: large enough to change some choices
                 b.copy_(0.05 * torch.randn_like(b))
