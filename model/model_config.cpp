@@ -334,6 +334,8 @@ void ModelConfig::validate(const std::string& where) const {
   if ((num_linear_layers() > 0 || attention_output_gate || norm_weight_offset != 0) && format_version < 8)
     fail(ErrorKind::BadInput, where, ": linear layers, attention_output_gate and norm_weight_offset need format_version 8, the file says ",
          format_version);
+  if (dsa.index_heads > 0 && format_version < 11)
+    fail(ErrorKind::BadInput, where, ": DSA's indexer attributes (index_n_heads, ...) need format_version 11, the file says ", format_version);
   if (!extra_eos_token_ids.empty() && format_version < 10)
     fail(ErrorKind::BadInput, where, ": attribute extra_eos_token_ids needs format_version 10, the file says ", format_version);
   for (int64_t t : extra_eos_token_ids)

@@ -166,7 +166,7 @@ struct ModelConfig {
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
   // file in name order (shard_identity). Empty for a version-1 file, which binds no shards.
-  int64_t format_version = 10;  // of the file read; a config built in memory is the newest
+  int64_t format_version = kNewestFormatVersion;  // of the file read; a config built in memory is the newest
   std::vector<uint64_t> shard_ids;
 
   // Throws ErrorKind::BadInput naming `where` and the attribute that is out of range.

@@ -12,6 +12,7 @@
 namespace moerun::runtime {
 namespace {
 constexpr float kKeyNormEps = 1e-6f;  // transformers' nn.LayerNorm(head_dim, eps=1e-6)
+constexpr int64_t kBlock = 512;       // positions a thread scores at a time
 
 float* fbuf(AlignedBuffer& b, int64_t n) {
   b.resize(static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
@@ -72,16 +73,19 @@ void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t cou
     const float* q = q_.as<float>() + (first + i) * H * D;
     const float* w = wts_.as<float>() + (first + i) * H;
     score.assign(static_cast<std::size_t>(pos + 1), 0.0f);
-#pragma omp parallel for schedule(static) if (pos * H * D > 65536)
-    for (int64_t s = 0; s <= pos; ++s) {
-      const float* k = cache + (s - start) * stride + col;
-      float total = 0;
-      for (int64_t h = 0; h < H; ++h) {
-        float dot = 0;
-        for (int64_t e = 0; e < D; ++e) dot += q[h * D + e] * k[e];
-        total += w[h] * head_scale * std::max(dot * scale, 0.0f);
+    // Blocks of positions in parallel: each block's heads x positions scores, then per position
+    // sum_h w_h relu(score) in head order (the same bits however the blocks fall).
+    const int64_t blocks = (pos + kBlock) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t s0 = bi * kBlock, len = std::min(kBlock, pos + 1 - s0);
+      std::vector<float> hs(static_cast<std::size_t>(H * len));
+      head_scores(q, H, D, cache + (s0 - start) * stride + col, stride, len, scale, hs.data());
+      for (int64_t j = 0; j < len; ++j) {
+        float total = 0;
+        for (int64_t h = 0; h < H; ++h) total += w[h] * head_scale * std::max(hs[static_cast<std::size_t>(h * len + j)], 0.0f);
+        score[static_cast<std::size_t>(s0 + j)] = total;
       }
-      score[static_cast<std::size_t>(s)] = total;
     }
     order.resize(static_cast<std::size_t>(pos + 1));
     std::iota(order.begin(), order.end(), 0);

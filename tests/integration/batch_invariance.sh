@@ -102,10 +102,11 @@ fi
 
 # The other layer kinds, float32: Gated DeltaNet with gated attention (qwen3_5_moe), MLA
 # (deepseek_v3), MLA with DeepSeek Sparse Attention (deepseek_v32: its indexer keys in the cache
-# rows the prefix cache keeps), sinks and sliding windows (gpt_oss).
+# rows the prefix cache keeps; glm_moe_dsa: layers that share the choice before them, per
+# micro-batch), sinks and sliding windows (gpt_oss).
 if [[ " $flags " == *" avx512f "* ]]; then
   dtype=float32
-  for family in qwen3_5_moe deepseek_v3 deepseek_v32 gpt_oss; do
+  for family in qwen3_5_moe deepseek_v3 deepseek_v32 glm_moe_dsa gpt_oss; do
     m="$WORK/$family"
     SYNTH_LAYERS=4 SYNTH_HIDDEN=128 SYNTH_HEAD_DIM=32 SYNTH_FF=192 synth_model "$m" --family "$family"
     "$MOERUN" infer --model "$m" --input "$WORK/reqs.jsonl" --output "$m-ref.jsonl" --quiet --logits-out "$m-ref.logits"

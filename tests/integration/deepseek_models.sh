@@ -112,4 +112,28 @@ edit groups "    f.attrs['router_groups'] = 3"
 expect3 "router_groups not dividing the experts" "$WORK/groups" "attribute router_groups is 3, expected a divisor of num_experts (16)"
 edit mla "    f.attrs['head_dim'] = 20"
 expect3 "an MLA head_dim that is not nope + rope" "$WORK/mla" "attribute head_dim is 20, expected qk_nope_head_dim + qk_rope_head_dim = 24 (MLA)"
+# ... and DSA's (copies of v32).
+edit() {  # edit NAME PYTHON: a copy of v32 with model.h5 changed
+  rm -rf "$WORK/$1" && cp -r "$WORK/v32" "$WORK/$1"
+  "$PY" -c "
+import h5py
+with h5py.File('$WORK/$1/model.h5', 'r+') as f:
+$2
+"
+}
+edit dsa10 "    f.attrs['format_version'] = 10"
+expect3 "DSA in a version-10 file" "$WORK/dsa10" "DSA's indexer attributes (index_n_heads, ...) need format_version 11, the file says 10"
+edit dsadim "    f.attrs['index_head_dim'] = 4"
+expect3 "an index head narrower than its RoPE part" "$WORK/dsadim" "attribute index_head_dim is 4, expected in [8, 4096]"
+edit dsashared "    f.attrs['index_layer_types'] = 'shared,full,full'"
+expect3 "a first layer that shares a choice" "$WORK/dsashared" "attribute index_layer_types starts with shared"
+edit dsaweights "    del f['layers/1/indexer/wk']"
+expect3 "a missing indexer matrix" "$WORK/dsaweights" "layers/1/indexer/wk"
+
+# DSA after a kill: --resume with other batches gives the uninterrupted run's bytes (the indexer
+# keys are recomputed with the rest of each row).
+kill_after_journal "$WORK/v32-resume.jsonl" 3 "$MOERUN" infer --model "$WORK/v32" --input "$WORK/reqs.jsonl" --output "$WORK/v32-resume.jsonl" \
+  --quiet --max-batch-size 1
+"$MOERUN" infer --model "$WORK/v32" --input "$WORK/reqs.jsonl" --output "$WORK/v32-resume.jsonl" --quiet --max-batch-size 4 --resume
+check "v32: killed after 3 results, --resume with other batches: the uninterrupted run's tokens" cmp -s "$WORK/v32-ref.jsonl" "$WORK/v32-resume.jsonl"
 finish
