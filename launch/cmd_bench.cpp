@@ -312,7 +312,7 @@ int bench_mla(int argc, char** argv) {
   std::string shape = "deepseek_v2_lite", contexts = "512,4096", batch = "1,8", dtype = "bf16", json;
   po::options_description o("bench mla options");
   o.add_options()
-    ("shape", po::value(&shape)->default_value(shape), "deepseek_v2_lite (hidden 2048, 16 heads) or deepseek_v3 (hidden 7168, 128 heads, q_lora 1536)")
+    ("shape", po::value(&shape)->default_value(shape), "deepseek_v2_lite (hidden 2048, 16 heads), deepseek_v3 (hidden 7168, 128 heads, q_lora 1536) or deepseek_v32 (V3 with DSA: the sparse step against the dense one)")
     ("context", po::value(&contexts)->default_value(contexts), "comma-separated cached positions per sequence")
     ("batch", po::value(&batch)->default_value(batch), "comma-separated sequences decoding together")
     ("dtype", po::value(&dtype)->default_value(dtype), "weights: fp32 or bf16")

@@ -12,6 +12,7 @@
 #include "io/model_file.hpp"
 #include "convert/synthetic_model.hpp"
 #include "runtime/dense_ops.hpp"
+#include "runtime/dsa_indexer.hpp"
 #include "runtime/mla_attention.hpp"
 
 namespace moerun::bench {
@@ -53,8 +54,16 @@ io::DenseWeights one_layer(const model::ModelConfig& c, Matmul& mm) {
   L.kv_a_norm.assign(static_cast<std::size_t>(m.kv_lora_rank), 1.0f);
   L.wkv_b = random_weight("wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype);
   L.wo = random_weight("wo", d, c.attention_out_dim(), c.dtype);
+  if (c.is_dsa()) {
+    const model::DsaShape& s = c.dsa;
+    L.idx_wq_b = random_weight("idx_wq_b", s.index_heads * s.index_head_dim, m.q_lora_rank, c.dtype);
+    L.idx_wk = random_weight("idx_wk", s.index_head_dim, d, c.dtype);
+    L.idx_weights = random_weight("idx_weights", s.index_heads, d, c.dtype);
+    L.idx_k_norm.assign(static_cast<std::size_t>(s.index_head_dim), 1.0f);
+    L.idx_k_norm_bias.assign(static_cast<std::size_t>(s.index_head_dim), 0.0f);
+  }
   runtime::prepare_mla_weights(mm, w.config, L);
-  for (WeightMatrix* mat : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo})
+  for (WeightMatrix* mat : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.idx_wq_b, &L.idx_wk, &L.idx_weights})
     if (mat->rows > 0) mm.pack(*mat, 32);
   return w;
 }
@@ -73,12 +82,13 @@ model::ModelConfig mla_bench_shape(const std::string& name, DType dtype) {
   if (name == "deepseek_v2_lite") {
     c.hidden_size = 2048;
     c.num_heads = c.num_kv_heads = 16;
-  } else if (name == "deepseek_v3") {
+  } else if (name == "deepseek_v3" || name == "deepseek_v32") {
     c.hidden_size = 7168;
     c.num_heads = c.num_kv_heads = 128;
     c.mla.q_lora_rank = 1536;
+    if (name == "deepseek_v32") c.dsa = {64, 128, 2048, {}};
   } else {
-    fail(ErrorKind::Usage, "--shape must be deepseek_v2_lite or deepseek_v3, not \"", name, "\"");
+    fail(ErrorKind::Usage, "--shape must be deepseek_v2_lite, deepseek_v3 or deepseek_v32, not \"", name, "\"");
   }
   return c;
 }
@@ -99,6 +109,8 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
   const model::ModelConfig& c = w.config;
   const int64_t d = c.hidden_size, row = c.kv_k_dim();
   runtime::MlaAttention absorbed(w, mm, runtime::MlaMode::Absorbed), expanded(w, mm, runtime::MlaMode::Expanded);
+  std::unique_ptr<runtime::DsaIndexer> indexer;
+  if (c.is_dsa()) indexer = std::make_unique<runtime::DsaIndexer>(w, mm);
   std::vector<MlaBenchRow> rows;
   for (int64_t S : cfg.contexts)
     for (int64_t B : cfg.batch) {
@@ -113,12 +125,18 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
       std::vector<int32_t> pos(static_cast<std::size_t>(B), static_cast<int32_t>(S));
       std::vector<float> new_rows(static_cast<std::size_t>(B * row)), attn(static_cast<std::size_t>(B * c.attention_out_dim())),
           out(static_cast<std::size_t>(B * d));
-      auto step = [&](runtime::MlaAttention& a) {
+      std::vector<runtime::DsaSelection> picks(static_cast<std::size_t>(B));
+      auto step = [&](runtime::MlaAttention& a, bool sparse) {
         a.project(0, xn.data(), B, pos.data(), new_rows.data());
+        if (sparse) indexer->project(0, xn.data(), a.q_latent(), B, pos.data(), new_rows.data());
         std::vector<runtime::MlaChunk> chunks;
         for (int64_t b = 0; b < B; ++b) {
           kv[static_cast<std::size_t>(b)].append(0, new_rows.data() + b * row, nullptr, 1);
           chunks.push_back({b, 1, S, &kv[static_cast<std::size_t>(b)]});
+          if (sparse && !indexer->attends_all(S)) {
+            indexer->select(kv[static_cast<std::size_t>(b)], 0, b, 1, S, picks[static_cast<std::size_t>(b)]);
+            chunks.back().selection = &picks[static_cast<std::size_t>(b)];
+          }
         }
         a.attend(0, chunks, B, attn.data());
         mm.linear(attn.data(), B, w.layers[0].wo, out.data());
@@ -128,21 +146,59 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
       std::vector<double> ta, te;
       for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
         double t0 = now();
-        step(absorbed);
+        step(absorbed, false);
         double t1 = now();
-        step(expanded);
+        if (indexer) step(absorbed, true);
+        else step(expanded, false);
         double t2 = now();
         if (it < cfg.warmup) continue;
         ta.push_back(t1 - t0);
         te.push_back(t2 - t1);
       }
-      rows.push_back({S, B, median(ta), median(te), B * (S + 1) * row * 4});
+      MlaBenchRow r{S, B, median(ta), median(te), B * (S + 1) * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 4};
+      if (indexer) {  // per step, all sequences: scores and values of every head over the positions attended
+        const double P = static_cast<double>(S + 1), K = std::min<double>(P, static_cast<double>(c.dsa.index_topk));
+        const double per_pos = 2.0 * c.num_heads * (2.0 * c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
+        r.dense_flops = B * P * per_pos;
+        r.sparse_flops = B * (2.0 * c.dsa.index_heads * c.dsa.index_head_dim * P + K * per_pos);
+        r.sparse_bytes = B * (P * c.dsa.index_head_dim + K * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)) * 4.0;
+      }
+      rows.push_back(r);
     }
   return rows;
 }
 
+namespace {
+// DSA: the sparse step against the dense absorbed one, with both attentions' FLOPs and cache bytes.
+std::string dsa_table(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
+  const model::ModelConfig& c = cfg.model;
+  std::string s = str("# moerun bench mla: one decode step of one DSA layer (DeepSeek-V3.2): hidden ", c.hidden_size, ", ", c.num_heads,
+                      " heads, latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, "; indexer ", c.dsa.index_heads, " heads of ",
+                      c.dsa.index_head_dim, ", top ", c.dsa.index_topk, "; ", dtype_name(c.dtype), " weights; ", omp_get_max_threads(),
+                      " threads, median of ", cfg.iters, "\n");
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "#%8s %6s %10s %10s %8s %12s %12s %8s %10s %10s %8s\n", "context", "batch", "dense(ms)", "dsa(ms)", "time",
+                "dense GFLOP", "dsa GFLOP", "flops", "dense MiB", "dsa MiB", "bytes");
+  s += buf;
+  std::snprintf(buf, sizeof buf, "#%8s %6s %10s %10s %8s %12s %12s %8s %10s %10s %8s\n", "", "", "", "", "dsa/dns", "(attention)", "(attention)",
+                "dsa/dns", "(cache)", "(cache)", "dsa/dns");
+  s += buf;
+  for (const auto& r : rows) {
+    std::snprintf(buf, sizeof buf, " %8lld %6lld %10.3f %10.3f %8.3f %12.3f %12.3f %8.3f %10.1f %10.1f %8.3f\n", static_cast<long long>(r.context),
+                  static_cast<long long>(r.batch), r.absorbed_s * 1e3, r.expanded_s * 1e3, r.expanded_s / r.absorbed_s, r.dense_flops * 1e-9,
+                  r.sparse_flops * 1e-9, r.sparse_flops / r.dense_flops, static_cast<double>(r.cache_bytes) / (1 << 20), r.sparse_bytes / (1 << 20),
+                  r.sparse_bytes / static_cast<double>(r.cache_bytes));
+    s += buf;
+  }
+  s += "# dense: MLA's absorbed step over every cached position; dsa: the indexer's keys scored for every position, then the\n"
+       "# absorbed step over its top positions (both: projections, attention, o_proj). FLOPs and bytes: the attention's alone\n";
+  return s;
+}
+}  // namespace
+
 std::string mla_bench_table(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
   const model::ModelConfig& c = cfg.model;
+  if (c.is_dsa()) return dsa_table(cfg, rows);
   std::string s = str("# moerun bench mla: one decode step of one MLA layer: hidden ", c.hidden_size, ", ", c.num_heads, " heads, q_lora ",
                       c.mla.q_lora_rank, ", latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, ", ",
                       dtype_name(c.dtype), " weights; ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
