@@ -1108,6 +1108,11 @@ def main():
     for seed in (17, 18):
         cfg, t = deepseek_v32_checkpoint(Rng(seed), topk=4)
         failures += check_model(moerun, work, f"deepseek_v32_seed{seed}", cfg, t, t, [], None)
+    # ... as an fp8 checkpoint (V3.2 ships one): the experts kept as fp8-block, the rest (the indexer's
+    # weights_proj among them) dequantized at convert.
+    cfg, ref = deepseek_v32_checkpoint(Rng(21), topk=4)
+    t = fp8_projections(ref)
+    failures += check_model(moerun, work, "deepseek_v32_fp8", dict(cfg, quantization_config=FP8_CONFIG), t, ref, [], "fp8-block", cfg)
     # GLM-5: the indexer's RoPE interleaved, and a layer that shares the choice of the one before.
     for seed in (19, 20):
         cfg, t = glm_moe_dsa_checkpoint(Rng(seed), topk=4)
