@@ -135,6 +135,14 @@ void describe_variants(std::ostream& os, const model::ModelConfig& c) {
        << c.mla.qk_nope_head_dim << ", qk_rope_head_dim " << c.mla.qk_rope_head_dim << ", v_head_dim " << c.mla.v_head_dim
        << "; the KV cache holds " << c.kv_k_dim() << " values a token and layer (multi-head attention of these heads: "
        << c.num_heads * (c.head_dim + c.mla.v_head_dim) << ")\n";
+  if (c.is_dsa()) {
+    int64_t shared = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) shared += c.dsa.shared(l);
+    os << "  sparse attention (DSA): each query attends its top " << c.dsa.index_topk << " positions by an indexer of " << c.dsa.index_heads
+       << " heads of " << c.dsa.index_head_dim << " (its key is " << c.dsa.index_head_dim << " of the cache row's values)";
+    if (shared > 0) os << "; " << shared << " layer(s) share the choice of the full layer before them";
+    os << "\n";
+  }
   if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 || c.router_scoring == model::RouterScoring::Sigmoid ||
       (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated))
     os << "  routing: " << (c.router_scoring == model::RouterScoring::Sigmoid ? "sigmoid" : "softmax") << " scores"

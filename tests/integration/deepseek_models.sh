@@ -23,6 +23,10 @@ ds_model "$WORK/v32" deepseek_v32 16 4  # DSA: 8 positions a query, fewer than t
 "$MOERUN" inspect --model "$WORK/v2" > "$WORK/v2.inspect"
 check "inspect: MLA's cache of kv_lora + rope values a token" grep -q "the KV cache holds 40 values a token and layer (multi-head attention of these heads: 160)" "$WORK/v2.inspect"
 "$MOERUN" inspect --model "$WORK/v3" > "$WORK/v3.inspect"
+"$MOERUN" inspect --model "$WORK/v32" > "$WORK/v32.inspect"
+check "inspect: DSA's cache row (latent, RoPE key and the indexer's key) and its indexer" \
+  grep -q "the KV cache holds 56 values a token and layer" "$WORK/v32.inspect"
+check "inspect: DSA's indexer" grep -q "sparse attention (DSA): each query attends its top 8 positions by an indexer of 4 heads of 16" "$WORK/v32.inspect"
 check "inspect: V3's routing" grep -q "routing: sigmoid scores with a correction bias, 4 group(s), best 2 kept (by their best two), weights renormalised x 2.5; shared experts, ungated" "$WORK/v3.inspect"
 
 same_bytes() {  # same_bytes WHAT REF GOT: tokens and logits, byte for byte
