@@ -182,15 +182,6 @@ void group_values_portable(const float* p, int64_t nh, int64_t len, const float*
 }
 }  // namespace
 
-void head_scores(const float* q, int64_t heads, int64_t dim, const float* k, int64_t k_stride, int64_t len, float scale, float* s) {
-  const bool avx512 = cpu_features().avx512f;
-  for (int64_t h0 = 0; h0 < heads; h0 += kHeadsTogether) {
-    const int64_t nh = std::min(kHeadsTogether, heads - h0);
-    if (avx512) group_scores_avx512(q + h0 * dim, nh, dim, k, k_stride, len, scale, s + h0 * len);
-    else group_scores_portable(q + h0 * dim, nh, dim, k, k_stride, len, scale, s + h0 * len);
-  }
-}
-
 void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
                        const AttentionShape& a, float* out) {
   const int64_t H = a.heads, hd = a.head_dim, vd = a.v_dim > 0 ? a.v_dim : hd;

@@ -83,9 +83,4 @@ struct AttentionShape {
 void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
                        const AttentionShape& shape, float* out);
 
-// s[h * len + j] = (q_h . k_j) * scale for `heads` queries of `dim` values (q_h at q + h * dim)
-// against len rows (k_j at k + j * k_stride): the attention's own score kernel, each score alike
-// however the rows are split (DSA's indexer scores its keys with it).
-void head_scores(const float* q, int64_t heads, int64_t dim, const float* k, int64_t k_stride, int64_t len, float scale, float* s);
-
 }  // namespace moerun::runtime

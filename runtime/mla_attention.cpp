@@ -137,8 +137,12 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   float* olat = fbuf(head_in_, n * H * kvl);
   AttentionShape shape{H, 1, row, scale_, 0, nullptr, kvl, stride, stride};
   const KvCache& kv = *ch.kv;
-  if (ch.selection) attend_selected(ch, qc, H * row, kv.k[l].data(), stride, nullptr, 0, kv.start[l], shape, olat, H * kvl);
-  else attention_forward(qc, kv.k[l].data(), kv.k[l].data(), kv.start[l], ch.pos0, n, shape, olat);
+  if (ch.selection) {  // the chosen rows' latent and RoPE key only, gathered
+    const AttentionShape gathered{H, 1, row, scale_, 0, nullptr, kvl, row, row};
+    attend_selected(ch, qc, H * row, kv.k[l].data(), stride, row, nullptr, 0, kv.start[l], gathered, olat, H * kvl);
+  } else {
+    attention_forward(qc, kv.k[l].data(), kv.k[l].data(), kv.start[l], ch.pos0, n, shape, olat);
+  }
   // Each head's output through its W_uv.
   float* hin = fbuf(lat_, n * kvl);
   float* hout = fbuf(head_out_, n * v);
@@ -179,12 +183,12 @@ void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
       std::memcpy(qf + (t * H + h) * qk + nope, q_rope_.as<float>() + ((ch.first + t) * H + h) * rope, static_cast<std::size_t>(rope) * 4);
     }
   AttentionShape shape{H, H, qk, scale_, 0, nullptr, v, 0, 0};
-  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, vals, H * v, kv.start[l], shape, out + ch.first * H * v, H * v);
+  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, H * qk, vals, H * v, kv.start[l], shape, out + ch.first * H * v, H * v);
   else attention_forward(qf, keys, vals, kv.start[l], ch.pos0, n, shape, out + ch.first * H * v);
 }
 
-void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_width, const float* v,
-                                   int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width) {
+void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_stride, int64_t k_width,
+                                   const float* v, int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width) {
   const DsaSelection& sel = *ch.selection;
   for (int64_t t = 0; t < ch.count; ++t) {
     const int64_t b = sel.offsets[static_cast<std::size_t>(t)], e = sel.offsets[static_cast<std::size_t>(t) + 1];
@@ -192,7 +196,7 @@ void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q
     float* gv = v ? fbuf(gv_, (e - b) * v_width) : gk;
     for (int64_t j = b; j < e; ++j) {
       const int64_t r = sel.positions[static_cast<std::size_t>(j)] - kv_start;
-      std::memcpy(gk + (j - b) * k_width, k + r * k_width, static_cast<std::size_t>(k_width) * 4);
+      std::memcpy(gk + (j - b) * k_width, k + r * k_stride, static_cast<std::size_t>(k_width) * 4);
       if (v) std::memcpy(gv + (j - b) * v_width, v + r * v_width, static_cast<std::size_t>(v_width) * 4);
     }
     // The gathered rows as a cache of positions 0 .. e-b-1 and the query as the last of them.

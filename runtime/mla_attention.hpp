@@ -63,10 +63,11 @@ class MlaAttention {
  private:
   void attend_absorbed(int64_t layer, const MlaChunk& ch, float* out);
   void attend_expanded(int64_t layer, const MlaChunk& ch, float* out);
-  // One query per call over the chunk's selected positions' rows, gathered: k [rows, k_width] and
-  // v [rows, v_width] (v null: the keys' rows), the selected ones into gk and gv.
-  void attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_width, const float* v,
-                       int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width);
+  // One query per call over the chunk's selected positions' rows, gathered: the first k_width values
+  // of k's rows (k_stride apart) and v [rows, v_width] (v null: the keys' rows) into gk and gv,
+  // which `shape` describes.
+  void attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_stride, int64_t k_width,
+                       const float* v, int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width);
   const model::ModelConfig& c_;
   const io::DenseWeights& w_;
   Matmul& mm_;
