@@ -31,7 +31,7 @@ std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPla
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  std::string model, hf_config, budget, dense = "none";
+  std::string model, hf_config, budget, node_memory, dense = "none";
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
   o.add_options()
@@ -48,6 +48,7 @@ int cmd_inspect(int argc, char** argv) {
     ("ranks-per-node", po::value(&p.ranks_per_node)->default_value(p.ranks_per_node), "ranks per node (1 node x 1 rank: one process)")
     ("routers-per-node", po::value(&p.routers_per_node)->default_value(p.routers_per_node), "router ranks per node")
     ("device-bytes", po::value(&p.device_bytes)->default_value(p.device_bytes), "memory per rank to check against (0: no check)")
+    ("node-memory", po::value(&node_memory), "memory per node (SIZE, e.g. 256G): whether a node's ranks fit, and how many such nodes hold every expert in memory")
     ("memory-budget", po::value(&budget),
      "also print how one process would divide this budget (SIZE, or auto: the cgroup limit or MemAvailable), as infer does")
     ("quantize-dense", po::value(&dense)->default_value(dense), "with --memory-budget: the dense part as infer --quantize-dense holds it");
@@ -57,6 +58,10 @@ int cmd_inspect(int argc, char** argv) {
   if (!parse_command_line(argc, argv, "usage: moerun inspect --model DIR|s3://BUCKET/PREFIX | --hf-config CONFIG.json [options]", o, vm))
     return 0;
   if (model.empty() == hf_config.empty()) fail(ErrorKind::Usage, "give one of --model and --hf-config");
+  if (!node_memory.empty()) {
+    p.node_bytes = parse_bytes(node_memory, "node-memory");
+    if (p.node_bytes <= 0) fail(ErrorKind::Usage, "--node-memory must be a size > 0, not \"", node_memory, "\"");
+  }
   p.validate();
   if (!hf_config.empty()) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");

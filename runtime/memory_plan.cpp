@@ -41,6 +41,7 @@ void MemoryPlanConfig::validate() const {
   at_most("--ranks-per-node", ranks_per_node, int64_t{1} << 10);
   at_most("--experts-per-rank", experts_per_rank, model::kMaxExpertTable);
   at_most("--device-bytes", device_bytes, int64_t{1} << 60);
+  at_most("--node-memory", node_bytes, int64_t{1} << 60);
   if (context < 0 || experts_per_rank < 0) fail(ErrorKind::Usage, "--context and --experts-per-rank must be >= 0");
   if (nodes * ranks_per_node > 1 && (routers_per_node < 1 || routers_per_node >= ranks_per_node))
     fail(ErrorKind::Usage, "--routers-per-node must be in [1, --ranks-per-node) so that every node has expert ranks");
@@ -94,6 +95,8 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
     m.router_fits = m.router_bytes <= p.device_bytes;
     m.expert_fits = single || m.expert_rank_bytes <= p.device_bytes;
   }
+  m.node_total_bytes = single ? m.router_bytes : p.routers_per_node * m.router_bytes + (p.ranks_per_node - p.routers_per_node) * m.expert_rank_bytes;
+  if (p.node_bytes > 0) m.node_fits = m.node_total_bytes <= p.node_bytes;
   // Between nodes: with uniform placement a row goes to another node with probability (nodes-1)/nodes.
   const double remote = static_cast<double>(p.nodes - 1) / static_cast<double>(p.nodes);
   m.cross_node_bytes_per_token = static_cast<double>(c.top_k * (record + result)) * remote;
@@ -101,6 +104,15 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   m.flat_messages_per_step = single ? 0 : 2 * p.micro_batches * m.routers * (p.nodes - 1) * expert_ranks_per_node;
   m.hier_messages_per_step = single ? 0 : 2 * p.micro_batches * p.nodes * (p.nodes - 1);
   return m;
+}
+
+int64_t nodes_needed(const model::ModelConfig& c, const MemoryPlanConfig& p) {
+  if (p.node_bytes <= 0 || p.ranks_per_node < 2) return 0;
+  MemoryPlanConfig q = p;
+  q.experts_per_rank = 0;  // spread over the layout's expert ranks
+  for (q.nodes = 1; q.nodes <= 4096; ++q.nodes)
+    if (plan_memory(c, q).node_total_bytes <= p.node_bytes) return q.nodes;
+  return 0;
 }
 
 namespace {
@@ -241,6 +253,21 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   os << "  margin " << static_cast<int>(p.margin * 100) << "%       " << human(m.expert_margin_bytes) << "\n";
   os << "  total            " << human(m.expert_rank_bytes) << fits(m.expert_fits) << "\n";
   if (p.device_bytes > 0) os << "device memory per rank " << human(p.device_bytes) << "\n";
+  if (p.node_bytes > 0) {
+    os << "per node (" << human(p.node_bytes) << ")\n";
+    os << "  " << (p.nodes * p.ranks_per_node == 1 ? "one process" : std::to_string(p.routers_per_node) + " router rank(s) + " +
+                                                                           std::to_string(p.ranks_per_node - p.routers_per_node) + " expert rank(s)")
+       << ": " << human(m.node_total_bytes) << (m.node_fits ? "  fits" : "  DOES NOT FIT") << "\n";
+    if (p.ranks_per_node < 2) {
+      os << "  nodes needed: give --ranks-per-node 2 or more (a router and expert ranks a node) to plan them\n";
+    } else if (const int64_t k = nodes_needed(c, p); k > 0) {
+      os << "  nodes needed to hold every expert in memory (no disk reads): " << k << " of " << p.ranks_per_node << " ranks ("
+         << p.routers_per_node << " router(s)); fewer nodes stream the rest from each node's disk (--l1-bytes, --l2-dir)\n";
+    } else {
+      os << "  nodes needed: no count up to 4096 holds it (a router rank alone takes " << human(m.router_bytes)
+         << "; lower --batch or --context)\n";
+    }
+  }
   os << "between nodes (uniform placement)\n";
   os << "  bytes per token  " << std::setprecision(0) << m.cross_node_bytes_per_token << " (flat and hierarchical alike)\n";
   os << "  messages / step  flat " << m.flat_messages_per_step << ", hierarchical " << m.hier_messages_per_step << "\n";

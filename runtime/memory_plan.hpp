@@ -20,6 +20,7 @@ struct MemoryPlanConfig {
   int64_t ranks_per_node = 1;
   int64_t routers_per_node = 1;
   int64_t device_bytes = 0;     // memory per rank to check against (0: no check)
+  int64_t node_bytes = 0;       // memory per node to check the node's ranks against (0: no check)
   double margin = 0.10;         // safety margin on top of the sum
   int64_t packed_bytes_per_expert = 0;  // an expert in memory, packed for this machine (0: as stored)
   void validate() const;        // Usage errors naming the option
@@ -40,6 +41,9 @@ struct MemoryPlan {
   int64_t expert_margin_bytes = 0;
   int64_t expert_rank_bytes = 0;  // total with margin
   bool router_fits = true, expert_fits = true;
+  // A node's ranks together: its routers and its expert ranks (node_bytes given: whether they fit).
+  int64_t node_total_bytes = 0;
+  bool node_fits = true;
   // Traffic per token between nodes (uniform placement): bytes out and back, the same for the flat
   // and the hierarchical exchange (no node-level dedup of a token's rows yet)...
   double cross_node_bytes_per_token = 0;
@@ -49,6 +53,10 @@ struct MemoryPlan {
 };
 
 MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p);
+// The fewest nodes of p's ranks per node whose memory (p.node_bytes each) holds the model with every
+// expert resident: no expert read from disk while it runs. 0 when no count up to 4096 does (a
+// router rank alone, or the experts' scratch, exceeds a node).
+int64_t nodes_needed(const model::ModelConfig& c, const MemoryPlanConfig& p);
 std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& p, const std::string& model_dir);
 
 }  // namespace moerun::runtime

@@ -102,6 +102,42 @@ TEST(MemoryPlan, TwoNodesOfThree) {
   EXPECT_EQ(m.hier_messages_per_step, 8);    // 2 directions x 2 mb x 2 node pairs
 }
 
+// A node's ranks together, and the fewest nodes whose memory holds every expert.
+TEST(MemoryPlan, NodesNeeded) {
+  MemoryPlanConfig p;
+  p.batch = 1;
+  p.context = 8;
+  p.max_batch_tokens = 4;
+  p.nodes = 2;
+  p.ranks_per_node = 3;
+  p.routers_per_node = 1;
+  p.margin = 0.5;
+  p.node_bytes = 4404;  // TwoNodesOfThree's router (2076) and its 2 expert ranks (1164 each)
+  EXPECT_EQ(plan_memory(tiny(), p).node_total_bytes, 4404);
+  EXPECT_TRUE(plan_memory(tiny(), p).node_fits);
+  p.node_bytes = 4403;
+  EXPECT_FALSE(plan_memory(tiny(), p).node_fits);
+  // 64 experts of 288 B: ceil(64 / 2K) a rank on K nodes of 1 router + 2 expert ranks. A node then
+  // holds 2 x 1.5 x 288 x ceil(32 / K) B of weights besides the rest: more nodes, less each.
+  model::ModelConfig c = tiny();
+  c.num_experts = 64;
+  p.nodes = 1;
+  const int64_t one = plan_memory(c, p).node_total_bytes;
+  p.nodes = 4;
+  const int64_t four = plan_memory(c, p).node_total_bytes;
+  EXPECT_EQ(one - four, 2 * 432 * (32 - 8));  // the expert weights (and their margin) only
+  p.node_bytes = four;
+  EXPECT_EQ(nodes_needed(c, p), 4);
+  p.node_bytes = four - 1;
+  EXPECT_EQ(nodes_needed(c, p), 5);
+  p.node_bytes = 100;  // not even a router rank
+  EXPECT_EQ(nodes_needed(c, p), 0);
+  p.ranks_per_node = 1;
+  p.routers_per_node = 1;
+  p.node_bytes = four;
+  EXPECT_EQ(nodes_needed(c, p), 0) << "a node of one rank has no expert rank to spread over";
+}
+
 TEST(MemoryPlan, LayoutWithoutExpertRanksIsAUsageError) {
   MemoryPlanConfig p;
   p.nodes = 2;
