@@ -20,21 +20,6 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-// Predicted share below which the affinity policy does not prefetch into L1 (a guess that rarely
-// comes true costs a load and may evict something useful).
-constexpr double kMinPrefetchShare = 0.02;
-
-// Keep score of an expert the gate prefetch predicts for the next layer: above any hotness count,
-// since it is needed within a layer.
-constexpr double kPredictedKeep = 1e12;
-
-// Decay of the hotness count per routed row: its half-life is 2048 rows (256 tokens at top-8), so
-// the ranking follows the requests in flight rather than the first few prompts, yet estimates each
-// expert's share from enough tokens to keep the experts a layer picks most. (A decay per step of
-// 0.9 left one-sequence decode ranking by its last ~10 tokens, 80 draws: L1 hit no better than a
-// random pick of experts, 0.25 where the routing counts allowed 0.5.)
-const double kHotDecayPerRow = std::pow(0.5, 1.0 / 2048);
-
 // Prefetch loads in flight at once while the guesses are often wrong (below kSurePrecision of
 // them used, once 64 were judged): a guess read while the layer's own loads wait takes the disk
 // from them, and a load in flight is never called back; between two layers' gates the disk has
@@ -67,29 +52,6 @@ constexpr double kGapWeight = 0.1;  // of each new layer's gap in the running av
 constexpr double kRecentGuesses = 64;
 
 }  // namespace
-
-PrefetchPolicy parse_prefetch(const std::string& s) {
-  if (s == "off") return PrefetchPolicy::Off;
-  if (s == "lru") return PrefetchPolicy::Lru;
-  if (s == "affinity") return PrefetchPolicy::Affinity;
-  if (s == "gate") return PrefetchPolicy::Gate;
-  fail(ErrorKind::Usage, "--prefetch: \"", s, "\" is not off, lru, affinity or gate");
-}
-
-const char* prefetch_name(PrefetchPolicy p) {
-  return p == PrefetchPolicy::Off ? "off" : p == PrefetchPolicy::Lru ? "lru" : p == PrefetchPolicy::Affinity ? "affinity" : "gate";
-}
-
-WarmupPolicy parse_warmup(const std::string& s) {
-  if (s == "none") return WarmupPolicy::None;
-  if (s == "id-order") return WarmupPolicy::IdOrder;
-  if (s == "hotness") return WarmupPolicy::Hotness;
-  fail(ErrorKind::Usage, "--warmup: \"", s, "\" is not none, id-order or hotness");
-}
-
-const char* warmup_name(WarmupPolicy p) {
-  return p == WarmupPolicy::None ? "none" : p == WarmupPolicy::IdOrder ? "id-order" : "hotness";
-}
 
 void ExpertCacheConfig::validate() const {
   if (warmup_requests < 0) fail_config("warmup_requests", "must be >= 0");
@@ -143,19 +105,27 @@ CacheCounters CacheCounters::from_vector(const std::vector<double>& v) {
 
 void CacheCounters::add(const CacheCounters& o) { combine_counters(*this, o); }
 
+namespace {
+// The affinity graph, checked against the policy that needs it and the model's shape.
+const io::AffinityGraph* checked_graph(const ExpertCacheConfig& cfg, const io::AffinityGraph* graph, int64_t layers, int64_t experts) {
+  if (cfg.prefetch == PrefetchPolicy::Affinity && !graph)
+    fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
+  if (graph && (graph->num_layers != layers || graph->num_experts != experts))
+    fail(ErrorKind::BadInput, graph->source.empty() ? std::string("the affinity graph") : graph->source, ": graph of ",
+         graph->num_layers, " layers x ", graph->num_experts, " experts; the model has ", layers, " x ", experts,
+         " (build it from this model's traces)");
+  return graph;
+}
+}  // namespace
+
 ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
                          std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph)
-    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), graph_(graph), num_layers_(source.config().num_moe_layers()),
-      num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))) {
+    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), num_layers_(source.config().num_moe_layers()),
+      num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))),
+      policy_(cfg.prefetch, cfg.warmup, num_layers_, num_experts_, checked_graph(cfg, graph, num_layers_, num_experts_), owns_) {
   // The budget counts what a slot really takes in the backend's memory, padding included.
   slot_bytes_ = backend_.expert_bytes();
   cfg_.validate();
-  if (cfg_.prefetch == PrefetchPolicy::Affinity && !graph_)
-    fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
-  if (graph_ && (graph_->num_layers != num_layers_ || graph_->num_experts != num_experts_))
-    fail(ErrorKind::BadInput, graph_->source.empty() ? std::string("the affinity graph") : graph_->source, ": graph of ",
-         graph_->num_layers, " layers x ", graph_->num_experts, " experts; the model has ", num_layers_, " x ", num_experts_,
-         " (build it from this model's traces)");
   int64_t owned = 0;
   for (int64_t l = 0; l < num_layers_; ++l)
     for (int64_t e = 0; e < num_experts_; ++e) owned += owns_(l, e) ? 1 : 0;
@@ -168,17 +138,10 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
          have >> 20, " MiB of ", memory_kind_name(backend_.weight_memory()), " memory in ", backend_.describe());
   slots_.resize(static_cast<std::size_t>(n));
   for (Slot& slot : slots_) slot.w = backend_.allocate_expert();
-  last_needed_.resize(static_cast<std::size_t>(num_layers_));
-  hinted_.resize(static_cast<std::size_t>(num_layers_));
-  hot_.assign(static_cast<std::size_t>(num_layers_ * num_experts_), 0.0);
   warming_ = cfg_.warmup == WarmupPolicy::Hotness && cfg_.warmup_requests > 0;
-  if (graph_ && cfg_.warmup == WarmupPolicy::Hotness && cfg_.prefetch != PrefetchPolicy::Affinity) {
+  if (policy_.seed_hotness_from_graph()) {
     // The graph's routing frequencies (other runs' tokens) are the hotness known before serving:
-    // a half-life's worth of rows, so this run's own routing takes over as it comes. L1 settles on
-    // the hottest at once rather than after the first requests.
-    const double tokens = 2048.0 / static_cast<double>(std::max<int64_t>(graph_->top_k, 1));
-    for (int64_t l = 0; l < num_layers_; ++l)
-      for (int64_t e = 0; e < num_experts_; ++e) hot_[static_cast<std::size_t>(key(l, e))] = graph_->freq(l, e) * tokens;
+    // L1 settles on the hottest at once rather than after the first requests.
     warming_ = false;
     queue_settle_locked();  // no loader runs yet: no lock needed
   }
@@ -222,6 +185,7 @@ std::vector<std::exception_ptr> ExpertCache::prepare(const std::vector<std::pair
 void ExpertCache::hold(const std::function<bool(int64_t, int64_t)>& holds) {
   std::lock_guard<std::mutex> lock(mu_);
   owns_ = holds;
+  policy_.set_owns(holds);
   auto held = [&](int64_t k) { return owns_(k / num_experts_, k % num_experts_); };
   tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [&](const Task& t) { return !held(t.key); }), tasks_.end());
   for (Slot& slot : slots_)
@@ -229,19 +193,6 @@ void ExpertCache::hold(const std::function<bool(int64_t, int64_t)>& holds) {
       where_.erase(slot.key);
       slot.clear();
     }
-}
-
-double ExpertCache::keep_score_locked(int64_t k) const {
-  // How much keeping this expert is worth: its predicted share of the next layer (affinity), or
-  // the layer's marginal frequency discounted by how many layers away its next use is.
-  auto it = predicted_.find(k);
-  if (cfg_.prefetch == PrefetchPolicy::Gate && it != predicted_.end()) return kPredictedKeep + it->second;
-  if (cfg_.prefetch != PrefetchPolicy::Affinity)
-    return cfg_.warmup == WarmupPolicy::Hotness ? hot_[static_cast<std::size_t>(k)] : 0.0;  // coldest first; else LRU
-  const int64_t l = k / num_experts_, e = k % num_experts_;
-  if (it != predicted_.end()) return 1.0 + it->second;
-  const int64_t ahead = current_layer_ < 0 ? l : (l - current_layer_ + num_layers_) % num_layers_;
-  return graph_->freq(l, e) * std::pow(0.5, static_cast<double>(ahead));
 }
 
 int ExpertCache::choose_victim_locked(const Task& t) const {
@@ -263,77 +214,27 @@ int ExpertCache::choose_victim_locked(const Task& t, bool take_needed) const {
     if (s.pins > 0 || s.state == State::Loading) continue;
     if (!take_needed && needed_now_.count(s.key) && !done_now_.count(s.key)) continue;  // the current layer still needs it
     if (t.kind == TaskKind::Prefetch && needed_now_.count(s.key)) continue;  // keep this layer's for its other micro-batches
-    const double score = keep_score_locked(s.key);
+    const double score = policy_.keep_score(s.key, current_layer_);
     if (best < 0 || score < best_score || (score == best_score && s.last_use < best_use)) {
       best = i;
       best_score = score;
       best_use = s.last_use;
     }
   }
-  // A prefetch only displaces something worth less than what it brings; a warm-up load only a
-  // colder expert.
-  if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Affinity && best_score >= 1.0 + t.score) return -1;
-  if (best >= 0 && t.kind == TaskKind::Prefetch && cfg_.prefetch == PrefetchPolicy::Gate && best_score >= kPredictedKeep) return -1;
-  if (best >= 0 && t.kind == TaskKind::Fill && best_score >= t.score) return -1;
+  if (best >= 0 && !policy_.may_displace(t.kind, t.score, best_score)) return -1;
   return best;
 }
 
 void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows) {
-  // Stale predictions go: a new layer's needs are the better evidence. (The warm-up's fills stay.)
+  // Stale guesses go: a new layer's needs are the better evidence. (The warm-up's fills stay.)
   tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Prefetch || t.kind == TaskKind::WarmL2; }),
                tasks_.end());
   ++generation_;
-  predicted_.clear();
-  if (cfg_.prefetch == PrefetchPolicy::Off) return;
-  const int64_t next = (layer + 1) % num_layers_;
+  const PrefetchPlan plan = policy_.plan_prefetch(layer, rows, c_.prefetch_used + c_.prefetch_wasted, c_.prefetch_used);
+  if (plan.skip) return;
   const int64_t room = static_cast<int64_t>(slots_.size()) - static_cast<int64_t>(needed_now_.size());
-  std::vector<std::pair<double, int64_t>> want;  // (score, key), in prefetch order
-  const bool hinted = cfg_.prefetch == PrefetchPolicy::Gate && !hinted_[static_cast<std::size_t>(next)].empty();
-  // Gate without a hint for the next layer (the next step's first layer) falls back to lru.
-  if (cfg_.prefetch == PrefetchPolicy::Lru || (cfg_.prefetch == PrefetchPolicy::Gate && !hinted)) {
-    // Where routing does not repeat (uniform routing: 4% of these prefetches were used on the bench
-    // shape) they only take the disk and evict experts that would have hit: once 64 have been
-    // judged and fewer than a fifth were used, only every eighth layer still prefetches (to notice
-    // when routing starts to repeat).
-    const int64_t judged = c_.prefetch_used + c_.prefetch_wasted;
-    if (judged >= 64 && 5 * c_.prefetch_used < judged && ++lru_probe_ % 8 != 0) return;
-    for (int64_t e : last_needed_[static_cast<std::size_t>(next)]) want.push_back({1.0, key(next, e)});
-  } else if (hinted) {
-    // The router's prediction for the next layer of this step, likeliest first (none for the next
-    // step's first layer: its tokens are not known yet).
-    const std::vector<int64_t>& h = hinted_[static_cast<std::size_t>(next)];
-    int64_t total = 0;
-    for (int64_t r : h) total += r;
-    for (int64_t e = 0; e < static_cast<int64_t>(h.size()); ++e)
-      if (h[static_cast<std::size_t>(e)] > 0 && owns_(next, e))
-        want.push_back({static_cast<double>(h[static_cast<std::size_t>(e)]) / static_cast<double>(total), key(next, e)});
-    std::stable_sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [score, k] : want) predicted_[k] = score;
-  } else {
-    // Next layer of the same step from this layer's rows; the first layer of the next step from
-    // its marginal frequency (a new token's first layer does not follow this token's last).
-    const std::vector<double> p = predict_next_layer(*graph_, next, next == 0 ? std::vector<int64_t>{} : rows);
-    for (int64_t e = 0; e < num_experts_; ++e)
-      if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare) want.push_back({p[static_cast<std::size_t>(e)], key(next, e)});
-    std::stable_sort(want.begin(), want.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [score, k] : want) predicted_[k] = score;
-    // The layer after next, from the predicted next layer: into L1 behind the next layer's experts
-    // when L1 has room (one layer of lookahead is shorter than a load here), and into L2.
-    const int64_t after = (next + 1) % num_layers_;
-    std::vector<int64_t> rows_next(static_cast<std::size_t>(num_experts_), 0);
-    for (auto& [score, k] : want) rows_next[static_cast<std::size_t>(k % num_experts_)] = std::llround(score * 1000);
-    const std::vector<double> q = predict_next_layer(*graph_, after, after == 0 ? std::vector<int64_t>{} : rows_next);
-    std::vector<std::pair<double, int64_t>> later;
-    for (int64_t e = 0; e < num_experts_; ++e)
-      if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare) later.push_back({q[static_cast<std::size_t>(e)], e});
-    std::stable_sort(later.begin(), later.end(), [](auto& a, auto& b) { return a.first > b.first; });
-    for (auto& [score, e] : later) {
-      const int64_t k = key(after, e);
-      if (!predicted_.count(k)) predicted_[k] = 0.5 * score;  // further away: worth less
-      if (l2_) tasks_.push_back({k, TaskKind::WarmL2, generation_, score});
-    }
-    for (auto& [score, e] : later) want.push_back({0.5 * score, key(after, e)});
-  }
+  if (l2_)
+    for (const ScoredExpert& s : plan.l2) tasks_.push_back({s.key, TaskKind::WarmL2, generation_, s.score});
   // Held back (prefetch_cap_locked() 0): the predictions still keep hinted experts in L1, and every
   // eighth layer still loads its guesses, so that the precision follows routing that turns
   // predictable.
@@ -344,34 +245,24 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
     probe_layer_ = true;
   }
   int64_t queued = 0;
-  for (auto& [score, k] : want) {
+  for (const ScoredExpert& s : plan.l1) {
     if (queued >= room) break;
     ++queued;
-    if (where_.count(k)) continue;
+    if (where_.count(s.key)) continue;
     // L1 prefetches go before the warm-up's fills and L2 warming, after demands.
     auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Fill || t.kind == TaskKind::WarmL2; });
-    tasks_.insert(pos, {k, TaskKind::Prefetch, generation_, score});
+    tasks_.insert(pos, {s.key, TaskKind::Prefetch, generation_, s.score});
   }
 }
 
 void ExpertCache::queue_settle_locked() {
-  std::vector<std::pair<double, int64_t>> hottest;
-  for (int64_t k = 0; k < num_layers_ * num_experts_; ++k)
-    if (hot_[static_cast<std::size_t>(k)] > 0 && owns_(k / num_experts_, k % num_experts_))
-      hottest.push_back({hot_[static_cast<std::size_t>(k)], k});
-  const auto n = static_cast<std::ptrdiff_t>(std::min<int64_t>(static_cast<int64_t>(slots_.size()), static_cast<int64_t>(hottest.size())));
-  std::partial_sort(hottest.begin(), hottest.begin() + n, hottest.end(), [](auto& a, auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
   // Hottest first, behind demands and prefetches: the settle uses loaders that would otherwise idle.
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    const auto& [score, k] = hottest[static_cast<std::size_t>(i)];
-    if (where_.count(k)) continue;
+  for (const ScoredExpert& s : policy_.hottest(static_cast<int64_t>(slots_.size()))) {
+    if (where_.count(s.key)) continue;
     auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::WarmL2; });
-    tasks_.insert(pos, {k, TaskKind::Fill, generation_, score});
+    tasks_.insert(pos, {s.key, TaskKind::Fill, generation_, s.score});
   }
 }
-
 void ExpertCache::warm_up() {
   if (cfg_.warmup != WarmupPolicy::IdOrder) return;
   {
@@ -405,16 +296,13 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
     if (layer != current_layer_) done_now_.clear();
     note_layer_gap_locked(layer == current_layer_ + 1);
     current_layer_ = layer;
-    hinted_[static_cast<std::size_t>(layer)].clear();  // the layer is here: its real rows replace the prediction
+    policy_.layer_begins(layer, rows);
     needed_now_.clear();
-    auto& last = last_needed_[static_cast<std::size_t>(layer)];
-    last.clear();
     for (int64_t e = 0; e < static_cast<int64_t>(rows.size()); ++e) {
       if (rows[static_cast<std::size_t>(e)] <= 0) continue;
       const int64_t k = key(layer, e);
       needed_now_.insert(k);
       done_now_.erase(k);  // needed again (another micro-batch of the layer)
-      last.push_back(e);
       auto it = where_.find(k);
       const bool in_l1 = it != where_.end() && slots_[static_cast<std::size_t>(it->second)].state == State::Ready;
       if (in_l1) {
@@ -431,14 +319,7 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
       }
     }
     queue_prefetch_locked(layer, rows);
-    // Hotness: every expert of this layer decays by the rows the layer routes, the ones with rows gain them.
-    int64_t routed = 0;
-    for (int64_t r : rows) routed += std::max<int64_t>(r, 0);
-    const double decay = std::pow(kHotDecayPerRow, static_cast<double>(routed));
-    for (int64_t e = 0; e < num_experts_ && e < static_cast<int64_t>(rows.size()); ++e) {
-      double& h = hot_[static_cast<std::size_t>(key(layer, e))];
-      h = h * decay + static_cast<double>(std::max<int64_t>(rows[static_cast<std::size_t>(e)], 0));
-    }
+    policy_.layer_routed(layer, rows);
   }
   cv_.notify_all();
   ready.insert(ready.end(), waiting.begin(), waiting.end());
@@ -448,9 +329,7 @@ std::vector<int64_t> ExpertCache::begin_layer(int64_t layer, const std::vector<i
 void ExpertCache::hint(int64_t layer, const std::vector<int64_t>& rows) {
   if (layer < 0 || layer >= num_layers_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int64_t>& h = hinted_[static_cast<std::size_t>(layer)];
-  h.resize(static_cast<std::size_t>(num_experts_), 0);
-  for (std::size_t e = 0; e < h.size() && e < rows.size(); ++e) h[e] += std::max<int64_t>(rows[e], 0);
+  policy_.hint(layer, rows);
 }
 
 const ResidentExpert& ExpertCache::acquire(int64_t layer, int64_t expert) {

@@ -9,7 +9,8 @@
 // affinity their likeliest successors into L2; gate: those the router predicts by applying the next
 // layer's gate to this layer's expert input, hint()ed before this layer's experts run). Eviction
 // never touches an expert in use or still needed by the current layer; otherwise it takes the lowest predicted use (affinity) or the least
-// recently used (lru, off).
+// recently used (lru, off). The policies (what to guess, what to keep, hotness) are
+// experts/cache_policy's; this file is the machinery: slots, loaders and tiers.
 #pragma once
 #include "base/counter_fields.hpp"
 #include <condition_variable>
@@ -25,25 +26,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "experts/cache_policy.hpp"
 #include "experts/expert_store.hpp"
 #include "io/affinity_file.hpp"
 #include "io/blob_store.hpp"
 #include "io/expert_shards.hpp"
 
 namespace moerun::experts {
-
-enum class PrefetchPolicy { Off, Lru, Affinity, Gate };
-PrefetchPolicy parse_prefetch(const std::string& s);  // Usage error naming --prefetch
-const char* prefetch_name(PrefetchPolicy p);
-
-// How L1 warms up. None: by demand and prefetch only, least recently used evicted first. IdOrder:
-// every slot is loaded in (layer, expert) order before serving starts (the first token waits for
-// it). Hotness: serving starts at once; a decaying count of each expert's rows ranks the experts,
-// eviction takes the coldest, and once the first --warmup-requests requests have finished, idle
-// loaders bring in the hottest experts not yet in L1 (hottest first) in place of colder ones.
-enum class WarmupPolicy { None, IdOrder, Hotness };
-WarmupPolicy parse_warmup(const std::string& s);  // Usage error naming --warmup
-const char* warmup_name(WarmupPolicy p);
 
 struct ExpertCacheConfig {
   int64_t l1_bytes = 0;        // 0: no cache, every owned expert resident
@@ -101,7 +90,7 @@ class ExpertCache : public ExpertStore {
 
   bool owns(int64_t layer, int64_t expert) const override;
   std::vector<int64_t> begin_layer(int64_t layer, const std::vector<int64_t>& rows) override;
-  bool wants_hints() const override { return cfg_.prefetch == PrefetchPolicy::Gate; }
+  bool wants_hints() const override { return policy_.prefetch() == PrefetchPolicy::Gate; }
   // Gate prefetch: rows predicted for `layer` (summed over micro-batches), prefetched when the layer
   // before it begins and kept from eviction until `layer` itself begins.
   void hint(int64_t layer, const std::vector<int64_t>& rows) override;
@@ -145,7 +134,7 @@ class ExpertCache : public ExpertStore {
       w = std::move(keep);
     }
   };
-  enum class TaskKind { Demand, Prefetch, Fill, WarmL2 };  // Fill: warm-up, displaces only colder experts
+  using TaskKind = LoadKind;
   struct Task {
     int64_t key;
     TaskKind kind;
@@ -165,7 +154,6 @@ class ExpertCache : public ExpertStore {
   void note_load_end_locked(bool demand);
   // At a layer's start: the gap since the last demand load finished, if `follows` the layer before.
   void note_layer_gap_locked(bool follows);
-  double keep_score_locked(int64_t key) const;
   void queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows);
   void queue_settle_locked();  // hotness warm-up: the hottest experts not in L1, hottest first
   // A demand load's read: counted from when a loader takes it until its bytes are in (done(), or
@@ -213,7 +201,6 @@ class ExpertCache : public ExpertStore {
   ExpertBackend& backend_;
   const io::ExpertSource& source_;
   std::function<bool(int64_t, int64_t)> owns_;
-  const io::AffinityGraph* graph_;
   int64_t num_layers_, num_experts_;
   int64_t raw_bytes_;   // an expert as stored (L3 reads)
   int64_t slot_bytes_;  // an expert in the backend's memory, as an L1 slot holds it
@@ -252,11 +239,7 @@ class ExpertCache : public ExpertStore {
   uint64_t clock_ = 0, generation_ = 0;
   int64_t current_layer_ = -1;
   std::unordered_set<int64_t> needed_now_, done_now_;
-  std::unordered_map<int64_t, double> predicted_;    // key -> predicted share of the next layer's tokens
-  std::vector<std::vector<int64_t>> last_needed_;    // [layer]: experts it needed the last time (lru prefetch)
-  std::vector<std::vector<int64_t>> hinted_;         // [layer]: rows per expert the router predicts (gate prefetch)
-  std::vector<double> hot_;                          // key -> decaying count of rows (hotness warm-up)
-  uint64_t lru_probe_ = 0;                           // layers seen while lru prefetch is held back
+  CachePolicy policy_;  // what to guess, what to keep, hotness (under mu_)
   bool warming_ = false;
   CacheCounters c_;
   // Hot-swapped experts: their raw weights and checksum replace the source's.
