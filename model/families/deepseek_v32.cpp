@@ -12,14 +12,16 @@ void v32_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   read_dsa_indexer(h, c);
 }
 
-void v32_synth(ModelConfig& m) {
+void v32_synth(ModelConfig& m) { synth_dsa(m); }
+
+}  // namespace
+
+void synth_dsa(ModelConfig& m) {
   synth_deepseek(true, m);
   m.dsa.index_heads = 4;
   m.dsa.index_head_dim = 2 * m.mla.qk_rope_head_dim;
   m.dsa.index_topk = 8;
 }
-
-}  // namespace
 
 void read_dsa_indexer(const HfConfig& h, ModelConfig& c) {
   c.dsa.index_heads = h.integer("index_n_heads");

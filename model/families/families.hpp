@@ -16,8 +16,10 @@ bool read_qwen_moe(const HfConfig& h, ModelConfig& c);
 // DeepSeek-V2/V3: config.json (v3: sigmoid routing) and synth's shapes (deepseek_v2.cpp).
 void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool v3);
 void synth_deepseek(bool v3, ModelConfig& m);
-// DSA's indexer fields (index_n_heads, index_head_dim, index_topk), checked against the MLA shape.
+// DSA's indexer fields (index_n_heads, index_head_dim, index_topk), checked against the MLA shape;
+// and synth's DSA model: V3's with an indexer of 4 heads of twice the RoPE width, top 8.
 void read_dsa_indexer(const HfConfig& h, ModelConfig& c);
+void synth_dsa(ModelConfig& m);
 // The MoE part of synth_deepseek: groups, scores, scaling, the shared experts, a dense first layer.
 void synth_deepseek_moe(bool v3, ModelConfig& m);
 void deepseek_tensor_names(NameMap& n);  // shared_experts (plural) in both

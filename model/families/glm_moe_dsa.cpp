@@ -42,10 +42,7 @@ void glm_dsa_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
 }
 
 void glm_dsa_synth(ModelConfig& m) {
-  synth_deepseek(true, m);
-  m.dsa.index_heads = 4;
-  m.dsa.index_head_dim = 2 * m.mla.qk_rope_head_dim;
-  m.dsa.index_topk = 8;
+  synth_dsa(m);
   if (m.num_layers > 2) {  // every other layer after the first two shares the choice before it
     m.dsa.layer_indexer.assign(static_cast<std::size_t>(m.num_layers), IndexerKind::Full);
     for (int64_t l = 2; l < m.num_layers; l += 2) m.dsa.layer_indexer[static_cast<std::size_t>(l)] = IndexerKind::Shared;

@@ -76,7 +76,8 @@ TEST(MemoryPlan, SequencesThatFitTheDevice) {
   EXPECT_NE(report.find("KV cache         0.12 KiB (0.12 KiB a sequence: 6 sequences of this context fit"), std::string::npos) << report;
 }
 
-TEST(MemoryPlan, TwoNodesOfThree) {
+// 2 nodes x 3 ranks (a router and 2 expert ranks each), one sequence of 8, 4 tokens a step, 50% margin.
+MemoryPlanConfig two_nodes_of_three() {
   MemoryPlanConfig p;
   p.batch = 1;
   p.context = 8;
@@ -86,6 +87,11 @@ TEST(MemoryPlan, TwoNodesOfThree) {
   p.ranks_per_node = 3;
   p.routers_per_node = 1;
   p.margin = 0.5;
+  return p;
+}
+
+TEST(MemoryPlan, TwoNodesOfThree) {
+  MemoryPlanConfig p = two_nodes_of_three();
   p.device_bytes = 1000;
   const MemoryPlan m = plan_memory(tiny(), p);
   EXPECT_EQ(m.routers, 2);
@@ -104,14 +110,7 @@ TEST(MemoryPlan, TwoNodesOfThree) {
 
 // A node's ranks together, and the fewest nodes whose memory holds every expert.
 TEST(MemoryPlan, NodesNeeded) {
-  MemoryPlanConfig p;
-  p.batch = 1;
-  p.context = 8;
-  p.max_batch_tokens = 4;
-  p.nodes = 2;
-  p.ranks_per_node = 3;
-  p.routers_per_node = 1;
-  p.margin = 0.5;
+  MemoryPlanConfig p = two_nodes_of_three();
   p.node_bytes = 4404;  // TwoNodesOfThree's router (2076) and its 2 expert ranks (1164 each)
   EXPECT_EQ(plan_memory(tiny(), p).node_total_bytes, 4404);
   EXPECT_TRUE(plan_memory(tiny(), p).node_fits);
