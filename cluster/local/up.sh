@@ -2,14 +2,49 @@
 # A local multi-host cluster on one machine: K network namespaces ("hosts") joined by a bridge,
 # each with its own address, so MPI and UCX carry real TCP between distinct addresses.
 # The bridge is joined to no outside interface: traffic stays among the namespaces made here.
-#   usage: cluster/local/up.sh [K=2]     (root; teardown: cluster/local/down.sh)
+# Optionally an emulated cluster:
+#   --link RATE[,DELAY] each host's outgoing link shaped: RATE by a token bucket (tbf, e.g. 25gbit or
+#                      200mbit), DELAY by netem (e.g. 10us) where the kernel has it (sch_netem;
+#                      without it a DELAY is refused rather than left out)
+#   --node-memory SIZE each host in its own cgroup v1 memory group of SIZE (e.g. 2G), page cache
+#                      counted: every process mpirun.sh starts there joins it (rsh-agent.sh)
+#   usage: cluster/local/up.sh [K=2] [--link RATE[,DELAY]] [--node-memory SIZE]   (root; teardown: down.sh)
 # Writes cluster/local/run/hostfile (one line per host, slots=4) and prints how to run mpirun.
 set -euo pipefail
-K=${1:-2}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
+K=2 LINK= MEMORY=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --link) LINK=${2:?--link needs RATE[,DELAY]}; shift 2 ;;
+    --node-memory) MEMORY=${2:?--node-memory needs a SIZE}; shift 2 ;;
+    [0-9]*) K=$1; shift ;;
+    *) echo "cluster/local/up.sh: unknown argument $1 (usage: up.sh [K] [--link RATE[,DELAY]] [--node-memory SIZE])" >&2; exit 2 ;;
+  esac
+done
 [ "$(id -u)" -eq 0 ] || { echo "cluster/local/up.sh: needs root (ip netns, veth, bridge)" >&2; exit 2; }
 command -v ip > /dev/null || { echo "cluster/local/up.sh: needs iproute2 (ip)" >&2; exit 2; }
+RATE=${LINK%%,*} DELAY=
+[[ $LINK == *,* ]] && DELAY=${LINK#*,}
+if [ -n "$LINK" ]; then
+  command -v tc > /dev/null || { echo "cluster/local/up.sh: --link needs tc (iproute2)" >&2; exit 2; }
+  [[ $RATE =~ ^([0-9]+)([kmg]?)bit$ ]] || { echo "cluster/local/up.sh: --link's RATE is like 25gbit or 200mbit, not $RATE" >&2; exit 2; }
+  # The bucket holds 10 ms of the rate (at least 64 KiB), so the kernel's timer can keep up.
+  unit=${BASH_REMATCH[2]}
+  mult=$(case $unit in k) echo 1000 ;; m) echo 1000000 ;; g) echo 1000000000 ;; *) echo 1 ;; esac)
+  BURST=$(( BASH_REMATCH[1] * mult / 8 / 100 ))
+  [ "$BURST" -lt 65536 ] && BURST=65536
+  if [ -n "$DELAY" ]; then
+    ok=0
+    ip netns add "$NS_PREFIX-probe"
+    ip netns exec "$NS_PREFIX-probe" tc qdisc add dev lo root netem delay "$DELAY" 2>/dev/null && ok=1
+    ip netns del "$NS_PREFIX-probe" 2>/dev/null
+    [ "$ok" = 1 ] || { echo "cluster/local/up.sh: this kernel has no netem (sch_netem): a link DELAY ($DELAY) cannot be emulated; give --link $RATE alone" >&2; exit 2; }
+  fi
+fi
+if [ -n "$MEMORY" ] && [ ! -d "$CGROUP_ROOT" ]; then
+  echo "cluster/local/up.sh: --node-memory needs the cgroup v1 memory controller at $CGROUP_ROOT" >&2; exit 2
+fi
 "$HERE/down.sh" > /dev/null 2>&1 || true
 mkdir -p "$RUN_DIR"
 ip link add "$BRIDGE" type bridge
@@ -24,10 +59,22 @@ for i in $(seq 1 "$K"); do
   ip -n "$ns" addr add "$SUBNET_PREFIX.$i/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
+  if [ -n "$DELAY" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root handle 1: netem delay "$DELAY" limit 100000
+    ip netns exec "$ns" tc qdisc add dev eth0 parent 1:1 handle 10: tbf rate "$RATE" burst "$BURST" latency 100ms
+  elif [ -n "$LINK" ]; then
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$RATE" burst "$BURST" latency 100ms
+  fi
+  if [ -n "$MEMORY" ]; then
+    mkdir -p "$CGROUP_ROOT/$CGROUP_GROUP/$ns"
+    echo "$MEMORY" > "$CGROUP_ROOT/$CGROUP_GROUP/$ns/memory.limit_in_bytes"
+  fi
   echo "$SUBNET_PREFIX.$i slots=4" >> "$RUN_DIR/hostfile"
 done
 echo "$K" > "$RUN_DIR/hosts"
+[ -n "$MEMORY" ] && echo "$MEMORY" > "$RUN_DIR/node-memory"
+[ -n "$LINK" ] && echo "$LINK" > "$RUN_DIR/link"
 cat <<MSG
-cluster/local: $K hosts ${SUBNET_PREFIX}.1..$K on bridge $BRIDGE. Run across them with:
+cluster/local: $K hosts ${SUBNET_PREFIX}.1..$K on bridge $BRIDGE${LINK:+, links $LINK}${MEMORY:+, $MEMORY a host}. Run across them with:
   $HERE/mpirun.sh -np 4 --map-by ppr:2:node <program> ...
 MSG
