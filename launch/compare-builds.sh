@@ -4,7 +4,8 @@
 # pair must be byte-identical. Then synth itself: NEW's files equal OLD's for a few variants.
 # For refactors (issue 42's before/after). Not in CI: it needs a second build.
 #   launch/compare-builds.sh OLD/build/launch/moerun NEW/build/launch/moerun WORK_DIR
-# (PY: a Python with h5py and numpy, e.g. build/venv/bin/python.)
+# (PY: a Python with h5py and numpy, e.g. build/venv/bin/python; FAMILIES: the families to compare, when
+# OLD predates some.)
 set -u
 OLD=$1 NEW=$2 W=$3 PY=${PY:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -16,7 +17,7 @@ r = random.Random(5)
 for i in range(4):
     print(json.dumps({"id": f"r{i}", "prompt_tokens": [1] + [r.randrange(3, 190) for _ in range(5 + 3 * i)], "max_new_tokens": 6, "logprobs": 3}))
 PY
-for fam in mixtral qwen2_moe olmoe qwen3_moe gpt_oss deepseek_v2 deepseek_v3 glm4_moe minimax_m2 qwen3_next qwen3_5_moe; do
+for fam in ${FAMILIES:-mixtral qwen2_moe olmoe qwen3_moe gpt_oss deepseek_v2 deepseek_v3 deepseek_v32 glm4_moe glm_moe_dsa minimax_m2 qwen3_next qwen3_5_moe}; do
   m=$W/$fam
   extra=""
   case $fam in gpt_oss) extra="--sliding-window 4";; esac

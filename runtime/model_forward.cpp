@@ -74,81 +74,7 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
   router_.topk_groups = c.router_topk_groups;
   router_.group_top2 = c.router_group_score == model::GroupScore::Top2Sum;
   router_.routed_scaling = static_cast<float>(c.routed_scaling_factor);
-  for (int64_t l = 0; l < weights.config.num_layers; ++l) moe_index_.push_back(weights.config.moe_index(l));
-}
-
-void ModelForward::attention(const StepBatch& b, const MicroBatch& mb, int64_t l) {
-  const StepBuffers s{h_.as<float>(), xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(),
-                      attn_.as<float>(), tmp_.as<float>(), mix_.as<float>(), b.tokens()};
-  blocks_.of_layer[static_cast<std::size_t>(l)]->forward(b, mb, l, s);
-}
-
-void ModelForward::attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t l, RoutingStats* stats, int index) {
-  const model::ModelConfig& c = w_.config;
-  const int64_t d = c.hidden_size, t0 = mb.tok0, n = mb.tok1 - mb.tok0, m = moe_index_[static_cast<std::size_t>(l)];
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
-  const float* xn = xn_.as<float>() + t0 * d;
-  double s0 = now();
-  attention(b, mb, l);
-  double s1 = now();
-  const std::vector<uint8_t> prefill(b.is_prefill.begin() + t0, b.is_prefill.begin() + t0 + n);
-  router::RoutingDecision r = router::route(mm_, xn, n, L.gate, c.top_k, router_, prefill, c.router_bias ? L.gate_bias.data() : nullptr,
-                                            c.router_correction_bias ? L.gate_correction_bias.data() : nullptr);
-  for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
-    const SeqChunk& ch = b.chunks[ci];
-    if (!ch.routing) continue;
-    const auto first = r.expert.begin() + (ch.first - t0) * c.top_k;
-    (*ch.routing)[static_cast<std::size_t>(m)].insert((*ch.routing)[static_cast<std::size_t>(m)].end(), first, first + ch.count * c.top_k);
-  }
-  if (stats) {
-    const std::vector<int64_t> req(b.request.begin() + t0, b.request.begin() + t0 + n);
-    const std::vector<int32_t> pos(b.positions.begin() + t0, b.positions.begin() + t0 + n);
-    stats->record(m, r, req, pos);
-  }
-  if (moe_.wants_hints()) hint_next_layer(xn, n, l, prefill);
-  double s2 = now();
-  moe_.start(m, index, xn, n, r);
-  double s3 = now();
-  // The shared expert runs while the routed experts work on this micro-batch; forward() adds it.
-  if (c.shared_expert_intermediate_size > 0 && n > 0)
-    swiglu_ffn_forward(mm_, xn, n, L.shared_expert, shared_.as<float>() + t0 * d, shared_scratch_);
-  times_.attention += s1 - s0;
-  times_.gate += s2 - s1;
-  times_.moe += s3 - s2;
-  times_.shared_expert += now() - s3;
-}
-
-void ModelForward::hint_next_layer(const float* xn, int64_t n, int64_t l, const std::vector<uint8_t>& prefill) {
-  const model::ModelConfig& c = w_.config;
-  int64_t next = l + 1;
-  while (next < c.num_layers && moe_index_[static_cast<std::size_t>(next)] < 0) ++next;
-  if (next >= c.num_layers || n == 0) return;
-  const io::DenseLayerWeights& N = w_.layers[static_cast<std::size_t>(next)];
-  const router::RoutingDecision r = router::route(mm_, xn, n, N.gate, c.top_k, router_, prefill, c.router_bias ? N.gate_bias.data() : nullptr,
-                                                  c.router_correction_bias ? N.gate_correction_bias.data() : nullptr);
-  // Each token's likelier half of its predicted experts (the slots come best first): the other half
-  // is used less often (bench shape at 2x, N = 1: 0.64 of the hints used against 0.57 with all of
-  // them; decode median 56.0 against 49.0 tokens/s, N = 8 86.3 against 84.2), and a wrong guess costs a read.
-  const int64_t k = c.top_k, kept = (k + 1) / 2;
-  std::vector<int64_t> rows(static_cast<std::size_t>(c.num_experts), 0);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < kept; ++j)
-      if (const int32_t e = r.expert[static_cast<std::size_t>(t * k + j)]; e >= 0) ++rows[static_cast<std::size_t>(e)];
-  moe_.hint(moe_index_[static_cast<std::size_t>(next)], rows);
-}
-
-void ModelForward::dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t l) {
-  const int64_t T = b.tokens(), d = w_.config.hidden_size;
-  double t0 = now();
-  for (const MicroBatch& mb : mbs) attention(b, mb, l);
-  double t1 = now();
-  if (T > 0) {
-    float* tmp = tmp_.as<float>();
-    swiglu_ffn_forward(mm_, xn_.as<float>(), T, w_.layers[static_cast<std::size_t>(l)].mlp, tmp, shared_scratch_);
-    add_inplace(h_.as<float>(), tmp, T * d);
-  }
-  times_.attention += t1 - t0;
-  times_.dense_mlp += now() - t1;
+  mlp_ = make_mlp_blocks(weights, mm, moe, router_, shared_scratch_);
 }
 
 namespace {
@@ -215,26 +141,11 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
   nonfinite_layer_.assign(static_cast<std::size_t>(T), -1);
+  const StepBuffers buffers{h, xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(), attn_.as<float>(), tmp, mix_.as<float>(), T};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (l > 0) flag_nonfinite_rows(h, T, d, static_cast<int32_t>(l - 1), nonfinite_layer_.data());
-    if (moe_index_[static_cast<std::size_t>(l)] < 0) {
-      dense_layer(b, mbs, l);
-      continue;
-    }
-    // Ping-pong: micro-batch i+1's attention runs while micro-batch i is with the experts.
-    for (int i = 0; i < micro_batches_; ++i) attention_and_gate(b, mbs[static_cast<std::size_t>(i)], l, stats, i);
-    double t0 = now();
-    for (int i = 0; i < micro_batches_; ++i) {
-      const MicroBatch& mb = mbs[static_cast<std::size_t>(i)];
-      moe_.finish(i, tmp + mb.tok0 * d);
-      add_inplace(h + mb.tok0 * d, tmp + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
-      if (shared && c.shared_expert_gated)  // the gate reads the expert's input, still in xn
-        add_sigmoid_gated(h + mb.tok0 * d, sh + mb.tok0 * d, xn_.as<float>() + mb.tok0 * d,
-                          w_.layers[static_cast<std::size_t>(l)].shared_expert_gate.data(), mb.tok1 - mb.tok0, d);
-      else if (shared)  // DeepSeek: the shared experts' output added as it is
-        add_inplace(h + mb.tok0 * d, sh + mb.tok0 * d, (mb.tok1 - mb.tok0) * d);
-    }
-    times_.moe += now() - t0;
+    const LayerStep step{b, mbs, buffers, sh, *blocks_.of_layer[static_cast<std::size_t>(l)], stats};
+    mlp_.of_layer[static_cast<std::size_t>(l)]->run_layer(step, l, times_);
   }
   flag_nonfinite_rows(h, T, d, static_cast<int32_t>(c.num_layers - 1), nonfinite_layer_.data());
   double t4 = now();

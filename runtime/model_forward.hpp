@@ -1,6 +1,7 @@
 // ModelForward: one forward step of the router rank over a batch of sequence chunks (prefill
-// chunks and decode tokens mixed): embed, then per layer attention with the KV cache and the MoE
-// block through a MoeLayer, then final norm and LM head for the chunks that emit a token.
+// chunks and decode tokens mixed): embed, then each layer as its mixer block (runtime/attention_block)
+// and its MLP block (runtime/mlp_block: dense, or MoE through a MoeLayer) run it, then final norm
+// and LM head for the chunks that emit a token.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -15,21 +16,12 @@
 #include "runtime/attention_block.hpp"
 #include "runtime/dense_ops.hpp"
 #include "runtime/mla_attention.hpp"
+#include "runtime/mlp_block.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
 #include "runtime/step_batch.hpp"
 
 namespace moerun::runtime {
-
-// Seconds per phase on the router side (bench breakdown).
-struct DensePhaseTimes {
-  double attention = 0;  // norms, QKV/O projections, RoPE, attention
-  double gate = 0;
-  double moe = 0;        // inside MoeLayer start/finish (see MoeLayer::times for its split)
-  double shared_expert = 0;  // the dense shared expert, where the model has one
-  double dense_mlp = 0;      // the MLP of the dense layers, where the model has some
-  double head = 0;       // final norm + LM head
-};
 
 // Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
 // weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
@@ -68,21 +60,12 @@ class ModelForward {
   MoeLayer& moe_;
   router::RouterConfig router_;
   int micro_batches_;
-  // The layer's token-mixing block over one micro-batch, leaving the normed input of the MLP block in xn_.
-  void attention(const StepBatch& b, const MicroBatch& mb, int64_t layer);
-  void attention_and_gate(const StepBatch& b, const MicroBatch& mb, int64_t layer, RoutingStats* stats, int index);
-  // Gate prefetch: the next MoE layer's gate applied to this layer's expert input xn [n, d]; its
-  // rows per expert go to moe_.hint (the residual stream changes little in a layer, so this
-  // predicts most of the next layer's experts before its attention has run).
-  void hint_next_layer(const float* xn, int64_t n, int64_t layer, const std::vector<uint8_t>& prefill);
-  // A dense layer: attention, then its MLP over the whole batch (no exchange to overlap).
-  void dense_layer(const StepBatch& b, const std::vector<MicroBatch>& mbs, int64_t layer);
   void flag_logit_rows(const StepBatch& b, const float* logits);
-  std::vector<int64_t> moe_index_;  // per decoder layer, -1 for a dense one
   AttentionBlocks blocks_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
-  FfnScratch shared_scratch_;
+  FfnScratch shared_scratch_;  // the dense MLPs' and the shared expert's
+  MlpBlocks mlp_;              // after router_: the MoE kind reads its configuration
   DensePhaseTimes times_;
   std::vector<int32_t> nonfinite_layer_;
   std::vector<int64_t> logit_tokens_;  // flag_logit_rows' scratch: the token of each logits row
