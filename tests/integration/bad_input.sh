@@ -122,6 +122,7 @@ check "max_new_tokens near INT64_MAX runs to max_position" bash -c "'$PY' -c \"i
 expect "inspect --context 2^62" 2 "--context is 4611686018427387904, at most" -- inspect --model "$WORK/m" --context 4611686018427387904
 expect "inspect --batch 2^62" 2 "--batch is 4611686018427387904, at most" -- inspect --model "$WORK/m" --batch 4611686018427387904
 expect "inspect --nodes 2^62" 2 "--nodes is 4611686018427387904, at most" -- inspect --model "$WORK/m" --nodes 4611686018427387904 --ranks-per-node 4
+expect "inspect --node-memory 0" 2 "--node-memory must be a size > 0" -- inspect --model "$WORK/m" --node-memory 0
 expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --skew nan
 expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5

@@ -35,6 +35,21 @@ requests() {
   done
 }
 
+# launch_across_hosts ERR_FILE CMD...: runs an mpirun across the local cluster's namespaces, once
+# more when Open MPI's launch failed before any rank ran (about 1 in 6 here: "ORTE does not know how
+# to route a message", a daemon's TCP connection refused), saying so; moerun's own failures are not
+# retried. Its stderr goes to ERR_FILE (its tail printed on failure).
+launch_across_hosts() {
+  local err=$1; shift
+  for attempt in 1 2; do
+    "$@" < /dev/null 2> "$err" && return 0
+    grep -qE "ORTE does not know how to route|unable to complete a TCP connection|ORTE was unable to reliably start" "$err" &&
+      ! grep -q "moerun" "$err" && [ $attempt -eq 1 ] && { echo "note: Open MPI's launch failed before any rank ran; trying it once more"; continue; }
+    tail -20 "$err"
+    return 1
+  done
+}
+
 # wait_for_results OUTPUT N PID: returns once OUTPUT's journal holds N results, PID has ended, or 15 s passed
 wait_for_results() {
   for _ in $(seq 1 3000); do
