@@ -62,6 +62,8 @@ struct MlaShape {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
+  // The latent and the RoPE key: the first values of a cache row (DSA's index key follows them).
+  int64_t latent_width() const { return kv_lora_rank + qk_rope_head_dim; }
 };
 
 // DeepSeek Sparse Attention (format version 11: DeepSeek-V3.2, GLM-5): MLA over the index_topk
@@ -204,7 +206,7 @@ struct ModelConfig {
   // MLA one row of the latent and the RoPE key (kv_lora_rank + qk_rope_head_dim) and no V.
   // The cache row per position: GQA's keys; MLA's latent and RoPE key (and DSA's index key).
   int64_t kv_k_dim() const {
-    return attention_type == AttentionType::Mla ? mla.kv_lora_rank + mla.qk_rope_head_dim + dsa.index_head_dim : num_kv_heads * head_dim;
+    return attention_type == AttentionType::Mla ? mla.latent_width() + dsa.index_head_dim : num_kv_heads * head_dim;
   }
   bool is_dsa() const { return attention_type == AttentionType::Mla && dsa.index_heads > 0; }
   int64_t kv_v_dim() const { return attention_type == AttentionType::Mla ? 0 : num_kv_heads * head_dim; }

@@ -96,7 +96,7 @@ DsaIndexer::DsaIndexer(const io::DenseWeights& w, Matmul& mm)
 void DsaIndexer::project(int64_t l, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows) {
   const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
   const int64_t H = c_.dsa.index_heads, D = c_.dsa.index_head_dim, stride = c_.kv_k_dim();
-  const int64_t col = c_.mla.kv_lora_rank + c_.mla.qk_rope_head_dim;  // the index key's first column in a row
+  const int64_t col = c_.mla.latent_width();  // the index key's first column in a row
   float* q = fbuf(q_, n * H * D);
   mm_.linear(q_latent, n, L.idx_wq_b, q);
   rope_apply(q, n, H, D, positions, rope_);
@@ -113,14 +113,16 @@ void DsaIndexer::project(int64_t l, const float* xn, const float* q_latent, int6
 void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t count, int64_t pos0, DsaSelection& out) {
   if (first + count > n_) fail(ErrorKind::Internal, "DsaIndexer::select: rows ", first, "+", count, " of ", n_, " projected");
   const int64_t H = c_.dsa.index_heads, D = c_.dsa.index_head_dim, stride = c_.kv_k_dim();
-  const int64_t col = c_.mla.kv_lora_rank + c_.mla.qk_rope_head_dim;
+  const int64_t col = c_.mla.latent_width();
   const float* cache = kv.k[static_cast<std::size_t>(l)].data();
   const int64_t start = kv.start[static_cast<std::size_t>(l)];
   const float scale = 1.0f / std::sqrt(static_cast<float>(D)), head_scale = 1.0f / std::sqrt(static_cast<float>(H));
   out.offsets.assign(1, 0);
   out.positions.clear();
-  std::vector<float> score, qt(static_cast<std::size_t>(H * D)), w(static_cast<std::size_t>(H));
-  std::vector<int32_t> order;
+  std::vector<float>&score = score_, &qt = qt_, &w = w_heads_;  // kept across calls: one select per sequence, layer and step
+  std::vector<int32_t>& order = order_;
+  qt.resize(static_cast<std::size_t>(H * D));
+  w.resize(static_cast<std::size_t>(H));
   const bool avx512 = cpu_features().avx512f;
   for (int64_t i = 0; i < count; ++i) {
     const int64_t pos = pos0 + i;

@@ -49,6 +49,9 @@ class DsaIndexer {
   int64_t topk_;
   AlignedBuffer q_, wts_, k_;  // queries [n][heads][dim], head weights [n][heads], keys [n][dim]
   int64_t n_ = 0;
+  // select()'s scratch: a query's scores and their order, its queries transposed, its head weights.
+  std::vector<float> score_, qt_, w_heads_;
+  std::vector<int32_t> order_;
 };
 
 }  // namespace moerun::runtime

@@ -96,7 +96,7 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
     }
   rope_apply(qr, n, H, rope, positions, rope_);
   // The cache rows: [RMSNorm(c) | RoPE(k_rope)].
-  const int64_t a = kvl + rope;
+  const int64_t a = m.latent_width();
   float* kv = fbuf(kv_a_, n * a);
   float* kr = fbuf(kr_, n * rope);
   mm_.linear(xn, n, L.wkv_a, kv);

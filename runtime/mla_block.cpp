@@ -66,7 +66,7 @@ class MlaBlock final : public AttentionBlock {
   // A shared layer's rows keep the index key's columns, zero (nothing reads them).
   void clear_index_keys(float* rows, int64_t n) const {
     const model::ModelConfig& c = w_.config;
-    const int64_t stride = c.kv_k_dim(), col = c.mla.kv_lora_rank + c.mla.qk_rope_head_dim;
+    const int64_t stride = c.kv_k_dim(), col = c.mla.latent_width();
     for (int64_t t = 0; t < n; ++t) std::fill(rows + t * stride + col, rows + (t + 1) * stride, 0.0f);
   }
   Matmul& mm_;

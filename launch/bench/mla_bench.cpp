@@ -155,13 +155,13 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
         ta.push_back(t1 - t0);
         te.push_back(t2 - t1);
       }
-      MlaBenchRow r{S, B, median(ta), median(te), B * (S + 1) * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim) * 4};
+      MlaBenchRow r{S, B, median(ta), median(te), B * (S + 1) * c.mla.latent_width() * 4};
       if (indexer) {  // per step, all sequences: scores and values of every head over the positions attended
         const double P = static_cast<double>(S + 1), K = std::min<double>(P, static_cast<double>(c.dsa.index_topk));
         const double per_pos = 2.0 * c.num_heads * (2.0 * c.mla.kv_lora_rank + c.mla.qk_rope_head_dim);
         r.dense_flops = B * P * per_pos;
         r.sparse_flops = B * (2.0 * c.dsa.index_heads * c.dsa.index_head_dim * P + K * per_pos);
-        r.sparse_bytes = B * (P * c.dsa.index_head_dim + K * (c.mla.kv_lora_rank + c.mla.qk_rope_head_dim)) * 4.0;
+        r.sparse_bytes = B * (P * c.dsa.index_head_dim + K * c.mla.latent_width()) * 4.0;
       }
       rows.push_back(r);
     }
