@@ -130,14 +130,14 @@ void lean_rows(std::vector<float>& table, const SynthConfig& cfg, const std::vec
 // few units), so that generated tokens stay in the prompt's topic.
 std::vector<float> synth_dataset(const SynthConfig& cfg, const model::DenseDataset& ds, const std::vector<std::vector<float>>& dirs) {
   const float d = static_cast<float>(cfg.model.hidden_size);
-  if (ds.slot == model::DenseSlot::EmbedTokens) {
+  if (ds.name == "embed_tokens") {
     std::vector<float> t = synth_tensor(cfg.seed, ds.path, ds.elements(), 1.0f);
     if (!dirs.empty()) lean_rows(t, cfg, dirs, std::sqrt(d) * 0.5f);
     return t;
   }
-  if (ds.slot == model::DenseSlot::Gate && !dirs.empty()) return skewed_gate(cfg, ds, dirs);
+  if (ds.name == "gate" && !dirs.empty()) return skewed_gate(cfg, ds, dirs);
   std::vector<float> t = synth_tensor(cfg.seed, ds.path, ds.elements(), synth_scale(ds), synth_offset(ds));
-  if (ds.slot == model::DenseSlot::LmHead && cfg.gate_topics > 0) lean_rows(t, cfg, dirs, 8.0f / std::sqrt(d));
+  if (ds.name == "lm_head" && cfg.gate_topics > 0) lean_rows(t, cfg, dirs, 8.0f / std::sqrt(d));
   return t;
 }
 

@@ -63,8 +63,8 @@ std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(De
   std::vector<std::pair<std::string, WeightMatrix*>> out;
   for (const model::DenseDataset& ds : model::dense_datasets(w.config)) {
     if (!ds.quantizable) continue;
-    WeightMatrix* m = std::get<WeightMatrix*>(dense_target(w, ds));
-    if (m->rows > 0 && m->cols % 32 == 0) out.emplace_back(ds.path, m);
+    WeightMatrix* m = dense_matrix(w, ds);
+    if (m && m->rows > 0 && m->cols % 32 == 0) out.emplace_back(ds.path, m);
   }
   return out;
 }

@@ -269,23 +269,27 @@ void read_dense_dataset(hid_t file, const std::string& fname, const model::Dense
                         DenseWeights& w) {
   const model::ModelConfig& c = w.config;
   const DType stored = ds.float32 ? DType::F32 : c.dtype;
-  const DenseTarget target = dense_target(w, ds);
-  if (std::vector<float>* const* v = std::get_if<std::vector<float>*>(&target)) {
-    **v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
-    return;
+  DenseTensor target = ds.matrix || ds.float32_matrix ? DenseTensor(WeightMatrix{}) : DenseTensor(std::vector<float>{});
+  if (std::vector<float>* v = std::get_if<std::vector<float>>(&target)) {
+    *v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
+  } else {
+    WeightMatrix& m = std::get<WeightMatrix>(target);
+    const int64_t rows = ds.shape[0], cols = ds.shape[1];
+    if (ds.quantizable) {
+      m = quantizable.read(w, ds.path, rows, cols);
+    } else if (ds.matrix) {
+      m = read_matrix(file, fname, ds.path, rows, cols, stored, c.format_version, w.memory);
+    } else {  // a matrix held in float32 (the gate)
+      const std::vector<float> f = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
+      m.data.place_in(w.memory);
+      m.allocate(DType::F32, rows, cols);
+      std::copy(f.begin(), f.end(), m.data.as<float>());
+    }
   }
-  WeightMatrix& m = *std::get<WeightMatrix*>(target);
-  const int64_t rows = ds.shape[0], cols = ds.shape[1];
-  if (ds.quantizable) {
-    m = quantizable.read(w, ds.path, rows, cols);
-  } else if (ds.matrix) {
-    m = read_matrix(file, fname, ds.path, rows, cols, stored, c.format_version, w.memory);
-  } else {  // a matrix held in float32 (the gate)
-    const std::vector<float> v = read_vector_f32(file, fname, ds.path, ds.shape, stored, c.format_version);
-    m.data.place_in(w.memory);
-    m.allocate(DType::F32, rows, cols);
-    std::copy(v.begin(), v.end(), m.data.as<float>());
-  }
+  if (ds.layer >= 0) w.layers.at(static_cast<std::size_t>(ds.layer)).place(ds) = std::move(target);
+  else if (ds.name == "final_norm") w.final_norm = std::get<std::vector<float>>(std::move(target));
+  else if (ds.name == "lm_head") w.lm_head = std::get<WeightMatrix>(std::move(target));
+  else fail(ErrorKind::Internal, "read_dense_dataset: no place for ", ds.path);
 }
 
 // Qwen3-Next's norms compute x * (1 + w) in float32: the stored w plus the offset, added once here
@@ -293,12 +297,11 @@ void read_dense_dataset(hid_t file, const std::string& fname, const model::Dense
 void apply_norm_weight_offset(DenseWeights& w) {
   const float offset = static_cast<float>(w.config.norm_weight_offset);
   if (offset == 0) return;
-  auto add = [&](std::vector<float>& v) {
+  for (const model::DenseDataset& ds : model::dense_datasets(w.config)) {
+    if (!ds.norm_offset) continue;
+    std::vector<float>& v = ds.layer < 0 ? w.final_norm : *w.layers[static_cast<std::size_t>(ds.layer)].vector(ds.name);
     for (float& x : v) x += offset;
-  };
-  add(w.final_norm);
-  for (DenseLayerWeights& L : w.layers)
-    for (std::vector<float>* v : {&L.attn_norm, &L.ffn_norm, &L.q_norm, &L.k_norm}) add(*v);
+  }
 }
 
 // `local`: fname is model.h5's path on this host (the embedding can be mapped). `quantized`: the
@@ -322,7 +325,7 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
   QuantizableReader quantizable(file, fname, std::move(cache), quantized != WeightScheme::Plain && c.format_version >= 2);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (const model::DenseDataset& ds : model::dense_datasets(c)) {
-    if (ds.slot == model::DenseSlot::EmbedTokens) w.embed_tokens = read_embedding(file, fname, local, c);
+    if (ds.layer < 0 && ds.name == "embed_tokens") w.embed_tokens = read_embedding(file, fname, local, c);
     else read_dense_dataset(file, fname, ds, quantizable, w);
   }
   apply_norm_weight_offset(w);
@@ -330,62 +333,9 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
 }
 }  // namespace
 
-DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds) {
-  using S = model::DenseSlot;
-  switch (ds.slot) {
-    case S::FinalNorm: return &w.final_norm;
-    case S::LmHead: return &w.lm_head;
-    case S::EmbedTokens: fail(ErrorKind::Internal, "dense_target: the embedding table is mapped, not a target");
-    default: break;
-  }
-  DenseLayerWeights& L = w.layers.at(static_cast<std::size_t>(ds.layer));
-  switch (ds.slot) {
-    case S::AttnNorm: return &L.attn_norm;
-    case S::FfnNorm: return &L.ffn_norm;
-    case S::Wq: return &L.wq;
-    case S::WqGate: return &L.wq_gate;
-    case S::Wk: return &L.wk;
-    case S::Wv: return &L.wv;
-    case S::Wo: return &L.wo;
-    case S::Bq: return &L.bq;
-    case S::Bk: return &L.bk;
-    case S::Bv: return &L.bv;
-    case S::Bo: return &L.bo;
-    case S::QNorm: return &L.q_norm;
-    case S::KNorm: return &L.k_norm;
-    case S::Sinks: return &L.sinks;
-    case S::WqA: return &L.wq_a;
-    case S::QANorm: return &L.q_a_norm;
-    case S::WqB: return &L.wq_b;
-    case S::WkvA: return &L.wkv_a;
-    case S::KvANorm: return &L.kv_a_norm;
-    case S::WkvB: return &L.wkv_b;
-    case S::IdxWqB: return &L.idx_wq_b;
-    case S::IdxWk: return &L.idx_wk;
-    case S::IdxKNorm: return &L.idx_k_norm;
-    case S::IdxKNormBias: return &L.idx_k_norm_bias;
-    case S::IdxWeights: return &L.idx_weights;
-    case S::LinQkv: return &L.lin_qkv;
-    case S::LinZ: return &L.lin_z;
-    case S::LinB: return &L.lin_b;
-    case S::LinA: return &L.lin_a;
-    case S::LinConv: return &L.lin_conv;
-    case S::LinDtBias: return &L.lin_dt_bias;
-    case S::LinALog: return &L.lin_A_log;
-    case S::LinNorm: return &L.lin_norm;
-    case S::MlpW1: return &L.mlp.w1;
-    case S::MlpW3: return &L.mlp.w3;
-    case S::MlpW2: return &L.mlp.w2;
-    case S::Gate: return &L.gate;
-    case S::GateBias: return &L.gate_bias;
-    case S::GateCorrectionBias: return &L.gate_correction_bias;
-    case S::SharedW1: return &L.shared_expert.w1;
-    case S::SharedW3: return &L.shared_expert.w3;
-    case S::SharedW2: return &L.shared_expert.w2;
-    case S::SharedGate: return &L.shared_expert_gate;
-    default: break;
-  }
-  fail(ErrorKind::Internal, "dense_target: no place for ", ds.path);
+WeightMatrix* dense_matrix(DenseWeights& w, const model::DenseDataset& ds) {
+  if (ds.layer >= 0) return w.layers.at(static_cast<std::size_t>(ds.layer)).matrix(ds.name);
+  return ds.name == "lm_head" ? &w.lm_head : nullptr;
 }
 
 DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantized, std::shared_ptr<HugePagePool> memory) {

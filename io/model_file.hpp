@@ -13,46 +13,12 @@
 #include "io/hdf5.hpp"
 #include "model/model_config.hpp"
 #include "io/model_location.hpp"
+#include "io/layer_tensors.hpp"
 #include "io/positional_file.hpp"
 #include "model/model_schema.hpp"
 
 namespace moerun::io {
 
-struct DenseLayerWeights {
-  std::vector<float> attn_norm;  // [d]
-  std::vector<float> ffn_norm;   // [d]
-  WeightMatrix wq, wk, wv, wo;   // stored dtype
-  WeightMatrix gate;             // MoE layers; always float32: gate logits are computed in fp32
-  FfnWeights mlp;                // dense layers (layer_mlp): w1, w3 [dense_ff, d], w2 [d, dense_ff]
-  // Variants (empty unless the config turns them on).
-  std::vector<float> bq, bk, bv;            // attention_bias: [heads*hd], [kv*hd], [kv*hd]
-  std::vector<float> q_norm, k_norm;        // qk_norm: [heads*hd], [kv*hd] over the projection; [hd] each per head
-  std::vector<float> bo;                    // attention_out_bias: [d]
-  std::vector<float> sinks;                 // attention_sinks: [heads]
-  std::vector<float> gate_bias;             // router_bias: [experts]
-  std::vector<float> gate_correction_bias;  // router_correction_bias: [experts], float32 in the file
-  // MLA (attention_type mla): wq_a [q_lora, d], q_a_norm [q_lora], wq_b [heads*head_dim, q_lora]
-  // (or wq [heads*head_dim, d] without q_lora_rank), wkv_a [kv_lora + rope, d], kv_a_norm
-  // [kv_lora], wkv_b [heads*(nope + v), kv_lora]; wo [d, heads*v]. Each head's q is nope values
-  // then rope values, the RoPE part in rotate_half order (convert de-interleaves DeepSeek's).
-  WeightMatrix wq_a, wq_b, wkv_a, wkv_b;
-  std::vector<float> q_a_norm, kv_a_norm;
-  // wkv_b split per head by the runtime when it prepares the weights (runtime/mla_attention):
-  // W_uk [nope, kv_lora], its transpose [kv_lora, nope] and W_uv [v, kv_lora]; wkv_b is then freed.
-  std::vector<WeightMatrix> mla_uk, mla_uk_t, mla_uv;
-  // DSA's indexer (dsa.index_heads > 0): wq_b [heads*dim, q_lora], wk [dim, d], weights [heads, d];
-  // the key's LayerNorm weight and bias [dim]. RoPE parts in rotate_half order, as MLA's.
-  WeightMatrix idx_wq_b, idx_wk, idx_weights;
-  std::vector<float> idx_k_norm, idx_k_norm_bias;
-  // Gated DeltaNet (linear layers): w_qkv [conv channels, d] (q, k, v of every head in turn), w_z
-  // [v_heads*v_dim, d], w_b and w_a [v_heads, d]; conv [channels, kernel], dt_bias and A_log
-  // [v_heads], norm [v_dim]; wo is its out_proj [d, v_heads*v_dim].
-  WeightMatrix lin_qkv, lin_z, lin_b, lin_a;
-  std::vector<float> lin_conv, lin_dt_bias, lin_A_log, lin_norm;
-  WeightMatrix wq_gate;                     // attention_output_gate: [heads*hd, d]
-  FfnWeights shared_expert;                // shared expert: w1, w3 [sff, d], w2 [d, sff]
-  std::vector<float> shared_expert_gate;    // its gate [d] (one output row), when shared_expert_gated
-};
 
 // The token embedding [vocab, d] in the stored dtype (rows are widened to float32 as they are looked
 // up). From a local model.h5 that stores it contiguously a lookup reads its row from the file
@@ -82,7 +48,9 @@ struct DenseWeights {
   EmbeddingTable embed_tokens;
   std::vector<float> final_norm;    // [d]
   WeightMatrix lm_head;             // [vocab, d], stored dtype
-  std::vector<DenseLayerWeights> layers;
+  // Each decoder layer's tensors by schema name, as loaded; the forward's blocks take them
+  // (runtime/blocks), after which they are empty here.
+  std::vector<LayerTensors> layers;
   // The model.h5 xxh64 attributes of the quantizable matrices (io/dense_quant_cache), by path, when
   // loaded for --quantize-dense from a model that has them: what the dense cache is checked against.
   std::map<std::string, uint64_t> source_xxh64;
@@ -90,10 +58,9 @@ struct DenseWeights {
 
 std::string model_h5_path(const std::string& model_dir);
 
-// Where a row of the schema (model/model_schema) lands in `w`: a float32 array, or a matrix
-// (the gate is a float32 matrix). The embedding table is no target: it may be mapped.
-using DenseTarget = std::variant<std::vector<float>*, WeightMatrix*>;
-DenseTarget dense_target(DenseWeights& w, const model::DenseDataset& ds);
+// The matrix a row of the schema (model/model_schema) was loaded into, or null: a vector's row, the
+// embedding table (it may be mapped), or a layer's tensor the blocks took.
+WeightMatrix* dense_matrix(DenseWeights& w, const model::DenseDataset& ds);
 
 // Reads and validates the root attributes of model.h5 (a directory's or an object-store prefix's).
 model::ModelConfig read_model_config(const ModelLocation& model);

@@ -62,8 +62,8 @@ NameMap names_for(const std::string& architecture) {
 }
 
 std::string NameMap::dense_name(const DenseDataset& ds, bool tied) const {
-  if (ds.slot == DenseSlot::LmHead && tied) return "model.embed_tokens.weight";
-  const auto it = dense.find(ds.slot);
+  if (ds.layer < 0 && ds.name == "lm_head" && tied) return "model.embed_tokens.weight";
+  const auto it = dense.find(ds.name);
   const std::string& name = it != dense.end() ? it->second : ds.checkpoint;
   return ds.layer < 0 ? name : "model.layers." + std::to_string(ds.layer) + "." + name;
 }

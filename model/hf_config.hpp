@@ -63,7 +63,7 @@ Error with_hf_field_names(const Error& e, const nlohmann::json& j);
 
 // The tensor names of one architecture (without the "model." prefix where HF has it).
 struct NameMap {
-  std::map<DenseSlot, std::string> dense;        // datasets whose tensor the family names otherwise than the schema's row
+  std::map<std::string, std::string> dense;  // by row name: datasets whose tensor the family names otherwise than the schema's row
   std::string expert_w1, expert_w3, expert_w2;  // with {e}
   // The tensor of a dense dataset, whole: the family's name or the row's, under model.layers.L. for a
   // layer's; a tied LM head is the embedding.

@@ -1,7 +1,8 @@
 // The schema of model.h5's dense part: one row per dataset the config implies, with its shape, how
-// it is stored and held, where it lands in the loaded weights, and the checkpoint tensor it comes from. synth and convert write these
-// rows, io/model_file reads them, and the parameter counts and memory plans sum them: a new
-// tensor is one row here (docs/FORMATS.md lists the same datasets for readers of the file).
+// it is stored and held, and the checkpoint tensor it comes from. synth and convert write these
+// rows, io/model_file reads them into each layer's tensors by name, the layer blocks
+// (runtime/blocks) take theirs by the same name, and the parameter counts and memory plans sum them:
+// a new tensor is one row here (docs/FORMATS.md lists the same datasets for readers of the file).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,31 +12,22 @@
 
 namespace moerun::model {
 
-// Where a dense dataset lands: io::DenseWeights' model-wide tensors, or a field of a layer's
-// io::DenseLayerWeights (named like it).
-enum class DenseSlot : uint8_t {
-  EmbedTokens, FinalNorm, LmHead,
-  AttnNorm, FfnNorm, Wq, WqGate, Wk, Wv, Wo, Bq, Bk, Bv, Bo, QNorm, KNorm, Sinks,
-  WqA, QANorm, WqB, WkvA, KvANorm, WkvB,                                        // MLA
-  IdxWqB, IdxWk, IdxKNorm, IdxKNormBias, IdxWeights,                            // DSA's indexer
-  LinQkv, LinZ, LinB, LinA, LinConv, LinDtBias, LinALog, LinNorm,               // Gated DeltaNet
-  MlpW1, MlpW3, MlpW2,                                                          // dense MLP layers
-  Gate, GateBias, GateCorrectionBias, SharedW1, SharedW3, SharedW2, SharedGate  // MoE layers
-};
-
 struct DenseDataset {
   std::string path;  // "/layers/3/wq", "/embed_tokens"
-  std::string name;  // "wq", "embed_tokens": the path under /layers/L/ (or the root)
+  std::string name;  // "wq", "mlp/w1", "embed_tokens": the path under /layers/L/ (or the root); what the blocks take it by
   int64_t layer = -1;
   std::vector<int64_t> shape;  // as stored
-  DenseSlot slot = DenseSlot::EmbedTokens;
   bool float32 = false;      // stored as float32 whatever the model's dtype (the decay's parameters, correction bias)
   bool matrix = false;       // held as a matrix in the stored dtype; otherwise widened to float32 at load
+  bool float32_matrix = false;  // held as a float32 matrix (the gate: its logits are computed in float32)
   // --quantize-dense quantizes it: the LM head, the GQA/MHA attention projections, Gated DeltaNet's
   // q/k/v and z projections and out_proj, the shared experts and the dense MLPs (not MLA's matrices,
   // the gates, DeltaNet's small b/a projections, norms or the embedding).
   bool quantizable = false;
   bool parameter = true;     // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
+  // An RMSNorm weight of the (1 + w) form where the config sets norm_weight_offset (Qwen3-Next's
+  // input, post-attention, q/k and final norms; not its gated DeltaNet norm).
+  bool norm_offset = false;
   // The Hugging Face tensor it is converted from, in Qwen's names: under "model.layers.L." for a
   // layer's, whole for the model-wide ones. A family renames through NameMap::dense (model/hf_config)
   // or takes it from a fused tensor (ModelFamily::dense_source).

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/model_config.hpp"
-#include "runtime/gated_deltanet.hpp"
+#include "runtime/blocks/gated_deltanet.hpp"
 
 namespace moerun::runtime {
 

@@ -228,9 +228,7 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
     check_dense_fits(budget_, dense_resident_bytes(mc_, cfg_.dense_scheme, !location_->remote()), location_->file("model.h5"));
     dense_ = io::load_dense_weights(*location_, cfg_.dense_scheme, weight_memory_);
     quantize_dense();
-    dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing
-    pack_dense_weights(mm_, *dense_);
-    release_freed_memory();
+    dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing (ModelForward)
   }
   if (topo_.is_expert(rank_)) {
     build_store(rank_);
@@ -297,6 +295,7 @@ void Engine::start_serving() {
     }
     else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);
+    release_freed_memory();  // the plain copies the packing replaced
     if (reserved_step_tokens() > 0) reserve_step_buffers(reserved_step_tokens());
   } else {
     server_ = std::make_unique<ExpertServer>(*protocol_, *backend_, *store_, mc_.num_experts);

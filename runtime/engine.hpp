@@ -43,7 +43,7 @@
 #include "runtime/expert_balance.hpp"
 #include "runtime/hot_swap.hpp"
 #include "runtime/memory_budget.hpp"
-#include "runtime/mla_attention.hpp"
+#include "runtime/blocks/mla_attention.hpp"
 #include "runtime/model_forward.hpp"
 #include "runtime/rebalance.hpp"
 #include "runtime/routing_stats.hpp"
@@ -76,7 +76,7 @@ struct EngineConfig {
   experts::DeviceKind device = experts::DeviceKind::Cpu;
   MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
   // --quantize-dense: the LM head and the attention projections as q8/q4 on the routers, quantized
-  // at load (runtime/model_forward's pack_dense_weights); Plain keeps the model's dtype.
+  // at load (runtime/model_forward); Plain keeps the model's dtype.
   WeightScheme dense_scheme = WeightScheme::Plain;
   HugePages huge_pages = HugePages::Auto;
   // Tokens per step the router's step buffers are sized and touched for at start (the scheduler's

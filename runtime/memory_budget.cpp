@@ -79,7 +79,7 @@ int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized
   const auto dsize = static_cast<int64_t>(dtype_size(c.dtype));
   int64_t bytes = 0;
   for (const model::DenseDataset& ds : model::dense_datasets(c)) {
-    if (ds.slot == model::DenseSlot::EmbedTokens && embedding_mapped) continue;
+    if (ds.name == "embed_tokens" && embedding_mapped) continue;
     const int64_t cols = ds.shape.back();
     if (ds.quantizable && is_group_quantized(quantized) && cols % 32 == 0)  // values plus fp16 scales (and minimums) per group of 32
       bytes += ds.shape[0] * (quant_row_bytes(quantized, cols) + 2 * quant_row_scales(quantized, cols));

@@ -41,31 +41,12 @@ int make_dense_cache(const std::string& dir, WeightScheme s) {
   return n;
 }
 
-void pack_dense_weights(Matmul& mm, io::DenseWeights& w) {
-  // Packed for the row counts of decode steps (a batch of sequences); the same layout serves the
-  // larger prefill steps. Quantized matrices are already in their form (Matmul::pack leaves them).
-  constexpr int64_t kTypicalRows = 32;
-  const bool mla = w.config.attention_type == model::AttentionType::Mla;
-  mm.pack(w.lm_head, kTypicalRows);
-  for (std::size_t i = 0; i < w.layers.size(); ++i) {
-    io::DenseLayerWeights& l = w.layers[i];
-    if (mla) prepare_mla_weights(mm, w.config, l);  // before anything else: it reads wkv_b row-major
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.wq_a, &l.wq_b, &l.wkv_a, &l.wq_gate, &l.lin_qkv, &l.lin_z, &l.lin_b, &l.lin_a})
-      if (m->rows > 0) mm.pack(*m, kTypicalRows);
-    if (!w.config.is_moe_layer(static_cast<int64_t>(i))) {
-      for (WeightMatrix* m : {&l.mlp.w1, &l.mlp.w3, &l.mlp.w2}) mm.pack(*m, kTypicalRows);
-      continue;
-    }
-    mm.pack(l.gate, kTypicalRows);
-    if (w.config.shared_expert_intermediate_size > 0) pack_ffn(mm, l.shared_expert);
-  }
-}
-
-ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
+ModelForward::ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                            int micro_batches, MlaMode mla_mode)
-    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches),
-      blocks_(make_attention_blocks(weights, mm, mla_mode)) {
+    : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {
   const model::ModelConfig& c = weights.config;
+  pack_for_decode(mm, {&weights.lm_head});
+  mixers_ = make_mixer_blocks(weights, mm, mla_mode);
   // Top-k of the logits then a softmax over the chosen (gpt-oss) is softmax, top-k, renormalise:
   // exp(l_e) / sum over the chosen of exp(l_j) either way.
   router_.renormalize = c.norm_topk_prob || c.router_scoring == model::RouterScoring::TopKSoftmax;
@@ -75,6 +56,9 @@ ModelForward::ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer
   router_.group_top2 = c.router_group_score == model::GroupScore::Top2Sum;
   router_.routed_scaling = static_cast<float>(c.routed_scaling_factor);
   mlp_ = make_mlp_blocks(weights, mm, moe, router_, shared_scratch_);
+  // A schema row that no block takes would be read, counted and never used.
+  for (std::size_t l = 0; l < weights.layers.size(); ++l)
+    if (!weights.layers[l].all_taken()) fail(ErrorKind::Internal, "ModelForward: layer ", l, " has tensors that no block takes");
 }
 
 namespace {
@@ -144,7 +128,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   const StepBuffers buffers{h, xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(), attn_.as<float>(), tmp, mix_.as<float>(), T};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (l > 0) flag_nonfinite_rows(h, T, d, static_cast<int32_t>(l - 1), nonfinite_layer_.data());
-    const LayerStep step{b, mbs, buffers, sh, *blocks_.of_layer[static_cast<std::size_t>(l)], stats};
+    const LayerStep step{b, mbs, buffers, sh, *mixers_.of_layer[static_cast<std::size_t>(l)], stats};
     mlp_.of_layer[static_cast<std::size_t>(l)]->run_layer(step, l, times_);
   }
   flag_nonfinite_rows(h, T, d, static_cast<int32_t>(c.num_layers - 1), nonfinite_layer_.data());

@@ -1,7 +1,7 @@
 // ModelForward: one forward step of the router rank over a batch of sequence chunks (prefill
-// chunks and decode tokens mixed): embed, then each layer as its mixer block (runtime/attention_block)
-// and its MLP block (runtime/mlp_block: dense, or MoE through a MoeLayer) run it, then final norm
-// and LM head for the chunks that emit a token.
+// chunks and decode tokens mixed): embed, then each layer as its mixer block (runtime/blocks/
+// mixer_block) and its MLP block (runtime/blocks/mlp_block: dense, or MoE through a MoeLayer) run
+// it, then final norm and LM head for the chunks that emit a token.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,20 +13,15 @@
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
 #include "runtime/attention.hpp"
-#include "runtime/attention_block.hpp"
+#include "runtime/blocks/mixer_block.hpp"
 #include "runtime/dense_ops.hpp"
-#include "runtime/mla_attention.hpp"
-#include "runtime/mlp_block.hpp"
+#include "runtime/blocks/mlp_block.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
 #include "runtime/step_batch.hpp"
 
 namespace moerun::runtime {
 
-// Packs every dense matrix once into the layout oneDNN prefers (otherwise every GEMM re-copies its
-// weights: a third of decode time, issue 11), and splits MLA's kv_b per head. Call after the
-// weights were fingerprinted; quantized matrices keep their form.
-void pack_dense_weights(Matmul& mm, io::DenseWeights& w);
 // --quantize-dense: the LM head and multi-head attention's projections (io::quantizable_dense_matrices;
 // whole groups of 32 columns) still plain are quantized to `s`; returns how many were. Before the
 // fingerprint, so that a matrix read from the dense cache and one quantized here hash alike.
@@ -39,8 +34,12 @@ int make_dense_cache(const std::string& dir, WeightScheme s);
 class ModelForward {
  public:
   // The architecture variants of `weights.config` apply (biases, q/k norms, a shared expert, the
-  // top-k renormalisation).
-  ModelForward(const io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
+  // top-k renormalisation). The blocks take every layer's tensors out of `weights.layers`; the
+  // embedding, final norm and LM head stay there (read from there: `weights` must outlive this).
+  // The matrices are packed once into the layout oneDNN prefers (otherwise every GEMM re-copies
+  // its weights: a third of decode time, issue 11), after the weights were fingerprinted;
+  // quantized matrices keep their form.
+  ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
                int micro_batches, MlaMode mla_mode = MlaMode::Auto);
   // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
   void reserve(int64_t tokens);
@@ -61,7 +60,7 @@ class ModelForward {
   router::RouterConfig router_;
   int micro_batches_;
   void flag_logit_rows(const StepBatch& b, const float* logits);
-  AttentionBlocks blocks_;
+  MixerBlocks mixers_;
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
   FfnScratch shared_scratch_;  // the dense MLPs' and the shared expert's

@@ -44,14 +44,13 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   h.value(w.embed_tokens.rows).value(w.embed_tokens.cols).value(w.embed_tokens.xxh64);
   h.vec(w.final_norm);
   hash_matrix(h, w.lm_head);
-  for (const auto& l : w.layers) {
-    h.vec(l.attn_norm);
-    h.vec(l.ffn_norm);
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate}) hash_matrix(h, *m);
-    for (const auto* v : {&l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.shared_expert_gate, &l.bo, &l.sinks, &l.gate_bias}) h.vec(*v);
-    for (const WeightMatrix* m : {&l.shared_expert.w1, &l.shared_expert.w3, &l.shared_expert.w2, &l.mlp.w1, &l.mlp.w3, &l.mlp.w2})
-      hash_matrix(h, *m);
-  }
+  // Every layer tensor in schema order, its name first (so that no two layouts hash alike).
+  for (const io::LayerTensors& l : w.layers)
+    for (const auto& [name, t] : l.items()) {
+      h.bytes(name.data(), name.size());
+      if (const auto* v = std::get_if<std::vector<float>>(&t)) h.vec(*v);
+      else hash_matrix(h, std::get<WeightMatrix>(t));
+    }
   return h.digest();
 }
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gated_deltanet.hpp"
+#include "runtime/blocks/gated_deltanet.hpp"
 
 namespace moerun::bench {
 

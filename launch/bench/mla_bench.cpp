@@ -12,8 +12,8 @@
 #include "io/model_file.hpp"
 #include "convert/synthetic_model.hpp"
 #include "runtime/dense_ops.hpp"
-#include "runtime/dsa_indexer.hpp"
-#include "runtime/mla_attention.hpp"
+#include "runtime/blocks/dsa_indexer.hpp"
+#include "runtime/blocks/mla_attention.hpp"
 
 namespace moerun::bench {
 namespace {
@@ -34,13 +34,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// One MLA layer's weights, random, prepared and packed as the runtime holds them.
-io::DenseWeights one_layer(const model::ModelConfig& c, Matmul& mm) {
-  io::DenseWeights w;
-  w.config = c;
-  w.config.num_layers = 1;
-  w.layers.resize(1);
-  io::DenseLayerWeights& L = w.layers[0];
+// One MLA layer's weights (and its indexer's), random, prepared and packed as the runtime's blocks
+// hold them.
+struct OneLayer {
+  runtime::MlaWeights mla;
+  runtime::DsaIndexerWeights indexer;
+};
+OneLayer one_layer(const model::ModelConfig& c, Matmul& mm) {
+  OneLayer w;
+  runtime::MlaWeights& L = w.mla;
   const model::MlaShape& m = c.mla;
   const int64_t d = c.hidden_size, q = c.num_heads * c.head_dim;
   if (m.q_lora_rank > 0) {
@@ -52,19 +54,18 @@ io::DenseWeights one_layer(const model::ModelConfig& c, Matmul& mm) {
   }
   L.wkv_a = random_weight("wkv_a", m.kv_lora_rank + m.qk_rope_head_dim, d, c.dtype);
   L.kv_a_norm.assign(static_cast<std::size_t>(m.kv_lora_rank), 1.0f);
-  L.wkv_b = random_weight("wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype);
   L.wo = random_weight("wo", d, c.attention_out_dim(), c.dtype);
+  L.prepare(random_weight("wkv_b", c.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank, c.dtype), c, mm);
   if (c.is_dsa()) {
     const model::DsaShape& s = c.dsa;
-    L.idx_wq_b = random_weight("idx_wq_b", s.index_heads * s.index_head_dim, m.q_lora_rank, c.dtype);
-    L.idx_wk = random_weight("idx_wk", s.index_head_dim, d, c.dtype);
-    L.idx_weights = random_weight("idx_weights", s.index_heads, d, c.dtype);
-    L.idx_k_norm.assign(static_cast<std::size_t>(s.index_head_dim), 1.0f);
-    L.idx_k_norm_bias.assign(static_cast<std::size_t>(s.index_head_dim), 0.0f);
+    runtime::DsaIndexerWeights& I = w.indexer;
+    I.wq_b = random_weight("idx_wq_b", s.index_heads * s.index_head_dim, m.q_lora_rank, c.dtype);
+    I.wk = random_weight("idx_wk", s.index_head_dim, d, c.dtype);
+    I.weights = random_weight("idx_weights", s.index_heads, d, c.dtype);
+    I.k_norm.assign(static_cast<std::size_t>(s.index_head_dim), 1.0f);
+    I.k_norm_bias.assign(static_cast<std::size_t>(s.index_head_dim), 0.0f);
+    I.pack(mm);
   }
-  runtime::prepare_mla_weights(mm, w.config, L);
-  for (WeightMatrix* mat : {&L.wq, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wo, &L.idx_wq_b, &L.idx_wk, &L.idx_weights})
-    if (mat->rows > 0) mm.pack(*mat, 32);
   return w;
 }
 
@@ -105,12 +106,12 @@ void MlaBenchConfig::validate() const {
 std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
   cfg.validate();
   Matmul mm;
-  const io::DenseWeights w = one_layer(cfg.model, mm);
-  const model::ModelConfig& c = w.config;
+  const model::ModelConfig& c = cfg.model;
+  const OneLayer w = one_layer(c, mm);
   const int64_t d = c.hidden_size, row = c.kv_k_dim();
-  runtime::MlaAttention absorbed(w, mm, runtime::MlaMode::Absorbed), expanded(w, mm, runtime::MlaMode::Expanded);
+  runtime::MlaAttention absorbed(c, mm, runtime::MlaMode::Absorbed), expanded(c, mm, runtime::MlaMode::Expanded);
   std::unique_ptr<runtime::DsaIndexer> indexer;
-  if (c.is_dsa()) indexer = std::make_unique<runtime::DsaIndexer>(w, mm);
+  if (c.is_dsa()) indexer = std::make_unique<runtime::DsaIndexer>(c, mm);
   std::vector<MlaBenchRow> rows;
   for (int64_t S : cfg.contexts)
     for (int64_t B : cfg.batch) {
@@ -127,8 +128,8 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
           out(static_cast<std::size_t>(B * d));
       std::vector<runtime::DsaSelection> picks(static_cast<std::size_t>(B));
       auto step = [&](runtime::MlaAttention& a, bool sparse) {
-        a.project(0, xn.data(), B, pos.data(), new_rows.data());
-        if (sparse) indexer->project(0, xn.data(), a.q_latent(), B, pos.data(), new_rows.data());
+        a.project(w.mla, xn.data(), B, pos.data(), new_rows.data());
+        if (sparse) indexer->project(w.indexer, xn.data(), a.q_latent(), B, pos.data(), new_rows.data());
         std::vector<runtime::MlaChunk> chunks;
         for (int64_t b = 0; b < B; ++b) {
           kv[static_cast<std::size_t>(b)].append(0, new_rows.data() + b * row, nullptr, 1);
@@ -138,8 +139,8 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
             chunks.back().selection = &picks[static_cast<std::size_t>(b)];
           }
         }
-        a.attend(0, chunks, B, attn.data());
-        mm.linear(attn.data(), B, w.layers[0].wo, out.data());
+        a.attend(w.mla, 0, chunks, B, attn.data());
+        mm.linear(attn.data(), B, w.mla.wo, out.data());
         for (auto& k : kv) k.k[0].resize(static_cast<std::size_t>(S * row));  // back to S positions
       };
       // Interleaved, so both forms see the same cache and memory state.

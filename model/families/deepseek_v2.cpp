@@ -119,9 +119,9 @@ void v2_synth(ModelConfig& m) { synth_deepseek(false, m); }
 }  // namespace
 
 void deepseek_tensor_names(NameMap& n) {
-  n.dense[DenseSlot::SharedW1] = "mlp.shared_experts.gate_proj.weight";
-  n.dense[DenseSlot::SharedW3] = "mlp.shared_experts.up_proj.weight";
-  n.dense[DenseSlot::SharedW2] = "mlp.shared_experts.down_proj.weight";
+  n.dense["shared_expert/w1"] = "mlp.shared_experts.gate_proj.weight";
+  n.dense["shared_expert/w3"] = "mlp.shared_experts.up_proj.weight";
+  n.dense["shared_expert/w2"] = "mlp.shared_experts.down_proj.weight";
 }
 
 const ModelFamily kDeepseekV2{.name = "deepseek_v2",

@@ -38,7 +38,7 @@ void synth(ModelConfig& m) {
 
 // No per-expert names: the experts are fused tensors (mlp.experts.gate_up_proj...), read as such by the converter.
 void tensor_names(NameMap& n) {
-  n.dense[DenseSlot::Gate] = "mlp.router.weight";
+  n.dense["gate"] = "mlp.router.weight";
   n.expert_w1.clear();
   n.expert_w3.clear();
   n.expert_w2.clear();

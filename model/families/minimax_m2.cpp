@@ -36,8 +36,8 @@ void synth(ModelConfig& m) {
 }
 
 void tensor_names(NameMap& n) {
-  n.dense[DenseSlot::Gate] = "block_sparse_moe.gate.weight";
-  n.dense[DenseSlot::GateCorrectionBias] = "block_sparse_moe.e_score_correction_bias";
+  n.dense["gate"] = "block_sparse_moe.gate.weight";
+  n.dense["gate_correction_bias"] = "block_sparse_moe.e_score_correction_bias";
   n.expert_w1 = "block_sparse_moe.experts.{e}.w1.weight";
   n.expert_w3 = "block_sparse_moe.experts.{e}.w3.weight";
   n.expert_w2 = "block_sparse_moe.experts.{e}.w2.weight";

@@ -15,7 +15,7 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink&) {
 void synth(ModelConfig& m) { m.norm_topk_prob = true; }
 
 void tensor_names(NameMap& n) {
-  n.dense[DenseSlot::Gate] = "block_sparse_moe.gate.weight";
+  n.dense["gate"] = "block_sparse_moe.gate.weight";
   n.expert_w1 = "block_sparse_moe.experts.{e}.w1.weight";
   n.expert_w3 = "block_sparse_moe.experts.{e}.w3.weight";
   n.expert_w2 = "block_sparse_moe.experts.{e}.w2.weight";

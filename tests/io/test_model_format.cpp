@@ -164,10 +164,10 @@ TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
   const int64_t moe = 4 * 16 + 3 * 24 * 16 + 16;  // gate; the gated shared expert of intermediate_size
   EXPECT_EQ(c.dense_params(), 2 * 50 * 16 + 16 + linear + full + 2 * moe);
   const DenseWeights w = load_dense_weights(dir);
-  EXPECT_EQ(w.layers[0].lin_qkv.rows, 14);
-  EXPECT_EQ(w.layers[0].wo.cols, 6);
-  EXPECT_EQ(w.layers[0].wq.rows, 0) << "a linear layer has no q projection";
-  EXPECT_EQ(w.layers[1].wq_gate.rows, 16);
+  EXPECT_EQ(w.layers[0].matrix("linear/w_qkv")->rows, 14);
+  EXPECT_EQ(w.layers[0].matrix("wo")->cols, 6);
+  EXPECT_EQ(w.layers[0].matrix("wq"), nullptr) << "a linear layer has no q projection";
+  EXPECT_EQ(w.layers[1].matrix("wq_gate")->rows, 16);
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
     std::vector<float> stored(16);
@@ -241,10 +241,10 @@ TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
   const int64_t attention = 16 + 16 * 16 + 2 * 8 * 16 + 16 * 16 + 16;
   EXPECT_EQ(c.dense_params(), 2 * 50 * 16 + 16 + 3 * attention + 2 * 4 * 16 + 3 * 40 * 16);
   const DenseWeights w = load_dense_weights(dir);
-  EXPECT_EQ(w.layers[0].mlp.w2.rows, 16);
-  EXPECT_EQ(w.layers[0].mlp.w2.cols, 40);
-  EXPECT_EQ(w.layers[0].gate.rows, 0) << "a dense layer has no gate";
-  EXPECT_EQ(w.layers[1].gate.rows, 4);
+  EXPECT_EQ(w.layers[0].matrix("mlp/w2")->rows, 16);
+  EXPECT_EQ(w.layers[0].matrix("mlp/w2")->cols, 40);
+  EXPECT_EQ(w.layers[0].matrix("gate"), nullptr) << "a dense layer has no gate";
+  EXPECT_EQ(w.layers[1].matrix("gate")->rows, 4);
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, c);
   EXPECT_NO_THROW(idx.load_raw(1, 3));
   EXPECT_THROW(idx.locate(2, 0), Error) << "there are 2 MoE layers, not 3";

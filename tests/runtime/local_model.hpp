@@ -1,7 +1,8 @@
 // A synthetic model written to a scratch directory and loaded for one process: its dense weights
-// packed for the forward, every expert resident, a local MoE layer over them (the model-forward
+// (each ModelForward takes the layers' tensors: fresh_dense() loads another set), every expert resident, a local MoE layer over them (the model-forward
 // tests' set-up).
 #pragma once
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -23,14 +24,14 @@ struct LocalModel {
     convert::write_synthetic_model((dir / "model").string(), synth, true);
     loc.emplace(io::model_location((dir / "model").string(), {}));
     config = io::read_model_config(*loc);
-    dense.emplace(io::load_dense_weights(*loc));
-    runtime::pack_dense_weights(mm, *dense);
     index = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*loc, config));
     backend = experts::make_expert_backend({}, config, mm);
     store = std::make_unique<experts::ResidentExperts>(*backend, *index, config, [](int64_t, int64_t) { return true; });
     moe = std::make_unique<runtime::LocalMoeLayer>(*backend, *store, config.hidden_size, config.num_experts);
   }
   ~LocalModel() { std::filesystem::remove_all(dir); }
+  // The dense weights loaded anew, for one ModelForward (it takes the layers' tensors).
+  io::DenseWeights& fresh_dense() { return loaded.emplace_back(io::load_dense_weights(*loc)); }
   runtime::KvCache fresh_cache(int64_t positions) const {
     runtime::KvCache kv;
     kv.init(config.num_layers, config.kv_k_dim(), config.kv_v_dim(), positions);
@@ -41,7 +42,7 @@ struct LocalModel {
   std::optional<io::ModelLocation> loc;
   model::ModelConfig config;
   Matmul mm;
-  std::optional<io::DenseWeights> dense;
+  std::deque<io::DenseWeights> loaded;  // each fresh_dense()'s, alive as long as the model
   std::unique_ptr<io::ExpertShardIndex> index;
   std::unique_ptr<experts::ExpertBackend> backend;
   std::unique_ptr<experts::ResidentExperts> store;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gated_deltanet.hpp"
+#include "runtime/blocks/gated_deltanet.hpp"
 
 namespace moerun::runtime {
 namespace {

@@ -48,7 +48,7 @@ class MlaForward : public ::testing::Test {
   KvCache fresh_cache() { return m_.fresh_cache(64); }
   // A 40-token prompt in one chunk, then `steps` greedy decode steps: each step's logits.
   std::vector<std::vector<float>> generate(MlaMode mode, KvCache& kv, int steps) {
-    ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1, mode);
+    ModelForward f(m_.fresh_dense(), m_.mm, *m_.moe, {}, 1, mode);
     std::vector<int32_t> prompt;
     for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>((7 * i + 3) % mc_.vocab_size));
     std::vector<std::vector<float>> out(1);
@@ -108,9 +108,9 @@ TEST_F(MlaForward, DecodingTokenByTokenAgreesWithPrefill) {
   const std::vector<int32_t> prompt{1, 6, 2, 9, 5, 11, 3};
   KvCache whole = fresh_cache(), steps = fresh_cache();
   std::vector<float> at_once, last;
-  ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1, MlaMode::Expanded);
+  ModelForward f(m_.fresh_dense(), m_.mm, *m_.moe, {}, 1, MlaMode::Expanded);
   f.forward(chunk(prompt, 0, &whole), at_once, nullptr);
-  ModelForward g(*m_.dense, m_.mm, *m_.moe, {}, 1, MlaMode::Absorbed);
+  ModelForward g(m_.fresh_dense(), m_.mm, *m_.moe, {}, 1, MlaMode::Absorbed);
   for (std::size_t i = 0; i < prompt.size(); ++i) g.forward(chunk({prompt[i]}, static_cast<int64_t>(i), &steps), last, nullptr);
   EXPECT_LT(max_rel_diff(last, at_once), 1e-5);
 }

@@ -33,7 +33,7 @@ class ModelForwardTest : public ::testing::Test {
   }
   KvCache fresh_cache() { return m_.fresh_cache(16); }
   std::vector<float> run(int micro_batches, const StepBatch& b) {
-    ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, micro_batches);
+    ModelForward f(m_.fresh_dense(), m_.mm, *m_.moe, {}, micro_batches);
     std::vector<float> logits;
     f.forward(b, logits, nullptr);
     return logits;
@@ -82,7 +82,7 @@ TEST_F(ModelForwardTest, DecodingTokenByTokenAgreesWithPrefill) {
   KvCache whole = fresh_cache(), steps = fresh_cache();
   const auto at_once = run(1, batch({prompt}, {0}, {&whole}));
   std::vector<float> last;
-  ModelForward f(*m_.dense, m_.mm, *m_.moe, {}, 1);
+  ModelForward f(m_.fresh_dense(), m_.mm, *m_.moe, {}, 1);
   for (std::size_t i = 0; i < prompt.size(); ++i) f.forward(batch({{prompt[i]}}, {static_cast<int64_t>(i)}, {&steps}), last, nullptr);
   EXPECT_EQ(whole.length(0), static_cast<int64_t>(prompt.size()));
   EXPECT_EQ(steps.length(0), static_cast<int64_t>(prompt.size()));

@@ -1,5 +1,5 @@
 // Gated DeltaNet: conv, gates, the delta rule (recurrent and chunked), the gated norm.
-#include "runtime/gated_deltanet.hpp"
+#include "runtime/blocks/gated_deltanet.hpp"
 
 #include <algorithm>
 #include <cmath>

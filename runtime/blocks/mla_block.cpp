@@ -6,28 +6,40 @@
 #include <map>
 
 #include "base/error.hpp"
-#include "runtime/attention_block.hpp"
+#include "runtime/blocks/mixer_block.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {
 namespace {
 
-class MlaBlock final : public AttentionBlock {
+// A layer's weights: MLA's, and its indexer's where the model has DSA.
+struct MlaLayerWeights {
+  MlaWeights mla;
+  DsaIndexerWeights indexer;
+};
+
+class MlaBlock final : public MixerBlock {
  public:
-  MlaBlock(const io::DenseWeights& w, Matmul& mm, MlaMode mode) : AttentionBlock(w), mm_(mm), mla_(w, mm, mode) {
-    if (w.config.is_dsa()) indexer_ = std::make_unique<DsaIndexer>(w, mm);
+  MlaBlock(const model::ModelConfig& c, Matmul& mm, MlaMode mode)
+      : MixerBlock(c), mm_(mm), mla_(c, mm, mode), layers_(static_cast<std::size_t>(c.num_layers)) {
+    if (c.is_dsa()) indexer_ = std::make_unique<DsaIndexer>(c, mm);
   }
 
  protected:
+  void bind_mixer(int64_t l, io::LayerTensors& t) override {
+    MlaLayerWeights& L = layers_.at(static_cast<std::size_t>(l));
+    L.mla = MlaWeights::take(t, c_, mm_);
+    L.indexer = DsaIndexerWeights::take(t, mm_);
+  }
   void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
-    const model::ModelConfig& c = w_.config;
+    const model::ModelConfig& c = c_;
     const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
-    const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+    const MlaLayerWeights& L = layers_[static_cast<std::size_t>(l)];
     const float* xn = s.xn + t0 * c.hidden_size;
     const int64_t row = c.kv_k_dim();
     float* rows = s.k + t0 * row;  // the cache rows: latent and RoPE key
-    mla_.project(l, xn, n, b.positions.data() + t0, rows);
-    if (indexer_ && !c.dsa.shared(l)) indexer_->project(l, xn, mla_.q_latent(), n, b.positions.data() + t0, rows);
+    mla_.project(L.mla, xn, n, b.positions.data() + t0, rows);
+    if (indexer_ && !c.dsa.shared(l)) indexer_->project(L.indexer, xn, mla_.q_latent(), n, b.positions.data() + t0, rows);
     else if (indexer_) clear_index_keys(rows, n);
     std::vector<MlaChunk> chunks;
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
@@ -43,8 +55,8 @@ class MlaBlock final : public AttentionBlock {
     }
     if (indexer_) select(l, mb.tok0, chunks);
     float* heads = s.attn + t0 * c.attention_out_dim();
-    mla_.attend(l, chunks, n, heads);
-    mm_.linear(heads, n, L.wo, out);
+    mla_.attend(L.mla, l, chunks, n, heads);
+    mm_.linear(heads, n, L.mla.wo, out);
   }
 
  private:
@@ -53,7 +65,7 @@ class MlaBlock final : public AttentionBlock {
   // shared layer (GLM-5) takes the last full layer's choice for the same micro-batch.
   void select(int64_t l, int64_t tok0, std::vector<MlaChunk>& chunks) {
     std::vector<DsaSelection>& sel = selections_[tok0];
-    const bool shared = w_.config.dsa.shared(l);
+    const bool shared = c_.dsa.shared(l);
     if (!shared) sel.assign(chunks.size(), DsaSelection{});
     else if (sel.size() != chunks.size()) fail(ErrorKind::Internal, "DSA: layer ", l, " shares a choice made for other chunks");
     for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -65,20 +77,21 @@ class MlaBlock final : public AttentionBlock {
   }
   // A shared layer's rows keep the index key's columns, zero (nothing reads them).
   void clear_index_keys(float* rows, int64_t n) const {
-    const model::ModelConfig& c = w_.config;
+    const model::ModelConfig& c = c_;
     const int64_t stride = c.kv_k_dim(), col = c.mla.latent_width();
     for (int64_t t = 0; t < n; ++t) std::fill(rows + t * stride + col, rows + (t + 1) * stride, 0.0f);
   }
   Matmul& mm_;
   MlaAttention mla_;
   std::unique_ptr<DsaIndexer> indexer_;
+  std::vector<MlaLayerWeights> layers_;  // [layer]
   std::map<int64_t, std::vector<DsaSelection>> selections_;  // by micro-batch (its first token)
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionBlock> make_mla_block(const io::DenseWeights& w, Matmul& mm, MlaMode mode) {
-  return std::make_unique<MlaBlock>(w, mm, mode);
+std::unique_ptr<MixerBlock> make_mla_block(const model::ModelConfig& c, Matmul& mm, MlaMode mode) {
+  return std::make_unique<MlaBlock>(c, mm, mode);
 }
 
 }  // namespace moerun::runtime

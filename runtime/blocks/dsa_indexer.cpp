@@ -1,6 +1,8 @@
 // DeepSeek Sparse Attention's lightning indexer: its projections into the cache rows and the
 // top-k choice per query.
-#include "runtime/dsa_indexer.hpp"
+#include "runtime/blocks/dsa_indexer.hpp"
+
+#include "runtime/blocks/mixer_block.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -89,22 +91,30 @@ void layer_norm(const float* x, int64_t d, const float* w, const float* b, float
 }
 }  // namespace
 
-DsaIndexer::DsaIndexer(const io::DenseWeights& w, Matmul& mm)
-    : c_(w.config), w_(w), mm_(mm), rope_(rope_frequencies(w.config.rope_theta, w.config.mla.qk_rope_head_dim, w.config.rope)),
-      topk_(w.config.dsa.index_topk) {}
+DsaIndexerWeights DsaIndexerWeights::take(io::LayerTensors& t, Matmul& mm) {
+  DsaIndexerWeights w;
+  t.take({{"indexer/wq_b", &w.wq_b}, {"indexer/wk", &w.wk}, {"indexer/weights_proj", &w.weights}},
+         {{"indexer/k_norm", &w.k_norm}, {"indexer/k_norm_bias", &w.k_norm_bias}});
+  w.pack(mm);
+  return w;
+}
 
-void DsaIndexer::project(int64_t l, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows) {
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+void DsaIndexerWeights::pack(Matmul& mm) { pack_for_decode(mm, {&wq_b, &wk, &weights}); }
+
+DsaIndexer::DsaIndexer(const model::ModelConfig& c, Matmul& mm)
+    : c_(c), mm_(mm), rope_(rope_frequencies(c.rope_theta, c.mla.qk_rope_head_dim, c.rope)), topk_(c.dsa.index_topk) {}
+
+void DsaIndexer::project(const DsaIndexerWeights& L, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows) {
   const int64_t H = c_.dsa.index_heads, D = c_.dsa.index_head_dim, stride = c_.kv_k_dim();
   const int64_t col = c_.mla.latent_width();  // the index key's first column in a row
   float* q = fbuf(q_, n * H * D);
-  mm_.linear(q_latent, n, L.idx_wq_b, q);
+  mm_.linear(q_latent, n, L.wq_b, q);
   rope_apply(q, n, H, D, positions, rope_);
   float* wts = fbuf(wts_, n * H);
-  mm_.linear(xn, n, L.idx_weights, wts);
+  mm_.linear(xn, n, L.weights, wts);
   float* k = fbuf(k_, n * D);
-  mm_.linear(xn, n, L.idx_wk, k);
-  for (int64_t t = 0; t < n; ++t) layer_norm(k + t * D, D, L.idx_k_norm.data(), L.idx_k_norm_bias.data(), kKeyNormEps, k + t * D);
+  mm_.linear(xn, n, L.wk, k);
+  for (int64_t t = 0; t < n; ++t) layer_norm(k + t * D, D, L.k_norm.data(), L.k_norm_bias.data(), kKeyNormEps, k + t * D);
   rope_apply(k, n, 1, D, positions, rope_);
   for (int64_t t = 0; t < n; ++t) std::memcpy(rows + t * stride + col, k + t * D, static_cast<std::size_t>(D) * sizeof(float));
   n_ = n;

@@ -2,23 +2,36 @@
 // the families' variants (q/k/v and output biases, q/k norms, sinks, the sigmoid output gate).
 #include <cmath>
 
-#include "runtime/attention_block.hpp"
+#include "runtime/blocks/mixer_block.hpp"
 #include "runtime/dense_ops.hpp"
 
 namespace moerun::runtime {
 namespace {
 
-class GqaBlock final : public AttentionBlock {
+// A layer's projections [rows, d] (wo [d, heads*hd]) and the variants' vectors (empty where the
+// config has none).
+struct GqaWeights {
+  WeightMatrix wq, wq_gate, wk, wv, wo;
+  std::vector<float> bq, bk, bv, bo, q_norm, k_norm, sinks;
+};
+
+class GqaBlock final : public MixerBlock {
  public:
-  GqaBlock(const io::DenseWeights& w, Matmul& mm)
-      : AttentionBlock(w), mm_(mm), rope_(rope_frequencies(w.config.rope_theta, w.config.rope_dims(), w.config.rope)) {}
+  GqaBlock(const model::ModelConfig& c, Matmul& mm)
+      : MixerBlock(c), mm_(mm), rope_(rope_frequencies(c.rope_theta, c.rope_dims(), c.rope)), layers_(static_cast<std::size_t>(c.num_layers)) {}
 
  protected:
+  void bind_mixer(int64_t l, io::LayerTensors& t) override {
+    GqaWeights& L = layers_.at(static_cast<std::size_t>(l));
+    t.take({{"wq", &L.wq}, {"wq_gate", &L.wq_gate}, {"wk", &L.wk}, {"wv", &L.wv}, {"wo", &L.wo}},
+           {{"bq", &L.bq}, {"bk", &L.bk}, {"bv", &L.bv}, {"bo", &L.bo}, {"q_norm", &L.q_norm}, {"k_norm", &L.k_norm}, {"sinks", &L.sinks}});
+    pack_for_decode(mm_, {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_gate});
+  }
   void mix(const StepBatch& b, const MicroBatch& mb, int64_t l, const StepBuffers& s, float* out) override {
-    const model::ModelConfig& c = w_.config;
+    const model::ModelConfig& c = c_;
     const int64_t d = c.hidden_size, H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
     const int64_t t0 = mb.tok0, n = mb.tok1 - mb.tok0;
-    const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+    const GqaWeights& L = layers_[static_cast<std::size_t>(l)];
     const float* xn = s.xn + t0 * d;
     float* q = s.q + t0 * H * hd;
     float* k = s.k + t0 * KV * hd;
@@ -44,8 +57,8 @@ class GqaBlock final : public AttentionBlock {
 
  private:
   // q, k, v of n rows: the projections, their biases and norms, RoPE.
-  void project(const io::DenseLayerWeights& L, const float* xn, int64_t n, const int32_t* positions, float* q, float* k, float* v) {
-    const model::ModelConfig& c = w_.config;
+  void project(const GqaWeights& L, const float* xn, int64_t n, const int32_t* positions, float* q, float* k, float* v) {
+    const model::ModelConfig& c = c_;
     const int64_t H = c.num_heads, KV = c.num_kv_heads, hd = c.head_dim;
     const float eps = static_cast<float>(c.rms_norm_eps);
     mm_.linear(xn, n, L.wq, q);
@@ -69,10 +82,11 @@ class GqaBlock final : public AttentionBlock {
 
   Matmul& mm_;
   RopeFrequencies rope_;
+  std::vector<GqaWeights> layers_;  // [layer]; empty for the other kinds' layers
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionBlock> make_gqa_block(const io::DenseWeights& w, Matmul& mm) { return std::make_unique<GqaBlock>(w, mm); }
+std::unique_ptr<MixerBlock> make_gqa_block(const model::ModelConfig& c, Matmul& mm) { return std::make_unique<GqaBlock>(c, mm); }
 
 }  // namespace moerun::runtime

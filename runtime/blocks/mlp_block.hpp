@@ -13,7 +13,8 @@
 #include "base/swiglu_ffn.hpp"
 #include "io/model_file.hpp"
 #include "router/router_config.hpp"
-#include "runtime/attention_block.hpp"
+#include "io/layer_tensors.hpp"
+#include "runtime/blocks/mixer_block.hpp"
 #include "runtime/moe_layer.hpp"
 #include "runtime/routing_stats.hpp"
 #include "runtime/step_batch.hpp"
@@ -37,23 +38,25 @@ struct LayerStep {
   const std::vector<MicroBatch>& micro_batches;
   const StepBuffers& buffers;
   float* shared = nullptr;
-  AttentionBlock& mixer;
+  MixerBlock& mixer;
   RoutingStats* stats = nullptr;
 };
 
 class MlpBlock {
  public:
   virtual ~MlpBlock() = default;
+  // Takes layer `layer`'s MLP weights out of `t` and readies them (packed for the GEMMs).
+  virtual void bind(int64_t layer, io::LayerTensors& t) = 0;
   // Layer `layer`: its mixer over every micro-batch, and h += mlp(ffn_norm(h)).
   virtual void run_layer(const LayerStep& s, int64_t layer, DensePhaseTimes& times) = 0;
 };
 
-// The blocks of a model: one per kind it has, and which serves each layer. `scratch` is the FFN
-// scratch the dense MLP and the shared expert share.
+// The blocks of a model: one per kind it has, and which serves each layer, bound to its tensors in
+// `w.layers` (taken from there). `scratch` is the FFN scratch the dense MLP and the shared expert share.
 struct MlpBlocks {
   std::vector<std::unique_ptr<MlpBlock>> kinds;
   std::vector<MlpBlock*> of_layer;  // [layer]
 };
-MlpBlocks make_mlp_blocks(const io::DenseWeights& w, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router, FfnScratch& scratch);
+MlpBlocks make_mlp_blocks(io::DenseWeights& w, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router, FfnScratch& scratch);
 
 }  // namespace moerun::runtime

@@ -16,10 +16,11 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
-#include "io/model_file.hpp"
+#include "io/layer_tensors.hpp"
+#include "model/model_config.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/dense_ops.hpp"
-#include "runtime/dsa_indexer.hpp"
+#include "runtime/blocks/dsa_indexer.hpp"
 
 namespace moerun::runtime {
 
@@ -43,33 +44,44 @@ struct MlaChunk {
   const DsaSelection* selection = nullptr;  // DSA: the positions each query attends (null: all earlier ones)
 };
 
-// Splits a layer's wkv_b per head into mla_uk, mla_uk_t and mla_uv (packed for `mm`) and frees it:
-// what pack_dense_weights does for an MLA model before the forward runs.
-void prepare_mla_weights(Matmul& mm, const model::ModelConfig& c, io::DenseLayerWeights& layer);
+// A layer's MLA weights: wq_a [q_lora, d], q_a_norm [q_lora], wq_b [heads*head_dim, q_lora] (or wq
+// [heads*head_dim, d] without q_lora_rank), wkv_a [kv_lora + rope, d], kv_a_norm [kv_lora], wo [d,
+// heads*v]. Each head's q is nope values then rope values, the RoPE part in rotate_half order
+// (convert de-interleaves DeepSeek's). wkv_b [heads*(nope + v), kv_lora] is kept split per head:
+// W_uk [nope, kv_lora], its transpose [kv_lora, nope] and W_uv [v, kv_lora].
+struct MlaWeights {
+  WeightMatrix wq, wq_a, wq_b, wkv_a, wo;
+  std::vector<float> q_a_norm, kv_a_norm;
+  std::vector<WeightMatrix> uk, uk_t, uv;  // [head]
+
+  // A layer's MLA tensors taken out of `t`, wkv_b split, the matrices packed for `mm`.
+  static MlaWeights take(io::LayerTensors& t, const model::ModelConfig& c, Matmul& mm);
+  // The split of `wkv_b` (plain, row-major) and the packing, once the other fields are set.
+  void prepare(const WeightMatrix& wkv_b, const model::ModelConfig& c, Matmul& mm);
+};
 
 class MlaAttention {
  public:
-  // `w`'s MLA layers prepared (prepare_mla_weights).
-  MlaAttention(const io::DenseWeights& w, Matmul& mm, MlaMode mode);
+  MlaAttention(const model::ModelConfig& c, Matmul& mm, MlaMode mode);
 
-  // Projections of n rows of normed input xn [n, d] of `layer`: the cache rows [n, kv_lora + rope]
-  // (normed latent, RoPE'd key) into `rows`, and the queries kept for attend().
-  void project(int64_t layer, const float* xn, int64_t n, const int32_t* positions, float* rows);
-  // Attention of the projected queries against each chunk's cache; out [n, heads * v_head_dim].
-  void attend(int64_t layer, const std::vector<MlaChunk>& chunks, int64_t n, float* out);
+  // Projections of n rows of normed input xn [n, d] through a layer's weights: the cache rows [n,
+  // kv_lora + rope] (normed latent, RoPE'd key) into `rows`, and the queries kept for attend().
+  void project(const MlaWeights& w, const float* xn, int64_t n, const int32_t* positions, float* rows);
+  // Attention of the projected queries against each chunk's cache rows of `layer`; out [n, heads *
+  // v_head_dim].
+  void attend(const MlaWeights& w, int64_t layer, const std::vector<MlaChunk>& chunks, int64_t n, float* out);
   // The normed q latent [n, q_lora] of the last project() (DSA's indexer reads it).
   const float* q_latent() const { return qa_.as<float>(); }
 
  private:
-  void attend_absorbed(int64_t layer, const MlaChunk& ch, float* out);
-  void attend_expanded(int64_t layer, const MlaChunk& ch, float* out);
+  void attend_absorbed(const MlaWeights& w, int64_t layer, const MlaChunk& ch, float* out);
+  void attend_expanded(const MlaWeights& w, int64_t layer, const MlaChunk& ch, float* out);
   // One query per call over the chunk's selected positions' rows, gathered: the first k_width values
   // of k's rows (k_stride apart) and v [rows, v_width] (v null: the keys' rows) into gk and gv,
   // which `shape` describes.
   void attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_stride, int64_t k_width,
                        const float* v, int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width);
   const model::ModelConfig& c_;
-  const io::DenseWeights& w_;
   Matmul& mm_;
   MlaMode mode_;
   RopeFrequencies rope_;

@@ -13,7 +13,8 @@
 
 #include "base/aligned_buffer.hpp"
 #include "base/matmul.hpp"
-#include "io/model_file.hpp"
+#include "io/layer_tensors.hpp"
+#include "model/model_config.hpp"
 #include "runtime/attention.hpp"
 #include "runtime/dense_ops.hpp"
 
@@ -26,14 +27,25 @@ struct DsaSelection {
   std::vector<int32_t> positions;
 };
 
+// A layer's indexer: wq_b [heads*dim, q_lora], wk [dim, d], weights [heads, d]; the key's LayerNorm
+// weight and bias [dim]. RoPE parts in rotate_half order, as MLA's. Empty on a layer that shares
+// another's choice (GLM-5).
+struct DsaIndexerWeights {
+  WeightMatrix wq_b, wk, weights;
+  std::vector<float> k_norm, k_norm_bias;
+  // A layer's indexer tensors taken out of `t`, packed for `mm`.
+  static DsaIndexerWeights take(io::LayerTensors& t, Matmul& mm);
+  void pack(Matmul& mm);
+};
+
 class DsaIndexer {
  public:
-  explicit DsaIndexer(const io::DenseWeights& w, Matmul& mm);
+  DsaIndexer(const model::ModelConfig& c, Matmul& mm);
 
-  // n rows of `layer`: xn [n, d] the attention's input, q_latent [n, q_lora] the MLA's normed q
+  // n rows through a layer's weights: xn [n, d] the attention's input, q_latent [n, q_lora] the MLA's normed q
   // latent. Writes each row's key into rows [n, kv_k_dim] at the index key's columns; keeps the
   // queries and head weights for select().
-  void project(int64_t layer, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows);
+  void project(const DsaIndexerWeights& w, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows);
   // For rows [first, first + count) of the last project(), at positions pos0.., against `kv`'s
   // layer rows (appended up to the chunk's last position): the positions each attends. Ties go to
   // the earlier position, so the choice is the same however the batch is cut.
@@ -43,7 +55,6 @@ class DsaIndexer {
 
  private:
   const model::ModelConfig& c_;
-  const io::DenseWeights& w_;
   Matmul& mm_;
   RopeFrequencies rope_;
   int64_t topk_;

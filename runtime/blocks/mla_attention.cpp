@@ -1,11 +1,12 @@
 // Multi-head latent attention: projections into the compressed cache, and the absorbed and
 // expanded forms of the attention over it.
-#include "runtime/mla_attention.hpp"
+#include "runtime/blocks/mla_attention.hpp"
 
 #include <cmath>
 #include <cstring>
 
 #include "base/error.hpp"
+#include "runtime/blocks/mixer_block.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -51,28 +52,30 @@ float mla_softmax_scale(const model::ModelConfig& c) {
   return static_cast<float>(scale);
 }
 
-void prepare_mla_weights(Matmul& mm, const model::ModelConfig& c, io::DenseLayerWeights& L) {
-  if (!L.mla_uk.empty()) return;
-  if (L.wkv_b.packed) fail(ErrorKind::Internal, "prepare_mla_weights: wkv_b is packed already");
+MlaWeights MlaWeights::take(io::LayerTensors& t, const model::ModelConfig& c, Matmul& mm) {
+  MlaWeights w;
+  t.take({{"wq", &w.wq}, {"wq_a", &w.wq_a}, {"wq_b", &w.wq_b}, {"wkv_a", &w.wkv_a}, {"wo", &w.wo}},
+         {{"q_a_norm", &w.q_a_norm}, {"kv_a_norm", &w.kv_a_norm}});
+  w.prepare(t.take_matrix("wkv_b"), c, mm);
+  return w;
+}
+
+void MlaWeights::prepare(const WeightMatrix& wkv_b, const model::ModelConfig& c, Matmul& mm) {
+  if (wkv_b.packed) fail(ErrorKind::Internal, "MlaWeights::prepare: wkv_b is packed already");
   const int64_t nope = c.mla.qk_nope_head_dim, v = c.mla.v_head_dim;
   for (int64_t h = 0; h < c.num_heads; ++h) {
     const int64_t r0 = h * (nope + v);
-    L.mla_uk.push_back(slice_rows(mm, L.wkv_b, r0, nope, false));
-    L.mla_uk_t.push_back(slice_rows(mm, L.wkv_b, r0, nope, true));
-    L.mla_uv.push_back(slice_rows(mm, L.wkv_b, r0 + nope, v, false));
+    uk.push_back(slice_rows(mm, wkv_b, r0, nope, false));
+    uk_t.push_back(slice_rows(mm, wkv_b, r0, nope, true));
+    uv.push_back(slice_rows(mm, wkv_b, r0 + nope, v, false));
   }
-  L.wkv_b = WeightMatrix{};  // its heads are all there now
+  pack_for_decode(mm, {&wq, &wq_a, &wq_b, &wkv_a, &wo});
 }
 
-MlaAttention::MlaAttention(const io::DenseWeights& w, Matmul& mm, MlaMode mode)
-    : c_(w.config), w_(w), mm_(mm), mode_(mode),
-      rope_(rope_frequencies(w.config.rope_theta, w.config.mla.qk_rope_head_dim, w.config.rope)), scale_(mla_softmax_scale(w.config)) {
-  for (const io::DenseLayerWeights& L : w.layers)
-    if (static_cast<int64_t>(L.mla_uk.size()) != c_.num_heads) fail(ErrorKind::Internal, "MlaAttention: the MLA weights were not prepared");
-}
+MlaAttention::MlaAttention(const model::ModelConfig& c, Matmul& mm, MlaMode mode)
+    : c_(c), mm_(mm), mode_(mode), rope_(rope_frequencies(c.rope_theta, c.mla.qk_rope_head_dim, c.rope)), scale_(mla_softmax_scale(c)) {}
 
-void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t* positions, float* rows) {
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+void MlaAttention::project(const MlaWeights& L, const float* xn, int64_t n, const int32_t* positions, float* rows) {
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = c_.kv_k_dim();  // the cache row: latent, RoPE key (DSA: its index key)
@@ -109,17 +112,16 @@ void MlaAttention::project(int64_t l, const float* xn, int64_t n, const int32_t*
   n_ = n;
 }
 
-void MlaAttention::attend(int64_t l, const std::vector<MlaChunk>& chunks, int64_t n, float* out) {
+void MlaAttention::attend(const MlaWeights& w, int64_t l, const std::vector<MlaChunk>& chunks, int64_t n, float* out) {
   if (n != n_) fail(ErrorKind::Internal, "MlaAttention::attend: ", n, " rows, projected ", n_);
   for (const MlaChunk& ch : chunks) {
     const bool expand = mode_ == MlaMode::Expanded || (mode_ == MlaMode::Auto && ch.prompt);
-    if (expand) attend_expanded(l, ch, out);
-    else attend_absorbed(l, ch, out);
+    if (expand) attend_expanded(w, l, ch, out);
+    else attend_absorbed(w, l, ch, out);
   }
 }
 
-void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+void MlaAttention::attend_absorbed(const MlaWeights& L, int64_t l, const MlaChunk& ch, float* out) {
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim;
   const int64_t kvl = m.kv_lora_rank, row = kvl + rope, stride = c_.kv_k_dim(), n = ch.count;
@@ -127,7 +129,7 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   float* qc = fbuf(q_cat_, n * H * row);
   float* lat = fbuf(lat_, n * kvl);
   for (int64_t h = 0; h < H; ++h) {
-    mm_.linear(q_nope_.as<float>() + (h * n_ + ch.first) * nope, n, L.mla_uk_t[static_cast<std::size_t>(h)], lat);
+    mm_.linear(q_nope_.as<float>() + (h * n_ + ch.first) * nope, n, L.uk_t[static_cast<std::size_t>(h)], lat);
     for (int64_t t = 0; t < n; ++t) {
       std::memcpy(qc + (t * H + h) * row, lat + t * kvl, static_cast<std::size_t>(kvl) * 4);
       std::memcpy(qc + (t * H + h) * row + kvl, q_rope_.as<float>() + ((ch.first + t) * H + h) * rope, static_cast<std::size_t>(rope) * 4);
@@ -148,13 +150,12 @@ void MlaAttention::attend_absorbed(int64_t l, const MlaChunk& ch, float* out) {
   float* hout = fbuf(head_out_, n * v);
   for (int64_t h = 0; h < H; ++h) {
     for (int64_t t = 0; t < n; ++t) std::memcpy(hin + t * kvl, olat + (t * H + h) * kvl, static_cast<std::size_t>(kvl) * 4);
-    mm_.linear(hin, n, L.mla_uv[static_cast<std::size_t>(h)], hout);
+    mm_.linear(hin, n, L.uv[static_cast<std::size_t>(h)], hout);
     for (int64_t t = 0; t < n; ++t) std::memcpy(out + ((ch.first + t) * H + h) * v, hout + t * v, static_cast<std::size_t>(v) * 4);
   }
 }
 
-void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
-  const io::DenseLayerWeights& L = w_.layers[static_cast<std::size_t>(l)];
+void MlaAttention::attend_expanded(const MlaWeights& L, int64_t l, const MlaChunk& ch, float* out) {
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = c_.kv_k_dim(), n = ch.count;
@@ -168,12 +169,12 @@ void MlaAttention::attend_expanded(int64_t l, const MlaChunk& ch, float* out) {
   float* vals = fbuf(vals_, S * H * v);
   float* part = fbuf(lat_, S * std::max(nope, v));
   for (int64_t h = 0; h < H; ++h) {
-    mm_.linear(lat, S, L.mla_uk[static_cast<std::size_t>(h)], part);
+    mm_.linear(lat, S, L.uk[static_cast<std::size_t>(h)], part);
     for (int64_t s = 0; s < S; ++s) {
       std::memcpy(keys + (s * H + h) * qk, part + s * nope, static_cast<std::size_t>(nope) * 4);
       std::memcpy(keys + (s * H + h) * qk + nope, cache + s * row + kvl, static_cast<std::size_t>(rope) * 4);
     }
-    mm_.linear(lat, S, L.mla_uv[static_cast<std::size_t>(h)], part);
+    mm_.linear(lat, S, L.uv[static_cast<std::size_t>(h)], part);
     for (int64_t s = 0; s < S; ++s) std::memcpy(vals + (s * H + h) * v, part + s * v, static_cast<std::size_t>(v) * 4);
   }
   float* qf = fbuf(q_full_, n * H * qk);
