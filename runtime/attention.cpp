@@ -1,4 +1,4 @@
-// Attention kernel and KV cache.
+// Attention kernel.
 #include "runtime/attention.hpp"
 
 #include <immintrin.h>
@@ -9,99 +9,6 @@
 #include "base/cpu_features.hpp"
 
 namespace moerun::runtime {
-
-void KvCache::init(int64_t layers, int64_t kd, int64_t vd, int64_t reserve, const std::vector<int64_t>& windows) {
-  k_dim = kd;
-  v_dim = vd;
-  start.assign(static_cast<std::size_t>(layers), 0);
-  window = windows.empty() ? std::vector<int64_t>(static_cast<std::size_t>(layers), 0) : windows;
-  k.assign(static_cast<std::size_t>(layers), {});
-  v.assign(static_cast<std::size_t>(layers), {});
-  for (int64_t l = 0; l < layers; ++l) reserve_rows(l, reserve);
-}
-
-void KvCache::reserve_rows(int64_t l, int64_t positions) {
-  const int64_t rows = window[l] > 0 ? std::min(positions, 2 * window[l]) : positions;
-  k[l].reserve(static_cast<std::size_t>(rows * k_dim));
-  v[l].reserve(static_cast<std::size_t>(rows * v_dim));
-}
-
-void KvCache::trim_windows() {
-  for (std::size_t l = 0; l < k.size(); ++l)
-    if (window[l] > 0 && rows(static_cast<int64_t>(l)) >= 2 * window[l]) trim(static_cast<int64_t>(l), window[l] - 1);
-}
-
-void KvCache::append(int64_t layer, const float* kr, const float* vr, int64_t n) {
-  k[layer].insert(k[layer].end(), kr, kr + n * k_dim);
-  if (v_dim > 0) v[layer].insert(v[layer].end(), vr, vr + n * v_dim);
-}
-
-void KvCache::trim(int64_t layer, int64_t keep) {
-  const int64_t drop = rows(layer) - keep;
-  if (drop <= 0) return;
-  k[layer].erase(k[layer].begin(), k[layer].begin() + drop * k_dim);
-  v[layer].erase(v[layer].begin(), v[layer].begin() + drop * v_dim);
-  start[layer] += drop;
-}
-
-void KvCache::init(const model::ModelConfig& c, int64_t reserve) {
-  std::vector<int64_t> windows;
-  for (int64_t l = 0; l < c.num_layers; ++l) windows.push_back(c.window_of(l));
-  if (c.num_linear_layers() == 0) return init(c.num_layers, c.kv_k_dim(), c.kv_v_dim(), reserve, windows);
-  init(c.num_layers, c.kv_k_dim(), c.kv_v_dim(), 0, windows);
-  linear.assign(static_cast<std::size_t>(c.num_layers), {});
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (c.is_linear_layer(l)) linear[l].reset(c.linear);
-    else reserve_rows(l, reserve);
-  }
-}
-
-int64_t KvCache::bytes() const {
-  int64_t b = 0;
-  for (std::size_t l = 0; l < k.size(); ++l) b += static_cast<int64_t>((k[l].capacity() + v[l].capacity()) * sizeof(float));
-  for (const DeltaNetState& s : linear) b += static_cast<int64_t>((s.conv.capacity() + s.recurrent.capacity()) * sizeof(float));
-  return b;
-}
-
-bool KvCache::keeps_rows(std::size_t l) const { return linear.empty() || linear[l].recurrent.empty(); }
-
-bool KvCache::holds_from(int64_t s) const {
-  for (std::size_t l = 0; l < k.size(); ++l)
-    if (keeps_rows(l) && start[l] > s) return false;
-  return true;
-}
-
-StateBlock KvCache::copy_block(int64_t s, int64_t n) const {
-  StateBlock b;
-  b.k.resize(k.size());
-  b.v.resize(v.size());
-  for (std::size_t l = 0; l < k.size(); ++l) {
-    if (!keeps_rows(l)) continue;
-    const int64_t row0 = s - start[l];
-    b.k[l].assign(k[l].begin() + row0 * k_dim, k[l].begin() + (row0 + n) * k_dim);
-    b.v[l].assign(v[l].begin() + row0 * v_dim, v[l].begin() + (row0 + n) * v_dim);
-  }
-  return b;
-}
-
-StateBlock KvCache::snapshot() const {
-  StateBlock b;
-  b.after = linear;
-  return b;
-}
-
-void KvCache::append_block(const StateBlock& b, int64_t n) {
-  for (std::size_t l = 0; l < k.size(); ++l)
-    if (keeps_rows(l)) append(static_cast<int64_t>(l), b.k[l].data(), b.v[l].data(), n);
-  if (!b.after.empty()) linear = b.after;
-}
-
-int64_t StateBlock::bytes() const {
-  int64_t n = 0;
-  for (std::size_t l = 0; l < k.size(); ++l) n += static_cast<int64_t>((k[l].size() + v[l].size()) * sizeof(float));
-  for (const DeltaNetState& s : after) n += static_cast<int64_t>((s.conv.size() + s.recurrent.size()) * sizeof(float));
-  return n;
-}
 
 namespace {
 // The two inner loops for the heads that share a kv head (at most kHeadsTogether), over its rows:

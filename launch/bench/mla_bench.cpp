@@ -141,7 +141,7 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
         }
         a.attend(w.mla, 0, chunks, B, attn.data());
         mm.linear(attn.data(), B, w.mla.wo, out.data());
-        for (auto& k : kv) k.k[0].resize(static_cast<std::size_t>(S * row));  // back to S positions
+        for (auto& k : kv) k.row_state(0).k.resize(static_cast<std::size_t>(S * row));  // back to S positions
       };
       // Interleaved, so both forms see the same cache and memory state.
       std::vector<double> ta, te;

@@ -65,7 +65,7 @@ class DeltaNetBlock final : public MixerBlock {
     const auto chunk = [&](std::size_t ci) {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
-      mix_chunk(L, ch.kv->linear[static_cast<std::size_t>(l)], qkv + off * C, g + off * Hv, beta + off * Hv, ch.count, split + off * C,
+      mix_chunk(L, ch.kv->recurrent(l), qkv + off * C, g + off * Hv, beta + off * Hv, ch.count, split + off * C,
                 heads + off * vw);
     };
     // (Not one loop with an `if` clause: inside a region serialised by it, libgomp runs the

@@ -124,8 +124,8 @@ void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t cou
   if (first + count > n_) fail(ErrorKind::Internal, "DsaIndexer::select: rows ", first, "+", count, " of ", n_, " projected");
   const int64_t H = c_.dsa.index_heads, D = c_.dsa.index_head_dim, stride = c_.kv_k_dim();
   const int64_t col = c_.mla.latent_width();
-  const float* cache = kv.k[static_cast<std::size_t>(l)].data();
-  const int64_t start = kv.start[static_cast<std::size_t>(l)];
+  const float* cache = kv.row_state(l).k.data();
+  const int64_t start = kv.row_state(l).start;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D)), head_scale = 1.0f / std::sqrt(static_cast<float>(H));
   out.offsets.assign(1, 0);
   out.positions.clear();

@@ -42,8 +42,9 @@ class GqaBlock final : public MixerBlock {
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
-      ch.kv->append(l, k + off * KV * hd, v + off * KV * hd, ch.count);
-      attention_forward(q + off * H * hd, ch.kv->k[l].data(), ch.kv->v[l].data(), ch.kv->start[l], ch.pos0, ch.count, shape,
+      RowState& rows = ch.kv->row_state(l);
+      rows.append(k + off * KV * hd, v + off * KV * hd, ch.count);
+      attention_forward(q + off * H * hd, rows.k.data(), rows.v.data(), rows.start, ch.pos0, ch.count, shape,
                         attn + off * H * hd);
     }
     if (c.attention_output_gate) {  // Qwen3-Next: attn * sigmoid(x Wq_gate), element by element

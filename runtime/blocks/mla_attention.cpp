@@ -138,12 +138,12 @@ void MlaAttention::attend_absorbed(const MlaWeights& L, int64_t l, const MlaChun
   // One kv head whose key is the whole row and whose value its latent part: MQA over the cache.
   float* olat = fbuf(head_in_, n * H * kvl);
   AttentionShape shape{H, 1, row, scale_, 0, nullptr, kvl, stride, stride};
-  const KvCache& kv = *ch.kv;
+  const RowState& kv = ch.kv->row_state(l);
   if (ch.selection) {  // the chosen rows' latent and RoPE key only, gathered
     const AttentionShape gathered{H, 1, row, scale_, 0, nullptr, kvl, row, row};
-    attend_selected(ch, qc, H * row, kv.k[l].data(), stride, row, nullptr, 0, kv.start[l], gathered, olat, H * kvl);
+    attend_selected(ch, qc, H * row, kv.k.data(), stride, row, nullptr, 0, kv.start, gathered, olat, H * kvl);
   } else {
-    attention_forward(qc, kv.k[l].data(), kv.k[l].data(), kv.start[l], ch.pos0, n, shape, olat);
+    attention_forward(qc, kv.k.data(), kv.k.data(), kv.start, ch.pos0, n, shape, olat);
   }
   // Each head's output through its W_uv.
   float* hin = fbuf(lat_, n * kvl);
@@ -159,9 +159,9 @@ void MlaAttention::attend_expanded(const MlaWeights& L, int64_t l, const MlaChun
   const model::MlaShape& m = c_.mla;
   const int64_t H = c_.num_heads, nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim, qk = nope + rope;
   const int64_t kvl = m.kv_lora_rank, row = c_.kv_k_dim(), n = ch.count;
-  const KvCache& kv = *ch.kv;
-  const int64_t S = kv.rows(l);
-  const float* cache = kv.k[l].data();
+  const RowState& kv = ch.kv->row_state(l);
+  const int64_t S = kv.rows();
+  const float* cache = kv.k.data();
   // The cached latents as rows of their own, then every head's k_nope and v for every position.
   float* lat = fbuf(kvb_, S * kvl);
   for (int64_t s = 0; s < S; ++s) std::memcpy(lat + s * kvl, cache + s * row, static_cast<std::size_t>(kvl) * 4);
@@ -184,8 +184,8 @@ void MlaAttention::attend_expanded(const MlaWeights& L, int64_t l, const MlaChun
       std::memcpy(qf + (t * H + h) * qk + nope, q_rope_.as<float>() + ((ch.first + t) * H + h) * rope, static_cast<std::size_t>(rope) * 4);
     }
   AttentionShape shape{H, H, qk, scale_, 0, nullptr, v, 0, 0};
-  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, H * qk, vals, H * v, kv.start[l], shape, out + ch.first * H * v, H * v);
-  else attention_forward(qf, keys, vals, kv.start[l], ch.pos0, n, shape, out + ch.first * H * v);
+  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, H * qk, vals, H * v, kv.start, shape, out + ch.first * H * v, H * v);
+  else attention_forward(qf, keys, vals, kv.start, ch.pos0, n, shape, out + ch.first * H * v);
 }
 
 void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_stride, int64_t k_width,

@@ -11,7 +11,7 @@ namespace moerun::runtime {
 
 inline void fake_forward(const StepBatch& b, int64_t slots_per_token = 0) {
   for (const auto& ch : b.chunks) {
-    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->k_dim), 0.0f);
+    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->row_state(0).k_dim), 0.0f);
     ch.kv->append(0, z.data(), z.data(), ch.count);
     if (ch.routing && slots_per_token > 0)
       for (auto& layer : *ch.routing) layer.insert(layer.end(), static_cast<std::size_t>(ch.count * slots_per_token), 0);

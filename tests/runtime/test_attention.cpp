@@ -61,10 +61,10 @@ TEST(Attention, PrefillEqualsDecodeSteps) {
   decode.init(1, KV * hd, KV * hd, n);
   std::vector<float> a(n * H * hd), b(n * H * hd);
   prefill.append(0, k.data(), v.data(), n);
-  attention_forward(q.data(), prefill.k[0].data(), prefill.v[0].data(), 0, 0, n, shape(), a.data());
+  attention_forward(q.data(), prefill.row_state(0).k.data(), prefill.row_state(0).v.data(), 0, 0, n, shape(), a.data());
   for (int64_t i = 0; i < n; ++i) {
     decode.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
-    attention_forward(q.data() + i * H * hd, decode.k[0].data(), decode.v[0].data(), 0, i, 1, shape(), b.data() + i * H * hd);
+    attention_forward(q.data() + i * H * hd, decode.row_state(0).k.data(), decode.row_state(0).v.data(), 0, i, 1, shape(), b.data() + i * H * hd);
   }
   EXPECT_EQ(decode.length(0), n);
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
@@ -101,8 +101,8 @@ TEST(Attention, TrimmedWindowCacheGivesTheSameOutputs) {
     std::vector<float> a(H * hd), b(H * hd);
     whole.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
     trimmed.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
-    attention_forward(q.data() + i * H * hd, whole.k[0].data(), whole.v[0].data(), 0, i, 1, shape(W), a.data());
-    attention_forward(q.data() + i * H * hd, trimmed.k[0].data(), trimmed.v[0].data(), trimmed.start[0], i, 1, shape(W), b.data());
+    attention_forward(q.data() + i * H * hd, whole.row_state(0).k.data(), whole.row_state(0).v.data(), 0, i, 1, shape(W), a.data());
+    attention_forward(q.data() + i * H * hd, trimmed.row_state(0).k.data(), trimmed.row_state(0).v.data(), trimmed.row_state(0).start, i, 1, shape(W), b.data());
     for (int64_t c = 0; c < H * hd; ++c) {
       ASSERT_EQ(a[c], b[c]) << "position " << i;
       ASSERT_NEAR(a[c], want[i * H * hd + c], 1e-5);
@@ -111,7 +111,7 @@ TEST(Attention, TrimmedWindowCacheGivesTheSameOutputs) {
     ASSERT_LT(trimmed.rows(0), 2 * W);
     ASSERT_EQ(trimmed.length(0), i + 1);
   }
-  EXPECT_GT(trimmed.start[0], 0);
+  EXPECT_GT(trimmed.row_state(0).start, 0);
 }
 
 }  // namespace

@@ -92,11 +92,11 @@ TEST_F(MlaForward, TheCacheHoldsOnlyTheLatentAndTheRopeKey) {
   KvCache kv = fresh_cache();
   generate(MlaMode::Absorbed, kv, 4);
   const int64_t row = mc_.mla.kv_lora_rank + mc_.mla.qk_rope_head_dim;
-  EXPECT_EQ(kv.k_dim, row);
-  EXPECT_EQ(kv.v_dim, 0);
+  EXPECT_EQ(kv.row_state(0).k_dim, row);
+  EXPECT_EQ(kv.row_state(0).v_dim, 0);
   for (int64_t l = 0; l < mc_.num_layers; ++l) {
-    EXPECT_EQ(static_cast<int64_t>(kv.k[l].size()), 44 * row) << "layer " << l;
-    EXPECT_TRUE(kv.v[l].empty()) << "layer " << l;
+    EXPECT_EQ(static_cast<int64_t>(kv.row_state(l).k.size()), 44 * row) << "layer " << l;
+    EXPECT_TRUE(kv.row_state(l).v.empty()) << "layer " << l;
   }
   // Against multi-head attention of the same heads, H * (nope + rope) keys and H * v values a token:
   // 40 values against 4 * (24 + 16) = 160 here (576 against 40,960 at DeepSeek-V3's sizes).

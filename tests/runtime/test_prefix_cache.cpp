@@ -2,6 +2,7 @@
 // everything before a block, routing carried along, and LRU eviction that never strands a child.
 #include <gtest/gtest.h>
 
+#include "base/error.hpp"
 #include "runtime/prefix_cache.hpp"
 
 namespace moerun::runtime {
@@ -44,8 +45,9 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
   PromptRouting want_r;
   fill(b, want, want_r);
   for (int64_t l = 0; l < kLayers; ++l) {
-    EXPECT_EQ(got.k[l], std::vector<float>(want.k[l].begin(), want.k[l].begin() + 8 * kKvDim));
-    EXPECT_EQ(got.v[l], std::vector<float>(want.v[l].begin(), want.v[l].begin() + 8 * kKvDim));
+    const RowState &g = got.row_state(l), &w = want.row_state(l);
+    EXPECT_EQ(g.k, std::vector<float>(w.k.begin(), w.k.begin() + 8 * kKvDim));
+    EXPECT_EQ(g.v, std::vector<float>(w.v.begin(), w.v.begin() + 8 * kKvDim));
     EXPECT_EQ(r[l], std::vector<int32_t>(want_r[l].begin(), want_r[l].begin() + 8 * kTopK));
   }
   // max_tokens below a block boundary stops at the block before it.
@@ -72,7 +74,7 @@ TEST(PrefixCache, RecurrentLayersReuseUpToTheirLastSnapshot) {
       const std::vector<float> row(kKvDim, static_cast<float>(p));
       kv.append(0, row.data(), row.data(), 1);
       routing[0].insert(routing[0].end(), {static_cast<int32_t>(p), -1});
-      std::fill(kv.linear[1].recurrent.begin(), kv.linear[1].recurrent.end(), static_cast<float>(p));
+      std::fill(kv.recurrent(1).recurrent.begin(), kv.recurrent(1).recurrent.end(), static_cast<float>(p));
     }
   };
   prefill(0, 4);
@@ -85,9 +87,9 @@ TEST(PrefixCache, RecurrentLayersReuseUpToTheirLastSnapshot) {
   PromptRouting r;
   EXPECT_EQ(cache.reuse(a, 9, got, r), 4);  // not 8: block [4, 8) has no state after it
   EXPECT_EQ(got.rows(0), 4);
-  EXPECT_EQ(got.k[0][3 * kKvDim], 3.0f);
-  EXPECT_EQ(got.linear[1].recurrent, std::vector<float>(kv.linear[1].recurrent.size(), 3.0f));
-  EXPECT_TRUE(got.k[1].empty());  // the recurrent layer keeps no rows
+  EXPECT_EQ(got.row_state(0).k[3 * kKvDim], 3.0f);
+  EXPECT_EQ(got.recurrent(1).recurrent, std::vector<float>(kv.recurrent(1).recurrent.size(), 3.0f));
+  EXPECT_THROW(got.row_state(1), moerun::Error);  // the recurrent layer keeps no rows
 }
 
 TEST(PrefixCache, KeysDependOnPositionAndOnTheWholePrefix) {

@@ -228,7 +228,7 @@ TEST(MinHash, EstimatesJaccard) {
 // Prompt tokens of "topic" t (first token t) route every layer to experts 2t and 2t+1.
 void topic_forward(const StepBatch& b) {
   for (const auto& ch : b.chunks) {
-    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->k_dim), 0.0f);
+    std::vector<float> z(static_cast<std::size_t>(ch.count * ch.kv->row_state(0).k_dim), 0.0f);
     ch.kv->append(0, z.data(), z.data(), ch.count);
     if (!ch.routing) continue;
     const int32_t topic = b.ids[static_cast<std::size_t>(ch.first)] == 1 ? 0 : 1;
