@@ -1,9 +1,12 @@
 // ModelForward on a real (tiny, synthetic) model file in one process: micro-batches change the
 // logits only by rounding; two sequences batched give each one's logits alone; a prompt prefilled at
-// once and the same prompt decoded token by token agree.
+// once and the same prompt decoded token by token agree. The blocks take every layer tensor, and a
+// tensor no block takes is refused.
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "base/error.hpp"
 
 #include "runtime/model_forward.hpp"
 #include "tests/runtime/local_model.hpp"
@@ -87,6 +90,26 @@ TEST_F(ModelForwardTest, DecodingTokenByTokenAgreesWithPrefill) {
   EXPECT_EQ(whole.length(0), static_cast<int64_t>(prompt.size()));
   EXPECT_EQ(steps.length(0), static_cast<int64_t>(prompt.size()));
   EXPECT_LT(max_rel_diff(last.data(), at_once.data(), mc_.vocab_size), 1e-4);
+}
+
+TEST_F(ModelForwardTest, BlocksTakeEveryLayerTensor) {
+  io::DenseWeights& w = m_.fresh_dense();
+  ASSERT_FALSE(w.layers[0].all_taken());
+  ModelForward f(w, m_.mm, *m_.moe, {}, 1);
+  for (const io::LayerTensors& l : w.layers) EXPECT_TRUE(l.all_taken());
+  EXPECT_EQ(w.lm_head.rows, mc_.vocab_size) << "the model-wide tensors stay with the weights";
+}
+
+TEST_F(ModelForwardTest, ATensorNoBlockTakesIsRefused) {
+  io::DenseWeights& w = m_.fresh_dense();
+  model::DenseDataset extra{"/layers/1/extra", "extra", 1, {4}};
+  std::get<std::vector<float>>(w.layers[1].place(extra)).assign(4, 1.0f);
+  try {
+    ModelForward f(w, m_.mm, *m_.moe, {}, 1);
+    FAIL() << "a layer tensor no block takes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 has tensors that no block takes"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
