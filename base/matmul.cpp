@@ -3,6 +3,8 @@
 // PyTorch layout are described as memory tag "ba" on logical [K, N], so plain weights are never copied.
 #include "base/matmul.hpp"
 
+#include "base/weight_scheme_table.hpp"
+
 #include "base/quant_matmul.hpp"
 
 #include <dnnl.hpp>
@@ -317,14 +319,15 @@ void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DTyp
 }
 
 void Matmul::linear(const float* x, int64_t M, const WeightMatrix& W, float* y) {
-  if (is_native_quantized(W.scheme)) {  // mxfp4 / fp8-block as shipped, float32 activations
-    native_matmul(W.scheme, x, M, W.cols, W.rows, W.data.as<uint8_t>(), y);
-    return;
-  }
-  if (is_group_quantized(W.scheme)) {
-    quantize_activations(x, M, W.cols, impl_->xq);
-    quant_matmul(W.scheme, impl_->xq, W.rows, W.data.as<uint8_t>(), y);
-    return;
+  switch (weight_scheme_row(W.scheme).kernels) {
+    case WeightKernels::Native:  // mxfp4 / fp8-block as shipped, float32 activations
+      native_matmul(W.scheme, x, M, W.cols, W.rows, W.data.as<uint8_t>(), y);
+      return;
+    case WeightKernels::Group:  // q8 / q4 / int4 over int8-quantized activations
+      quantize_activations(x, M, W.cols, impl_->xq);
+      quant_matmul(W.scheme, impl_->xq, W.rows, W.data.as<uint8_t>(), y);
+      return;
+    case WeightKernels::Dense: break;
   }
   if (W.dtype == DType::F32) {
     impl_->run(x, M, W, y, DType::F32, Epilogue::None, nullptr);

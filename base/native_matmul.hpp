@@ -15,10 +15,12 @@
 #include <cstdint>
 
 #include "base/quant_format.hpp"
+#include "base/weight_scheme_table.hpp"
 
 namespace moerun {
 
-inline bool is_native_quantized(WeightScheme s) { return s == WeightScheme::Mxfp4 || s == WeightScheme::Fp8Block; }
+// mxfp4 and fp8-block (the weight-format table's rows with Native kernels).
+inline bool is_native_quantized(WeightScheme s) { return weight_scheme_row(s).kernels == WeightKernels::Native; }
 
 // The blocked form of W [N, K] (rows N = outputs, K a multiple of 32), blocks of 16 output rows
 // (rows past N zero, their mxfp4 scales 1):

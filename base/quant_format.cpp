@@ -97,7 +97,7 @@ void check_cols(WeightScheme s, int64_t cols) {
 
 }  // namespace
 
-bool is_group_quantized(WeightScheme s) { return weight_scheme_row(s).group_quantized; }
+bool is_group_quantized(WeightScheme s) { return weight_scheme_row(s).kernels == WeightKernels::Group; }
 
 int64_t quant_row_bytes(WeightScheme s, int64_t cols) { return s == WeightScheme::Q8 ? cols : cols / 2; }
 int64_t quant_row_scales(WeightScheme s, int64_t cols) { return (s == WeightScheme::Q4 ? 2 : 1) * (cols / kQuantGroup); }

@@ -26,7 +26,7 @@ enum class WeightScheme {
 
 inline constexpr int64_t kQuantGroup = 32;  // weights per scale
 
-// q8, q4 and int4 (the weight-format table's group_quantized column).
+// q8, q4 and int4 (the weight-format table's rows with Group kernels).
 bool is_group_quantized(WeightScheme s);
 
 // int4's level byte per group: the zero level z (8 for a symmetric scheme) in bits 0-3, and bit 7

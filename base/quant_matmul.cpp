@@ -17,6 +17,7 @@
 #include "base/dtype.hpp"
 #include "base/error.hpp"
 #include "base/parallel_for.hpp"
+#include "base/weight_scheme_table.hpp"
 
 namespace moerun {
 namespace {
@@ -335,7 +336,19 @@ void transpose_row_scales(const QuantizedRows& x, AlignedBuffer& out) {
         for (int64_t r = 0; r < 16; ++r) *dst++ = src[f][(rb * 16 + r) * G + g];  // padded rows: zero
 }
 
+// A group-quantized scheme's kernels, one row per scheme of the weight-format table whose rows
+// name the Group kernels (group_kernels, defined after the last of them).
+struct GroupKernels {
+  WeightScheme scheme;
+  void (*block)(const RowPass& p, int R, const uint8_t* w, float* out, bool vnni);
+  void (*amx)(const QuantizedRows& x, const AlignedBuffer& scales_t, const uint8_t* wb, int64_t block_bytes, const uint8_t* b_tiles,
+              bool two, int32_t* c, float* out, float* y, int64_t N, int64_t n0);
+  int64_t (*find_bad)(int64_t N, int64_t K, const uint8_t* w);
+};
+const GroupKernels& group_kernels(WeightScheme s);
+
 void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y) {
+  const GroupKernels& k = group_kernels(s);
   const int64_t G = x.cols / kG, nblocks = ceil_div(N, kNB), pairs = ceil_div(nblocks, 2);
   const int64_t block_bytes = G * chunk_bytes(s);
   thread_local AlignedBuffer scales_t;
@@ -361,9 +374,7 @@ void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t
       int32_t* ci = c.as<int32_t>();
       float* o = out.as<float>();
       uint8_t* bt = b_tiles.as<uint8_t>();
-      if (s == WeightScheme::Q4) amx_pair<WeightScheme::Q4>(x, st, wb, block_bytes, bt, two, ci, o, y, N, nb * kNB);
-      else if (s == WeightScheme::Int4) amx_pair<WeightScheme::Int4>(x, st, wb, block_bytes, bt, two, ci, o, y, N, nb * kNB);
-      else amx_pair<WeightScheme::Q8>(x, st, wb, block_bytes, nullptr, two, ci, o, y, N, nb * kNB);
+      k.amx(x, st, wb, block_bytes, nibbles(s) ? bt : nullptr, two, ci, o, y, N, nb * kNB);
     }
     amx_release();
   }
@@ -629,13 +640,21 @@ int64_t find_bad_scale(int64_t N, int64_t K, const uint8_t* w) {
     }
   return -1;
 }
+
+template <WeightScheme S>
+constexpr GroupKernels kernels_of() {
+  return {S, run_block<S>, amx_pair<S>, find_bad_scale<S>};
+}
+
+const GroupKernels& group_kernels(WeightScheme s) {
+  static constexpr GroupKernels kRows[] = {kernels_of<WeightScheme::Q8>(), kernels_of<WeightScheme::Q4>(), kernels_of<WeightScheme::Int4>()};
+  for (const GroupKernels& k : kRows)
+    if (k.scheme == s) return k;
+  fail(ErrorKind::Internal, "quant_matmul: ", weight_scheme_row(s).name, " has no group kernels");
+}
 }  // namespace
 
-int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w) {
-  if (s == WeightScheme::Q4) return find_bad_scale<WeightScheme::Q4>(N, K, w);
-  if (s == WeightScheme::Int4) return find_bad_scale<WeightScheme::Int4>(N, K, w);
-  return find_bad_scale<WeightScheme::Q8>(N, K, w);
-}
+int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w) { return group_kernels(s).find_bad(N, K, w); }
 
 void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel) {
   if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quant_matmul: not a q8/q4/int4 matrix");
@@ -646,6 +665,7 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
   const bool vnni = kernel == QuantKernel::Vnni;
   const int64_t M = x.rows, nblocks = ceil_div(N, kNB);
   const int64_t block_bytes = (x.cols / kG) * chunk_bytes(s), pass_rows = rows_per_pass(s);
+  const GroupKernels& k = group_kernels(s);
   auto block = [&](int64_t nb) {
     const uint8_t* wb = w + nb * block_bytes;
     const int64_t n0 = nb * kNB, width = std::min<int64_t>(kNB, N - n0);
@@ -654,9 +674,7 @@ void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8
     for (int64_t r0 = 0; r0 < M; r0 += pass_rows) {
       const int R = static_cast<int>(std::min<int64_t>(pass_rows, M - r0));
       const RowPass p = row_pass(x, r0);
-      if (s == WeightScheme::Q4) run_block<WeightScheme::Q4>(p, R, wb, out, vnni);
-      else if (s == WeightScheme::Int4) run_block<WeightScheme::Int4>(p, R, wb, out, vnni);
-      else run_block<WeightScheme::Q8>(p, R, wb, out, vnni);
+      k.block(p, R, wb, out, vnni);
       for (int r = 0; r < R; ++r) std::memcpy(y + (r0 + r) * N + n0, out + r * kNB, static_cast<std::size_t>(width) * 4);
     }
   };

@@ -1,8 +1,9 @@
 // The weight-format table (ggml's type_traits in spirit): one row per way a matrix's weights are
 // stored, read by every place that names, parses, sizes or versions a format: the model file's
 // expert_format, the options that take one (--dtype, --quantize, --quantize-dense, bench --dtype),
-// inspect's lines and the dense cache's header. The kernels per scheme are dispatched in
-// base/quant_matmul.cpp and base/native_matmul.cpp.
+// inspect's lines, the dense cache's header, and the GEMM dispatch: Matmul and the expert backends
+// send a matrix to the kernel family its row names, and each family's kernels per scheme are one
+// row each (base/quant_matmul.cpp's group kernels, base/native_matmul.cpp's).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -14,6 +15,11 @@
 
 namespace moerun {
 
+// Which kernels multiply a matrix of the scheme: oneDNN on its element dtype (Plain), the
+// group-quantized kernels over int8-quantized activations (base/quant_matmul), or the native
+// kernels over float32 activations (base/native_matmul).
+enum class WeightKernels : uint8_t { Dense, Group, Native };
+
 struct WeightSchemeRow {
   WeightScheme scheme;
   const char* name;          // its one spelling ("" for Plain: the element dtype names it)
@@ -21,7 +27,7 @@ struct WeightSchemeRow {
   int64_t block_rows;        // rows sharing a scale (fp8-block: 128)
   double bits_per_weight;    // stored bits per weight, scales included (levels too)
   int64_t format_version;    // the moe-hdf5 format_version that first stores experts of it
-  bool group_quantized;      // q8 / q4 / int4: quantize_rows and the quant_matmul kernels
+  WeightKernels kernels;     // Group: q8 / q4 / int4 (quantize_rows, quant_matmul); Native: mxfp4, fp8-block
   bool dense_quantizable;    // --quantize-dense may choose it (the dense cache stores it)
   bool convert_quantizable;  // convert --quantize and synth --dtype may produce it from floats
   const char* what;          // one line for inspect and messages

@@ -144,7 +144,8 @@ int bench_layer(int argc, char** argv) {
   return 0;
 }
 
-int bench_infer(int argc, char** argv) {
+// bench infer's model when no option changes it: 2 layers of 8 experts, hidden 1024.
+bench::InferBenchConfig default_infer_bench() {
   bench::InferBenchConfig c;
   model::ModelConfig& m = c.model.model;
   m.vocab_size = 1024;
@@ -160,6 +161,43 @@ int bench_infer(int argc, char** argv) {
   m.bos_token_id = 1;
   m.eos_token_id = 0;
   c.model.shards = 2;
+  return c;
+}
+
+// --scoring-compare: the prompts as prefill, as prompt log-probs and as perplexity, interleaved.
+int run_scoring_compare(const bench::InferBenchConfig& c, int runs, const std::string& json, int* argc, char*** argv) {
+  if (runs < 1) fail(ErrorKind::Usage, "--runs must be >= 1");
+  comm::MpiSession mpi(argc, argv);
+  if (mpi.rank() == 0) check_output_files({{json, "--json"}});
+  const auto rows = bench::run_scoring_bench(c, runs, MPI_COMM_WORLD);
+  if (mpi.rank() == 0) {
+    std::cout << bench::scoring_bench_table(c, rows);
+    if (!json.empty()) io::write_file_atomically(json, {bench::scoring_bench_json(c, rows)});
+  }
+  return 0;
+}
+
+// --cache-compare: all-resident against the cache's policies with a small L1, in one job.
+int run_cache_compare(bench::InferBenchConfig& c, double l1_fraction, const std::string& l1_budget_of, const std::string& l2_io,
+                      const std::string& json, int* argc, char*** argv) {
+  if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
+  if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered");
+  c.engine.cache.l2_direct = l2_io == "direct";
+  comm::MpiSession mpi(argc, argv);
+  if (mpi.rank() == 0) check_output_files({{json, "--json"}});
+  if (!l1_budget_of.empty() && !model::is_weight_format_name(l1_budget_of))
+    fail(ErrorKind::Usage, "--l1-budget-of must be ", model::weight_format_names_text());
+  const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD, l1_budget_of);
+  if (mpi.rank() == 0) {
+    std::cout << bench::cache_bench_table(c, l1_fraction, r);
+    if (!json.empty()) io::write_file_atomically(json, {bench::cache_bench_json(c, l1_fraction, r)});
+  }
+  return 0;
+}
+
+int bench_infer(int argc, char** argv) {
+  bench::InferBenchConfig c = default_infer_bench();
+  model::ModelConfig& m = c.model.model;
   std::string json, csv;
   ModelOptions model_options;
   bool no_baseline = false;
@@ -219,32 +257,8 @@ int bench_infer(int argc, char** argv) {
     return run_sweep_command(sc, sweep, json, csv, &argc, &argv);
   }
   if (!csv.empty()) fail(ErrorKind::Usage, "--csv goes with --sweep (bench infer has one row otherwise; use --json)");
-  if (scoring_compare) {
-    if (runs < 1) fail(ErrorKind::Usage, "--runs must be >= 1");
-    comm::MpiSession mpi(&argc, &argv);
-    if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-    const auto rows = bench::run_scoring_bench(c, runs, MPI_COMM_WORLD);
-    if (mpi.rank() == 0) {
-      std::cout << bench::scoring_bench_table(c, rows);
-      if (!json.empty()) io::write_file_atomically(json, {bench::scoring_bench_json(c, rows)});
-    }
-    return 0;
-  }
-  if (cache_compare) {
-    if (!(l1_fraction > 0 && l1_fraction <= 1)) fail(ErrorKind::Usage, "--l1-fraction must be in (0, 1]");
-    if (l2_io != "direct" && l2_io != "buffered") fail(ErrorKind::Usage, "--l2-io must be direct or buffered");
-    c.engine.cache.l2_direct = l2_io == "direct";
-    comm::MpiSession mpi(&argc, &argv);
-    if (mpi.rank() == 0) check_output_files({{json, "--json"}});
-    if (!l1_budget_of.empty() && !model::is_weight_format_name(l1_budget_of))
-      fail(ErrorKind::Usage, "--l1-budget-of must be ", model::weight_format_names_text());
-    const auto r = bench::run_cache_bench(c, l1_fraction, MPI_COMM_WORLD, l1_budget_of);
-    if (mpi.rank() == 0) {
-      std::cout << bench::cache_bench_table(c, l1_fraction, r);
-      if (!json.empty()) io::write_file_atomically(json, {bench::cache_bench_json(c, l1_fraction, r)});
-    }
-    return 0;
-  }
+  if (scoring_compare) return run_scoring_compare(c, runs, json, &argc, &argv);
+  if (cache_compare) return run_cache_compare(c, l1_fraction, l1_budget_of, l2_io, json, &argc, &argv);
   comm::MpiSession mpi(&argc, &argv);
   if (mpi.rank() == 0) check_output_files({{json, "--json"}});
   const auto r = bench::run_infer_bench(c, MPI_COMM_WORLD);

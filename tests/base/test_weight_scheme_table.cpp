@@ -4,8 +4,12 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
+#include "base/error.hpp"
+#include "base/native_matmul.hpp"
 #include "base/quant_format.hpp"
+#include "base/quant_matmul.hpp"
 #include "base/weight_scheme_table.hpp"
 
 namespace moerun {
@@ -32,12 +36,23 @@ TEST(WeightSchemeTable, GroupBitsAreTheStoredBytes) {
   const int64_t cols = 4096;
   for (WeightScheme s : kAll) {
     const WeightSchemeRow& r = weight_scheme_row(s);
-    EXPECT_EQ(is_group_quantized(s), r.group_quantized);
-    if (!r.group_quantized) continue;
+    EXPECT_EQ(is_group_quantized(s), r.kernels == WeightKernels::Group);
+    EXPECT_EQ(is_native_quantized(s), r.kernels == WeightKernels::Native);
+    if (r.kernels != WeightKernels::Group) continue;
     const int64_t levels = s == WeightScheme::Int4 ? cols / kQuantGroup : 0;  // one byte per group
     const int64_t bytes = quant_row_bytes(s, cols) + 2 * quant_row_scales(s, cols) + levels;
     EXPECT_DOUBLE_EQ(8.0 * static_cast<double>(bytes) / cols, r.bits_per_weight) << r.name;
     EXPECT_EQ(r.block_cols, kQuantGroup) << r.name;
+  }
+}
+
+// The group kernels are found from the table's rows: every Group row has its kernels (a blocked
+// matrix of zeros has no bad scale), and no other row reaches them.
+TEST(WeightSchemeTable, GroupRowsReachTheirKernels) {
+  const std::vector<uint8_t> zeros(1 << 16, 0);
+  for (const WeightSchemeRow& r : weight_scheme_table()) {
+    if (r.kernels == WeightKernels::Group) EXPECT_EQ(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), -1) << r.name;
+    else EXPECT_THROW(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), Error) << static_cast<int>(r.scheme);
   }
 }
 
