@@ -1,9 +1,9 @@
 // The weight-format table (ggml's type_traits in spirit): one row per way a matrix's weights are
 // stored, read by every place that names, parses, sizes or versions a format: the model file's
 // expert_format, the options that take one (--dtype, --quantize, --quantize-dense, bench --dtype),
-// inspect's lines, the dense cache's header, and the GEMM dispatch: Matmul and the expert backends
-// send a matrix to the kernel family its row names, and each family's kernels per scheme are one
-// row each (base/quant_matmul.cpp's group kernels, base/native_matmul.cpp's).
+// inspect's lines, the dense cache's header, and the GEMM dispatch: Matmul sends a matrix to the
+// kernel family its row names; the group kernels per scheme are one row each (base/quant_matmul.cpp's
+// group_kernels); the native kernels still tell mxfp4 from fp8-block inside base/native_matmul.cpp.
 #pragma once
 #include <cstdint>
 #include <optional>
