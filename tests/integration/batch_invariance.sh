@@ -103,7 +103,7 @@ fi
 # The other layer kinds, float32: Gated DeltaNet with gated attention (qwen3_5_moe), MLA
 # (deepseek_v3), MLA with DeepSeek Sparse Attention (deepseek_v32: its indexer keys in the cache
 # rows the prefix cache keeps; glm_moe_dsa: layers that share the choice before them, per
-# micro-batch), sinks and sliding windows (gpt_oss).
+# micro-batch; both also at np 8 with the prefix cache), sinks and sliding windows (gpt_oss).
 if [[ " $flags " == *" avx512f "* ]]; then
   dtype=float32
   for family in qwen3_5_moe deepseek_v3 deepseek_v32 glm_moe_dsa gpt_oss; do
@@ -115,6 +115,7 @@ if [[ " $flags " == *" avx512f "* ]]; then
     run_case "prompts in 37-token chunks" 1 --max-batch-tokens 37
     run_case "prefix cache on" 1 --prefix-cache-mb 16 --prefix-cache-block 8
     run_case "np 4, 2 routers, 2 micro-batches" 4 --routers-per-node 2 --micro-batches 2
+    case $family in *dsa*|*v32) run_case "np 8, 2 routers, prefix cache on" 8 --routers-per-node 2 --prefix-cache-mb 16 --prefix-cache-block 8 ;; esac
   done
 fi
 finish

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SIGKILL mid-run, then --resume: the final file has every id exactly once and equals an
-# uninterrupted run; requests finished before the kill are not run again.
+# uninterrupted run; requests finished before the kill are not run again. The same for DeepSeek
+# Sparse Attention, whose journal is refused for a model with other indexer weights.
 source "$(dirname "$0")/common.sh"
 SYNTH_HIDDEN=256 SYNTH_HEAD_DIM=64 SYNTH_FF=512 synth_model "$WORK/m"
 requests "$WORK/reqs.jsonl" 40 24
@@ -43,4 +44,32 @@ resume_other "quantized dense layers" "$WORK/full-q8.jsonl" -- --model "$WORK/m"
 SYNTH_SEED=12 SYNTH_HIDDEN=256 SYNTH_HEAD_DIM=64 SYNTH_FF=512 synth_model "$WORK/m2"
 "$MOERUN" infer --model "$WORK/m2" --input "$WORK/reqs.jsonl" --output "$WORK/full-m2.jsonl" --quiet --max-batch-size 2
 resume_other "another model" "$WORK/full-m2.jsonl" -- --model "$WORK/m2" --input "$WORK/reqs.jsonl"
+
+# DeepSeek Sparse Attention (deepseek_v32; index_topk 8, so the longer prompts choose): killed and
+# resumed, the output equals an uninterrupted run. Then a journal made with other indexer weights
+# only: the run key hashes every layer tensor (MLA's and the indexer's too), so it is recomputed.
+SYNTH_LAYERS=2 synth_model "$WORK/dsa" --family deepseek_v32
+"$MOERUN" infer --model "$WORK/dsa" --input "$WORK/reqs.jsonl" --output "$WORK/full-dsa.jsonl" --quiet --max-batch-size 2
+kill_after_journal "$WORK/dsa.jsonl" 5 "$MOERUN" infer --model "$WORK/dsa" --input "$WORK/reqs.jsonl" --output "$WORK/dsa.jsonl" --quiet --max-batch-size 2
+check "deepseek_v32: killed before the end" bash -c "[ ! -e '$WORK/dsa.jsonl' ] && [ \$(wc -l < '$WORK/dsa.jsonl.journal') -ge 5 ]"
+cp "$WORK/dsa.jsonl.journal" "$WORK/dsa-killed.journal"
+"$MOERUN" infer --model "$WORK/dsa" --input "$WORK/reqs.jsonl" --output "$WORK/dsa.jsonl" --quiet --max-batch-size 2 --resume
+check "deepseek_v32: resumed output equals the uninterrupted run" cmp -s "$WORK/full-dsa.jsonl" "$WORK/dsa.jsonl"
+cp -r "$WORK/dsa" "$WORK/dsa-idx"
+"$PY" - "$WORK/dsa-idx/model.h5" <<'PY'
+import h5py, sys, numpy as np, xxhash
+with h5py.File(sys.argv[1], "r+") as f:
+    for l in range(2):
+        d = f[f"layers/{l}/indexer/wk"]
+        a = d[...]
+        a = (a ^ np.uint16(0x8000)) if a.dtype == np.uint16 else -a  # other keys (bf16 bits: the sign), other choices
+        d[...] = a
+        d.attrs["xxh64"] = np.uint64(xxhash.xxh64(a.tobytes(), seed=0).intdigest())  # a consistent file
+PY
+"$MOERUN" infer --model "$WORK/dsa-idx" --input "$WORK/reqs.jsonl" --output "$WORK/full-dsa-idx.jsonl" --quiet --max-batch-size 2
+check "other indexer weights give other tokens (so the check below can fail)" bash -c "! cmp -s '$WORK/full-dsa.jsonl' '$WORK/full-dsa-idx.jsonl'"
+cp "$WORK/dsa-killed.journal" "$WORK/dsa-idx.jsonl.journal"
+"$MOERUN" infer --model "$WORK/dsa-idx" --input "$WORK/reqs.jsonl" --output "$WORK/dsa-idx.jsonl" --max-batch-size 2 --resume 2> "$WORK/dsa-idx.log"
+check "other indexer weights: the stale journal is recomputed with a warning and the output equals a fresh run" \
+  bash -c "grep -q 'journaled result(s) were made for other requests' '$WORK/dsa-idx.log' && cmp -s '$WORK/full-dsa-idx.jsonl' '$WORK/dsa-idx.jsonl'"
 finish
