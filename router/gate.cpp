@@ -104,93 +104,96 @@ void top_k_desc(const float* scores, int64_t E, int64_t k, int32_t* out) {
   }
 }
 
-void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
-                 double capacity_factor, int64_t t0, RoutingDecision* out) {
-  int32_t* ids = out->expert.data() + t0 * k;
-  float* wts = out->weight.data() + t0 * k;
-  if (!choice) choice = probs;
-  // 1. Choice: plain top-k of the choice scores, or sequential load-aware top-k of them - λ·load.
-  if (cfg.load_penalty > 0) {
-    std::vector<int64_t> load(static_cast<std::size_t>(E), 0);
-    std::vector<float> score(static_cast<std::size_t>(E));
-    const double fair = std::max(1.0, static_cast<double>(T * k) / static_cast<double>(E));
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t e = 0; e < E; ++e)
-        score[e] = choice[t * E + e] - static_cast<float>(cfg.load_penalty * static_cast<double>(load[e]) / fair);
-      top_k_desc(score.data(), E, k, ids + t * k);
-      for (int64_t j = 0; j < k; ++j) ++load[ids[t * k + j]];
-    }
-  } else {
+namespace {
+// 1. Choice: plain top-k of the choice scores, or sequential load-aware top-k of them - λ·load.
+void choose_experts(const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, int32_t* ids) {
+  if (cfg.load_penalty <= 0) {
     for (int64_t t = 0; t < T; ++t) top_k_desc(choice + t * E, E, k, ids + t * k);
+    return;
   }
-  // 1b. Dynamic top-k: keep the most probable of the chosen experts until their mass reaches P.
-  //     Pruned slots are empty (-1) from here on, so capacity never counts them. Sigmoid scores do
-  //     not sum to 1 over the experts: their mass is taken over the chosen ones.
-  if (cfg.top_p_experts < 1) {
-    std::vector<int32_t> by_prob(static_cast<std::size_t>(k));
+  std::vector<int64_t> load(static_cast<std::size_t>(E), 0);
+  std::vector<float> score(static_cast<std::size_t>(E));
+  const double fair = std::max(1.0, static_cast<double>(T * k) / static_cast<double>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t e = 0; e < E; ++e)
+      score[e] = choice[t * E + e] - static_cast<float>(cfg.load_penalty * static_cast<double>(load[e]) / fair);
+    top_k_desc(score.data(), E, k, ids + t * k);
+    for (int64_t j = 0; j < k; ++j) ++load[ids[t * k + j]];
+  }
+}
+
+// 1b. Dynamic top-k: keep the most probable of the chosen experts until their mass reaches P.
+//     Pruned slots are empty (-1) from here on, so capacity never counts them. Sigmoid scores do
+//     not sum to 1 over the experts: their mass is taken over the chosen ones.
+void prune_to_top_p(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, int32_t* ids, RoutingDecision* out) {
+  std::vector<int32_t> by_prob(static_cast<std::size_t>(k));
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t* slot = ids + t * k;
+    const float* p = probs + t * E;
+    by_prob.assign(slot, slot + k);
+    std::stable_sort(by_prob.begin(), by_prob.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
+    double total = 1, mass = 0;
+    if (cfg.sigmoid) {
+      total = 0;
+      for (int64_t j = 0; j < k; ++j) total += p[slot[j]];
+    }
+    int64_t keep = 0;
+    while (keep < k && mass < cfg.top_p_experts * total) mass += p[by_prob[static_cast<std::size_t>(keep++)]];
+    for (int64_t j = 0; j < k; ++j)
+      if (std::find(by_prob.begin(), by_prob.begin() + keep, slot[j]) == by_prob.begin() + keep) {
+        slot[j] = -1;
+        ++out->pruned;
+      }
+  }
+}
+
+// 2. Capacity: slot-major priority (every token's first choice before any second choice); an
+//    overflowing slot is rerouted to the best expert with room or dropped, and marked in `moved`.
+void apply_capacity(const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
+                    const std::vector<int32_t>& original, int32_t* ids, std::vector<uint8_t>& moved, RoutingDecision* out) {
+  // Never more than every slot of the group: larger factors mean no limit, and the double stays
+  // within int64 range before the conversion.
+  const double want = std::ceil(capacity_factor * static_cast<double>(T * k) / static_cast<double>(E));
+  const int64_t cap = static_cast<int64_t>(std::min(want, static_cast<double>(T * k)));
+  std::vector<int64_t> count(static_cast<std::size_t>(E), 0);
+  std::vector<int32_t> order(static_cast<std::size_t>(E));
+  for (int64_t j = 0; j < k; ++j) {
     for (int64_t t = 0; t < T; ++t) {
-      int32_t* slot = ids + t * k;
-      const float* p = probs + t * E;
-      by_prob.assign(slot, slot + k);
-      std::stable_sort(by_prob.begin(), by_prob.end(), [p](int32_t a, int32_t b) { return p[a] > p[b]; });
-      double total = 1, mass = 0;
-      if (cfg.sigmoid) {
-        total = 0;
-        for (int64_t j = 0; j < k; ++j) total += p[slot[j]];
+      int32_t& slot = ids[t * k + j];
+      if (slot < 0) continue;  // pruned by dynamic top-k
+      if (count[slot] < cap) {
+        ++count[slot];
+        continue;
       }
-      int64_t keep = 0;
-      while (keep < k && mass < cfg.top_p_experts * total) mass += p[by_prob[static_cast<std::size_t>(keep++)]];
-      for (int64_t j = 0; j < k; ++j)
-        if (std::find(by_prob.begin(), by_prob.begin() + keep, slot[j]) == by_prob.begin() + keep) {
-          slot[j] = -1;
-          ++out->pruned;
+      int32_t chosen = -1;
+      if (cfg.overflow == Overflow::Reroute) {
+        top_k_desc(choice + t * E, E, E, order.data());
+        for (int32_t e : order) {
+          if (count[e] >= cap || choice[t * E + e] == -INFINITY) continue;  // not in a kept group
+          bool used = false;
+          for (int64_t i = 0; i < k; ++i) used |= original[t * k + i] == e || (i < j && ids[t * k + i] == e);
+          if (used) continue;
+          chosen = e;
+          break;
         }
-    }
-  }
-  // 2. Capacity: slot-major priority (every token's first choice before any second choice).
-  std::vector<uint8_t> moved(static_cast<std::size_t>(T * k), 0);
-  const std::vector<int32_t> original(ids, ids + T * k);
-  if (capacity_factor > 0) {
-    // Never more than every slot of the group: larger factors mean no limit, and the double stays
-    // within int64 range before the conversion.
-    const double want = std::ceil(capacity_factor * static_cast<double>(T * k) / static_cast<double>(E));
-    const int64_t cap = static_cast<int64_t>(std::min(want, static_cast<double>(T * k)));
-    std::vector<int64_t> count(static_cast<std::size_t>(E), 0);
-    std::vector<int32_t> order(static_cast<std::size_t>(E));
-    for (int64_t j = 0; j < k; ++j) {
-      for (int64_t t = 0; t < T; ++t) {
-        int32_t& slot = ids[t * k + j];
-        if (slot < 0) continue;  // pruned by dynamic top-k
-        if (count[slot] < cap) {
-          ++count[slot];
-          continue;
-        }
-        int32_t chosen = -1;
-        if (cfg.overflow == Overflow::Reroute) {
-          top_k_desc(choice + t * E, E, E, order.data());
-          for (int32_t e : order) {
-            if (count[e] >= cap || choice[t * E + e] == -INFINITY) continue;  // not in a kept group
-            bool used = false;
-            for (int64_t i = 0; i < k; ++i) used |= original[t * k + i] == e || (i < j && ids[t * k + i] == e);
-            if (used) continue;
-            chosen = e;
-            break;
-          }
-        }
-        slot = chosen;
-        moved[t * k + j] = 1;
-        if (chosen >= 0) {
-          ++count[chosen];
-          ++out->rerouted;
-        } else {
-          ++out->dropped;
-        }
+      }
+      slot = chosen;
+      moved[t * k + j] = 1;
+      if (chosen >= 0) {
+        ++count[chosen];
+        ++out->rerouted;
+      } else {
+        ++out->dropped;
       }
     }
   }
-  // 3. Weights: the chosen experts' probabilities renormalised over the original top-k (so a
-  //    dropped slot weighs 0 and the others keep their Mixtral weights), or, when a slot was
-  //    rerouted, over the final set of experts; without renormalisation, the probabilities as they are.
+}
+
+// 3. Weights: the chosen experts' probabilities renormalised over the original top-k (so a
+//    dropped slot weighs 0 and the others keep their Mixtral weights), or, when a slot was
+//    rerouted, over the final set of experts; without renormalisation, the probabilities as they are.
+void set_weights(const float* probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, const std::vector<int32_t>& original,
+                 const int32_t* ids, const std::vector<uint8_t>& moved, float* wts) {
   for (int64_t t = 0; t < T; ++t) {
     const float* p = probs + t * E;
     bool any_rerouted = false;
@@ -206,6 +209,20 @@ void route_group(const float* probs, const float* choice, int64_t T, int64_t E, 
       wts[t * k + j] = cfg.routed_scaling == 1.0f ? w : w * cfg.routed_scaling;
     }
   }
+}
+
+}  // namespace
+
+void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
+                 double capacity_factor, int64_t t0, RoutingDecision* out) {
+  int32_t* ids = out->expert.data() + t0 * k;
+  if (!choice) choice = probs;
+  choose_experts(choice, T, E, k, cfg, ids);
+  if (cfg.top_p_experts < 1) prune_to_top_p(probs, T, E, k, cfg, ids, out);
+  std::vector<uint8_t> moved(static_cast<std::size_t>(T * k), 0);
+  const std::vector<int32_t> original(ids, ids + T * k);
+  if (capacity_factor > 0) apply_capacity(choice, T, E, k, cfg, capacity_factor, original, ids, moved, out);
+  set_weights(probs, T, E, k, cfg, original, ids, moved, out->weight.data() + t0 * k);
 }
 
 RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
