@@ -61,6 +61,10 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
      "host memory per rank, e.g. 12G: the dense part, step buffers and KV cache come first, the experts get the rest (all "
      "resident when they fit, else the expert cache's L1); auto: the cgroup memory limit or MemAvailable, shared by the "
      "ranks of a host")
+    ("node-memory", po::value(&node_memory)->default_value(node_memory),
+     "host memory per node, e.g. 256G, shared by the node's ranks (instead of --memory-budget): experts are spread over "
+     "the nodes' expert ranks, so the nodes' memory together holds them; what does not fit is served by each rank's "
+     "expert cache from its local disk (0: --memory-budget decides)")
     ("l1-bytes", po::value(&l1)->default_value(l1), "expert cache: L1 budget per expert rank, e.g. 512M (0: from --memory-budget)")
     ("l2-dir", po::value(&c.cache.l2_dir), "expert cache: L2 directory on local disk (kept across runs; one subdirectory per rank)")
     ("l2-bytes", po::value(&l2)->default_value(l2), "expert cache: L2 budget per expert rank")
@@ -81,6 +85,9 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
 void CacheOptions::finish(runtime::EngineConfig& c) const {
   c.memory_budget = budget == "auto" ? 0 : parse_bytes(budget, "memory-budget");
   if (budget != "auto" && c.memory_budget <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
+  c.node_memory = parse_bytes(node_memory, "node-memory");
+  if (c.node_memory < 0) fail(ErrorKind::Usage, "--node-memory must be a size >= 0, not \"", node_memory, "\"");
+  if (c.node_memory > 0 && budget != "auto") fail(ErrorKind::Usage, "--node-memory and --memory-budget: give one (a node's memory, or a rank's)");
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);

@@ -45,7 +45,7 @@ struct ModelOptions {
 
 // The expert cache options (infer, bench infer). Call finish() after parsing.
 struct CacheOptions {
-  std::string budget = "auto", l1 = "0", l2 = "16G", prefetch = "gate", l2_io = "direct", l3_io = "direct", warmup = "hotness";
+  std::string budget = "auto", node_memory = "0", l1 = "0", l2 = "16G", prefetch = "gate", l2_io = "direct", l3_io = "direct", warmup = "hotness";
   void add(po::options_description& o, runtime::EngineConfig& c);
   void finish(runtime::EngineConfig& c) const;
 };

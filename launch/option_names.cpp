@@ -39,6 +39,7 @@ std::string option_name(const std::string& field) {
       {"engine.cache.warmup_requests", "--warmup-requests"},
       {"engine.cache.l1_bytes", "--l1-bytes"},
       {"engine.memory_budget", "--memory-budget"},
+      {"engine.node_memory", "--node-memory"},
       {"engine.cache.l2_bytes", "--l2-bytes"},
       {"engine.cache.l2_dir", "--l2-dir"},
       {"engine.cache.io_threads", "--io-threads"},

@@ -153,6 +153,12 @@ void Engine::connect() {
     omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
 }
 
+bool Engine::first_expert_rank_of_node() const {
+  for (int r : topo_.experts)
+    if (topo_.self(r).node == topo_.self(rank_).node) return r == rank_;
+  return false;
+}
+
 void Engine::build_store(int64_t rank) {
   source_ = std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(*location_, mc_));
   auto owns = [this, rank](int64_t l, int64_t e) { return placement_.holds(static_cast<int>(rank), l, e); };
@@ -208,13 +214,16 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   n.owned_experts = owned;
   n.min_slots = mc_.top_k;
   const ExpertMemory m = split_for_experts(budget_, n);
-  if (!m.resident && rank_ == 0 && !cfg_.quiet) log::info(describe_split(budget_, n, m, location_->str()));
+  if (!m.resident && !cfg_.quiet && first_expert_rank_of_node()) {
+    const std::string where = topo_.nodes > 1 ? str("node ", topo_.self(rank_).node, " (rank ", rank_, "): ") : std::string();
+    log::info(where, describe_split(budget_, n, m, location_->str()));
+  }
   if (!m.resident) bound_freed_memory();
   return m.resident ? 0 : m.l1_bytes;
 }
 
 void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
-  budget_ = resolve_memory_budget(cfg_.memory_budget, ranks_on_host_);
+  budget_ = resolve_memory_budget(cfg_.memory_budget, ranks_on_host_, cfg_.node_memory);
   if (!budget_.clamped_from.empty() && rank_ == 0) log::warn(budget_.clamped_from);
   logit_cap_ = logit_rows_cap(budget_, mc_.vocab_size, logit_rows_, logit_copies_, logit_floor_);
   if (!cfg_.placement_file.empty() && !distributed() && rank_ == 0)

@@ -72,6 +72,8 @@ struct EngineConfig {
   // Host memory per rank (runtime/memory_budget.hpp); 0: --memory-budget auto (cgroup limit or
   // MemAvailable). Experts that do not fit it are served by the expert cache.
   int64_t memory_budget = 0;
+  // Host memory per node (--node-memory), shared by the node's ranks; 0: none (memory_budget says).
+  int64_t node_memory = 0;
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
   MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
@@ -207,6 +209,8 @@ class Engine {
   // Placement, then the dense weights (routers) and the expert store (expert ranks); the
   // fingerprints of what this rank read.
   void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
+  // Whether this rank is its node's first expert rank (it reports how the node's budget was divided).
+  bool first_expert_rank_of_node() const;
   void build_exchanges();
   void reserve_step_buffers(int64_t tokens);
   PhaseSeconds my_phases() const;

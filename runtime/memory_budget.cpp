@@ -31,13 +31,16 @@ MemoryBudget default_memory_budget(int ranks_on_host) {
   return b;
 }
 
-MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host) {
+MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host, int64_t node) {
   MemoryBudget host = default_memory_budget(ranks_on_host);
-  if (requested <= 0) return host;
+  const int ranks = std::max(1, ranks_on_host);
+  if (requested <= 0 && node <= 0) return host;
   MemoryBudget b{requested, "--memory-budget", ""};
-  if (host.bytes > 0 && requested > host.bytes) {
-    b.clamped_from = str("--memory-budget ", mib(requested), " is more than ", host.source, " allows (", mib(host.bytes),
-                         "); using ", mib(host.bytes));
+  if (node > 0) b = {node / ranks, ranks > 1 ? str("--node-memory / ", ranks, " ranks on this node") : "--node-memory", ""};
+  const std::string asked = node > 0 ? str("--node-memory ", mib(node)) : str("--memory-budget ", mib(requested));
+  if (host.bytes > 0 && b.bytes > host.bytes) {
+    b.clamped_from = str(asked, node > 0 && ranks > 1 ? str(" (", mib(b.bytes), " a rank)") : "", " is more than ", host.source,
+                         " allows (", mib(host.bytes), "); using ", mib(host.bytes));
     b.bytes = host.bytes;
     b.source = "--memory-budget, clamped to " + host.source;
   }
@@ -64,7 +67,7 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
   m.room -= n.cache_reserved;
   const int64_t slots = std::max<int64_t>(0, m.room) / n.expert_bytes;
   if (slots < std::min(n.min_slots, n.owned_experts))
-    fail(ErrorKind::Usage, "--memory-budget ", mib(budget.bytes), " (", budget.source, ") is too small: this rank holds ",
+    fail(ErrorKind::Usage, "the memory budget ", mib(budget.bytes), " (", budget.source, ") is too small: this rank holds ",
          mib(n.held), " (code, libraries, dense weights), reserves ", mib(n.reserved + n.cache_reserved),
          " for step buffers, the KV cache and the expert cache's I/O threads and ",
          mib(budget_margin_bytes(budget.bytes)), " of margin, which leaves ", mib(std::max<int64_t>(0, m.room)),
@@ -133,7 +136,7 @@ void check_dense_fits(const MemoryBudget& budget, int64_t dense_bytes, const std
   if (const int64_t host = host_memory_bytes(); host > 0 && dense_bytes > host) return;
   const int64_t held = resident_memory_bytes(), margin = budget_margin_bytes(budget.bytes);
   if (held + dense_bytes + margin > budget.bytes)
-    fail(ErrorKind::Usage, "--memory-budget ", mib(budget.bytes), " (", budget.source, ") is too small: ", model_file,
+    fail(ErrorKind::Usage, "the memory budget ", mib(budget.bytes), " (", budget.source, ") is too small: ", model_file,
          ": the dense weights need ", mib(dense_bytes), " on top of the ", mib(held), " this process holds and ", mib(margin),
          " of margin");
 }

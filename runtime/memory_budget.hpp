@@ -21,10 +21,11 @@ struct MemoryBudget {
 // What --memory-budget auto means: the tighter of the cgroup memory limit and MemAvailable, shared
 // by the `ranks_on_host` ranks of this host.
 MemoryBudget default_memory_budget(int ranks_on_host);
-// The budget of a rank: `requested` (--memory-budget; 0: auto), but never more than auto's: a
-// budget above the cgroup limit or MemAvailable would be OOM-killed with no message, so it is
-// clamped to that, with clamped_from saying so.
-MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host);
+// The budget of a rank: `requested` (--memory-budget; 0: auto), or a node's `node` (--node-memory;
+// 0: none) shared by the `ranks_on_host` ranks of the node, but never more than auto's: a budget
+// above the cgroup limit or MemAvailable would be OOM-killed with no message, so it is clamped to
+// that, with clamped_from saying so.
+MemoryBudget resolve_memory_budget(int64_t requested, int ranks_on_host, int64_t node = 0);
 
 // The vocabulary rows a step may hold under `budget` (a sixteenth of it at most, never fewer than
 // `floor`), of the `rows` it would hold unbounded, each `copies` times; 0 (no cap) without a budget.

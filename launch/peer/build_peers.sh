@@ -3,6 +3,7 @@
 # (ik-llama-cpp-python's). Sourced by launch/bench-peer.sh and launch/bench-offload.sh.
 # build_llama_cpp PEER_DIR -> PEER_DIR/bin/{llama-batched-bench,llama-quantize,llama-perplexity,llama_greedy,peer_decode}
 # build_ik_llama PEER_DIR [SRC] -> PEER_DIR/ik-bin/{llama-batched-bench,peer_decode} (SRC: an ik_llama.cpp checkout instead of PyPI's)
+# build_llama_rpc PEER_DIR -> PEER_DIR/rpc-bin/{rpc-server,peer_decode}: the same llama.cpp with GGML_RPC=ON
 LLAMA_CPP_PYTHON=0.3.36      # llama-cpp-python release whose vendored llama.cpp is the peer
 IK_LLAMA_CPP_PYTHON=0.1.5    # ik-llama-cpp-python release whose vendored ik_llama.cpp is the other
 
@@ -72,5 +73,20 @@ build_ik_llama() {
   cp "$peer/ik-build/bin/llama-batched-bench" "$peer/ik-bin/"
   local libs; libs=$(find "$peer/ik-build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
   g++ -O2 -std=c++17 -DPEER_IK -I"$src/include" -I"$src/ggml/include" "$root/launch/peer/peer_decode.cpp" -o "$peer/ik-bin/peer_decode" \
+    -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+}
+
+# llama.cpp's RPC backend: rpc-server for each node, peer_decode with rpc=SERVERS on the head node.
+build_llama_rpc() {
+  local peer=$1 root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local llama=$peer/llama-cpp-python-$LLAMA_CPP_PYTHON/vendor/llama.cpp
+  [ -x "$peer/rpc-bin/rpc-server" ] && [ "$peer/rpc-bin/peer_decode" -nt "$root/launch/peer/peer_decode.cpp" ] && return 0
+  peer_sdist "$peer/llama-cpp-python-$LLAMA_CPP_PYTHON" llama-cpp-python "$LLAMA_CPP_PYTHON"
+  echo "== building llama.cpp with GGML_RPC (GGML_NATIVE, static, clang)" >&2
+  mkdir -p "$peer/rpc-bin"
+  PEER_CMAKE_ARGS="-DGGML_RPC=ON -DGGML_RPC_RDMA=OFF" peer_cmake "$llama" "$peer/rpc-build" "$peer/rpc-build.log" ggml-rpc-server llama
+  cp "$peer/rpc-build/bin/ggml-rpc-server" "$peer/rpc-bin/rpc-server"
+  local libs; libs=$(find "$peer/rpc-build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
+  clang++ -O2 -std=c++17 -DPEER_RPC -I"$llama/include" -I"$llama/ggml/include" "$root/launch/peer/peer_decode.cpp" -o "$peer/rpc-bin/peer_decode" \
     -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
 }

@@ -6,10 +6,16 @@
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
-// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] < prompts
-// (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe.)
+// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] < prompts
+// (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe. rpc=: llama.cpp
+// built with GGML_RPC, every layer on those rpc-servers, split by their free memory, as llama-cli's
+// --rpc SERVERS -ngl 99 does; launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
+#ifdef PEER_RPC
+#include <ggml-backend.h>
+#include <ggml-rpc.h>
+#endif
 
 #include <chrono>
 #include <cstdio>
@@ -47,15 +53,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool rtr = false, no_fmoe = false;
+  std::string rpc;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     rtr |= a == "rtr";
     no_fmoe |= a == "no-fmoe";
-    if (a != "rtr" && a != "no-fmoe") {
-      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe)\n", argv[i]);
+    if (a.rfind("rpc=", 0) == 0) rpc = a.substr(4);
+    else if (a != "rtr" && a != "no-fmoe") {
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS)\n", argv[i]);
       return 2;
     }
   }
+#ifndef PEER_RPC
+  if (!rpc.empty()) {
+    std::fprintf(stderr, "peer_decode: rpc= needs a build with GGML_RPC (build_llama_rpc)\n");
+    return 2;
+  }
+#endif
 #ifndef PEER_IK
   if (rtr || no_fmoe) {
     std::fprintf(stderr, "peer_decode: rtr and no-fmoe are ik_llama.cpp's options\n");
@@ -82,6 +96,23 @@ int main(int argc, char** argv) {
 #ifdef PEER_IK
   mp.repack_tensors = rtr;  // as its -rtr: repack at load, which needs the weights read, not mapped
   if (rtr) mp.use_mmap = false;
+#endif
+#ifdef PEER_RPC
+  std::vector<ggml_backend_dev_t> devices;  // null-terminated: the servers' devices only
+  for (std::size_t at = 0; !rpc.empty() && at != std::string::npos;) {
+    const std::size_t comma = rpc.find(',', at);
+    const std::string server = rpc.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    at = comma == std::string::npos ? comma : comma + 1;
+    ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.c_str());
+    if (!reg) return 1;
+    ggml_backend_register(reg);
+    for (std::size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) devices.push_back(ggml_backend_reg_dev_get(reg, d));
+  }
+  if (!devices.empty()) {
+    devices.push_back(nullptr);
+    mp.devices = devices.data();
+    mp.n_gpu_layers = 999;
+  }
 #endif
   llama_model* model = llama_model_load_from_file(argv[1], mp);
   if (!model) return 1;

@@ -6,7 +6,8 @@
 # default budget comes from the limit and the run is not OOM-killed; with an L2 on disk, its writes
 # do not stay in the page cache (which the limit counts). Step buffers are reserved for the most
 # tokens the requests can put in one step. A budget too small for the dense part, or for one
-# token's experts, is exit 2 with one line before anything is written.
+# token's experts, is exit 2 with one line before anything is written. --node-memory divides a
+# node's memory among its ranks.
 source "$(dirname "$0")/common.sh"
 MPI="${MPIEXEC:-mpirun} --oversubscribe --bind-to none"
 cd "$WORK"
@@ -58,13 +59,26 @@ $MPI -np 3 "$MOERUN" infer --model m --input R --output np3.jsonl --memory-budge
 rc=$?
 set -e
 check "np 3, budget 150 MiB per rank: the unlimited run's tokens (exit $rc: $(head -c 300 err))" bash -c "[ $rc -eq 0 ] && cmp -s np3.jsonl unlimited.jsonl"
+# A node's memory instead of a rank's (--node-memory): 450 MiB over the 3 ranks of this host is 150 MiB a rank.
+set +e
+$MPI -np 3 "$MOERUN" infer --model m --input R --output node.jsonl --node-memory 450M --max-batch-tokens 64 2> err
+rc=$?
+set -e
+check "np 3, --node-memory 450 MiB: 150 MiB a rank, the unlimited run's tokens (exit $rc: $(grep -m1 'memory budget' err | head -c 200))" \
+  bash -c "[ $rc -eq 0 ] && cmp -s node.jsonl unlimited.jsonl && grep -q 'memory budget 150 MiB (--node-memory / 3 ranks on this node)' err"
+set +e
+"$MOERUN" infer --model m --input R --output both.jsonl --node-memory 450M --memory-budget 150M 2> err
+rc=$?
+set -e
+check "--node-memory with --memory-budget: exit 2, one line, no output" \
+  bash -c "[ $rc -eq 2 ] && [ \$(wc -l < err) -eq 1 ] && grep -q 'give one' err && [ ! -e both.jsonl ]"
 
 # inspect prints the same division before a run (its held part estimated), and the refusal.
 "$MOERUN" inspect --model m --memory-budget ${BUDGET}M --max-batch-tokens 64 > plan.txt
 check "inspect --memory-budget: the experts' share ($(tail -1 plan.txt | head -c 200))" \
   grep -q "memory budget $BUDGET MiB (--memory-budget): [0-9]* MiB held, .* the experts (384 MiB) do not fit, so [0-9]* MiB of them are cached in L1" plan.txt
 "$MOERUN" inspect --model m --memory-budget 40M > plan.txt
-check "inspect --memory-budget 40M: would not start, naming the parts" grep -q "would not start: --memory-budget 40 MiB (--memory-budget) is too small" plan.txt
+check "inspect --memory-budget 40M: would not start, naming the parts" grep -q "would not start: the memory budget 40 MiB (--memory-budget) is too small" plan.txt
 
 # A budget below the dense part, and one below one token's experts: exit 2, one line, nothing written.
 refuse() {
@@ -79,7 +93,7 @@ refuse() {
     bash -c "[ $rc -eq 2 ] && [ \$(wc -l < err) -eq 1 ] && grep -q '$pattern' err && [ -z '$left' ]"
 }
 refuse "budget below what the process and dense part need" \
-  "^moerun: error: --memory-budget 40 MiB (--memory-budget) is too small: m/model.h5: the dense weights need [0-9]* MiB on top of the [0-9]* MiB" \
+  "^moerun: error: the memory budget 40 MiB (--memory-budget) is too small: m/model.h5: the dense weights need [0-9]* MiB on top of the [0-9]* MiB" \
   --memory-budget 40M
 refuse "budget below one token's experts" \
   "is too small: this rank holds [0-9]* MiB .* the expert cache needs at least 2 experts of 3072 KiB" \
