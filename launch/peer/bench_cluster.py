@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Beyond one node (issue 67): moerun across the emulated cluster's nodes against llama.cpp's RPC
+backend on the same nodes, for models larger than one node's memory.
+
+The cluster is cluster/local/up.sh's: K network namespaces on a bridge, each node's outgoing link
+shaped (tbf), each node in its own cgroup v1 memory group (page cache counted). The model is a
+Qwen3-MoE-shaped moe-hdf5 model with q4 experts (moerun synth) whose size is SIZE x one node's
+memory; the peer's GGUF is the bf16 model of the same seed quantized by llama-quantize to Q4_K_M
+(what a llama.cpp user picks at 4 bits; the bf16 model, not float32, so that the largest file stays
+a few GB). Per run, page cache dropped first:
+- moerun: cluster/local/mpirun.sh, 2 ranks a node (a router and an expert rank on each), its
+  memory budget the node's cgroup limit shared by the node's ranks (--memory-budget auto), its LM
+  head and attention in q4 (--quantize-dense q4, as Q4_K_M's); experts that the node's memory does
+  not hold are read by the expert cache from the shards on the node's disk;
+- llama.cpp: rpc-server in every node (its memory group, 1 thread), peer_decode on node 1 with
+  rpc= every server: every layer on the servers, split by their free memory (as llama-cli --rpc
+  SERVERS -ngl 99). The servers hold their layers in memory: a model the nodes cannot hold
+  together is OOM-killed, which the table says.
+Measured: prefill and decode tokens/s (moerun's --stats-json; peer_decode's timings), each node's
+peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes the nodes sent over their links
+per generated token (veth counters over the whole run: for llama.cpp they include sending every
+layer's weights to the servers at load), moerun's tokens against a one-node unlimited
+run of the same requests. Runs interleave moerun and the peer.
+
+usage: bench_cluster.py --moerun BIN --rpc-bin DIR --peer-bin DIR --cluster DIR --work DIR --out DIR [options]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_offload import drop_caches, peer_decode_speeds  # noqa: E402
+
+CGROOT = "/sys/fs/cgroup/memory"
+SHAPE = ["--family", "qwen3_moe", "--experts", "128", "--top-k", "8", "--hidden", "1024", "--intermediate", "384",
+         "--heads", "8", "--kv-heads", "2", "--head-dim", "64", "--vocab", "4096", "--max-position", "2048",
+         "--shards", "4", "--seed", "3"]
+LAYER_BYTES = 128 * 3 * 1024 * 384 * 5 // 8  # one layer's q4 experts (scales included): the model's bulk
+
+
+def sh(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode:
+        sys.exit(f"bench_cluster: {' '.join(map(str, cmd[:4]))} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+    return r
+
+
+def model_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.endswith(".h5"))
+
+
+class Cluster:
+    """The nodes of cluster/local/up.sh: their addresses, memory groups and link counters."""
+
+    def __init__(self, tools, k, memory, link):
+        self.tools, self.k = tools, k
+        sh([os.path.join(tools, "up.sh"), str(k), "--node-memory", str(memory), "--link", link])
+        cfg = open(os.path.join(tools, "config.sh")).read()
+        env = lambda name, default: os.environ.get(f"MOERUN_CLUSTER_{name}", default)  # noqa: E731
+        self.prefix = env("NS_PREFIX", re.search(r"NS_PREFIX=\$\{MOERUN_CLUSTER_NS_PREFIX:-([^}]*)\}", cfg).group(1))
+        self.subnet = env("SUBNET", re.search(r"SUBNET_PREFIX=\$\{MOERUN_CLUSTER_SUBNET:-([^}]*)\}", cfg).group(1))
+        self.groups = os.path.join(CGROOT, env("CGROUP_GROUP", f"{self.prefix}-cluster"))
+
+    def host(self, i):
+        return f"{self.subnet}.{i}"
+
+    def group(self, i, name):
+        return os.path.join(self.groups, f"{self.prefix}{i}", name)
+
+    def reset(self):
+        for i in range(1, self.k + 1):
+            open(self.group(i, "memory.max_usage_in_bytes"), "w").write("0")
+
+    def sent_bytes(self):
+        return [int(open(f"/sys/class/net/veth-{self.prefix}{i}/statistics/rx_bytes").read()) for i in range(1, self.k + 1)]
+
+    def peaks(self):
+        return [int(open(self.group(i, "memory.max_usage_in_bytes")).read()) for i in range(1, self.k + 1)]
+
+    def oom_kills(self):
+        n = 0
+        for i in range(1, self.k + 1):
+            m = re.search(r"^oom_kill (\d+)", open(self.group(i, "memory.oom_control")).read(), re.M)
+            n += int(m.group(1)) if m else 0
+        return n
+
+    def on(self, i, cmd, **kw):
+        """cmd (a shell line) on node i, in its namespace and memory group."""
+        return subprocess.Popen([os.path.join(self.tools, "rsh-agent.sh"), self.host(i), cmd], **kw)
+
+    def down(self):
+        subprocess.run([os.path.join(self.tools, "down.sh")], capture_output=True)
+
+
+def measured(cluster, run):
+    """Runs `run()` with the page cache dropped and the counters reset; returns its result with each
+    node's peak memory, the OOM kills and the bytes the nodes sent."""
+    drop_caches()
+    cluster.reset()
+    kills, sent = cluster.oom_kills(), cluster.sent_bytes()
+    t0 = time.time()
+    row = run()
+    row.update({"seconds": time.time() - t0, "peaks": cluster.peaks(), "killed": cluster.oom_kills() > kills,
+                "net_bytes": sum(cluster.sent_bytes()) - sum(sent)})
+    return row
+
+
+def run_moerun(o, cluster, model, reqs, ref, n):
+    out, stats = os.path.join(o.work, "cluster.out"), os.path.join(o.work, "cluster-stats.json")
+    for f in [stats] + [os.path.join(o.work, x) for x in os.listdir(o.work) if x.startswith("cluster.out")]:
+        if os.path.exists(f):
+            os.remove(f)
+    cmd = [os.path.join(cluster.tools, "mpirun.sh"), "-np", str(2 * cluster.k), "--map-by", "ppr:2:node", "-x", "OMP_NUM_THREADS=1",
+           o.moerun, "infer", "--model", model, "--input", reqs, "--output", out, "--stats-json", stats, "--routers-per-node", "1",
+           "--max-batch-size", str(n), "--quantize-dense", "q4", "--comm-timeout", "120", "--quiet"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=o.run_timeout)
+    row = {"ok": r.returncode == 0}
+    if not row["ok"]:
+        row["error"] = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1][:200]
+        return row
+    t = json.load(open(stats))["throughput"]
+    row["prefill"] = t["prefill_tokens"] / t["prefill_seconds"]
+    row["decode"] = t["decode_tokens"] / t["decode_seconds"]
+    got = sorted(line for f in sorted(os.listdir(o.work)) if f.startswith("cluster.out") for line in open(os.path.join(o.work, f)))
+    row["equal"] = got == sorted(open(ref))
+    return row
+
+
+def run_rpc(o, cluster, gguf, prompts, n):
+    servers = [cluster.on(i, f"exec {o.rpc_bin}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL) for i in range(1, cluster.k + 1)]
+    try:
+        time.sleep(1.0)
+        rpc = ",".join(f"{cluster.host(i)}:50052" for i in range(1, cluster.k + 1))
+        head = cluster.on(1, f"exec {o.rpc_bin}/peer_decode {gguf} 1 {o.new} rpc={rpc} < {prompts}", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = head.communicate(timeout=o.run_timeout)
+        except subprocess.TimeoutExpired:
+            head.kill()
+            return {"ok": False, "error": f"over {o.run_timeout:.0f} s"}
+        speeds = peer_decode_speeds(out) if head.returncode == 0 else None
+        if not speeds:
+            lost = [i + 1 for i, s in enumerate(servers) if s.poll() is not None]
+            why = f"rpc-server of node {lost} gone" if lost else (err.strip().splitlines() or [f"exit {head.returncode}"])[-1][:200]
+            return {"ok": False, "error": why}
+        return {"ok": True, "prefill": speeds[0], "decode": speeds[1]}
+    finally:
+        for s in servers:
+            s.kill()
+            s.wait()
+        subprocess.run(["pkill", "-9", "-f", f"{o.rpc_bin}/rpc-server"], capture_output=True)
+
+
+def prepare_models(o, size):
+    """The q4 moe-hdf5 model of `size` x a node's memory and the Q4_K_M GGUF of its bf16 twin."""
+    layers = max(2, round(size * o.node_memory_bytes / LAYER_BYTES))
+    base = os.path.join(o.work, f"qwen3moe-L{layers}")
+    q4, bf16 = base + "-q4", base + "-bfloat16"
+    gguf = base + "-Q4_K_M.gguf"
+    for path, dtype in ((q4, "q4"), (bf16, "bfloat16")):
+        if path == bf16 and os.path.exists(gguf):
+            continue
+        if not os.path.exists(os.path.join(path, "model.h5")):
+            print(f"# synth {path}", flush=True)
+            sh([o.moerun, "synth", "--out", path, "--dtype", dtype, "--layers", str(layers), "--quiet"] + SHAPE)
+    if not os.path.exists(gguf):
+        sh([sys.executable, os.path.join(HERE, "moe_to_gguf.py"), bf16, bf16 + ".gguf"])
+        sh([os.path.join(o.peer_bin, "llama-quantize"), bf16 + ".gguf", gguf, "Q4_K_M", "2"])
+        os.remove(bf16 + ".gguf")
+        sh(["rm", "-rf", bf16])
+    return q4, gguf, layers
+
+
+def requests(o, n, rng_seed=7):
+    import random
+    rng = random.Random(rng_seed + n)
+    reqs, prompts = os.path.join(o.work, f"cluster-{n}.jsonl"), os.path.join(o.work, f"cluster-{n}.prompts")
+    with open(reqs, "w") as f, open(prompts, "w") as fp:
+        for i in range(n):
+            p = [1] + [rng.randrange(3, 4096) for _ in range(o.prompt - 1)]
+            f.write(json.dumps({"id": f"c{i}", "prompt_tokens": p, "max_new_tokens": o.new + 1}) + "\n")
+            fp.write(" ".join(map(str, p)) + "\n")
+    return reqs, prompts
+
+
+def table(o, results):
+    lines = [f"# moerun vs llama.cpp RPC on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
+             f"Q4_K_M; node memory {o.node_memory}, links {o.link}; prompt {o.prompt}, {o.new} new tokens; medians of {o.runs} "
+             f"interleaved runs",
+             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>9} {'prefill':>8} {'decode':>8} {'x llama':>7} {'peak MiB/node':>13} "
+             f"{'net MB/tok':>10}  notes"]
+    keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
+    for k, size, n in keys:
+        med = {}
+        for who in ("moerun", "llama.cpp"):
+            rs = [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)]
+            ok = [r for r in rs if r["ok"]]
+            med[who] = statistics.median([r["decode"] for r in ok]) if ok else None
+            pre = statistics.median([r["prefill"] for r in ok]) if ok else None
+            peak = max(max(r["peaks"]) for r in rs) >> 20
+            net = statistics.median([r["net_bytes"] / max(1, n * o.new) for r in rs]) / 1e6
+            notes = []
+            if who == "moerun" and ok:
+                notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
+            if any(r["killed"] for r in rs):
+                notes.append("OOM-killed")
+            notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
+            ratio = f"{med['moerun'] / med['llama.cpp']:7.2f}" if who == "llama.cpp" and med["moerun"] and med["llama.cpp"] else f"{'':>7}"
+            text = f"{pre:8.1f} {med[who]:8.2f}" if ok else f"{'-':>8} {'-':>8}"
+            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>9} {text} {ratio} {peak:>13} {net:10.2f}  {'; '.join(notes)}")
+    return lines
+
+
+def main():
+    a = argparse.ArgumentParser()
+    for name in ("--moerun", "--rpc-bin", "--peer-bin", "--cluster", "--work", "--out"):
+        a.add_argument(name, required=True)
+    a.add_argument("--nodes", default="2,3")
+    a.add_argument("--sizes", default="1.5,3", help="model size / one node's memory")
+    a.add_argument("--node-memory", default="768M")
+    a.add_argument("--link", default="10gbit")
+    a.add_argument("--batches", default="1,8")
+    a.add_argument("--prompt", type=int, default=32)
+    a.add_argument("--new", type=int, default=16)
+    a.add_argument("--runs", type=int, default=2)
+    a.add_argument("--run-timeout", type=float, default=300)
+    o = a.parse_args()
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    o.node_memory_bytes = int(float(o.node_memory[:-1]) * units[o.node_memory[-1].upper()]) if o.node_memory[-1].upper() in units \
+        else int(o.node_memory)
+    os.makedirs(o.work, exist_ok=True)
+    os.makedirs(o.out, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    results = []
+    for size in [float(x) for x in o.sizes.split(",")]:
+        model, gguf, layers = prepare_models(o, size)
+        mib = model_bytes(model) >> 20
+        for n in [int(x) for x in o.batches.split(",")]:
+            reqs, prompts = requests(o, n)
+            ref = reqs + ".ref"
+            sh([o.moerun, "infer", "--model", model, "--input", reqs, "--output", ref, "--quantize-dense", "q4", "--quiet",
+                "--max-batch-size", str(n)], env=env)  # one node, no limit: the reference tokens
+            for k in [int(x) for x in o.nodes.split(",")]:
+                cluster = Cluster(o.cluster, k, o.node_memory, o.link)
+                try:
+                    for run in range(o.runs):
+                        for who in ("moerun", "llama.cpp"):
+                            go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
+                                (lambda: run_rpc(o, cluster, gguf, prompts, n))
+                            row = measured(cluster, go)
+                            row.update({"who": who, "nodes": k, "size": size, "n": n, "run": run, "layers": layers, "model_mib": mib})
+                            results.append(row)
+                            json.dump({"results": results, "args": {k2: v for k2, v in vars(o).items()}},
+                                      open(os.path.join(o.out, "cluster.json"), "w"), indent=1)
+                            print(f"#   {k} nodes, size {size} ({mib} MiB), N={n} {who}: " +
+                                  (f"decode {row['decode']:.2f} prefill {row['prefill']:.1f} tokens/s" if row["ok"] else row["error"]) +
+                                  f", peak {max(row['peaks']) >> 20} MiB/node" + (", OOM-killed" if row["killed"] else ""), flush=True)
+                finally:
+                    cluster.down()
+    lines = table(o, results)
+    print("\n".join(lines), flush=True)
+    open(os.path.join(o.out, "cluster.txt"), "w").write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
