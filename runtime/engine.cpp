@@ -447,6 +447,7 @@ EngineReport Engine::report() {
   rep.ranks = topo_.world_size;
   rep.routers = routers();
   rep.huge_pages = weights_in_huge_pages();
+  rep.memory_budget = budget_;
   const PhaseSeconds mine = my_phases();
   if (distributed()) {
     static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",

@@ -117,6 +117,7 @@ struct EngineReport {
   bool remote_model = false;                   // the model is in an object store
   bool huge_pages = false;                     // the weights were placed in 2 MiB pages (--huge-pages)
   io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
+  MemoryBudget memory_budget;                  // rank 0's: what it was and where it came from
 };
 
 class Engine {

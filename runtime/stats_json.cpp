@@ -69,6 +69,7 @@ std::string infer_stats_json(const InferConfig& cfg, const InferReport& rep, con
   j["journal"] = counters_json(rep.journal);
   j["tokenize"] = {{"text_prompts", rep.tokenize.text_prompts}, {"chat_prompts", rep.tokenize.chat_prompts}, {"seconds", rep.tokenize.seconds}};
   j["huge_pages"] = e.huge_pages;
+  j["memory_budget"] = {{"bytes_per_rank", e.memory_budget.bytes}, {"source", e.memory_budget.source}};
   if (cfg.scheduler.batching == Batching::MinHash) {
     const BatchingCounters& bc = rep.batching;
     j["batching"] = counters_json(bc);

@@ -194,6 +194,11 @@ std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) 
         if (row.bytes_per_rank >= 65536) ratios.push_back(ratio);
       }
   }
+  for (const A2aLinkFit& f : a2a_link_fits(r)) {
+    std::snprintf(buf, sizeof buf, "# alpha-beta fit, %s %s (t = alpha + bytes per rank / bandwidth): alpha %.1f us, %.3f GB/s, largest error %.0f%%\n",
+                  f.algo.c_str(), f.pattern.c_str(), f.model.alpha_us, f.model.bandwidth_gbps, 100 * f.model.max_error);
+    s += buf;
+  }
   if (!ratios.empty()) {
     std::sort(ratios.begin(), ratios.end());
     std::snprintf(buf, sizeof buf, "# verdict: median hier/mpi algbw ratio for sizes >= 64 KiB: %.3f (%s 1.0)\n",
@@ -201,6 +206,18 @@ std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) 
     s += buf;
   }
   return s;
+}
+
+std::vector<A2aLinkFit> a2a_link_fits(const A2aBenchResult& r) {
+  std::vector<A2aLinkFit> fits;
+  for (const A2aBenchRow& row : r.rows) {
+    if (std::any_of(fits.begin(), fits.end(), [&](const A2aLinkFit& f) { return f.algo == row.algo && f.pattern == row.pattern; })) continue;
+    std::vector<std::pair<double, double>> pts;
+    for (const A2aBenchRow& o : r.rows)
+      if (o.algo == row.algo && o.pattern == row.pattern) pts.emplace_back(static_cast<double>(o.bytes_per_rank), o.median_us * 1e-6);
+    if (pts.size() >= 2) fits.push_back({row.algo, row.pattern, comm::fit_link_model(pts)});
+  }
+  return fits;
 }
 
 std::string a2a_bench_json(const A2aBenchResult& r) {
@@ -217,6 +234,10 @@ std::string a2a_bench_json(const A2aBenchResult& r) {
                          {"algbw_gbps", row.algbw_gbps},
                          {"busbw_gbps", row.busbw_gbps},
                          {"stages_us", row.stages_us}});
+  j["fits"] = nlohmann::json::array();
+  for (const A2aLinkFit& f : a2a_link_fits(r))
+    j["fits"].push_back({{"algo", f.algo}, {"pattern", f.pattern}, {"alpha_us", f.model.alpha_us},
+                         {"bandwidth_gbps", f.model.bandwidth_gbps}, {"max_error", f.model.max_error}});
   return j.dump(2);
 }
 

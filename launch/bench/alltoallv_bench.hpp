@@ -2,7 +2,7 @@
 // (uniform, Zipf-skewed, router->expert M:N) and each algorithm (mpi: flat point-to-point, as
 // --a2a mpi; hier; alltoallv: the library's MPI_Alltoallv), min/median/max time over --iters, algbw
 // and busbw, hier/mpi ratio, and every result as a fraction of the host's memcpy bandwidth measured
-// in the same run (all ranks copying at once).
+// in the same run (all ranks copying at once), and an alpha-beta fit per algorithm and pattern.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "comm/exchange_select.hpp"
+#include "comm/link_model.hpp"
 #include "comm/topology.hpp"
 
 namespace moerun::bench {
@@ -46,6 +47,14 @@ struct A2aBenchResult {
   int nodes = 0;
   std::vector<A2aBenchRow> rows;
 };
+
+// The alpha-beta model of each algorithm and pattern over its sizes (comm/link_model): what the
+// links the ranks use cost per exchange and per byte.
+struct A2aLinkFit {
+  std::string algo, pattern;
+  comm::LinkModel model;
+};
+std::vector<A2aLinkFit> a2a_link_fits(const A2aBenchResult& r);
 
 // Collective; the result is valid on rank 0.
 A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world);

@@ -15,7 +15,9 @@ a few GB). Per run, page cache dropped first:
 - llama.cpp: rpc-server in every node (its memory group, 1 thread), peer_decode on node 1 with
   rpc= every server: every layer on the servers, split by their free memory (as llama-cli --rpc
   SERVERS -ngl 99). The servers hold their layers in memory: a model the nodes cannot hold
-  together is OOM-killed, which the table says.
+  together is OOM-killed, which the table says. Node 1 also runs the head; where the default split
+  is OOM-killed, "llama.cpp 1/2" runs too: node 1's server given half the others' share (as a user's
+  --tensor-split 0.5,1,... after the OOM).
 Measured: prefill and decode tokens/s (moerun's --stats-json; peer_decode's timings), each node's
 peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes the nodes sent over their links
 per generated token (veth counters over the whole run: for llama.cpp they include sending every
@@ -132,13 +134,14 @@ def run_moerun(o, cluster, model, reqs, ref, n):
     return row
 
 
-def run_rpc(o, cluster, gguf, prompts, n):
+def run_rpc(o, cluster, gguf, prompts, n, split=""):
     servers = [cluster.on(i, f"exec {o.rpc_bin}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL) for i in range(1, cluster.k + 1)]
     try:
         time.sleep(1.0)
         rpc = ",".join(f"{cluster.host(i)}:50052" for i in range(1, cluster.k + 1))
-        head = cluster.on(1, f"exec {o.rpc_bin}/peer_decode {gguf} 1 {o.new} rpc={rpc} < {prompts}", stdout=subprocess.PIPE,
+        head = cluster.on(1, f"exec {o.rpc_bin}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''} < {prompts}",
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
         try:
             out, err = head.communicate(timeout=o.run_timeout)
@@ -194,13 +197,15 @@ def table(o, results):
     lines = [f"# moerun vs llama.cpp RPC on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
              f"Q4_K_M; node memory {o.node_memory}, links {o.link}; prompt {o.prompt}, {o.new} new tokens; medians of {o.runs} "
              f"interleaved runs",
-             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>9} {'prefill':>8} {'decode':>8} {'x llama':>7} {'peak MiB/node':>13} "
+             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>13} {'prefill':>8} {'decode':>8} {'x llama':>7} {'peak MiB/node':>13} "
              f"{'net MB/tok':>10}  notes"]
     keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
     for k, size, n in keys:
         med = {}
-        for who in ("moerun", "llama.cpp"):
+        for who in ("moerun", "llama.cpp", "llama.cpp 1/2"):
             rs = [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)]
+            if not rs:
+                continue
             ok = [r for r in rs if r["ok"]]
             med[who] = statistics.median([r["decode"] for r in ok]) if ok else None
             pre = statistics.median([r["prefill"] for r in ok]) if ok else None
@@ -212,9 +217,9 @@ def table(o, results):
             if any(r["killed"] for r in rs):
                 notes.append("OOM-killed")
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
-            ratio = f"{med['moerun'] / med['llama.cpp']:7.2f}" if who == "llama.cpp" and med["moerun"] and med["llama.cpp"] else f"{'':>7}"
+            ratio = f"{med['moerun'] / med[who]:7.2f}" if who != "moerun" and med["moerun"] and med[who] else f"{'':>7}"
             text = f"{pre:8.1f} {med[who]:8.2f}" if ok else f"{'-':>8} {'-':>8}"
-            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>9} {text} {ratio} {peak:>13} {net:10.2f}  {'; '.join(notes)}")
+            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>13} {text} {ratio} {peak:>13} {net:10.2f}  {'; '.join(notes)}")
     return lines
 
 
@@ -250,11 +255,18 @@ def main():
             for k in [int(x) for x in o.nodes.split(",")]:
                 cluster = Cluster(o.cluster, k, o.node_memory, o.link)
                 try:
+                    engines = ["moerun", "llama.cpp"]
+                    half = ",".join(["0.5"] + ["1"] * (k - 1))
                     for run in range(o.runs):
-                        for who in ("moerun", "llama.cpp"):
+                        i = 0
+                        while i < len(engines):  # an engine added in this run runs in it too
+                            who = engines[i]
+                            i += 1
                             go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
-                                (lambda: run_rpc(o, cluster, gguf, prompts, n))
+                                (lambda: run_rpc(o, cluster, gguf, prompts, n, half if who == "llama.cpp 1/2" else ""))
                             row = measured(cluster, go)
+                            if who == "llama.cpp" and row["killed"] and "llama.cpp 1/2" not in engines:
+                                engines.append("llama.cpp 1/2")
                             row.update({"who": who, "nodes": k, "size": size, "n": n, "run": run, "layers": layers, "model_mib": mib})
                             results.append(row)
                             json.dump({"results": results, "args": {k2: v for k2, v in vars(o).items()}},

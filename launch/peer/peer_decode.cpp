@@ -6,10 +6,11 @@
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
-// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] < prompts
+// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] [split=W1,W2,...] < prompts
 // (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe. rpc=: llama.cpp
 // built with GGML_RPC, every layer on those rpc-servers, split by their free memory, as llama-cli's
-// --rpc SERVERS -ngl 99 does; launch/bench-cluster.sh.)
+// --rpc SERVERS -ngl 99 does; split=: the servers' shares instead, as its --tensor-split;
+// launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
 #ifdef PEER_RPC
@@ -53,20 +54,21 @@ int main(int argc, char** argv) {
     return 2;
   }
   bool rtr = false, no_fmoe = false;
-  std::string rpc;
+  std::string rpc, split;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     rtr |= a == "rtr";
     no_fmoe |= a == "no-fmoe";
     if (a.rfind("rpc=", 0) == 0) rpc = a.substr(4);
+    else if (a.rfind("split=", 0) == 0) split = a.substr(6);
     else if (a != "rtr" && a != "no-fmoe") {
-      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS)\n", argv[i]);
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS, split=SHARES)\n", argv[i]);
       return 2;
     }
   }
 #ifndef PEER_RPC
-  if (!rpc.empty()) {
-    std::fprintf(stderr, "peer_decode: rpc= needs a build with GGML_RPC (build_llama_rpc)\n");
+  if (!rpc.empty() || !split.empty()) {
+    std::fprintf(stderr, "peer_decode: rpc= and split= need a build with GGML_RPC (build_llama_rpc)\n");
     return 2;
   }
 #endif
@@ -108,10 +110,17 @@ int main(int argc, char** argv) {
     ggml_backend_register(reg);
     for (std::size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) devices.push_back(ggml_backend_reg_dev_get(reg, d));
   }
+  std::vector<float> shares(llama_max_devices(), 0.0f);
+  for (std::size_t at = 0, d = 0; !split.empty() && at != std::string::npos && d < shares.size(); ++d) {
+    const std::size_t comma = split.find(',', at);
+    shares[d] = std::strtof(split.c_str() + at, nullptr);
+    at = comma == std::string::npos ? comma : comma + 1;
+  }
   if (!devices.empty()) {
     devices.push_back(nullptr);
     mp.devices = devices.data();
     mp.n_gpu_layers = 999;
+    if (!split.empty()) mp.tensor_split = shares.data();
   }
 #endif
   llama_model* model = llama_model_load_from_file(argv[1], mp);

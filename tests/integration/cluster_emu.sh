@@ -1,8 +1,8 @@
 #!/bin/bash
 # The emulated cluster (cluster/local/up.sh --link, --node-memory): 2 hosts whose outgoing links are
 # shaped to 200 Mbit/s and each in a memory cgroup of 2 GiB. A TCP stream between them runs at the
-# shaped rate, processes mpirun.sh starts land in their host's group, a small infer across both
-# hosts equals the single-process run, and down.sh leaves no namespace, bridge or cgroup behind.
+# shaped rate, processes mpirun.sh starts land in their host's group and read its limit, a small
+# infer across both hosts equals the single-process run (each rank's budget half its host's limit), and down.sh leaves no namespace, bridge or cgroup behind.
 # Needs root, iproute2's tc and the cgroup v1 memory controller; otherwise skipped with exit 77.
 source "$(dirname "$0")/common.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,14 +27,21 @@ CMPI="$ROOT/cluster/local/mpirun.sh"
 timeout 60 "$CMPI" -np 2 --map-by ppr:1:node sh -c 'grep memory: /proc/self/cgroup' < /dev/null > "$WORK/groups.txt" 2>&1
 check "processes mpirun.sh starts join their host's group" bash -c \
   "grep -q '/$CGROUP_GROUP/${NS_PREFIX}1\$' '$WORK/groups.txt' && grep -q '/$CGROUP_GROUP/${NS_PREFIX}2\$' '$WORK/groups.txt'"
+timeout 60 "$CMPI" -np 2 --map-by ppr:1:node sh -c "cat $CGROUP_ROOT\$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)/memory.limit_in_bytes" \
+  < /dev/null > "$WORK/limits.txt" 2>&1
+check "a process on a host reads its host's limit, as on a real node ($(tr '\n' ' ' < "$WORK/limits.txt"))" bash -c \
+  "[ \$(grep -c '^2147483648\$' '$WORK/limits.txt') -eq 2 ]"
 
 synth_model "$WORK/m"
 requests "$WORK/reqs.jsonl" 6 8
 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/ref.jsonl" --quiet
 UCX="-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0"
 launch_across_hosts "$WORK/infer.err" timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" infer --model "$WORK/m" \
-  --input "$WORK/reqs.jsonl" --output "$WORK/out.jsonl" || true
+  --input "$WORK/reqs.jsonl" --output "$WORK/out.jsonl" --stats-json "$WORK/stats.json" || true
 check "infer across the 2 shaped hosts equals the single-process run" cmp -s "$WORK/ref.jsonl" "$WORK/out.jsonl"
+check "each host's ranks divide its group's limit (--memory-budget auto: 1024 MiB a rank)" "$PY" -c "import json, sys
+b = json.load(open(sys.argv[1]))['memory_budget']
+assert b['bytes_per_rank'] == 1 << 30 and b['source'] == 'the cgroup memory limit / 2 ranks on this host', b" "$WORK/stats.json"
 
 "$ROOT/cluster/local/down.sh"
 check "down.sh leaves no namespace, bridge or cgroup behind" bash -c \

@@ -1,0 +1,27 @@
+// Fitting t = alpha + bytes * beta by weighted least squares.
+#include "comm/link_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+
+namespace moerun::comm {
+
+LinkModel fit_link_model(const std::vector<std::pair<double, double>>& points) {
+  // Minimise sum w (t - a - b x)^2 with w = 1 / t^2: the 2x2 normal equations.
+  double sw = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
+  for (const auto& [x, t] : points) {
+    if (!(t > 0) || x < 0) fail(ErrorKind::Usage, "link fit: a point of ", x, " bytes in ", t, " s");
+    const double w = 1.0 / (t * t);
+    sw += w, sx += w * x, sxx += w * x * x, st += w * t, sxt += w * x * t;
+  }
+  const double det = sw * sxx - sx * sx;
+  if (points.size() < 2 || !(std::abs(det) > 0)) fail(ErrorKind::Usage, "link fit: needs two sizes or more");
+  const double a = (sxx * st - sx * sxt) / det, b = (sw * sxt - sx * st) / det;
+  LinkModel m{a * 1e6, b > 0 ? 1.0 / (b * 1e9) : 0.0, 0.0};
+  for (const auto& [x, t] : points) m.max_error = std::max(m.max_error, std::abs(m.seconds(x) - t) / t);
+  return m;
+}
+
+}  // namespace moerun::comm

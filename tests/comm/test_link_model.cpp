@@ -1,0 +1,40 @@
+// The alpha-beta fit: exact points give back their alpha and bandwidth; noise shows in max_error;
+// fewer than two sizes, or a non-positive time, is refused.
+#include <gtest/gtest.h>
+
+#include "base/error.hpp"
+#include "comm/link_model.hpp"
+
+namespace moerun::comm {
+namespace {
+
+TEST(LinkModel, ExactPointsGiveTheirAlphaAndBandwidth) {
+  const LinkModel truth{50.0, 1.25, 0.0};  // 50 us, 10 Gbit/s
+  std::vector<std::pair<double, double>> pts;
+  for (double x = 1024; x <= 64 << 20; x *= 4) pts.emplace_back(x, truth.seconds(x));
+  const LinkModel m = fit_link_model(pts);
+  EXPECT_NEAR(m.alpha_us, 50.0, 1e-6);
+  EXPECT_NEAR(m.bandwidth_gbps, 1.25, 1e-9);
+  EXPECT_LT(m.max_error, 1e-9);
+  EXPECT_NEAR(m.seconds(1 << 20), 50e-6 + (1 << 20) / 1.25e9, 1e-12);
+}
+
+TEST(LinkModel, NoiseShowsInTheLargestError) {
+  const LinkModel truth{20.0, 2.0, 0.0};
+  std::vector<std::pair<double, double>> pts;
+  int i = 0;
+  for (double x = 256; x <= 16 << 20; x *= 4, ++i) pts.emplace_back(x, truth.seconds(x) * (i % 2 ? 1.1 : 0.9));
+  const LinkModel m = fit_link_model(pts);
+  EXPECT_GT(m.max_error, 0.05);
+  EXPECT_LT(m.max_error, 0.25);
+  EXPECT_NEAR(m.bandwidth_gbps, 2.0, 0.4);
+}
+
+TEST(LinkModel, TooFewPointsOrBadTimesAreRefused) {
+  EXPECT_THROW(fit_link_model({{1024, 1e-5}}), Error);
+  EXPECT_THROW(fit_link_model({{1024, 1e-5}, {1024, 2e-5}}), Error);
+  EXPECT_THROW(fit_link_model({{1024, 1e-5}, {4096, 0.0}}), Error);
+}
+
+}  // namespace
+}  // namespace moerun::comm
