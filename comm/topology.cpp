@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "base/error.hpp"
+#include "comm/collectives.hpp"
 #include "comm/mpi.hpp"
 
 namespace moerun::comm {
@@ -67,6 +68,20 @@ int ranks_on_this_host(MPI_Comm comm) {
   MPI_CHECK(MPI_Comm_size(shared, &n));
   MPI_CHECK(MPI_Comm_free(&shared));
   return n;
+}
+
+std::vector<int64_t> allgather_on_this_host(int64_t value, MPI_Comm comm, double timeout_s, const std::string& what) {
+  MPI_Comm shared;
+  MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared));
+  std::vector<int64_t> all;
+  try {
+    all = allgather_timed({value}, shared, timeout_s, what);
+  } catch (...) {
+    MPI_Comm_free(&shared);
+    throw;
+  }
+  MPI_CHECK(MPI_Comm_free(&shared));
+  return all;
 }
 
 Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node) {

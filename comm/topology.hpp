@@ -2,6 +2,7 @@
 // a router rank (the first --routers-per-node local ranks of each node) or an expert rank. Every
 // rank computes the same table.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node)
 
 // Ranks sharing this host's memory (MPI_COMM_TYPE_SHARED), whatever --ranks-per-node says.
 int ranks_on_this_host(MPI_Comm comm);
+// Collective over `comm`: the values of the ranks sharing this host, in their order; giving up
+// after timeout_s (> 0) with ErrorKind::Comm naming `what`.
+std::vector<int64_t> allgather_on_this_host(int64_t value, MPI_Comm comm, double timeout_s, const std::string& what);
 
 // The same from a list of node ids (pure; used by the above and by tests).
 Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node);

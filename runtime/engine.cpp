@@ -153,6 +153,26 @@ void Engine::connect() {
     omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
 }
 
+void Engine::share_node_budget() {
+  // A node's memory (its cgroup limit, MemAvailable, or --node-memory) is split evenly among its
+  // ranks at first. A router needs less than its share once its dense part is loaded, so the node's
+  // expert ranks take what the routers leave: the node's memory holds as many experts as it can.
+  const bool node_wide = cfg_.memory_budget <= 0 && budget_.bytes > 0 && budget_.clamped_from.empty();
+  if (!distributed() || ranks_on_host_ < 2 || !node_wide) return;
+  const bool router_only = is_router() && !topo_.is_expert(rank_);
+  const int64_t need = router_only ? resident_memory_bytes() + reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, false) +
+                                         prefix_cache_bytes_ + logit_bytes() + budget_margin_bytes(budget_.bytes)
+                                   : -1;
+  const std::vector<int64_t> all = comm::allgather_on_this_host(need, world_, setup_timeout_s_, "set-up (the node's memory)");
+  int64_t routers_need = 0, experts = 0;
+  for (int64_t v : all) v >= 0 ? routers_need += v : ++experts;
+  const int64_t node = budget_.bytes * static_cast<int64_t>(all.size());
+  if (router_only || experts == 0 || routers_need == 0 || routers_need >= node) return;
+  budget_.bytes = (node - routers_need) / experts;
+  budget_.source = str(budget_.source.substr(0, budget_.source.find(" / ")), " less the node's routers' ", routers_need >> 20, " MiB, over ",
+                       experts, " expert rank(s)");
+}
+
 bool Engine::first_expert_rank_of_node() const {
   for (int r : topo_.experts)
     if (topo_.self(r).node == topo_.self(rank_).node) return r == rank_;
@@ -239,6 +259,7 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
     quantize_dense();
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing (ModelForward)
   }
+  share_node_budget();
   if (topo_.is_expert(rank_)) {
     build_store(rank_);
     experts_fp = experts_fingerprint(*source_, mc_);

@@ -210,6 +210,9 @@ class Engine {
   // Placement, then the dense weights (routers) and the expert store (expert ranks); the
   // fingerprints of what this rank read.
   void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
+  // Collective: where the budget is a node's (not --memory-budget), its expert ranks take what its
+  // routers do not need of it.
+  void share_node_budget();
   // Whether this rank is its node's first expert rank (it reports how the node's budget was divided).
   bool first_expert_rank_of_node() const;
   void build_exchanges();
