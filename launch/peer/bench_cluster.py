@@ -37,20 +37,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_offload import drop_caches, peer_decode_speeds  # noqa: E402
+from bench_offload import drop_caches, peer_decode_speeds, sh  # noqa: E402
 
 CGROOT = "/sys/fs/cgroup/memory"
 SHAPE = ["--family", "qwen3_moe", "--experts", "128", "--top-k", "8", "--hidden", "1024", "--intermediate", "384",
          "--heads", "8", "--kv-heads", "2", "--head-dim", "64", "--vocab", "4096", "--max-position", "2048",
          "--shards", "4", "--seed", "3"]
 LAYER_BYTES = 128 * 3 * 1024 * 384 * 5 // 8  # one layer's q4 experts (scales included): the model's bulk
-
-
-def sh(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if r.returncode:
-        sys.exit(f"bench_cluster: {' '.join(map(str, cmd[:4]))} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
-    return r
 
 
 def model_bytes(path):

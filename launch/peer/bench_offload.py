@@ -51,7 +51,7 @@ SHAPE = ["--family", "qwen3_moe", "--experts", "128", "--top-k", "8", "--hidden"
 def sh(cmd, **kw):
     r = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if r.returncode:
-        sys.exit(f"bench_offload: {' '.join(cmd[:3])} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {' '.join(map(str, cmd[:4]))} ... failed (exit {r.returncode}):\n{r.stderr[-2000:]}")
     return r
 
 
