@@ -88,7 +88,7 @@ TEST(MemoryBudget, TooSmallForOneTokensExpertsIsAUsageErrorNamingTheParts) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Usage);
     const std::string m = e.what();
-    for (const char* part : {"--memory-budget 1000 MiB (the cgroup memory limit)", "holds 700 MiB", "reserves 130 MiB",
+    for (const char* part : {"the memory budget 1000 MiB (the cgroup memory limit) is too small", "holds 700 MiB", "reserves 130 MiB",
                              "90 MiB of margin", "at least 8 experts of 10240 KiB"})
       EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
   }
