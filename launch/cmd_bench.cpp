@@ -223,6 +223,8 @@ int bench_infer(int argc, char** argv) {
     ("quantize-dense", po::value(&quantize_dense)->default_value(quantize_dense), kQuantizeDenseHelp)
     ("comm-timeout", po::value(&c.engine.comm_timeout_s)->default_value(c.engine.comm_timeout_s), "seconds before a stalled exchange fails")
     ("json", po::value(&json), "also write the results as JSON")
+    ("link-fit", po::value(&c.link_fit_path),
+     "a `bench a2a --json` file: the routers' exchange time against its alpha-beta fit's prediction for the same steps")
     ("csv", po::value(&csv), "sweep: also write the rows as CSV")
     ("gate-skew", po::value(&c.model.gate_skew)->default_value(c.model.gate_skew), "skewed expert usage of the synthetic model (see synth)")
     ("cache-compare", po::bool_switch(&cache_compare), "all-resident vs --prefetch lru (LRU eviction) vs lru with --warmup hotness vs affinity with a small L1, in one job")
@@ -250,6 +252,7 @@ int bench_infer(int argc, char** argv) {
   apply_environment(Environment::read(), c.engine);
   c.engine.option_name = option_name;
   c.baseline = !no_baseline;
+  if (!c.link_fit_path.empty()) c.link_fit = bench::read_a2a_fit_file(c.link_fit_path);  // before any rank starts
   if (sweep.on) {
     bench::SweepConfig sc;
     sc.bench = "infer";

@@ -1,4 +1,5 @@
 // `moerun inspect`: config, parameter counts, memory per rank.
+#include <cstdio>
 #include <iostream>
 
 #include "experts/cpu/expert_packing.hpp"
@@ -9,8 +10,10 @@
 #include "io/input_file.hpp"
 #include "io/model_file.hpp"
 #include "io/model_location.hpp"
+#include "launch/bench/alltoallv_bench.hpp"
 #include "launch/cli.hpp"
 #include "launch/environment.hpp"
+#include "runtime/exchange_time.hpp"
 #include "runtime/memory_budget.hpp"
 #include "runtime/memory_plan.hpp"
 
@@ -28,10 +31,36 @@ std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPla
   return runtime::budget_plan_report(c, b, parse_dense_quantization(dense), p.max_batch_tokens, p.batch * context, p.batch, 2,
                                      p.packed_bytes_per_expert, local);
 }
+// --link-fit: a decode step's exchange time over the links `bench a2a --json` measured.
+std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& path,
+                             const bench::A2aFitFile& file) {
+  if (path.empty()) return "";
+  std::vector<bench::A2aLinkFit> fits;
+  for (const char* algo : {"mpi", "hier", "alltoallv"})
+    if (const bench::A2aLinkFit* f = bench::moe_exchange_fit(file, algo)) fits.push_back(*f);
+  if (fits.empty()) fail(ErrorKind::BadInput, path, ": fits has no m2n or uniform pattern (bench a2a --patterns m2n)");
+  const runtime::StepExchange s = runtime::step_exchange(c, p.batch, p.micro_batches);
+  char buf[320];
+  std::string out = str("exchange per decode step (--link-fit ", path, ": measured on ", file.ranks, " ranks, ", file.nodes, " node(s)");
+  if (file.ranks != p.nodes * p.ranks_per_node || file.nodes != p.nodes)
+    out += str("; this layout is ", p.nodes * p.ranks_per_node, " ranks on ", p.nodes, ": the fit holds for it where the links are alike");
+  out += ")\n";
+  std::snprintf(buf, sizeof buf, "  %lld tokens per router in %lld micro-batch(es): %lld dispatch + combine pairs, %.0f bytes out and %.0f back each\n",
+                static_cast<long long>(s.tokens_per_router), static_cast<long long>(s.micro_batches), static_cast<long long>(s.exchanges),
+                s.dispatch_bytes, s.combine_bytes);
+  out += buf;
+  for (const bench::A2aLinkFit& f : fits) {
+    std::snprintf(buf, sizeof buf, "  %-9s %s fit: alpha %.1f us, %.3f GB/s (largest error %.0f%%): %.2f ms per step\n", f.algo.c_str(),
+                  f.pattern.c_str(), f.model.alpha_us, f.model.bandwidth_gbps, 100 * f.model.max_error,
+                  1e3 * runtime::step_exchange_seconds(s, f.model));
+    out += buf;
+  }
+  return out;
+}
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  std::string model, hf_config, budget, node_memory, dense = "none";
+  std::string model, hf_config, budget, node_memory, link_fit, dense = "none";
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
   o.add_options()
@@ -51,7 +80,9 @@ int cmd_inspect(int argc, char** argv) {
     ("node-memory", po::value(&node_memory), "memory per node (SIZE, e.g. 256G): whether a node's ranks fit, and how many such nodes hold every expert in memory")
     ("memory-budget", po::value(&budget),
      "also print how one process would divide this budget (SIZE, or auto: the cgroup limit or MemAvailable), as infer does")
-    ("quantize-dense", po::value(&dense)->default_value(dense), "with --memory-budget: the dense part as infer --quantize-dense holds it");
+    ("quantize-dense", po::value(&dense)->default_value(dense), "with --memory-budget: the dense part as infer --quantize-dense holds it")
+    ("link-fit", po::value(&link_fit),
+     "predict a decode step's exchange time (--batch tokens per router) from the alpha-beta fits of this `bench a2a --json` file");
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;
@@ -63,6 +94,8 @@ int cmd_inspect(int argc, char** argv) {
     if (p.node_bytes <= 0) fail(ErrorKind::Usage, "--node-memory must be a size > 0, not \"", node_memory, "\"");
   }
   p.validate();
+  // Read before anything is printed: a bad file is an error, not half a report.
+  const bench::A2aFitFile fit_file = link_fit.empty() ? bench::A2aFitFile{} : bench::read_a2a_fit_file(link_fit);
   if (!hf_config.empty()) {
     if (!io::check_regular_file(hf_config)) fail(ErrorKind::Io, hf_config, ": no such file");
     const std::string text = convert::text_model_config(io::read_regular_file(hf_config), hf_config);  // as convert reads it
@@ -76,7 +109,9 @@ int cmd_inspect(int argc, char** argv) {
     }
     Matmul mm;
     p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
-    std::cout << runtime::inspect_report(c, p, hf_config + " (config only)") << budget_section(c, p, budget, dense, true);
+    const std::string report = runtime::inspect_report(c, p, hf_config + " (config only)") + budget_section(c, p, budget, dense, true) +
+                               exchange_section(c, p, link_fit, fit_file);
+    std::cout << report;
     return 0;
   }
   const io::S3Config s3 = object_store.finish();
@@ -88,7 +123,9 @@ int cmd_inspect(int argc, char** argv) {
   const model::ModelConfig c = io::read_model_config(location);
   Matmul mm;
   p.packed_bytes_per_expert = experts::packed_expert_bytes(mm, c);
-  std::cout << runtime::inspect_report(c, p, model) << budget_section(c, p, budget, dense, !location.remote());
+  const std::string report = runtime::inspect_report(c, p, model) + budget_section(c, p, budget, dense, !location.remote()) +
+                             exchange_section(c, p, link_fit, fit_file);
+  std::cout << report;
   return 0;
 }
 

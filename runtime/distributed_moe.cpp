@@ -148,6 +148,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   double t1 = now();
   times_.exchange += tw - t0;
   times_.wait += t1 - tw;
+  ++times_.exchanges;
   router::combine_rows(reply->recv_as<float>(), d, f.layout, f.weight.data(), out);
   times_.combine += now() - t1;
 }

@@ -471,6 +471,9 @@ EngineReport Engine::report() {
   rep.memory_budget = budget_;
   const PhaseSeconds mine = my_phases();
   if (distributed()) {
+    std::vector<double> exchanges{forward_ ? static_cast<double>(moe_->times().exchanges) : 0.0};
+    comm::reduce_max_to_root(exchanges, world_);
+    rep.moe_exchanges = static_cast<int64_t>(exchanges[0]);
     static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
                                                 "expert_compute", "combine", "head", "idle"};
     for (const char* role : {"router", "expert"}) {

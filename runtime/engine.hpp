@@ -118,6 +118,7 @@ struct EngineReport {
   bool huge_pages = false;                     // the weights were placed in 2 MiB pages (--huge-pages)
   io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
   MemoryBudget memory_budget;                  // rank 0's: what it was and where it came from
+  int64_t moe_exchanges = 0;                   // dispatch + combine pairs of the router with the most
 };
 
 class Engine {

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "base/matmul.hpp"
 #include "model/model_schema.hpp"
+#include "runtime/moe_protocol.hpp"
 
 namespace moerun::runtime {
 namespace {
@@ -77,7 +78,9 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t router_ff = std::max(c.shared_expert_intermediate_size, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
   m.activation_bytes = 4 * T * (4 * d + 2 * std::max(q, c.attention_out_dim()) + c.kv_k_dim() + c.kv_v_dim() + c.num_experts + 3 * router_ff) +
                        4 * p.batch * c.vocab_size;
-  const int64_t record = 4 + 4 * d, result = 4 * d;  // bytes on the wire per routed row, out and back
+  // Bytes on the wire per routed row, out and back.
+  const auto record = static_cast<int64_t>(MoeExchangeProtocol::dispatch_record_bytes(d)),
+             result = static_cast<int64_t>(MoeExchangeProtocol::combine_record_bytes(d));
   m.router_exchange_bytes = single ? 0 : T * c.top_k * (record + result);
   const int64_t router_sum = m.dense_bytes + m.kv_bytes + m.activation_bytes + m.router_exchange_bytes;
   m.router_margin_bytes = static_cast<int64_t>(static_cast<double>(router_sum) * p.margin);

@@ -22,6 +22,7 @@ struct MoePhaseTimes {
   double wait = 0;      // router: from asking for results to having them (expert compute + return)
   double experts = 0;   // expert FFNs computed on this rank
   double combine = 0;   // weighted sum in slot order
+  int64_t exchanges = 0;  // router: dispatch + combine pairs finished (what the times above are over)
 };
 
 class MoeLayer {

@@ -9,8 +9,12 @@ export PMIX_MCA_gds=hash  # the shared-memory datastore complains inside contain
 # the "biggest" hole of its address space; under ASLR that write sometimes lands on the stack and
 # orted segfaults in hwloc_shmem_topology_write (3 of 12 launches here). A daemonized orted dies
 # silently and mpirun then hangs, so also --leave-session-attached: a failed daemon is reported.
+# mpi_yield_when_idle 1: every host's ranks share this machine's cores, which the hostfile's slots
+# do not say, so Open MPI would spin without yielding in a blocking call (a reduction, a barrier)
+# and hold a core that a peer needs: exchanges then took a scheduler tick (3.9 ms) where they take
+# 50 us (bench a2a m2n, 2 hosts x 2 ranks on 2 cores).
 exec mpirun --hostfile "$RUN_DIR/hostfile" --mca plm_rsh_agent "$HERE/rsh-agent.sh" --leave-session-attached \
   --mca rtc_hwloc_vmhole none \
   --mca oob_tcp_if_include "$SUBNET_PREFIX.0/24" --mca btl_tcp_if_include "$SUBNET_PREFIX.0/24" \
   --mca btl self,tcp --mca pml ob1 --mca plm_rsh_no_tree_spawn 1 \
-  --oversubscribe --bind-to none "$@"
+  --mca mpi_yield_when_idle 1 --oversubscribe --bind-to none "$@"

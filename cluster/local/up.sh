@@ -29,11 +29,14 @@ RATE=${LINK%%,*} DELAY=
 if [ -n "$LINK" ]; then
   command -v tc > /dev/null || { echo "cluster/local/up.sh: --link needs tc (iproute2)" >&2; exit 2; }
   [[ $RATE =~ ^([0-9]+)([kmg]?)bit$ ]] || { echo "cluster/local/up.sh: --link's RATE is like 25gbit or 200mbit, not $RATE" >&2; exit 2; }
-  # The bucket holds 10 ms of the rate (at least 64 KiB), so the kernel's timer can keep up.
+  # The bucket holds 200 us of the rate (at least 16 KiB: the watchdog is a high-resolution timer,
+  # and tbf splits larger GSO packets). A real link sends every byte at its rate; a bucket of 10 ms
+  # let each exchange below 1.25 MB (at 1 Gbit/s) pass at the bridge's speed whenever the link had
+  # idled, so an exchange's time depended on the pause before it, not on its bytes.
   unit=${BASH_REMATCH[2]}
   mult=$(case $unit in k) echo 1000 ;; m) echo 1000000 ;; g) echo 1000000000 ;; *) echo 1 ;; esac)
-  BURST=$(( BASH_REMATCH[1] * mult / 8 / 100 ))
-  [ "$BURST" -lt 65536 ] && BURST=65536
+  BURST=$(( BASH_REMATCH[1] * mult / 8 / 5000 ))
+  [ "$BURST" -lt 16384 ] && BURST=16384
   if [ -n "$DELAY" ]; then
     ok=0
     ip netns add "$NS_PREFIX-probe"

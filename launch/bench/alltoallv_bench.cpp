@@ -17,6 +17,8 @@
 #include "comm/exchange_select.hpp"
 #include "comm/hierarchical_alltoallv.hpp"
 #include "comm/mpi.hpp"
+#include "io/input_file.hpp"
+#include "io/json_input.hpp"
 
 namespace moerun::bench {
 using namespace moerun::comm;  // a benchmark of comm/, written in its terms
@@ -239,6 +241,48 @@ std::string a2a_bench_json(const A2aBenchResult& r) {
     j["fits"].push_back({{"algo", f.algo}, {"pattern", f.pattern}, {"alpha_us", f.model.alpha_us},
                          {"bandwidth_gbps", f.model.bandwidth_gbps}, {"max_error", f.model.max_error}});
   return j.dump(2);
+}
+
+A2aFitFile read_a2a_fit_file(const std::string& path) {
+  const nlohmann::json j = io::parse_json(io::read_regular_file(path, ErrorKind::Usage), path);
+  auto field = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
+    if (!o.is_object() || !o.contains(key)) fail(ErrorKind::BadInput, path, ": ", where, " has no \"", key, "\" (not a bench a2a --json file)");
+    return o.at(key);
+  };
+  auto number = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+    const nlohmann::json& v = field(o, key, where);
+    if (!v.is_number()) fail(ErrorKind::BadInput, path, ": ", where, ".", key, " is ", io::json_excerpt(v), ", not a number");
+    return v.get<double>();
+  };
+  A2aFitFile f;
+  f.ranks = static_cast<int>(number(j, "ranks", "the file"));
+  f.nodes = static_cast<int>(number(j, "nodes", "the file"));
+  const nlohmann::json& fits = field(j, "fits", "the file");
+  if (!fits.is_array() || fits.empty()) fail(ErrorKind::BadInput, path, ": fits is ", io::json_excerpt(fits), ", not a list of fits");
+  for (std::size_t i = 0; i < fits.size(); ++i) {
+    const std::string where = str("fits[", i, "]");
+    A2aLinkFit fit;
+    for (auto [key, out] : {std::pair{"algo", &fit.algo}, std::pair{"pattern", &fit.pattern}}) {
+      const nlohmann::json& v = field(fits[i], key, where);
+      if (!v.is_string()) fail(ErrorKind::BadInput, path, ": ", where, ".", key, " is ", io::json_excerpt(v), ", not a string");
+      *out = v.get<std::string>();
+    }
+    fit.model.alpha_us = number(fits[i], "alpha_us", where);
+    fit.model.bandwidth_gbps = number(fits[i], "bandwidth_gbps", where);
+    fit.model.max_error = number(fits[i], "max_error", where);
+    if (!(fit.model.alpha_us >= 0) || !(fit.model.bandwidth_gbps > 0))
+      fail(ErrorKind::BadInput, path, ": ", where, ": alpha ", fit.model.alpha_us, " us and bandwidth ", fit.model.bandwidth_gbps,
+           " GB/s are not a link (alpha >= 0, bandwidth > 0)");
+    f.fits.push_back(fit);
+  }
+  return f;
+}
+
+const A2aLinkFit* moe_exchange_fit(const A2aFitFile& f, const std::string& algo) {
+  for (const char* pattern : {"m2n", "uniform"})
+    for (const A2aLinkFit& fit : f.fits)
+      if (fit.algo == algo && fit.pattern == pattern) return &fit;
+  return nullptr;
 }
 
 std::string a2a_bench_csv(const A2aBenchResult& r) {

@@ -56,6 +56,18 @@ struct A2aLinkFit {
 };
 std::vector<A2aLinkFit> a2a_link_fits(const A2aBenchResult& r);
 
+// A `bench a2a --json` file read back (inspect --link-fit, bench infer --link-fit): the layout it
+// was measured on and its fits.
+struct A2aFitFile {
+  int ranks = 0, nodes = 0;
+  std::vector<A2aLinkFit> fits;
+};
+// BadInput naming `path` and the field for a file that is not one; Io when it cannot be read.
+A2aFitFile read_a2a_fit_file(const std::string& path);
+// `algo`'s fit for the MoE exchange's shape: routers to expert ranks (m2n) where the file has it,
+// else all-to-all (uniform); null when it has neither.
+const A2aLinkFit* moe_exchange_fit(const A2aFitFile& f, const std::string& algo);
+
 // Collective; the result is valid on rank 0.
 A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world);
 std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r);

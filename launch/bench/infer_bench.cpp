@@ -14,6 +14,7 @@
 #include "base/xxh64.hpp"
 #include "comm/counter_reduction.hpp"
 #include "io/requests.hpp"
+#include "runtime/exchange_time.hpp"
 #include "runtime/request_split.hpp"
 #include "runtime/routing_stats.hpp"
 #include "comm/collectives.hpp"
@@ -319,6 +320,40 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
   return j.dump(2);
 }
 
+namespace {
+// --link-fit: the routers' time in the exchanges against the fit's prediction for the same steps.
+struct ExchangeCheck {
+  const A2aLinkFit* fit = nullptr;  // null: no prediction
+  double measured_s = 0;   // the routers' exchange + wait for results, less the expert ranks' compute and packing
+  double predicted_s = 0;  // the run's steps at the fit: one prefill step (the whole batch) and the decode steps
+  double decode_step_s = 0;  // the prediction for one decode step
+  int64_t measured_pairs = 0, predicted_pairs = 0;
+};
+
+ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult& r) {
+  ExchangeCheck x;
+  const runtime::EngineReport& e = r.distributed.engine;
+  if (cfg.link_fit_path.empty() || e.moe_exchanges == 0) return x;
+  x.fit = moe_exchange_fit(cfg.link_fit, comm::a2a_name(cfg.engine.a2a));
+  if (!x.fit) return x;
+  auto phase = [&](const char* role, const char* name) {
+    const auto it = e.phases.find(role);
+    return it != e.phases.end() && it->second.count(name) ? it->second.at(name) : 0.0;
+  };
+  x.measured_s = phase("router", "exchange") + phase("router", "wait_experts") - phase("expert", "expert_compute") - phase("expert", "pack");
+  x.measured_pairs = e.moe_exchanges;
+  const int64_t tokens = (cfg.batch + e.routers - 1) / e.routers;  // the busiest router's sequences
+  const int64_t mb = cfg.engine.micro_batches > 0 ? cfg.engine.micro_batches : 2;
+  const runtime::StepExchange prefill = runtime::step_exchange(cfg.model.model, tokens * cfg.prompt_len, mb);
+  const runtime::StepExchange decode = runtime::step_exchange(cfg.model.model, tokens, mb);
+  const int64_t decode_steps = std::max<int64_t>(cfg.new_tokens - 1, 0);
+  x.decode_step_s = runtime::step_exchange_seconds(decode, x.fit->model);
+  x.predicted_s = runtime::step_exchange_seconds(prefill, x.fit->model) + static_cast<double>(decode_steps) * x.decode_step_s;
+  x.predicted_pairs = prefill.exchanges + decode_steps * decode.exchanges;
+  return x;
+}
+}  // namespace
+
 std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResult& r) {
   const model::ModelConfig& m = cfg.model.model;
   const BenchRun& d = r.distributed;
@@ -369,6 +404,18 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                   100 * ex / d.seconds, 100 * (rp.count("wait_experts") ? rp.at("wait_experts") : 0) / d.seconds);
     s += buf;
   }
+  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit) {
+    std::snprintf(buf, sizeof buf,
+                  "# exchange against --link-fit %s (%s %s: alpha %.1f us, %.3f GB/s): measured %.2f ms in %lld dispatch + combine pairs "
+                  "(the routers' exchange and wait for results, less the expert ranks' compute and packing), predicted %.2f ms in %lld: "
+                  "measured/predicted %.2f; a decode step predicted %.3f ms\n",
+                  cfg.link_fit_path.c_str(), x.fit->algo.c_str(), x.fit->pattern.c_str(), x.fit->model.alpha_us, x.fit->model.bandwidth_gbps,
+                  1e3 * x.measured_s, static_cast<long long>(x.measured_pairs), 1e3 * x.predicted_s, static_cast<long long>(x.predicted_pairs),
+                  x.measured_s / x.predicted_s, 1e3 * x.decode_step_s);
+    s += buf;
+  } else if (!cfg.link_fit_path.empty()) {
+    s += str("# --link-fit ", cfg.link_fit_path, ": no ", comm::a2a_name(cfg.engine.a2a), " fit of pattern m2n or uniform in it, or no exchange in this run\n");
+  }
   return s;
 }
 
@@ -388,6 +435,10 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["batch"] = cfg.batch;
   j["hidden"] = cfg.model.model.hidden_size;
   j["micro_batches"] = cfg.engine.micro_batches;
+  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit)
+    j["link_fit"] = {{"file", cfg.link_fit_path}, {"algo", x.fit->algo}, {"pattern", x.fit->pattern}, {"measured_s", x.measured_s},
+                     {"predicted_s", x.predicted_s}, {"measured_pairs", x.measured_pairs}, {"predicted_pairs", x.predicted_pairs},
+                     {"decode_step_predicted_s", x.decode_step_s}};
   if (r.decode_stream_gbps > 0) {
     j["copy_gbps"] = r.copy_gbps;
     j["decode_weight_bytes_per_step"] = r.decode_weight_bytes_per_step;

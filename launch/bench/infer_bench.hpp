@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include "convert/synthetic_model.hpp"
+#include "launch/bench/alltoallv_bench.hpp"
 #include "runtime/batch_loop.hpp"
 #include "runtime/engine.hpp"
 
@@ -31,6 +32,9 @@ struct InferBenchConfig {
   runtime::SchedulerConfig scheduler;  // batch limits are raised to hold the whole batch (unless not)
   bool whole_batch_steps = true;       // false: the scheduler's limits as given, as infer runs
   std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
+  // --link-fit: `bench a2a --json`'s fits, to predict the routers' exchange time from (empty path: none).
+  std::string link_fit_path;
+  A2aFitFile link_fit;
 };
 
 // One run of the benchmark's requests, on rank 0: the routers' counters and the engine's report.

@@ -15,7 +15,7 @@ trap '"$ROOT/cluster/local/down.sh"; rm -rf "$WORK"' EXIT
 CMPI="$ROOT/cluster/local/mpirun.sh"
 UCX="-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0"
 launched=0
-timeout 30 "$CMPI" -np 2 --map-by ppr:1:node true < /dev/null > /dev/null 2>&1 && launched=1
+launch_across_hosts "$WORK/true.err" timeout 30 "$CMPI" -np 2 --map-by ppr:1:node true > /dev/null && launched=1
 check "mpirun reaches both namespace hosts" test "$launched" -eq 1
 
 timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX -x MOERUN_TEST_TRANSPORT=ucx -x MOERUN_TEST_RANKS_PER_NODE=1,0 \

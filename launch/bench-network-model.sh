@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The network model on the emulated cluster (issue 67): per link rate, `bench a2a` across 2 nodes
+# fits alpha and bandwidth per algorithm (mpi, hier) and pattern (m2n: routers to expert ranks, as
+# the MoE exchange sends; uniform), then `bench infer --link-fit` runs the same layout and prints the
+# routers' measured exchange time against the fit's prediction for the same steps. A model with a
+# wide hidden row (the bytes) and narrow experts (little compute to subtract) isolates the exchange.
+# Runs are interleaved over batches and algorithms. Then the flat and the hierarchical exchange at
+# 2 and 4 ranks a node (uniform), where more ranks a node give hier fewer, larger messages.
+#
+# Usage: launch/bench-network-model.sh [--links 1gbit,10gbit] [--batches 2,16,64] [--runs 3] [--out DIR]
+# Needs root (namespaces). Output: the table on stdout; DIR (build/network-model) keeps every JSON.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
+LINKS=1gbit,10gbit BATCHES=2,16,64 RUNS=3 OUT=$BUILD/network-model
+while [ $# -gt 0 ]; do
+  case $1 in
+    --links) LINKS=$2; shift 2 ;;
+    --batches) BATCHES=$2; shift 2 ;;
+    --runs) RUNS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bench-network-model.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench-network-model.sh: needs root (network namespaces)" >&2; exit 2; }
+source "$ROOT/launch/deps.sh"
+moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 iproute2
+moerun_build "$ROOT" "$BUILD" moerun
+M=$BUILD/launch/moerun CMPI=$ROOT/cluster/local/mpirun.sh
+UCX=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0)
+SHAPE=(--layers 4 --hidden 2048 --experts 8 --top-k 2 --intermediate 64 --heads 16 --kv-heads 4 --head-dim 128 --vocab 1024)
+mkdir -p "$OUT"
+trap '"$ROOT/cluster/local/down.sh" > /dev/null 2>&1 || true' EXIT
+for link in ${LINKS//,/ }; do
+  "$ROOT/cluster/local/down.sh" > /dev/null 2>&1 || true
+  "$ROOT/cluster/local/up.sh" 2 --link "$link" > /dev/null
+  "$CMPI" -np 4 --map-by ppr:2:node "${UCX[@]}" "$M" bench a2a --patterns m2n,uniform --algos mpi,hier --min-bytes 1024 \
+    --max-bytes 4194304 --iters 9 --json "$OUT/fit-$link.json" < /dev/null > "$OUT/fit-$link.txt"
+  grep 'alpha-beta fit' "$OUT/fit-$link.txt" | sed "s/^/$link /"
+  for run in $(seq "$RUNS"); do
+    for b in ${BATCHES//,/ }; do
+      for algo in mpi hier; do
+        "$CMPI" -np 4 --map-by ppr:2:node "${UCX[@]}" "$M" bench infer "${SHAPE[@]}" --batch "$b" --prompt-len 1 --new-tokens 12 \
+          --no-baseline --a2a "$algo" --link-fit "$OUT/fit-$link.json" --json "$OUT/infer-$link-b$b-$algo-r$run.json" < /dev/null > /dev/null
+      done
+    done
+  done
+  for rpn in 2 4; do
+    "$CMPI" -np $((2 * rpn)) --map-by ppr:$rpn:node --oversubscribe "${UCX[@]}" "$M" bench a2a --patterns uniform --algos mpi,hier \
+      --min-bytes 256 --max-bytes 1048576 --iters 9 --json "$OUT/flat-hier-$link-rpn$rpn.json" < /dev/null > "$OUT/flat-hier-$link-rpn$rpn.txt"
+  done
+done
+"$ROOT/cluster/local/down.sh" > /dev/null
+python3 - "$OUT" "$LINKS" "$BATCHES" <<'PY'
+import glob, json, os, statistics, sys
+out, links, batches = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
+print("| link | batch (tokens a router) | algo | predicted ms per decode step | measured / predicted (min / median / max) |")
+print("| --- | --- | --- | --- | --- |")
+for link in links:
+    for b in batches:
+        for algo in ("mpi", "hier"):
+            xs = [json.load(open(f))["link_fit"] for f in sorted(glob.glob(f"{out}/infer-{link}-b{b}-{algo}-r*.json"))]
+            if not xs:
+                continue
+            r = sorted(x["measured_s"] / x["predicted_s"] for x in xs)
+            print(f"| {link} | {b} ({(int(b) + 1) // 2}) | {algo} | {1e3 * xs[0]['decode_step_predicted_s']:.2f} | "
+                  f"{r[0]:.2f} / {statistics.median(r):.2f} / {r[-1]:.2f} |")
+print()
+print("| link | ranks a node | algo | alpha (us) | GB/s | largest error | hier / mpi time at 256 B, 4 KiB, 64 KiB, 1 MiB |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for link in links:
+    for rpn in (2, 4):
+        f = f"{out}/flat-hier-{link}-rpn{rpn}.json"
+        if not os.path.exists(f):
+            continue
+        j = json.load(open(f))
+        t = {(r["algo"], r["bytes_per_rank"]): r["time_us"]["median"] for r in j["rows"]}
+        ratios = ", ".join(f"{t[('hier', s)] / t[('mpi', s)]:.2f}" for s in (256, 4096, 65536, 1048576) if ("hier", s) in t)
+        for fit in j["fits"]:
+            print(f"| {link} | {rpn} | {fit['algo']} | {fit['alpha_us']:.0f} | {fit['bandwidth_gbps']:.3f} | "
+                  f"{100 * fit['max_error']:.0f}% | {ratios if fit['algo'] == 'hier' else ''} |")
+PY

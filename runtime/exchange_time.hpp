@@ -1,0 +1,28 @@
+// What one step moves through the MoE all-to-all, and how long the links take for it: the bytes a
+// router sends in each dispatch and gets back in each combine, timed by an alpha-beta model of the
+// exchange (comm/link_model, fitted by `bench a2a`). `inspect --link-fit` prints it.
+#pragma once
+#include <cstdint>
+
+#include "comm/link_model.hpp"
+#include "model/model_config.hpp"
+
+namespace moerun::runtime {
+
+struct StepExchange {
+  int64_t tokens_per_router = 0;   // the step's tokens on one router (a decode step: its sequences)
+  int64_t micro_batches = 1;
+  int64_t exchanges = 0;           // dispatch + combine pairs in the step: MoE layers x micro-batches
+  double dispatch_bytes = 0;       // one router's records in one dispatch (expert id + hidden row)
+  double combine_bytes = 0;        // the rows it gets back in one combine
+};
+
+// A step of `tokens_per_router` tokens, split into `micro_batches` (the last one may be shorter:
+// the bytes are the largest one's, as the step waits for it).
+StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_router, int64_t micro_batches);
+
+// The step's exchange time over `link`: every dispatch and combine at the link's alpha + bytes /
+// bandwidth, one after the other (a router waits for each before its layer goes on).
+double step_exchange_seconds(const StepExchange& s, const comm::LinkModel& link);
+
+}  // namespace moerun::runtime
