@@ -18,7 +18,13 @@ LinkModel fit_link_model(const std::vector<std::pair<double, double>>& points) {
   }
   const double det = sw * sxx - sx * sx;
   if (points.size() < 2 || !(std::abs(det) > 0)) fail(ErrorKind::Usage, "link fit: needs two sizes or more");
-  const double a = (sxx * st - sx * sxt) / det, b = (sw * sxt - sx * st) / det;
+  double a = (sxx * st - sx * sxt) / det, b = (sw * sxt - sx * st) / det;
+  if (a < 0) {
+    // No link costs less than nothing per exchange: where the times grow faster than linearly (a
+    // shaped link past its bucket), the best line crosses zero; the best one through the origin.
+    a = 0;
+    b = sxt / sxx;
+  }
   LinkModel m{a * 1e6, b > 0 ? 1.0 / (b * 1e9) : 0.0, 0.0};
   for (const auto& [x, t] : points) m.max_error = std::max(m.max_error, std::abs(m.seconds(x) - t) / t);
   return m;

@@ -17,7 +17,8 @@ struct LinkModel {
 
 // Least squares in relative error (each point weighted by 1 / time^2, so the small exchanges that
 // fix alpha count as much as the large ones that fix the bandwidth) over (bytes, seconds) points;
-// at least two points of different sizes (Usage error otherwise).
+// at least two points of different sizes (Usage error otherwise). Alpha is never negative: where
+// the best line would cross zero, the best one through the origin.
 LinkModel fit_link_model(const std::vector<std::pair<double, double>>& bytes_seconds);
 
 }  // namespace moerun::comm

@@ -3,7 +3,8 @@
 # fits alpha and bandwidth per algorithm (mpi, hier) and pattern (m2n: routers to expert ranks, as
 # the MoE exchange sends; uniform), then `bench infer --link-fit` runs the same layout and prints the
 # routers' measured exchange time against the fit's prediction for the same steps. A model with a
-# wide hidden row (the bytes) and narrow experts (little compute to subtract) isolates the exchange.
+# wide hidden row (the bytes), narrow experts and attention (little compute: the routers reach each
+# exchange together, and the expert ranks return at once) isolates the exchange.
 # Runs are interleaved over batches and algorithms. Then the flat and the hierarchical exchange at
 # 2 and 4 ranks a node (uniform), where more ranks a node give hier fewer, larger messages.
 #
@@ -29,7 +30,7 @@ moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 iproute2
 moerun_build "$ROOT" "$BUILD" moerun
 M=$BUILD/launch/moerun CMPI=$ROOT/cluster/local/mpirun.sh
 UCX=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0)
-SHAPE=(--layers 4 --hidden 2048 --experts 8 --top-k 2 --intermediate 64 --heads 16 --kv-heads 4 --head-dim 128 --vocab 1024)
+SHAPE=(--layers 4 --hidden 2048 --experts 8 --top-k 2 --intermediate 64 --heads 2 --kv-heads 1 --head-dim 32 --vocab 256)
 mkdir -p "$OUT"
 trap '"$ROOT/cluster/local/down.sh" > /dev/null 2>&1 || true' EXIT
 for link in ${LINKS//,/ }; do
@@ -55,17 +56,19 @@ done
 python3 - "$OUT" "$LINKS" "$BATCHES" <<'PY'
 import glob, json, os, statistics, sys
 out, links, batches = sys.argv[1], sys.argv[2].split(","), sys.argv[3].split(",")
-print("| link | batch (tokens a router) | algo | predicted ms per decode step | measured / predicted (min / median / max) |")
-print("| --- | --- | --- | --- | --- |")
+print("| link | batch (tokens a router) | algo | predicted ms per decode step | measured / predicted (min / median / max) | decode tokens/s (median) |")
+print("| --- | --- | --- | --- | --- | --- |")
 for link in links:
     for b in batches:
         for algo in ("mpi", "hier"):
-            xs = [json.load(open(f))["link_fit"] for f in sorted(glob.glob(f"{out}/infer-{link}-b{b}-{algo}-r*.json"))]
-            if not xs:
+            runs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/infer-{link}-b{b}-{algo}-r*.json"))]
+            if not runs:
                 continue
+            xs = [j["link_fit"] for j in runs]
             r = sorted(x["measured_s"] / x["predicted_s"] for x in xs)
+            tps = statistics.median(j["decode"]["tokens_per_s"] for j in runs)
             print(f"| {link} | {b} ({(int(b) + 1) // 2}) | {algo} | {1e3 * xs[0]['decode_step_predicted_s']:.2f} | "
-                  f"{r[0]:.2f} / {statistics.median(r):.2f} / {r[-1]:.2f} |")
+                  f"{r[0]:.2f} / {statistics.median(r):.2f} / {r[-1]:.2f} | {tps:.0f} |")
 print()
 print("| link | ranks a node | algo | alpha (us) | GB/s | largest error | hier / mpi time at 256 B, 4 KiB, 64 KiB, 1 MiB |")
 print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -30,6 +30,17 @@ TEST(LinkModel, NoiseShowsInTheLargestError) {
   EXPECT_NEAR(m.bandwidth_gbps, 2.0, 0.4);
 }
 
+TEST(LinkModel, AlphaIsNeverNegative) {
+  // Times that grow faster than the bytes (free below a bucket, then the rate): the best line has
+  // alpha < 0 (the first point lies under the line through the other two, which meets the origin).
+  // Through the origin, with w = 1/t^2: beta = sum(x/t) / sum(x^2/t^2) = 4e9 / 6e18 s/B, 1.5 GB/s.
+  const std::vector<std::pair<double, double>> pts{{1e3, 0.5e-6}, {1e5, 100e-6}, {1e6, 1000e-6}};
+  const LinkModel m = fit_link_model(pts);
+  EXPECT_EQ(m.alpha_us, 0.0);
+  EXPECT_NEAR(m.bandwidth_gbps, 1.5, 1e-9);
+  EXPECT_NEAR(m.max_error, 1.0 / 3.0, 1e-9);  // the two larger points, 2/3 of their time
+}
+
 TEST(LinkModel, TooFewPointsOrBadTimesAreRefused) {
   EXPECT_THROW(fit_link_model({{1024, 1e-5}}), Error);
   EXPECT_THROW(fit_link_model({{1024, 1e-5}, {1024, 2e-5}}), Error);

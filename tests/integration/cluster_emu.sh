@@ -59,14 +59,14 @@ assert f['nodes'] == 2 and 0.01 < fit['bandwidth_gbps'] < 0.1, fit" "$WORK/fit.j
 "$MOERUN" inspect --model "$WORK/m" --nodes 2 --ranks-per-node 2 --batch 3 --link-fit "$WORK/fit.json" > "$WORK/inspect.txt"
 check "inspect --link-fit predicts a decode step's exchange ($(grep -m1 'mpi *m2n fit' "$WORK/inspect.txt"))" \
   grep -q "^  mpi       m2n fit: alpha .* GB/s (largest error [0-9]*%): [0-9.]* ms per step" "$WORK/inspect.txt"
-launch_across_hosts "$WORK/bi.err" timeout 180 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench infer --layers 2 --hidden 1024 \
-  --intermediate 32 --heads 8 --kv-heads 2 --head-dim 128 --batch 16 --prompt-len 1 --new-tokens 6 --no-baseline \
+launch_across_hosts "$WORK/bi.err" timeout 180 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench infer --layers 2 --hidden 1024 --heads 2 \
+  --intermediate 32 --kv-heads 1 --head-dim 32 --vocab 256 --batch 16 --prompt-len 1 --new-tokens 6 --no-baseline \
   --link-fit "$WORK/fit.json" --json "$WORK/bi.json" > "$WORK/bi.txt" || true
-check "bench infer --link-fit: the pairs it measured are the ones predicted, the time within 3x ($(grep -m1 'against --link-fit' "$WORK/bi.txt" | grep -o 'measured [0-9.]* ms.*'))" \
+check "bench infer --link-fit: the pairs it measured are the ones predicted, the time within 4x ($(grep -m1 'against --link-fit' "$WORK/bi.txt" | grep -o 'measured [0-9.]* ms.*'))" \
   "$PY" -c "import json, sys
 x = json.load(open(sys.argv[1]))['link_fit']
 assert x['measured_pairs'] == x['predicted_pairs'] == 2 * 6 * 2, x
-assert 1 / 3 < x['measured_s'] / x['predicted_s'] < 3, x" "$WORK/bi.json"
+assert 1 / 4 < x['measured_s'] / x['predicted_s'] < 4, x" "$WORK/bi.json"
 
 "$ROOT/cluster/local/down.sh"
 check "down.sh leaves no namespace, bridge or cgroup behind" bash -c \
