@@ -36,7 +36,7 @@ trap '"$ROOT/cluster/local/down.sh" > /dev/null 2>&1 || true' EXIT
 for link in ${LINKS//,/ }; do
   "$ROOT/cluster/local/down.sh" > /dev/null 2>&1 || true
   "$ROOT/cluster/local/up.sh" 2 --link "$link" > /dev/null
-  "$CMPI" -np 4 --map-by ppr:2:node "${UCX[@]}" "$M" bench a2a --patterns m2n,uniform --algos mpi,hier --min-bytes 1024 \
+  "$CMPI" -np 4 --map-by ppr:2:node "${UCX[@]}" "$M" bench a2a --patterns m2n,n2m,uniform --algos mpi,hier --min-bytes 1024 \
     --max-bytes 4194304 --iters 9 --json "$OUT/fit-$link.json" < /dev/null > "$OUT/fit-$link.txt"
   grep 'alpha-beta fit' "$OUT/fit-$link.txt" | sed "s/^/$link /"
   for run in $(seq "$RUNS"); do

@@ -35,10 +35,10 @@ std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPla
 std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& path,
                              const bench::A2aFitFile& file) {
   if (path.empty()) return "";
-  std::vector<bench::A2aLinkFit> fits;
+  std::vector<bench::MoeExchangeFits> fits;
   for (const char* algo : {"mpi", "hier", "alltoallv"})
-    if (const bench::A2aLinkFit* f = bench::moe_exchange_fit(file, algo)) fits.push_back(*f);
-  if (fits.empty()) fail(ErrorKind::BadInput, path, ": fits has no m2n or uniform pattern (bench a2a --patterns m2n)");
+    if (const bench::MoeExchangeFits f = bench::moe_exchange_fits(file, algo); f.dispatch) fits.push_back(f);
+  if (fits.empty()) fail(ErrorKind::BadInput, path, ": fits has no m2n, n2m or uniform pattern (bench a2a --patterns m2n,n2m)");
   const runtime::StepExchange s = runtime::step_exchange(c, p.batch, p.micro_batches);
   char buf[320];
   std::string out = str("exchange per decode step (--link-fit ", path, ": measured on ", file.ranks, " ranks, ", file.nodes, " node(s)");
@@ -49,10 +49,13 @@ std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryP
                 static_cast<long long>(s.tokens_per_router), static_cast<long long>(s.micro_batches), static_cast<long long>(s.exchanges),
                 s.dispatch_bytes, s.combine_bytes);
   out += buf;
-  for (const bench::A2aLinkFit& f : fits) {
-    std::snprintf(buf, sizeof buf, "  %-9s %s fit: alpha %.1f us, %.3f GB/s (largest error %.0f%%): %.2f ms per step\n", f.algo.c_str(),
-                  f.pattern.c_str(), f.model.alpha_us, f.model.bandwidth_gbps, 100 * f.model.max_error,
-                  1e3 * runtime::step_exchange_seconds(s, f.model));
+  for (const bench::MoeExchangeFits& f : fits) {
+    const comm::LinkModel &d = f.dispatch->model, &b = f.combine->model;
+    std::snprintf(buf, sizeof buf,
+                  "  %-9s dispatch by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%), combine by the %s fit (alpha %.1f us, "
+                  "%.3f GB/s, largest error %.0f%%): %.2f ms per step\n",
+                  f.dispatch->algo.c_str(), f.dispatch->pattern.c_str(), d.alpha_us, d.bandwidth_gbps, 100 * d.max_error,
+                  f.combine->pattern.c_str(), b.alpha_us, b.bandwidth_gbps, 100 * b.max_error, 1e3 * runtime::step_exchange_seconds(s, d, b));
     out += buf;
   }
   return out;

@@ -21,8 +21,8 @@ StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_route
   return s;
 }
 
-double step_exchange_seconds(const StepExchange& s, const comm::LinkModel& link) {
-  return static_cast<double>(s.exchanges) * (link.seconds(s.dispatch_bytes) + link.seconds(s.combine_bytes));
+double step_exchange_seconds(const StepExchange& s, const comm::LinkModel& dispatch, const comm::LinkModel& combine) {
+  return static_cast<double>(s.exchanges) * (dispatch.seconds(s.dispatch_bytes) + combine.seconds(s.combine_bytes));
 }
 
 }  // namespace moerun::runtime

@@ -21,8 +21,8 @@ struct StepExchange {
 // the bytes are the largest one's, as the step waits for it).
 StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_router, int64_t micro_batches);
 
-// The step's exchange time over `link`: every dispatch and combine at the link's alpha + bytes /
-// bandwidth, one after the other (a router waits for each before its layer goes on).
-double step_exchange_seconds(const StepExchange& s, const comm::LinkModel& link);
+// The step's exchange time: every dispatch at `dispatch`'s alpha + bytes / bandwidth and every
+// combine at `combine`'s, one after the other (a router waits for each before its layer goes on).
+double step_exchange_seconds(const StepExchange& s, const comm::LinkModel& dispatch, const comm::LinkModel& combine);
 
 }  // namespace moerun::runtime

@@ -74,7 +74,8 @@ void A2aBenchConfig::validate() const {
   if (!(skew >= 0 && skew <= 100)) fail(ErrorKind::Usage, "--skew must be in [0, 100], not ", skew);
   if (!(timeout_s > 0)) fail(ErrorKind::Usage, "--comm-timeout must be > 0 seconds");
   for (const auto& p : patterns)
-    if (p != "uniform" && p != "zipf" && p != "m2n") fail(ErrorKind::Usage, "--patterns: \"", p, "\" is not uniform, zipf or m2n");
+    if (p != "uniform" && p != "zipf" && p != "m2n" && p != "n2m")
+      fail(ErrorKind::Usage, "--patterns: \"", p, "\" is not uniform, zipf, m2n or n2m");
   for (const auto& a : algos)
     if (a != "mpi" && a != "hier" && a != "alltoallv") fail(ErrorKind::Usage, "--algos: \"", a, "\" is not mpi, hier or alltoallv");
 }
@@ -87,9 +88,12 @@ std::vector<int64_t> a2a_pattern_counts(const std::string& pattern, int src, int
   } else if (pattern == "zipf") {
     // Popular destinations (hot experts): rank d gets weight 1/(d+1)^s from everyone.
     for (int d = 0; d < P; ++d) w[d] = 1.0 / std::pow(d + 1.0, skew);
-  } else {  // m2n: routers send to expert ranks only
+  } else if (pattern == "m2n") {  // routers send to expert ranks only (a dispatch)
     if (!topo.is_router(src) || topo.experts.empty()) return std::vector<int64_t>(static_cast<std::size_t>(P), 0);
     for (int e : topo.experts) w[e] = 1.0;
+  } else {  // n2m: expert ranks send to routers only (a combine)
+    if (topo.is_router(src) || topo.routers.empty()) return std::vector<int64_t>(static_cast<std::size_t>(P), 0);
+    for (int r : topo.routers) w[r] = 1.0;
   }
   return spread(w, bytes);
 }
@@ -278,11 +282,14 @@ A2aFitFile read_a2a_fit_file(const std::string& path) {
   return f;
 }
 
-const A2aLinkFit* moe_exchange_fit(const A2aFitFile& f, const std::string& algo) {
-  for (const char* pattern : {"m2n", "uniform"})
-    for (const A2aLinkFit& fit : f.fits)
-      if (fit.algo == algo && fit.pattern == pattern) return &fit;
-  return nullptr;
+MoeExchangeFits moe_exchange_fits(const A2aFitFile& f, const std::string& algo) {
+  auto first = [&](std::initializer_list<const char*> patterns) -> const A2aLinkFit* {
+    for (const char* pattern : patterns)
+      for (const A2aLinkFit& fit : f.fits)
+        if (fit.algo == algo && fit.pattern == pattern) return &fit;
+    return nullptr;
+  };
+  return {first({"m2n", "uniform"}), first({"n2m", "m2n", "uniform"})};
 }
 
 std::string a2a_bench_csv(const A2aBenchResult& r) {

@@ -1,5 +1,5 @@
 // `moerun bench a2a`: all-to-all-v like nccl-tests. For each size per rank, each traffic pattern
-// (uniform, Zipf-skewed, router->expert M:N) and each algorithm (mpi: flat point-to-point, as
+// (uniform, Zipf-skewed, router->expert M:N and back N:M) and each algorithm (mpi: flat point-to-point, as
 // --a2a mpi; hier; alltoallv: the library's MPI_Alltoallv), min/median/max time over --iters, algbw
 // and busbw, hier/mpi ratio, and every result as a fraction of the host's memcpy bandwidth measured
 // in the same run (all ranks copying at once), and an alpha-beta fit per algorithm and pattern.
@@ -26,7 +26,7 @@ struct A2aBenchConfig {
   double skew = 1.0;              // Zipf exponent of the skewed pattern
   std::vector<std::string> patterns{"uniform", "zipf", "m2n"};
   std::vector<std::string> algos{"mpi", "hier", "alltoallv"};
-  int routers_per_node = 1;       // for m2n
+  int routers_per_node = 1;       // for m2n and n2m
   int ranks_per_node = 0;         // virtual nodes (0: from MPI)
   double timeout_s = 300;
   void validate() const;
@@ -64,9 +64,14 @@ struct A2aFitFile {
 };
 // BadInput naming `path` and the field for a file that is not one; Io when it cannot be read.
 A2aFitFile read_a2a_fit_file(const std::string& path);
-// `algo`'s fit for the MoE exchange's shape: routers to expert ranks (m2n) where the file has it,
-// else all-to-all (uniform); null when it has neither.
-const A2aLinkFit* moe_exchange_fit(const A2aFitFile& f, const std::string& algo);
+// `algo`'s fits for the MoE exchange's two shapes where the file has them: the dispatch's (routers
+// to expert ranks, m2n) and the combine's (back, n2m; else m2n), else all-to-all (uniform); null
+// where it has none of them.
+struct MoeExchangeFits {
+  const A2aLinkFit* dispatch = nullptr;
+  const A2aLinkFit* combine = nullptr;
+};
+MoeExchangeFits moe_exchange_fits(const A2aFitFile& f, const std::string& algo);
 
 // Collective; the result is valid on rank 0.
 A2aBenchResult run_a2a_bench(const A2aBenchConfig& cfg, MPI_Comm world);

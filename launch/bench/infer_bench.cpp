@@ -323,7 +323,7 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
 namespace {
 // --link-fit: the routers' time in the exchanges against the fit's prediction for the same steps.
 struct ExchangeCheck {
-  const A2aLinkFit* fit = nullptr;  // null: no prediction
+  MoeExchangeFits fit;     // fit.dispatch null: no prediction
   double measured_s = 0;   // the routers' exchange + wait for results, less the expert ranks' compute and packing
   double predicted_s = 0;  // the run's steps at the fit: one prefill step (the whole batch) and the decode steps
   double decode_step_s = 0;  // the prediction for one decode step
@@ -334,8 +334,8 @@ ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult
   ExchangeCheck x;
   const runtime::EngineReport& e = r.distributed.engine;
   if (cfg.link_fit_path.empty() || e.moe_exchanges == 0) return x;
-  x.fit = moe_exchange_fit(cfg.link_fit, comm::a2a_name(cfg.engine.a2a));
-  if (!x.fit) return x;
+  x.fit = moe_exchange_fits(cfg.link_fit, comm::a2a_name(cfg.engine.a2a));
+  if (!x.fit.dispatch) return x;
   auto phase = [&](const char* role, const char* name) {
     const auto it = e.phases.find(role);
     return it != e.phases.end() && it->second.count(name) ? it->second.at(name) : 0.0;
@@ -347,8 +347,9 @@ ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult
   const runtime::StepExchange prefill = runtime::step_exchange(cfg.model.model, tokens * cfg.prompt_len, mb);
   const runtime::StepExchange decode = runtime::step_exchange(cfg.model.model, tokens, mb);
   const int64_t decode_steps = std::max<int64_t>(cfg.new_tokens - 1, 0);
-  x.decode_step_s = runtime::step_exchange_seconds(decode, x.fit->model);
-  x.predicted_s = runtime::step_exchange_seconds(prefill, x.fit->model) + static_cast<double>(decode_steps) * x.decode_step_s;
+  const comm::LinkModel &out = x.fit.dispatch->model, &back = x.fit.combine->model;
+  x.decode_step_s = runtime::step_exchange_seconds(decode, out, back);
+  x.predicted_s = runtime::step_exchange_seconds(prefill, out, back) + static_cast<double>(decode_steps) * x.decode_step_s;
   x.predicted_pairs = prefill.exchanges + decode_steps * decode.exchanges;
   return x;
 }
@@ -404,17 +405,17 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                   100 * ex / d.seconds, 100 * (rp.count("wait_experts") ? rp.at("wait_experts") : 0) / d.seconds);
     s += buf;
   }
-  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit) {
+  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit.dispatch) {
     std::snprintf(buf, sizeof buf,
-                  "# exchange against --link-fit %s (%s %s: alpha %.1f us, %.3f GB/s): measured %.2f ms in %lld dispatch + combine pairs "
+                  "# exchange against --link-fit %s (%s: dispatch by the %s fit, combine by the %s fit): measured %.2f ms in %lld dispatch + combine pairs "
                   "(the routers' exchange and wait for results, less the expert ranks' compute and packing), predicted %.2f ms in %lld: "
                   "measured/predicted %.2f; a decode step predicted %.3f ms\n",
-                  cfg.link_fit_path.c_str(), x.fit->algo.c_str(), x.fit->pattern.c_str(), x.fit->model.alpha_us, x.fit->model.bandwidth_gbps,
+                  cfg.link_fit_path.c_str(), x.fit.dispatch->algo.c_str(), x.fit.dispatch->pattern.c_str(), x.fit.combine->pattern.c_str(),
                   1e3 * x.measured_s, static_cast<long long>(x.measured_pairs), 1e3 * x.predicted_s, static_cast<long long>(x.predicted_pairs),
                   x.measured_s / x.predicted_s, 1e3 * x.decode_step_s);
     s += buf;
   } else if (!cfg.link_fit_path.empty()) {
-    s += str("# --link-fit ", cfg.link_fit_path, ": no ", comm::a2a_name(cfg.engine.a2a), " fit of pattern m2n or uniform in it, or no exchange in this run\n");
+    s += str("# --link-fit ", cfg.link_fit_path, ": no ", comm::a2a_name(cfg.engine.a2a), " fit of pattern m2n, n2m or uniform in it, or no exchange in this run\n");
   }
   return s;
 }
@@ -435,8 +436,9 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["batch"] = cfg.batch;
   j["hidden"] = cfg.model.model.hidden_size;
   j["micro_batches"] = cfg.engine.micro_batches;
-  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit)
-    j["link_fit"] = {{"file", cfg.link_fit_path}, {"algo", x.fit->algo}, {"pattern", x.fit->pattern}, {"measured_s", x.measured_s},
+  if (const ExchangeCheck x = check_exchange(cfg, r); x.fit.dispatch)
+    j["link_fit"] = {{"file", cfg.link_fit_path}, {"algo", x.fit.dispatch->algo}, {"dispatch_pattern", x.fit.dispatch->pattern},
+                     {"combine_pattern", x.fit.combine->pattern}, {"measured_s", x.measured_s},
                      {"predicted_s", x.predicted_s}, {"measured_pairs", x.measured_pairs}, {"predicted_pairs", x.predicted_pairs},
                      {"decode_step_predicted_s", x.decode_step_s}};
   if (r.decode_stream_gbps > 0) {

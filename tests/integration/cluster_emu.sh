@@ -45,11 +45,11 @@ check "each host's ranks divide its group's limit (--memory-budget auto: 1024 Mi
 b = json.load(open(sys.argv[1]))['memory_budget']
 assert b['bytes_per_rank'] == 1 << 30 and b['source'] == 'the cgroup memory limit / 2 ranks on this host', b" "$WORK/stats.json"
 
-# The network model: bench a2a fits the shaped link (routers to expert ranks, as the MoE exchange
-# sends), inspect predicts a decode step from the fit, and bench infer across the hosts counts the
+# The network model: bench a2a fits the shaped link (routers to expert ranks and back, as the MoE
+# exchange sends), inspect predicts a decode step from the fit, and bench infer across the hosts counts the
 # pairs the prediction counts and lands near it (the 20% check is docs/PERFORMANCE.md's, on an
 # idle host; here the other tests share the cores).
-launch_across_hosts "$WORK/a2a.err" timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench a2a --patterns m2n --algos mpi \
+launch_across_hosts "$WORK/a2a.err" timeout 120 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench a2a --patterns m2n,n2m --algos mpi \
   --min-bytes 4096 --max-bytes 1048576 --iters 3 --json "$WORK/fit.json" > "$WORK/a2a.txt" || true
 check "bench a2a across the hosts fits the link ($(grep -m1 'alpha-beta fit' "$WORK/a2a.txt"))" "$PY" -c "import json, sys
 f = json.load(open(sys.argv[1]))
@@ -57,8 +57,8 @@ fit = [x for x in f['fits'] if x['algo'] == 'mpi' and x['pattern'] == 'm2n'][0]
 # 200 Mbit/s is 25 MB/s a link; half of a router's rows stay on its host: about 50 MB/s a rank
 assert f['nodes'] == 2 and 0.01 < fit['bandwidth_gbps'] < 0.1, fit" "$WORK/fit.json"
 "$MOERUN" inspect --model "$WORK/m" --nodes 2 --ranks-per-node 2 --batch 3 --link-fit "$WORK/fit.json" > "$WORK/inspect.txt"
-check "inspect --link-fit predicts a decode step's exchange ($(grep -m1 'mpi *m2n fit' "$WORK/inspect.txt"))" \
-  grep -q "^  mpi       m2n fit: alpha .* GB/s (largest error [0-9]*%): [0-9.]* ms per step" "$WORK/inspect.txt"
+check "inspect --link-fit predicts a decode step's exchange ($(grep -m1 '^  mpi *dispatch' "$WORK/inspect.txt"))" \
+  grep -q "^  mpi       dispatch by the m2n fit (alpha .*), combine by the n2m fit (alpha .*): [0-9.]* ms per step" "$WORK/inspect.txt"
 launch_across_hosts "$WORK/bi.err" timeout 180 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench infer --layers 2 --hidden 1024 --heads 2 \
   --intermediate 32 --kv-heads 1 --head-dim 32 --vocab 256 --batch 16 --prompt-len 1 --new-tokens 6 --no-baseline \
   --link-fit "$WORK/fit.json" --json "$WORK/bi.json" > "$WORK/bi.txt" || true
