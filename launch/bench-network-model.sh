@@ -65,6 +65,9 @@ for link in links:
             if not runs:
                 continue
             xs = [j["link_fit"] for j in runs]
+            odd = [x for x in xs if x["measured_pairs"] != x["predicted_pairs"]]
+            if odd:
+                print(f"note: {link} batch {b} {algo}: measured {odd[0]['measured_pairs']} pairs, predicted {odd[0]['predicted_pairs']}")
             r = sorted(x["measured_s"] / x["predicted_s"] for x in xs)
             tps = statistics.median(j["decode"]["tokens_per_s"] for j in runs)
             print(f"| {link} | {b} ({(int(b) + 1) // 2}) | {algo} | {1e3 * xs[0]['decode_step_predicted_s']:.2f} | "
