@@ -252,7 +252,13 @@ int bench_infer(int argc, char** argv) {
   apply_environment(Environment::read(), c.engine);
   c.engine.option_name = option_name;
   c.baseline = !no_baseline;
-  if (!c.link_fit_path.empty()) c.link_fit = bench::read_a2a_fit_file(c.link_fit_path);  // before any rank starts
+  if (!c.link_fit_path.empty()) {  // before any rank starts
+    c.link_fit = bench::read_a2a_fit_file(c.link_fit_path);
+    const char* algo = comm::a2a_name(c.engine.a2a);
+    if (!bench::moe_exchange_fits(c.link_fit, algo).dispatch)
+      fail(ErrorKind::BadInput, c.link_fit_path, ": fits has no ", algo, " fit of pattern m2n, n2m or uniform (bench a2a --algos ", algo,
+           " --patterns m2n,n2m)");
+  }
   if (sweep.on) {
     bench::SweepConfig sc;
     sc.bench = "infer";

@@ -415,7 +415,7 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                   x.measured_s / x.predicted_s, 1e3 * x.decode_step_s);
     s += buf;
   } else if (!cfg.link_fit_path.empty()) {
-    s += str("# --link-fit ", cfg.link_fit_path, ": no ", comm::a2a_name(cfg.engine.a2a), " fit of pattern m2n, n2m or uniform in it, or no exchange in this run\n");
+    s += str("# --link-fit ", cfg.link_fit_path, ": no exchange in this run to compare (one process)\n");
   }
   return s;
 }

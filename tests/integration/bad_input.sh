@@ -123,6 +123,14 @@ expect "inspect --context 2^62" 2 "--context is 4611686018427387904, at most" --
 expect "inspect --batch 2^62" 2 "--batch is 4611686018427387904, at most" -- inspect --model "$WORK/m" --batch 4611686018427387904
 expect "inspect --nodes 2^62" 2 "--nodes is 4611686018427387904, at most" -- inspect --model "$WORK/m" --nodes 4611686018427387904 --ranks-per-node 4
 expect "inspect --node-memory 0" 2 "--node-memory must be a size > 0" -- inspect --model "$WORK/m" --node-memory 0
+# --link-fit: a file that is not bench a2a's JSON is named with its field, and nothing is printed
+echo '{"ranks": 4, "nodes": 2, "fits": [{"algo": "mpi", "pattern": "m2n", "alpha_us": "x"}]}' > "$WORK/fit-bad.json"
+expect "inspect --link-fit, a field not a number" 3 "fit-bad.json: fits\[0\].alpha_us is \"x\", not a number" -- \
+  inspect --model "$WORK/m" --link-fit "$WORK/fit-bad.json"
+echo '{"ranks": 4, "nodes": 2, "fits": [{"algo": "mpi", "pattern": "zipf", "alpha_us": 1, "bandwidth_gbps": 1, "max_error": 0}]}' > "$WORK/fit-zipf.json"
+expect "inspect --link-fit without the MoE's patterns" 3 "fit-zipf.json: fits has no m2n, n2m or uniform pattern" -- \
+  inspect --model "$WORK/m" --link-fit "$WORK/fit-zipf.json"
+expect "inspect --link-fit, a missing file" 4 "nope.json: " -- inspect --model "$WORK/m" --link-fit "$WORK/nope.json"
 expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --skew nan
 expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5
