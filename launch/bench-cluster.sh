@@ -2,12 +2,13 @@
 # moerun against llama.cpp's RPC backend on an emulated cluster (issue 67): K nodes as network
 # namespaces (cluster/local/up.sh: shaped links, a memory cgroup per node), a model of SIZE x one
 # node's memory, decode and prefill tokens/s at N sequences, each node's peak memory, OOM kills,
-# network bytes per token, and moerun's tokens against one node's run (launch/peer/bench_cluster.py).
+# network and disk bytes per token (and the tokens/s the links bound them to), and moerun's tokens
+# against one node's run (launch/peer/bench_cluster.py).
 # Builds llama.cpp with GGML_RPC from the same PyPI source package bench-peer.sh uses (rpc-server,
 # peer_decode rpc=), and llama-quantize for the Q4_K_M GGUF.
 #
 # Usage: launch/bench-cluster.sh [--nodes 2,3] [--sizes 1.5,3] [--node-memory 768M] [--link 10gbit]
-#                                [--batches 1,8] [--runs 2] [--prompt 32] [--new 16]
+#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16]
 # Needs root (namespaces, cgroup v1 memory groups). Output: the table on stdout;
 # build/peer/results/cluster.{json,txt}. The models are kept in build/peer/cluster-work.
 set -euo pipefail

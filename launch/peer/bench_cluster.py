@@ -19,10 +19,11 @@ a few GB). Per run, page cache dropped first:
   is OOM-killed, "llama.cpp 1/2" runs too: node 1's server given half the others' share (as a user's
   --tensor-split 0.5,1,... after the OOM).
 Measured: prefill and decode tokens/s (moerun's --stats-json; peer_decode's timings), each node's
-peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes the nodes sent over their links
-per generated token (veth counters over the whole run: for llama.cpp they include sending every
-layer's weights to the servers at load), moerun's tokens against a one-node unlimited
-run of the same requests. Runs interleave moerun and the peer.
+peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes read from disk (the host's: the
+nodes share its disk) and the bytes the nodes sent over their links per generated token (veth
+counters over the whole run: for llama.cpp they include sending every layer's weights to the
+servers at load), and moerun's tokens against a one-node unlimited run of the same requests. Runs
+interleave moerun and the peer.
 
 usage: bench_cluster.py --moerun BIN --rpc-bin DIR --peer-bin DIR --cluster DIR --work DIR --out DIR [options]
 """
@@ -93,16 +94,26 @@ class Cluster:
         subprocess.run([os.path.join(self.tools, "down.sh")], capture_output=True)
 
 
+def disk_read_bytes():
+    """Bytes read from this host's disks (every node's disk is the host's): /sys/block's devices
+    with a device behind them (no loop, ram or zram), sectors of 512 bytes."""
+    total = 0
+    for d in os.listdir("/sys/block"):
+        if os.path.exists(f"/sys/block/{d}/device"):
+            total += int(open(f"/sys/block/{d}/stat").read().split()[2]) * 512
+    return total
+
+
 def measured(cluster, run):
     """Runs `run()` with the page cache dropped and the counters reset; returns its result with each
-    node's peak memory, the OOM kills and the bytes the nodes sent."""
+    node's peak memory, the OOM kills, the bytes the nodes sent and the bytes read from disk."""
     drop_caches()
     cluster.reset()
-    kills, sent = cluster.oom_kills(), cluster.sent_bytes()
+    kills, sent, read = cluster.oom_kills(), cluster.sent_bytes(), disk_read_bytes()
     t0 = time.time()
     row = run()
     row.update({"seconds": time.time() - t0, "peaks": cluster.peaks(), "killed": cluster.oom_kills() > kills,
-                "net_bytes": sum(cluster.sent_bytes()) - sum(sent)})
+                "net_bytes": sum(cluster.sent_bytes()) - sum(sent), "disk_bytes": disk_read_bytes() - read})
     return row
 
 
@@ -186,12 +197,21 @@ def requests(o, n, rng_seed=7):
     return reqs, prompts
 
 
+def link_rate_bytes(link):
+    """Bytes/s of up.sh's --link RATE[,DELAY] (e.g. 10gbit)."""
+    m = re.match(r"(\d+)([kmg]?)bit", link.split(",")[0])
+    return int(m.group(1)) * {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[m.group(2)] / 8
+
+
 def table(o, results):
     lines = [f"# moerun vs llama.cpp RPC on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
              f"Q4_K_M; node memory {o.node_memory}, links {o.link}; prompt {o.prompt}, {o.new} new tokens; medians of {o.runs} "
              f"interleaved runs",
+             f"# net and disk MB/tok: over a whole run (load included) per generated token; links' bound: the tokens/s at which "
+             f"that many bytes a token fill every node's link ({o.link} each)",
              f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>13} {'prefill':>8} {'decode':>8} {'x llama':>7} {'peak MiB/node':>13} "
-             f"{'net MB/tok':>10}  notes"]
+             f"{'net MB/tok':>10} {'links bound':>11} {'disk MB/tok':>11}  notes"]
+    link_bytes_s = link_rate_bytes(o.link)
     keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
     for k, size, n in keys:
         med = {}
@@ -204,6 +224,8 @@ def table(o, results):
             pre = statistics.median([r["prefill"] for r in ok]) if ok else None
             peak = max(max(r["peaks"]) for r in rs) >> 20
             net = statistics.median([r["net_bytes"] / max(1, n * o.new) for r in rs]) / 1e6
+            disk = statistics.median([r.get("disk_bytes", 0) / max(1, n * o.new) for r in rs]) / 1e6
+            bound = f"{k * link_bytes_s / (net * 1e6):11.0f}" if net > 0 else f"{'-':>11}"
             notes = []
             if who == "moerun" and ok:
                 notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
@@ -212,7 +234,7 @@ def table(o, results):
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
             ratio = f"{med['moerun'] / med[who]:7.2f}" if who != "moerun" and med["moerun"] and med[who] else f"{'':>7}"
             text = f"{pre:8.1f} {med[who]:8.2f}" if ok else f"{'-':>8} {'-':>8}"
-            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>13} {text} {ratio} {peak:>13} {net:10.2f}  {'; '.join(notes)}")
+            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>13} {text} {ratio} {peak:>13} {net:10.2f} {bound} {disk:11.2f}  {'; '.join(notes)}")
     return lines
 
 
@@ -224,7 +246,7 @@ def main():
     a.add_argument("--sizes", default="1.5,3", help="model size / one node's memory")
     a.add_argument("--node-memory", default="768M")
     a.add_argument("--link", default="10gbit")
-    a.add_argument("--batches", default="1,8")
+    a.add_argument("--batches", default="1,8,32")
     a.add_argument("--prompt", type=int, default=32)
     a.add_argument("--new", type=int, default=16)
     a.add_argument("--runs", type=int, default=2)
