@@ -8,14 +8,17 @@
 # peer_decode rpc=), and llama-quantize for the Q4_K_M GGUF.
 #
 # Usage: launch/bench-cluster.sh [--nodes 2,3] [--sizes 1.5,3] [--node-memory 768M] [--link 10gbit]
-#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16]
+#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16] [--ik]
+# --ik: also ik_llama.cpp's RPC backend, built the same way from its PyPI source package (~10 min once).
 # Needs root (namespaces, cgroup v1 memory groups). Output: the table on stdout;
 # build/peer/results/cluster.{json,txt}. The models are kept in build/peer/cluster-work.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
-case "${1:-}" in -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+ARGS=() IK=0
+for a in "$@"; do if [ "$a" = --ik ]; then IK=1; else ARGS+=("$a"); fi; done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cluster.sh: needs root (network namespaces, memory cgroups)" >&2; exit 2; }
 source "$ROOT/launch/deps.sh"
 moerun_install_packages "${MOERUN_DEBIAN_PACKAGES[@]}" python3 python3-numpy python3-h5py curl ca-certificates clang iproute2
@@ -23,8 +26,11 @@ moerun_build "$ROOT" "$BUILD" moerun
 source "$ROOT/launch/peer/build_peers.sh"
 build_llama_cpp "$PEER"
 build_llama_rpc "$PEER"
+IK_ARGS=()
+if [ "$IK" = 1 ]; then build_ik_rpc "$PEER"; IK_ARGS=(--ik-rpc-bin "$PEER/ik-rpc-bin"); fi
 LLAMA=$PEER/llama-cpp-python-$LLAMA_CPP_PYTHON/vendor/llama.cpp
 export PYTHONPATH=$LLAMA/gguf-py${PYTHONPATH:+:$PYTHONPATH}
 trap '"$ROOT/cluster/local/down.sh"' EXIT
 /usr/bin/python3 "$ROOT/launch/peer/bench_cluster.py" --moerun "$BUILD/launch/moerun" --rpc-bin "$PEER/rpc-bin" \
-  --peer-bin "$PEER/bin" --cluster "$ROOT/cluster/local" --work "$PEER/cluster-work" --out "$PEER/results" "$@"
+  --peer-bin "$PEER/bin" --cluster "$ROOT/cluster/local" --work "$PEER/cluster-work" --out "$PEER/results" "${IK_ARGS[@]}" \
+  "${ARGS[@]}"

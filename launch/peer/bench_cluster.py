@@ -138,13 +138,14 @@ def run_moerun(o, cluster, model, reqs, ref, n):
     return row
 
 
-def run_rpc(o, cluster, gguf, prompts, n, split=""):
-    servers = [cluster.on(i, f"exec {o.rpc_bin}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
+def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split=""):
+    """llama.cpp's or ik_llama.cpp's RPC backend (rpc-server and peer_decode from bin_dir)."""
+    servers = [cluster.on(i, f"exec {bin_dir}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL) for i in range(1, cluster.k + 1)]
     try:
         time.sleep(1.0)
         rpc = ",".join(f"{cluster.host(i)}:50052" for i in range(1, cluster.k + 1))
-        head = cluster.on(1, f"exec {o.rpc_bin}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''} < {prompts}",
+        head = cluster.on(1, f"exec {bin_dir}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''} < {prompts}",
                           stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
         try:
@@ -162,7 +163,7 @@ def run_rpc(o, cluster, gguf, prompts, n, split=""):
         for s in servers:
             s.kill()
             s.wait()
-        subprocess.run(["pkill", "-9", "-f", f"{o.rpc_bin}/rpc-server"], capture_output=True)
+        subprocess.run(["pkill", "-9", "-f", f"{bin_dir}/rpc-server"], capture_output=True)
 
 
 def prepare_models(o, size):
@@ -204,18 +205,18 @@ def link_rate_bytes(link):
 
 
 def table(o, results):
-    lines = [f"# moerun vs llama.cpp RPC on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
+    lines = [f"# moerun vs llama.cpp's RPC backend{' and ik_llama.cpp' + chr(39) + 's' if getattr(o, 'ik_rpc_bin', '') else ''} on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
              f"Q4_K_M; node memory {o.node_memory}, links {o.link}; prompt {o.prompt}, {o.new} new tokens; medians of {o.runs} "
              f"interleaved runs",
              f"# net and disk MB/tok: over a whole run (load included) per generated token; links' bound: the tokens/s at which "
              f"that many bytes a token fill every node's link ({o.link} each)",
-             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>13} {'prefill':>8} {'decode':>8} {'x llama':>7} {'peak MiB/node':>13} "
+             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>16} {'prefill':>8} {'decode':>8} {'moerun x':>8} {'peak MiB/node':>13} "
              f"{'net MB/tok':>10} {'links bound':>11} {'disk MB/tok':>11}  notes"]
     link_bytes_s = link_rate_bytes(o.link)
     keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
     for k, size, n in keys:
         med = {}
-        for who in ("moerun", "llama.cpp", "llama.cpp 1/2"):
+        for who in ("moerun", "llama.cpp", "llama.cpp 1/2", "ik_llama.cpp", "ik_llama.cpp 1/2"):
             rs = [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)]
             if not rs:
                 continue
@@ -232,9 +233,9 @@ def table(o, results):
             if any(r["killed"] for r in rs):
                 notes.append("OOM-killed")
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
-            ratio = f"{med['moerun'] / med[who]:7.2f}" if who != "moerun" and med["moerun"] and med[who] else f"{'':>7}"
+            ratio = f"{med['moerun'] / med[who]:8.2f}" if who != "moerun" and med["moerun"] and med[who] else f"{'':>8}"
             text = f"{pre:8.1f} {med[who]:8.2f}" if ok else f"{'-':>8} {'-':>8}"
-            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>13} {text} {ratio} {peak:>13} {net:10.2f} {bound} {disk:11.2f}  {'; '.join(notes)}")
+            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>16} {text} {ratio} {peak:>13} {net:10.2f} {bound} {disk:11.2f}  {'; '.join(notes)}")
     return lines
 
 
@@ -251,6 +252,7 @@ def main():
     a.add_argument("--new", type=int, default=16)
     a.add_argument("--runs", type=int, default=2)
     a.add_argument("--run-timeout", type=float, default=300)
+    a.add_argument("--ik-rpc-bin", default="", help="also ik_llama.cpp's RPC backend (its rpc-server and peer_decode here)")
     o = a.parse_args()
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     o.node_memory_bytes = int(float(o.node_memory[:-1]) * units[o.node_memory[-1].upper()]) if o.node_memory[-1].upper() in units \
@@ -270,18 +272,19 @@ def main():
             for k in [int(x) for x in o.nodes.split(",")]:
                 cluster = Cluster(o.cluster, k, o.node_memory, o.link)
                 try:
-                    engines = ["moerun", "llama.cpp"]
+                    engines = ["moerun", "llama.cpp"] + (["ik_llama.cpp"] if o.ik_rpc_bin else [])
                     half = ",".join(["0.5"] + ["1"] * (k - 1))
                     for run in range(o.runs):
                         i = 0
                         while i < len(engines):  # an engine added in this run runs in it too
                             who = engines[i]
                             i += 1
+                            peer_bin = o.ik_rpc_bin if who.startswith("ik_") else o.rpc_bin
                             go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
-                                (lambda: run_rpc(o, cluster, gguf, prompts, n, half if who == "llama.cpp 1/2" else ""))
+                                (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, half if who.endswith(" 1/2") else ""))
                             row = measured(cluster, go)
-                            if who == "llama.cpp" and row["killed"] and "llama.cpp 1/2" not in engines:
-                                engines.append("llama.cpp 1/2")
+                            if who != "moerun" and not who.endswith(" 1/2") and row["killed"] and f"{who} 1/2" not in engines:
+                                engines.append(f"{who} 1/2")
                             row.update({"who": who, "nodes": k, "size": size, "n": n, "run": run, "layers": layers, "model_mib": mib})
                             results.append(row)
                             json.dump({"results": results, "args": {k2: v for k2, v in vars(o).items()}},

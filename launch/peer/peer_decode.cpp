@@ -8,12 +8,12 @@
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
 // usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] [split=W1,W2,...] < prompts
 // (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe. rpc=: llama.cpp
-// built with GGML_RPC, every layer on those rpc-servers, split by their free memory, as llama-cli's
-// --rpc SERVERS -ngl 99 does; split=: the servers' shares instead, as its --tensor-split;
-// launch/bench-cluster.sh.)
+// or ik_llama.cpp built with GGML_RPC (-DPEER_RPC), every layer on those rpc-servers, split by their
+// free memory, as llama-cli's --rpc SERVERS -ngl 99 does; split=: the servers' shares instead, as
+// its --tensor-split; launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
-#ifdef PEER_RPC
+#if defined(PEER_RPC) && !defined(PEER_IK)
 #include <ggml-backend.h>
 #include <ggml-rpc.h>
 #endif
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   }
 #ifndef PEER_RPC
   if (!rpc.empty() || !split.empty()) {
-    std::fprintf(stderr, "peer_decode: rpc= and split= need a build with GGML_RPC (build_llama_rpc)\n");
+    std::fprintf(stderr, "peer_decode: rpc= and split= need a build with GGML_RPC (build_llama_rpc, build_ik_rpc)\n");
     return 2;
   }
 #endif
@@ -100,6 +100,20 @@ int main(int argc, char** argv) {
   if (rtr) mp.use_mmap = false;
 #endif
 #ifdef PEER_RPC
+  std::vector<float> shares(llama_max_devices(), 0.0f);
+  for (std::size_t at = 0, d = 0; !split.empty() && at != std::string::npos && d < shares.size(); ++d) {
+    const std::size_t comma = split.find(',', at);
+    shares[d] = std::strtof(split.c_str() + at, nullptr);
+    at = comma == std::string::npos ? comma : comma + 1;
+  }
+#ifdef PEER_IK
+  // ik_llama.cpp takes the servers as llama.cpp did before its device registry: one string.
+  if (!rpc.empty()) {
+    mp.rpc_servers = rpc.c_str();
+    mp.n_gpu_layers = 999;
+    if (!split.empty()) mp.tensor_split = shares.data();
+  }
+#else
   std::vector<ggml_backend_dev_t> devices;  // null-terminated: the servers' devices only
   for (std::size_t at = 0; !rpc.empty() && at != std::string::npos;) {
     const std::size_t comma = rpc.find(',', at);
@@ -110,18 +124,13 @@ int main(int argc, char** argv) {
     ggml_backend_register(reg);
     for (std::size_t d = 0; d < ggml_backend_reg_dev_count(reg); ++d) devices.push_back(ggml_backend_reg_dev_get(reg, d));
   }
-  std::vector<float> shares(llama_max_devices(), 0.0f);
-  for (std::size_t at = 0, d = 0; !split.empty() && at != std::string::npos && d < shares.size(); ++d) {
-    const std::size_t comma = split.find(',', at);
-    shares[d] = std::strtof(split.c_str() + at, nullptr);
-    at = comma == std::string::npos ? comma : comma + 1;
-  }
   if (!devices.empty()) {
     devices.push_back(nullptr);
     mp.devices = devices.data();
     mp.n_gpu_layers = 999;
     if (!split.empty()) mp.tensor_split = shares.data();
   }
+#endif
 #endif
   llama_model* model = llama_model_load_from_file(argv[1], mp);
   if (!model) return 1;
