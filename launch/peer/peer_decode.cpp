@@ -13,7 +13,7 @@
 // its --tensor-split; launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
-#if defined(PEER_RPC) && !defined(PEER_IK)
+#ifdef PEER_RPC
 #include <ggml-backend.h>
 #include <ggml-rpc.h>
 #endif
@@ -37,6 +37,17 @@ void add(llama_batch& b, llama_token t, llama_pos pos, llama_seq_id seq, bool lo
   b.seq_id[b.n_tokens][0] = seq;
   b.logits[b.n_tokens] = logits;
   ++b.n_tokens;
+}
+
+// "a,b,c" -> {"a", "b", "c"}; "" -> {}.
+[[maybe_unused]] std::vector<std::string> comma_list(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t at = 0; !s.empty() && at != std::string::npos;) {
+    const std::size_t comma = s.find(',', at);
+    out.push_back(s.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    at = comma == std::string::npos ? comma : comma + 1;
+  }
+  return out;
 }
 
 llama_token argmax(const float* logits, int n) {
@@ -101,24 +112,23 @@ int main(int argc, char** argv) {
 #endif
 #ifdef PEER_RPC
   std::vector<float> shares(llama_max_devices(), 0.0f);
-  for (std::size_t at = 0, d = 0; !split.empty() && at != std::string::npos && d < shares.size(); ++d) {
-    const std::size_t comma = split.find(',', at);
-    shares[d] = std::strtof(split.c_str() + at, nullptr);
-    at = comma == std::string::npos ? comma : comma + 1;
-  }
+  const std::vector<std::string> share_list = comma_list(split);
+  for (std::size_t d = 0; d < share_list.size() && d < shares.size(); ++d) shares[d] = std::strtof(share_list[d].c_str(), nullptr);
 #ifdef PEER_IK
-  // ik_llama.cpp takes the servers as llama.cpp did before its device registry: one string.
+  // ik_llama.cpp takes the servers as llama.cpp did before its device registry: one string, each
+  // server's devices as HOST:PORT|DEVICE (as its common/ --rpc writes them).
+  std::string ik_devices;
+  for (const std::string& server : comma_list(rpc))
+    for (uint32_t d = 0; d < ggml_backend_rpc_get_device_count(server.c_str()); ++d)
+      ik_devices += (ik_devices.empty() ? "" : ",") + server + "|" + std::to_string(d);
   if (!rpc.empty()) {
-    mp.rpc_servers = rpc.c_str();
+    mp.rpc_servers = ik_devices.c_str();
     mp.n_gpu_layers = 999;
     if (!split.empty()) mp.tensor_split = shares.data();
   }
 #else
   std::vector<ggml_backend_dev_t> devices;  // null-terminated: the servers' devices only
-  for (std::size_t at = 0; !rpc.empty() && at != std::string::npos;) {
-    const std::size_t comma = rpc.find(',', at);
-    const std::string server = rpc.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    at = comma == std::string::npos ? comma : comma + 1;
+  for (const std::string& server : comma_list(rpc)) {
     ggml_backend_reg_t reg = ggml_backend_rpc_add_server(server.c_str());
     if (!reg) return 1;
     ggml_backend_register(reg);
