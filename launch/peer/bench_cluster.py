@@ -226,7 +226,7 @@ def table(o, results):
             peak = max(max(r["peaks"]) for r in rs) >> 20
             net = statistics.median([r["net_bytes"] / max(1, n * o.new) for r in rs]) / 1e6
             disk = statistics.median([r.get("disk_bytes", 0) / max(1, n * o.new) for r in rs]) / 1e6
-            bound = f"{k * link_bytes_s / (net * 1e6):11.0f}" if net > 0 else f"{'-':>11}"
+            bound = f"{k * link_bytes_s / (net * 1e6):11.0f}" if net >= 0.01 else f"{'-':>11}"  # no traffic to speak of
             notes = []
             if who == "moerun" and ok:
                 notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
