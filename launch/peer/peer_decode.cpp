@@ -6,11 +6,13 @@
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
-// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] [split=W1,W2,...] < prompts
+// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] [split=W1,W2,...] [ngl=K]
+//        < prompts
 // (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe. rpc=: llama.cpp
 // or ik_llama.cpp built with GGML_RPC (-DPEER_RPC), every layer on those rpc-servers, split by their
 // free memory, as llama-cli's --rpc SERVERS -ngl 99 does; split=: the servers' shares instead, as
-// its --tensor-split; launch/bench-cluster.sh.)
+// its --tensor-split; ngl=K: only the last K layers on the servers, the rest on this process's CPU
+// from the mapped file, as -ngl K; launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
 #ifdef PEER_RPC
@@ -66,20 +68,22 @@ int main(int argc, char** argv) {
   }
   bool rtr = false, no_fmoe = false;
   std::string rpc, split;
+  int ngl = 999;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     rtr |= a == "rtr";
     no_fmoe |= a == "no-fmoe";
     if (a.rfind("rpc=", 0) == 0) rpc = a.substr(4);
     else if (a.rfind("split=", 0) == 0) split = a.substr(6);
+    else if (a.rfind("ngl=", 0) == 0) ngl = std::atoi(a.c_str() + 4);
     else if (a != "rtr" && a != "no-fmoe") {
-      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS, split=SHARES)\n", argv[i]);
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS, split=SHARES, ngl=K)\n", argv[i]);
       return 2;
     }
   }
 #ifndef PEER_RPC
-  if (!rpc.empty() || !split.empty()) {
-    std::fprintf(stderr, "peer_decode: rpc= and split= need a build with GGML_RPC (build_llama_rpc, build_ik_rpc)\n");
+  if (!rpc.empty() || !split.empty() || ngl != 999) {
+    std::fprintf(stderr, "peer_decode: rpc=, split= and ngl= need a build with GGML_RPC (build_llama_rpc, build_ik_rpc)\n");
     return 2;
   }
 #endif
@@ -123,7 +127,7 @@ int main(int argc, char** argv) {
       ik_devices += (ik_devices.empty() ? "" : ",") + server + "|" + std::to_string(d);
   if (!rpc.empty()) {
     mp.rpc_servers = ik_devices.c_str();
-    mp.n_gpu_layers = 999;
+    mp.n_gpu_layers = ngl;
     if (!split.empty()) mp.tensor_split = shares.data();
   }
 #else
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
   if (!devices.empty()) {
     devices.push_back(nullptr);
     mp.devices = devices.data();
-    mp.n_gpu_layers = 999;
+    mp.n_gpu_layers = ngl;
     if (!split.empty()) mp.tensor_split = shares.data();
   }
 #endif
