@@ -12,7 +12,7 @@
 # --ik: also ik_llama.cpp's RPC backend, built the same way from its PyPI source package (~10 min once).
 # --server-fill F: where every layer on the servers is OOM-killed, "llama.cpp fit" runs too: -ngl with
 #   the layers that fill F of a node's memory on each server (half that on node 1, the head's), the rest
-#   on the head's CPU from the mapped GGUF.
+#   on the head's CPU from the mapped GGUF (--no-repack).
 # Needs root (namespaces, cgroup v1 memory groups). Output: the table on stdout;
 # build/peer/results/cluster.{json,txt}. The models are kept in build/peer/cluster-work.
 set -euo pipefail

@@ -6,3 +6,5 @@ RUN_DIR=${MOERUN_CLUSTER_RUN_DIR:-/tmp/moerun-cluster}
 # --node-memory: one cgroup v1 memory group per host under CGROUP_ROOT/CGROUP_GROUP.
 CGROUP_ROOT=${MOERUN_CLUSTER_CGROUP_ROOT:-/sys/fs/cgroup/memory}
 CGROUP_GROUP=${MOERUN_CLUSTER_CGROUP_GROUP:-$NS_PREFIX-cluster}
+# --node-cores: one cgroup v1 cpuset per host under CPUSET_ROOT/CGROUP_GROUP.
+CPUSET_ROOT=${MOERUN_CLUSTER_CPUSET_ROOT:-/sys/fs/cgroup/cpuset}

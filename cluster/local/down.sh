@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Removes everything cluster/local/up.sh created: its namespaces, veth pairs (and their shaping),
-# bridge, memory cgroups and run folder.
+# bridge, memory cgroups, cpusets and run folder.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
@@ -10,13 +10,14 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$NS_PREFIX[0-9
   ip netns del "$ns"
 done
 ip link del "$BRIDGE" 2>/dev/null
-if [ -d "$CGROUP_ROOT/$CGROUP_GROUP" ]; then
-  for g in "$CGROUP_ROOT/$CGROUP_GROUP"/*/; do
+for root in "$CGROUP_ROOT" "$CPUSET_ROOT"; do
+  [ -d "$root/$CGROUP_GROUP" ] || continue
+  for g in "$root/$CGROUP_GROUP"/*/; do
     [ -d "$g" ] || continue
     xargs -r kill -9 < "$g/cgroup.procs" 2>/dev/null
     for _ in $(seq 1 50); do rmdir "$g" 2>/dev/null && break; sleep 0.1; done
   done
-  rmdir "$CGROUP_ROOT/$CGROUP_GROUP" 2>/dev/null
-fi
+  rmdir "$root/$CGROUP_GROUP" 2>/dev/null
+done
 rm -rf "$RUN_DIR"
 exit 0

@@ -8,18 +8,28 @@
 #                      without it a DELAY is refused rather than left out)
 #   --node-memory SIZE each host in its own cgroup v1 memory group of SIZE (e.g. 2G), page cache
 #                      counted: every process mpirun.sh starts there joins it (rsh-agent.sh)
-#   usage: cluster/local/up.sh [K=2] [--link RATE[,DELAY]] [--node-memory SIZE]   (root; teardown: down.sh)
+#   --node-cores N     each host in its own cgroup v1 cpuset of N cores no other host uses (refused
+#                      where K x N exceeds the machine's cores): a host's processes share only its cores
+#   usage: cluster/local/up.sh [K=2] [--link RATE[,DELAY]] [--node-memory SIZE] [--node-cores N]
+#          (root; teardown: down.sh)
 # Writes cluster/local/run/hostfile (one line per host, slots=4) and prints how to run mpirun.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
-K=2 LINK= MEMORY=
+core_list() {  # "0-3,6" -> 0 1 2 3 6, one a line
+  local part
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done
+}
+K=2 LINK= MEMORY= CORES=
 while [ $# -gt 0 ]; do
   case $1 in
     --link) LINK=${2:?--link needs RATE[,DELAY]}; shift 2 ;;
     --node-memory) MEMORY=${2:?--node-memory needs a SIZE}; shift 2 ;;
+    --node-cores) CORES=${2:?--node-cores needs N}; shift 2 ;;
     [0-9]*) K=$1; shift ;;
-    *) echo "cluster/local/up.sh: unknown argument $1 (usage: up.sh [K] [--link RATE[,DELAY]] [--node-memory SIZE])" >&2; exit 2 ;;
+    *) echo "cluster/local/up.sh: unknown argument $1 (usage: up.sh [K] [--link RATE[,DELAY]] [--node-memory SIZE] [--node-cores N])" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "cluster/local/up.sh: needs root (ip netns, veth, bridge)" >&2; exit 2; }
@@ -48,8 +58,20 @@ fi
 if [ -n "$MEMORY" ] && [ ! -d "$CGROUP_ROOT" ]; then
   echo "cluster/local/up.sh: --node-memory needs the cgroup v1 memory controller at $CGROUP_ROOT" >&2; exit 2
 fi
+if [ -n "$CORES" ]; then
+  [[ $CORES =~ ^[1-9][0-9]*$ ]] || { echo "cluster/local/up.sh: --node-cores is a whole number of cores >= 1, not $CORES" >&2; exit 2; }
+  [ -f "$CPUSET_ROOT/cpuset.cpus" ] || { echo "cluster/local/up.sh: --node-cores needs the cgroup v1 cpuset controller at $CPUSET_ROOT" >&2; exit 2; }
+  mapfile -t ALL_CORES < <(core_list "$(cat "$CPUSET_ROOT/cpuset.effective_cpus" 2>/dev/null || cat "$CPUSET_ROOT/cpuset.cpus")")
+  [ $((K * CORES)) -le ${#ALL_CORES[@]} ] || {
+    echo "cluster/local/up.sh: --node-cores $CORES for $K hosts needs $((K * CORES)) cores; this machine has ${#ALL_CORES[@]}" >&2; exit 2; }
+fi
 "$HERE/down.sh" > /dev/null 2>&1 || true
 mkdir -p "$RUN_DIR"
+if [ -n "$CORES" ]; then  # a v1 cpuset takes children only once its own cores and memory nodes are set
+  mkdir -p "$CPUSET_ROOT/$CGROUP_GROUP"
+  cat "$CPUSET_ROOT/cpuset.cpus" > "$CPUSET_ROOT/$CGROUP_GROUP/cpuset.cpus"
+  cat "$CPUSET_ROOT/cpuset.mems" > "$CPUSET_ROOT/$CGROUP_GROUP/cpuset.mems"
+fi
 ip link add "$BRIDGE" type bridge
 ip addr add "$SUBNET_PREFIX.254/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
@@ -72,12 +94,19 @@ for i in $(seq 1 "$K"); do
     mkdir -p "$CGROUP_ROOT/$CGROUP_GROUP/$ns"
     echo "$MEMORY" > "$CGROUP_ROOT/$CGROUP_GROUP/$ns/memory.limit_in_bytes"
   fi
+  if [ -n "$CORES" ]; then
+    mine=("${ALL_CORES[@]:$(( (i - 1) * CORES )):$CORES}")
+    mkdir -p "$CPUSET_ROOT/$CGROUP_GROUP/$ns"
+    cat "$CPUSET_ROOT/cpuset.mems" > "$CPUSET_ROOT/$CGROUP_GROUP/$ns/cpuset.mems"
+    (IFS=,; echo "${mine[*]}") > "$CPUSET_ROOT/$CGROUP_GROUP/$ns/cpuset.cpus"
+  fi
   echo "$SUBNET_PREFIX.$i slots=4" >> "$RUN_DIR/hostfile"
 done
 echo "$K" > "$RUN_DIR/hosts"
 [ -n "$MEMORY" ] && echo "$MEMORY" > "$RUN_DIR/node-memory"
 [ -n "$LINK" ] && echo "$LINK" > "$RUN_DIR/link"
+[ -n "$CORES" ] && echo "$CORES" > "$RUN_DIR/node-cores"
 cat <<MSG
-cluster/local: $K hosts ${SUBNET_PREFIX}.1..$K on bridge $BRIDGE${LINK:+, links $LINK}${MEMORY:+, $MEMORY a host}. Run across them with:
+cluster/local: $K hosts ${SUBNET_PREFIX}.1..$K on bridge $BRIDGE${LINK:+, links $LINK}${MEMORY:+, $MEMORY a host}${CORES:+, $CORES cores a host}. Run across them with:
   $HERE/mpirun.sh -np 4 --map-by ppr:2:node <program> ...
 MSG

@@ -18,8 +18,9 @@ a few GB). Per run, page cache dropped first:
   together is OOM-killed, which the table says. Where it is, "llama.cpp fit" runs too, as a user
   would after the OOM: only the layers that fit on the servers (--server-fill of a node's memory on
   nodes 2..K, half that on node 1, which also runs the head: -ngl K --tensor-split A,B,...), the
-  rest on the head's CPU from the mapped GGUF, read from node 1's disk where its memory does not hold
-  them.
+  rest on the head's CPU from the mapped GGUF (--no-repack: llama.cpp's CPU backend otherwise copies
+  them repacked into anonymous memory, which node 1 cannot hold), read from node 1's disk where its
+  memory does not hold them.
 Measured: prefill and decode tokens/s (moerun's --stats-json; peer_decode's timings), each node's
 peak memory (memory.max_usage_in_bytes) and OOM kills, the bytes read from disk (the host's: the
 nodes share its disk) and the bytes the nodes sent over their links per generated token (veth
@@ -148,7 +149,7 @@ def fitting_layers(o, k, gguf, layers):
     return ",".join(map(str, shares)), min(layers, sum(shares))
 
 
-def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split="", ngl=None):
+def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split="", ngl=None, options=""):
     """llama.cpp's or ik_llama.cpp's RPC backend (rpc-server and peer_decode from bin_dir)."""
     servers = [cluster.on(i, f"exec {bin_dir}/rpc-server -H {cluster.host(i)} -p 50052 -t 1", stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL) for i in range(1, cluster.k + 1)]
@@ -156,7 +157,7 @@ def run_rpc(o, bin_dir, cluster, gguf, prompts, n, split="", ngl=None):
         time.sleep(1.0)
         rpc = ",".join(f"{cluster.host(i)}:50052" for i in range(1, cluster.k + 1))
         head = cluster.on(1, f"exec {bin_dir}/peer_decode {gguf} 1 {o.new} rpc={rpc}{' split=' + split if split else ''}"
-                          f"{f' ngl={ngl}' if ngl is not None else ''} < {prompts}",
+                          f"{f' ngl={ngl}' if ngl is not None else ''} {options} < {prompts}",
                           stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
         try:
@@ -242,7 +243,7 @@ def table(o, results):
             if who == "moerun" and ok:
                 notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
             if "ngl" in rs[0]:
-                notes.append(f"{rs[0]['ngl']} of {rs[0]['layers']} layers on the servers ({rs[0]['split']}), the rest mapped on node 1")
+                notes.append(f"{rs[0]['ngl']} of {rs[0]['layers']} layers on the servers ({rs[0]['split']}), the rest mapped on node 1, no repack")
             if any(r["killed"] for r in rs):
                 notes.append("OOM-killed")
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
@@ -296,7 +297,8 @@ def main():
                             i += 1
                             peer_bin = o.ik_rpc_bin if who.startswith("ik_") else o.rpc_bin
                             go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
-                                (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, fit_split, fit_ngl) if who.endswith(" fit")
+                                (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, fit_split, fit_ngl,
+                                                 "" if who.startswith("ik_") else "no-repack") if who.endswith(" fit")
                                  else run_rpc(o, peer_bin, cluster, gguf, prompts, n))
                             row = measured(cluster, go)
                             if who != "moerun" and not who.endswith(" fit") and row["killed"] and f"{who} fit" not in engines:

@@ -6,13 +6,14 @@
 // generated tokens, so the experts change as they do for moerun.
 // Reads one prompt per line (token ids) on stdin; prints
 // "prefill_tokens prefill_s decode_tokens decode_s" (decode: NEW steps of all sequences).
-// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [rpc=HOST:PORT,...] [split=W1,W2,...] [ngl=K]
-//        < prompts
+// usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] [no-repack] [rpc=HOST:PORT,...] [split=W1,W2,...]
+//        [ngl=K] < prompts
 // (rtr, no-fmoe: ik_llama.cpp's -rtr, run-time repacking with no mmap, and -no-fmoe. rpc=: llama.cpp
 // or ik_llama.cpp built with GGML_RPC (-DPEER_RPC), every layer on those rpc-servers, split by their
 // free memory, as llama-cli's --rpc SERVERS -ngl 99 does; split=: the servers' shares instead, as
 // its --tensor-split; ngl=K: only the last K layers on the servers, the rest on this process's CPU
-// from the mapped file, as -ngl K; launch/bench-cluster.sh.)
+// from the mapped file, as -ngl K; no-repack: llama.cpp's --no-repack, which keeps those layers in
+// the mapped file's pages rather than copies repacked into anonymous memory; launch/bench-cluster.sh.)
 // Built against the peers' static libraries by launch/peer/build_peers.sh; not part of moerun.
 #include <llama.h>
 #ifdef PEER_RPC
@@ -66,18 +67,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: peer_decode MODEL.gguf THREADS NEW [rtr] [no-fmoe] < prompts\n");
     return 2;
   }
-  bool rtr = false, no_fmoe = false;
+  bool rtr = false, no_fmoe = false, no_repack = false;
   std::string rpc, split;
   int ngl = 999;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     rtr |= a == "rtr";
     no_fmoe |= a == "no-fmoe";
+    no_repack |= a == "no-repack";
     if (a.rfind("rpc=", 0) == 0) rpc = a.substr(4);
     else if (a.rfind("split=", 0) == 0) split = a.substr(6);
     else if (a.rfind("ngl=", 0) == 0) ngl = std::atoi(a.c_str() + 4);
-    else if (a != "rtr" && a != "no-fmoe") {
-      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, rpc=SERVERS, split=SHARES, ngl=K)\n", argv[i]);
+    else if (a != "rtr" && a != "no-fmoe" && a != "no-repack") {
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, no-repack, rpc=SERVERS, split=SHARES, ngl=K)\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -90,6 +93,11 @@ int main(int argc, char** argv) {
 #ifndef PEER_IK
   if (rtr || no_fmoe) {
     std::fprintf(stderr, "peer_decode: rtr and no-fmoe are ik_llama.cpp's options\n");
+    return 2;
+  }
+#else
+  if (no_repack) {
+    std::fprintf(stderr, "peer_decode: no-repack is llama.cpp's option (ik_llama.cpp repacks only with rtr)\n");
     return 2;
   }
 #endif
@@ -110,6 +118,9 @@ int main(int argc, char** argv) {
   }
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
+#ifndef PEER_IK
+  mp.use_extra_bufts = !no_repack;
+#endif
 #ifdef PEER_IK
   mp.repack_tensors = rtr;  // as its -rtr: repack at load, which needs the weights read, not mapped
   if (rtr) mp.use_mmap = false;

@@ -1,10 +1,10 @@
 #!/bin/bash
-# The emulated cluster (cluster/local/up.sh --link, --node-memory): 2 hosts whose outgoing links are
+# The emulated cluster (cluster/local/up.sh --link, --node-memory, --node-cores): 2 hosts whose outgoing links are
 # shaped to 200 Mbit/s and each in a memory cgroup of 2 GiB. A TCP stream between them runs at the
 # shaped rate, processes mpirun.sh starts land in their host's group and read its limit, a small
 # infer across both hosts equals the single-process run (each rank's budget half its host's limit),
-# bench a2a's fit of the link predicts bench infer's exchange, and down.sh leaves no namespace,
-# bridge or cgroup behind.
+# bench a2a's fit of the link predicts bench infer's exchange, each host can have a core of its own,
+# and down.sh leaves no namespace, bridge, cgroup or cpuset behind.
 # Needs root, iproute2's tc and the cgroup v1 memory controller; otherwise skipped with exit 77.
 source "$(dirname "$0")/common.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -83,4 +83,18 @@ fi
 "$ROOT/cluster/local/down.sh"
 check "down.sh leaves no namespace, bridge or cgroup behind, again" bash -c \
   "! ip netns list | grep -q '^${NS_PREFIX}' && ! ip link show '$BRIDGE' > /dev/null 2>&1 && [ ! -d '$CGROUP_ROOT/$CGROUP_GROUP' ]"
+# A cpuset per host: each host's processes on its own core, and more cores than the machine has refused.
+cores=$(nproc)
+if [ -d "$CPUSET_ROOT" ] && [ "$cores" -ge 2 ]; then
+  "$ROOT/cluster/local/up.sh" 2 --node-cores 1 > "$WORK/up3.log"
+  timeout 60 "$CMPI" -np 2 --map-by ppr:1:node sh -c 'echo $(hostname -I) $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)' \
+    < /dev/null > "$WORK/cpus.txt" 2>&1
+  check "each host's processes run on a core of their own ($(tr '\n' ' ' < "$WORK/cpus.txt"))" bash -c \
+    "[ \$(wc -l < '$WORK/cpus.txt') -eq 2 ] && [ \$(awk '{print \$2}' '$WORK/cpus.txt' | sort -u | wc -l) -eq 2 ] && ! grep -q '[-,]' '$WORK/cpus.txt'"
+  rc=0
+  "$ROOT/cluster/local/up.sh" $((cores + 1)) --node-cores 1 > /dev/null 2> "$WORK/up4.err" || rc=$?
+  check "more cores than the machine has: refused, exit 2 ($(cat "$WORK/up4.err"))" bash -c "[ $rc -eq 2 ] && grep -q 'needs $((cores + 1)) cores' '$WORK/up4.err'"
+  "$ROOT/cluster/local/down.sh"
+  check "down.sh leaves no cpuset behind" bash -c "[ ! -d '$CPUSET_ROOT/$CGROUP_GROUP' ] && ! ip netns list | grep -q '^${NS_PREFIX}'"
+fi
 finish
