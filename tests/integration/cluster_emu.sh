@@ -84,11 +84,11 @@ fi
 check "down.sh leaves no namespace, bridge or cgroup behind, again" bash -c \
   "! ip netns list | grep -q '^${NS_PREFIX}' && ! ip link show '$BRIDGE' > /dev/null 2>&1 && [ ! -d '$CGROUP_ROOT/$CGROUP_GROUP' ]"
 # A cpuset per host: each host's processes on its own core, and more cores than the machine has refused.
-cores=$(nproc)
+cores=$(getconf _NPROCESSORS_ONLN)  # not nproc, which reads OMP_NUM_THREADS (1 under ctest)
 if [ -d "$CPUSET_ROOT" ] && [ "$cores" -ge 2 ]; then
   "$ROOT/cluster/local/up.sh" 2 --node-cores 1 > "$WORK/up3.log"
   timeout 60 "$CMPI" -np 2 --map-by ppr:1:node sh -c 'echo $(hostname -I) $(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)' \
-    < /dev/null > "$WORK/cpus.txt" 2>&1
+    < /dev/null > "$WORK/cpus.txt" 2> "$WORK/cpus.err"
   check "each host's processes run on a core of their own ($(tr '\n' ' ' < "$WORK/cpus.txt"))" bash -c \
     "[ \$(wc -l < '$WORK/cpus.txt') -eq 2 ] && [ \$(awk '{print \$2}' '$WORK/cpus.txt' | sort -u | wc -l) -eq 2 ] && ! grep -q '[-,]' '$WORK/cpus.txt'"
   rc=0
