@@ -1,4 +1,4 @@
-// Fitting t = alpha + bytes * beta by weighted least squares.
+// Fitting t = alpha + bytes * beta by weighted least squares; predicting from the measured points.
 #include "comm/link_model.hpp"
 
 #include <algorithm>
@@ -25,9 +25,19 @@ LinkModel fit_link_model(const std::vector<std::pair<double, double>>& points) {
     a = 0;
     b = sxt / sxx;
   }
-  LinkModel m{a * 1e6, b > 0 ? 1.0 / (b * 1e9) : 0.0, 0.0};
-  for (const auto& [x, t] : points) m.max_error = std::max(m.max_error, std::abs(m.seconds(x) - t) / t);
+  LinkModel m{a * 1e6, b > 0 ? 1.0 / (b * 1e9) : 0.0, 0.0, points};
+  std::sort(m.measured.begin(), m.measured.end());
+  for (const auto& [x, t] : points) m.max_error = std::max(m.max_error, std::abs(m.line_seconds(x) - t) / t);
   return m;
+}
+
+double LinkModel::seconds(double bytes) const {
+  const auto above = std::lower_bound(measured.begin(), measured.end(), std::pair{bytes, 0.0});
+  if (measured.size() < 2 || above == measured.end() || (above == measured.begin() && above->first != bytes)) return line_seconds(bytes);
+  if (above->first == bytes || above == measured.begin()) return above->second;
+  const auto& [x0, t0] = *(above - 1);
+  const auto& [x1, t1] = *above;
+  return t0 + (t1 - t0) * (bytes - x0) / (x1 - x0);
 }
 
 }  // namespace moerun::comm

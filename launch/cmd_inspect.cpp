@@ -40,7 +40,7 @@ std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryP
     if (const bench::MoeExchangeFits f = bench::moe_exchange_fits(file, algo); f.dispatch) fits.push_back(f);
   if (fits.empty()) fail(ErrorKind::BadInput, path, ": fits has no m2n, n2m or uniform pattern (bench a2a --patterns m2n,n2m)");
   const runtime::StepExchange s = runtime::step_exchange(c, p.batch, p.micro_batches);
-  char buf[320];
+  char buf[480];
   std::string out = str("exchange per decode step (--link-fit ", path, ": measured on ", file.ranks, " ranks, ", file.nodes, " node(s)");
   if (file.ranks != p.nodes * p.ranks_per_node || file.nodes != p.nodes)
     out += str("; this layout is ", p.nodes * p.ranks_per_node, " ranks on ", p.nodes, ": the fit holds for it where the links are alike");
@@ -52,10 +52,11 @@ std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryP
   for (const bench::MoeExchangeFits& f : fits) {
     const comm::LinkModel &d = f.dispatch->model, &b = f.combine->model;
     std::snprintf(buf, sizeof buf,
-                  "  %-9s dispatch by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%), combine by the %s fit (alpha %.1f us, "
-                  "%.3f GB/s, largest error %.0f%%): %.2f ms per step\n",
-                  f.dispatch->algo.c_str(), f.dispatch->pattern.c_str(), d.alpha_us, d.bandwidth_gbps, 100 * d.max_error,
-                  f.combine->pattern.c_str(), b.alpha_us, b.bandwidth_gbps, 100 * b.max_error, 1e3 * runtime::step_exchange_seconds(s, d, b));
+                  "  %-9s dispatch by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%; its %zu measured sizes between), "
+                  "combine by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%; %zu sizes): %.2f ms per step\n",
+                  f.dispatch->algo.c_str(), f.dispatch->pattern.c_str(), d.alpha_us, d.bandwidth_gbps, 100 * d.max_error, d.measured.size(),
+                  f.combine->pattern.c_str(), b.alpha_us, b.bandwidth_gbps, 100 * b.max_error, b.measured.size(),
+                  1e3 * runtime::step_exchange_seconds(s, d, b));
     out += buf;
   }
   return out;

@@ -247,6 +247,30 @@ std::string a2a_bench_json(const A2aBenchResult& r) {
   return j.dump(2);
 }
 
+namespace {
+// Each fit's measured (bytes, median time) points from the file's rows, where it has them: the
+// prediction follows them between the sizes measured (comm/link_model).
+void read_measured_times(const nlohmann::json& j, const std::string& path, std::vector<A2aLinkFit>& fits) {
+  if (!j.contains("rows")) return;
+  const nlohmann::json& rows = j.at("rows");
+  if (!rows.is_array()) fail(ErrorKind::BadInput, path, ": rows is ", io::json_excerpt(rows), ", not a list of rows");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const nlohmann::json& r = rows[i];
+    const bool ok = r.is_object() && r.contains("algo") && r["algo"].is_string() && r.contains("pattern") && r["pattern"].is_string() &&
+                    r.contains("bytes_per_rank") && r["bytes_per_rank"].is_number() && r.contains("time_us") &&
+                    r["time_us"].is_object() && r["time_us"].contains("median") && r["time_us"]["median"].is_number();
+    if (!ok) fail(ErrorKind::BadInput, path, ": rows[", i, "] is not a row (algo, pattern, bytes_per_rank, time_us.median)");
+    const double bytes = r["bytes_per_rank"].get<double>(), us = r["time_us"]["median"].get<double>();
+    if (!(bytes >= 0) || !(us > 0))
+      fail(ErrorKind::BadInput, path, ": rows[", i, "]: ", bytes, " bytes in ", us, " us is not a measured exchange");
+    for (A2aLinkFit& fit : fits)
+      if (fit.algo == r["algo"].get<std::string>() && fit.pattern == r["pattern"].get<std::string>())
+        fit.model.measured.emplace_back(bytes, us * 1e-6);
+  }
+  for (A2aLinkFit& fit : fits) std::sort(fit.model.measured.begin(), fit.model.measured.end());
+}
+}  // namespace
+
 A2aFitFile read_a2a_fit_file(const std::string& path) {
   const nlohmann::json j = io::parse_json(io::read_regular_file(path, ErrorKind::Usage), path);
   auto field = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
@@ -279,6 +303,7 @@ A2aFitFile read_a2a_fit_file(const std::string& path) {
            " GB/s are not a link (alpha >= 0, bandwidth > 0)");
     f.fits.push_back(fit);
   }
+  read_measured_times(j, path, f.fits);
   return f;
 }
 

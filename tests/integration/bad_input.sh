@@ -131,6 +131,10 @@ echo '{"ranks": 4, "nodes": 2, "fits": [{"algo": "mpi", "pattern": "zipf", "alph
 expect "inspect --link-fit without the MoE's patterns" 3 "fit-zipf.json: fits has no m2n, n2m or uniform pattern" -- \
   inspect --model "$WORK/m" --link-fit "$WORK/fit-zipf.json"
 expect "inspect --link-fit, a missing file" 4 "nope.json: " -- inspect --model "$WORK/m" --link-fit "$WORK/nope.json"
+echo '{"ranks": 4, "nodes": 2, "fits": [{"algo": "mpi", "pattern": "m2n", "alpha_us": 1, "bandwidth_gbps": 1, "max_error": 0}],
+  "rows": [{"algo": "mpi", "pattern": "m2n", "bytes_per_rank": 1024, "time_us": {"median": 0}}]}' > "$WORK/fit-row.json"
+expect "inspect --link-fit, a measured time of 0" 3 "fit-row.json: rows\[0\]: 1024 bytes in 0 us is not a measured exchange" -- \
+  inspect --model "$WORK/m" --link-fit "$WORK/fit-row.json"
 expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --skew nan
 expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5

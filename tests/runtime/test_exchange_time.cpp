@@ -38,11 +38,11 @@ TEST(StepExchange, AnEmptyMicroBatchIsExchangedToo) {
 
 TEST(StepExchange, TimeIsEveryExchangeAtAlphaPlusBytesOverBandwidth) {
   const StepExchange s = step_exchange(four_layers(), 5, 2);
-  const comm::LinkModel link{10.0, 1.0, 0.0};  // 10 us, 1 GB/s
+  const comm::LinkModel link{10.0, 1.0, 0.0, {}};  // 10 us, 1 GB/s
   // 6 pairs x (2 x 10 us + (1560 + 1536) bytes / 1e9 bytes/s) = 6 x 23.096 us.
   EXPECT_NEAR(step_exchange_seconds(s, link, link), 6 * 23.096e-6, 1e-12);
   // The combine over its own fit: 6 x (10 us + 1.560 us + 30 us + 1536 / 0.5e9 s) = 6 x 44.632 us.
-  const comm::LinkModel back{30.0, 0.5, 0.0};
+  const comm::LinkModel back{30.0, 0.5, 0.0, {}};
   EXPECT_NEAR(step_exchange_seconds(s, link, back), 6 * 44.632e-6, 1e-12);
 }
 
