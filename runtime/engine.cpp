@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <climits>
@@ -157,13 +158,18 @@ void Engine::share_node_budget() {
   // A node's memory (its cgroup limit, MemAvailable, or --node-memory) is split evenly among its
   // ranks at first. A router needs less than its share once its dense part is loaded, so the node's
   // expert ranks take what the routers leave: the node's memory holds as many experts as it can.
+  // Every rank takes part in the host's gather, whatever it shares: its split is a collective over
+  // the world, so a rank alone on its host (ranks placed 2,1,1) that skipped it hung the others.
+  if (!distributed()) return;
+  constexpr int64_t kOwnBudget = -2;  // this rank keeps the budget it was given
   const bool node_wide = cfg_.memory_budget <= 0 && budget_.bytes > 0 && budget_.clamped_from.empty();
-  if (!distributed() || ranks_on_host_ < 2 || !node_wide) return;
   const bool router_only = is_router() && !topo_.is_expert(rank_);
-  const int64_t need = router_only ? resident_memory_bytes() + reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, false) +
-                                         prefix_cache_bytes_ + logit_bytes() + budget_margin_bytes(budget_.bytes)
-                                   : -1;
+  const int64_t need = !node_wide    ? kOwnBudget
+                       : router_only ? resident_memory_bytes() + reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, false) +
+                                           prefix_cache_bytes_ + logit_bytes() + budget_margin_bytes(budget_.bytes)
+                                     : -1;
   const std::vector<int64_t> all = comm::allgather_on_this_host(need, world_, setup_timeout_s_, "set-up (the node's memory)");
+  if (ranks_on_host_ < 2 || std::find(all.begin(), all.end(), kOwnBudget) != all.end()) return;
   int64_t routers_need = 0, experts = 0;
   for (int64_t v : all) v >= 0 ? routers_need += v : ++experts;
   const int64_t node = budget_.bytes * static_cast<int64_t>(all.size());

@@ -44,6 +44,11 @@ check "infer across the 2 shaped hosts equals the single-process run" cmp -s "$W
 check "each host's ranks divide its group's limit (--memory-budget auto: 1024 MiB a rank)" "$PY" -c "import json, sys
 b = json.load(open(sys.argv[1]))['memory_budget']
 assert b['bytes_per_rank'] == 1 << 30 and b['source'] == 'the cgroup memory limit / 2 ranks on this host', b" "$WORK/stats.json"
+# Hosts with unlike rank counts (2 and 1): the host with one rank takes part in the node-memory
+# gather too. It skipped it, and the set-up waited for it until --comm-timeout.
+launch_across_hosts "$WORK/uneven.err" timeout 120 "$CMPI" -np 3 --host "$SUBNET_PREFIX.1:2,$SUBNET_PREFIX.2:1" $UCX "$MOERUN" infer \
+  --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/uneven.jsonl" --comm-timeout 60 || true
+check "infer on hosts of 2 and 1 ranks equals the single-process run" cmp -s "$WORK/ref.jsonl" "$WORK/uneven.jsonl"
 
 # The network model: bench a2a fits the shaped link (routers to expert ranks and back, as the MoE
 # exchange sends), inspect predicts a decode step from the fit, and bench infer across the hosts counts the
