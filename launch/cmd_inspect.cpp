@@ -52,10 +52,10 @@ std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryP
   for (const bench::MoeExchangeFits& f : fits) {
     const comm::LinkModel &d = f.dispatch->model, &b = f.combine->model;
     std::snprintf(buf, sizeof buf,
-                  "  %-9s dispatch by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%; its %zu measured sizes between), "
-                  "combine by the %s fit (alpha %.1f us, %.3f GB/s, largest error %.0f%%; %zu sizes): %.2f ms per step\n",
-                  f.dispatch->algo.c_str(), f.dispatch->pattern.c_str(), d.alpha_us, d.bandwidth_gbps, 100 * d.max_error, d.measured.size(),
-                  f.combine->pattern.c_str(), b.alpha_us, b.bandwidth_gbps, 100 * b.max_error, b.measured.size(),
+                  "  %-9s dispatch by the %s times (%zu sizes; their line: alpha %.1f us, %.3f GB/s, largest error %.0f%%), "
+                  "combine by the %s times (%zu sizes; alpha %.1f us, %.3f GB/s, largest error %.0f%%): %.2f ms per step\n",
+                  f.dispatch->algo.c_str(), f.dispatch->pattern.c_str(), d.measured.size(), d.alpha_us, d.bandwidth_gbps, 100 * d.max_error,
+                  f.combine->pattern.c_str(), b.measured.size(), b.alpha_us, b.bandwidth_gbps, 100 * b.max_error,
                   1e3 * runtime::step_exchange_seconds(s, d, b));
     out += buf;
   }

@@ -63,7 +63,8 @@ fit = [x for x in f['fits'] if x['algo'] == 'mpi' and x['pattern'] == 'm2n'][0]
 assert f['nodes'] == 2 and 0.01 < fit['bandwidth_gbps'] < 0.1, fit" "$WORK/fit.json"
 "$MOERUN" inspect --model "$WORK/m" --nodes 2 --ranks-per-node 2 --batch 3 --link-fit "$WORK/fit.json" > "$WORK/inspect.txt"
 check "inspect --link-fit predicts a decode step's exchange ($(grep -m1 '^  mpi *dispatch' "$WORK/inspect.txt"))" \
-  grep -q "^  mpi       dispatch by the m2n fit (alpha .*), combine by the n2m fit (alpha .*): [0-9.]* ms per step" "$WORK/inspect.txt"
+  grep -q "^  mpi       dispatch by the m2n times (5 sizes; their line: alpha .*), combine by the n2m times (5 sizes; alpha .*): [0-9.]* ms per step" \
+  "$WORK/inspect.txt"
 launch_across_hosts "$WORK/bi.err" timeout 180 "$CMPI" -np 4 --map-by ppr:2:node $UCX "$MOERUN" bench infer --layers 2 --hidden 1024 --heads 2 \
   --intermediate 32 --kv-heads 1 --head-dim 32 --vocab 256 --batch 16 --prompt-len 1 --new-tokens 6 --no-baseline \
   --link-fit "$WORK/fit.json" --json "$WORK/bi.json" > "$WORK/bi.txt" || true
