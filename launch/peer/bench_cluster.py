@@ -16,7 +16,7 @@ a few GB). Per run, page cache dropped first:
   rpc= every server: every layer on the servers, split by their free memory (as llama-cli --rpc
   SERVERS -ngl 99). The servers hold their layers in memory: a model the nodes cannot hold
   together is OOM-killed, which the table says. Where it is, "llama.cpp fit" runs too, as a user
-  would after the OOM: only the layers that fit on the servers (--server-fill of a node's memory on
+  would after the OOM: only the layers that fit on the servers (--server-fill, 0.8, of a node's memory on
   nodes 2..K, half that on node 1, which also runs the head: -ngl K --tensor-split A,B,...), the
   rest on the head's CPU from the mapped GGUF (--no-repack: llama.cpp's CPU backend otherwise copies
   them repacked into anonymous memory, which node 1 cannot hold), read from node 1's disk where its
@@ -266,7 +266,7 @@ def main():
     a.add_argument("--new", type=int, default=16)
     a.add_argument("--runs", type=int, default=2)
     a.add_argument("--run-timeout", type=float, default=300)
-    a.add_argument("--server-fill", type=float, default=0.65,
+    a.add_argument("--server-fill", type=float, default=0.8,
                    help="where every layer on the servers is OOM-killed: the share of a node's memory an rpc-server's layers fill")
     a.add_argument("--ik-rpc-bin", default="", help="also ik_llama.cpp's RPC backend (its rpc-server and peer_decode here)")
     o = a.parse_args()
