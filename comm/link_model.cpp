@@ -33,8 +33,8 @@ LinkModel fit_link_model(const std::vector<std::pair<double, double>>& points) {
 
 double LinkModel::seconds(double bytes) const {
   const auto above = std::lower_bound(measured.begin(), measured.end(), std::pair{bytes, 0.0});
-  if (measured.size() < 2 || above == measured.end() || (above == measured.begin() && above->first != bytes)) return line_seconds(bytes);
-  if (above->first == bytes || above == measured.begin()) return above->second;
+  if (measured.size() < 2 || above == measured.end() || bytes < measured.front().first) return line_seconds(bytes);
+  if (above->first == bytes) return above->second;  // also the first size: nothing lies below it
   const auto& [x0, t0] = *(above - 1);
   const auto& [x1, t1] = *above;
   return t0 + (t1 - t0) * (bytes - x0) / (x1 - x0);
