@@ -122,7 +122,8 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("redundant", po::value(&c.redundant)->default_value(c.redundant),
      "with --rebalance-every: extra expert slots per layer for replicas of the hottest experts")
     ("micro-batches", po::value(&c.micro_batches)->default_value(c.micro_batches),
-     "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed)")
+     "micro-batches per step: attention of one overlaps the experts of another (0: 1 in one process, 2 distributed; "
+     "a step where no router has two sequences runs in one)")
     ("a2a", po::value(&a2a)->default_value(a2a), "all-to-all: mpi (flat) or hier (shared memory in a node + UCX between nodes); auto is a deprecated name for mpi")
     ("comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s), "seconds to wait for a peer before aborting the job")
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu, or cuda (device memory, cuBLAS; needs a CUDA build and a GPU per expert rank)")

@@ -15,15 +15,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The step control (every rank, every step), summed over ranks. Expert ranks send zeros.
+// The step control (every rank, every step), summed over ranks. Expert ranks send zeros. The
+// counts are of the step before; `several` (routers whose coming batch has two chunks or more) is
+// of the coming one: it sets the step's micro-batches.
 struct StepControl {
-  int64_t busy = 0, done = 0, tokens = 0, generated = 0, prompt = 0;
+  int64_t busy = 0, done = 0, tokens = 0, generated = 0, prompt = 0, several = 0;
 
   void reduce(const Engine& e) {
-    std::vector<int64_t> v{busy, done, tokens, generated, prompt};
+    std::vector<int64_t> v{busy, done, tokens, generated, prompt, several};
     if (e.distributed()) comm::allreduce_sum_timed(v, e.world(), e.config().comm_timeout_s, "step control");
-    *this = {v[0], v[1], v[2], v[3], v[4]};
+    *this = {v[0], v[1], v[2], v[3], v[4], v[5]};
   }
+  int micro_batches(const Engine& e) const { return step_micro_batches(e.config().micro_batches, several > 0 ? 2 : 1); }
 };
 
 class RouterLoop {
@@ -54,8 +57,11 @@ class RouterLoop {
     Progress progress(work_.total_requests, work_.token_budget, !cfg_.progress || e_.rank() != 0);
     int64_t done_total = work_.done_before, tokens_total = 0, generated_total = 0, prompt_total = 0;
     while (true) {
-      StepControl ctl{sched.done() ? 0 : 1, std::exchange(done_, 0), std::exchange(tokens_, 0),
-                      std::exchange(generated_, 0), std::exchange(prompt_, 0)};
+      // The coming batch is taken before the control, which agrees on its micro-batches.
+      const bool busy = !sched.done();
+      const StepBatch batch = busy ? sched.next_step() : StepBatch{};
+      StepControl ctl{busy ? 1 : 0, std::exchange(done_, 0), std::exchange(tokens_, 0),
+                      std::exchange(generated_, 0), std::exchange(prompt_, 0), batch.chunks.size() > 1 ? 1 : 0};
       ctl.reduce(e_);
       done_total += ctl.done;
       tokens_total += ctl.tokens;
@@ -65,7 +71,7 @@ class RouterLoop {
       e_.requests_finished(done_total);
       if (ctl.busy == 0) break;
       e_.step_boundary();
-      step(sched.done() ? StepBatch{} : sched.next_step(), sched);
+      step(batch, sched, ctl.micro_batches(e_));
     }
     progress.finish(done_total, prompt_total, generated_total);
     BatchLoopResult out;
@@ -86,9 +92,9 @@ class RouterLoop {
     ++done_;
   }
 
-  void step(const StepBatch& batch, Scheduler& sched) {
+  void step(const StepBatch& batch, Scheduler& sched, int micro_batches) {
     const auto step_start = Clock::now();
-    e_.step(batch, logits_, &stats_);
+    e_.step(batch, logits_, &stats_, micro_batches);
     const int64_t prompt_tokens = batch.tokens() - batch.decode_tokens();
     tokens_ = batch.tokens();
     // The progress line: prompt tokens processed (or taken from the prefix cache), and tokens generated.
@@ -145,7 +151,7 @@ BatchLoopResult run_expert_loop(Engine& e) {
     e.requests_finished(done_total);
     if (ctl.busy == 0) break;
     e.step_boundary();
-    e.serve_step();
+    e.serve_step(ctl.micro_batches(e));
   }
   BatchLoopResult out;
   out.seconds = since(start);

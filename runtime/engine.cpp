@@ -441,15 +441,23 @@ const std::vector<int32_t>& Engine::step_nonfinite_layers() const {
   return forward_ ? forward_->nonfinite_layers() : none;
 }
 
-void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats) {
-  if (!forward_) fail(ErrorKind::Internal, "Engine::step on a rank that is not a router, or before start_serving()");
-  forward_->forward(batch, logits, stats);
+int Engine::checked_micro_batches(int micro_batches) const {
+  if (micro_batches == 0) return cfg_.micro_batches;
+  if (micro_batches < 0 || micro_batches > cfg_.micro_batches)
+    fail(ErrorKind::Internal, "a step of ", micro_batches, " micro-batches, not in [1, ", cfg_.micro_batches, "]");
+  return micro_batches;
 }
 
-void Engine::serve_step() {
+void Engine::step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats, int micro_batches) {
+  if (!forward_) fail(ErrorKind::Internal, "Engine::step on a rank that is not a router, or before start_serving()");
+  forward_->forward(batch, logits, stats, checked_micro_batches(micro_batches));
+}
+
+void Engine::serve_step(int micro_batches) {
   if (!server_) fail(ErrorKind::Internal, "Engine::serve_step on a rank that is not an expert rank, or before start_serving()");
+  const int mbs = checked_micro_batches(micro_batches);
   const int64_t moe_layers = mc_.num_moe_layers();
-  for (int64_t m = 0; m < moe_layers; ++m) server_->serve_layer(m, cfg_.micro_batches);
+  for (int64_t m = 0; m < moe_layers; ++m) server_->serve_layer(m, mbs);
 }
 
 PhaseSeconds Engine::my_phases() const {

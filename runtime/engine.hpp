@@ -11,7 +11,7 @@
 //   Engine e(cfg, world);        // topology, HDF5 probe, model config
 //   e.load();                    // weights: dense on routers, experts on expert ranks
 //   e.start_serving();
-//   while (more) { e.step_boundary(); e.is_router() ? e.step(batch, logits, &stats) : e.serve_step(); }
+//   while (more) { e.step_boundary(); e.is_router() ? e.step(batch, logits, &stats, m) : e.serve_step(m); }
 //   EngineReport r = e.report();  // collective
 #pragma once
 #include <algorithm>
@@ -188,10 +188,12 @@ class Engine {
   int64_t l1_bytes() const { return l1_bytes_; }
   // Tells the cache how many requests have finished (its hotness warm-up counts them).
   void requests_finished(int64_t done);
-  // Router ranks: one forward step; logits [batch.logit_rows(), vocab] in chunk order.
-  void step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
-  // Expert ranks: serve every layer of one step.
-  void serve_step();
+  // Router ranks: one forward step; logits [batch.logit_rows(), vocab] in chunk order. Its
+  // micro-batches (0: the configured count; else 1..that, the same on every rank of the step: the
+  // caller agrees on it, as step_micro_batches() does).
+  void step(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats, int micro_batches = 0);
+  // Expert ranks: serve every layer of one step, of `micro_batches` as step() takes it.
+  void serve_step(int micro_batches = 0);
   // Seconds of the expert rank's wait for the next step (counted as idle in its phases).
   void add_idle(double seconds) { idle_s_ += seconds; }
 
@@ -218,6 +220,8 @@ class Engine {
   bool first_expert_rank_of_node() const;
   void build_exchanges();
   void reserve_step_buffers(int64_t tokens);
+  // A step's micro-batches as step() and serve_step() take them: 0 is the configured count.
+  int checked_micro_batches(int micro_batches) const;
   PhaseSeconds my_phases() const;
   void start_rebalancing();
   BalanceReport balance_report();  // collective

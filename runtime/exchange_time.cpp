@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "runtime/moe_protocol.hpp"
+#include "runtime/step_batch.hpp"
 
 namespace moerun::runtime {
 
@@ -11,7 +12,9 @@ StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_route
     fail(ErrorKind::Usage, "a step's exchange needs tokens >= 1 and micro-batches >= 1, not ", tokens_per_router, " and ", micro_batches);
   StepExchange s;
   s.tokens_per_router = tokens_per_router;
-  s.micro_batches = micro_batches;  // an empty micro-batch is exchanged too: every rank takes part
+  // A decode step's tokens are its sequences: one alone runs in one micro-batch. Otherwise an
+  // empty micro-batch is exchanged too: every rank takes part.
+  s.micro_batches = step_micro_batches(static_cast<int>(micro_batches), tokens_per_router);
   s.exchanges = c.num_moe_layers() * s.micro_batches;
   const double rows = static_cast<double>((tokens_per_router + s.micro_batches - 1) / s.micro_batches * c.top_k);
   s.dispatch_bytes = rows * static_cast<double>(MoeExchangeProtocol::dispatch_record_bytes(c.hidden_size));

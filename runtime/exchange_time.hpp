@@ -17,8 +17,9 @@ struct StepExchange {
   double combine_bytes = 0;        // the rows it gets back in one combine
 };
 
-// A step of `tokens_per_router` tokens, split into `micro_batches` (the last ones may be shorter,
-// or empty: the bytes are the largest one's, and every micro-batch is exchanged).
+// A decode step of `tokens_per_router` tokens, split into `micro_batches` (the last ones may be
+// shorter, or empty: the bytes are the largest one's, and every micro-batch is exchanged), or into
+// one where the router has one token (step_micro_batches).
 StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_router, int64_t micro_batches);
 
 // The step's exchange time: every dispatch at `dispatch`'s alpha + bytes / bandwidth and every

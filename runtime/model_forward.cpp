@@ -107,7 +107,7 @@ void ModelForward::flag_logit_rows(const StepBatch& b, const float* logits) {
   });
 }
 
-void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats) {
+void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, RoutingStats* stats, int micro_batches) {
   const model::ModelConfig& c = w_.config;
   const int64_t T = b.tokens(), d = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -123,7 +123,7 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   float* sh = shared ? fbuf(shared_, sizes[7]) : nullptr;
   fbuf(mix_, sizes[8]);
   embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
-  const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches_);
+  const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches > 0 ? micro_batches : micro_batches_);
   nonfinite_layer_.assign(static_cast<std::size_t>(T), -1);
   const StepBuffers buffers{h, xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(), attn_.as<float>(), tmp, mix_.as<float>(), T};
   for (int64_t l = 0; l < c.num_layers; ++l) {

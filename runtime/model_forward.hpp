@@ -46,8 +46,8 @@ class ModelForward {
   // Bytes of the step buffers reserve(tokens) touches (the memory budget counts them).
   static int64_t step_buffer_bytes(const model::ModelConfig& c, int64_t tokens);
   // Fills logits [batch.logit_rows(), vocab] in chunk order (per chunk: its scored tokens, then
-  // the emitted one).
-  void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats);
+  // the emitted one), in `micro_batches` (0: the count it was built with).
+  void forward(const StepBatch& batch, std::vector<float>& logits, RoutingStats* stats, int micro_batches = 0);
   const DensePhaseTimes& times() const { return times_; }
   // Per token of the last step: the first decoder layer whose output was not finite, num_layers
   // when only its logits were not, -1 when all were (runtime/nonfinite_rows.hpp).

@@ -17,6 +17,7 @@
 #include "runtime/exchange_time.hpp"
 #include "runtime/request_split.hpp"
 #include "runtime/routing_stats.hpp"
+#include "runtime/step_batch.hpp"
 #include "comm/collectives.hpp"
 #include "experts/affinity_graph.hpp"
 #include "experts/backend.hpp"
@@ -343,7 +344,8 @@ ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult
   x.measured_s = phase("router", "exchange") + phase("router", "wait_experts") - phase("expert", "expert_compute") - phase("expert", "pack");
   x.measured_pairs = e.moe_exchanges;
   const int64_t tokens = (cfg.batch + e.routers - 1) / e.routers;  // the busiest router's sequences
-  const int64_t mb = cfg.engine.micro_batches > 0 ? cfg.engine.micro_batches : 2;
+  // The step's micro-batches follow its sequences, not its tokens: a lone prompt runs in one.
+  const int mb = runtime::step_micro_batches(cfg.engine.micro_batches > 0 ? cfg.engine.micro_batches : 2, tokens);
   const runtime::StepExchange prefill = runtime::step_exchange(cfg.model.model, tokens * cfg.prompt_len, mb);
   const runtime::StepExchange decode = runtime::step_exchange(cfg.model.model, tokens, mb);
   const int64_t decode_steps = std::max<int64_t>(cfg.new_tokens - 1, 0);
@@ -436,6 +438,7 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["batch"] = cfg.batch;
   j["hidden"] = cfg.model.model.hidden_size;
   j["micro_batches"] = cfg.engine.micro_batches;
+  j["moe_exchanges"] = r.distributed.engine.moe_exchanges;  // dispatch + combine pairs of the busiest router
   if (const ExchangeCheck x = check_exchange(cfg, r); x.fit.dispatch)
     j["link_fit"] = {{"file", cfg.link_fit_path}, {"algo", x.fit.dispatch->algo}, {"dispatch_pattern", x.fit.dispatch->pattern},
                      {"combine_pattern", x.fit.combine->pattern}, {"measured_s", x.measured_s},

@@ -71,6 +71,16 @@ run_case "np 4, skewed placement file" 4 --placement "$WORK/skew.json"
 run_case "np 3, 1 micro-batch" 3 --micro-batches 1
 run_case "np 3, 3 micro-batches" 3 --micro-batches 3
 
+# A step where no router has two sequences runs one micro-batch (the others would be empty, yet
+# cost an exchange a layer each); with two sequences it runs the configured 2. 3 layers, 5 steps.
+for batch in 1 2; do
+  $MPI -np 2 "$MOERUN" bench infer --layers 3 --hidden 64 --intermediate 32 --heads 2 --kv-heads 1 --head-dim 32 --vocab 128 \
+    --batch $batch --prompt-len 4 --new-tokens 5 --no-baseline --json "$WORK/mb$batch.json" > "$WORK/mb$batch.txt" 2>&1 || true
+  check "bench infer --batch $batch at np 2 runs $batch micro-batch(es) a step" "$PY" -c "import json, sys
+x = json.load(open(sys.argv[1]))
+assert x['moe_exchanges'] == $batch * 3 * 5, x['moe_exchanges']" "$WORK/mb$batch.json"
+done
+
 # The hierarchical all-to-all gives the same results (shared memory inside a node, UCX between).
 run_case "np 6, 3 virtual nodes, --a2a hier (UCX tcp)" 6 --ranks-per-node 2 --a2a hier -x UCX_TLS=tcp,self
 run_case "np 6, 3 virtual nodes, --a2a hier (UCX shm)" 6 --ranks-per-node 2 --a2a hier -x UCX_TLS=shm,self

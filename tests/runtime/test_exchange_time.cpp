@@ -28,11 +28,19 @@ TEST(StepExchange, BytesAreTheLargestMicroBatchsRowsOutAndBack) {
 }
 
 TEST(StepExchange, AnEmptyMicroBatchIsExchangedToo) {
-  // One token in 4 micro-batches: every rank still takes part in 4 exchanges a layer (the engine
-  // counts them so: bench infer --link-fit's pairs), the largest carrying the token's 2 rows.
-  const StepExchange s = step_exchange(four_layers(), 1, 4);
+  // Two tokens in 4 micro-batches: every rank still takes part in 4 exchanges a layer (the engine
+  // counts them so: bench infer --link-fit's pairs), the largest carrying a token's 2 rows.
+  const StepExchange s = step_exchange(four_layers(), 2, 4);
   EXPECT_EQ(s.micro_batches, 4);
   EXPECT_EQ(s.exchanges, 3 * 4);
+  EXPECT_DOUBLE_EQ(s.dispatch_bytes, 2 * 260.0);
+}
+
+TEST(StepExchange, OneTokenRunsInOneMicroBatch) {
+  // A router's lone sequence fills one micro-batch whatever the count: the step runs just that one.
+  const StepExchange s = step_exchange(four_layers(), 1, 4);
+  EXPECT_EQ(s.micro_batches, 1);
+  EXPECT_EQ(s.exchanges, 3);
   EXPECT_DOUBLE_EQ(s.dispatch_bytes, 2 * 260.0);
 }
 

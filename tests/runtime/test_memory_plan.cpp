@@ -104,8 +104,13 @@ TEST(MemoryPlan, TwoNodesOfThree) {
   EXPECT_FALSE(m.router_fits);
   EXPECT_FALSE(m.expert_fits);
   EXPECT_DOUBLE_EQ(m.cross_node_bytes_per_token, 18.0);  // 36 B x (1 remote node of 2)
-  EXPECT_EQ(m.flat_messages_per_step, 16);   // 2 directions x 2 mb x 2 routers x 1 node x 2 expert ranks
-  EXPECT_EQ(m.hier_messages_per_step, 8);    // 2 directions x 2 mb x 2 node pairs
+  // One sequence a router: a step is one chunk, so one micro-batch of the 2.
+  EXPECT_EQ(m.flat_messages_per_step, 8);    // 2 directions x 1 mb x 2 routers x 1 node x 2 expert ranks
+  EXPECT_EQ(m.hier_messages_per_step, 4);    // 2 directions x 1 mb x 2 node pairs
+  p.batch = 2;
+  const MemoryPlan two = plan_memory(tiny(), p);
+  EXPECT_EQ(two.flat_messages_per_step, 16);  // 2 mb
+  EXPECT_EQ(two.hier_messages_per_step, 8);
 }
 
 // A node's ranks together, and the fewest nodes whose memory holds every expert.
