@@ -26,7 +26,7 @@ std::string Topology::describe() const {
   return os.str();
 }
 
-Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node) {
+Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node, int router_nodes) {
   Topology t;
   t.world_size = static_cast<int>(node_of_rank.size());
   std::map<int, int> next_local;
@@ -39,6 +39,9 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
   }
   t.nodes = static_cast<int>(next_local.size());
   if (routers_per_node < 0) fail_config("routers_per_node", "must be >= 1");
+  if (router_nodes < 0 || router_nodes > t.nodes)
+    fail(ErrorKind::Usage, "--router-nodes ", router_nodes, " is not in [0, ", t.nodes, "]: the job has ", t.nodes,
+         " node(s) (0: routers on every node)");
   if (t.world_size == 1 || routers_per_node == 0) {  // one rank, or a topology without roles
     for (RankInfo& r : t.ranks) {
       r.role = Role::Both;
@@ -47,12 +50,13 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
     }
     return t;
   }
+  auto router_node = [&](int node) { return router_nodes == 0 || node < router_nodes; };
   for (const auto& [node, count] : next_local)
-    if (routers_per_node > count)
+    if (router_node(node) && routers_per_node > count)
       fail_config("routers_per_node", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
            "; use at most ", count - 1, " router(s) per node (expert ranks need the rest) or more ranks per node");
   for (RankInfo& r : t.ranks) {
-    r.role = r.local_rank < routers_per_node ? Role::Router : Role::Expert;
+    r.role = router_node(r.node) && r.local_rank < routers_per_node ? Role::Router : Role::Expert;
     (r.role == Role::Router ? t.routers : t.experts).push_back(r.rank);
   }
   if (t.experts.empty())
@@ -84,7 +88,7 @@ std::vector<int64_t> allgather_on_this_host(int64_t value, MPI_Comm comm, double
   return all;
 }
 
-Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node) {
+Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node, int router_nodes) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -110,7 +114,7 @@ Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node)
     if (it == dense.end()) it = dense.emplace(n, static_cast<int>(dense.size())).first;
     n = it->second;
   }
-  return topology_from_nodes(nodes, routers_per_node);
+  return topology_from_nodes(nodes, routers_per_node, router_nodes);
 }
 
 }  // namespace moerun::comm

@@ -34,10 +34,12 @@ struct Topology {
 };
 
 // Builds the topology over `comm`: nodes from MPI_Comm_split_type(SHARED) unless ranks_per_node > 0
-// (then rank / ranks_per_node). routers_per_node 0: nodes only, every rank plays both roles
-// (transports and their benchmarks). Usage error (exit 2) when no expert rank would exist or routers
-// exceed the ranks of a node; the message says what would work.
-Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node);
+// (then rank / ranks_per_node), numbered in the order of their lowest rank. routers_per_node 0:
+// nodes only, every rank plays both roles (transports and their benchmarks). router_nodes N > 0:
+// only the first N nodes have routers, every rank of the others is an expert rank (a router node
+// apart from the nodes that hold the experts). Usage error (exit 2) when no expert rank would exist,
+// routers exceed the ranks of a node or router_nodes the nodes; the message says what would work.
+Topology build_topology(MPI_Comm comm, int routers_per_node, int ranks_per_node, int router_nodes = 0);
 
 // Ranks sharing this host's memory (MPI_COMM_TYPE_SHARED), whatever --ranks-per-node says.
 int ranks_on_this_host(MPI_Comm comm);
@@ -46,6 +48,6 @@ int ranks_on_this_host(MPI_Comm comm);
 std::vector<int64_t> allgather_on_this_host(int64_t value, MPI_Comm comm, double timeout_s, const std::string& what);
 
 // The same from a list of node ids (pure; used by the above and by tests).
-Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node);
+Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_per_node, int router_nodes = 0);
 
 }  // namespace moerun::comm

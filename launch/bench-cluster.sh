@@ -3,7 +3,8 @@
 # namespaces (cluster/local/up.sh: shaped links, a memory cgroup per node), a model of SIZE x one
 # node's memory, decode and prefill tokens/s at N sequences, each node's peak memory, OOM kills,
 # network and disk bytes per token (and the tokens/s the links bound them to), and moerun's tokens
-# against one node's run (launch/peer/bench_cluster.py).
+# against one node's run (launch/peer/bench_cluster.py). moerun runs a router and an expert rank on
+# every node, and with 3 nodes or more also the router alone on node 1 (--router-nodes 1).
 # Builds llama.cpp with GGML_RPC from the same PyPI source package bench-peer.sh uses (rpc-server,
 # peer_decode rpc=), and llama-quantize for the Q4_K_M GGUF.
 #
@@ -19,7 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
-case "${1:-}" in -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 ARGS=() IK=0
 for a in "$@"; do if [ "$a" = --ik ]; then IK=1; else ARGS+=("$a"); fi; done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cluster.sh: needs root (network namespaces, memory cgroups)" >&2; exit 2; }

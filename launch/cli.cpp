@@ -111,6 +111,8 @@ WeightScheme parse_dense_quantization(const std::string& name) {
 void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
   o.add_options()
     ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
+    ("router-nodes", po::value(&c.router_nodes)->default_value(c.router_nodes),
+     "routers on the first N nodes only; every rank of the others is an expert rank (0: every node)")
     ("ranks-per-node", po::value(&c.ranks_per_node)->default_value(c.ranks_per_node),
      "treat every N consecutive ranks as one node (0: MOERUN_RANKS_PER_NODE, else from the MPI library)")
     ("placement", po::value(&placement)->default_value(placement),

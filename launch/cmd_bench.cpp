@@ -215,6 +215,7 @@ int bench_infer(int argc, char** argv) {
     ("new-tokens", po::value(&c.new_tokens)->default_value(c.new_tokens), "generated tokens per request")
     ("micro-batches", po::value(&c.engine.micro_batches)->default_value(c.engine.micro_batches), "micro-batches per step (0: 1 in one process, 2 distributed)")
     ("routers-per-node", po::value(&c.engine.routers_per_node)->default_value(c.engine.routers_per_node), "router ranks per node")
+    ("router-nodes", po::value(&c.engine.router_nodes)->default_value(c.engine.router_nodes), "routers on the first N nodes only (0: every node)")
     ("ranks-per-node", po::value(&c.engine.ranks_per_node)->default_value(c.engine.ranks_per_node), "virtual node size (0: from MPI)")
     ("no-baseline", po::bool_switch(&no_baseline), "skip the single-process run")
     ("device", po::value(&device)->default_value(device), "where expert ranks keep and compute experts: cpu or cuda")

@@ -18,6 +18,7 @@ std::string option_name(const std::string& field) {
       {"defaults.top_p", "--top-p"},
       {"engine.micro_batches", "--micro-batches"},
       {"engine.routers_per_node", "--routers-per-node"},
+      {"engine.router_nodes", "--router-nodes"},
       {"engine.ranks_per_node", "--ranks-per-node"},
       {"engine.comm_timeout_s", "--comm-timeout"},
       {"engine.a2a", "--a2a"},

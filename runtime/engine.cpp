@@ -79,6 +79,7 @@ void EngineConfig::validate() const {
   if (model.empty()) fail_config("model", "is required");
   if (micro_batches < 0 || micro_batches > 64) fail_config("micro_batches", "must be in [1, 64], or 0 for the default");
   if (routers_per_node < 1) fail_config("routers_per_node", "must be >= 1");
+  if (router_nodes < 0) fail_config("router_nodes", "must be >= 0 (0: routers on every node)");
   if (ranks_per_node < 0) fail_config("ranks_per_node", "must be >= 1 (or 0: from the MPI library)");
   if (!(comm_timeout_s > 0)) fail_config("comm_timeout_s", "must be > 0 seconds");
   if (transport.ucx_peer_errors < -1 || transport.ucx_peer_errors > 1)
@@ -145,7 +146,7 @@ void Engine::connect() {
   const bool distributed = comm::size_of(world_) > 1;
   // MPI_Comm_split_type and friends cannot time out themselves.
   const comm::CollectiveDeadline deadline(distributed ? setup_timeout_s_ : 0, "set-up (topology)", rank_);
-  topo_ = comm::build_topology(world_, cfg_.routers_per_node, cfg_.ranks_per_node);  // throws only after its collectives
+  topo_ = comm::build_topology(world_, cfg_.routers_per_node, cfg_.ranks_per_node, cfg_.router_nodes);  // throws only after its collectives
   // Ranks sharing a host split its cores: oversubscribed OpenMP threads spin against each other
   // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
   const int local = comm::ranks_on_this_host(world_);

@@ -64,6 +64,7 @@ struct EngineConfig {
   router::RouterConfig router;
   int micro_batches = 0;              // per step; 0: 1 in one process, 2 distributed (measured)
   int routers_per_node = 1;
+  int router_nodes = 0;               // routers on the first N nodes only (0: every node)
   int ranks_per_node = 0;             // 0: nodes from MPI_Comm_split_type
   comm::A2aKind a2a = comm::A2aKind::Mpi;
   comm::TransportConfig transport;

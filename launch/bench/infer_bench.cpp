@@ -224,7 +224,7 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     }
   }
   // L1 = the fraction of the experts of the rank that owns the most, under the run's placement.
-  const comm::Topology topo = comm::build_topology(world, cfg.engine.routers_per_node, cfg.engine.ranks_per_node);
+  const comm::Topology topo = comm::build_topology(world, cfg.engine.routers_per_node, cfg.engine.ranks_per_node, cfg.engine.router_nodes);
   const experts::Placement placement = P > 1 && !cfg.engine.placement_file.empty()
                                            ? experts::placement_from_json(cfg.engine.placement_file, m.num_layers, m.num_experts, topo)
                                            : experts::round_robin_placement(m.num_layers, m.num_experts, topo);

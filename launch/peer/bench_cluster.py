@@ -11,7 +11,9 @@ a few GB). Per run, page cache dropped first:
 - moerun: cluster/local/mpirun.sh, 2 ranks a node (a router and an expert rank on each), its
   memory budget the node's cgroup limit shared by the node's ranks (--memory-budget auto), its LM
   head and attention in q4 (--quantize-dense q4, as Q4_K_M's); experts that the node's memory does
-  not hold are read by the expert cache from the shards on the node's disk;
+  not hold are read by the expert cache from the shards on the node's disk. With 3 nodes or more
+  also "moerun, router node": the router alone on node 1 and an expert rank on each other node
+  (--router-nodes 1), fewer processes on the shared cores;
 - llama.cpp: rpc-server in every node (its memory group, 1 thread), peer_decode on node 1 with
   rpc= every server: every layer on the servers, split by their free memory (as llama-cli --rpc
   SERVERS -ngl 99). The servers hold their layers in memory: a model the nodes cannot hold
@@ -120,14 +122,18 @@ def measured(cluster, run):
     return row
 
 
-def run_moerun(o, cluster, model, reqs, ref, n):
+def run_moerun(o, cluster, model, reqs, ref, n, router_node=False):
+    """router_node: the router alone on node 1 and an expert rank on each other node (--router-nodes 1);
+    else a router and an expert rank on every node."""
     out, stats = os.path.join(o.work, "cluster.out"), os.path.join(o.work, "cluster-stats.json")
     for f in [stats] + [os.path.join(o.work, x) for x in os.listdir(o.work) if x.startswith("cluster.out")]:
         if os.path.exists(f):
             os.remove(f)
-    cmd = [os.path.join(cluster.tools, "mpirun.sh"), "-np", str(2 * cluster.k), "--map-by", "ppr:2:node", "-x", "OMP_NUM_THREADS=1",
+    layout = ["-np", str(cluster.k), "--map-by", "ppr:1:node"] if router_node else ["-np", str(2 * cluster.k), "--map-by", "ppr:2:node"]
+    cmd = [os.path.join(cluster.tools, "mpirun.sh")] + layout + ["-x", "OMP_NUM_THREADS=1",
            o.moerun, "infer", "--model", model, "--input", reqs, "--output", out, "--stats-json", stats, "--routers-per-node", "1",
-           "--max-batch-size", str(n), "--quantize-dense", "q4", "--comm-timeout", "120", "--quiet"]
+           "--max-batch-size", str(n), "--quantize-dense", "q4", "--comm-timeout", "120", "--quiet"] + \
+        (["--router-nodes", "1"] if router_node else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=o.run_timeout)
     row = {"ok": r.returncode == 0}
     if not row["ok"]:
@@ -220,36 +226,45 @@ def table(o, results):
     lines = [f"# moerun vs llama.cpp's RPC backend{' and ik_llama.cpp' + chr(39) + 's' if getattr(o, 'ik_rpc_bin', '') else ''} on the emulated cluster: Qwen3-MoE shape (128 experts, top-8, hidden 1024), q4 / "
              f"Q4_K_M; node memory {o.node_memory}, links {o.link}; prompt {o.prompt}, {o.new} new tokens; medians of {o.runs} "
              f"interleaved runs",
+             f"# moerun x: moerun's decode (a router and an expert rank a node) over the row's; on the router-node row, its own over "
+             f"llama.cpp's (every layer on the servers, else the fit split)",
              f"# net and disk MB/tok: over a whole run (load included) per generated token; links' bound: the tokens/s at which "
              f"that many bytes a token fill every node's link ({o.link} each)",
-             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>16} {'prefill':>8} {'decode':>8} {'moerun x':>8} {'peak MiB/node':>13} "
+             f"#{'nodes':>5} {'size':>4} {'MiB':>5} {'N':>2} {'who':>19} {'prefill':>8} {'decode':>8} {'moerun x':>8} {'peak MiB/node':>13} "
              f"{'net MB/tok':>10} {'links bound':>11} {'disk MB/tok':>11}  notes"]
     link_bytes_s = link_rate_bytes(o.link)
     keys = sorted({(r["nodes"], r["size"], r["n"]) for r in results})
+    whos = ("moerun", "moerun, router node", "llama.cpp", "llama.cpp fit", "ik_llama.cpp", "ik_llama.cpp fit")
     for k, size, n in keys:
-        med = {}
-        for who in ("moerun", "llama.cpp", "llama.cpp fit", "ik_llama.cpp", "ik_llama.cpp fit"):
-            rs = [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)]
+        runs = {who: [r for r in results if (r["nodes"], r["size"], r["n"], r["who"]) == (k, size, n, who)] for who in whos}
+        med = {who: statistics.median([r["decode"] for r in rs if r["ok"]]) if any(r["ok"] for r in rs) else None
+               for who, rs in runs.items()}
+        llama = med.get("llama.cpp") or med.get("llama.cpp fit")  # every layer on the servers, else the fit split
+        for who in whos:
+            rs = runs[who]
             if not rs:
                 continue
             ok = [r for r in rs if r["ok"]]
-            med[who] = statistics.median([r["decode"] for r in ok]) if ok else None
             pre = statistics.median([r["prefill"] for r in ok]) if ok else None
             peak = max(max(r["peaks"]) for r in rs) >> 20
             net = statistics.median([r["net_bytes"] / max(1, n * o.new) for r in rs]) / 1e6
             disk = statistics.median([r.get("disk_bytes", 0) / max(1, n * o.new) for r in rs]) / 1e6
             bound = f"{k * link_bytes_s / (net * 1e6):11.0f}" if net >= 0.01 else f"{'-':>11}"  # no traffic to speak of
             notes = []
-            if who == "moerun" and ok:
+            if who.startswith("moerun") and ok:
                 notes.append("tokens equal one node's" if all(r.get("equal") for r in ok) else "tokens DIFFER")
             if "ngl" in rs[0]:
                 notes.append(f"{rs[0]['ngl']} of {rs[0]['layers']} layers on the servers ({rs[0]['split']}), the rest mapped on node 1, no repack")
             if any(r["killed"] for r in rs):
                 notes.append("OOM-killed")
             notes += sorted({r["error"] for r in rs if not r["ok"] and "error" in r})
-            ratio = f"{med['moerun'] / med[who]:8.2f}" if who != "moerun" and med["moerun"] and med[who] else f"{'':>8}"
+            # A peer's row: moerun's (a router and an expert rank a node) over it. The router-node row:
+            # its own over llama.cpp's (every layer on the servers, else its fit split).
+            top = med["moerun, router node"] if who == "moerun, router node" else med["moerun"]
+            peer = llama if who == "moerun, router node" else med[who]
+            ratio = f"{top / peer:8.2f}" if who != "moerun" and top and peer else f"{'':>8}"
             text = f"{pre:8.1f} {med[who]:8.2f}" if ok else f"{'-':>8} {'-':>8}"
-            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>16} {text} {ratio} {peak:>13} {net:10.2f} {bound} {disk:11.2f}  {'; '.join(notes)}")
+            lines.append(f" {k:>5} {size:>4} {rs[0]['model_mib']:>5} {n:>2} {who:>19} {text} {ratio} {peak:>13} {net:10.2f} {bound} {disk:11.2f}  {'; '.join(notes)}")
     return lines
 
 
@@ -288,7 +303,9 @@ def main():
             for k in [int(x) for x in o.nodes.split(",")]:
                 cluster = Cluster(o.cluster, k, o.node_memory, o.link)
                 try:
-                    engines = ["moerun", "llama.cpp"] + (["ik_llama.cpp"] if o.ik_rpc_bin else [])
+                    # With 3 nodes or more, also the router alone on node 1 (the others hold the experts).
+                    engines = ["moerun"] + (["moerun, router node"] if k >= 3 else []) + ["llama.cpp"] + \
+                        (["ik_llama.cpp"] if o.ik_rpc_bin else [])
                     fit_split, fit_ngl = fitting_layers(o, k, gguf, layers)
                     for run in range(o.runs):
                         i = 0
@@ -296,12 +313,12 @@ def main():
                             who = engines[i]
                             i += 1
                             peer_bin = o.ik_rpc_bin if who.startswith("ik_") else o.rpc_bin
-                            go = (lambda: run_moerun(o, cluster, model, reqs, ref, n)) if who == "moerun" else \
+                            go = (lambda: run_moerun(o, cluster, model, reqs, ref, n, who != "moerun")) if who.startswith("moerun") else \
                                 (lambda: run_rpc(o, peer_bin, cluster, gguf, prompts, n, fit_split, fit_ngl,
                                                  "" if who.startswith("ik_") else "no-repack") if who.endswith(" fit")
                                  else run_rpc(o, peer_bin, cluster, gguf, prompts, n))
                             row = measured(cluster, go)
-                            if who != "moerun" and not who.endswith(" fit") and row["killed"] and f"{who} fit" not in engines:
+                            if not who.startswith("moerun") and not who.endswith(" fit") and row["killed"] and f"{who} fit" not in engines:
                                 engines.append(f"{who} fit")
                             if who.endswith(" fit"):
                                 row.update({"split": fit_split, "ngl": fit_ngl})

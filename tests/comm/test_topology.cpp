@@ -41,6 +41,35 @@ TEST(Topology, LayoutsWithoutExpertsAreUsageErrors) {
   }
 }
 
+TEST(Topology, RouterNodesHoldTheRouters) {
+  // A router node apart: node 0's rank routes, every rank of nodes 1 and 2 is an expert rank.
+  Topology apart = topology_from_nodes({0, 1, 2}, 1, 1);
+  EXPECT_EQ(apart.routers, (std::vector<int>{0}));
+  EXPECT_EQ(apart.experts, (std::vector<int>{1, 2}));
+  // Two hosts of one rank each: without --router-nodes both would route and none hold experts.
+  EXPECT_EQ(topology_from_nodes({0, 1}, 1, 1).experts, (std::vector<int>{1}));
+  // The first two of three nodes route.
+  Topology two = topology_from_nodes({0, 0, 1, 1, 2, 2}, 1, 2);
+  EXPECT_EQ(two.routers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(two.experts, (std::vector<int>{1, 3, 4, 5}));
+  // 0: every node.
+  EXPECT_EQ(topology_from_nodes({0, 0, 1, 1}, 1, 0).routers, (std::vector<int>{0, 2}));
+  try {
+    topology_from_nodes({0, 1, 2}, 1, 4);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("--router-nodes 4 is not in [0, 3]"), std::string::npos) << e.what();
+  }
+  try {
+    topology_from_nodes({0, 1, 1}, 2, 1);  // the router node has one rank for 2 routers
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("exceeds the 1 rank(s) of node 0"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Topology, BuiltOverMpiAgreesWithRanksPerNode) {
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

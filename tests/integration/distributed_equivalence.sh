@@ -66,6 +66,7 @@ run_case "np 4, 2 routers" 4 --routers-per-node 2
 run_case "np 6, 2 routers" 6 --routers-per-node 2
 run_case "np 4, --ranks-per-node 2 (2 nodes)" 4 --ranks-per-node 2
 run_case "np 6, --ranks-per-node 3 (2 nodes)" 6 --ranks-per-node 3
+run_case "np 3, --ranks-per-node 1 --router-nodes 1 (a router node apart)" 3 --ranks-per-node 1 --router-nodes 1
 MOERUN_RANKS_PER_NODE=2 run_case "np 6, MOERUN_RANKS_PER_NODE=2 (3 nodes)" 6
 run_case "np 4, skewed placement file" 4 --placement "$WORK/skew.json"
 run_case "np 3, 1 micro-batch" 3 --micro-batches 1
