@@ -20,7 +20,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}
 PEER=$BUILD/peer
-case "${1:-}" in -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 ARGS=() IK=0
 for a in "$@"; do if [ "$a" = --ik ]; then IK=1; else ARGS+=("$a"); fi; done
 [ "$(id -u)" -eq 0 ] || { echo "bench-cluster.sh: needs root (network namespaces, memory cgroups)" >&2; exit 2; }
