@@ -49,6 +49,13 @@ assert b['bytes_per_rank'] == 1 << 30 and b['source'] == 'the cgroup memory limi
 launch_across_hosts "$WORK/uneven.err" timeout 120 "$CMPI" -np 3 --host "$SUBNET_PREFIX.1:2,$SUBNET_PREFIX.2:1" $UCX "$MOERUN" infer \
   --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/uneven.jsonl" --comm-timeout 60 || true
 check "infer on hosts of 2 and 1 ranks equals the single-process run" cmp -s "$WORK/ref.jsonl" "$WORK/uneven.jsonl"
+# A router node apart: the router alone on host 1, both ranks of host 2 expert ranks.
+launch_across_hosts "$WORK/apart.err" timeout 120 "$CMPI" -np 3 --host "$SUBNET_PREFIX.1:1,$SUBNET_PREFIX.2:2" $UCX "$MOERUN" infer \
+  --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/apart.jsonl" --router-nodes 1 --comm-timeout 60 --stats-json "$WORK/apart.json" || true
+check "infer with --router-nodes 1 (the router alone on host 1) equals the single-process run" cmp -s "$WORK/ref.jsonl" "$WORK/apart.jsonl"
+check "with --router-nodes 1 the job has 1 router and 2 expert ranks" "$PY" -c "import json, sys
+b = json.load(open(sys.argv[1]))['balance']
+assert b['expert_ranks'] == 2, b['expert_ranks']" "$WORK/apart.json"
 
 # The network model: bench a2a fits the shaped link (routers to expert ranks and back, as the MoE
 # exchange sends), inspect predicts a decode step from the fit, and bench infer across the hosts counts the
