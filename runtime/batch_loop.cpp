@@ -26,7 +26,7 @@ struct StepControl {
     if (e.distributed()) comm::allreduce_sum_timed(v, e.world(), e.config().comm_timeout_s, "step control");
     *this = {v[0], v[1], v[2], v[3], v[4], v[5]};
   }
-  int micro_batches(const Engine& e) const { return step_micro_batches(e.config().micro_batches, several > 0 ? 2 : 1); }
+  int micro_batches(const Engine& e) const { return static_cast<int>(step_micro_batches(e.config().micro_batches, several > 0)); }
 };
 
 class RouterLoop {

@@ -14,7 +14,7 @@ StepExchange step_exchange(const model::ModelConfig& c, int64_t tokens_per_route
   s.tokens_per_router = tokens_per_router;
   // A decode step's tokens are its sequences: one alone runs in one micro-batch. Otherwise an
   // empty micro-batch is exchanged too: every rank takes part.
-  s.micro_batches = step_micro_batches(static_cast<int>(micro_batches), tokens_per_router);
+  s.micro_batches = step_micro_batches(micro_batches, tokens_per_router > 1);
   s.exchanges = c.num_moe_layers() * s.micro_batches;
   const double rows = static_cast<double>((tokens_per_router + s.micro_batches - 1) / s.micro_batches * c.top_k);
   s.dispatch_bytes = rows * static_cast<double>(MoeExchangeProtocol::dispatch_record_bytes(c.hidden_size));

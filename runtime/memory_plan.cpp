@@ -105,7 +105,7 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   const double remote = static_cast<double>(p.nodes - 1) / static_cast<double>(p.nodes);
   m.cross_node_bytes_per_token = static_cast<double>(c.top_k * (record + result)) * remote;
   const int64_t expert_ranks_per_node = p.ranks_per_node - p.routers_per_node;
-  const int64_t mbs = step_micro_batches(static_cast<int>(p.micro_batches), p.batch);  // a decode step's
+  const int64_t mbs = step_micro_batches(p.micro_batches, p.batch > 1);  // a decode step's
   m.flat_messages_per_step = single ? 0 : 2 * mbs * m.routers * (p.nodes - 1) * expert_ranks_per_node;
   m.hier_messages_per_step = single ? 0 : 2 * mbs * p.nodes * (p.nodes - 1);
   return m;

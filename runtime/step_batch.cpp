@@ -38,8 +38,8 @@ std::vector<MicroBatch> split_micro_batches(const StepBatch& b, int m) {
   return out;
 }
 
-int step_micro_batches(int configured, int64_t most_chunks_on_a_router) {
-  return most_chunks_on_a_router <= 1 ? 1 : configured;
+int64_t step_micro_batches(int64_t configured, bool a_router_has_several_chunks) {
+  return a_router_has_several_chunks ? configured : 1;
 }
 
 }  // namespace moerun::runtime

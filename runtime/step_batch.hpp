@@ -47,10 +47,11 @@ struct MicroBatch {
 // be empty). Every rank runs exactly `m` per layer, so the count, not the content, is global.
 std::vector<MicroBatch> split_micro_batches(const StepBatch& batch, int m);
 
-// The micro-batches a step runs: the configured count, or 1 when no router's batch has two chunks.
+// The micro-batches a step runs: the configured count where some router's batch has two chunks or
+// more, else 1.
 // A lone chunk fills one micro-batch whatever the count, so the others would be empty, yet each
 // still costs every rank an exchange per layer (a one-sequence decode went 2 -> 1 exchanges a
 // layer: docs/PERFORMANCE.md, issue 67); its content, and so capacity, is the same either way.
-int step_micro_batches(int configured, int64_t most_chunks_on_a_router);
+int64_t step_micro_batches(int64_t configured, bool a_router_has_several_chunks);
 
 }  // namespace moerun::runtime

@@ -345,7 +345,7 @@ ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult
   x.measured_pairs = e.moe_exchanges;
   const int64_t tokens = (cfg.batch + e.routers - 1) / e.routers;  // the busiest router's sequences
   // The step's micro-batches follow its sequences, not its tokens: a lone prompt runs in one.
-  const int mb = runtime::step_micro_batches(cfg.engine.micro_batches > 0 ? cfg.engine.micro_batches : 2, tokens);
+  const int64_t mb = runtime::step_micro_batches(cfg.engine.micro_batches > 0 ? cfg.engine.micro_batches : 2, tokens > 1);
   const runtime::StepExchange prefill = runtime::step_exchange(cfg.model.model, tokens * cfg.prompt_len, mb);
   const runtime::StepExchange decode = runtime::step_exchange(cfg.model.model, tokens, mb);
   const int64_t decode_steps = std::max<int64_t>(cfg.new_tokens - 1, 0);
