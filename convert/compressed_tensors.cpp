@@ -1,6 +1,7 @@
 // compressed-tensors' pack-quantized INT4: the scheme, the parts of a packed weight, moerun's int4 form.
 #include "convert/compressed_tensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <regex>
@@ -64,6 +65,34 @@ void check_group(const json& g, const std::string& where, PackedInt4Scheme& s) {
   if (group_format != "pack-quantized") fail(ErrorKind::BadInput, where, ".format is \"", group_format, "\"; only pack-quantized is read");
 }
 
+// std::regex compiles and matches by recursion, a level per term and per group: a pattern from a
+// checkpoint is bounded in length and nesting before it is compiled, so that a hostile one is an
+// error instead of a stack overflow (30,000 nested groups crashed convert). Real ones are short
+// ("re:.*mlp.gate$", "re:model.layers.*.experts.*").
+constexpr std::size_t kMaxPatternLength = 1024;
+constexpr int kMaxPatternNesting = 32;
+
+void check_pattern(const std::string& entry, const std::string& where) {
+  const std::string p = entry.substr(3);
+  int depth = 0, deepest = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') ++i;
+    else if (p[i] == '(') deepest = std::max(deepest, ++depth);
+    else if (p[i] == ')') --depth;
+  }
+  if (deepest > kMaxPatternNesting)
+    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" nests ", deepest, " groups deep; at most ", kMaxPatternNesting,
+         " are read");
+  if (p.size() > kMaxPatternLength)
+    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" is ", p.size(), " characters long; at most ", kMaxPatternLength,
+         " are read");
+  try {
+    std::regex r(p);
+  } catch (const std::regex_error&) {
+    fail(ErrorKind::BadInput, where, ": pattern \"", entry, "\" is not a regular expression this build reads");
+  }
+}
+
 const SafetensorInfo& part(const HfCheckpoint& ckpt, const std::string& weight, const char* suffix, const std::string& what) {
   const std::string n = weight + suffix;
   if (!ckpt.has(n)) fail(ErrorKind::BadInput, ckpt.file_of(weight + "_packed"), ": the checkpoint has no ", ckpt.spelled(n), " (", what, ")");
@@ -121,11 +150,7 @@ std::optional<PackedInt4Scheme> read_packed_int4_scheme(const json& q, const std
   }
   for (const auto* list : {&s.targets, &s.ignore})
     for (const std::string& e : *list)
-      if (e.starts_with("re:")) try {
-          std::regex r(e.substr(3));
-        } catch (const std::regex_error&) {
-          fail(ErrorKind::BadInput, where, ": pattern \"", e, "\" is not a regular expression this build reads");
-        }
+      if (e.starts_with("re:")) check_pattern(e, where);
   return s;
 }
 
@@ -211,6 +236,50 @@ std::vector<float> dequantize(const PackedInt4Matrix& m) {
   std::vector<float> out(static_cast<std::size_t>(m.rows * m.cols));
   dequantize_rows(WeightScheme::Int4, m.values.data(), m.scales.data(), m.rows, m.cols, out.data(), m.levels.data());
   return out;
+}
+
+}  // namespace moerun::convert
+
+namespace moerun::convert {
+
+void check_int4_tensors(const HfCheckpoint& ckpt) {
+  std::vector<std::string> int4;
+  for (const std::string& n : ckpt.names())
+    if (ckpt.info(n).dtype == "INT4") int4.push_back(n);
+  if (int4.empty()) return;
+  const json j = json::parse(ckpt.config_text(), nullptr, false);
+  const std::string where = ckpt.config_path() + ": field quantization_config";
+  const json q = j.is_object() && j.contains("quantization_config") ? j["quantization_config"] : json();
+  const std::optional<PackedInt4Scheme> s = q.is_object() ? read_packed_int4_scheme(q, where) : std::nullopt;
+  const std::string& first = int4.front();
+  if (!s)
+    fail(ErrorKind::BadInput, ckpt.file_of(first + "_packed"), ": tensor ", ckpt.spelled(first + "_packed"),
+         " is compressed-tensors INT4, but ", ckpt.config_path(), " has no compressed-tensors quantization_config (",
+         q.is_null() ? std::string("none") : "quant_method " + q.value("quant_method", json()).dump(), ") to say how to read it");
+  for (const std::string& w : int4) {
+    const std::string module = w.substr(0, w.size() - std::strlen(".weight")), stored = ckpt.spelled(w);
+    if (!s->covers(module) && !s->covers(stored.substr(0, stored.size() - std::strlen(".weight"))))
+      fail(ErrorKind::BadInput, where, ": its targets and ignore do not cover ", stored, ", which the checkpoint stores as INT4");
+    const bool zero_points = ckpt.has(w + "_zero_point");
+    if (zero_points == s->symmetric)
+      fail(ErrorKind::BadInput, where, ": weights.symmetric is ", s->symmetric ? "true" : "false", ", but ", stored,
+           zero_points ? " has zero points (" : " has none (", ckpt.spelled(w + "_zero_point"), ")");
+    if (!ckpt.has(w + "_scale")) continue;  // check_packed_int4 names the missing part
+    const SafetensorInfo& scale = ckpt.info(w + "_scale");
+    const int64_t cols = ckpt.info(w).shape.back(), groups = scale.shape.size() == 2 ? scale.shape[1] : 0;
+    const int64_t g = groups > 0 && cols % groups == 0 ? cols / groups : 0;
+    // A size the kernels do not take at all is check_packed_int4's to name.
+    if ((g == 32 || g == 64 || g == 128) && g != s->group_size)
+      fail(ErrorKind::BadInput, where, ": weights.group_size is ", s->group_size, ", but ", ckpt.spelled(w + "_scale"), " holds groups of ",
+           g, " (shape ", io::shape_str(scale.shape), " of ", cols, " columns)");
+  }
+}
+
+void check_quantization_config_type(const std::string& config_json, const std::string& config_path) {
+  const json j = json::parse(config_json, nullptr, false);
+  if (j.is_object() && j.contains("quantization_config") && !j["quantization_config"].is_null() && !j["quantization_config"].is_object())
+    fail(ErrorKind::BadInput, config_path, ": field quantization_config is ", j["quantization_config"].dump().substr(0, 60),
+         ", not an object ({\"quant_method\": ...})");
 }
 
 }  // namespace moerun::convert

@@ -37,6 +37,14 @@ struct PackedInt4Scheme {
 // pack-quantized groups of 32, 64 or 128.
 std::optional<PackedInt4Scheme> read_packed_int4_scheme(const nlohmann::json& q, const std::string& where);
 
+// Every INT4 (packed) tensor of the checkpoint against its quantization_config: there must be a
+// compressed-tensors one, covering the tensor (targets less ignore, by the text model's or the stored
+// name), with zero points exactly when asymmetric and the group size the scales hold. BadInput
+// naming config.json's field or the tensor.
+void check_int4_tensors(const HfCheckpoint& ckpt);
+// A quantization_config that is there must be an object: BadInput naming the field otherwise.
+void check_quantization_config_type(const std::string& config_json, const std::string& config_path);
+
 // Whether `name` is one of the tensors that stand for a packed X.weight (X.weight_packed,
 // _scale, _shape, _zero_point); sets `weight` to X.weight.
 bool is_packed_int4_part(const std::string& name, std::string* weight = nullptr);

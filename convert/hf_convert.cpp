@@ -743,6 +743,7 @@ ConvertReport convert_hf_checkpoint(const ConvertConfig& cfg, const std::functio
 // (a per-tensor or other block size would need other scales); of a compressed-tensors one, INT4
 // pack-quantized groups (convert/compressed_tensors.hpp).
 void check_quantization_config(const std::string& config_json, const std::string& config_path) {
+  check_quantization_config_type(config_json, config_path);
   const json j = json::parse(config_json, nullptr, false);
   if (!j.is_object() || !j.contains("quantization_config") || !j["quantization_config"].is_object()) return;
   const json& q = j["quantization_config"];
@@ -890,6 +891,7 @@ ConversionPlan plan_conversion(const ConvertConfig& cfg, const HfCheckpoint& ckp
     p.generation = io::read_regular_file(g);
   p.c = model_config_from_hf(ckpt.config_text(), ckpt.config_path(), dtype, &rep.notes, p.generation);
   check_quantization_config(ckpt.config_text(), ckpt.config_path());
+  check_int4_tensors(ckpt);
   p.nm = model::names_for(p.c.architecture);
   const json j = json::parse(ckpt.config_text(), nullptr, false);
   p.tied = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() && j["tie_word_embeddings"].get<bool>();

@@ -78,10 +78,27 @@ std::vector<std::string> stop_strings(const json& b) {
   return out;
 }
 
+// Which field of the body sets the token budget (max_completion_tokens wins, as the API's does).
+const char* budget_field(const json& b) {
+  return b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens" : "max_tokens";
+}
+
+// Chat's logprobs is a boolean, top_logprobs (0..20) needs it: as the API refuses them.
+json chat_logprobs_field(const json& b) {
+  const bool has_lp = b.contains("logprobs") && !b["logprobs"].is_null(), has_top = b.contains("top_logprobs") && !b["top_logprobs"].is_null();
+  if (has_lp && !b["logprobs"].is_boolean())
+    fail(ErrorKind::BadInput, "field body.logprobs is ", b["logprobs"].dump(), ": chat takes true or false (top_logprobs sets the count)");
+  if (has_top && !(b["top_logprobs"].is_number_integer() && b["top_logprobs"].get<int64_t>() >= 0 && b["top_logprobs"].get<int64_t>() <= 20))
+    fail(ErrorKind::BadInput, "field body.top_logprobs is ", b["top_logprobs"].dump(), ": an integer in [0, 20] is expected");
+  const bool on = has_lp && b["logprobs"].get<bool>();
+  if (has_top && !on) fail(ErrorKind::BadInput, "field body.top_logprobs is set, but body.logprobs is not true");
+  return on ? (has_top ? b["top_logprobs"] : json(0)) : json();
+}
+
 // moerun's request object for the body's common fields; the endpoint's own ones into `oa`.
 json moerun_object(const json& b, OpenAiRequest& oa) {
   json m{{"id", oa.custom_id}};
-  const char* budget = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens" : "max_tokens";
+  const char* budget = budget_field(b);
   if (b.contains(budget) && !b[budget].is_null()) m["max_new_tokens"] = b[budget];
   for (const char* k : {"temperature", "top_p", "seed"})
     if (b.contains(k)) m[k] = b[k];
@@ -101,7 +118,9 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
       oa.chat_template = b["chat_template"].get<std::string>();
     }
     m["prompt"] = "(chat)";  // the prompt comes from the template: render_chat_prompts
-    if (b.contains("logprobs") && b["logprobs"] == true) m["logprobs"] = b.value("top_logprobs", json(0)).is_null() ? json(0) : b.value("top_logprobs", json(0));
+    if (const json lp = chat_logprobs_field(b); !lp.is_null()) m["logprobs"] = lp;
+    if (b.contains("echo") && !b["echo"].is_null())
+      fail(ErrorKind::BadInput, "field body.echo is set: it is a /v1/completions field, chat has none");
     return m;
   }
   const json p = b.value("prompt", json());
@@ -109,12 +128,30 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
   else if (p.is_array() && p.size() == 1 && p[0].is_string()) m["prompt"] = p[0];
   else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& v) { return v.is_number_integer(); })) m["prompt_tokens"] = p;
   else fail(ErrorKind::BadInput, "field body.prompt is not a string, a list of one string, or a list of token ids");
-  if (b.contains("logprobs") && !b["logprobs"].is_null()) m["logprobs"] = b["logprobs"];
+  if (b.contains("top_logprobs") && !b["top_logprobs"].is_null())
+    fail(ErrorKind::BadInput, "field body.top_logprobs is a chat field; /v1/completions takes logprobs (an integer) alone");
+  if (b.contains("logprobs") && !b["logprobs"].is_null()) {
+    if (!b["logprobs"].is_number_integer() || b["logprobs"].get<int64_t>() < 0 || b["logprobs"].get<int64_t>() > 5)
+      fail(ErrorKind::BadInput, "field body.logprobs is ", b["logprobs"].dump(), ": /v1/completions takes an integer in [0, 5]");
+    m["logprobs"] = b["logprobs"];
+  }
   if (b.contains("echo") && !b["echo"].is_null()) {
     if (!b["echo"].is_boolean()) fail(ErrorKind::BadInput, "field body.echo is not true or false");
     oa.echo = b["echo"].get<bool>();
   }
   return m;
+}
+
+// moerun's field names in a request's error, as the line spelled them ("field max_new_tokens" was
+// the line's body.max_tokens).
+std::string openai_field_names(std::string msg, const json& b, bool chat) {
+  const std::pair<std::string, std::string> names[] = {
+      {"field max_new_tokens", str("field body.", budget_field(b))}, {"field logprobs", chat ? "field body.top_logprobs" : "field body.logprobs"},
+      {"field temperature", "field body.temperature"}, {"field top_p", "field body.top_p"}, {"field seed", "field body.seed"},
+      {"field prompt_tokens", "field body.prompt"}, {"field prompt", "field body.prompt"}};
+  for (const auto& [ours, theirs] : names)
+    if (msg.starts_with(ours) && (msg.size() == ours.size() || msg[ours.size()] == ' ')) return theirs + msg.substr(ours.size());
+  return msg;
 }
 
 // One line: the request, or its error (never throws for the line's content).
@@ -139,6 +176,7 @@ Request parse_openai_line(const std::string& text, int64_t line_no, const Reques
     for (auto it = b.begin(); it != b.end(); ++it)
       if (!kRead.count(it.key())) ignored.insert(it.key());
     r = parse_request_line(m.dump(), line_no, d, lim);
+    if (!r.error.empty()) r.error = openai_field_names(r.error, b, oa->chat);
     if (oa->chat && r.error.empty()) r.prompt_text.clear();
     r.stop = oa->stop;
   } catch (const Error& e) {

@@ -3,11 +3,14 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "io/chat_template.hpp"
 #include "io/child_process.hpp"
 #include "io/input_file.hpp"
 #include "io/json_input.hpp"
@@ -136,18 +139,34 @@ class PythonTokenizer : public Tokenizer {
     }
     return out;
   }
-  std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) override {
-    json items = json::array();
-    for (const ChatPrompt& p : prompts) {
-      json item{{"messages", json::parse(p.messages)}, {"kwargs", json::parse(p.template_kwargs)}};
-      if (!p.chat_template.empty()) item["template"] = p.chat_template;
-      items.push_back(std::move(item));
+  // Rendered in the template helper (bounded, io/chat_template.hpp), then encoded here without
+  // special tokens added, as apply_chat_template(tokenize=True) does. A text longer than max_tokens
+  // tokens of the longest token could hold (twice that, for normalizers that drop characters) is
+  // refused before it is encoded.
+  std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts, int64_t max_tokens) override {
+    if (!renderer_) renderer_ = std::make_unique<ChatTemplateRenderer>(path_, cfg_.python, cfg_.templates);
+    if (max_token_bytes_ == 0) max_token_bytes_ = call({{"op", "max_token_bytes"}}).at("bytes").get<int64_t>();
+    std::vector<ChatTemplateRenderer::Conversation> convs;
+    for (const ChatPrompt& p : prompts) convs.push_back({&p.messages, &p.template_kwargs, &p.chat_template});
+    const int64_t max_bytes = 2 * std::max<int64_t>(max_tokens, 1) * std::max<int64_t>(max_token_bytes_, 1);
+    const std::vector<RenderedChat> rendered = renderer_->render(convs, max_bytes);
+    std::vector<ChatTokens> out(prompts.size());
+    std::vector<std::string> texts;
+    std::vector<std::size_t> at;
+    for (std::size_t i = 0; i < rendered.size(); ++i) {
+      if (!rendered[i].error.empty()) {
+        out[i].error = "chat template: " + rendered[i].error;
+        continue;
+      }
+      std::string t = rendered[i].text;
+      while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+      out[i].opens_think = t.ends_with("<think>");  // a thinking template's generation prompt
+      texts.push_back(rendered[i].text);
+      at.push_back(i);
     }
-    const json r = call({{"op", "chat"}, {"items", std::move(items)}});
-    std::vector<ChatTokens> out;
-    for (const json& e : r.at("results")) {
-      if (e.contains("error")) out.push_back({{}, "chat template: " + e["error"].get<std::string>()});
-      else out.push_back({e.at("ids").get<std::vector<int32_t>>(), "", e.value("opens_think", false)});
+    if (!texts.empty()) {
+      const auto ids = call({{"op", "encode_rendered"}, {"texts", texts}}).at("ids").get<std::vector<std::vector<int32_t>>>();
+      for (std::size_t k = 0; k < at.size(); ++k) out[at[k]].ids = ids.at(k);
     }
     return out;
   }
@@ -165,6 +184,8 @@ class PythonTokenizer : public Tokenizer {
   std::string path_;
   TokenizerConfig cfg_;
   ChildProcess child_;
+  std::unique_ptr<ChatTemplateRenderer> renderer_;  // started at the first chat prompt
+  int64_t max_token_bytes_ = 0;
 };
 
 // tokenizer_config.json's add_bos_token (Llama and Mistral tokenizers add BOS; default true).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "io/chat_template.hpp"
 #include "io/openai_batch.hpp"
 
 namespace moerun::io {
@@ -21,13 +22,14 @@ class Tokenizer {
   // Special tokens (EOS) left out of the text.
   virtual std::vector<std::string> decode(const std::vector<std::vector<int32_t>>& ids) = 0;
   virtual std::string describe() const = 0;  // "sentencepiece DIR/tokenizer.model", ...
-  // Chat conversations through the model's chat template, then encoded (special tokens only as
-  // the template writes them); an error per conversation the template refuses. Only tokenizer.json
-  // models (the Python helper renders the template); others answer an error for each.
   // The bytes each token id decodes to alone, in id order (special tokens: none): what the text of
   // generated tokens is made of, for stop strings matched while generating.
   virtual std::vector<std::string> token_bytes() = 0;
-  virtual std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts) {
+  // Chat conversations through the model's chat template (bounded: io/chat_template.hpp), then
+  // encoded (special tokens only as the template writes them); an error per conversation the
+  // template refuses, cannot render or overruns. max_tokens (the model's max_position) bounds what a
+  // render may produce. Only tokenizer.json models; others answer an error for each.
+  virtual std::vector<ChatTokens> encode_chat(const std::vector<ChatPrompt>& prompts, int64_t /*max_tokens*/) {
     return std::vector<ChatTokens>(prompts.size(), ChatTokens{{}, describe() + ": chat templates need the model's tokenizer.json"});
   }
 };
@@ -35,6 +37,7 @@ class Tokenizer {
 struct TokenizerConfig {
   std::string python = "python3";  // for tokenizer.json: an interpreter with the tokenizers package (MOERUN_PYTHON)
   double timeout_s = 300;          // per call to the helper
+  ChatTemplateBounds templates;    // each chat template render's time and the render helper's memory
 };
 
 // The model directory's tokenizer; nullptr when it has none. Usage error (naming the interpreter

@@ -34,6 +34,7 @@ int cmd_infer(int argc, char** argv) {
   double prefix_mb = 0;
   std::string batching = "fifo";
   std::string reasoning = "none";
+  std::string template_memory = "1G";
   po::options_description o("infer options");
   o.add_options()
     ("model", po::value(&c.engine.model)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
@@ -44,6 +45,10 @@ int cmd_infer(int argc, char** argv) {
     ("reasoning-parser", po::value(&reasoning)->default_value(reasoning),
      "none, or think: in an OpenAI batch file's chat output, the text up to </think> (Qwen3/3.5, DeepSeek-R1/V3.x, GLM-4.5+, "
      "MiniMax-M2, Kimi K2-Thinking) goes to message.reasoning_content and the rest to content")
+    ("template-timeout", po::value(&c.tokenizer.templates.seconds)->default_value(c.tokenizer.templates.seconds),
+     "seconds one chat template render may take; a render past it is its line's error")
+    ("template-memory", po::value(&template_memory)->default_value(template_memory),
+     "address space of the chat template renderer (SIZE); a render past it is its line's error")
     ("max-new-tokens", po::value(&c.defaults.max_new_tokens)->default_value(c.defaults.max_new_tokens), "default per request")
     ("temperature", po::value(&c.defaults.temperature)->default_value(c.defaults.temperature), "default sampling temperature (0: greedy)")
     ("top-p", po::value(&c.defaults.top_p)->default_value(c.defaults.top_p), "default nucleus mass")
@@ -90,6 +95,11 @@ int cmd_infer(int argc, char** argv) {
   c.scheduler.batching = runtime::parse_batching(batching);
   if (reasoning != "none" && reasoning != "think") fail(ErrorKind::Usage, "--reasoning-parser must be none or think, not \"", reasoning, "\"");
   c.split_reasoning = reasoning == "think";
+  if (!(c.tokenizer.templates.seconds > 0 && c.tokenizer.templates.seconds <= 3600))
+    fail(ErrorKind::Usage, "--template-timeout must be in (0, 3600] seconds, not ", c.tokenizer.templates.seconds);
+  c.tokenizer.templates.memory_bytes = parse_bytes(template_memory, "template-memory");
+  if (c.tokenizer.templates.memory_bytes < (int64_t{64} << 20))
+    fail(ErrorKind::Usage, "--template-memory must be at least 64M (the interpreter itself), not \"", template_memory, "\"");
   if (!(prefix_mb >= 0 && prefix_mb <= 1 << 30)) fail(ErrorKind::Usage, "--prefix-cache-mb must be in [0, 2^30], not ", prefix_mb);
   c.prefix_cache.max_bytes = static_cast<int64_t>(prefix_mb * 1048576.0);
   const Environment env = engine.finish(c.engine);

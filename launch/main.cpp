@@ -1,5 +1,8 @@
 // moerun: one binary, subcommands. Every failure becomes one line on stderr and the documented exit
 // code: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 comm (1: internal error).
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -32,6 +35,19 @@ const char* kUsage =
     "\n"
     "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
     "environment: MOERUN_LOG=warn|info|debug (default info)\n";
+
+// One error line in one write: ranks that fail together share stderr, and a line written in pieces
+// (the prefix, then the message) interleaved with another rank's into "moerun: error: moerun: error: ...".
+void error_line(const std::string& text) {
+  const std::string line = text + "\n";
+  std::size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t w = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    done += static_cast<std::size_t>(w);
+  }
+}
 
 }  // namespace
 
@@ -66,21 +82,21 @@ int main(int argc, char** argv) {
     if (cmd == "placement") return launch::cmd_placement(argc - 1, argv + 1);
     if (cmd == "convert") return launch::cmd_convert(argc - 1, argv + 1);
     if (cmd == "perplexity") return launch::cmd_perplexity(argc - 1, argv + 1);
-    std::cerr << "moerun: error: unknown command \"" << cmd << "\" (see moerun --help)\n";
+    error_line(str("moerun: error: unknown command \"", cmd, "\" (see moerun --help)"));
     return 2;
   } catch (const ReportedError& e) {
     comm::MpiSession::finish_after_error(true, e.exit_code());  // every rank has it; one printed it
     return e.exit_code();
   } catch (const Error& e) {
-    std::cerr << "moerun: error: " << e.what() << std::endl;
+    error_line(str("moerun: error: ", e.what()));
     comm::MpiSession::finish_after_error(false, e.exit_code());
     return e.exit_code();
   } catch (const std::bad_alloc&) {
-    std::cerr << "moerun: error: out of memory" << std::endl;
+    error_line("moerun: error: out of memory");
     comm::MpiSession::finish_after_error(false, 1);
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "moerun: internal error: " << e.what() << std::endl;
+    error_line(str("moerun: internal error: ", e.what()));
     comm::MpiSession::finish_after_error(false, 1);
     return 1;
   }

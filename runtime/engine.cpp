@@ -249,7 +249,7 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   return m.resident ? 0 : m.l1_bytes;
 }
 
-void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
+void Engine::load_dense(uint64_t& dense_fp) {
   budget_ = resolve_memory_budget(cfg_.memory_budget, ranks_on_host_, cfg_.node_memory);
   if (!budget_.clamped_from.empty() && rank_ == 0) log::warn(budget_.clamped_from);
   logit_cap_ = logit_rows_cap(budget_, mc_.vocab_size, logit_rows_, logit_copies_, logit_floor_);
@@ -266,21 +266,28 @@ void Engine::load_weights(uint64_t& dense_fp, uint64_t& experts_fp) {
     quantize_dense();
     dense_fp = dense_fingerprint(*dense_);  // of the bytes as stored (or quantized), before packing (ModelForward)
   }
-  share_node_budget();
+}
+
+void Engine::load_experts(uint64_t& experts_fp) {
   if (topo_.is_expert(rank_)) {
     build_store(rank_);
     experts_fp = experts_fingerprint(*source_, mc_);
   }
 }
 
+// Three agreed steps, because the node's budget is shared by a collective: a step that throws on
+// one rank (a budget too small for the dense part) before a collective the others wait in would
+// hold them until --comm-timeout, and the error would never be printed.
 void Engine::load(const std::function<void()>& before_weights) {
   uint64_t dense_fp = 0, experts_fp = 0;
-  agree_on_setup(world_, setup_timeout_s_, "model and weights", [&] {
+  agree_on_setup(world_, setup_timeout_s_, "requests, outputs and dense weights", [&] {
     naming_fields([&] {
       if (before_weights) before_weights();
-      load_weights(dense_fp, experts_fp);
+      load_dense(dense_fp);
     });
   });
+  agree_on_setup(world_, setup_timeout_s_, "the node's memory", [&] { share_node_budget(); });
+  agree_on_setup(world_, setup_timeout_s_, "experts", [&] { naming_fields([&] { load_experts(experts_fp); }); });
   {
     const comm::CollectiveDeadline deadline(distributed() ? setup_timeout_s_ : 0, "set-up (run fingerprint)", rank_);
     // Routers hold the dense part's fingerprint, expert ranks the experts'; every rank gets both

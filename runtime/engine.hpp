@@ -211,9 +211,10 @@ class Engine {
   int64_t plan_expert_memory(int64_t owned);
   // --quantize-dense: what the dense cache did not hold is quantized now, and the cache rewritten.
   void quantize_dense();
-  // Placement, then the dense weights (routers) and the expert store (expert ranks); the
-  // fingerprints of what this rank read.
-  void load_weights(uint64_t& dense_fp, uint64_t& experts_fp);
+  // The budget, placement, then the dense weights (routers), and apart the expert store (expert
+  // ranks); the fingerprints of what this rank read. Neither is collective.
+  void load_dense(uint64_t& dense_fp);
+  void load_experts(uint64_t& experts_fp);
   // Collective: where the budget is a node's (not --memory-budget), its expert ranks take what its
   // routers do not need of it.
   void share_node_budget();

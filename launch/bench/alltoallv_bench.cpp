@@ -261,13 +261,26 @@ void read_measured_times(const nlohmann::json& j, const std::string& path, std::
                     r["time_us"].is_object() && r["time_us"].contains("median") && r["time_us"]["median"].is_number();
     if (!ok) fail(ErrorKind::BadInput, path, ": rows[", i, "] is not a row (algo, pattern, bytes_per_rank, time_us.median)");
     const double bytes = r["bytes_per_rank"].get<double>(), us = r["time_us"]["median"].get<double>();
-    if (!(bytes >= 0) || !(us > 0))
-      fail(ErrorKind::BadInput, path, ": rows[", i, "]: ", bytes, " bytes in ", us, " us is not a measured exchange");
+    if (!(bytes >= 0 && bytes <= 1e15) || !(us > 0 && us <= 1e9))
+      fail(ErrorKind::BadInput, path, ": rows[", i, "]: ", bytes, " bytes in ", us, " us is not a measured exchange (bytes in [0, 1e15], time in (0, 1e9] us)");
     for (A2aLinkFit& fit : fits)
       if (fit.algo == r["algo"].get<std::string>() && fit.pattern == r["pattern"].get<std::string>())
         fit.model.measured.emplace_back(bytes, us * 1e-6);
   }
-  for (A2aLinkFit& fit : fits) std::sort(fit.model.measured.begin(), fit.model.measured.end());
+  for (A2aLinkFit& fit : fits) {
+    std::sort(fit.model.measured.begin(), fit.model.measured.end());
+    for (std::size_t k = 1; k < fit.model.measured.size(); ++k)
+      if (fit.model.measured[k].first == fit.model.measured[k - 1].first)  // the interpolation divides by their difference
+        fail(ErrorKind::BadInput, path, ": rows: ", fit.algo, " ", fit.pattern, " has ", fit.model.measured[k].first,
+             " bytes twice; one median per size");
+  }
+}
+
+// A count the file gives: a whole number in [lo, hi] (a double cast to int wrapped 1e300 to a negative rank count).
+int whole_number(double v, int lo, int hi, const std::string& path, const char* key) {
+  if (!(v >= lo && v <= hi) || v != std::floor(v))
+    fail(ErrorKind::BadInput, path, ": ", key, " is ", v, ", not a whole number in [", lo, ", ", hi, "]");
+  return static_cast<int>(v);
 }
 }  // namespace
 
@@ -283,8 +296,8 @@ A2aFitFile read_a2a_fit_file(const std::string& path) {
     return v.get<double>();
   };
   A2aFitFile f;
-  f.ranks = static_cast<int>(number(j, "ranks", "the file"));
-  f.nodes = static_cast<int>(number(j, "nodes", "the file"));
+  f.ranks = whole_number(number(j, "ranks", "the file"), 2, 1 << 20, path, "ranks");
+  f.nodes = whole_number(number(j, "nodes", "the file"), 1, f.ranks, path, "nodes");
   const nlohmann::json& fits = field(j, "fits", "the file");
   if (!fits.is_array() || fits.empty()) fail(ErrorKind::BadInput, path, ": fits is ", io::json_excerpt(fits), ", not a list of fits");
   for (std::size_t i = 0; i < fits.size(); ++i) {
@@ -298,9 +311,11 @@ A2aFitFile read_a2a_fit_file(const std::string& path) {
     fit.model.alpha_us = number(fits[i], "alpha_us", where);
     fit.model.bandwidth_gbps = number(fits[i], "bandwidth_gbps", where);
     fit.model.max_error = number(fits[i], "max_error", where);
-    if (!(fit.model.alpha_us >= 0) || !(fit.model.bandwidth_gbps > 0))
-      fail(ErrorKind::BadInput, path, ": ", where, ": alpha ", fit.model.alpha_us, " us and bandwidth ", fit.model.bandwidth_gbps,
-           " GB/s are not a link (alpha >= 0, bandwidth > 0)");
+    // A link of 1 MB/s to 100 TB/s, at most 10 s per exchange: anything else is not a measurement.
+    if (!(fit.model.alpha_us >= 0 && fit.model.alpha_us <= 1e7) || !(fit.model.bandwidth_gbps >= 1e-3 && fit.model.bandwidth_gbps <= 1e5) ||
+        !(fit.model.max_error >= 0 && fit.model.max_error <= 1e6))
+      fail(ErrorKind::BadInput, path, ": ", where, ": alpha ", fit.model.alpha_us, " us, bandwidth ", fit.model.bandwidth_gbps,
+           " GB/s and max_error ", fit.model.max_error, " are not a link (alpha in [0, 1e7] us, bandwidth in [1e-3, 1e5] GB/s, max_error in [0, 1e6])");
     f.fits.push_back(fit);
   }
   read_measured_times(j, path, f.fits);

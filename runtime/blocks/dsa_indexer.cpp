@@ -2,6 +2,8 @@
 // top-k choice per query.
 #include "runtime/blocks/dsa_indexer.hpp"
 
+#include "runtime/nonfinite_rows.hpp"
+
 #include "runtime/blocks/mixer_block.hpp"
 
 #include <algorithm>
@@ -118,6 +120,9 @@ void DsaIndexer::project(const DsaIndexerWeights& L, const float* xn, const floa
   rope_apply(k, n, 1, D, positions, rope_);
   for (int64_t t = 0; t < n; ++t) std::memcpy(rows + t * stride + col, k + t * D, static_cast<std::size_t>(D) * sizeof(float));
   n_ = n;
+  nonfinite_.assign(static_cast<std::size_t>(n), 0);
+  for (int64_t t = 0; t < n; ++t)
+    nonfinite_[static_cast<std::size_t>(t)] = !all_finite(q + t * H * D, H * D) || !all_finite(wts + t * H, H) || !all_finite(k + t * D, D);
 }
 
 void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t count, int64_t pos0, DsaSelection& out) {
@@ -157,6 +162,8 @@ void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t cou
       if (avx512) index_scores_avx512(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
       else index_scores_portable(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
     }
+    // A key cached by another step that overflowed: a choice made from NaN would look ordinary.
+    if (!all_finite(score.data(), pos + 1)) nonfinite_[static_cast<std::size_t>(first + i)] = 1;
     order.resize(static_cast<std::size_t>(pos + 1));
     std::iota(order.begin(), order.end(), 0);
     const auto better = [&](int32_t a, int32_t b) { return score[a] > score[b] || (score[a] == score[b] && a < b); };

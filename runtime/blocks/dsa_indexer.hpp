@@ -50,6 +50,10 @@ class DsaIndexer {
   // layer rows (appended up to the chunk's last position): the positions each attends. Ties go to
   // the earlier position, so the choice is the same however the batch is cut.
   void select(const KvCache& kv, int64_t layer, int64_t first, int64_t count, int64_t pos0, DsaSelection& out);
+  // Whether row t of the last project() had a non-finite query, head weight or key, or (after
+  // select()) a non-finite score: its choice is not one, and the block makes its output non-finite
+  // so that the forward ends the request with an error naming the layer (runtime/nonfinite_rows).
+  bool row_nonfinite(int64_t t) const { return nonfinite_[static_cast<std::size_t>(t)] != 0; }
   // Whether a query at `pos` attends every earlier position (there are no more than index_topk).
   bool attends_all(int64_t pos) const { return pos + 1 <= topk_; }
 
@@ -63,6 +67,7 @@ class DsaIndexer {
   // select()'s scratch: a query's scores and their order, its queries transposed, its head weights.
   std::vector<float> score_, qt_, w_heads_;
   std::vector<int32_t> order_;
+  std::vector<uint8_t> nonfinite_;  // [n] of the last project()
 };
 
 }  // namespace moerun::runtime

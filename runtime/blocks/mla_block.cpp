@@ -3,6 +3,7 @@
 // Sparse Attention (DeepSeek-V3.2) the indexer's key joins each row and every query attends to the
 // positions the indexer picks (runtime/dsa_indexer).
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "base/error.hpp"
@@ -56,6 +57,7 @@ class MlaBlock final : public MixerBlock {
     if (indexer_) select(l, mb.tok0, chunks);
     float* heads = s.attn + t0 * c.attention_out_dim();
     mla_.attend(L.mla, l, chunks, n, heads);
+    if (indexer_ && !c.dsa.shared(l)) poison_nonfinite_choices(n, heads);
     mm_.linear(heads, n, L.mla.wo, out);
   }
 
@@ -74,6 +76,13 @@ class MlaBlock final : public MixerBlock {
       if (!shared) indexer_->select(*ch.kv, l, ch.first, ch.count, ch.pos0, sel[i]);
       ch.selection = &sel[i];
     }
+  }
+  // A query whose indexer values were not finite attends by a choice made from NaN: its output is
+  // made NaN, so the forward's check ends its request with an error naming this layer.
+  void poison_nonfinite_choices(int64_t n, float* heads) const {
+    const int64_t w = c_.attention_out_dim();
+    for (int64_t t = 0; t < n; ++t)
+      if (indexer_->row_nonfinite(t)) std::fill(heads + t * w, heads + (t + 1) * w, std::numeric_limits<float>::quiet_NaN());
   }
   // A shared layer's rows keep the index key's columns, zero (nothing reads them).
   void clear_index_keys(float* rows, int64_t n) const {

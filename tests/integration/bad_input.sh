@@ -136,6 +136,23 @@ echo '{"ranks": 4, "nodes": 2, "fits": [{"algo": "mpi", "pattern": "m2n", "alpha
   "rows": [{"algo": "mpi", "pattern": "m2n", "bytes_per_rank": 1024, "time_us": {"median": 0}}]}' > "$WORK/fit-row.json"
 expect "inspect --link-fit, a measured time of 0" 3 "fit-row.json: rows\[0\]: 1024 bytes in 0 us is not a measured exchange" -- \
   inspect --model "$WORK/m" --link-fit "$WORK/fit-row.json"
+# Counts and links no measurement gives (issue 77): before, 1e300 ranks printed as -2147483648.
+linkfit() {  # linkfit NAME RANKS NODES ALPHA BANDWIDTH [ROWS]
+  echo "{\"ranks\": $2, \"nodes\": $3, \"fits\": [{\"algo\": \"mpi\", \"pattern\": \"m2n\", \"alpha_us\": $4, \"bandwidth_gbps\": $5, \"max_error\": 0}]${6:-}}" > "$WORK/$1.json"
+}
+linkfit fit-r0 0 1 1 1
+expect "inspect --link-fit, ranks 0" 3 "fit-r0.json: ranks is 0, not a whole number in \[2, " -- inspect --model "$WORK/m" --link-fit "$WORK/fit-r0.json"
+linkfit fit-rbig 1e300 1 1 1
+expect "inspect --link-fit, ranks 1e300" 3 "fit-rbig.json: ranks is 1e+300, not a whole number" -- inspect --model "$WORK/m" --link-fit "$WORK/fit-rbig.json"
+linkfit fit-n 4 -1 1 1
+expect "inspect --link-fit, nodes -1" 3 "fit-n.json: nodes is -1, not a whole number in \[1, 4\]" -- inspect --model "$WORK/m" --link-fit "$WORK/fit-n.json"
+linkfit fit-bw 4 2 1 1e-300
+expect "inspect --link-fit, bandwidth 1e-300" 3 "fit-bw.json: fits\[0\]: alpha 1 us, bandwidth 1e-300 GB/s and max_error 0 are not a link" -- \
+  inspect --model "$WORK/m" --link-fit "$WORK/fit-bw.json"
+linkfit fit-alpha 4 2 1e308 1
+expect "inspect --link-fit, alpha 1e308" 3 "fit-alpha.json: fits\[0\]: alpha 1e+308 us" -- inspect --model "$WORK/m" --link-fit "$WORK/fit-alpha.json"
+linkfit fit-twice 4 2 1 1 ', "rows": [{"algo": "mpi", "pattern": "m2n", "bytes_per_rank": 1024, "time_us": {"median": 5}}, {"algo": "mpi", "pattern": "m2n", "bytes_per_rank": 1024, "time_us": {"median": 6}}]'
+expect "inspect --link-fit, the same size twice" 3 "fit-twice.json: rows: mpi m2n has 1024 bytes twice" -- inspect --model "$WORK/m" --link-fit "$WORK/fit-twice.json"
 expect "bench a2a --skew nan" 2 "--skew must be in \[0, 100\]" -- bench a2a --skew nan
 expect "bench a2a --max-bytes 10^12" 2 "--max-bytes 1000000000000 is more than this benchmark can hold" -- bench a2a --max-bytes 1000000000000
 expect "bench layer --tokens -5" 2 "--tokens: -5 is not in" -- bench layer --tokens -5

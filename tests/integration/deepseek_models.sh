@@ -134,6 +134,25 @@ expect3 "a first layer that shares a choice" "$WORK/dsashared" "attribute index_
 edit dsaweights "    del f['layers/1/indexer/wk']"
 expect3 "a missing indexer matrix" "$WORK/dsaweights" "layers/1/indexer/wk"
 
+# An indexer weight that is finite but overflows float32 in use (issue 77): its scores are Inf/NaN, so
+# every request that meets it ends with an error line naming the layer and the run exits 3, as an
+# overflowing expert or LM head does; before, tokens were chosen from NaN scores with exit 0.
+rm -rf "$WORK/dsainf" && cp -r "$WORK/v32" "$WORK/dsainf" && rm -f "$WORK"/dsainf/dense-*.bin
+"$PY" -c "
+import h5py, numpy as np, xxhash
+with h5py.File('$WORK/dsainf/model.h5', 'r+') as f:
+    d = f['layers/1/indexer/weights_proj']
+    a = np.full(d.shape, 3e38, d.dtype)
+    d[...] = a
+    if 'xxh64' in d.attrs:
+        d.attrs['xxh64'] = np.uint64(xxhash.xxh64(a.tobytes(), seed=0).intdigest())
+"
+set +e
+"$MOERUN" infer --model "$WORK/dsainf" --input "$WORK/reqs.jsonl" --output "$WORK/dsainf.jsonl" --quiet 2> "$WORK/dsainf.err"
+rc=$?
+set -e
+check "an overflowing indexer weight: exit 3, every line an error naming layer 1 (exit $rc: $(tail -1 "$WORK/dsainf.err"))" \
+  bash -c "[ $rc -eq 3 ] && [ \$(grep -c 'non-finite values (NaN or Inf) from layer 1 ' '$WORK/dsainf.jsonl') -eq 10 ]"
 # DSA after a kill: --resume with other batches gives the uninterrupted run's bytes (the indexer
 # keys are recomputed with the rest of each row).
 kill_after_journal "$WORK/v32-resume.jsonl" 3 "$MOERUN" infer --model "$WORK/v32" --input "$WORK/reqs.jsonl" --output "$WORK/v32-resume.jsonl" \

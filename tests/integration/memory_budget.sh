@@ -100,6 +100,26 @@ refuse "budget below what the process and dense part need" \
 refuse "budget below one token's experts" \
   "is too small: this rank holds [0-9]* MiB .* the expert cache needs at least 2 experts of 3072 KiB" \
   --memory-budget 100M --max-batch-tokens 64
+# The same under mpirun (issue 77): every rank learns of the router's refusal at once, the rank that
+# found it prints it, exit 2 within seconds; before, the expert ranks waited in the node-memory gather
+# until --comm-timeout and the job ended with exit 5 blaming rank 1. The comm timeout is left long,
+# so that a hang shows as the time taken.
+refuse_np() {
+  local np=$1 pattern=$2; shift 2
+  rm -f o.jsonl*
+  local start; start=$(date +%s)
+  set +e
+  $MPI -np "$np" "$MOERUN" infer --model m --input R --output o.jsonl --comm-timeout 120 "$@" 2> err
+  rc=$?
+  set -e
+  local took=$(( $(date +%s) - start )) left; left=$(ls o.jsonl* 2>/dev/null | tr '\n' ' ' || true)
+  check "np $np $*: exit 2 in $took s, the refusal printed once, nothing written (exit $rc, left [$left]: $(head -c 300 err))" \
+    bash -c "[ $rc -eq 2 ] && [ $took -lt 60 ] && [ \$(grep -c 'moerun: error' err) -eq 1 ] && grep -q '$pattern' err && [ -z '$left' ]"
+}
+refuse_np 2 "the memory budget 40 MiB (--memory-budget) is too small: m/model.h5: the dense weights need" --memory-budget 40M
+refuse_np 3 "the memory budget 40 MiB (--memory-budget) is too small: m/model.h5: the dense weights need" --memory-budget 40M
+refuse_np 3 "is too small: m/model.h5: the dense weights need" --node-memory 60M
+refuse_np 3 "is too small: m/model.h5: the dense weights need" --memory-budget 40M --ranks-per-node 1 --router-nodes 1
 refuse "a budget that is not a size" "^moerun: error: --memory-budget: \"lots\" is not a size" --memory-budget lots
 refuse "a budget of 0" "^moerun: error: --memory-budget must be a size > 0 or auto, not \"0\"" --memory-budget 0
 refuse "an unknown --l3-io" "^moerun: error: --l3-io must be direct or buffered, not \"fast\"" --l3-io fast

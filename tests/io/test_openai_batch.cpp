@@ -129,3 +129,42 @@ TEST(OpenAiBatch, ReasoningSplitsAsTheThinkParsersDo) {
 
 }  // namespace
 }  // namespace moerun::io
+
+namespace moerun::io {
+namespace {
+
+// Issue 77: fields typed as the API types them, errors naming the line's own field.
+TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
+  auto chat = [](const std::string& id, const std::string& extra) {
+    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}])" +
+           extra + "}}";
+  };
+  auto comp = [](const std::string& id, const std::string& extra) {
+    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
+  };
+  const auto r = parse({chat("lp5", R"(, "logprobs": 5)"), chat("top-alone", R"(, "top_logprobs": 2)"), chat("top-false", R"(, "logprobs": false, "top_logprobs": 2)"),
+                        chat("top-big", R"(, "logprobs": true, "top_logprobs": 21)"), chat("echo", R"(, "echo": true)"),
+                        chat("budget", R"(, "max_tokens": -3)"), chat("budget2", R"(, "max_completion_tokens": "7")"),
+                        comp("lp-true", R"(, "logprobs": true)"), comp("lp-9", R"(, "logprobs": 9)"), comp("top", R"(, "top_logprobs": 2)"),
+                        comp("temp", R"(, "temperature": "hot")"), chat("ok", R"(, "logprobs": true, "top_logprobs": 2)")});
+  ASSERT_EQ(r.size(), 12u);
+  auto has = [&](std::size_t i, const std::string& text) {
+    EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error;
+  };
+  has(0, "field body.logprobs is 5: chat takes true or false");
+  has(1, "field body.top_logprobs is set, but body.logprobs is not true");
+  has(2, "field body.top_logprobs is set, but body.logprobs is not true");
+  has(3, "field body.top_logprobs is 21: an integer in [0, 20]");
+  has(4, "field body.echo is set: it is a /v1/completions field");
+  has(5, "field body.max_tokens is -3");
+  has(6, "field body.max_completion_tokens is not an integer");
+  has(7, "field body.logprobs is true: /v1/completions takes an integer in [0, 5]");
+  has(8, "field body.logprobs is 9");
+  has(9, "field body.top_logprobs is a chat field");
+  has(10, "field body.temperature is not a number");
+  EXPECT_EQ(r[11].error, "");
+  EXPECT_EQ(r[11].logprobs, 2);
+}
+
+}  // namespace
+}  // namespace moerun::io

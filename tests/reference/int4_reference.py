@@ -326,6 +326,14 @@ def inspect_plans(moerun, work):
     ok = r.returncode == 3 and "input_activations is set" in r.stderr
     failures += not ok
     print(f"{'ok  ' if ok else 'FAIL'} inspect --hf-config refuses W4A8 as convert does: exit {r.returncode}: {r.stderr.strip()}")
+    # A regex nested 30,000 deep overflowed std::regex's recursive compiler (SIGSEGV) (issue 77).
+    cfg["quantization_config"]["config_groups"]["group_0"]["input_activations"] = None
+    cfg["quantization_config"]["ignore"] = ["re:" + "(" * 30000 + "a" + ")" * 30000]
+    json.dump(cfg, open(bad, "w"))
+    r = run([moerun, "inspect", "--hf-config", bad])
+    ok = r.returncode == 3 and "nests 30000 groups deep" in r.stderr and len(r.stderr.splitlines()) == 1
+    failures += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} inspect --hf-config, a pattern nested 30,000 deep: exit {r.returncode}: {r.stderr.strip()[:200]}")
     return failures
 
 
@@ -351,6 +359,17 @@ def bad_checkpoints(moerun, work):
         ("8-bit weights", group(weights=dict(weights, num_bits=8)), t, "weights.num_bits is 8; only 4 is read"),
         ("float-quantized format", q(format="float-quantized"), t, "quantization_config.format is \"float-quantized\""),
         ("a frozen (not packed) checkpoint", q(quantization_status="frozen"), t, "quantization_status is \"frozen\""),
+        # Issue 77: every value of the quantization_config checked against what convert does with it.
+        ("quantization_config the string \"int4\"", dict(cfg, quantization_config="int4"), t, "field quantization_config is \"int4\", not an object"),
+        ("quantization_config 7", dict(cfg, quantization_config=7), t, "field quantization_config is 7, not an object"),
+        ("quantization_config a list", dict(cfg, quantization_config=[cfg["quantization_config"]]), t, "not an object"),
+        ("no quantization_config beside weight_packed tensors", {k: v for k, v in cfg.items() if k != "quantization_config"}, t,
+         "is compressed-tensors INT4, but"),
+        ("targets that match nothing", group(targets=["re:nothing\\..*"]), t, "its targets and ignore do not cover model.layers."),
+        ("symmetric false without zero points", group(weights=dict(weights, symmetric=False)), t, "weights.symmetric is false, but model.layers."),
+        ("a group_size the scales disagree with", group(weights=dict(weights, group_size=64)), t, "weights.group_size is 64, but model.layers."),
+        ("a pattern nested 30,000 deep", q(ignore=["re:" + "(" * 30000 + "a" + ")" * 30000]), t, "nests 30000 groups deep; at most 32"),
+        ("a pattern 100,000 characters long", q(ignore=["re:" + "a" * 100000]), t, "is 100000 characters long; at most 1024"),
     ])
 
 

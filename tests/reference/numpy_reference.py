@@ -907,7 +907,12 @@ def bad_family_configs(moerun, work):
              ("Qwen3-Next, a layer kind of neither", "layer_types", set_field("qwen3_next", layer_types=["linear_attention"] * 3 + ["mamba"])),
              # Size 0 skips only a shared expert that holds nothing (as transformers saves one).
              ("Qwen3-Next, shared_expert_intermediate_size 0 beside a shared expert with weights", "has no place",
-              set_field("qwen3_next", shared_expert_intermediate_size=0))]
+              set_field("qwen3_next", shared_expert_intermediate_size=0)),
+             # GLM-5's indexer schedule, without indexer_types (issue 77): the field named is the one given.
+             ("GLM-5, index_topk_pattern of 2 layers for 3", "field index_topk_pattern has 2 entries, expected num_hidden_layers = 3",
+              set_field("glm_moe_dsa_seed19", indexer_types=None, index_topk_pattern="FS")),
+             ("GLM-5, index_topk_freq 0", "field index_topk_freq is 0, expected >= 1", set_field("glm_moe_dsa_seed19", indexer_types=None, index_topk_freq=0)),
+             ("GLM-5, index_topk_freq -2", "field index_topk_freq is -2", set_field("glm_moe_dsa_seed19", indexer_types=None, index_topk_freq=-2))]
     failures = 0
     for i, (what, field, (model, edit)) in enumerate(cases):
         ok, err, rc = convert_refused(moerun, os.path.join(work, model + "-hf"), os.path.join(work, f"bad-family-{i}"), edit, field)
