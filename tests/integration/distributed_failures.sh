@@ -103,4 +103,16 @@ echo '{"0": ' > "$WORK/broken.json"
 expect_fail "placement file that is not JSON" 3 "broken.json: not valid JSON at byte" 3 --placement "$WORK/broken.json"
 expect_fail "layout without expert ranks" 2 "no expert rank" 2 --ranks-per-node 1
 expect_fail "more routers than ranks on a node" 2 "exceeds the 2 rank(s) of node" 4 --routers-per-node 3 --ranks-per-node 2
+# Ranks that fail alike each print their error, every line whole (issue 77): the prefix and the
+# message were two writes, and two ranks' lines merged into "moerun: error: moerun: error: ...".
+for attempt in 1 2 3 4 5 6 7 8; do
+  set +e
+  $MPI -np 4 "$MOERUN" infer --model "$WORK/m" --input "$WORK/reqs.jsonl" --output "$WORK/merge.jsonl" --quiet --memory-budget lots 2> "$WORK/merge.err"
+  rc=$?
+  set -e
+  merged=$(grep -c 'moerun: error.*moerun: error' "$WORK/merge.err" || true)
+  [ "$merged" -ne 0 ] && break
+done
+check "np 4, an option every rank refuses: exit 2, $(grep -c 'moerun: error' "$WORK/merge.err") whole line(s), none merged (up to 8 runs)" \
+  bash -c "[ $rc -eq 2 ] && [ $merged -eq 0 ] && [ \$(grep -c '^moerun: error: --memory-budget: \"lots\" is not a size' '$WORK/merge.err') -ge 1 ] && ! grep -v '^moerun: error: --memory-budget' '$WORK/merge.err' | grep -q 'moerun: error'"
 finish
