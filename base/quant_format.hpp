@@ -3,7 +3,7 @@
 //   q8: int8 q per weight, w = d * q (llama.cpp's Q8_0 arithmetic, 8.5 bits per weight);
 //   q4: 4-bit q in [0, 15], two per byte (low nibble first), w = d * q + m with an fp16 minimum
 //       per group too (Q4_1's arithmetic, 5 bits per weight; d and m chosen by least squares);
-//   int4: compressed-tensors' pack-quantized INT4 kept as shipped (base/int4_format.hpp): 4-bit u
+//   int4: compressed-tensors' pack-quantized INT4 kept as shipped (this file: kInt4ZeroMask and the level byte): 4-bit u
 //       two per byte as q4, a bf16 or fp16 scale s and a zero level z per group, w = (u - z) * s.
 // Quantization is deterministic (no threads, no randomness) and per row, so it streams.
 #pragma once

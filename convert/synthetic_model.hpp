@@ -28,7 +28,7 @@ struct SynthConfig {
 };
 
 // Sets the architecture and the layer variants of a family as `convert` sets them from its config
-// (io/model_family.hpp: any of supported_architectures()), leaving the sizes; Usage error for another name.
+// (model/model_family.hpp: any of supported_architectures()), leaving the sizes; Usage error for another name.
 // gpt_oss: sliding layers first then alternating, window min(128, max_position / 4), yarn x32 from
 // 4096, as its published config; qwen2_moe: a shared expert of 2 x intermediate_size.
 void apply_family(const std::string& family, model::ModelConfig& m);

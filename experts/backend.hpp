@@ -88,7 +88,7 @@ class ExpertBackend {
  public:
   virtual ~ExpertBackend() = default;
   virtual std::string describe() const = 0;  // one line for logs and bench output
-  // The experts' weight format this backend computes with (the model's, io/weight_format.hpp).
+  // The experts' weight format this backend computes with (the model's, model/weight_format.hpp).
   virtual model::WeightFormat weight_format() const = 0;
   virtual MemoryKind weight_memory() const = 0;
   // Real bytes one expert of the model takes in this backend's memory: what an L1 slot costs.

@@ -19,7 +19,8 @@ using nlohmann::json;
 // a warning (user, metadata, store, service_tier, stream_options, ...).
 const std::set<std::string> kRead = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
                                      "stop", "n", "logprobs", "top_logprobs", "echo", "chat_template_kwargs",
-                                     "chat_template"};
+                                     "chat_template", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+                                     "repetition_penalty", "logit_bias"};
 
 std::string hex(uint64_t v) {
   char buf[17];
@@ -28,17 +29,13 @@ std::string hex(uint64_t v) {
 }
 
 // A field that would change the result if moerun ignored it: refused on its line unless it is
-// absent, null or neutral (n 1, no tools, no penalties, no bias, no stream, a plain text format).
+// absent, null or neutral (n 1, no tools, no stream, a plain text format).
 std::string unsupported(const json& b) {
   auto set = [&](const char* k) { return b.contains(k) && !b[k].is_null(); };
   if (set("n") && b["n"] != 1) return "field body.n is " + b["n"].dump() + ": one choice per request is supported (n 1)";
   for (const char* k : {"tools", "tool_choice", "functions", "function_call"})
     if (set(k) && !(b[k].is_array() && b[k].empty())) return str("field body.", k, " is set: tool calls are not supported");
-  for (const char* k : {"frequency_penalty", "presence_penalty"})
-    if (set(k) && b[k] != 0) return str("field body.", k, " is ", b[k].dump(), ": penalties are not supported (0 or leave it out)");
-  if (set("logit_bias") && !(b["logit_bias"].is_object() && b["logit_bias"].empty())) return "field body.logit_bias is set: not supported";
   if (set("stream") && b["stream"] != false) return "field body.stream is true: a batch has no stream";
-  if (set("top_k") && b["top_k"] != -1 && b["top_k"] != 0) return "field body.top_k is " + b["top_k"].dump() + ": not supported (use top_p)";
   if (set("response_format") && !(b["response_format"].is_object() && b["response_format"].value("type", "") == "text"))
     return "field body.response_format asks for structured output: not supported";
   if (set("suffix") && b["suffix"] != "") return "field body.suffix is set: not supported";
@@ -100,7 +97,8 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
   json m{{"id", oa.custom_id}};
   const char* budget = budget_field(b);
   if (b.contains(budget) && !b[budget].is_null()) m["max_new_tokens"] = b[budget];
-  for (const char* k : {"temperature", "top_p", "seed"})
+  for (const char* k : {"temperature", "top_p", "seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+                        "logit_bias"})
     if (b.contains(k)) m[k] = b[k];
   oa.stop = stop_strings(b);
   if (b.contains("model") && b["model"].is_string()) oa.model = b["model"].get<std::string>();
@@ -148,9 +146,12 @@ std::string openai_field_names(std::string msg, const json& b, bool chat) {
   const std::pair<std::string, std::string> names[] = {
       {"field max_new_tokens", str("field body.", budget_field(b))}, {"field logprobs", chat ? "field body.top_logprobs" : "field body.logprobs"},
       {"field temperature", "field body.temperature"}, {"field top_p", "field body.top_p"}, {"field seed", "field body.seed"},
+      {"field top_k", "field body.top_k"}, {"field min_p", "field body.min_p"}, {"field presence_penalty", "field body.presence_penalty"},
+      {"field frequency_penalty", "field body.frequency_penalty"}, {"field repetition_penalty", "field body.repetition_penalty"},
+      {"field logit_bias", "field body.logit_bias"},
       {"field prompt_tokens", "field body.prompt"}, {"field prompt", "field body.prompt"}};
   for (const auto& [ours, theirs] : names)
-    if (msg.starts_with(ours) && (msg.size() == ours.size() || msg[ours.size()] == ' ')) return theirs + msg.substr(ours.size());
+    if (msg.starts_with(ours) && (msg.size() == ours.size() || msg[ours.size()] == ' ' || msg[ours.size()] == '[')) return theirs + msg.substr(ours.size());
   return msg;
 }
 

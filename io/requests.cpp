@@ -69,6 +69,49 @@ int64_t top_count(const json& j, const char* field, const RequestLimits& lim) {
   return v.get<int64_t>();
 }
 
+// A number field in [lo, hi] (absent or null: `neutral`).
+double number_in(const json& j, const char* key, double lo, double hi, double neutral) {
+  if (!j.contains(key) || j[key].is_null()) return neutral;
+  if (!j[key].is_number()) fail(ErrorKind::BadInput, "field ", key, " is not a number");
+  const double v = j[key].get<double>();
+  if (!(v >= lo && v <= hi)) fail(ErrorKind::BadInput, "field ", key, " is ", v, ", expected in [", lo, ", ", hi, "]");
+  return v;
+}
+
+// top_k, min_p, the three penalties and logit_bias, checked as vLLM checks them (top_k -1 or 0:
+// off; penalties in [-2, 2], repetition_penalty in (0, 2]; logit_bias ids in the vocabulary, biases
+// in [-100, 100], at most 300 of them as the API allows).
+SamplingFields sampling_fields(const json& j, const RequestLimits& lim) {
+  SamplingFields f;
+  if (j.contains("top_k") && !j["top_k"].is_null()) {
+    const json& v = j["top_k"];
+    if (!v.is_number_integer() || !fits_int64(v) || v.get<int64_t>() < -1)
+      fail(ErrorKind::BadInput, "field top_k is ", v.dump(), ", expected an integer >= 1 (or -1 or 0: all tokens)");
+    f.top_k = std::max<int64_t>(v.get<int64_t>(), 0);
+  }
+  f.min_p = number_in(j, "min_p", 0, 1, 0);
+  f.presence_penalty = number_in(j, "presence_penalty", -2, 2, 0);
+  f.frequency_penalty = number_in(j, "frequency_penalty", -2, 2, 0);
+  f.repetition_penalty = number_in(j, "repetition_penalty", 0, 2, 1);
+  if (f.repetition_penalty == 0) fail(ErrorKind::BadInput, "field repetition_penalty is 0, expected in (0, 2]");
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+    const json& b = j["logit_bias"];
+    if (!b.is_object()) fail(ErrorKind::BadInput, "field logit_bias is not an object of token ids and biases");
+    if (b.size() > 300) fail(ErrorKind::BadInput, "field logit_bias has ", b.size(), " tokens, at most 300");
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string& key = it.key();
+      const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits || std::stoll(key) >= lim.vocab_size)
+        fail(ErrorKind::BadInput, "field logit_bias has key \"", key.substr(0, 20), "\", not a token id in [0, ", lim.vocab_size, ")");
+      if (!it.value().is_number() || !(it.value().get<double>() >= -100 && it.value().get<double>() <= 100))
+        fail(ErrorKind::BadInput, "field logit_bias[\"", key, "\"] is ", it.value().dump(), ", expected a number in [-100, 100]");
+      f.logit_bias.emplace_back(static_cast<int32_t>(std::stoll(key)), it.value().get<float>());
+    }
+    std::sort(f.logit_bias.begin(), f.logit_bias.end());
+  }
+  return f;
+}
+
 // Validates one parsed line; throws Error(BadInput) without the file and line prefix.
 Request parse_object(const json& j, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
@@ -142,6 +185,7 @@ Request parse_object(const json& j, const RequestDefaults& d, const RequestLimit
     if (!j["seed"].is_number_integer()) fail(ErrorKind::BadInput, "field seed is not an integer");
     r.seed = j["seed"].is_number_unsigned() ? j["seed"].get<uint64_t>() : static_cast<uint64_t>(j["seed"].get<int64_t>());
   }
+  r.sampling = sampling_fields(j, lim);
   return r;
 }
 
@@ -216,6 +260,18 @@ void tokenize_prompts(std::vector<Request>& requests, const std::string& path, c
   }
 }
 
+namespace {
+// The sampling fields' part of a fingerprint: 0 when neutral, so journals written before they
+// existed still resume.
+uint64_t sampling_fingerprint(const SamplingFields& f) {
+  if (f.neutral()) return 0;
+  Xxh64 h;
+  h.value(f.top_k).value(f.min_p).value(f.presence_penalty).value(f.frequency_penalty).value(f.repetition_penalty);
+  for (const auto& [id, bias] : f.logit_bias) h.value(id).value(bias);
+  return h.digest();
+}
+}  // namespace
+
 uint64_t request_fingerprint(const Request& r) {
   // Everything that decides a request's result besides the model and the routing options.
   return Xxh64()
@@ -236,6 +292,7 @@ uint64_t request_fingerprint(const Request& r) {
         for (const std::string& s : r.stop) all += s + '\0';
         return all;
       }())
+      .value(sampling_fingerprint(r.sampling))
       .digest();
 }
 

@@ -13,6 +13,20 @@ namespace moerun::io {
 
 struct OpenAiRequest;  // io/openai_batch.hpp
 
+// Sampling beyond temperature and top-p: OpenAI's and vLLM's fields, each neutral by default. They
+// act on the logits a request samples from (greedy included); its log-probs stay the model's.
+struct SamplingFields {
+  int64_t top_k = 0;                // keep the k most probable tokens (0: all)
+  double min_p = 0;                 // drop tokens less probable than min_p x the most probable one
+  double presence_penalty = 0;      // subtracted once from the logit of each token the output holds
+  double frequency_penalty = 0;     // subtracted per time the output holds the token
+  double repetition_penalty = 1;    // a prompt or output token's logit: divided by it if > 0, else multiplied
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to those tokens' logits (ids ascending)
+  bool neutral() const {
+    return top_k == 0 && min_p == 0 && presence_penalty == 0 && frequency_penalty == 0 && repetition_penalty == 1 && logit_bias.empty();
+  }
+};
+
 struct Request {
   std::string id;
   std::vector<int32_t> prompt_tokens;  // given, or (has_text) from tokenize_prompts
@@ -22,6 +36,7 @@ struct Request {
   double temperature = 0.0;
   double top_p = 1.0;
   uint64_t seed = 0;
+  SamplingFields sampling{};
   // Scoring (docs/FORMATS.md): the top-K alternatives returned with the log-probability of every
   // generated token (logprobs) and of every prompt token from score_from on (prompt_logprobs);
   // -1: not asked. score_from is 1 for a JSONL request; perplexity windows score their second half.

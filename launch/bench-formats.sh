@@ -8,6 +8,7 @@
 #   env:   FORMATS="q4 int4"  NS="1 8 32"  ROUNDS=5  SHAPE="--family deepseek_v3 ..."  MOERUN=build/launch/moerun
 # Prints (and writes to OUT_FILE) a row per run and min/median/max per format and N, then each
 # format's median over the first's.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/dev/null}

@@ -3,7 +3,7 @@
 # PyPI source packages, as bench-peer builds llama.cpp; or --ik-src DIR, an ik_llama.cpp checkout)
 # on the same weights (q4 / Q4_K_M) and the same prompts, each sequence decoding its own greedy tokens
 # (launch/peer/peer_decode.cpp for the peers), under the same cgroup v1 memory limit, page cache counted and
-# dropped before each run, at model/limit ratios 0.8, 1.5, 2 and 4, uniform and skewed routing,
+# dropped before each run, at ratios of model size to limit 0.8, 1.5, 2 and 4, uniform and skewed routing,
 # N = 1 and 8: prefill and decode tokens/s, disk bytes read per token, peak memory, OOM kills,
 # and moerun's decode against the physical bound (this disk's read rate over the bytes a step must
 # read with moerun's L1 holding the likeliest experts); then the start-up job (6 sequences of 16 + 24

@@ -2,6 +2,7 @@
 #include "launch/cli.hpp"
 #include "launch/option_names.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -19,14 +20,22 @@
 
 namespace moerun::launch {
 
-int run_subcommand(int argc, char** argv, const char* usage, const char* unknown,
-                   std::initializer_list<std::pair<const char*, Subcommand>> subcommands) {
+std::string command_names(const std::vector<CommandRow>& rows, const char* separator) {
+  std::string out;
+  for (const CommandRow& r : rows) out += (out.empty() ? "" : separator) + std::string(r.name);
+  return out;
+}
+
+int run_subcommand(int argc, char** argv, const char* command, const char* unknown, const std::vector<CommandRow>& rows) {
+  const std::string usage = str("usage: moerun ", command, " <", command_names(rows), "> [options]   (moerun ", command, " ", rows.front().name,
+                                " --help)");
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::cout << usage << "\n";
+    std::cout << usage << "\n\n";
+    for (const CommandRow& r : rows) std::cout << "  " << r.name << std::string(std::max<std::size_t>(1, 10 - std::strlen(r.name)), ' ') << r.what << "\n";
     return argc < 2 ? 2 : 0;
   }
-  for (const auto& [name, run] : subcommands)
-    if (!std::strcmp(argv[1], name)) return run(argc - 1, argv + 1);
+  for (const CommandRow& r : rows)
+    if (!std::strcmp(argv[1], r.name)) return r.run(argc - 1, argv + 1);
   fail(ErrorKind::Usage, unknown, " \"", argv[1], "\" (", usage, ")");
 }
 

@@ -24,12 +24,25 @@ namespace po = boost::program_options;
 bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
                         po::variables_map& vm, const po::positional_options_description* positional = nullptr);
 
-// A command with subcommands (`moerun bench gemm ...`): argv[1] names one of `subcommands`, which
-// runs on argv from there. No subcommand prints `usage` and returns 2, --help prints it and returns
-// 0, an unknown one is a Usage error naming it as an `unknown` ("unknown benchmark").
+// One row of a command table: the name, what runs it, one line of what it does. Help texts print
+// their lists from these tables, never by hand.
 using Subcommand = int (*)(int argc, char** argv);
-int run_subcommand(int argc, char** argv, const char* usage, const char* unknown,
-                   std::initializer_list<std::pair<const char*, Subcommand>> subcommands);
+struct CommandRow {
+  const char* name;
+  Subcommand run;
+  const char* what;
+};
+// "layer|gemm|infer": the rows' names.
+std::string command_names(const std::vector<CommandRow>& rows, const char* separator = "|");
+
+// A command with subcommands (`moerun bench gemm ...`): argv[1] names one of `rows`, which runs on
+// argv from there. No subcommand prints the usage (`moerun COMMAND <a|b> [options]` and each row's
+// line) and returns 2, --help prints it and returns 0, an unknown one is a Usage error naming it as
+// an `unknown` ("unknown benchmark").
+int run_subcommand(int argc, char** argv, const char* command, const char* unknown, const std::vector<CommandRow>& rows);
+
+// The benchmarks of `moerun bench` (cmd_bench.cpp), in the order help texts list them.
+const std::vector<CommandRow>& bench_kinds();
 
 // Options for every field of a synthetic model's config (synth, bench infer), defaults from `m`;
 // the dtype, the family and the layer variants are applied to `m` by finish() after parsing.

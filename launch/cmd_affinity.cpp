@@ -76,8 +76,9 @@ int affinity_show(int argc, char** argv) {
 }  // namespace
 
 int cmd_affinity(int argc, char** argv) {
-  return run_subcommand(argc, argv, "usage: moerun affinity <build|show> [options]   (moerun affinity build --help)", "unknown affinity command",
-                        {{"build", affinity_build}, {"show", affinity_show}});
+  static const std::vector<CommandRow> rows{{"build", affinity_build, "the expert-affinity graph from routing traces (HDF5)"},
+                                            {"show", affinity_show, "print a graph: per layer, each expert's frequency"}};
+  return run_subcommand(argc, argv, "affinity", "unknown affinity command", rows);
 }
 
 }  // namespace moerun::launch

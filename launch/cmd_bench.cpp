@@ -382,11 +382,17 @@ int bench_deltanet(int argc, char** argv) {
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  return run_subcommand(argc, argv, "usage: moerun bench <layer|gemm|infer|a2a|mla|deltanet> [options]   (moerun bench layer --help)",
-                        "unknown benchmark",
-                        {{"layer", bench_layer}, {"gemm", bench_gemm}, {"infer", bench_infer}, {"a2a", bench_a2a}, {"mla", bench_mla},
-                         {"deltanet", bench_deltanet}});
+const std::vector<CommandRow>& bench_kinds() {
+  static const std::vector<CommandRow> rows{
+      {"layer", bench_layer, "one MoE layer against a plain matmul of the same FLOPs"},
+      {"gemm", bench_gemm, "the expert kernels of each weight format against oneDNN"},
+      {"infer", bench_infer, "whole decode steps of a synthetic model, one process or under mpirun (tokens/s, exchanges)"},
+      {"a2a", bench_a2a, "the flat and hierarchical all-to-all against MPI_Alltoallv, and their alpha-beta fit"},
+      {"mla", bench_mla, "multi-head latent attention (DeepSeek-V2/V3, V3.2 sparse) decode steps at each context"},
+      {"deltanet", bench_deltanet, "the gated DeltaNet layer (Qwen3-Next, Qwen3.5) in prefill and decode"}};
+  return rows;
 }
+
+int cmd_bench(int argc, char** argv) { return run_subcommand(argc, argv, "bench", "unknown benchmark", bench_kinds()); }
 
 }  // namespace moerun::launch

@@ -198,8 +198,9 @@ int placement_show(int argc, char** argv) {
 }  // namespace
 
 int cmd_placement(int argc, char** argv) {
-  return run_subcommand(argc, argv, "usage: moerun placement <plan|show> [options]   (moerun placement plan --help)", "unknown placement command",
-                        {{"plan", placement_plan}, {"show", placement_show}});
+  static const std::vector<CommandRow> rows{{"plan", placement_plan, "a placement with replicas of hot experts, from routing traces"},
+                                            {"show", placement_show, "a placement's expected load per rank"}};
+  return run_subcommand(argc, argv, "placement", "unknown placement command", rows);
 }
 
 }  // namespace moerun::launch

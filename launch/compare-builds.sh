@@ -3,9 +3,10 @@
 # at np 1, 4 and 8 (np 8 with 2 routers per node), 4 requests with top-3 log-probs; each output
 # pair must be byte-identical. Then synth itself: NEW's files equal OLD's for a few variants.
 # For refactors (issue 42's before/after). Not in CI: it needs a second build.
-#   launch/compare-builds.sh OLD/build/launch/moerun NEW/build/launch/moerun WORK_DIR
+#   usage: launch/compare-builds.sh OLD/build/launch/moerun NEW/build/launch/moerun WORK_DIR
 # (PY: a Python with h5py and numpy, e.g. build/venv/bin/python; FAMILIES: the families to compare, when
 # OLD predates some.)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -u
 OLD=$1 NEW=$2 W=$3 PY=${PY:-python3}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

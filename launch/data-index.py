@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
 """Writes docs/data/README.md: every measurement file in docs/data (named DATE-COMMIT-WHAT) with its
 date, commit, first line and the docs that cite it. Run after adding data files:
-    launch/data-index.py"""
+    launch/data-index.py
+
+usage: launch/data-index.py
+"""
+import sys
+
+if sys.argv[1:2] in (["-h"], ["--help"]):  # the docstring is the usage; nothing runs
+    print(__doc__)
+    sys.exit(0)
 import os
 import subprocess
 

@@ -2,6 +2,8 @@
 # The main job on a fresh machine: install missing packages, build moerun, make a small synthetic
 # Mixtral-style model, run batch inference on it under mpirun, print the results and statistics;
 # then an OpenAI batch file of chat requests through a chat template and a real tokenizer.
+#   usage: launch/demo.sh   (no options; MOERUN_BUILD_DIR: the build folder, default build/)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}

@@ -5,6 +5,7 @@
 # of equal FLOPs), in under 8 minutes. Results: gpu-check.txt and layer-cuda.json in $OUT (or
 # build/gpu-check).
 #
+# usage:
 #   launch/gpu-check.sh                  build here (the Debian packages of launch/deps.sh), then check
 #   launch/gpu-check.sh --bundle DIR     on the CPU machine, after a build: pack the binaries and the
 #                                        libraries they load, except CUDA's, into DIR/gpu-bundle.tar.xz
@@ -14,6 +15,7 @@
 # then run `launch/gpu-check.sh --from .gpu-bundle` there with carry [".gpu-bundle"].
 # Environment: MOERUN_GPU_CHECK_STEPS=reference runs the transformers 5.x reference alone;
 # MOERUN_REFERENCE_ARGS="FAMILY,... SEED" passes a subset and another seed to it.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}

@@ -2,6 +2,7 @@
 // code: 0 ok, 2 usage, 3 bad input, 4 I/O, 5 comm (1: internal error).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -15,26 +16,42 @@
 #include "launch/address_space.hpp"
 #include "launch/cli.hpp"
 #include "launch/environment.hpp"
+#include "model/model_family.hpp"
 
 namespace {
+using namespace moerun;
 
-const char* kUsage =
-    "moerun: distributed expert-parallel runtime for Mixture-of-Experts models\n"
-    "\n"
-    "usage: moerun <command> [options]      (moerun <command> --help for its options)\n"
-    "\n"
-    "commands:\n"
-    "  infer    batch offline inference of a JSONL file of requests (with log-probs when asked)\n"
-    "  perplexity  perplexity of a text in windows; KL divergence against a saved base run\n"
-    "  synth    write a synthetic moe-hdf5 model\n"
-    "  convert  a Hugging Face checkpoint (safetensors: Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3) to moe-hdf5\n"
-    "  inspect  model config, parameter counts and memory per rank\n"
-    "  bench    benchmarks: layer (one MoE layer vs a plain matmul), gemm (kernels vs oneDNN), infer, a2a (all-to-all)\n"
-    "  affinity build the expert-affinity graph from routing traces (build), print it (show)\n"
-    "  placement  plan a placement with replicas of hot experts from routing traces (plan), its expected load (show)\n"
-    "\n"
-    "exit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
-    "environment: MOERUN_LOG=warn|info|debug (default info)\n";
+// The commands, in the order --help lists them; the families and benchmarks come from their tables.
+const std::vector<launch::CommandRow>& commands() {
+  using namespace launch;
+  static const std::vector<CommandRow> rows{
+      {"infer", cmd_infer, "batch offline inference of a JSONL or OpenAI batch file of requests (with log-probs when asked)"},
+      {"perplexity", cmd_perplexity, "perplexity of a text in windows; KL divergence against a saved base run"},
+      {"synth", cmd_synth, "write a synthetic moe-hdf5 model"},
+      {"convert", cmd_convert, "a Hugging Face checkpoint (safetensors) to moe-hdf5"},
+      {"inspect", cmd_inspect, "model config, parameter counts and memory per rank"},
+      {"bench", cmd_bench, "benchmarks"},
+      {"affinity", cmd_affinity, "build the expert-affinity graph from routing traces (build), print it (show)"},
+      {"placement", cmd_placement, "plan a placement with replicas of hot experts from routing traces (plan), its expected load (show)"}};
+  return rows;
+}
+
+std::string usage() {
+  std::string families;
+  for (const model::ModelFamily* f : model::model_families()) families += (families.empty() ? "" : ", ") + std::string(f->name);
+  std::string out =
+      "moerun: distributed expert-parallel runtime for Mixture-of-Experts models\n\n"
+      "usage: moerun <command> [options]      (moerun <command> --help for its options)\n\ncommands:\n";
+  for (const launch::CommandRow& c : commands()) {
+    out += "  " + std::string(c.name) + std::string(std::max<std::size_t>(1, 12 - std::strlen(c.name)), ' ') + c.what;
+    if (!std::strcmp(c.name, "convert")) out += "; model_type " + families;
+    if (!std::strcmp(c.name, "bench")) out += ": " + launch::command_names(launch::bench_kinds(), ", ");
+    out += "\n";
+  }
+  return out +
+         "\nexit codes: 0 ok, 1 internal error, 2 usage, 3 bad input, 4 I/O, 5 communication\n"
+         "environment: MOERUN_LOG=warn|info|debug (default info)\n";
+}
 
 // One error line in one write: ranks that fail together share stderr, and a line written in pieces
 // (the prefix, then the message) interleaved with another rank's into "moerun: error: moerun: error: ...".
@@ -54,7 +71,7 @@ void error_line(const std::string& text) {
 int main(int argc, char** argv) {
   using namespace moerun;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    std::cout << kUsage;
+    std::cout << usage();
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
@@ -74,14 +91,8 @@ int main(int argc, char** argv) {
   if (cmd == "__probe-hdf5") return io::hdf5_probe_main(argc - 1, argv + 1, launch::s3_from_environment({}));
   try {
     launch::fit_address_space_limit();
-    if (cmd == "infer") return launch::cmd_infer(argc - 1, argv + 1);
-    if (cmd == "synth") return launch::cmd_synth(argc - 1, argv + 1);
-    if (cmd == "inspect") return launch::cmd_inspect(argc - 1, argv + 1);
-    if (cmd == "bench") return launch::cmd_bench(argc - 1, argv + 1);
-    if (cmd == "affinity") return launch::cmd_affinity(argc - 1, argv + 1);
-    if (cmd == "placement") return launch::cmd_placement(argc - 1, argv + 1);
-    if (cmd == "convert") return launch::cmd_convert(argc - 1, argv + 1);
-    if (cmd == "perplexity") return launch::cmd_perplexity(argc - 1, argv + 1);
+    for (const launch::CommandRow& c : commands())
+      if (cmd == c.name) return c.run(argc - 1, argv + 1);
     error_line(str("moerun: error: unknown command \"", cmd, "\" (see moerun --help)"));
     return 2;
   } catch (const ReportedError& e) {

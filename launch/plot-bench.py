@@ -10,10 +10,14 @@ Each file is recognised by its header:
                                          sweep-infer-phases.png (router phase breakdown, stacked bars)
 Every PNG is WIDTH x HEIGHT pixels (below), so tests and docs can rely on the size.
 """
+import sys
+
+if sys.argv[1:2] in (["-h"], ["--help"]):  # before matplotlib: the usage needs nothing installed
+    print(__doc__)
+    sys.exit(0)
 import argparse
 import csv
 import os
-import sys
 
 import matplotlib
 

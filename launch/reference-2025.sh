@@ -7,6 +7,7 @@
 # compressed-tensors package itself (tests/reference/int4_compressed_tensors.py, which needs torch
 # 2.10) into docs/data/DATE-COMMIT-int4_compressed_tensors.txt (docs/data/README.md: the naming).
 #   usage: launch/reference-2025.sh [VENV_DIR]   (default: build/venv-transformers5)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-build/venv-transformers5}

@@ -4,6 +4,7 @@
 # then the unit, bad-input and fuzz tests again in a sanitizer build.
 # Usage: launch/test.sh [extra ctest args, e.g. -L unit: the release build only]
 # Environment: MOERUN_SANITIZE=0 skips the sanitizer pass; MOERUN_FUZZ_SECONDS (default 90) per fuzz test there.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${MOERUN_BUILD_DIR:-$ROOT/build}

@@ -239,7 +239,7 @@ int64_t required_format_version(const ModelConfig& c);
 bool uses_version6(const ModelConfig& c);
 
 // The architectures this build runs, for messages ("mixtral, qwen2_moe, ..."), from the family
-// table (io/model_family.hpp).
+// table (model/model_family.hpp).
 std::string supported_architectures();
 
 }  // namespace moerun::model

@@ -1,4 +1,4 @@
-// The table of supported architectures: one line per family file in io/families/.
+// The table of supported architectures: one line per family file in model/families/.
 #include "model/model_family.hpp"
 
 #include <algorithm>

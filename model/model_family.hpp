@@ -1,7 +1,7 @@
 // ModelFamily: one row per architecture moerun runs, registered in one table (model_families()).
 // A row holds what differs between the families: the fields of its Hugging Face config.json,
 // its checkpoint's tensor names, synth's defaults. Help texts, errors and the converter take the
-// supported list from the table; a new family is one file in io/families/ plus its line in
+// supported list from the table; a new family is one file in model/families/ plus its line in
 // model_family.cpp.
 #pragma once
 #include <functional>

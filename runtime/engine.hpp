@@ -77,7 +77,7 @@ struct EngineConfig {
   int64_t node_memory = 0;
   std::string affinity;               // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
-  MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/mla_attention.hpp)
+  MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/blocks/mla_attention.hpp)
   // --quantize-dense: the LM head and the attention projections as q8/q4 on the routers, quantized
   // at load (runtime/model_forward); Plain keeps the model's dtype.
   WeightScheme dense_scheme = WeightScheme::Plain;

@@ -57,8 +57,12 @@ int32_t argmax(const float* logits, int64_t V) {
   return static_cast<int32_t>(best);
 }
 
-int32_t sample_token(const float* logits, int64_t V, double temperature, double top_p, uint64_t seed, int64_t step) {
-  if (temperature <= 0) return argmax(logits, V);
+namespace {
+// Temperature, then the smallest set the filters leave (top_k most probable, those at least min_p x
+// the most probable, then the nucleus of top_p of what is left), drawn from with (seed, step).
+// top_k 0 and min_p 0 leave every token, so the sum and the draw are the plain sampler's.
+int32_t sample_filtered(const float* logits, int64_t V, double temperature, double top_p, int64_t top_k, double min_p, uint64_t seed,
+                        int64_t step) {
   double mx = logits[0];
   for (int64_t i = 1; i < V; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
   std::vector<double> p(static_cast<std::size_t>(V));
@@ -67,10 +71,18 @@ int32_t sample_token(const float* logits, int64_t V, double temperature, double 
   std::vector<int32_t> order(static_cast<std::size_t>(V));
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+  std::size_t n = order.size();
+  if (top_k > 0) n = std::min<std::size_t>(n, static_cast<std::size_t>(top_k));
+  if (min_p > 0)
+    while (n > 1 && p[order[n - 1]] < min_p * p[order[0]]) --n;
+  if (n < order.size()) {
+    sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += p[order[i]];
+  }
   // Nucleus: the smallest prefix whose mass reaches top_p.
   double mass = 0;
   std::size_t keep = 0;
-  while (keep < order.size()) {
+  while (keep < n) {
     mass += p[order[keep++]] / sum;
     if (mass >= top_p) break;
   }
@@ -80,6 +92,50 @@ int32_t sample_token(const float* logits, int64_t V, double temperature, double 
     if (u < 0) return order[i];
   }
   return order[keep - 1];
+}
+}  // namespace
+
+int32_t sample_token(const float* logits, int64_t V, double temperature, double top_p, uint64_t seed, int64_t step) {
+  if (temperature <= 0) return argmax(logits, V);
+  return sample_filtered(logits, V, temperature, top_p, 0, 0, seed, step);
+}
+
+void adjust_logits(const float* logits, int64_t V, const io::SamplingFields& f, std::span<const int32_t> prompt,
+                   std::span<const int32_t> output, float* out) {
+  std::copy(logits, logits + V, out);
+  for (const auto& [id, bias] : f.logit_bias)
+    if (id >= 0 && id < V) out[id] += bias;
+  auto in_vocab = [V](int32_t t) { return t >= 0 && t < V; };
+  if (f.repetition_penalty != 1) {
+    // Each distinct token of the prompt and the output once, as vLLM's and transformers' do.
+    std::vector<int32_t> seen(prompt.begin(), prompt.end());
+    seen.insert(seen.end(), output.begin(), output.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    const auto rp = static_cast<float>(f.repetition_penalty);
+    for (int32_t t : seen)
+      if (in_vocab(t)) out[t] = out[t] > 0 ? out[t] / rp : out[t] * rp;
+  }
+  if (f.presence_penalty != 0 || f.frequency_penalty != 0) {
+    std::vector<int32_t> counted(output.begin(), output.end());
+    std::sort(counted.begin(), counted.end());
+    for (std::size_t i = 0; i < counted.size();) {
+      std::size_t j = i;
+      while (j < counted.size() && counted[j] == counted[i]) ++j;
+      if (in_vocab(counted[i]))
+        out[counted[i]] -= static_cast<float>(f.frequency_penalty * static_cast<double>(j - i) + f.presence_penalty);
+      i = j;
+    }
+  }
+}
+
+int32_t sample_token(const float* logits, int64_t V, double temperature, double top_p, const io::SamplingFields& f, uint64_t seed,
+                     int64_t step, std::span<const int32_t> prompt, std::span<const int32_t> output, std::vector<float>& scratch) {
+  if (f.neutral()) return sample_token(logits, V, temperature, top_p, seed, step);
+  scratch.resize(static_cast<std::size_t>(V));
+  adjust_logits(logits, V, f, prompt, output, scratch.data());
+  if (temperature <= 0) return argmax(scratch.data(), V);
+  return sample_filtered(scratch.data(), V, temperature, top_p, f.top_k, f.min_p, seed, step);
 }
 
 }  // namespace moerun::runtime

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <span>
 
 #include "base/error.hpp"
 #include "base/log.hpp"
@@ -199,7 +200,9 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
   const io::Request& r = *s.request;
   const int64_t V = model_.vocab_size;
   const int64_t step = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-  const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.seed, step);
+  const std::span<const int32_t> all(s.tokens);
+  const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.sampling, r.seed, step, all.first(static_cast<std::size_t>(s.prompt_len)),
+                                   all.subspan(static_cast<std::size_t>(s.prompt_len)), sample_scratch_);
   if (r.logprobs >= 0) s.logprobs.push_back(token_logprob(lg, V, lse, tok, r.logprobs));
   s.tokens.push_back(tok);
   const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;

@@ -154,6 +154,7 @@ class Scheduler {
   PrefixCache* prefix_ = nullptr;
   int64_t step_ = 0;
   BatchingCounters batching_;
+  std::vector<float> sample_scratch_;  // a row's adjusted logits (runtime/sampling: bias, penalties)
   // minhash: parks sequences whose prefill just ended, then fills the decode batch.
   void form_decode_batch(const std::vector<Sequence*>& prefilled);
   // Whether an active sequence is still computing the first prompt block keyed `key`.

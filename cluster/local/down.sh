@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Removes everything cluster/local/up.sh created: its namespaces, veth pairs (and their shaping),
 # bridge, memory cgroups, cpusets and run folder.
+#   usage: cluster/local/down.sh
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # mpirun across the local cluster's hosts: rsh agent into the namespaces, TCP on the bridge's
 # subnet (Open MPI's shared-memory BTL crashes across namespaces, so btl self,tcp), ob1 PML.
+#   usage: cluster/local/mpirun.sh [mpirun options] -np N PROGRAM [ARGS...]   (after cluster/local/up.sh)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -3,6 +3,8 @@
 # command inside the namespace whose address is HOST, and in that host's memory cgroup when up.sh
 # made one (--node-memory): every process of the host then counts against its memory, and sees the
 # limit in /sys/fs/cgroup as on a real node. Likewise its cpuset (--node-cores).
+#   usage: rsh-agent.sh [options] HOST COMMAND...   (run by mpirun, not by hand)
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do shift; done  # ssh-style options mpirun may add

@@ -13,6 +13,7 @@
 #   usage: cluster/local/up.sh [K=2] [--link RATE[,DELAY]] [--node-memory SIZE] [--node-cores N]
 #          (root; teardown: down.sh)
 # Writes cluster/local/run/hostfile (one line per host, slots=4) and prints how to run mpirun.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"

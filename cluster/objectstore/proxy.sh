@@ -2,6 +2,7 @@
 # Stops or restarts only the S3 front end (the Swift proxy) of the local object store, keeping its
 # data: the failure tests use it to take the server away in the middle of a run.
 #   usage: cluster/objectstore/proxy.sh stop|start
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"

@@ -7,6 +7,7 @@
 # Prints the environment to export (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
 # AWS_REGION). Stop with stop.sh. State and logs live in $MOERUN_OBJECTSTORE_DIR
 # (default /tmp/moerun-objectstore); the proxy listens on $MOERUN_S3_PORT (default 8089).
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stops what cluster/objectstore/start.sh started (Swift servers, memcached) and removes its state.
 #   usage: cluster/objectstore/stop.sh [--keep-data]
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/config.sh"
 for f in "$OS_DIR"/run/*.pid; do

@@ -1,5 +1,5 @@
 // The CPU expert backend: experts packed for oneDNN in host memory (expert_packing), FFNs computed
-// one expert at a time on the calling thread (expert_ffn). Today's code behind the backend seam:
+// one expert at a time on the calling thread (base/swiglu_ffn). Today's code behind the backend seam:
 // its results are the ones every other backend is tested against.
 #pragma once
 #include <memory>

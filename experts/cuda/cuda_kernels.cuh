@@ -18,7 +18,7 @@ void f32_to_bf16(const float* in, uint16_t* out, int64_t n, cudaStream_t stream)
 void bf16_to_f32(const uint16_t* in, float* out, int64_t n, cudaStream_t stream);
 // act[i] = silu(g[i]) * u[i]; `act` is float32 (bf16_out false) or bf16 bits.
 void silu_mul(const float* g, const float* u, void* act, bool bf16_out, int64_t n, cudaStream_t stream);
-// The biased or clamped activation (gpt-oss), as experts/cpu/expert_ffn's gated_activation: per
+// The biased or clamped activation (gpt-oss), as base/swiglu_ffn's gated_activation: per
 // element g += b1, u += b3 (b1, b3 [ff] in the weights' dtype, null without biases), then
 // clamped: (clamp(u, -limit, limit) + 1) * min(g, limit) * sigmoid(alpha * min(g, limit)),
 // else silu(g) * u; `act` float32 or bf16 bits.

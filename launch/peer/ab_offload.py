@@ -10,9 +10,13 @@ usage: ab_offload.py BIN[,BIN...] MODEL_DIR REQUESTS.jsonl N RATIO RUNS [extra i
   e.g. ab_offload.py old/moerun,build/launch/moerun build/peer/work/qwen3moe-L4-q4-skew0.0 \\
          build/peer/work/offload-8.jsonl 8 2 3
 """
+import sys
+
+if sys.argv[1:2] in (["-h"], ["--help"]):  # the docstring is the usage; nothing runs
+    print(__doc__)
+    sys.exit(0)
 import json
 import os
-import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_offload as b  # noqa: E402

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Models larger than memory (issue 41): moerun against llama.cpp and ik_llama.cpp on the same
-weights under the same cgroup v1 memory limit (page cache counted), at several model/limit ratios,
+weights under the same cgroup v1 memory limit (page cache counted), at several ratios of model size to limit,
 with uniform and skewed routing, N sequences at once.
 
 For each routing: a Qwen3-MoE-shaped moe-hdf5 model with q4 experts (moerun synth; skewed: --gate-skew)

@@ -19,9 +19,13 @@ from its logits file and given to moerun.
 
 usage: moe_to_gguf.py MODEL_DIR OUT.gguf   (needs numpy, h5py, and gguf-py on PYTHONPATH)
 """
+import sys
+
+if sys.argv[1:2] in (["-h"], ["--help"]):  # the docstring is the usage; nothing runs
+    print(__doc__)
+    sys.exit(0)
 import glob
 import os
-import sys
 
 import h5py
 import numpy as np

@@ -1,4 +1,4 @@
-// The rows of the family table (io/model_family.cpp), one per file in this folder, and the
+// The rows of the family table (model/model_family.cpp), one per file in this folder, and the
 // helpers families share.
 #pragma once
 #include "model/hf_config.hpp"

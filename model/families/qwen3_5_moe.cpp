@@ -2,7 +2,7 @@
 // (families.hpp's hybrid helpers) with separate DeltaNet projections as model.h5 keeps them, every
 // layer MoE, the top-k always renormalised (its router has no norm_topk_prob). A multimodal
 // checkpoint (Qwen3_5MoeForConditionalGeneration) has config.json's text_config and the text model's
-// tensors under model.language_model., which io/hf_checkpoint reads as a text-only one; the text-only
+// tensors under model.language_model., which convert/hf_checkpoint reads as a text-only one; the text-only
 // class's model_type is an alias. The vision tower and the "mtp." module are not converted.
 #include "model/families/families.hpp"
 

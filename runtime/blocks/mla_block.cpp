@@ -1,7 +1,7 @@
 // DeepSeek's multi-head latent attention as a layer block: the latent and RoPE key rows are the
-// layer state (runtime/mla_attention computes the projections and the attention). With DeepSeek
+// layer state (runtime/blocks/mla_attention computes the projections and the attention). With DeepSeek
 // Sparse Attention (DeepSeek-V3.2) the indexer's key joins each row and every query attends to the
-// positions the indexer picks (runtime/dsa_indexer).
+// positions the indexer picks (runtime/blocks/dsa_indexer).
 #include <algorithm>
 #include <limits>
 #include <map>

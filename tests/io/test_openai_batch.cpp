@@ -168,3 +168,40 @@ TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
 
 }  // namespace
 }  // namespace moerun::io
+
+namespace moerun::io {
+namespace {
+
+// The sampling fields a batch line may carry (issue 79): read, ranged, errors naming the body's field.
+TEST(OpenAiBatch, SamplingFieldsAreReadAndChecked) {
+  auto comp = [](const std::string& id, const std::string& extra) {
+    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
+  };
+  const auto r = parse({comp("all", R"(, "top_k": 5, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2, "logit_bias": {"7": -100, "3": 2.5})"),
+                        comp("off", R"(, "top_k": -1, "presence_penalty": 0, "logit_bias": {})"),
+                        comp("k", R"(, "top_k": -2)"), comp("mp", R"(, "min_p": 1.5)"), comp("pp", R"(, "presence_penalty": 3)"),
+                        comp("rp", R"(, "repetition_penalty": 0)"), comp("lb-id", R"(, "logit_bias": {"1000": 1})"),
+                        comp("lb-key", R"(, "logit_bias": {"x": 1})"), comp("lb-val", R"(, "logit_bias": {"5": 101})")});
+  ASSERT_EQ(r.size(), 9u);
+  EXPECT_EQ(r[0].error, "");
+  EXPECT_EQ(r[0].sampling.top_k, 5);
+  EXPECT_DOUBLE_EQ(r[0].sampling.min_p, 0.1);
+  EXPECT_DOUBLE_EQ(r[0].sampling.presence_penalty, 0.5);
+  EXPECT_DOUBLE_EQ(r[0].sampling.frequency_penalty, -0.5);
+  EXPECT_DOUBLE_EQ(r[0].sampling.repetition_penalty, 1.2);
+  EXPECT_EQ(r[0].sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {7, -100.0f}}));
+  EXPECT_EQ(r[1].error, "");
+  EXPECT_TRUE(r[1].sampling.neutral());
+  EXPECT_NE(request_fingerprint(r[0]), request_fingerprint(r[1]));
+  auto has = [&](std::size_t i, const std::string& text) { EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error; };
+  has(2, "field body.top_k is -2");
+  has(3, "field body.min_p is 1.5, expected in [0, 1]");
+  has(4, "field body.presence_penalty is 3");
+  has(5, "field body.repetition_penalty is 0");
+  has(6, "field body.logit_bias has key \"1000\", not a token id in [0, 1000)");
+  has(7, "field body.logit_bias has key \"x\"");
+  has(8, "field body.logit_bias[\"5\"] is 101");
+}
+
+}  // namespace
+}  // namespace moerun::io

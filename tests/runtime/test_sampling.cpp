@@ -73,3 +73,77 @@ TEST(Sampling, FrequenciesFollowSoftmax) {
 
 }  // namespace
 }  // namespace moerun::runtime
+
+namespace moerun::runtime {
+namespace {
+
+// The sampling fields (issue 79): hand-derived cases of vLLM's definitions.
+TEST(SamplingFields, BiasAndPenaltiesAdjustTheLogitsAsDefined) {
+  const float l[5] = {2.0f, -1.0f, 0.5f, 3.0f, 1.0f};
+  io::SamplingFields f;
+  f.logit_bias = {{1, 4.0f}};
+  f.repetition_penalty = 2.0;  // prompt {0} and output {1, 3, 3}: 2 / 2, (-1 + 4) / 2, 3 / 2
+  f.presence_penalty = 0.5;    // output tokens 1 and 3, once each
+  f.frequency_penalty = 0.25;  // token 3 twice, token 1 once
+  const std::vector<int32_t> prompt{0}, output{1, 3, 3};
+  float out[5];
+  adjust_logits(l, 5, f, prompt, output, out);
+  EXPECT_FLOAT_EQ(out[0], 1.0f);
+  EXPECT_FLOAT_EQ(out[1], 1.5f - 0.5f - 0.25f);
+  EXPECT_FLOAT_EQ(out[2], 0.5f);
+  EXPECT_FLOAT_EQ(out[3], 1.5f - 0.5f - 0.5f);
+  EXPECT_FLOAT_EQ(out[4], 1.0f);
+  // A negative logit of a repeated token is multiplied: further from being chosen.
+  const float neg[2] = {-1.0f, -2.0f};
+  io::SamplingFields r;
+  r.repetition_penalty = 1.5;
+  const std::vector<int32_t> none, seen{0};
+  adjust_logits(neg, 2, r, seen, none, out);
+  EXPECT_FLOAT_EQ(out[0], -1.5f);
+  EXPECT_FLOAT_EQ(out[1], -2.0f);
+}
+
+TEST(SamplingFields, GreedyFollowsTheAdjustedLogits) {
+  const float l[3] = {1.0f, 0.9f, 0.0f};
+  io::SamplingFields f;
+  std::vector<float> scratch;
+  const std::vector<int32_t> none;
+  f.logit_bias = {{2, 1.5f}};
+  EXPECT_EQ(sample_token(l, 3, 0.0, 1.0, f, 1, 0, none, none, scratch), 2);
+  f.logit_bias.clear();
+  f.frequency_penalty = 0.2;  // token 0 already twice in the output: 1.0 - 0.4 < 0.9
+  const std::vector<int32_t> out{0, 0};
+  EXPECT_EQ(sample_token(l, 3, 0.0, 1.0, f, 1, 0, none, out, scratch), 1);
+}
+
+TEST(SamplingFields, TopKAndMinPRestrictTheSupport) {
+  const float l[6] = {0.0f, 2.0f, 1.9f, -3.0f, 1.0f, 0.5f};
+  std::vector<float> scratch;
+  const std::vector<int32_t> none;
+  io::SamplingFields k1;
+  k1.top_k = 1;  // any seed, any temperature: the most probable
+  io::SamplingFields k2;
+  k2.top_k = 2;
+  io::SamplingFields mp;
+  mp.min_p = 0.5;  // p(x) >= 0.5 p(1) at temperature 1: logits >= 2 - ln 2 = 1.31: tokens 1 and 2
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    EXPECT_EQ(sample_token(l, 6, 1.7, 1.0, k1, seed, 3, none, none, scratch), 1);
+    const int32_t t2 = sample_token(l, 6, 2.0, 1.0, k2, seed, 3, none, none, scratch);
+    EXPECT_TRUE(t2 == 1 || t2 == 2) << t2;
+    const int32_t tm = sample_token(l, 6, 1.0, 1.0, mp, seed, 3, none, none, scratch);
+    EXPECT_TRUE(tm == 1 || tm == 2) << tm;
+  }
+}
+
+TEST(SamplingFields, NeutralFieldsAreThePlainSampler) {
+  std::vector<float> l(257);
+  for (std::size_t i = 0; i < l.size(); ++i) l[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 3);
+  std::vector<float> scratch;
+  const std::vector<int32_t> prompt{1, 2, 3}, out{4, 4};
+  for (uint64_t seed = 0; seed < 200; ++seed)
+    EXPECT_EQ(sample_token(l.data(), 257, 0.8, 0.9, io::SamplingFields{}, seed, 5, prompt, out, scratch),
+              sample_token(l.data(), 257, 0.8, 0.9, seed, 5));
+}
+
+}  // namespace
+}  // namespace moerun::runtime

@@ -4,6 +4,7 @@
 # starts munged, slurmctld and slurmd, and waits until the node is idle. Stop with stop.sh.
 #   usage: cluster/slurm/local/start.sh        (root)
 # Prints the SLURM_CONF to export for sbatch/srun/sinfo.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RUN=${MOERUN_SLURM_DIR:-/tmp/moerun-slurm}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stops what cluster/slurm/local/start.sh started: jobs, slurmd, slurmctld, and munged if it
 # started it; removes its run directory.
+#   usage: cluster/slurm/local/stop.sh
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;; esac
 set -uo pipefail
 RUN=${MOERUN_SLURM_DIR:-/tmp/moerun-slurm}
 export SLURM_CONF="$RUN/etc/slurm.conf"
