@@ -1,6 +1,6 @@
-// `moerun convert`: a Hugging Face checkpoint (config.json + safetensors) to a moe-hdf5 model.
-// Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE and gpt-oss as the architecture variants of the format
-// (docs/FORMATS.md); MXFP4 and fp8 (128 x 128 block) checkpoints keep their experts as shipped.
+// `moerun convert`: a Hugging Face checkpoint (config.json + safetensors) to a moe-hdf5 model, for
+// every family of the family table (model/model_family.hpp); MXFP4, fp8 (128 x 128 block) and
+// compressed-tensors INT4 checkpoints keep their experts as shipped.
 // Tensors stream one at a time (memory bounded by the largest tensor). Every output file is
 // written atomically and carries the fingerprint of what it was made from, so a rerun after an
 // interruption keeps the files already finished and makes only the rest. The expert shards come

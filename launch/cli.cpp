@@ -41,8 +41,10 @@ int run_subcommand(int argc, char** argv, const char* command, const char* unkno
 
 bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
                         po::variables_map& vm, const po::positional_options_description* positional) {
+  // clang-format off
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(),
                                                   "read options from FILE (lines `option = value`)");
+  // clang-format on
   try {
     po::command_line_parser parser(argc, argv);
     parser.options(opts);
@@ -65,6 +67,7 @@ bool parse_command_line(int argc, char** argv, const std::string& usage, po::opt
 }
 
 void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
+  // clang-format off
   o.add_options()
     ("memory-budget", po::value(&budget)->default_value(budget),
      "host memory per rank, e.g. 12G: the dense part, step buffers and KV cache come first, the experts get the rest (all "
@@ -89,6 +92,7 @@ void CacheOptions::add(po::options_description& o, runtime::EngineConfig& c) {
     ("warmup-requests", po::value(&c.cache.warmup_requests)->default_value(c.cache.warmup_requests),
      "expert cache: requests whose expert use drives the hotness warm-up")
     ("io-threads", po::value(&c.cache.io_threads)->default_value(c.cache.io_threads), "expert cache: loader threads per expert rank");
+  // clang-format on
 }
 
 void CacheOptions::finish(runtime::EngineConfig& c) const {
@@ -118,6 +122,7 @@ WeightScheme parse_dense_quantization(const std::string& name) {
 }
 
 void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
+  // clang-format off
   o.add_options()
     ("routers-per-node", po::value(&c.routers_per_node)->default_value(c.routers_per_node), "router ranks per node (the first local ranks)")
     ("router-nodes", po::value(&c.router_nodes)->default_value(c.router_nodes),
@@ -146,6 +151,7 @@ void EngineOptions::add(po::options_description& o, runtime::EngineConfig& c) {
      "on, off or auto: keep the weights (dense matrices, CPU experts) in 2 MiB pages. Decode streams them faster "
      "(fewer TLB misses), loading faults them in slower where the hypervisor reclaims free memory; auto: on for "
      "jobs of at least 2048 decode steps (their tokens over the batch size)");
+  // clang-format on
   cache.add(o, c);
   object_store.add(o);
 }
@@ -175,9 +181,11 @@ void EngineOptions::warn_deprecated() const {
 }
 
 void ObjectStoreOptions::add(po::options_description& o) {
+  // clang-format off
   o.add_options()
     ("s3-retries", po::value(&s3.retries)->default_value(s3.retries), "s3:// model: retries of a failed request (5xx, timeout, reset), with exponential backoff")
     ("s3-timeout", po::value(&s3.timeout_s)->default_value(s3.timeout_s), "s3:// model: seconds one request may take");
+  // clang-format on
 }
 
 io::S3Config ObjectStoreOptions::finish() const {
@@ -234,6 +242,7 @@ int64_t parse_bytes(const std::string& s, const std::string& option) {
 
 void ModelOptions::add(po::options_description& o, model::ModelConfig& m) {
   dtype = dtype_name(m.dtype);
+  // clang-format off
   o.add_options()
     ("layers", po::value(&m.num_layers)->default_value(m.num_layers), "num_layers")
     ("experts", po::value(&m.num_experts)->default_value(m.num_experts), "num_experts")
@@ -265,6 +274,7 @@ void ModelOptions::add(po::options_description& o, model::ModelConfig& m) {
     ("rope-factor", po::value<double>()->notifier([this](double v) { rope_factor = v; }), "RoPE scaling factor, finite and > 0 (linear: >= 1)")
     ("rope-original-max-position", po::value<int64_t>()->notifier([this](int64_t v) { rope_original_max_position = v; }),
      "yarn, llama3: the context trained at (>= 1)");
+  // clang-format on
 }
 
 void ModelOptions::finish(model::ModelConfig& m) const {

@@ -18,9 +18,11 @@ int affinity_build(int argc, char** argv) {
   std::vector<std::string> traces;
   std::string out;
   po::options_description o("affinity build options");
+  // clang-format off
   o.add_options()
     ("trace", po::value(&traces)->required(), "routing trace from `moerun infer --trace` (repeat for several; each router's file)")
     ("out", po::value(&out)->required(), "the graph, HDF5 (written atomically)");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun affinity build --trace trace.h5 [--trace …] --out affinity.h5", o, vm)) return 0;
   std::vector<io::PathUse> inputs;
@@ -43,10 +45,12 @@ int affinity_show(int argc, char** argv) {
   int top = 20;
   int64_t min_count = 1;
   po::options_description o("affinity show options");
+  // clang-format off
   o.add_options()
     ("graph", po::value(&graph)->required(), "affinity graph (moerun affinity build)")
     ("top", po::value(&top)->default_value(top), "edges to print")
     ("min-count", po::value(&min_count)->default_value(min_count), "ignore edges seen for fewer tokens");
+  // clang-format on
   po::positional_options_description pos;
   pos.add("graph", 1);
   po::variables_map vm;

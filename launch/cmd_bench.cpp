@@ -38,11 +38,13 @@ struct SweepOptions {
   bool on = false;
   std::string ranks = "1,2,4,8", nodes, scalings = "weak,strong";
   void add(po::options_description& o) {
+    // clang-format off
     o.add_options()
       ("sweep", po::bool_switch(&on), "scaling sweep: run every (ranks, nodes) point on the first R ranks of this job")
       ("sweep-ranks", po::value(&ranks)->default_value(ranks), "sweep: comma-separated rank counts")
       ("sweep-nodes", po::value(&nodes), "sweep: comma-separated virtual node counts (default: nodes as MPI sees them)")
       ("scaling", po::value(&scalings)->default_value(scalings), "sweep: weak, strong or both");
+    // clang-format on
   }
   void fill(bench::SweepConfig& c) const {
     c.ranks.clear();
@@ -74,6 +76,7 @@ int bench_gemm(int argc, char** argv) {
   bench::GemmBenchConfig c;
   std::string m = "1,2,4,16,32,64,128", dtypes = "fp32,bf16", json;
   po::options_description o("bench gemm options");
+  // clang-format off
   o.add_options()
     ("rows", po::value(&c.rows)->default_value(c.rows), "weight rows (output features; an expert's intermediate size)")
     ("cols", po::value(&c.cols)->default_value(c.cols), "weight columns (input features; the hidden size)")
@@ -82,6 +85,7 @@ int bench_gemm(int argc, char** argv) {
     ("weight-mb", po::value(&c.weight_mb)->default_value(c.weight_mb), "MB of matrices per dtype (more than the caches hold)")
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed passes over all matrices (best reported)")
     ("json", po::value(&json), "also write the results as JSON");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench gemm [options]", o, vm)) return 0;
   c.m = parse_int_list(m, "m");
@@ -104,6 +108,7 @@ int bench_layer(int argc, char** argv) {
   bench::LayerBenchConfig c;
   std::string tokens = "64,512", dtypes = "fp32,bf16", json, device = "cpu", shape = "mixtral";
   po::options_description o("bench layer options");
+  // clang-format off
   o.add_options()
     ("shape", po::value(&shape)->default_value(shape),
      "layer shape: mixtral (hidden 1024, 8 experts of 3584, top-2), qwen3_moe (Qwen3-30B-A3B's: hidden 2048, 128 experts "
@@ -119,6 +124,7 @@ int bench_layer(int argc, char** argv) {
     ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed iterations first")
     ("device", po::value(&device)->default_value(device), "cpu (baseline oneDNN), or cuda (experts on the GPU, baseline cuBLAS)")
     ("json", po::value(&json), "also write the results as JSON");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench layer [options]", o, vm)) return 0;
   if (shape == "qwen3_moe") {
@@ -209,6 +215,7 @@ int bench_infer(int argc, char** argv) {
   std::string l2_io = "direct", device = "cpu", a2a = "mpi", quantize_dense = "none";
   po::options_description o("bench infer options");
   model_options.add(o, m);
+  // clang-format off
   o.add_options()
     ("batch", po::value(&c.batch)->default_value(c.batch), "requests, all in flight together")
     ("prompt-len", po::value(&c.prompt_len)->default_value(c.prompt_len), "prompt tokens per request")
@@ -240,6 +247,7 @@ int bench_infer(int argc, char** argv) {
      "bf16's L1 bytes, which hold 3.2x the q4 experts")
     ("l2-io", po::value(&l2_io)->default_value(l2_io), "cache-compare: L2 reads direct (O_DIRECT) or buffered (page cache)")
     ("io-threads", po::value(&c.engine.cache.io_threads)->default_value(c.engine.cache.io_threads), "cache-compare: loader threads per expert rank");
+  // clang-format on
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: [mpirun -np N] moerun bench infer [options]", o, vm)) return 0;
@@ -285,6 +293,7 @@ int bench_a2a(int argc, char** argv) {
   SweepOptions sweep;
   int64_t sweep_bytes = int64_t{1} << 20;
   po::options_description o("bench a2a options");
+  // clang-format off
   o.add_options()
     ("min-bytes", po::value(&c.min_bytes)->default_value(c.min_bytes), "smallest size per rank (bytes)")
     ("max-bytes", po::value(&c.max_bytes)->default_value(c.max_bytes), "largest size per rank (bytes)")
@@ -300,6 +309,7 @@ int bench_a2a(int argc, char** argv) {
     ("json", po::value(&json), "also write JSON")
     ("csv", po::value(&csv), "also write CSV")
     ("sweep-bytes", po::value(&sweep_bytes)->default_value(sweep_bytes), "sweep: bytes per rank at the smallest point");
+  // clang-format on
   sweep.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: mpirun -np N moerun bench a2a [options]", o, vm)) return 0;
@@ -335,6 +345,7 @@ int bench_mla(int argc, char** argv) {
   bench::MlaBenchConfig c;
   std::string shape = "deepseek_v2_lite", contexts = "512,4096", batch = "1,8", dtype = "bf16", json;
   po::options_description o("bench mla options");
+  // clang-format off
   o.add_options()
     ("shape", po::value(&shape)->default_value(shape), "deepseek_v2_lite (hidden 2048, 16 heads), deepseek_v3 (hidden 7168, 128 heads, q_lora 1536) or deepseek_v32 (V3 with DSA: the sparse step against the dense one)")
     ("context", po::value(&contexts)->default_value(contexts), "comma-separated cached positions per sequence")
@@ -343,6 +354,7 @@ int bench_mla(int argc, char** argv) {
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed steps (median reported)")
     ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed steps first")
     ("json", po::value(&json), "also write the results as JSON");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench mla [options]", o, vm)) return 0;
   const std::vector<DType> dt = parse_dtype_list(dtype);
@@ -361,6 +373,7 @@ int bench_deltanet(int argc, char** argv) {
   bench::DeltaNetBenchConfig c;
   std::string shape = "qwen3_next", prompts = "512,2048", batch = "1,8,32", json;
   po::options_description o("bench deltanet options");
+  // clang-format off
   o.add_options()
     ("shape", po::value(&shape)->default_value(shape), "qwen3_next or qwen3_5_moe (16 key heads, 32 value heads of 128, conv 4)")
     ("prompt", po::value(&prompts)->default_value(prompts), "comma-separated prompt lengths (prefill of one sequence)")
@@ -368,6 +381,7 @@ int bench_deltanet(int argc, char** argv) {
     ("iters", po::value(&c.iters)->default_value(c.iters), "timed runs (median reported)")
     ("warmup", po::value(&c.warmup)->default_value(c.warmup), "untimed runs first")
     ("json", po::value(&json), "also write the results as JSON");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun bench deltanet [options]", o, vm)) return 0;
   c.shape = bench::deltanet_bench_shape(shape);

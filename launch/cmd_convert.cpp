@@ -50,6 +50,7 @@ int cmd_convert(int argc, char** argv) {
   std::string quantize_dense = "none";
   po::options_description o("convert options");
   const std::string from_help = "Hugging Face model directory: config.json and *.safetensors (" + model::supported_architectures() + ")";
+  // clang-format off
   o.add_options()
     ("from-hf", po::value(&c.from)->required(), from_help.c_str())
     ("out", po::value(&c.out)->required(), "moe-hdf5 model directory to write (created; a rerun keeps the files already finished), or s3://bucket/prefix")
@@ -63,6 +64,7 @@ int cmd_convert(int argc, char** argv) {
      "none, q8 or q4: also make the dense cache `infer --quantize-dense` reads (dense-q8.bin / dense-q4.bin next to model.h5), "
      "so the first start does not quantize; a local --out only")
     ("quiet", po::bool_switch(&quiet), "no progress line or summary");
+  // clang-format on
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;

@@ -36,6 +36,7 @@ int cmd_infer(int argc, char** argv) {
   std::string reasoning = "none";
   std::string template_memory = "1G";
   po::options_description o("infer options");
+  // clang-format off
   o.add_options()
     ("model", po::value(&c.engine.model)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
     ("input", po::value(&c.input)->required(), "requests, JSON Lines")
@@ -85,6 +86,7 @@ int cmd_infer(int argc, char** argv) {
     ("trace", po::value(&c.trace), "write the routing trace (HDF5)")
     ("logits-out", po::value(&c.logits_out), "write the logits of every emitted token (JSONL; for testing)")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
+  // clang-format on
   EngineOptions engine;
   engine.add(o, c.engine);
   po::variables_map vm;

@@ -67,6 +67,7 @@ int cmd_inspect(int argc, char** argv) {
   std::string model, hf_config, budget, node_memory, link_fit, dense = "none";
   runtime::MemoryPlanConfig p;
   po::options_description o("inspect options");
+  // clang-format off
   o.add_options()
     ("model", po::value(&model), "model: a directory or s3://bucket/prefix")
     ("hf-config", po::value(&hf_config),
@@ -87,6 +88,7 @@ int cmd_inspect(int argc, char** argv) {
     ("quantize-dense", po::value(&dense)->default_value(dense), "with --memory-budget: the dense part as infer --quantize-dense holds it")
     ("link-fit", po::value(&link_fit),
      "predict a decode step's exchange time (--batch tokens per router) from the alpha-beta fits of this `bench a2a --json` file");
+  // clang-format on
   ObjectStoreOptions object_store;
   object_store.add(o);
   po::variables_map vm;

@@ -10,6 +10,7 @@ namespace moerun::launch {
 int cmd_perplexity(int argc, char** argv) {
   runtime::PerplexityConfig c;
   po::options_description o("perplexity options");
+  // clang-format off
   o.add_options()
     ("model", po::value(&c.engine.model)->required(), "model: a directory or s3://bucket/prefix (model.h5 + experts-*.h5)")
     ("text", po::value(&c.text), "UTF-8 text to score, tokenized by the model directory's tokenizer")
@@ -26,6 +27,7 @@ int cmd_perplexity(int argc, char** argv) {
     ("max-batch-tokens", po::value(&c.scheduler.max_batch_tokens)->default_value(c.scheduler.max_batch_tokens),
      "tokens per step (the step's logits hold this many rows of the vocabulary)")
     ("quiet", po::bool_switch(&c.quiet), "no progress or summary on stderr");
+  // clang-format on
   EngineOptions engine;
   engine.add(o, c.engine);
   po::variables_map vm;

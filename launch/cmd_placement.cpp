@@ -23,10 +23,12 @@ namespace {
 struct LayoutOptions {
   int64_t nodes = 1, ranks_per_node = 0, routers_per_node = 1;
   void add(po::options_description& o) {
+    // clang-format off
     o.add_options()
       ("nodes", po::value(&nodes)->default_value(nodes), "nodes of the run")
       ("ranks-per-node", po::value(&ranks_per_node)->required(), "ranks per node of the run (routers included)")
       ("routers-per-node", po::value(&routers_per_node)->default_value(routers_per_node), "router ranks per node");
+    // clang-format on
   }
   comm::Topology topology() const {
     if (nodes < 1 || nodes > 4096) fail(ErrorKind::Usage, "--nodes must be in [1, 4096], not ", nodes);
@@ -122,6 +124,7 @@ int placement_plan(int argc, char** argv) {
   experts::PlacementPlanConfig pc;
   int64_t device_bytes = 0, granule = 1;
   po::options_description o("placement plan options");
+  // clang-format off
   o.add_options()
     ("trace", po::value(&traces)->required(), "routing trace from `moerun infer --trace` (repeat: each router's file, several runs)")
     ("out", po::value(&out)->required(), "the placement file, JSON (written atomically)")
@@ -130,6 +133,7 @@ int placement_plan(int argc, char** argv) {
     ("model", po::value(&model), "the model (a directory or s3://...): its router groups, and its memory per rank for --device-bytes")
     ("device-bytes", po::value(&device_bytes)->default_value(device_bytes),
      "memory per expert rank, a hard limit on the experts it holds (inspect's model; needs --model; 0: no limit)");
+  // clang-format on
   layout.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv,
@@ -176,10 +180,12 @@ int placement_show(int argc, char** argv) {
   std::string file, model;
   LayoutOptions layout;
   po::options_description o("placement show options");
+  // clang-format off
   o.add_options()
     ("placement", po::value(&file)->required(), "the placement file (moerun placement plan, or written by hand)")
     ("trace", po::value(&traces)->required(), "routing trace(s) whose loads to expect")
     ("model", po::value(&model), "the model: its experts' split granule (every row on CPUs with AVX-512; else bf16 experts at 512 rows, float32 never)");
+  // clang-format on
   layout.add(o);
   po::variables_map vm;
   if (!parse_command_line(argc, argv,

@@ -27,6 +27,7 @@ int cmd_synth(int argc, char** argv) {
   po::options_description o("synth options");
   o.add_options()("out", po::value(&out)->required(), "output model directory");
   model_options.add(o, m);
+  // clang-format off
   o.add_options()
     ("shards", po::value(&s.shards)->default_value(s.shards), "number of expert shard files")
     ("seed", po::value(&s.seed)->default_value(s.seed), "random seed (same seed, same model)")
@@ -35,6 +36,7 @@ int cmd_synth(int argc, char** argv) {
      "with --gate-skew: split the vocabulary into N topics, each with its own hot experts (0: one skew for all tokens)")
     ("config-only", po::bool_switch(&s.config_only), "write only model.h5's attributes (for inspect)")
     ("quiet", po::bool_switch(&quiet), "no progress lines");
+  // clang-format on
   po::variables_map vm;
   if (!parse_command_line(argc, argv, "usage: moerun synth --out DIR [options]", o, vm)) return 0;
   model_options.finish(m);
