@@ -22,8 +22,10 @@ class AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
   AlignedBuffer(AlignedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)),
-        capacity_(std::exchange(o.capacity_, 0)), pool_(std::move(o.pool_)) {}
+      : data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        capacity_(std::exchange(o.capacity_, 0)),
+        pool_(std::move(o.pool_)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
     if (this != &o) {
       deallocate();
@@ -67,13 +69,21 @@ class AlignedBuffer {
   std::size_t capacity() const { return capacity_; }
   void* data() { return data_; }
   const void* data() const { return data_; }
-  template <typename T> T* as() { return static_cast<T*>(data_); }
-  template <typename T> const T* as() const { return static_cast<const T*>(data_); }
+  template <typename T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  template <typename T>
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
 
  private:
   void deallocate() {
-    if (pool_) pool_->release(data_, capacity_);
-    else std::free(data_);
+    if (pool_)
+      pool_->release(data_, capacity_);
+    else
+      std::free(data_);
     data_ = nullptr;
     size_ = capacity_ = 0;
   }

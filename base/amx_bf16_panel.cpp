@@ -13,7 +13,7 @@
 namespace moerun {
 namespace {
 
-constexpr int64_t kNB = 64;         // columns per weight block
+constexpr int64_t kNB = 64;  // columns per weight block
 constexpr int64_t kRowStride = 256;  // bytes from one k-pair row of a block to the next (64 columns x 2 bf16)
 // The next k-step's 4 KiB of the block fetched during this one: M = 1 29.6 -> 32.1 GB/s on a
 // 32000 x 1024 matrix (`bench gemm`, the AMX host), 2 and 4 steps ahead no better.
@@ -97,16 +97,19 @@ __attribute__((target("amx-tile,amx-bf16"))) inline void half_block(const uint16
 
 }  // namespace
 
-bool amx_bf16_panel_supported() { return cpu_features().amx_bf16_tiles; }
+bool amx_bf16_panel_supported() {
+  return cpu_features().amx_bf16_tiles;
+}
 
 __attribute__((target("amx-tile"))) void amx_bf16_configure(int64_t R) {
   _tile_loadconfig(&kConfigs[static_cast<std::size_t>(R - 1)]);
 }
 
-__attribute__((target("amx-tile"))) void amx_bf16_release() { _tile_release(); }
+__attribute__((target("amx-tile"))) void amx_bf16_release() {
+  _tile_release();
+}
 
-__attribute__((target("amx-tile,amx-bf16"))) void amx_bf16_panel(const uint16_t* x, int64_t R, int64_t K, const uint16_t* wb,
-                                                                float* tile) {
+__attribute__((target("amx-tile,amx-bf16"))) void amx_bf16_panel(const uint16_t* x, int64_t R, int64_t K, const uint16_t* wb, float* tile) {
   if (R <= 16) {
     quarter_blocks(x, K, wb, tile);
   } else {

@@ -47,8 +47,10 @@ T combine_values(Combine c, T a, T b) {
 template <typename S>
 void combine_counters(S& a, const S& b) {
   for (const CounterField<S>& f : S::fields()) {
-    if (f.i) a.*f.i = combine_values(f.combine, a.*f.i, b.*f.i);
-    else a.*f.d = combine_values(f.combine, a.*f.d, b.*f.d);
+    if (f.i)
+      a.*f.i = combine_values(f.combine, a.*f.i, b.*f.i);
+    else
+      a.*f.d = combine_values(f.combine, a.*f.d, b.*f.d);
   }
 }
 

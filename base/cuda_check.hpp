@@ -10,15 +10,15 @@
 namespace moerun::cuda_detail {
 
 [[noreturn]] inline void cuda_failed(const char* call, cudaError_t code, const char* file, int line) {
-  fail(ErrorKind::Internal, "CUDA: ", call, " failed: ", cudaGetErrorName(code), " (", static_cast<int>(code), "): ",
-       cudaGetErrorString(code), " (", file, ":", line, ")");
+  fail(ErrorKind::Internal, "CUDA: ", call, " failed: ", cudaGetErrorName(code), " (", static_cast<int>(code),
+       "): ", cudaGetErrorString(code), " (", file, ":", line, ")");
 }
 
 }  // namespace moerun::cuda_detail
 
-#define CUDA_CHECK(expr)                                                                                   \
-  do {                                                                                                     \
-    const cudaError_t moerun_cuda_rc_ = (expr);                                                            \
+#define CUDA_CHECK(expr)                                                                                                \
+  do {                                                                                                                  \
+    const cudaError_t moerun_cuda_rc_ = (expr);                                                                         \
     if (moerun_cuda_rc_ != cudaSuccess) ::moerun::cuda_detail::cuda_failed(#expr, moerun_cuda_rc_, __FILE__, __LINE__); \
   } while (0)
 
@@ -26,15 +26,14 @@ namespace moerun::cuda_detail {
 #include <cublas_v2.h>
 namespace moerun::cuda_detail {
 [[noreturn]] inline void cublas_failed(const char* call, cublasStatus_t code, const char* file, int line) {
-  fail(ErrorKind::Internal, "cuBLAS: ", call, " failed: ", cublasGetStatusName(code), " (", static_cast<int>(code), "): ",
-       cublasGetStatusString(code), " (", file, ":", line, ")");
+  fail(ErrorKind::Internal, "cuBLAS: ", call, " failed: ", cublasGetStatusName(code), " (", static_cast<int>(code),
+       "): ", cublasGetStatusString(code), " (", file, ":", line, ")");
 }
 }  // namespace moerun::cuda_detail
-#define CUBLAS_CHECK(expr)                                                                                 \
-  do {                                                                                                     \
-    const cublasStatus_t moerun_cublas_rc_ = (expr);                                                       \
-    if (moerun_cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                                        \
-      ::moerun::cuda_detail::cublas_failed(#expr, moerun_cublas_rc_, __FILE__, __LINE__);                  \
+#define CUBLAS_CHECK(expr)                                                                                                              \
+  do {                                                                                                                                  \
+    const cublasStatus_t moerun_cublas_rc_ = (expr);                                                                                    \
+    if (moerun_cublas_rc_ != CUBLAS_STATUS_SUCCESS) ::moerun::cuda_detail::cublas_failed(#expr, moerun_cublas_rc_, __FILE__, __LINE__); \
   } while (0)
 #endif
 
@@ -42,13 +41,13 @@ namespace moerun::cuda_detail {
 #include <nccl.h>
 namespace moerun::cuda_detail {
 [[noreturn]] inline void nccl_failed(const char* call, ncclResult_t code, const char* file, int line) {
-  fail(ErrorKind::Comm, "NCCL: ", call, " failed: code ", static_cast<int>(code), ": ", ncclGetErrorString(code), " (", file,
-       ":", line, ")");
+  fail(ErrorKind::Comm, "NCCL: ", call, " failed: code ", static_cast<int>(code), ": ", ncclGetErrorString(code), " (", file, ":", line,
+       ")");
 }
 }  // namespace moerun::cuda_detail
-#define NCCL_CHECK(expr)                                                                                   \
-  do {                                                                                                     \
-    const ncclResult_t moerun_nccl_rc_ = (expr);                                                           \
+#define NCCL_CHECK(expr)                                                                                                \
+  do {                                                                                                                  \
+    const ncclResult_t moerun_nccl_rc_ = (expr);                                                                        \
     if (moerun_nccl_rc_ != ncclSuccess) ::moerun::cuda_detail::nccl_failed(#expr, moerun_nccl_rc_, __FILE__, __LINE__); \
   } while (0)
 #endif

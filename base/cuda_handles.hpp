@@ -82,19 +82,26 @@ class Buffer {
   void resize(std::size_t bytes) {
     if (bytes <= bytes_) return;
     release();
-    if constexpr (Pinned) CUDA_CHECK(cudaMallocHost(&p_, bytes));
-    else CUDA_CHECK(cudaMalloc(&p_, bytes));
+    if constexpr (Pinned)
+      CUDA_CHECK(cudaMallocHost(&p_, bytes));
+    else
+      CUDA_CHECK(cudaMalloc(&p_, bytes));
     bytes_ = bytes;
   }
   void* get() const { return p_; }
-  template <typename T> T* as() const { return static_cast<T*>(p_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   std::size_t bytes() const { return bytes_; }
 
  private:
   void release() {
     if (!p_) return;
-    if constexpr (Pinned) (void)cudaFreeHost(p_);
-    else (void)cudaFree(p_);
+    if constexpr (Pinned)
+      (void)cudaFreeHost(p_);
+    else
+      (void)cudaFree(p_);
     p_ = nullptr;
     bytes_ = 0;
   }

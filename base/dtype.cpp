@@ -8,7 +8,9 @@
 
 namespace moerun {
 
-float f16_to_f32(uint16_t h) { return dequant::f16(h); }
+float f16_to_f32(uint16_t h) {
+  return dequant::f16(h);
+}
 
 uint16_t f32_to_f16(float f) {
   uint32_t x;

@@ -8,8 +8,12 @@ namespace moerun {
 
 enum class DType { F32, BF16 };
 
-inline std::size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
-inline const char* dtype_name(DType t) { return t == DType::F32 ? "float32" : "bfloat16"; }
+inline std::size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
+inline const char* dtype_name(DType t) {
+  return t == DType::F32 ? "float32" : "bfloat16";
+}
 
 inline float bf16_to_f32(uint16_t v) {
   uint32_t bits = static_cast<uint32_t>(v) << 16;

@@ -10,10 +10,10 @@ namespace moerun {
 // Exit codes are part of the CLI contract (DESIGN §7).
 enum class ErrorKind : int {
   Internal = 1,  // a bug or an unexpected library failure
-  Usage = 2,     // bad command line or configuration
+  Usage = 2,  // bad command line or configuration
   BadInput = 3,  // malformed model, requests or placement
-  Io = 4,        // missing or unreadable/unwritable files, object store unreachable
-  Comm = 5,      // communication failure between ranks
+  Io = 4,  // missing or unreadable/unwritable files, object store unreachable
+  Comm = 5,  // communication failure between ranks
 };
 
 // `s` with every byte that is not part of a printable UTF-8 character written as \xNN: messages

@@ -44,12 +44,18 @@ int64_t limit_value(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
-int64_t tighter(int64_t a, int64_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+int64_t tighter(int64_t a, int64_t b) {
+  return a == 0 ? b : b == 0 ? a : std::min(a, b);
+}
 }  // namespace
 
-int64_t resident_memory_bytes() { return statm_bytes(1); }
+int64_t resident_memory_bytes() {
+  return statm_bytes(1);
+}
 
-void release_freed_memory() { ::malloc_trim(0); }
+void release_freed_memory() {
+  ::malloc_trim(0);
+}
 
 void bound_freed_memory() {
   ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
@@ -68,7 +74,9 @@ int64_t available_memory_bytes() {
   return 0;
 }
 
-int64_t cgroup_memory_limit_bytes() { return cgroup_memory_limit_bytes(read_text("/proc/self/cgroup"), "/sys/fs/cgroup"); }
+int64_t cgroup_memory_limit_bytes() {
+  return cgroup_memory_limit_bytes(read_text("/proc/self/cgroup"), "/sys/fs/cgroup");
+}
 
 int64_t cgroup_memory_limit_bytes(const std::string& proc_cgroup_text, const std::string& root) {
   // Lines "N:memory:/path" (v1) or "0::/path" (v2). A limit on any ancestor applies, so every level

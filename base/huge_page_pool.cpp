@@ -10,7 +10,9 @@
 namespace moerun {
 
 namespace {
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 }  // namespace
 
 HugePagePool::HugePagePool(std::size_t region_bytes) : region_bytes_(round_up(region_bytes, kHugePage)) {}

@@ -20,10 +20,18 @@ State& state() {
 
 }  // namespace
 
-void set_rank(int rank) { state().rank = rank; }
-void set_level(Level level) { state().level = level; }
-Level level() { return state().level; }
-bool enabled(Level l) { return static_cast<int>(l) <= static_cast<int>(state().level); }
+void set_rank(int rank) {
+  state().rank = rank;
+}
+void set_level(Level level) {
+  state().level = level;
+}
+Level level() {
+  return state().level;
+}
+bool enabled(Level l) {
+  return static_cast<int>(l) <= static_cast<int>(state().level);
+}
 
 void write(Level l, const std::string& msg) {
   static const char* names[] = {"warn", "info", "debug"};

@@ -23,21 +23,22 @@ namespace moerun {
 namespace {
 
 // Wraps a oneDNN call: dnnl::error becomes a moerun::Error naming the call and its status.
-#define DNNL_CHECK(expr)                                                                        \
-  [&]() -> decltype(auto) {                                                                    \
-    try {                                                                                      \
-      return expr;                                                                             \
-    } catch (const dnnl::error& e) {                                                           \
-      throw ::moerun::Error(::moerun::ErrorKind::Internal,                                     \
-                            ::moerun::str("oneDNN: ", #expr, " failed (status ", e.status,     \
-                                          ": ", e.what(), ") at ", __FILE__, ":", __LINE__)); \
-    }                                                                                          \
+#define DNNL_CHECK(expr)                                                                                                                  \
+  [&]() -> decltype(auto) {                                                                                                               \
+    try {                                                                                                                                 \
+      return expr;                                                                                                                        \
+    } catch (const dnnl::error& e) {                                                                                                      \
+      throw ::moerun::Error(::moerun::ErrorKind::Internal, ::moerun::str("oneDNN: ", #expr, " failed (status ", e.status, ": ", e.what(), \
+                                                                         ") at ", __FILE__, ":", __LINE__));                              \
+    }                                                                                                                                     \
   }()
 
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
-dt to_dnnl(DType t) { return t == DType::F32 ? dt::f32 : dt::bf16; }
+dt to_dnnl(DType t) {
+  return t == DType::F32 ? dt::f32 : dt::bf16;
+}
 
 struct ShapeKey {
   int64_t m, k, n;
@@ -57,7 +58,9 @@ struct ShapeKeyHash {
   }
 };
 
-dnnl::memory::desc plain_weights(int64_t k, int64_t n, DType t) { return dnnl::memory::desc({k, n}, to_dnnl(t), tag::ba); }
+dnnl::memory::desc plain_weights(int64_t k, int64_t n, DType t) {
+  return dnnl::memory::desc({k, n}, to_dnnl(t), tag::ba);
+}
 
 }  // namespace
 
@@ -86,7 +89,9 @@ BlockedLayout classify(const dnnl::memory::desc& d, int64_t K) {
 // another of oneDNN's.
 const char* layout_tag(const PackedLayout* l) {
   if (!l) return "/plain-";
-  return l->blocked == BlockedLayout::F32_16a64b ? "/packed16a64b-" : l->blocked == BlockedLayout::BF16_16a64b2a ? "/packed16a64b2a-" : "/packed-";
+  return l->blocked == BlockedLayout::F32_16a64b      ? "/packed16a64b-"
+         : l->blocked == BlockedLayout::BF16_16a64b2a ? "/packed16a64b2a-"
+                                                      : "/packed-";
 }
 
 // oneDNN 2.6 has bf16 matmuls only from AVX-512 up (avx512_core). Below that (AVX2 CPUs: AMD Zen 2/3,
@@ -109,7 +114,9 @@ bool onednn_has_bf16() {
 }
 
 // The dtype a matrix of dtype `t` is held and multiplied in: bf16 widened where oneDNN has none.
-DType held_dtype(DType t) { return t == DType::BF16 && !onednn_has_bf16() ? DType::F32 : t; }
+DType held_dtype(DType t) {
+  return t == DType::BF16 && !onednn_has_bf16() ? DType::F32 : t;
+}
 }  // namespace
 
 struct Matmul::Impl {
@@ -135,8 +142,7 @@ struct Matmul::Impl {
     dnnl::memory::desc dst({key.m, key.n}, to_dnnl(key.out), tag::ab);
     dnnl::post_ops po;
     if (key.ep == Epilogue::Silu) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_swish, 1.0f, 0.0f);
-    if (key.ep == Epilogue::MulBy)
-      po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({key.m, key.n}, dt::f32, tag::ab));
+    if (key.ep == Epilogue::MulBy) po.append_binary(dnnl::algorithm::binary_mul, dnnl::memory::desc({key.m, key.n}, dt::f32, tag::ab));
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), attr, engine);
@@ -218,8 +224,7 @@ struct Matmul::Impl {
   }
 
   // y = x·Wᵀ in oneDNN, W's bytes at `w` in the dtype they are held in (x in it too).
-  void run_onednn(const void* x, int64_t M, const WeightMatrix& W, const void* w, void* y, DType out, Epilogue ep,
-                  const float* other) {
+  void run_onednn(const void* x, int64_t M, const WeightMatrix& W, const void* w, void* y, DType out, Epilogue ep, const float* other) {
     const DType wt = held(W);
     ShapeKey key{M, W.cols, W.rows, wt, out, ep, W.packed.get()};
     dnnl::matmul* prim = get(key);
@@ -248,8 +253,7 @@ struct Matmul::Impl {
   }
 
   // bf16: chunks of <= 512 rows, each padded to a good M (see padded_rows).
-  void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other,
-                   int64_t capacity) {
+  void run_chunked(const void* x, int64_t M, const WeightMatrix& W, void* y, DType out, Epilogue ep, const float* other, int64_t capacity) {
     if (held(W) == DType::F32 || (hand_kernels && Matmul::uses_hand_kernels(W) && Matmul::rows_independent(W.dtype))) {
       run(x, M, W, y, out, ep, other);
       return;
@@ -289,7 +293,9 @@ bool Matmul::rows_independent(DType t) {
   return small_m_supported(BlockedLayout::BF16_16a64b2a) && onednn_has_bf16();
 }
 
-bool Matmul::bf16_widened() { return !onednn_has_bf16(); }
+bool Matmul::bf16_widened() {
+  return !onednn_has_bf16();
+}
 
 bool Matmul::uses_panel(const WeightMatrix& W, int64_t M) {
   return uses_hand_kernels(W) && !uses_small_m(W, M) && rows_independent(W.dtype);
@@ -302,9 +308,13 @@ bool Matmul::uses_small_m(const WeightMatrix& W, int64_t M) {
   return M >= 1 && M <= rows && uses_hand_kernels(W);
 }
 
-Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) { impl_->hand_kernels = hand_kernels; }
+Matmul::Matmul(bool hand_kernels) : impl_(std::make_unique<Impl>()) {
+  impl_->hand_kernels = hand_kernels;
+}
 Matmul::~Matmul() = default;
-bool Matmul::hand_kernels() const { return impl_->hand_kernels; }
+bool Matmul::hand_kernels() const {
+  return impl_->hand_kernels;
+}
 
 int64_t Matmul::padded_rows(int64_t M) {
   if (M <= Impl::kChunk) return Impl::pad_chunk(M);
@@ -312,8 +322,8 @@ int64_t Matmul::padded_rows(int64_t M) {
   return full + Impl::pad_chunk(M - full);
 }
 
-void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DType y_dtype, Epilogue ep,
-                  const float* other, int64_t rows_capacity) {
+void Matmul::gemm(const void* x, int64_t M, const WeightMatrix& W, void* y, DType y_dtype, Epilogue ep, const float* other,
+                  int64_t rows_capacity) {
   if (W.scheme != WeightScheme::Plain) fail(ErrorKind::Internal, "Matmul::gemm: a q8/q4 matrix goes through linear()");
   impl_->run_chunked(x, M, W, y, y_dtype, ep, other, rows_capacity);
 }
@@ -416,10 +426,9 @@ void Matmul::shape_packed(WeightMatrix& W, DType t, int64_t rows, int64_t cols, 
 
 std::string Matmul::packed_layout_name(DType t, int64_t rows, int64_t cols, int64_t typical_rows) {
   const dnnl_version_t* v = dnnl_version();
-  return std::string("onednn-") + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + "/" + isa_name() + "/" + dtype_name(t) + "/" + std::to_string(rows) + "x" +
-         std::to_string(cols) + "/m" + std::to_string(typical_rows) + layout_tag(layout_for(t, rows, cols, typical_rows).get()) +
-         std::to_string(packed_bytes(t, rows, cols, typical_rows));
+  return std::string("onednn-") + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + "/" +
+         isa_name() + "/" + dtype_name(t) + "/" + std::to_string(rows) + "x" + std::to_string(cols) + "/m" + std::to_string(typical_rows) +
+         layout_tag(layout_for(t, rows, cols, typical_rows).get()) + std::to_string(packed_bytes(t, rows, cols, typical_rows));
 }
 
 void Matmul::pack(WeightMatrix& W, int64_t typical_rows) {

@@ -51,7 +51,7 @@ struct FfnWeights {
 // What is applied to the GEMM result before it is stored (fused into the oneDNN primitive).
 enum class Epilogue {
   None,
-  Silu,   // y = silu(x·Wᵀ)
+  Silu,  // y = silu(x·Wᵀ)
   MulBy,  // y = (x·Wᵀ) ⊙ other, other [M, N] float32
 };
 

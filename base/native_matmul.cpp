@@ -26,13 +26,13 @@
 namespace moerun {
 namespace {
 
-constexpr int64_t kNB = 16;        // output rows per block: one float lane each
+constexpr int64_t kNB = 16;  // output rows per block: one float lane each
 constexpr int64_t kG = kMxfp4Block;  // mxfp4: k per scale
 constexpr int64_t kMxChunk = 256 + 16;  // mxfp4: a (block, group) chunk, values then scales
-constexpr int kMaxRows = 4;        // rows of x per pass
+constexpr int kMaxRows = 4;  // rows of x per pass
 constexpr int64_t kDigitRows = 256;  // mxfp4: rows whose activation digits are made at a time
 constexpr float kFp8Widen = 256.0f;  // e4m3 bits as fp16 are the value / 256
-constexpr int kE2m1Offset = 12;    // mxfp4 weights as unsigned bytes: 2 * e2m1 + 12
+constexpr int kE2m1Offset = 12;  // mxfp4 weights as unsigned bytes: 2 * e2m1 + 12
 // Software prefetch this far ahead in the block's stream: the hardware prefetcher alone keeps too
 // few misses in flight (as base/small_m_matmul.cpp measured). 4 KiB rather than 1: fp8 at 1-4 rows
 // 0.147 / 0.170 / 0.221 -> 0.133 / 0.153 / 0.194 ms (medians of 8 interleaved bench gemm runs on the
@@ -40,10 +40,18 @@ constexpr int kE2m1Offset = 12;    // mxfp4 weights as unsigned bytes: 2 * e2m1 
 // one row 0.026 -> 0.023 ms an expert of 384 x 1024, 0.27 -> 0.22 at 2880 x 2880 (Intel AMX host).
 constexpr int64_t kPrefetchBytes = 4096;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-bool is_mx(WeightScheme s) { return s == WeightScheme::Mxfp4; }
-int64_t block_bytes(WeightScheme s, int64_t K) { return is_mx(s) ? (K / kG) * kMxChunk : K * kNB; }
-int64_t fp8_scale_count(int64_t N, int64_t K) { return fp8_scale_rows(N) * fp8_scale_cols(K); }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+bool is_mx(WeightScheme s) {
+  return s == WeightScheme::Mxfp4;
+}
+int64_t block_bytes(WeightScheme s, int64_t K) {
+  return is_mx(s) ? (K / kG) * kMxChunk : K * kNB;
+}
+int64_t fp8_scale_count(int64_t N, int64_t K) {
+  return fp8_scale_rows(N) * fp8_scale_cols(K);
+}
 
 // mxfp4's weights as the integer kernels take them: 2 * e2m1 + 12 in [0, 24] (an unsigned byte,
 // as vpdpbusd's first operand wants), repeated 4 times so that a byte's 6 low bits index it
@@ -69,7 +77,7 @@ const E2m1Bytes kE2M1;
 struct MxDigits {
   int32_t q[3][8];  // digit t's bytes
   int32_t init[3];  // -12 Σ d_t: the weights' offset, subtracted by starting the sum there
-  float scale;      // s 2^-16; NaN when the group holds a NaN or Inf (the outputs become NaN)
+  float scale;  // s 2^-16; NaN when the group holds a NaN or Inf (the outputs become NaN)
 };
 
 void mx_digits(const float* x, int64_t K, MxDigits* out) {
@@ -94,10 +102,10 @@ void mx_digits(const float* x, int64_t K, MxDigits* out) {
     int8_t digit[3][kG];
     for (int k = 0; k < kG; ++k) {
       const float t = std::ldexp(xg[k], -e);
-      const float d1 = std::nearbyint(t);           // |t| <= 127
-      float r = (t - d1) * 256.0f;                 // exact, in [-128, 128]
+      const float d1 = std::nearbyint(t);  // |t| <= 127
+      float r = (t - d1) * 256.0f;  // exact, in [-128, 128]
       const float d2 = std::min(std::floor(r), 127.0f);
-      r = (r - d2) * 128.0f;                       // exact, in [0, 128]
+      r = (r - d2) * 128.0f;  // exact, in [0, 128]
       const float d3 = std::min(std::nearbyint(r), 127.0f);
       digit[0][k] = static_cast<int8_t>(d1);
       digit[1][k] = static_cast<int8_t>(d2);
@@ -116,19 +124,23 @@ void mx_digits(const float* x, int64_t K, MxDigits* out) {
 }
 
 // The three digit sums of a group recombined: (I1 << 15) + (I2 << 7) + I3.
-inline int32_t mx_group_sum(int32_t i1, int32_t i2, int32_t i3) { return i1 * 32768 + i2 * 128 + i3; }
+inline int32_t mx_group_sum(int32_t i1, int32_t i2, int32_t i3) {
+  return i1 * 32768 + i2 * 128 + i3;
+}
 
 // The view of one call: x rows, the block's bytes, and the fp8 scale grid.
 struct Pass {
-  const float* x;     // row r0 of x
+  const float* x;  // row r0 of x
   int64_t K;
-  const uint8_t* w;   // the block
+  const uint8_t* w;  // the block
   const float* fp8_scales;  // the whole grid (fp8), or null
-  int64_t nb;         // the block's index (fp8: its scale row)
-  const MxDigits* digits;   // mxfp4: row r0's groups (K / 32 per row)
+  int64_t nb;  // the block's index (fp8: its scale row)
+  const MxDigits* digits;  // mxfp4: row r0's groups (K / 32 per row)
 };
 
-float fp8_block_scale(const Pass& p, int64_t kb) { return p.fp8_scales[(p.nb * kNB / kFp8Block) * fp8_scale_cols(p.K) + kb]; }
+float fp8_block_scale(const Pass& p, int64_t kb) {
+  return p.fp8_scales[(p.nb * kNB / kFp8Block) * fp8_scale_cols(p.K) + kb];
+}
 
 // ---- AVX-512 VNNI + VBMI (mxfp4): R rows x one block of 16 outputs, three int32 sums per output
 // and group (one per digit), then one float FMA per group. One block at a time: a single weight
@@ -145,8 +157,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) void mx_vnni(c
     __m512i sum[R][3];
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < 3; ++t) sum[r][t] = _mm512_set1_epi32(p.digits[r * G + g].init[t]);
-    for (int line = 0; line < kMxChunk; line += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(chunk + kPrefetchBytes + line), _MM_HINT_T1);
+    for (int line = 0; line < kMxChunk; line += 64) _mm_prefetch(reinterpret_cast<const char*>(chunk + kPrefetchBytes + line), _MM_HINT_T1);
     for (int j = 0; j < 4; ++j) {  // 8 k per 32-bit lane: byte i of lane n holds k = 8j + 2i, 8j + 2i + 1 of row n
       const __m512i v = _mm512_loadu_si512(chunk + 64 * j);
       const __m512i lo = _mm512_permutexvar_epi8(v, table), hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(v, 4), table);
@@ -160,10 +171,11 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) void mx_vnni(c
     }
     // 2^(s - 127) as float bits s << 23; s = 0 is the subnormal 2^-127.
     const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(chunk + 256)));
-    const __m512 wscale = _mm512_castsi512_ps(_mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()),
-                                                                    _mm512_set1_epi32(0x00400000)));
+    const __m512 wscale = _mm512_castsi512_ps(
+        _mm512_mask_mov_epi32(_mm512_slli_epi32(s, 23), _mm512_cmpeq_epi32_mask(s, _mm512_setzero_si512()), _mm512_set1_epi32(0x00400000)));
     for (int r = 0; r < R; ++r) {
-      const __m512i total = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum[r][0], 15), _mm512_slli_epi32(sum[r][1], 7)), sum[r][2]);
+      const __m512i total =
+          _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(sum[r][0], 15), _mm512_slli_epi32(sum[r][1], 7)), sum[r][2]);
       const __m512 f = _mm512_mul_ps(wscale, _mm512_set1_ps(p.digits[r * G + g].scale));
       acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), f, acc[r]);
     }
@@ -216,8 +228,8 @@ void portable_block(WeightScheme sch, const Pass& p, int R, float* out) {
             const uint8_t v = wb[g * kMxChunk + 64 * (pr / 4) + 4 * n + pr % 4];
             for (int t = 0; t < 3; ++t) {
               const auto* digit = reinterpret_cast<const int8_t*>(d.q[t]);
-              sum[t] += kE2M1.twice[v & 15] * digit[4 * (2 * (pr / 4)) + pr % 4] +
-                        kE2M1.twice[v >> 4] * digit[4 * (2 * (pr / 4) + 1) + pr % 4];
+              sum[t] +=
+                  kE2M1.twice[v & 15] * digit[4 * (2 * (pr / 4)) + pr % 4] + kE2M1.twice[v >> 4] * digit[4 * (2 * (pr / 4) + 1) + pr % 4];
             }
           }
           const float f = dequant::e8m0(wb[g * kMxChunk + 256 + n]) * d.scale;
@@ -328,9 +340,12 @@ int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint
 }
 
 void native_matmul(WeightScheme s, const float* x, int64_t M, int64_t K, int64_t N, const uint8_t* w, float* y, NativeKernel kernel) {
-  if (!is_native_quantized(s) || K % kG != 0) fail(ErrorKind::Internal, "native_matmul: not an mxfp4/fp8-block matrix of whole groups of 32");
-  if (kernel == NativeKernel::Auto) kernel = native_kernel_supported(s, NativeKernel::Avx512) ? NativeKernel::Avx512 : NativeKernel::Portable;
-  if (!native_kernel_supported(s, kernel)) fail(ErrorKind::Internal, "native_matmul: this CPU has no ", native_kernel_name(kernel), " kernel");
+  if (!is_native_quantized(s) || K % kG != 0)
+    fail(ErrorKind::Internal, "native_matmul: not an mxfp4/fp8-block matrix of whole groups of 32");
+  if (kernel == NativeKernel::Auto)
+    kernel = native_kernel_supported(s, NativeKernel::Avx512) ? NativeKernel::Avx512 : NativeKernel::Portable;
+  if (!native_kernel_supported(s, kernel))
+    fail(ErrorKind::Internal, "native_matmul: this CPU has no ", native_kernel_name(kernel), " kernel");
   if (M == 0) return;
   const bool avx512 = kernel == NativeKernel::Avx512;
   const int64_t nblocks = ceil_div(N, kNB), bb = block_bytes(s, K);

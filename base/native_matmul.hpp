@@ -20,7 +20,9 @@
 namespace moerun {
 
 // mxfp4 and fp8-block (the weight-format table's rows with Native kernels).
-inline bool is_native_quantized(WeightScheme s) { return weight_scheme_row(s).kernels == WeightKernels::Native; }
+inline bool is_native_quantized(WeightScheme s) {
+  return weight_scheme_row(s).kernels == WeightKernels::Native;
+}
 
 // The blocked form of W [N, K] (rows N = outputs, K a multiple of 32), blocks of 16 output rows
 // (rows past N zero, their mxfp4 scales 1):
@@ -39,9 +41,9 @@ void native_pack(WeightScheme s, const uint8_t* values, const void* scales, int6
 int64_t native_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w, const char** what);
 
 enum class NativeKernel {
-  Auto,      // AVX-512 where the CPU has it, else Portable
+  Auto,  // AVX-512 where the CPU has it, else Portable
   Portable,
-  Avx512,    // mxfp4: AVX-512F, BW, VNNI and VBMI (Ice Lake, Sapphire Rapids, Zen 4); fp8: F, BW and F16C
+  Avx512,  // mxfp4: AVX-512F, BW, VNNI and VBMI (Ice Lake, Sapphire Rapids, Zen 4); fp8: F, BW and F16C
 };
 bool native_kernel_supported(WeightScheme s, NativeKernel k);
 const char* native_kernel_name(NativeKernel k);

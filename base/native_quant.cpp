@@ -31,17 +31,20 @@ const std::array<float, 256>& e4m3_table() {
 
 }  // namespace
 
-float e4m3_to_f32(uint8_t v) { return e4m3_table()[v]; }
+float e4m3_to_f32(uint8_t v) {
+  return e4m3_table()[v];
+}
 
 uint8_t f32_to_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
   const float a = std::fabs(f);
   if (a >= 448.0f) return sign | 0x7e;
-  if (a < 0.015625f) return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // subnormal steps of 2^-9 (8 -> 0x08, the least normal)
+  if (a < 0.015625f)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));  // subnormal steps of 2^-9 (8 -> 0x08, the least normal)
   int e2 = 0;
   const float m = std::frexp(a, &e2);  // a = m * 2^e2, m in [0.5, 1)
-  const int e = e2 - 1;                // a = (2m) * 2^e, 2m in [1, 2)
+  const int e = e2 - 1;  // a = (2m) * 2^e, 2m in [1, 2)
   const int frac = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));  // exact: a power-of-two scaling
   const int bits = ((e + 7) << 3) + frac;  // frac 8 carries into the exponent, as it should
   return sign | static_cast<uint8_t>(std::min(bits, 0x7e));

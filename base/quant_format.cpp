@@ -97,10 +97,16 @@ void check_cols(WeightScheme s, int64_t cols) {
 
 }  // namespace
 
-bool is_group_quantized(WeightScheme s) { return weight_scheme_row(s).kernels == WeightKernels::Group; }
+bool is_group_quantized(WeightScheme s) {
+  return weight_scheme_row(s).kernels == WeightKernels::Group;
+}
 
-int64_t quant_row_bytes(WeightScheme s, int64_t cols) { return s == WeightScheme::Q8 ? cols : cols / 2; }
-int64_t quant_row_scales(WeightScheme s, int64_t cols) { return (s == WeightScheme::Q4 ? 2 : 1) * (cols / kQuantGroup); }
+int64_t quant_row_bytes(WeightScheme s, int64_t cols) {
+  return s == WeightScheme::Q8 ? cols : cols / 2;
+}
+int64_t quant_row_scales(WeightScheme s, int64_t cols) {
+  return (s == WeightScheme::Q4 ? 2 : 1) * (cols / kQuantGroup);
+}
 
 void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, uint8_t* q, uint16_t* scales, uint8_t* levels) {
   check_cols(s, cols);
@@ -108,13 +114,17 @@ void quantize_rows(WeightScheme s, const float* x, int64_t rows, int64_t cols, u
   const int64_t groups = rows * (cols / kQuantGroup);
   for (int64_t g = 0; g < groups; ++g) {
     const float* xg = x + g * kQuantGroup;
-    if (s == WeightScheme::Q8) quantize_group_q8(xg, reinterpret_cast<int8_t*>(q) + g * kQuantGroup, scales + g);
-    else if (s == WeightScheme::Q4) quantize_group_q4(xg, q + g * (kQuantGroup / 2), scales + 2 * g);
-    else quantize_group_int4(xg, q + g * (kQuantGroup / 2), scales + g, levels + g);
+    if (s == WeightScheme::Q8)
+      quantize_group_q8(xg, reinterpret_cast<int8_t*>(q) + g * kQuantGroup, scales + g);
+    else if (s == WeightScheme::Q4)
+      quantize_group_q4(xg, q + g * (kQuantGroup / 2), scales + 2 * g);
+    else
+      quantize_group_int4(xg, q + g * (kQuantGroup / 2), scales + g, levels + g);
   }
 }
 
-void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out, const uint8_t* levels) {
+void dequantize_rows(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t rows, int64_t cols, float* out,
+                     const uint8_t* levels) {
   check_cols(s, cols);
   if (s == WeightScheme::Int4 && !levels) fail(ErrorKind::Internal, "dequantize: int4 needs its level bytes");
   const dequant::QuantMatrix m{s, q, reinterpret_cast<const uint8_t*>(scales), rows, cols, levels};

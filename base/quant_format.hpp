@@ -16,11 +16,11 @@ namespace moerun {
 // Mxfp4 and Fp8Block are gpt-oss's and DeepSeek-V3's native forms, kept as shipped; the CPU backend
 // computes with them directly (base/native_matmul.hpp).
 enum class WeightScheme {
-  Plain,     // one element of the dtype per weight
-  Q8,        // int8 in groups of 32 with an fp16 scale
-  Q4,        // 4-bit in groups of 32 with an fp16 scale and minimum
-  Int4,      // 4-bit in groups of 32 with a bf16 or fp16 scale and a zero level (compressed-tensors)
-  Mxfp4,     // E2M1 pairs with an E8M0 scale per 32 (gpt-oss)
+  Plain,  // one element of the dtype per weight
+  Q8,  // int8 in groups of 32 with an fp16 scale
+  Q4,  // 4-bit in groups of 32 with an fp16 scale and minimum
+  Int4,  // 4-bit in groups of 32 with a bf16 or fp16 scale and a zero level (compressed-tensors)
+  Mxfp4,  // E2M1 pairs with an E8M0 scale per 32 (gpt-oss)
   Fp8Block,  // e4m3 with 128x128 block scales (DeepSeek-V3)
 };
 

@@ -28,19 +28,29 @@ constexpr int64_t kNB = 16;  // output rows per block: one 32-bit lane each
 // tokens): q4 takes them in one pass (its 8 rows' sums are 24 of the 32 vector registers; `bench
 // gemm` 384 x 1024, M = 8: 1.10x two passes of 4), q8 in two (8 at once measured 0.79x: spills).
 constexpr int kMaxRowsPerPass = 8;
-int rows_per_pass(WeightScheme s) { return s == WeightScheme::Q8 ? 4 : 8; }
+int rows_per_pass(WeightScheme s) {
+  return s == WeightScheme::Q8 ? 4 : 8;
+}
 // Groups ahead a block's stream is prefetched, into L2: 4 groups into L1 left the 8-row passes
 // waiting on memory (an LM head of 32000 x 1024, 8 rows: 1.12-1.48 -> 1.08-1.09 ms, `bench gemm`)
 // and one-row experts 10-15% slower; 12-24 groups, into L1 or L2, all measured alike.
 constexpr int64_t kPrefetchChunks = 16;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 // q4 and int4 share their nibbles' blocked layout (and so the AMX tile unpacking); they differ in
 // what follows the values: q4's fp16 d and m, int4's 16-bit scales and level bytes.
-constexpr bool nibbles(WeightScheme s) { return s != WeightScheme::Q8; }
+constexpr bool nibbles(WeightScheme s) {
+  return s != WeightScheme::Q8;
+}
 // Bytes of one (block, group) chunk: the interleaved values, then the scales.
-constexpr int64_t value_bytes(WeightScheme s) { return nibbles(s) ? 256 : 512; }
-constexpr int64_t chunk_bytes(WeightScheme s) { return value_bytes(s) + (s == WeightScheme::Q8 ? 32 : s == WeightScheme::Q4 ? 64 : 48); }
+constexpr int64_t value_bytes(WeightScheme s) {
+  return nibbles(s) ? 256 : 512;
+}
+constexpr int64_t chunk_bytes(WeightScheme s) {
+  return value_bytes(s) + (s == WeightScheme::Q8 ? 32 : s == WeightScheme::Q4 ? 64 : 48);
+}
 
 // A chunk's 16 scales dw and second terms mw: q8's fp16 d (its minimum is in qinit); q4's fp16 d
 // and m (weight = d * level + m, m meeting Σx); int4's bf16 or fp16 s per lane (the level byte's
@@ -67,7 +77,9 @@ __attribute__((target("avx512f"))) inline void load_scales(const uint8_t* sc, __
       return;
     }
     const __m512 h = _mm512_cvtph_ps(s16);
-    dw = f16 == 0xffff ? h : _mm512_mask_blend_ps(static_cast<__mmask16>(f16), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(s16), 16)), h);
+    dw = f16 == 0xffff
+             ? h
+             : _mm512_mask_blend_ps(static_cast<__mmask16>(f16), _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(s16), 16)), h);
     mw = _mm512_cvtepi32_ps(_mm512_and_si512(lv, _mm512_set1_epi32(kInt4ZeroMask)));
   } else {
     dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc)));
@@ -108,11 +120,18 @@ struct RowPass {
 
 RowPass row_pass(const QuantizedRows& x, int64_t row) {
   const int64_t G = x.cols / kG;
-  return {x.q.as<int8_t>() + row * x.cols, x.dx.as<float>() + row * G, x.qinit.as<int32_t>() + row * G,
-          x.xsum.as<float>() + row * G, x.qsum.as<float>() + row * G, x.cols, G};
+  return {x.q.as<int8_t>() + row * x.cols,
+          x.dx.as<float>() + row * G,
+          x.qinit.as<int32_t>() + row * G,
+          x.xsum.as<float>() + row * G,
+          x.qsum.as<float>() + row * G,
+          x.cols,
+          G};
 }
 
-const int8_t* x_quad(const RowPass& p, int r, int64_t g, int j) { return p.q + r * p.K + g * kG + 4 * j; }
+const int8_t* x_quad(const RowPass& p, int r, int64_t g, int j) {
+  return p.q + r * p.K + g * kG + 4 * j;
+}
 
 // y[r][n] for the block at `w` (16 output rows), R rows of the pass; out [R][16]. One block at a
 // time: a single weight stream per thread keeps more of the read bandwidth than 2-4 side by side.
@@ -197,7 +216,6 @@ void run_block(const RowPass& p, int R, const uint8_t* w, float* out, bool vnni)
   }
 }
 
-
 // ---- AMX-INT8: C tiles of Σ qx qw per group (tdpbsud: signed activations, unsigned weights),
 // then the same float step as the VNNI kernel, row by row, into float accumulators. ----
 
@@ -215,8 +233,12 @@ constexpr TileConfig tile_config() {
 const TileConfig kTileConfig = tile_config();
 constexpr int64_t kBTileBytes = 512;
 
-__attribute__((target("amx-tile"))) void amx_configure() { _tile_loadconfig(&kTileConfig); }
-__attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
+__attribute__((target("amx-tile"))) void amx_configure() {
+  _tile_loadconfig(&kTileConfig);
+}
+__attribute__((target("amx-tile"))) void amx_release() {
+  _tile_release();
+}
 
 // q4's B tiles: a chunk's nibbles as levels 0-15, k-quad j in row j.
 __attribute__((target("avx512f,avx512bw"))) void unpack_q4_tile(const uint8_t* chunk, uint8_t* tile) {
@@ -380,7 +402,6 @@ void amx_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t
   }
 }
 
-
 // ---- Activation quantization: one group of 32, the same numbers in the loop and in AVX-512. ----
 struct GroupQuant {
   float dx, xsum;
@@ -420,7 +441,8 @@ __attribute__((target("avx512f,avx512bw"))) void quantize_group_avx512(const flo
   v = _mm_add_ss(v, _mm_shuffle_ps(v, v, 1));
   const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
   // cvtps rounds to nearest even (the default MXCSR), as nearbyint does.
-  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id))), qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
+  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(id))),
+                qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(id)));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
   out = {amax / 127.0f, _mm_cvtss_f32(v), _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb))};
@@ -469,8 +491,10 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
   const bool avx512 = quant_kernel_supported(QuantKernel::Vnni);
   auto group = [&](int64_t i) {
     GroupQuant gq;
-    if (avx512) quantize_group_avx512(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
-    else quantize_group(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
+    if (avx512)
+      quantize_group_avx512(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
+    else
+      quantize_group(x + i * kG, out.q.as<int8_t>() + i * kG, gq);
     out.dx.as<float>()[i] = gq.dx;
     out.qinit.as<int32_t>()[i] = -128 * gq.qsum;
     out.xsum.as<float>()[i] = gq.xsum;
@@ -498,13 +522,16 @@ void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, i
         bf16_to_f32(static_cast<const uint16_t*>(plain) + r * K, row.data(), static_cast<std::size_t>(K));
         x = row.data();
       }
-      quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales, levels.empty() ? nullptr : levels.data() + r * (K / kG));
+      quantize_rows(s, x, 1, K, q.data() + r * row_bytes, scales.data() + r * row_scales,
+                    levels.empty() ? nullptr : levels.data() + r * (K / kG));
     }
   }
   quant_pack(s, q.data(), scales.data(), N, K, out, levels.empty() ? nullptr : levels.data());
 }
 
-int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) { return ceil_div(N, kNB) * (K / kG) * chunk_bytes(s); }
+int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K) {
+  return ceil_div(N, kNB) * (K / kG) * chunk_bytes(s);
+}
 
 namespace {
 
@@ -515,7 +542,7 @@ namespace {
 // took 0.17 ms, 0.1 ms of it this packing, on the critical path of a one-sequence step.
 // int4 (scales null) takes the values only: its scales are copied after.
 __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* q, const uint16_t* scales, int64_t G, int64_t row_bytes,
-                                                               int64_t row_scales, int64_t cb, uint8_t* block) {
+                                                                 int64_t row_scales, int64_t cb, uint8_t* block) {
   const int64_t vb = value_bytes(WeightScheme::Q4);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   // word 4l + j of a register (lane l's word j) to position 4j + l
@@ -536,8 +563,10 @@ __attribute__((target("avx512f,avx512bw"))) void pack_q4_block16(const uint8_t* 
       const __m512i odd = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), _mm512_andnot_si512(low4, b));
       t[r4] = _mm512_permutexvar_epi32(by_word, _mm512_unpacklo_epi8(even, odd));
     }
-    const __m512i p = _mm512_shuffle_i32x4(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)), r = _mm512_shuffle_i32x4(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0));
-    const __m512i u = _mm512_shuffle_i32x4(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)), w = _mm512_shuffle_i32x4(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2));
+    const __m512i p = _mm512_shuffle_i32x4(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                  r = _mm512_shuffle_i32x4(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i u = _mm512_shuffle_i32x4(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)),
+                  w = _mm512_shuffle_i32x4(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2));
     _mm512_storeu_si512(chunk, _mm512_shuffle_i32x4(p, r, _MM_SHUFFLE(2, 0, 2, 0)));
     _mm512_storeu_si512(chunk + 64, _mm512_shuffle_i32x4(p, r, _MM_SHUFFLE(3, 1, 3, 1)));
     _mm512_storeu_si512(chunk + 128, _mm512_shuffle_i32x4(u, w, _MM_SHUFFLE(2, 0, 2, 0)));
@@ -647,14 +676,17 @@ constexpr GroupKernels kernels_of() {
 }
 
 const GroupKernels& group_kernels(WeightScheme s) {
-  static constexpr GroupKernels kRows[] = {kernels_of<WeightScheme::Q8>(), kernels_of<WeightScheme::Q4>(), kernels_of<WeightScheme::Int4>()};
+  static constexpr GroupKernels kRows[] = {kernels_of<WeightScheme::Q8>(), kernels_of<WeightScheme::Q4>(),
+                                           kernels_of<WeightScheme::Int4>()};
   for (const GroupKernels& k : kRows)
     if (k.scheme == s) return k;
   fail(ErrorKind::Internal, "quant_matmul: ", weight_scheme_row(s).name, " has no group kernels");
 }
 }  // namespace
 
-int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w) { return group_kernels(s).find_bad(N, K, w); }
+int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w) {
+  return group_kernels(s).find_bad(N, K, w);
+}
 
 void quant_matmul(WeightScheme s, const QuantizedRows& x, int64_t N, const uint8_t* w, float* y, QuantKernel kernel) {
   if (!is_group_quantized(s)) fail(ErrorKind::Internal, "quant_matmul: not a q8/q4/int4 matrix");

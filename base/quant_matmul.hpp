@@ -18,8 +18,8 @@ namespace moerun {
 // xsum[g] = Σ x (q4's minimum term, exact). Rows are padded to a multiple of 32 with zeros (AMX reads whole tiles).
 struct QuantizedRows {
   int64_t rows = 0, cols = 0;
-  AlignedBuffer q;     // int8 [padded rows, cols]
-  AlignedBuffer dx;    // float [padded rows, cols / 32]
+  AlignedBuffer q;  // int8 [padded rows, cols]
+  AlignedBuffer dx;  // float [padded rows, cols / 32]
   AlignedBuffer qinit;  // int32 [padded rows, cols / 32]
   AlignedBuffer xsum;  // float [padded rows, cols / 32]
   AlignedBuffer qsum;  // float [padded rows, cols / 32]: Σ q (int4's zero-level term, exact)
@@ -39,7 +39,8 @@ void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows& o
 int64_t quant_blocked_bytes(WeightScheme s, int64_t N, int64_t K);
 // Stored rows (quantize_rows' q and scales for W [N, K], and int4's level bytes) into that form;
 // `out` has quant_blocked_bytes.
-void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out, const uint8_t* levels = nullptr);
+void quant_pack(WeightScheme s, const uint8_t* q, const uint16_t* scales, int64_t N, int64_t K, uint8_t* out,
+                const uint8_t* levels = nullptr);
 // Plain row-major W [N, K] (float32, or bf16 bits when `bf16`) quantized (quantize_rows) straight
 // into that form; one row at a time through float32, so the only extra memory is the quantized
 // bytes. `out` has quant_blocked_bytes.
@@ -50,10 +51,10 @@ void quant_pack_plain(WeightScheme s, const void* plain, bool bf16, int64_t N, i
 int64_t quant_blocked_find_bad(WeightScheme s, int64_t N, int64_t K, const uint8_t* w);
 
 enum class QuantKernel {
-  Auto,      // AMX from kQuantAmxMinRows rows where the CPU has it, else VNNI where it has that, else Portable
+  Auto,  // AMX from kQuantAmxMinRows rows where the CPU has it, else VNNI where it has that, else Portable
   Portable,
-  Vnni,      // AVX-512F, BW and VNNI
-  Amx,       // AMX-TILE and AMX-INT8 (and the OS granting this process the tile state)
+  Vnni,  // AVX-512F, BW and VNNI
+  Amx,  // AMX-TILE and AMX-INT8 (and the OS granting this process the tile state)
 };
 inline constexpr int64_t kQuantAmxMinRows = 16;
 bool quant_kernel_supported(QuantKernel k);

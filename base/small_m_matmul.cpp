@@ -22,7 +22,9 @@ namespace {
 
 constexpr int64_t kNB = 64;  // columns per block
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Prefetch distance for the bf16 loops: one k-row of a block is 256 bytes (64 columns of bf16
 // pairs), and fetching 1 KiB ahead keeps more misses in flight than the hardware prefetcher does
@@ -38,8 +40,7 @@ inline void prefetch_k_row(const void* row) {
 // B adjacent 64-column blocks (`block_elems` apart in W), rows 0..R of x (R <= kSmallM): 4
 // accumulators of 16 lanes per row and block. out [R][B * 64].
 template <int R, int B>
-__attribute__((target("avx512f"))) void f32_blocks(const float* x, int64_t K, const float* wb, int64_t block_elems,
-                                                   float* out) {
+__attribute__((target("avx512f"))) void f32_blocks(const float* x, int64_t K, const float* wb, int64_t block_elems, float* out) {
   __m512 acc[R][B][4];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b)
@@ -70,8 +71,8 @@ __attribute__((target("avx512f"))) void f32_blocks(const float* x, int64_t K, co
 // bf16 pairs: for each k-pair, the two x values of a row as one 32-bit broadcast, dot-producted with
 // 64 columns x 2 k of W (4 vectors of 32 bf16) per block.
 template <int R, int B>
-__attribute__((target("avx512f,avx512bf16"))) void bf16_blocks(const uint16_t* x, int64_t K, const uint16_t* wb,
-                                                              int64_t block_elems, float* out) {
+__attribute__((target("avx512f,avx512bf16"))) void bf16_blocks(const uint16_t* x, int64_t K, const uint16_t* wb, int64_t block_elems,
+                                                               float* out) {
   __m512 acc[R][B][4];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < B; ++b)
@@ -124,8 +125,7 @@ struct KernelSet {
 // with pairs handed out alone, 6 blocks on 2 threads (an expert's w1 of 384 rows) left one thread
 // idle for a third of the GEMM.
 template <typename T>
-void run_blocks(const KernelSet<T>& ks, const T* x, int64_t M, int64_t K, int64_t N, const T* w, float* y,
-                int64_t block_elems) {
+void run_blocks(const KernelSet<T>& ks, const T* x, int64_t M, int64_t K, int64_t N, const T* w, float* y, int64_t block_elems) {
   const int64_t nb_count = ceil_div(N, kNB);
   // Inside a parallel region (an expert per thread: CpuBackend::run_all) on the calling thread alone.
 #pragma omp parallel if (!omp_in_parallel())
@@ -173,8 +173,7 @@ __attribute__((target("avx512f"))) void f32_panel(const void* xv, int64_t K, con
   for (int64_t k = 0; k < K; ++k) {
     for (int64_t l = k * lines_per_k; l < std::min(pf_lines, (k + 1) * lines_per_k); ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
     const float* row = wb + k * kNB;
-    const __m512 w0 = _mm512_loadu_ps(row), w1 = _mm512_loadu_ps(row + 16), w2 = _mm512_loadu_ps(row + 32),
-                 w3 = _mm512_loadu_ps(row + 48);
+    const __m512 w0 = _mm512_loadu_ps(row), w1 = _mm512_loadu_ps(row + 16), w2 = _mm512_loadu_ps(row + 32), w3 = _mm512_loadu_ps(row + 48);
     for (int r = 0; r < R; ++r) {
       const __m512 xb = _mm512_set1_ps(x[r * K + k]);
       acc[r][0] = _mm512_fmadd_ps(w0, xb, acc[r][0]);
@@ -191,16 +190,14 @@ __attribute__((target("avx512f"))) void f32_panel(const void* xv, int64_t K, con
 // general register: that measured 0.4x oneDNN), an odd K's last pair with a zero high half as in
 // bf16_blocks.
 template <int R>
-__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void bf16_panel_step(__m512 (&acc)[R][4], const uint16_t* x,
-                                                                                        int64_t K, const uint16_t* row,
-                                                                                        int64_t p, bool whole) {
+__attribute__((target("avx512f,avx512bf16"), always_inline)) inline void bf16_panel_step(__m512 (&acc)[R][4], const uint16_t* x, int64_t K,
+                                                                                         const uint16_t* row, int64_t p, bool whole) {
   const __m512bh w0 = (__m512bh)_mm512_loadu_si512(row), w1 = (__m512bh)_mm512_loadu_si512(row + 32),
                  w2 = (__m512bh)_mm512_loadu_si512(row + 64), w3 = (__m512bh)_mm512_loadu_si512(row + 96);
   for (int r = 0; r < R; ++r) {
     const uint16_t* xp = x + r * K + 2 * p;
     // _mm_loadu_si32: a row of odd K starts at an odd bf16, so the pair may not be 4-byte aligned.
-    const __m512bh xb = whole ? (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(xp))
-                              : (__m512bh)_mm512_set1_epi32(static_cast<int>(*xp));
+    const __m512bh xb = whole ? (__m512bh)_mm512_broadcastd_epi32(_mm_loadu_si32(xp)) : (__m512bh)_mm512_set1_epi32(static_cast<int>(*xp));
     acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, xb);
     acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, xb);
     acc[r][2] = _mm512_dpbf16_ps(acc[r][2], w2, xb);
@@ -209,8 +206,8 @@ __attribute__((target("avx512f,avx512bf16"), always_inline)) inline void bf16_pa
 }
 
 template <int R>
-__attribute__((target("avx512f,avx512bf16"))) void bf16_panel(const void* xv, int64_t K, const void* wv, float* tile,
-                                                              const char* pf, int64_t pf_lines) {
+__attribute__((target("avx512f,avx512bf16"))) void bf16_panel(const void* xv, int64_t K, const void* wv, float* tile, const char* pf,
+                                                              int64_t pf_lines) {
   const uint16_t* x = static_cast<const uint16_t*>(xv);
   const uint16_t* wb = static_cast<const uint16_t*>(wv);
   __m512 acc[R][4];
@@ -219,8 +216,7 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_panel(const void* xv, in
   const int64_t pairs = ceil_div(K, 2);
   const int64_t lines_per_pair = pf ? ceil_div(pf_lines, pairs) : 0;
   for (int64_t p = 0; p < pairs; ++p) {
-    for (int64_t l = p * lines_per_pair; l < std::min(pf_lines, (p + 1) * lines_per_pair); ++l)
-      _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
+    for (int64_t l = p * lines_per_pair; l < std::min(pf_lines, (p + 1) * lines_per_pair); ++l) _mm_prefetch(pf + 64 * l, _MM_HINT_T1);
     bf16_panel_step<R>(acc, x, K, wb + p * kNB * 2, p, 2 * p + 1 < K);
   }
   for (int r = 0; r < R; ++r)
@@ -229,12 +225,10 @@ __attribute__((target("avx512f,avx512bf16"))) void bf16_panel(const void* xv, in
 
 using PanelKernel = void (*)(const void*, int64_t, const void*, float*, const char*, int64_t);
 const PanelKernel kF32Panels[kPanelRows] = {f32_panel<1>, f32_panel<2>, f32_panel<3>, f32_panel<4>, f32_panel<5>, f32_panel<6>};
-const PanelKernel kBF16Panels[kPanelRows] = {bf16_panel<1>, bf16_panel<2>, bf16_panel<3>,
-                                             bf16_panel<4>, bf16_panel<5>, bf16_panel<6>};
+const PanelKernel kBF16Panels[kPanelRows] = {bf16_panel<1>, bf16_panel<2>, bf16_panel<3>, bf16_panel<4>, bf16_panel<5>, bf16_panel<6>};
 
 // The epilogue on one row (cols <= 64 valid columns of t, changed in place), stored to y's row.
-__attribute__((target("avx512f"))) void store_row(float* t, int64_t cols, const PanelEpilogue& ep, const float* mul_row,
-                                                 void* y_row) {
+__attribute__((target("avx512f"))) void store_row(float* t, int64_t cols, const PanelEpilogue& ep, const float* mul_row, void* y_row) {
   for (int64_t j = 0; j < cols; j += 16) {
     const __mmask16 mask = cols - j >= 16 ? __mmask16(0xffff) : __mmask16((1u << (cols - j)) - 1);
     __m512 v = _mm512_maskz_loadu_ps(mask, t + j);
@@ -250,10 +244,11 @@ __attribute__((target("avx512f"))) void store_row(float* t, int64_t cols, const 
 
 }  // namespace
 
-bool panel_supported(BlockedLayout layout) { return small_m_supported(layout); }
+bool panel_supported(BlockedLayout layout) {
+  return small_m_supported(layout);
+}
 
-void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, void* y,
-                  const PanelEpilogue& ep) {
+void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, void* y, const PanelEpilogue& ep) {
   if (M < 1 || !panel_supported(layout)) fail(ErrorKind::Internal, "panel_matmul: M = ", M, " or the layout is not supported");
   const bool bf16 = layout == BlockedLayout::BF16_16a64b2a;
   // AMX takes 32 rows a pass and whole 32-k steps: x is copied with its rows zero-padded to them
@@ -321,8 +316,7 @@ void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, i
   if (layout == BlockedLayout::F32_16a64b) {
     run_blocks(kF32, static_cast<const float*>(x), M, K, N, static_cast<const float*>(w), y, ceil_div(K, 16) * 16 * kNB);
   } else if (layout == BlockedLayout::BF16_16a64b2a) {
-    run_blocks(kBF16, static_cast<const uint16_t*>(x), M, K, N, static_cast<const uint16_t*>(w), y,
-               ceil_div(K, 32) * 32 * kNB);
+    run_blocks(kBF16, static_cast<const uint16_t*>(x), M, K, N, static_cast<const uint16_t*>(w), y, ceil_div(K, 32) * 32 * kNB);
   } else {
     fail(ErrorKind::Internal, "small_m_matmul: no kernel for this weight layout");
   }

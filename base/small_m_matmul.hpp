@@ -34,9 +34,9 @@ void small_m_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, i
 
 // What panel_matmul applies to each result before storing it.
 struct PanelEpilogue {
-  bool silu = false;             // y = silu(x·W)
-  const float* mul_by = nullptr; // y = (x·W) ⊙ mul_by, float32 [M, N]
-  bool bf16_out = false;         // y is bf16 bits [M, N] instead of float32
+  bool silu = false;  // y = silu(x·W)
+  const float* mul_by = nullptr;  // y = (x·W) ⊙ mul_by, float32 [M, N]
+  bool bf16_out = false;  // y is bf16 bits [M, N] instead of float32
 };
 
 // Whether this CPU runs panel_matmul on `layout` (as small_m_supported).
@@ -49,8 +49,7 @@ bool panel_supported(BlockedLayout layout);
 // primitive for every new row count (0.35-1.0 ms each in `moerun bench gemm`). Each output lane sums
 // its k in order from zero, exactly as small_m_matmul does: a row's bits do not depend on M or on
 // the other rows (batch invariance, issue 44).
-void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, void* y,
-                  const PanelEpilogue& ep);
+void panel_matmul(BlockedLayout layout, const void* x, int64_t M, int64_t K, int64_t N, const void* w, void* y, const PanelEpilogue& ep);
 
 // The same epilogue on small_m_matmul's float32 result acc [M, N] (changed in place), stored to y
 // (which may be acc when the output is float32).

@@ -22,7 +22,7 @@ namespace {
 // without a libm call per element (`perf record` of 24 one-sequence prompts of the bench-peer
 // qwen3_5_moe shape: about 2% of the time in expf called from here).
 __attribute__((target("avx512f"))) void gated_row_avx512(const float* G, float* row, int64_t ff, const float* b1, const float* b3,
-                                                        const FfnActivation& a) {
+                                                         const FfnActivation& a) {
   const __m512 one = _mm512_set1_ps(1.0f), limit = _mm512_set1_ps(a.limit), alpha = _mm512_set1_ps(-a.alpha);
   for (int64_t i = 0; i < ff; i += 16) {
     const auto m = static_cast<__mmask16>(ff - i >= 16 ? 0xFFFF : (1u << (ff - i)) - 1);
@@ -70,8 +70,10 @@ void gated_activation(const float* G, float* U, const FfnWeights& w, int64_t row
         }
       }
     }
-    if (dt == DType::BF16) f32_to_bf16(row, static_cast<uint16_t*>(act) + r * ff, static_cast<std::size_t>(ff));
-    else std::memcpy(static_cast<float*>(act) + r * ff, row, static_cast<std::size_t>(ff) * sizeof(float));
+    if (dt == DType::BF16)
+      f32_to_bf16(row, static_cast<uint16_t*>(act) + r * ff, static_cast<std::size_t>(ff));
+    else
+      std::memcpy(static_cast<float*>(act) + r * ff, row, static_cast<std::size_t>(ff) * sizeof(float));
   }
 }
 void add_b2(float* y, int64_t rows, int64_t d, const FfnWeights& w) {
@@ -103,8 +105,8 @@ void native_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
 }
 }  // namespace
 
-void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
-                        FfnScratch& s, const FfnActivation& activation) {
+void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& s,
+                        const FfnActivation& activation) {
   if (rows == 0) return;
   if (is_group_quantized(w.w2.scheme)) return quantized_ffn_forward(x, rows, w, y, s, activation);
   if (is_native_quantized(w.w2.scheme)) return native_ffn_forward(mm, x, rows, w, y, s, activation);
@@ -126,7 +128,8 @@ void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeigh
     mm.gemm(xin, rows, w.w1, s.g.data(), DType::F32, Epilogue::None, nullptr, cap);
     mm.gemm(xin, rows, w.w3, s.u.data(), DType::F32, Epilogue::None, nullptr, cap);
     gated_activation(s.g.as<float>(), s.u.as<float>(), w, rows, ff, activation, dt, s.act.data());
-    if (cap > rows) std::memset(s.act.as<unsigned char>() + rows * ff * dtype_size(dt), 0, static_cast<std::size_t>((cap - rows) * ff) * dtype_size(dt));
+    if (cap > rows)
+      std::memset(s.act.as<unsigned char>() + rows * ff * dtype_size(dt), 0, static_cast<std::size_t>((cap - rows) * ff) * dtype_size(dt));
     mm.gemm(s.act.data(), rows, w.w2, y, DType::F32);
     add_b2(y, rows, d, w);
     return;

@@ -26,9 +26,9 @@ struct FfnActivation {
 
 // Scratch reused across calls (grows to the largest block seen).
 struct FfnScratch {
-  AlignedBuffer x;    // [rows, d] activations in bf16 (bf16 experts only)
-  AlignedBuffer g;    // [rows, ff] float32
-  AlignedBuffer u;    // [rows, ff] float32 (biased or clamped experts only)
+  AlignedBuffer x;  // [rows, d] activations in bf16 (bf16 experts only)
+  AlignedBuffer g;  // [rows, ff] float32
+  AlignedBuffer u;  // [rows, ff] float32 (biased or clamped experts only)
   AlignedBuffer act;  // [rows, ff] float32 or bf16
   QuantizedRows xq, aq;  // q8/q4 experts: x and the activation, quantized per row and group
 };
@@ -37,7 +37,7 @@ struct FfnScratch {
 // is fused into the GEMMs' epilogues; otherwise one pass over [rows, ff] adds b1, b3 and applies it,
 // and b2 is added to y. q8/q4 experts run quant_matmul: x quantized once for w1 and w3, the float32
 // activation quantized for w2.
-void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y,
-                        FfnScratch& scratch, const FfnActivation& activation = {});
+void swiglu_ffn_forward(Matmul& mm, const float* x, int64_t rows, const FfnWeights& w, float* y, FfnScratch& scratch,
+                        const FfnActivation& activation = {});
 
 }  // namespace moerun

@@ -56,7 +56,9 @@ MOERUN_HOST_DEVICE inline uint32_t bits_of_float(float f) {
 }
 
 // bfloat16 bits widened.
-MOERUN_HOST_DEVICE inline float bf16(uint16_t h) { return float_of_bits(static_cast<uint32_t>(h) << 16); }
+MOERUN_HOST_DEVICE inline float bf16(uint16_t h) {
+  return float_of_bits(static_cast<uint32_t>(h) << 16);
+}
 
 // x rounded to the nearest bfloat16 (ties to even), as a float; NaN stays NaN.
 MOERUN_HOST_DEVICE inline float round_bf16(float x) {
@@ -99,8 +101,8 @@ MOERUN_HOST_DEVICE inline float e8m0(uint8_t s) {
   return s == 0 ? float_of_bits(0x00400000u) : float_of_bits(static_cast<uint32_t>(s) << 23);
 }
 
-inline constexpr int64_t kGroup = 32;       // q8, q4, int4, mxfp4: weights per scale along a row
-inline constexpr int64_t kFp8Block = 128;   // fp8-block: rows and columns per scale
+inline constexpr int64_t kGroup = 32;  // q8, q4, int4, mxfp4: weights per scale along a row
+inline constexpr int64_t kFp8Block = 128;  // fp8-block: rows and columns per scale
 
 // Bytes of a [rows, cols] matrix's values and of its scales, as stored.
 MOERUN_HOST_DEVICE inline int64_t values_bytes(WeightScheme s, int64_t rows, int64_t cols) {

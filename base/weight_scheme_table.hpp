@@ -22,15 +22,15 @@ enum class WeightKernels : uint8_t { Dense, Group, Native };
 
 struct WeightSchemeRow {
   WeightScheme scheme;
-  const char* name;          // its one spelling ("" for Plain: the element dtype names it)
-  int64_t block_cols;        // weights per scale along a row (0: no scales)
-  int64_t block_rows;        // rows sharing a scale (fp8-block: 128)
-  double bits_per_weight;    // stored bits per weight, scales included (levels too)
-  int64_t format_version;    // the moe-hdf5 format_version that first stores experts of it
-  WeightKernels kernels;     // Group: q8 / q4 / int4 (quantize_rows, quant_matmul); Native: mxfp4, fp8-block
-  bool dense_quantizable;    // --quantize-dense may choose it (the dense cache stores it)
+  const char* name;  // its one spelling ("" for Plain: the element dtype names it)
+  int64_t block_cols;  // weights per scale along a row (0: no scales)
+  int64_t block_rows;  // rows sharing a scale (fp8-block: 128)
+  double bits_per_weight;  // stored bits per weight, scales included (levels too)
+  int64_t format_version;  // the moe-hdf5 format_version that first stores experts of it
+  WeightKernels kernels;  // Group: q8 / q4 / int4 (quantize_rows, quant_matmul); Native: mxfp4, fp8-block
+  bool dense_quantizable;  // --quantize-dense may choose it (the dense cache stores it)
   bool convert_quantizable;  // convert --quantize and synth --dtype may produce it from floats
-  const char* what;          // one line for inspect and messages
+  const char* what;  // one line for inspect and messages
 };
 
 // Every row, Plain first, in the order options list them.

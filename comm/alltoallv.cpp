@@ -181,8 +181,8 @@ std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std
     if (recv_bytes[i] > 0) {
       p->requests.emplace_back();
       p->peers.push_back(i);
-      MPI_CHECK(MPI_Irecv(static_cast<char*>(recv) + off, static_cast<int>(recv_bytes[i]), MPI_BYTE, i, kPayloadTag, comm_,
-                          &p->requests.back()));
+      MPI_CHECK(
+          MPI_Irecv(static_cast<char*>(recv) + off, static_cast<int>(recv_bytes[i]), MPI_BYTE, i, kPayloadTag, comm_, &p->requests.back()));
     }
     off += recv_bytes[i];
   }
@@ -192,8 +192,8 @@ std::unique_ptr<PendingExchange> MpiAllToAllV::start(const void* send, const std
     if (send_bytes[i] > 0) {
       p->requests.emplace_back();
       p->peers.push_back(i);
-      MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, static_cast<int>(send_bytes[i]), MPI_BYTE, i, kPayloadTag,
-                          comm_, &p->requests.back()));
+      MPI_CHECK(MPI_Isend(static_cast<const char*>(send) + off, static_cast<int>(send_bytes[i]), MPI_BYTE, i, kPayloadTag, comm_,
+                          &p->requests.back()));
     }
     off += send_bytes[i];
   }
@@ -204,21 +204,19 @@ void MpiAllToAllV::wait(PendingExchange& p) {
   wait_with_timeout(p.requests, p.peers, timeout_s_, rank_, p.what, p.receives);
 }
 
-MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s)
-    : comm_(OwnedComm::dup(comm)), timeout_s_(timeout_s) {
+MpiCollectiveAllToAllV::MpiCollectiveAllToAllV(MPI_Comm comm, double timeout_s) : comm_(OwnedComm::dup(comm)), timeout_s_(timeout_s) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }
 
-void MpiCollectiveAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,
-                                             const std::string&, const ExchangePattern&) {
+void MpiCollectiveAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string&,
+                                             const ExchangePattern&) {
   recv.assign(static_cast<std::size_t>(size_), 0);
   MPI_CHECK(MPI_Alltoall(send.data(), 1, MPI_INT64_T, recv.data(), 1, MPI_INT64_T, comm_));
 }
 
-std::unique_ptr<PendingExchange> MpiCollectiveAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes,
-                                                               void* recv, const std::vector<int64_t>& recv_bytes,
-                                                               const std::string& what) {
+std::unique_ptr<PendingExchange> MpiCollectiveAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                                               const std::vector<int64_t>& recv_bytes, const std::string& what) {
   sc_.resize(static_cast<std::size_t>(size_));
   sd_.resize(sc_.size());
   rc_.resize(sc_.size());
@@ -238,8 +236,7 @@ std::unique_ptr<PendingExchange> MpiCollectiveAllToAllV::start(const void* send,
   p->what = what;
   p->requests.emplace_back();
   p->peers.push_back(-1);
-  MPI_CHECK(MPI_Ialltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(), MPI_BYTE, comm_,
-                           &p->requests.back()));
+  MPI_CHECK(MPI_Ialltoallv(send, sc_.data(), sd_.data(), MPI_BYTE, recv, rc_.data(), rd_.data(), MPI_BYTE, comm_, &p->requests.back()));
   return p;
 }
 

@@ -37,13 +37,13 @@ struct PendingExchange {
 // Who talks to whom in an exchange (M:N patterns): counts travel only along these edges, and a
 // peer outside them has count 0 by contract. Empty vectors mean "everyone".
 struct ExchangePattern {
-  std::vector<uint8_t> sends_to;       // [peer] this rank may send rows to peer
+  std::vector<uint8_t> sends_to;  // [peer] this rank may send rows to peer
   std::vector<uint8_t> receives_from;  // [peer] peer may send rows to this rank
 };
 
 // What one exchange moves: bytes to and from each peer, contiguous in peer order.
 struct ExchangePlan {
-  std::string what;                 // names the exchange in errors
+  std::string what;  // names the exchange in errors
   std::vector<int64_t> send_bytes;  // [peer]
   std::vector<int64_t> recv_bytes;  // [peer], from the counts exchange
   int64_t send_total() const;
@@ -58,8 +58,12 @@ class AllToAllV;
 class ExchangeHandle {
  public:
   const ExchangePlan& plan() const { return plan_; }
-  template <typename T> T* send_as() { return static_cast<T*>(checked(send_, plan_.send_total(), sizeof(T), "send")); }
-  template <typename T> const T* recv_as() const {
+  template <typename T>
+  T* send_as() {
+    return static_cast<T*>(checked(send_, plan_.send_total(), sizeof(T), "send"));
+  }
+  template <typename T>
+  const T* recv_as() const {
     return static_cast<const T*>(checked(recv_, plan_.recv_total(), sizeof(T), "receive"));
   }
   void post();
@@ -68,8 +72,7 @@ class ExchangeHandle {
 
  private:
   friend class AllToAllV;
-  ExchangeHandle(AllToAllV& a2a, ExchangePlan plan, void* send, void* recv)
-      : a2a_(a2a), plan_(std::move(plan)), send_(send), recv_(recv) {}
+  ExchangeHandle(AllToAllV& a2a, ExchangePlan plan, void* send, void* recv) : a2a_(a2a), plan_(std::move(plan)), send_(send), recv_(recv) {}
   void* checked(void* p, int64_t bytes, std::size_t elem, const char* which) const;
 
   AllToAllV& a2a_;
@@ -116,8 +119,14 @@ class AllToAllV {
   bool test(PendingExchange& pending);
   // Memory the transport lends for the next exchange's data (after its counts; valid until the next
   // one), or null: memory it shares (hier: the node's window) saves a copy in and out.
-  virtual void* lent_send_buffer(std::size_t bytes) { (void)bytes; return nullptr; }
-  virtual void* lent_recv_buffer(std::size_t bytes) { (void)bytes; return nullptr; }
+  virtual void* lent_send_buffer(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void* lent_recv_buffer(std::size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 
  private:
   struct SlotBuffers {
@@ -171,7 +180,7 @@ class MpiCollectiveAllToAllV final : public AllToAllV {
 // Waits for `requests` (MPI_Waitall semantics) polling with a deadline; on timeout throws
 // ErrorKind::Comm naming `what` and the peers of the still open receives: requests[0, recv_count)
 // are receives (recv_count <= 0: name the peers of all open requests), peer_of[i] the peer of request i.
-void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s,
-                       int self_rank, const std::string& what, int recv_count = -1);
+void wait_with_timeout(std::vector<MPI_Request>& requests, const std::vector<int>& peer_of, double timeout_s, int self_rank,
+                       const std::string& what, int recv_count = -1);
 
 }  // namespace moerun::comm

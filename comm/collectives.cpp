@@ -62,8 +62,8 @@ void allreduce_sum_timed(std::vector<int64_t>& v, MPI_Comm comm, double timeout_
 std::vector<int64_t> allgather_timed(const std::vector<int64_t>& v, MPI_Comm comm, double timeout_s, const std::string& what) {
   std::vector<int64_t> all(v.size() * static_cast<std::size_t>(size_of(comm)));
   std::vector<MPI_Request> req(1);
-  MPI_CHECK(MPI_Iallgather(v.data(), static_cast<int>(v.size()), MPI_INT64_T, all.data(), static_cast<int>(v.size()), MPI_INT64_T,
-                           comm, &req[0]));
+  MPI_CHECK(MPI_Iallgather(v.data(), static_cast<int>(v.size()), MPI_INT64_T, all.data(), static_cast<int>(v.size()), MPI_INT64_T, comm,
+                           &req[0]));
   wait_with_timeout(req, {-1}, timeout_s, rank_of(comm), what);
   return all;
 }
@@ -85,18 +85,24 @@ int64_t allreduce_min(int64_t value, MPI_Comm comm) {
 }
 
 void reduce_sum_to_root(std::vector<int64_t>& v, MPI_Comm comm) {
-  if (rank_of(comm) == 0) MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_SUM, 0, comm));
-  else MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_INT64_T, MPI_SUM, 0, comm));
+  if (rank_of(comm) == 0)
+    MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_SUM, 0, comm));
+  else
+    MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_INT64_T, MPI_SUM, 0, comm));
 }
 
 void reduce_max_to_root(std::vector<double>& v, MPI_Comm comm) {
-  if (rank_of(comm) == 0) MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, 0, comm));
-  else MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, 0, comm));
+  if (rank_of(comm) == 0)
+    MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, 0, comm));
+  else
+    MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, 0, comm));
 }
 
 void reduce_sum_to_root(std::vector<double>& v, MPI_Comm comm) {
-  if (rank_of(comm) == 0) MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, 0, comm));
-  else MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, 0, comm));
+  if (rank_of(comm) == 0)
+    MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, 0, comm));
+  else
+    MPI_CHECK(MPI_Reduce(v.data(), nullptr, static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, 0, comm));
 }
 
 std::vector<double> gather_to_root(const std::vector<double>& v, MPI_Comm comm) {
@@ -105,7 +111,9 @@ std::vector<double> gather_to_root(const std::vector<double>& v, MPI_Comm comm) 
   return out;
 }
 
-void barrier(MPI_Comm comm) { MPI_CHECK(MPI_Barrier(comm)); }
+void barrier(MPI_Comm comm) {
+  MPI_CHECK(MPI_Barrier(comm));
+}
 
 void idle_barrier(MPI_Comm comm) {
   std::vector<MPI_Request> req(1);
@@ -132,8 +140,10 @@ std::string broadcast_string_timed(const std::string& value, MPI_Comm comm, doub
     for (int p = rank == 0 ? 1 : 0; p < (rank == 0 ? size : 1); ++p) {
       reqs.emplace_back();
       peers.push_back(p);
-      if (rank == 0) MPI_CHECK(MPI_Isend(out.data() + off, count, MPI_CHAR, p, kTag, comm, &reqs.back()));
-      else MPI_CHECK(MPI_Irecv(out.data() + off, count, MPI_CHAR, 0, kTag, comm, &reqs.back()));
+      if (rank == 0)
+        MPI_CHECK(MPI_Isend(out.data() + off, count, MPI_CHAR, p, kTag, comm, &reqs.back()));
+      else
+        MPI_CHECK(MPI_Irecv(out.data() + off, count, MPI_CHAR, 0, kTag, comm, &reqs.back()));
     }
   }
   wait_with_timeout(reqs, peers, rank == 0 ? timeout_s : timeout_s + 1.0, rank, what);

@@ -17,10 +17,14 @@ void reduce_counters_to_root(S& s, MPI_Comm comm) {
   std::vector<int64_t> sums;
   std::vector<double> dsums, maxes;  // Earliest: the max of negated times, none as -inf
   for (const CounterField<S>& f : S::fields()) {
-    if (f.combine == Combine::Sum && f.i) sums.push_back(s.*f.i);
-    else if (f.combine == Combine::Sum) dsums.push_back(s.*f.d);
-    else if (f.combine == Combine::Max) maxes.push_back(f.get(s));
-    else maxes.push_back(f.get(s) >= 0 ? -f.get(s) : -1e300);
+    if (f.combine == Combine::Sum && f.i)
+      sums.push_back(s.*f.i);
+    else if (f.combine == Combine::Sum)
+      dsums.push_back(s.*f.d);
+    else if (f.combine == Combine::Max)
+      maxes.push_back(f.get(s));
+    else
+      maxes.push_back(f.get(s) >= 0 ? -f.get(s) : -1e300);
   }
   if (!sums.empty()) reduce_sum_to_root(sums, comm);
   if (!dsums.empty()) reduce_sum_to_root(dsums, comm);
@@ -38,8 +42,10 @@ void reduce_counters_to_root(S& s, MPI_Comm comm) {
       v = maxes[c++];
       if (f.combine == Combine::Earliest) v = v > -1e299 ? -v : -1;
     }
-    if (f.i) s.*f.i = static_cast<int64_t>(v);
-    else s.*f.d = v;
+    if (f.i)
+      s.*f.i = static_cast<int64_t>(v);
+    else
+      s.*f.d = v;
   }
 }
 

@@ -16,7 +16,9 @@ A2aKind parse_a2a(const std::string& name) {
   fail_config("a2a", "must be mpi or hier, not \"", name, "\"");
 }
 
-const char* a2a_name(A2aKind kind) { return kind == A2aKind::Hier ? "hier" : "mpi"; }
+const char* a2a_name(A2aKind kind) {
+  return kind == A2aKind::Hier ? "hier" : "mpi";
+}
 
 std::string internode_transport(const TransportConfig& transport) {
   std::string t = transport.internode;

@@ -18,7 +18,7 @@ A2aKind parse_a2a(const std::string& name);  // mpi | hier; ConfigError on field
 const char* a2a_name(A2aKind kind);
 // How `hier` moves rows between nodes (launch/ fills it from MOERUN_INTERNODE, MOERUN_UCX_PEER_ERRORS).
 struct TransportConfig {
-  std::string internode;     // ucx | mpi; empty: ucx when built with UCX, else mpi
+  std::string internode;  // ucx | mpi; empty: ucx when built with UCX, else mpi
   int ucx_peer_errors = -1;  // UCX error mode PEER: -1 for peers on other hosts only, 0 never, 1 always
 };
 // The inter-node transport `hier` uses: Usage error naming `internode` when it is neither, or ucx

@@ -11,11 +11,12 @@
 
 namespace moerun::comm {
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
-HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& topo, std::unique_ptr<PointToPoint> net,
-                                             double timeout_s)
+HierarchicalAllToAllV::HierarchicalAllToAllV(MPI_Comm world, const Topology& topo, std::unique_ptr<PointToPoint> net, double timeout_s)
     : topo_(topo), net_(std::move(net)), timeout_s_(timeout_s) {
   MPI_CHECK(MPI_Comm_rank(world, &rank_));
   node_ = node_of(rank_);
@@ -61,8 +62,8 @@ int HierarchicalAllToAllV::in_gw(int b, int a) const {
   return rb[static_cast<std::size_t>(a) % rb.size()];
 }
 
-void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv,
-                                            const std::string& what, const ExchangePattern&) {
+void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, std::vector<int64_t>& recv, const std::string& what,
+                                            const ExchangePattern&) {
   const double t0 = now();
   ++seq_;
   const int P = topo_.world_size;
@@ -96,8 +97,8 @@ void HierarchicalAllToAllV::exchange_counts(const std::vector<int64_t>& send, st
   for (int a = 0; a < topo_.nodes; ++a) {
     if (a == node_) continue;
     const std::size_t la = node_ranks_[static_cast<std::size_t>(a)].size();
-    const auto* area = reinterpret_cast<const int64_t*>(counts_shm_->region(local_of(in_gw(node_, a)))) + P +
-                       static_cast<std::size_t>(a) * lmax_ * lmax_;
+    const auto* area =
+        reinterpret_cast<const int64_t*>(counts_shm_->region(local_of(in_gw(node_, a)))) + P + static_cast<std::size_t>(a) * lmax_ * lmax_;
     inbound_[static_cast<std::size_t>(a)].assign(area, area + la * L);
   }
   recv.assign(static_cast<std::size_t>(P), 0);
@@ -138,8 +139,8 @@ void HierarchicalAllToAllV::share_known_counts(const std::vector<int64_t>& send,
   // Senders on this node say what they send us: it must be what we expect.
   for (int s = 0; s < L; ++s)
     if (node_matrix_[static_cast<std::size_t>(s) * P + rank_] != recv[mine[s]])
-      fail(ErrorKind::Comm, what, ": rank ", mine[s], " sends ", node_matrix_[static_cast<std::size_t>(s) * P + rank_],
-           " bytes where ", recv[mine[s]], " were expected");
+      fail(ErrorKind::Comm, what, ": rank ", mine[s], " sends ", node_matrix_[static_cast<std::size_t>(s) * P + rank_], " bytes where ",
+           recv[mine[s]], " were expected");
   // No second fence: start()'s fences come before any rank writes its next counts.
   lay_out();
   times_.counts += now() - t0;
@@ -166,9 +167,8 @@ void HierarchicalAllToAllV::lay_out() {
     for (int src = 0; src < P; ++src) {
       recv_displ_[r][src] = roff;
       const int a = node_of(src);
-      roff += static_cast<std::size_t>(
-          a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(src)) * P + mine[r]]
-                     : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(src)) * L + r]);
+      roff += static_cast<std::size_t>(a == node_ ? node_matrix_[static_cast<std::size_t>(local_of(src)) * P + mine[r]]
+                                                  : inbound_[static_cast<std::size_t>(a)][static_cast<std::size_t>(local_of(src)) * L + r]);
     }
     if (r == local_) {
       my_send_total_ = off;
@@ -189,9 +189,8 @@ void* HierarchicalAllToAllV::lent_recv_buffer(std::size_t bytes) {
   return data_shm_->region(local_) + recv_area_[static_cast<std::size_t>(local_)];
 }
 
-std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes,
-                                                              void* recv, const std::vector<int64_t>& recv_bytes,
-                                                              const std::string& what) {
+std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, const std::vector<int64_t>& send_bytes, void* recv,
+                                                              const std::vector<int64_t>& recv_bytes, const std::string& what) {
   const int P = topo_.world_size;
   const auto& mine = node_ranks_[static_cast<std::size_t>(node_)];
   const int L = static_cast<int>(mine.size());
@@ -233,8 +232,9 @@ std::unique_ptr<PendingExchange> HierarchicalAllToAllV::start(const void* send, 
   char* my_recv = recv_area(local_);
   for (int src = 0; src < L; ++src) {
     const std::size_t n = M(src, rank_);
-    if (n) std::memcpy(my_recv + recv_displ_[static_cast<std::size_t>(local_)][mine[src]],
-                       send_area(src) + send_displ_[static_cast<std::size_t>(src)][rank_], n);
+    if (n)
+      std::memcpy(my_recv + recv_displ_[static_cast<std::size_t>(local_)][mine[src]],
+                  send_area(src) + send_displ_[static_cast<std::size_t>(src)][rank_], n);
   }
   const double t3 = now();
   net_->wait_all(timeout_s_, what + " (rows between nodes)");

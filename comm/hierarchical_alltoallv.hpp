@@ -26,11 +26,11 @@ namespace moerun::comm {
 
 // Seconds spent per stage, accumulated (bench a2a reports them to show where the time goes).
 struct HierStageTimes {
-  double counts = 0;       // counts: node matrix, blocks between gateways
-  double stage1 = 0;       // copy into the send area (callers not using send_buffer) and node-local pulls
-  double fences = 0;       // node barriers around the exchange
-  double network = 0;      // one message per node pair
-  double stage3 = 0;       // copy out of the receive area (callers not using recv_buffer)
+  double counts = 0;  // counts: node matrix, blocks between gateways
+  double stage1 = 0;  // copy into the send area (callers not using send_buffer) and node-local pulls
+  double fences = 0;  // node barriers around the exchange
+  double network = 0;  // one message per node pair
+  double stage3 = 0;  // copy out of the receive area (callers not using recv_buffer)
 };
 
 class HierarchicalAllToAllV final : public AllToAllV {
@@ -57,7 +57,7 @@ class HierarchicalAllToAllV final : public AllToAllV {
 
  private:
   int out_gw(int a, int b) const;  // world rank on node a that sends a's rows for node b
-  int in_gw(int b, int a) const;   // world rank on node b that receives a's rows
+  int in_gw(int b, int a) const;  // world rank on node b that receives a's rows
   int local_of(int world) const { return topo_.ranks[static_cast<std::size_t>(world)].local_rank; }
   int node_of(int world) const { return topo_.ranks[static_cast<std::size_t>(world)].node; }
   uint64_t tag(int kind) const { return (seq_ << 2) | static_cast<uint64_t>(kind); }
@@ -66,7 +66,7 @@ class HierarchicalAllToAllV final : public AllToAllV {
 
   Topology topo_;
   int rank_, node_, local_, lmax_;
-  std::vector<std::vector<int>> node_ranks_;   // [node] world ranks by local rank
+  std::vector<std::vector<int>> node_ranks_;  // [node] world ranks by local rank
   OwnedComm node_comm_;
   std::unique_ptr<PointToPoint> net_;
   double timeout_s_;
@@ -80,9 +80,9 @@ class HierarchicalAllToAllV final : public AllToAllV {
   std::vector<std::vector<int64_t>> out_blocks_;  // send buffers of the counts blocks
   // Layout of the last exchange: per local rank, start of its receive area in its region, and the
   // offset of each piece in the sender's send area / receiver's receive area.
-  std::vector<std::size_t> recv_area_;                  // [local]
-  std::vector<std::vector<std::size_t>> send_displ_;     // [local][world dest]
-  std::vector<std::vector<std::size_t>> recv_displ_;     // [local][world source]
+  std::vector<std::size_t> recv_area_;  // [local]
+  std::vector<std::vector<std::size_t>> send_displ_;  // [local][world dest]
+  std::vector<std::vector<std::size_t>> recv_displ_;  // [local][world source]
   std::size_t my_send_total_ = 0, my_recv_total_ = 0;
 };
 

@@ -11,9 +11,9 @@
 namespace moerun::comm {
 
 struct LinkModel {
-  double alpha_us = 0;        // fixed cost per exchange (latency, synchronisation, per-message work)
+  double alpha_us = 0;  // fixed cost per exchange (latency, synchronisation, per-message work)
   double bandwidth_gbps = 0;  // GB/s (1e9 bytes) the exchange moves its bytes at
-  double max_error = 0;       // the line's largest |predicted - measured| / measured over its points
+  double max_error = 0;  // the line's largest |predicted - measured| / measured over its points
   std::vector<std::pair<double, double>> measured;  // (bytes, seconds) by bytes; empty: the line alone
 
   double line_seconds(double bytes) const { return alpha_us * 1e-6 + (bandwidth_gbps > 0 ? bytes / (bandwidth_gbps * 1e9) : 0.0); }

@@ -12,7 +12,8 @@ void mpi_fail(int code, const char* call, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) len = 0;
-  throw Error(ErrorKind::Comm, str("MPI: ", call, " failed: ", std::string(msg, static_cast<std::size_t>(len)), " (", file, ":", line, ")"));
+  throw Error(ErrorKind::Comm,
+              str("MPI: ", call, " failed: ", std::string(msg, static_cast<std::size_t>(len)), " (", file, ":", line, ")"));
 }
 
 bool mpi_usable_for_cleanup() {

@@ -11,9 +11,9 @@ namespace moerun::comm {
 
 [[noreturn]] void mpi_fail(int code, const char* call, const char* file, int line);
 
-#define MPI_CHECK(expr)                                                       \
-  do {                                                                        \
-    int moerun_mpi_rc_ = (expr);                                              \
+#define MPI_CHECK(expr)                                                                                     \
+  do {                                                                                                      \
+    int moerun_mpi_rc_ = (expr);                                                                            \
     if (moerun_mpi_rc_ != MPI_SUCCESS) ::moerun::comm::mpi_fail(moerun_mpi_rc_, #expr, __FILE__, __LINE__); \
   } while (0)
 

@@ -36,7 +36,9 @@ NcclNodeExchange::~NcclNodeExchange() {
   if (s.comm) ncclCommDestroy(s.comm);
 }
 
-int NcclNodeExchange::device() const { return impl_->device; }
+int NcclNodeExchange::device() const {
+  return impl_->device;
+}
 
 void NcclNodeExchange::exchange(const void* d_send, const std::vector<int64_t>& send_bytes, void* d_recv,
                                 const std::vector<int64_t>& recv_bytes) {
@@ -46,11 +48,10 @@ void NcclNodeExchange::exchange(const void* d_send, const std::vector<int64_t>& 
   std::size_t so = 0, ro = 0;
   for (int p = 0; p < s.size; ++p) {
     if (send_bytes[p] > 0)
-      NCCL_CHECK(ncclSend(static_cast<const char*>(d_send) + so, static_cast<std::size_t>(send_bytes[p]), ncclChar, p,
-                          s.comm, s.stream.get()));
+      NCCL_CHECK(
+          ncclSend(static_cast<const char*>(d_send) + so, static_cast<std::size_t>(send_bytes[p]), ncclChar, p, s.comm, s.stream.get()));
     if (recv_bytes[p] > 0)
-      NCCL_CHECK(ncclRecv(static_cast<char*>(d_recv) + ro, static_cast<std::size_t>(recv_bytes[p]), ncclChar, p, s.comm,
-                          s.stream.get()));
+      NCCL_CHECK(ncclRecv(static_cast<char*>(d_recv) + ro, static_cast<std::size_t>(recv_bytes[p]), ncclChar, p, s.comm, s.stream.get()));
     so += static_cast<std::size_t>(send_bytes[p]);
     ro += static_cast<std::size_t>(recv_bytes[p]);
   }

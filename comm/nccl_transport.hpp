@@ -22,8 +22,7 @@ class NcclNodeExchange {
   NcclNodeExchange& operator=(const NcclNodeExchange&) = delete;
 
   // Device buffers; bytes per local peer, contiguous in local-rank order.
-  void exchange(const void* d_send, const std::vector<int64_t>& send_bytes, void* d_recv,
-                const std::vector<int64_t>& recv_bytes);
+  void exchange(const void* d_send, const std::vector<int64_t>& send_bytes, void* d_recv, const std::vector<int64_t>& recv_bytes);
   int device() const;
 
   struct Impl;

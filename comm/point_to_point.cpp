@@ -15,7 +15,9 @@ MpiPointToPoint::MpiPointToPoint(MPI_Comm world) : comm_(OwnedComm::dup(world)) 
 }
 
 namespace {
-int mpi_tag(uint64_t tag) { return static_cast<int>(tag & 0x7fff); }  // MPI_TAG_UB is at least 32767
+int mpi_tag(uint64_t tag) {
+  return static_cast<int>(tag & 0x7fff);
+}  // MPI_TAG_UB is at least 32767
 }  // namespace
 
 void MpiPointToPoint::post_send(int peer, const void* buf, std::size_t bytes, uint64_t tag) {

@@ -31,7 +31,10 @@ class PointToPoint {
   virtual void wait_all(double timeout_s, const std::string& what) = 0;
   // Buffers used for messages from here on lie in [base, base + bytes) (a registered pool); the
   // previous pool is released. Transports that need no registration ignore it.
-  virtual void set_pool(void* base, std::size_t bytes) { (void)base; (void)bytes; }
+  virtual void set_pool(void* base, std::size_t bytes) {
+    (void)base;
+    (void)bytes;
+  }
   virtual const char* name() const = 0;
 };
 

@@ -78,8 +78,7 @@ void NodeSharedMemory::fence() {
       std::ostringstream os;
       for (int q = 0; q < local_size_; ++q)
         if (__atomic_load_n(epoch_of(q), __ATOMIC_ACQUIRE) < epoch_) os << (os.tellp() > 0 ? ", " : "") << world_ranks_[q];
-      fail(ErrorKind::Comm, "no progress for ", timeout_s_, " s at a node barrier; waiting for rank(s) ", os.str(),
-           " (--comm-timeout)");
+      fail(ErrorKind::Comm, "no progress for ", timeout_s_, " s at a node barrier; waiting for rank(s) ", os.str(), " (--comm-timeout)");
     }
   }
   MPI_CHECK(MPI_Win_sync(win_));

@@ -18,11 +18,14 @@ int Topology::router_index(int rank) const {
 
 std::string Topology::describe() const {
   std::ostringstream os;
-  os << "layout: " << world_size << " rank(s) on " << nodes << " node(s), " << routers.size() << " router(s), "
-     << experts.size() << " expert rank(s)\n";
+  os << "layout: " << world_size << " rank(s) on " << nodes << " node(s), " << routers.size() << " router(s), " << experts.size()
+     << " expert rank(s)\n";
   for (const RankInfo& r : ranks)
     os << "  rank " << r.rank << ": node " << r.node << " local " << r.local_rank << " "
-       << (r.role == Role::Router ? "router" : r.role == Role::Expert ? "expert" : "router+expert") << "\n";
+       << (r.role == Role::Router   ? "router"
+           : r.role == Role::Expert ? "expert"
+                                    : "router+expert")
+       << "\n";
   return os.str();
 }
 
@@ -53,8 +56,8 @@ Topology topology_from_nodes(const std::vector<int>& node_of_rank, int routers_p
   auto router_node = [&](int node) { return router_nodes == 0 || node < router_nodes; };
   for (const auto& [node, count] : next_local)
     if (router_node(node) && routers_per_node > count)
-      fail_config("routers_per_node", routers_per_node, " exceeds the ", count, " rank(s) of node ", node,
-           "; use at most ", count - 1, " router(s) per node (expert ranks need the rest) or more ranks per node");
+      fail_config("routers_per_node", routers_per_node, " exceeds the ", count, " rank(s) of node ", node, "; use at most ", count - 1,
+                  " router(s) per node (expert ranks need the rest) or more ranks per node");
   for (RankInfo& r : t.ranks) {
     r.role = router_node(r.node) && r.local_rank < routers_per_node ? Role::Router : Role::Expert;
     (r.role == Role::Router ? t.routers : t.experts).push_back(r.rank);

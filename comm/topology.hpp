@@ -23,14 +23,14 @@ struct Topology {
   int world_size = 1;
   int nodes = 1;
   std::vector<RankInfo> ranks;  // [world rank]
-  std::vector<int> routers;     // world ranks of router ranks, in order
-  std::vector<int> experts;     // world ranks of expert ranks, in order
+  std::vector<int> routers;  // world ranks of router ranks, in order
+  std::vector<int> experts;  // world ranks of expert ranks, in order
 
   const RankInfo& self(int rank) const { return ranks[static_cast<std::size_t>(rank)]; }
   bool is_router(int rank) const { return ranks[static_cast<std::size_t>(rank)].role != Role::Expert; }
   bool is_expert(int rank) const { return ranks[static_cast<std::size_t>(rank)].role != Role::Router; }
   int router_index(int rank) const;  // position in `routers`, -1 if not a router
-  std::string describe() const;      // the start-up layout table
+  std::string describe() const;  // the start-up layout table
 };
 
 // Builds the topology over `comm`: nodes from MPI_Comm_split_type(SHARED) unless ranks_per_node > 0

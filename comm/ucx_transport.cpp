@@ -21,13 +21,12 @@
 namespace moerun::comm {
 namespace {
 
-#define UCS_CHECK(expr)                                                                              \
-  do {                                                                                               \
-    ucs_status_t moerun_ucs_ = (expr);                                                               \
-    if (moerun_ucs_ != UCS_OK)                                                                       \
-      throw ::moerun::Error(::moerun::ErrorKind::Comm, ::moerun::str("UCX: ", #expr, " failed: ",    \
-                                                                     ucs_status_string(moerun_ucs_), \
-                                                                     " (", __FILE__, ":", __LINE__, ")")); \
+#define UCS_CHECK(expr)                                                                                                                 \
+  do {                                                                                                                                  \
+    ucs_status_t moerun_ucs_ = (expr);                                                                                                  \
+    if (moerun_ucs_ != UCS_OK)                                                                                                          \
+      throw ::moerun::Error(::moerun::ErrorKind::Comm, ::moerun::str("UCX: ", #expr, " failed: ", ucs_status_string(moerun_ucs_), " (", \
+                                                                     __FILE__, ":", __LINE__, ")"));                                    \
   } while (0)
 
 constexpr int kSenderShift = 44;
@@ -113,10 +112,8 @@ struct UcxPointToPoint::Impl {
     return p;
   }
 
-  void track(ucs_status_ptr_t r, int peer, bool recv, const char* op,
-             std::shared_ptr<std::vector<ucp_dt_iov_t>> iov = nullptr) {
-    if (UCS_PTR_IS_ERR(r))
-      fail(ErrorKind::Comm, "UCX: ", op, " with rank ", peer, " failed: ", ucs_status_string(UCS_PTR_STATUS(r)));
+  void track(ucs_status_ptr_t r, int peer, bool recv, const char* op, std::shared_ptr<std::vector<ucp_dt_iov_t>> iov = nullptr) {
+    if (UCS_PTR_IS_ERR(r)) fail(ErrorKind::Comm, "UCX: ", op, " with rank ", peer, " failed: ", ucs_status_string(UCS_PTR_STATUS(r)));
     pending.push_back({UCS_PTR_IS_PTR(r) ? r : nullptr, peer, recv, std::move(iov)});
   }
 
@@ -140,7 +137,9 @@ struct UcxPointToPoint::Impl {
   }
 };
 
-bool ucx_available() { return true; }
+bool ucx_available() {
+  return true;
+}
 
 UcxPointToPoint::UcxPointToPoint(MPI_Comm world, int peer_errors) : impl_(std::make_unique<Impl>()) {
   impl_->peer_errors = peer_errors;
@@ -244,8 +243,7 @@ void UcxPointToPoint::post_send_segments(int peer, std::vector<Segment> segments
   Impl& s = *impl_;
   auto iov = Impl::iov_of(segments);
   ucp_request_param_t p = Impl::iov_params();
-  s.track(ucp_tag_send_nbx(s.endpoint(peer), iov->data(), iov->size(), full_tag(s.rank, tag), &p), peer, false, "send",
-          iov);
+  s.track(ucp_tag_send_nbx(s.endpoint(peer), iov->data(), iov->size(), full_tag(s.rank, tag), &p), peer, false, "send", iov);
 }
 
 void UcxPointToPoint::post_recv_segments(int peer, std::vector<Segment> segments, uint64_t tag) {
@@ -253,8 +251,7 @@ void UcxPointToPoint::post_recv_segments(int peer, std::vector<Segment> segments
   s.endpoint(peer);
   auto iov = Impl::iov_of(segments);
   ucp_request_param_t p = Impl::iov_params();
-  s.track(ucp_tag_recv_nbx(s.worker, iov->data(), iov->size(), full_tag(peer, tag), ~uint64_t{0}, &p), peer, true,
-          "receive", iov);
+  s.track(ucp_tag_recv_nbx(s.worker, iov->data(), iov->size(), full_tag(peer, tag), ~uint64_t{0}, &p), peer, true, "receive", iov);
 }
 
 void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {
@@ -279,8 +276,10 @@ void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {
       if (p.request && s.failed_peers.count(p.peer))
         fail(ErrorKind::Comm, what, ": rank ", p.peer, " is unreachable (UCX: ", ucs_status_string(s.failure), ")");
     if (!busy) break;
-    if (ucp_worker_progress(s.worker) == 0) backoff.pause();
-    else backoff.reset();
+    if (ucp_worker_progress(s.worker) == 0)
+      backoff.pause();
+    else
+      backoff.reset();
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (timeout_s > 0 && waited > timeout_s) {
       std::set<int> missing;
@@ -295,6 +294,8 @@ void UcxPointToPoint::wait_all(double timeout_s, const std::string& what) {
   s.pending.clear();
 }
 
-std::string UcxPointToPoint::describe() const { return "ucx"; }
+std::string UcxPointToPoint::describe() const {
+  return "ucx";
+}
 
 }  // namespace moerun::comm

@@ -33,8 +33,10 @@ struct ExpectedTensor {
 
 // The raw form's bytes of biases b1‖b3‖b2 (float32) in the model's dtype, at `out`.
 inline void store_biases(const std::vector<float>& bias, DType dtype, unsigned char* out) {
-  if (dtype == DType::F32) std::memcpy(out, bias.data(), bias.size() * 4);
-  else f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(out), bias.size());
+  if (dtype == DType::F32)
+    std::memcpy(out, bias.data(), bias.size() * 4);
+  else
+    f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(out), bias.size());
 }
 
 // How a checkpoint holds its experts: one tensor per matrix and expert (Mixtral, Qwen, OLMoE); per
@@ -52,8 +54,10 @@ class CheckpointExperts {
  public:
   enum class Form { PerExpert, Stacked, Fused, Mxfp4 };
   CheckpointExperts(const HfCheckpoint& ckpt, const model::ModelConfig& c, const model::NameMap& nm) : c_(c), nm_(nm) {
-    if (!nm.expert_w1.empty()) form_ = stacked_module(ckpt) ? Form::Stacked : Form::PerExpert;
-    else form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
+    if (!nm.expert_w1.empty())
+      form_ = stacked_module(ckpt) ? Form::Stacked : Form::PerExpert;
+    else
+      form_ = ckpt.has(layer_name(0, "mlp.experts.gate_up_proj_blocks")) ? Form::Mxfp4 : Form::Fused;
     if (form_ == Form::Stacked) {
       // fp8 as transformers 5.x saves a FineGrainedFP8 model: gate_up_proj and down_proj in e4m3 with
       // their block scales stacked beside them ([E, ceil(rows/128), ceil(cols/128)]).
@@ -164,7 +168,8 @@ class CheckpointExperts {
     if (form_ == Form::Stacked) {  // fp8: gate_up's first ff rows (and their block rows) are w1, the rest w3
       const TensorReader::Fp8Tensor gu = r.read_fp8_slice(stacked(l, "gate_up_proj"), {c_.num_experts, 2 * ff, d}, e);
       const TensorReader::Fp8Tensor down = r.read_fp8_slice(stacked(l, "down_proj"), {c_.num_experts, d, ff}, e);
-      const std::size_t half = static_cast<std::size_t>(ff * d), scale_half = static_cast<std::size_t>(fp8_scale_rows(ff) * fp8_scale_cols(d));
+      const std::size_t half = static_cast<std::size_t>(ff * d),
+                        scale_half = static_cast<std::size_t>(fp8_scale_rows(ff) * fp8_scale_cols(d));
       put("w1", gu.values.data(), half);
       put("w3", gu.values.data() + half, half);
       put("w1_scales", gu.scales.data(), scale_half * 4);
@@ -174,8 +179,8 @@ class CheckpointExperts {
       return raw;
     }
     if (form_ == Form::PerExpert) {  // fp8: the e4m3 bytes and their float32 scales; INT4: values, scales, levels
-      for (auto [part, pattern, rows, cols] : {std::tuple{"w1", &nm_.expert_w1, ff, d}, std::tuple{"w3", &nm_.expert_w3, ff, d},
-                                               std::tuple{"w2", &nm_.expert_w2, d, ff}}) {
+      for (auto [part, pattern, rows, cols] :
+           {std::tuple{"w1", &nm_.expert_w1, ff, d}, std::tuple{"w3", &nm_.expert_w3, ff, d}, std::tuple{"w2", &nm_.expert_w2, d, ff}}) {
         if (int4_) {
           const PackedInt4Matrix m = r.read_int4(expert_name(l, e, *pattern), {rows, cols});
           put(part, m.values.data(), m.values.size());
@@ -221,8 +226,10 @@ class CheckpointExperts {
       return;
     }
     std::vector<std::string> names{"gate_up_proj_bias", "down_proj_bias"};
-    if (form_ == Form::Fused) names.insert(names.end(), {"gate_up_proj", "down_proj"});
-    else names.insert(names.end(), {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"});
+    if (form_ == Form::Fused)
+      names.insert(names.end(), {"gate_up_proj", "down_proj"});
+    else
+      names.insert(names.end(), {"gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks", "down_proj_scales"});
     for (const auto& n : names) r.skip(layer_name(l, "mlp.experts." + n), true);
   }
 

@@ -38,7 +38,8 @@ void check_group(const json& g, const std::string& where, PackedInt4Scheme& s) {
   if (!g.is_object() || !g.contains("weights") || !g["weights"].is_object()) fail(ErrorKind::BadInput, where, ".weights is missing");
   const json& w = g["weights"];
   const std::string wf = where + ".weights";
-  if (!w.contains("num_bits") || w["num_bits"] != 4) fail(ErrorKind::BadInput, wf, ".num_bits is ", w.value("num_bits", json()).dump(), "; only 4 is read");
+  if (!w.contains("num_bits") || w["num_bits"] != 4)
+    fail(ErrorKind::BadInput, wf, ".num_bits is ", w.value("num_bits", json()).dump(), "; only 4 is read");
   if (text_or(w, "type", "") != "int") fail(ErrorKind::BadInput, wf, ".type is ", w.value("type", json()).dump(), "; only int is read");
   if (text_or(w, "strategy", "") != "group")
     fail(ErrorKind::BadInput, wf, ".strategy is ", w.value("strategy", json()).dump(), "; only group is read");
@@ -47,7 +48,8 @@ void check_group(const json& g, const std::string& where, PackedInt4Scheme& s) {
     fail(ErrorKind::BadInput, wf, ".group_size is ", gs.dump(), "; 32, 64 or 128 are read");
   if (w.value("actorder", json()) == "group")
     fail(ErrorKind::BadInput, wf, ".actorder is \"group\": activation-ordered groups (g_idx) are not read");
-  if (w.value("dynamic", json(false)) != false) fail(ErrorKind::BadInput, wf, ".dynamic is ", w["dynamic"].dump(), "; only static weights are read");
+  if (w.value("dynamic", json(false)) != false)
+    fail(ErrorKind::BadInput, wf, ".dynamic is ", w["dynamic"].dump(), "; only static weights are read");
   for (const char* act : {"input_activations", "output_activations"})
     if (g.contains(act) && !g[act].is_null())
       fail(ErrorKind::BadInput, where, ".", act, " is set: only weight-only schemes (W4A16) are read, activations stay in float");
@@ -76,16 +78,19 @@ void check_pattern(const std::string& entry, const std::string& where) {
   const std::string p = entry.substr(3);
   int depth = 0, deepest = 0;
   for (std::size_t i = 0; i < p.size(); ++i) {
-    if (p[i] == '\\') ++i;
-    else if (p[i] == '(') deepest = std::max(deepest, ++depth);
-    else if (p[i] == ')') --depth;
+    if (p[i] == '\\')
+      ++i;
+    else if (p[i] == '(')
+      deepest = std::max(deepest, ++depth);
+    else if (p[i] == ')')
+      --depth;
   }
   if (deepest > kMaxPatternNesting)
-    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" nests ", deepest, " groups deep; at most ", kMaxPatternNesting,
-         " are read");
+    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" nests ", deepest, " groups deep; at most ",
+         kMaxPatternNesting, " are read");
   if (p.size() > kMaxPatternLength)
-    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" is ", p.size(), " characters long; at most ", kMaxPatternLength,
-         " are read");
+    fail(ErrorKind::BadInput, where, ": pattern \"", entry.substr(0, 40), "...\" is ", p.size(), " characters long; at most ",
+         kMaxPatternLength, " are read");
   try {
     std::regex r(p);
   } catch (const std::regex_error&) {
@@ -95,7 +100,8 @@ void check_pattern(const std::string& entry, const std::string& where) {
 
 const SafetensorInfo& part(const HfCheckpoint& ckpt, const std::string& weight, const char* suffix, const std::string& what) {
   const std::string n = weight + suffix;
-  if (!ckpt.has(n)) fail(ErrorKind::BadInput, ckpt.file_of(weight + "_packed"), ": the checkpoint has no ", ckpt.spelled(n), " (", what, ")");
+  if (!ckpt.has(n))
+    fail(ErrorKind::BadInput, ckpt.file_of(weight + "_packed"), ": the checkpoint has no ", ckpt.spelled(n), " (", what, ")");
   return ckpt.info(n);
 }
 
@@ -131,7 +137,8 @@ std::optional<PackedInt4Scheme> read_packed_int4_scheme(const json& q, const std
     fail(ErrorKind::BadInput, where, ".format is \"", format, "\"; of compressed-tensors only pack-quantized INT4 is read");
   const std::string status = text_or(q, "quantization_status", "compressed");
   if (status != "compressed")
-    fail(ErrorKind::BadInput, where, ".quantization_status is \"", status, "\": the weights are not packed (only compressed checkpoints are read)");
+    fail(ErrorKind::BadInput, where, ".quantization_status is \"", status,
+         "\": the weights are not packed (only compressed checkpoints are read)");
   if (q.contains("sparsity_config") && !q["sparsity_config"].is_null() && !q["sparsity_config"].empty())
     fail(ErrorKind::BadInput, where, ".sparsity_config is set: sparse checkpoints are not read");
   if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
@@ -168,23 +175,26 @@ bool is_packed_int4_part(const std::string& name, std::string* weight) {
 void check_packed_int4(const HfCheckpoint& ckpt, const std::string& weight, int64_t rows, int64_t cols) {
   const std::string packed = weight + "_packed";
   if (ckpt.has(weight + "_g_idx"))
-    fail(ErrorKind::BadInput, ckpt.file_of(packed), ": tensor ", ckpt.spelled(weight + "_g_idx"), " is there: activation-ordered groups are not read");
+    fail(ErrorKind::BadInput, ckpt.file_of(packed), ": tensor ", ckpt.spelled(weight + "_g_idx"),
+         " is there: activation-ordered groups are not read");
   if (cols % kQuantGroup != 0)
-    fail(ErrorKind::BadInput, ckpt.file_of(packed), ": tensor ", ckpt.spelled(weight), " has ", cols, " columns, not a multiple of 32 (INT4 groups)");
+    fail(ErrorKind::BadInput, ckpt.file_of(packed), ": tensor ", ckpt.spelled(weight), " has ", cols,
+         " columns, not a multiple of 32 (INT4 groups)");
   expect_part(ckpt, packed, ckpt.info(packed), {"I32"}, {rows, cols / 8});
   const SafetensorInfo& scale = part(ckpt, weight, "_scale", "its group scales");
   const int64_t groups = scale.shape.size() == 2 ? scale.shape[1] : 0;
   const int64_t g = groups > 0 ? cols / groups : 0;
   if (groups <= 0 || cols % groups != 0 || (g != 32 && g != 64 && g != 128))
-    fail(ErrorKind::BadInput, ckpt.file_of(weight + "_scale"), ": tensor ", ckpt.spelled(weight + "_scale"), " has shape ", io::shape_str(scale.shape),
-         ": groups of 32, 64 or 128 of ", cols, " columns expected");
+    fail(ErrorKind::BadInput, ckpt.file_of(weight + "_scale"), ": tensor ", ckpt.spelled(weight + "_scale"), " has shape ",
+         io::shape_str(scale.shape), ": groups of 32, 64 or 128 of ", cols, " columns expected");
   expect_part(ckpt, weight + "_scale", scale, {"BF16", "F16"}, {rows, groups});
   const SafetensorInfo& shape = part(ckpt, weight, "_shape", "the unpacked shape");
   expect_part(ckpt, weight + "_shape", shape, {"I64", "I32"}, {2});
   const std::vector<unsigned char> s = ckpt.read_raw(weight + "_shape");
   int64_t v[2];
   for (int i = 0; i < 2; ++i) {
-    if (shape.dtype == "I64") std::memcpy(&v[i], s.data() + 8 * i, 8);
+    if (shape.dtype == "I64")
+      std::memcpy(&v[i], s.data() + 8 * i, 8);
     else {
       int32_t x;
       std::memcpy(&x, s.data() + 4 * i, 4);
@@ -192,8 +202,8 @@ void check_packed_int4(const HfCheckpoint& ckpt, const std::string& weight, int6
     }
   }
   if (v[0] != rows || v[1] != cols)
-    fail(ErrorKind::BadInput, ckpt.file_of(weight + "_shape"), ": tensor ", ckpt.spelled(weight + "_shape"), " is [", v[0], ", ", v[1], "], expected [",
-         rows, ", ", cols, "]");
+    fail(ErrorKind::BadInput, ckpt.file_of(weight + "_shape"), ": tensor ", ckpt.spelled(weight + "_shape"), " is [", v[0], ", ", v[1],
+         "], expected [", rows, ", ", cols, "]");
   if (ckpt.has(weight + "_zero_point"))
     expect_part(ckpt, weight + "_zero_point", ckpt.info(weight + "_zero_point"), {"I32"}, {(rows + 7) / 8, groups});
 }
@@ -215,8 +225,8 @@ PackedInt4Matrix read_packed_int4(const HfCheckpoint& ckpt, const std::string& w
       std::memcpy(&bits, raw.data() + 2 * (r * groups + g), 2);
       const float s = f16 ? f16_to_f32(bits) : bf16_to_f32(bits);
       if (!std::isfinite(s))
-        fail(ErrorKind::BadInput, ckpt.file_of(weight + "_scale"), ": tensor ", ckpt.spelled(weight + "_scale"), " contains ", std::isnan(s) ? "NaN" : "Inf",
-             " at [", r, ",", g, "]");
+        fail(ErrorKind::BadInput, ckpt.file_of(weight + "_scale"), ": tensor ", ckpt.spelled(weight + "_scale"), " contains ",
+             std::isnan(s) ? "NaN" : "Inf", " at [", r, ",", g, "]");
       uint8_t z = 8;  // symmetric: q + 8 - 8
       if (!zp.empty()) {
         uint32_t word;

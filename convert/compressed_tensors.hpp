@@ -54,9 +54,9 @@ bool is_packed_int4_part(const std::string& name, std::string* weight = nullptr)
 // repeated over its groups of 32) and its level byte (zero level, fp16 flag).
 struct PackedInt4Matrix {
   int64_t rows = 0, cols = 0;
-  std::vector<uint8_t> values;    // [rows, cols / 2]
-  std::vector<uint16_t> scales;   // [rows, cols / 32]
-  std::vector<uint8_t> levels;    // [rows, cols / 32]
+  std::vector<uint8_t> values;  // [rows, cols / 2]
+  std::vector<uint16_t> scales;  // [rows, cols / 32]
+  std::vector<uint8_t> levels;  // [rows, cols / 32]
 };
 
 // Checks X.weight's parts against [rows, cols] (dtypes, shapes, weight_shape's values, a group size

@@ -19,7 +19,9 @@ namespace moerun::convert {
 namespace fs = std::filesystem;
 
 namespace {
-std::string read_text(const std::string& path) { return io::read_regular_file(path); }
+std::string read_text(const std::string& path) {
+  return io::read_regular_file(path);
+}
 
 // A multimodal checkpoint's text-model tensor under its text-only name: model.language_model.X
 // (Qwen3.5) as model.X, language_model.model.X and language_model.lm_head.X (Kimi K2.5) as model.X
@@ -86,8 +88,7 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
       h.text(t).text(info.dtype).vec(info.shape).value(info.begin).value(info.end);
       if (weight_map.empty() || weight_map.count(t)) {
         const std::string name = text_model_name(t);
-        if (where_.count(name))
-          fail(ErrorKind::BadInput, path, ": tensor ", t, " is also in ", files_[where_[name]].path());
+        if (where_.count(name)) fail(ErrorKind::BadInput, path, ": tensor ", t, " is also in ", files_[where_[name]].path());
         where_[name] = fi;
         if (name != t) stored_[name] = t;
       }

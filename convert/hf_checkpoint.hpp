@@ -30,7 +30,7 @@ class HfCheckpoint {
   const std::string& config_text() const { return config_text_; }  // config.json as read
   bool has(const std::string& name) const { return where_.count(name) > 0 || packed_.count(name) > 0; }
   const SafetensorInfo& info(const std::string& name) const;  // BadInput naming the tensor when absent
-  std::string file_of(const std::string& name) const;         // the safetensors file that holds it
+  std::string file_of(const std::string& name) const;  // the safetensors file that holds it
   std::vector<float> read_f32(const std::string& name, int64_t index = -1) const;  // index: as SafetensorsFile
   std::vector<unsigned char> read_raw(const std::string& name, int64_t index = -1) const;
   std::vector<std::string> names() const;  // packed X.weight included, with their parts

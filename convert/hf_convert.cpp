@@ -89,15 +89,17 @@ bool finished_before(const std::string& path, const std::string& fingerprint) {
 void ConvertConfig::validate() const {
   if (from.empty()) fail(ErrorKind::Usage, "--from-hf is required");
   if (out.empty()) fail(ErrorKind::Usage, "--out is required");
-  if (io::is_s3_url(out)) io::parse_s3_url(out);
-  else if (!staging.empty()) fail(ErrorKind::Usage, "--staging goes with an s3:// --out");
+  if (io::is_s3_url(out))
+    io::parse_s3_url(out);
+  else if (!staging.empty())
+    fail(ErrorKind::Usage, "--staging goes with an s3:// --out");
   if (dtype != "keep" && dtype != "float32" && dtype != "bfloat16")
     fail(ErrorKind::Usage, "--dtype must be keep, float32 or bfloat16, not \"", dtype, "\"");
   if (shards < 0 || shards > 100000) fail(ErrorKind::Usage, "--shards must be in [0, 100000] (0: about 2 GiB each)");
   const auto scheme = weight_scheme_by_name(quantize);
   if (quantize != "keep" && quantize != "none" && !(scheme && weight_scheme_row(*scheme).convert_quantizable))
-    fail(ErrorKind::Usage, "--quantize must be keep, none, ", weight_scheme_names([](const WeightSchemeRow& r) { return r.convert_quantizable; }),
-         ", not \"", quantize, "\"");
+    fail(ErrorKind::Usage, "--quantize must be keep, none, ",
+         weight_scheme_names([](const WeightSchemeRow& r) { return r.convert_quantizable; }), ", not \"", quantize, "\"");
 }
 
 namespace {
@@ -110,8 +112,8 @@ void upload_model(const std::string& local, const std::string& out, const io::S3
   const io::S3Url prefix = io::parse_s3_url(out);
   std::vector<std::string> files;
   for (int s = 0; s < shards; ++s) files.push_back(io::shard_file_name(s));
-  for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json"})
+  for (const char* name :
+       {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
     if (fs::exists(fs::path(local) / name)) files.push_back(name);
   files.push_back("model.h5");
   // Shards of an earlier conversion with more shards would make experts appear twice: removed.
@@ -214,21 +216,24 @@ namespace {
 void expect_fp8_scales(const HfCheckpoint& ckpt, const std::string& name, const std::vector<int64_t>& shape) {
   const std::string sname = name + kFp8ScaleSuffix;
   if (!ckpt.has(sname))
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " is F8_E4M3 but the checkpoint has no ", ckpt.spelled(sname), " (its block scales)");
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " is F8_E4M3 but the checkpoint has no ",
+         ckpt.spelled(sname), " (its block scales)");
   const SafetensorInfo& si = ckpt.info(sname);
   const std::size_t n = shape.size();
   std::vector<int64_t> want(shape.begin(), shape.end() - 2);
   want.insert(want.end(), {fp8_scale_rows(shape[n - 2]), fp8_scale_cols(shape[n - 1])});
   if (si.shape != want)
-    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has shape ", io::shape_str(si.shape), ", expected ", io::shape_str(want),
-         " (128 x 128 blocks of ", io::shape_str(shape), ")");
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has shape ", io::shape_str(si.shape), ", expected ",
+         io::shape_str(want), " (128 x 128 blocks of ", io::shape_str(shape), ")");
   if (si.dtype != "F32" && si.dtype != "BF16" && si.dtype != "F16")
-    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has dtype ", si.dtype, ", expected F32, BF16 or F16");
+    fail(ErrorKind::BadInput, ckpt.file_of(sname), ": tensor ", ckpt.spelled(sname), " has dtype ", si.dtype,
+         ", expected F32, BF16 or F16");
 }
 
 // The experts' stored format: --quantize keep takes the checkpoint's native form (MXFP4, fp8) when
 // it has one and the shapes allow it, none dequantizes, q8/q4 quantize. Notes say which.
-void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const std::string& where, model::ModelConfig& c, std::string& notes) {
+void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const std::string& where, model::ModelConfig& c,
+                          std::string& notes) {
   const std::string dense = dtype_name(c.dtype);
   const char* shipped = native == WeightScheme::Mxfp4  ? "MXFP4"
                         : native == WeightScheme::Int4 ? "INT4 (compressed-tensors pack-quantized)"
@@ -237,7 +242,8 @@ void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const s
     if (native != WeightScheme::Plain) notes += std::string("experts: ") + shipped + " dequantized to " + dense + " (--quantize none)\n";
     return;
   }
-  const model::WeightFormat want = cfg.quantize == "keep" ? model::WeightFormat{c.dtype, native} : model::parse_weight_format(cfg.quantize, c.dtype, "--quantize");
+  const model::WeightFormat want =
+      cfg.quantize == "keep" ? model::WeightFormat{c.dtype, native} : model::parse_weight_format(cfg.quantize, c.dtype, "--quantize");
   const model::WeightFormat before = c.expert_format;
   c.expert_format = want;
   try {
@@ -248,9 +254,13 @@ void choose_expert_format(const ConvertConfig& cfg, WeightScheme native, const s
     notes += std::string("experts: ") + shipped + " dequantized to " + dense + ": " + e.what() + "\n";
     return;
   }
-  if (cfg.quantize == "keep") notes += std::string("experts: kept as shipped, ") + shipped + "; dense layers " + dense + "\n";
-  else notes += "experts quantized to " + cfg.quantize + (cfg.quantize == "int4" ? " (groups of 32, bf16 scales)" : " (groups of 32, fp16 scales)") +
-                (native != WeightScheme::Plain ? std::string(" from ") + shipped + " dequantized" : "") + "; dense layers stay " + dense + "\n";
+  if (cfg.quantize == "keep")
+    notes += std::string("experts: kept as shipped, ") + shipped + "; dense layers " + dense + "\n";
+  else
+    notes += "experts quantized to " + cfg.quantize +
+             (cfg.quantize == "int4" ? " (groups of 32, bf16 scales)" : " (groups of 32, fp16 scales)") +
+             (native != WeightScheme::Plain ? std::string(" from ") + shipped + " dequantized" : "") + "; dense layers stay " + dense +
+             "\n";
 }
 
 // The dtype: keep bf16 as bf16; f32 and f16 (which bf16 would round) become f32. An fp8
@@ -275,9 +285,9 @@ DType stored_dtype(const ConvertConfig& cfg, const HfCheckpoint& ckpt) {
 struct ConversionPlan {
   model::ModelConfig c;
   model::NameMap nm;
-  bool tied = false;   // tie_word_embeddings: lm_head is embed_tokens
+  bool tied = false;  // tie_word_embeddings: lm_head is embed_tokens
   int shards = 0;
-  std::string generation;   // generation_config.json's text, or empty
+  std::string generation;  // generation_config.json's text, or empty
   std::string fingerprint;  // what every output file is made from
   std::vector<int64_t> moe_layers;  // the decoder layer of each row of the expert tables
   std::vector<model::DenseDataset> ours;
@@ -342,7 +352,7 @@ void finish_plan(ConversionPlan& p, const HfCheckpoint& ckpt, const ConvertConfi
 }
 
 // The tokenizer and generation settings a model directory carries, copied as they are.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+constexpr const char* kTokenizerFiles[] = {"tokenizer.model",         "tokenizer.json",         "tokenizer_config.json",
                                            "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};
 
 // The output directory, writable, without what a killed run left (its temp files; the files it
@@ -357,7 +367,8 @@ void prepare_output(const std::string& out, const std::string& from, int shards,
   for (int s = 0; s < shards; ++s) outputs.push_back({(fs::path(out) / io::shard_file_name(s)).string(), "--out"});
   outputs.push_back({io::model_h5_path(out), "--out"});
   for (const char* name : kTokenizerFiles) outputs.push_back({(fs::path(out) / name).string(), "--out"});
-  if (fs::equivalent(out, from, ec)) fail(ErrorKind::Usage, "--out ", out, " is the --from checkpoint directory; writing it would change the input");
+  if (fs::equivalent(out, from, ec))
+    fail(ErrorKind::Usage, "--out ", out, " is the --from checkpoint directory; writing it would change the input");
   io::check_distinct_paths(inputs, outputs);
   fs::create_directories(out, ec);
   if (ec) fail(ErrorKind::Io, out, ": cannot create directory: ", ec.message());
@@ -380,12 +391,12 @@ void check_tensor(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const mode
                   const ExpectedTensor& want) {
   const std::vector<int64_t>& shape = want.shape;
   if (!ckpt.has(name))
-    fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", ckpt.spelled(name), ", which config.json implies (", c.architecture, ", ",
-         c.num_layers, " layers, ", c.num_experts, " experts)");
+    fail(ErrorKind::BadInput, cfg.from, ": the checkpoint has no tensor ", ckpt.spelled(name), ", which config.json implies (",
+         c.architecture, ", ", c.num_layers, " layers, ", c.num_experts, " experts)");
   const SafetensorInfo& info = ckpt.info(name);
   if (info.shape != shape)
-    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has shape ", io::shape_str(info.shape), ", config.json says ",
-         io::shape_str(shape));
+    fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has shape ", io::shape_str(info.shape),
+         ", config.json says ", io::shape_str(shape));
   if (want.bytes && info.dtype != "U8")
     fail(ErrorKind::BadInput, ckpt.file_of(name), ": tensor ", ckpt.spelled(name), " has dtype ", info.dtype, ", expected U8 (MXFP4)");
   if (!want.bytes && info.dtype == "F8_E4M3" && (shape.size() == 2 || shape.size() == 3)) return expect_fp8_scales(ckpt, name, shape);
@@ -421,11 +432,11 @@ void check_checkpoint(const ConvertConfig& cfg, const HfCheckpoint& ckpt, const 
                             ckpt.info(n.substr(0, n.size() - suffix)).dtype == "F8_E4M3";
     std::string weight;
     const bool int4_part = is_packed_int4_part(n, &weight) && expected.count(weight) && ckpt.info(weight).dtype == "INT4";
-    if (expected.count(n) || fp8_scales || int4_part || n.find("rotary_emb.inv_freq") != std::string::npos || (p.tied && n == "lm_head.weight") ||
-        empty_shared_expert(n, ckpt.info(n), c))
+    if (expected.count(n) || fp8_scales || int4_part || n.find("rotary_emb.inv_freq") != std::string::npos ||
+        (p.tied && n == "lm_head.weight") || empty_shared_expert(n, ckpt.info(n), c))
       continue;
-    fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", ckpt.spelled(n), " has no place in a ", c.architecture, " model as config.json describes it (",
-         c.num_layers, " layers, ", c.num_experts, " experts)");
+    fail(ErrorKind::BadInput, ckpt.file_of(n), ": tensor ", ckpt.spelled(n), " has no place in a ", c.architecture,
+         " model as config.json describes it (", c.num_layers, " layers, ", c.num_experts, " experts)");
   }
 }
 
@@ -528,9 +539,11 @@ ConvertReport convert_local(const ConvertConfig& cfg, const HfCheckpoint& ckpt, 
   ConversionPlan p = plan_conversion(cfg, ckpt, rep);
   const CheckpointExperts experts(ckpt, p.c, p.nm);
   choose_expert_format(cfg, experts.native(), ckpt.config_path(), p.c, rep.notes);
-  if (experts.form() == CheckpointExperts::Form::Stacked && experts.fp8() && experts.native() == WeightScheme::Plain && cfg.quantize == "keep")
-    rep.notes += "experts: stacked fp8 dequantized to " + std::string(dtype_name(p.c.dtype)) + ": a 128-row block of gate_up_proj holds gate and up rows (" +
-                 "intermediate_size " + std::to_string(p.c.intermediate_size) + " is not a multiple of 128)\n";
+  if (experts.form() == CheckpointExperts::Form::Stacked && experts.fp8() && experts.native() == WeightScheme::Plain &&
+      cfg.quantize == "keep")
+    rep.notes += "experts: stacked fp8 dequantized to " + std::string(dtype_name(p.c.dtype)) +
+                 ": a 128-row block of gate_up_proj holds gate and up rows (" + "intermediate_size " +
+                 std::to_string(p.c.intermediate_size) + " is not a multiple of 128)\n";
   finish_plan(p, ckpt, cfg);
   rep.config = p.c;
   rep.shards = p.shards;

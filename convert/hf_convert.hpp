@@ -18,17 +18,17 @@
 namespace moerun::convert {
 
 struct ConvertConfig {
-  std::string from;            // Hugging Face model directory
-  std::string out;             // moe-hdf5 model directory (created), or s3://bucket/prefix
-  io::S3Config s3;                 // for an s3:// output
-  std::string staging;         // s3:// output: the local directory it is made in first (default: in the
-                               // system temp directory, named by the checkpoint; removed after the upload)
+  std::string from;  // Hugging Face model directory
+  std::string out;  // moe-hdf5 model directory (created), or s3://bucket/prefix
+  io::S3Config s3;  // for an s3:// output
+  std::string staging;  // s3:// output: the local directory it is made in first (default: in the
+      // system temp directory, named by the checkpoint; removed after the upload)
   std::string dtype = "keep";  // keep | float32 | bfloat16 (keep: bf16 stays bf16, f32 and f16 become f32)
-  int shards = 0;              // expert shards; 0: about 2 GiB each
+  int shards = 0;  // expert shards; 0: about 2 GiB each
   // The experts' stored format (dense layers keep `dtype`): keep (the checkpoint's MXFP4 or fp8 as
   // shipped, else `dtype`) | none (dequantized to `dtype`) | q8 | q4.
   std::string quantize = "keep";
-  void validate() const;       // Usage errors naming the option
+  void validate() const;  // Usage errors naming the option
 };
 
 struct ConvertReport {
@@ -36,15 +36,15 @@ struct ConvertReport {
   int shards = 0;
   int files_written = 0, files_kept = 0;  // kept: finished by an earlier, interrupted run
   int files_uploaded = 0, uploads_kept = 0;  // s3://: sent now, or already there with the same checksum
-  uint64_t bytes_read = 0;                // tensor bytes read from the checkpoint
-  std::string notes;                      // what the conversion changed or dropped, one line each
+  uint64_t bytes_read = 0;  // tensor bytes read from the checkpoint
+  std::string notes;  // what the conversion changed or dropped, one line each
 };
 
 // The moe-hdf5 config of a Hugging Face config.json (BadInput naming the file and the field for
 // an unsupported architecture or setting). `dtype` is what the weights will be stored as; the end
 // token may come from generation_config.json (its text, or empty) when config.json has none.
 model::ModelConfig model_config_from_hf(const std::string& config_json, const std::string& where, DType dtype, std::string* notes,
-                                 const std::string& generation_config_json = "");
+                                        const std::string& generation_config_json = "");
 
 // The experts' format a checkpoint of this config.json ships (its quantization_config: fp8 with
 // 128 x 128 blocks, or mxfp4), which convert keeps by default; plain otherwise. For planning from a

@@ -84,7 +84,8 @@ void deinterleave_rope(const model::DenseDataset& ds, const model::ModelConfig& 
   }
   // Only these hold RoPE rows; the other norms may be one-dimensional.
   if (first_rows.empty()) return;
-  if (ds.shape.size() != 2 && ds.shape.size() != 1) fail(ErrorKind::Internal, "deinterleave_rope: ", ds.name, " is not a matrix or a vector");
+  if (ds.shape.size() != 2 && ds.shape.size() != 1)
+    fail(ErrorKind::Internal, "deinterleave_rope: ", ds.name, " is not a matrix or a vector");
   const int64_t cols = ds.shape.size() == 2 ? ds.shape[1] : 1, rope = m.qk_rope_head_dim;
   std::vector<float> part(static_cast<std::size_t>(rope * cols));
   for (int64_t r0 : first_rows) {
@@ -101,7 +102,8 @@ void deinterleave_rope(const model::DenseDataset& ds, const model::ModelConfig& 
 bool is_mtp_tensor(const std::string& name, const std::string& config_text, const model::ModelConfig& c) {
   static const std::string prefix = "model.layers.";
   const model::ModelFamily* f = model::find_model_family(c.architecture);
-  if (f && std::any_of(f->unconverted_prefixes.begin(), f->unconverted_prefixes.end(), [&](const std::string& p) { return name.starts_with(p); }))
+  if (f && std::any_of(f->unconverted_prefixes.begin(), f->unconverted_prefixes.end(),
+                       [&](const std::string& p) { return name.starts_with(p); }))
     return true;
   if (!f || !f->unconverted_layers || name.rfind(prefix, 0) != 0) return false;
   const json j = json::parse(config_text, nullptr, false);
@@ -115,7 +117,7 @@ bool is_mtp_tensor(const std::string& name, const std::string& config_text, cons
 }
 
 model::ModelConfig model_config_from_hf(const std::string& text, const std::string& where, DType dtype, std::string* notes,
-                                 const std::string& generation_text) {
+                                        const std::string& generation_text) {
   json j = io::parse_json(text_model_config(text, where), where);
   json gen = json::parse(generation_text.empty() ? "{}" : generation_text, nullptr, false);
   const json* generation = gen.is_discarded() ? nullptr : &gen;
@@ -154,15 +156,17 @@ model::ModelConfig model_config_from_hf(const std::string& text, const std::stri
   if (generation && generation->is_object())
     for (int64_t t : model::HfConfig{*generation, "generation_config.json"}.token_ids("eos_token_id"))
       if (std::find(ends.begin(), ends.end(), t) == ends.end()) ends.push_back(t);
-  if (ends.empty()) fail(ErrorKind::BadInput, where, ": field eos_token_id is missing, here and in generation_config.json (generation needs an end token)");
+  if (ends.empty())
+    fail(ErrorKind::BadInput, where, ": field eos_token_id is missing, here and in generation_config.json (generation needs an end token)");
   c.eos_token_id = ends.front();
   c.extra_eos_token_ids.assign(ends.begin() + 1, ends.end());
   if (!h.has("eos_token_id")) note("eos_token_id from generation_config.json");
-  if (ends.size() > 1) note("end tokens " + [&] {
-    std::string s;
-    for (int64_t t : ends) s += (s.empty() ? "" : ", ") + std::to_string(t);
-    return s;
-  }() + " (config.json and generation_config.json)");
+  if (ends.size() > 1)
+    note("end tokens " + [&] {
+      std::string s;
+      for (int64_t t : ends) s += (s.empty() ? "" : ", ") + std::to_string(t);
+      return s;
+    }() + " (config.json and generation_config.json)");
   if (h.has("bos_token_id") && j["bos_token_id"].is_array()) note("bos_token_id is a list: the first is used");
   try {
     c.validate(where);

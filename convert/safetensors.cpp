@@ -82,7 +82,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   // O_NONBLOCK: a FIFO named model.safetensors must not wait for a writer (fstat refuses it).
   fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) fail(ErrorKind::Io, path, ": cannot open: ", std::strerror(errno));
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd_, &sb) != 0 || !S_ISREG(sb.st_mode)) {
     ::close(fd_);
     fd_ = -1;
@@ -140,8 +140,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         bad("holds " + std::to_string(info.end - info.begin) + " bytes, its shape and dtype need " +
             std::to_string(static_cast<uint64_t>(elements) * es));
       if (info.end > data_size)
-        bad("data ends at byte " + std::to_string(data_start_ + info.end) + " but the file has " + std::to_string(size) +
-            " (truncated?)");
+        bad("data ends at byte " + std::to_string(data_start_ + info.end) + " but the file has " + std::to_string(size) + " (truncated?)");
       tensors_.emplace(name, std::move(info));
     }
     // No two tensors may share bytes: an alias (w1 over w3) would convert silently into a wrong model.
@@ -151,9 +150,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) { return a->begin < b->begin; });
     for (std::size_t i = 1; i < by_offset.size(); ++i)
       if (by_offset[i]->begin < by_offset[i - 1]->end)
-        fail(ErrorKind::BadInput, path, ": tensor ", by_offset[i]->name, ": data_offsets [", by_offset[i]->begin, ", ",
-             by_offset[i]->end, ") overlap those of ", by_offset[i - 1]->name, " [", by_offset[i - 1]->begin, ", ",
-             by_offset[i - 1]->end, ")");
+        fail(ErrorKind::BadInput, path, ": tensor ", by_offset[i]->name, ": data_offsets [", by_offset[i]->begin, ", ", by_offset[i]->end,
+             ") overlap those of ", by_offset[i - 1]->name, " [", by_offset[i - 1]->begin, ", ", by_offset[i - 1]->end, ")");
   } catch (...) {
     ::close(fd_);
     fd_ = -1;
@@ -211,7 +209,8 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, int64_t in
   }
   std::vector<uint16_t> half(n);
   pread_full(fd_, half.data(), n * 2, data_start_ + begin, path_, "tensor " + name);
-  if (t.dtype == "BF16") bf16_to_f32(half.data(), out.data(), n);
+  if (t.dtype == "BF16")
+    bf16_to_f32(half.data(), out.data(), n);
   else
     for (std::size_t i = 0; i < n; ++i) out[i] = f16_to_f32(half[i]);
   return out;

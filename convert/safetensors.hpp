@@ -14,9 +14,9 @@ namespace moerun::convert {
 
 struct SafetensorInfo {
   std::string name;
-  std::string dtype;             // "F32", "BF16", "F16", "I64", ... as in the header
+  std::string dtype;  // "F32", "BF16", "F16", "I64", ... as in the header
   std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;   // byte range within the data section
+  uint64_t begin = 0, end = 0;  // byte range within the data section
   int64_t elements() const;
 };
 

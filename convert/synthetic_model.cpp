@@ -40,9 +40,10 @@ std::vector<float> skewed_gate(const SynthConfig& cfg, const model::DenseDataset
   for (int64_t t = 0; t < topics; ++t) {
     std::vector<int64_t> order(static_cast<std::size_t>(c.num_experts));
     for (int64_t e = 0; e < c.num_experts; ++e) order[static_cast<std::size_t>(e)] = e;
-    std::vector<float> key = synth_tensor(cfg.seed, cfg.gate_topics > 0 ? p + "gate_rank/" + std::to_string(t) : p + "gate_rank",
-                                          c.num_experts, 1.0f);
-    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
+    std::vector<float> key =
+        synth_tensor(cfg.seed, cfg.gate_topics > 0 ? p + "gate_rank/" + std::to_string(t) : p + "gate_rank", c.num_experts, 1.0f);
+    std::sort(order.begin(), order.end(),
+              [&](int64_t a, int64_t b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
     const std::vector<float>& dir = dirs[static_cast<std::size_t>(t)];
     for (int64_t r = 0; r < c.num_experts; ++r) {
       const float bias = static_cast<float>(-cfg.gate_skew * std::log(static_cast<double>(r + 1)));
@@ -55,8 +56,12 @@ std::vector<float> skewed_gate(const SynthConfig& cfg, const model::DenseDataset
 
 // Norm weights near 1, biases and sinks small, matrices scaled by 1/sqrt(fan_in): activations stay
 // O(1) through the layers.
-bool is_norm(const model::DenseDataset& ds) { return ds.name.size() >= 4 && ds.name.compare(ds.name.size() - 4, 4, "norm") == 0; }
-float synth_offset(const model::DenseDataset& ds) { return is_norm(ds) ? 1.0f : 0.0f; }
+bool is_norm(const model::DenseDataset& ds) {
+  return ds.name.size() >= 4 && ds.name.compare(ds.name.size() - 4, 4, "norm") == 0;
+}
+float synth_offset(const model::DenseDataset& ds) {
+  return is_norm(ds) ? 1.0f : 0.0f;
+}
 float synth_scale(const model::DenseDataset& ds) {
   if (is_norm(ds)) return 0.05f;
   if (ds.shape.size() == 1) return ds.name == "sinks" ? 1.0f : 0.1f;  // biases, sinks
@@ -64,7 +69,6 @@ float synth_scale(const model::DenseDataset& ds) {
 }
 
 }  // namespace
-
 
 void apply_family(const std::string& family, model::ModelConfig& m) {
   const model::ModelFamily* f = model::find_model_family(family);
@@ -104,8 +108,8 @@ std::vector<std::vector<float>> skew_directions(const SynthConfig& cfg) {
   const int64_t topics = cfg.gate_skew > 0 ? std::max<int64_t>(cfg.gate_topics, 1) : 0;
   std::vector<std::vector<float>> dirs;
   for (int64_t t = 0; t < topics; ++t) {
-    std::vector<float> dir =
-        synth_tensor(cfg.seed, cfg.gate_topics > 0 ? "/topic_direction/" + std::to_string(t) : "/skew_direction", cfg.model.hidden_size, 1.0f);
+    std::vector<float> dir = synth_tensor(cfg.seed, cfg.gate_topics > 0 ? "/topic_direction/" + std::to_string(t) : "/skew_direction",
+                                          cfg.model.hidden_size, 1.0f);
     double norm = 0;
     for (float x : dir) norm += static_cast<double>(x) * x;
     for (float& x : dir) x = static_cast<float>(x / std::sqrt(norm));
@@ -162,7 +166,8 @@ void write_synthetic_shards(const std::string& dir, const SynthConfig& cfg, bool
     }
     w.close();
     out.commit();
-    if (!quiet) std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
+    if (!quiet)
+      std::fprintf(stderr, "moerun synth: wrote shard %d/%d (%lld experts)\n", s + 1, cfg.shards, static_cast<long long>(end - begin));
   }
 }
 }  // namespace

@@ -21,7 +21,9 @@ namespace moerun::convert {
 // Qwen3-FP8's quantization_config {"quant_method": "fp8", "weight_block_size": [128, 128]}).
 inline constexpr const char* kFp8ScaleSuffix = "_scale_inv";
 
-inline std::string layer_name(int64_t l, const std::string& rest) { return "model.layers." + std::to_string(l) + "." + rest; }
+inline std::string layer_name(int64_t l, const std::string& rest) {
+  return "model.layers." + std::to_string(l) + "." + rest;
+}
 inline std::string expert_name(int64_t l, int64_t e, const std::string& pattern) {
   std::string s = pattern;
   s.replace(s.find("{e}"), 3, std::to_string(e));
@@ -72,8 +74,9 @@ class TensorReader {
         fail(ErrorKind::BadInput, ckpt_.file_of(base), ": tensor ", spelled, " contains an e4m3 NaN at [", i / cols, ",", i % cols, "]");
     for (std::size_t i = 0; i < t.scales.size(); ++i)
       if (!fp8_scale_ok(t.scales[i]))
-        fail(ErrorKind::BadInput, ckpt_.file_of(base), ": tensor ", ckpt_.spelled(base), kFp8ScaleSuffix, name.substr(base.size()), " has ", t.scales[i],
-             " at ", i, ": a block scale must be finite and below ", kFp8ScaleBound, " (its weights' products would overflow float32)");
+        fail(ErrorKind::BadInput, ckpt_.file_of(base), ": tensor ", ckpt_.spelled(base), kFp8ScaleSuffix, name.substr(base.size()), " has ",
+             t.scales[i], " at ", i, ": a block scale must be finite and below ", kFp8ScaleBound,
+             " (its weights' products would overflow float32)");
   }
   // A compressed-tensors INT4 matrix as shipped (convert/compressed_tensors.hpp), its parts counted.
   PackedInt4Matrix read_int4(const std::string& name, const std::vector<int64_t>& shape) {
@@ -96,7 +99,8 @@ class TensorReader {
   std::vector<float> read_slice(const std::string& name, const std::vector<int64_t>& shape, int64_t index) {
     check_shape(name, shape);
     std::vector<float> v = ckpt_.read_f32(name, index);
-    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name), ckpt_.spelled(name) + "[" + std::to_string(index) + "]");
+    io::check_finite(v.data(), DType::F32, 1, static_cast<int64_t>(v.size()), ckpt_.file_of(name),
+                     ckpt_.spelled(name) + "[" + std::to_string(index) + "]");
     count_slice(name);
     return v;
   }
@@ -137,8 +141,8 @@ class TensorReader {
   void check_shape(const std::string& name, const std::vector<int64_t>& shape) const {
     const SafetensorInfo& info = ckpt_.info(name);
     if (info.shape != shape)
-      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " has shape ", io::shape_str(info.shape), ", config.json says ",
-           io::shape_str(shape));
+      fail(ErrorKind::BadInput, ckpt_.file_of(name), ": tensor ", ckpt_.spelled(name), " has shape ", io::shape_str(info.shape),
+           ", config.json says ", io::shape_str(shape));
   }
   void count_slice(const std::string& name) {
     const SafetensorInfo& info = ckpt_.info(name);

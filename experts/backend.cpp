@@ -21,7 +21,9 @@ DeviceKind parse_device(const std::string& s) {
   fail_config("device", "'", s, "': expected cpu or cuda");
 }
 
-const char* device_name(DeviceKind d) { return d == DeviceKind::Cuda ? "cuda" : "cpu"; }
+const char* device_name(DeviceKind d) {
+  return d == DeviceKind::Cuda ? "cuda" : "cpu";
+}
 
 namespace {
 

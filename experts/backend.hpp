@@ -74,7 +74,7 @@ class BackendTiming {
 // Host memory for a layer's rows, of the kind this backend copies from fastest (pinned for a GPU).
 struct RowBuffers {
   float* gathered = nullptr;  // [rows, d]: callers gather the rows here, then begin()
-  float* results = nullptr;   // [rows, d]: the experts' outputs after finish()
+  float* results = nullptr;  // [rows, d]: the experts' outputs after finish()
 };
 
 // The rows of one expert within a layer's block of gathered rows.

@@ -28,23 +28,23 @@ typedef struct moerun_backend_model {
   uint32_t abi_version;
   int64_t hidden_size;
   int64_t intermediate_size;
-  int32_t dtype;          /* moerun::DType */
-  int32_t weight_scheme;  /* moerun::model::WeightScheme */
-  int32_t local_rank;     /* the rank's index on its host: picks the device */
-  int32_t expert_bias;    /* 1: b1, b3 [ff] and b2 [d] follow w1, w3, w2 in the raw form, in dtype */
-  int32_t activation;     /* moerun::model::ExpertActivation: 0 SwiGLU, 1 gpt-oss's clamped SwiGLU */
-  double swiglu_alpha;    /* clamped SwiGLU: (up + 1) * gate * sigmoid(alpha * gate), */
-  double swiglu_limit;    /* gate clamped above at limit, up to [-limit, limit] */
+  int32_t dtype; /* moerun::DType */
+  int32_t weight_scheme; /* moerun::model::WeightScheme */
+  int32_t local_rank; /* the rank's index on its host: picks the device */
+  int32_t expert_bias; /* 1: b1, b3 [ff] and b2 [d] follow w1, w3, w2 in the raw form, in dtype */
+  int32_t activation; /* moerun::model::ExpertActivation: 0 SwiGLU, 1 gpt-oss's clamped SwiGLU */
+  double swiglu_alpha; /* clamped SwiGLU: (up + 1) * gate * sigmoid(alpha * gate), */
+  double swiglu_limit; /* gate clamped above at limit, up to [-limit, limit] */
 } moerun_backend_model;
 
 typedef struct moerun_buffer_info {
-  int32_t memory_kind;  /* moerun::MemoryKind */
+  int32_t memory_kind; /* moerun::MemoryKind */
   uint64_t bytes;
   uint64_t allocated;
 } moerun_buffer_info;
 
 typedef struct moerun_backend moerun_backend; /* opaque, the library's */
-typedef struct moerun_expert moerun_expert;   /* opaque, the library's */
+typedef struct moerun_expert moerun_expert; /* opaque, the library's */
 
 /* The ExpertBackend operations (experts/backend.hpp says what each does). */
 typedef struct moerun_backend_ops {
@@ -70,8 +70,7 @@ typedef struct moerun_backend_ops {
 } moerun_backend_ops;
 
 /* The library's one entry point: fills `ops` and returns a new backend, or NULL with `err` set. */
-typedef moerun_backend* (*moerun_backend_open_fn)(const moerun_backend_model* model, moerun_backend_ops* ops,
-                                                  moerun_backend_error* err);
+typedef moerun_backend* (*moerun_backend_open_fn)(const moerun_backend_model* model, moerun_backend_ops* ops, moerun_backend_error* err);
 
 #ifdef __cplusplus
 }

@@ -61,8 +61,12 @@ inline moerun_backend_ops ops() {
     return guarded(err, [&] { std::snprintf(out, n, "%s", b->impl->describe().c_str()); });
   };
   o.weight_memory = [](moerun_backend* b) { return static_cast<int32_t>(b->impl->weight_memory()); };
-  o.expert_bytes = [](moerun_backend* b, int64_t* v, moerun_backend_error* err) { return guarded(err, [&] { *v = b->impl->expert_bytes(); }); };
-  o.memory_bytes = [](moerun_backend* b, int64_t* v, moerun_backend_error* err) { return guarded(err, [&] { *v = b->impl->memory_bytes(); }); };
+  o.expert_bytes = [](moerun_backend* b, int64_t* v, moerun_backend_error* err) {
+    return guarded(err, [&] { *v = b->impl->expert_bytes(); });
+  };
+  o.memory_bytes = [](moerun_backend* b, int64_t* v, moerun_backend_error* err) {
+    return guarded(err, [&] { *v = b->impl->memory_bytes(); });
+  };
   o.allocate_expert = [](moerun_backend* b, moerun_expert** out, moerun_backend_error* err) {
     return guarded(err, [&] { *out = new moerun_expert{b->impl->allocate_expert()}; });
   };

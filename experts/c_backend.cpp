@@ -101,8 +101,8 @@ class CBackend final : public ExpertBackend, public BackendTiming {
 
 }  // namespace
 
-std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library,
-                                              const model::ModelConfig& config, int local_rank) {
+std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library, const model::ModelConfig& config,
+                                              int local_rank) {
   const moerun_backend_model model{MOERUN_BACKEND_ABI_VERSION,
                                    config.hidden_size,
                                    config.intermediate_size,

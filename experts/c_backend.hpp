@@ -11,7 +11,7 @@
 namespace moerun::experts {
 
 // Opens a backend through `open` (the library's entry point; `library` names it in errors).
-std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library,
-                                              const model::ModelConfig& config, int local_rank);
+std::unique_ptr<ExpertBackend> open_c_backend(moerun_backend_open_fn open, const std::string& library, const model::ModelConfig& config,
+                                              int local_rank);
 
 }  // namespace moerun::experts

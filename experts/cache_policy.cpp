@@ -56,8 +56,14 @@ const char* warmup_name(WarmupPolicy p) {
 
 CachePolicy::CachePolicy(PrefetchPolicy prefetch, WarmupPolicy warmup, int64_t layers, int64_t experts, const io::AffinityGraph* graph,
                          std::function<bool(int64_t, int64_t)> owns)
-    : prefetch_(prefetch), warmup_(warmup), layers_(layers), experts_(experts), graph_(graph), owns_(std::move(owns)),
-      last_needed_(static_cast<std::size_t>(layers)), hinted_(static_cast<std::size_t>(layers)),
+    : prefetch_(prefetch),
+      warmup_(warmup),
+      layers_(layers),
+      experts_(experts),
+      graph_(graph),
+      owns_(std::move(owns)),
+      last_needed_(static_cast<std::size_t>(layers)),
+      hinted_(static_cast<std::size_t>(layers)),
       hot_(static_cast<std::size_t>(layers * experts), 0.0) {
   if (prefetch_ == PrefetchPolicy::Affinity && !graph_) fail(ErrorKind::Internal, "CachePolicy: affinity prefetch without a graph");
 }
@@ -122,7 +128,8 @@ PrefetchPlan CachePolicy::plan_prefetch(int64_t layer, const std::vector<int64_t
 void CachePolicy::plan_from_graph(int64_t next, const std::vector<int64_t>& rows, PrefetchPlan& plan) {
   const std::vector<double> p = predict_next_layer(*graph_, next, next == 0 ? std::vector<int64_t>{} : rows);
   for (int64_t e = 0; e < experts_; ++e)
-    if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare) plan.l1.push_back({p[static_cast<std::size_t>(e)], key(next, e)});
+    if (owns_(next, e) && p[static_cast<std::size_t>(e)] >= kMinPrefetchShare)
+      plan.l1.push_back({p[static_cast<std::size_t>(e)], key(next, e)});
   by_score(plan.l1);
   for (const ScoredExpert& s : plan.l1) predicted_[s.key] = s.score;
   const int64_t after = (next + 1) % layers_;
@@ -130,7 +137,8 @@ void CachePolicy::plan_from_graph(int64_t next, const std::vector<int64_t>& rows
   for (const ScoredExpert& s : plan.l1) rows_next[static_cast<std::size_t>(s.key % experts_)] = std::llround(s.score * 1000);
   const std::vector<double> q = predict_next_layer(*graph_, after, after == 0 ? std::vector<int64_t>{} : rows_next);
   for (int64_t e = 0; e < experts_; ++e)
-    if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare) plan.l2.push_back({q[static_cast<std::size_t>(e)], key(after, e)});
+    if (owns_(after, e) && q[static_cast<std::size_t>(e)] >= kMinPrefetchShare)
+      plan.l2.push_back({q[static_cast<std::size_t>(e)], key(after, e)});
   by_score(plan.l2);
   for (const ScoredExpert& s : plan.l2)
     if (!predicted_.count(s.key)) predicted_[s.key] = 0.5 * s.score;  // further away: worth less
@@ -177,8 +185,9 @@ std::vector<ScoredExpert> CachePolicy::hottest(int64_t n) const {
   for (int64_t k = 0; k < layers_ * experts_; ++k)
     if (hot_[static_cast<std::size_t>(k)] > 0 && owns_(k / experts_, k % experts_)) out.push_back({hot_[static_cast<std::size_t>(k)], k});
   const auto m = static_cast<std::ptrdiff_t>(std::min<int64_t>(n, static_cast<int64_t>(out.size())));
-  std::partial_sort(out.begin(), out.begin() + m, out.end(),
-                    [](const ScoredExpert& a, const ScoredExpert& b) { return a.score > b.score || (a.score == b.score && a.key < b.key); });
+  std::partial_sort(out.begin(), out.begin() + m, out.end(), [](const ScoredExpert& a, const ScoredExpert& b) {
+    return a.score > b.score || (a.score == b.score && a.key < b.key);
+  });
   out.resize(static_cast<std::size_t>(m));
   return out;
 }

@@ -37,14 +37,14 @@ enum class LoadKind { Demand, Prefetch, Fill, WarmL2 };
 
 struct ScoredExpert {
   double score;  // likelihood of use (prefetch), or hotness (settle)
-  int64_t key;   // layer * experts + expert
+  int64_t key;  // layer * experts + expert
 };
 
 // What to load once a layer's needs are known.
 struct PrefetchPlan {
-  bool skip = false;              // nothing this layer (prefetch off, or lru backing off)
-  std::vector<ScoredExpert> l1;   // into L1, in this order
-  std::vector<ScoredExpert> l2;   // into L2 only (affinity: the layer after next)
+  bool skip = false;  // nothing this layer (prefetch off, or lru backing off)
+  std::vector<ScoredExpert> l1;  // into L1, in this order
+  std::vector<ScoredExpert> l2;  // into L2 only (affinity: the layer after next)
 };
 
 class CachePolicy {
@@ -89,9 +89,9 @@ class CachePolicy {
   std::function<bool(int64_t, int64_t)> owns_;
   std::unordered_map<int64_t, double> predicted_;  // key -> predicted share of the next layer's tokens
   std::vector<std::vector<int64_t>> last_needed_;  // [layer]: experts it needed the last time (lru)
-  std::vector<std::vector<int64_t>> hinted_;       // [layer]: rows per expert the router predicts (gate)
-  std::vector<double> hot_;                        // key -> decaying count of rows (hotness)
-  uint64_t lru_probe_ = 0;                         // layers seen while lru prefetch backs off
+  std::vector<std::vector<int64_t>> hinted_;  // [layer]: rows per expert the router predicts (gate)
+  std::vector<double> hot_;  // key -> decaying count of rows (hotness)
+  uint64_t lru_probe_ = 0;  // layers seen while lru prefetch backs off
 };
 
 }  // namespace moerun::experts

@@ -17,8 +17,12 @@
 namespace moerun::experts {
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double ratio(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
 
 // Prefetch loads in flight at once while the guesses are often wrong (below kSurePrecision of
 // them used, once 64 were judged): a guess read while the layer's own loads wait takes the disk
@@ -60,8 +64,12 @@ void ExpertCacheConfig::validate() const {
   if (io_threads < 1 || io_threads > 64) fail_config("io_threads", "must be in [1, 64]");
 }
 
-double CacheCounters::l1_hit_rate() const { return ratio(static_cast<double>(l1_hits), static_cast<double>(l1_hits + l1_misses)); }
-double CacheCounters::l2_hit_rate() const { return ratio(static_cast<double>(l2_hits), static_cast<double>(l2_hits + l2_misses)); }
+double CacheCounters::l1_hit_rate() const {
+  return ratio(static_cast<double>(l1_hits), static_cast<double>(l1_hits + l1_misses));
+}
+double CacheCounters::l2_hit_rate() const {
+  return ratio(static_cast<double>(l2_hits), static_cast<double>(l2_hits + l2_misses));
+}
 double CacheCounters::prefetch_precision() const {
   return ratio(static_cast<double>(prefetch_used), static_cast<double>(prefetch_issued));
 }
@@ -73,17 +81,29 @@ double CacheCounters::prefetch_recall() const {
 
 const std::vector<CounterField<CacheCounters>>& CacheCounters::fields() {
   using C = CacheCounters;
-  static const std::vector<CounterField<C>> f{
-      counter("l1_hits", &C::l1_hits), counter("l1_misses", &C::l1_misses), counter("l2_hits", &C::l2_hits),
-      counter("l2_misses", &C::l2_misses), counter("l3_reads", &C::l3_reads), counter("l2_bytes_read", &C::l2_bytes_read),
-      counter("l3_bytes_read", &C::l3_bytes_read), counter("l2_bytes_written", &C::l2_bytes_written),
-      counter("l2_corrupt", &C::l2_corrupt), counter("prefetch_issued", &C::prefetch_issued),
-      counter("prefetch_used", &C::prefetch_used), counter("prefetch_wasted", &C::prefetch_wasted),
-      counter("prefetch_held", &C::prefetch_held),
-      counter("evictions", &C::evictions), counter("demand_loads", &C::demand_loads), counter("warmup_loads", &C::warmup_loads),
-      counter("warmup_used", &C::warmup_used), counter("stall_s", &C::stall_s), counter("load_read_s", &C::read_s),
-      counter("load_verify_s", &C::verify_s), counter("load_pack_s", &C::pack_s),
-      counter("loading_s", &C::loading_s), counter("finished_by_waiter", &C::finished_by_waiter)};
+  static const std::vector<CounterField<C>> f{counter("l1_hits", &C::l1_hits),
+                                              counter("l1_misses", &C::l1_misses),
+                                              counter("l2_hits", &C::l2_hits),
+                                              counter("l2_misses", &C::l2_misses),
+                                              counter("l3_reads", &C::l3_reads),
+                                              counter("l2_bytes_read", &C::l2_bytes_read),
+                                              counter("l3_bytes_read", &C::l3_bytes_read),
+                                              counter("l2_bytes_written", &C::l2_bytes_written),
+                                              counter("l2_corrupt", &C::l2_corrupt),
+                                              counter("prefetch_issued", &C::prefetch_issued),
+                                              counter("prefetch_used", &C::prefetch_used),
+                                              counter("prefetch_wasted", &C::prefetch_wasted),
+                                              counter("prefetch_held", &C::prefetch_held),
+                                              counter("evictions", &C::evictions),
+                                              counter("demand_loads", &C::demand_loads),
+                                              counter("warmup_loads", &C::warmup_loads),
+                                              counter("warmup_used", &C::warmup_used),
+                                              counter("stall_s", &C::stall_s),
+                                              counter("load_read_s", &C::read_s),
+                                              counter("load_verify_s", &C::verify_s),
+                                              counter("load_pack_s", &C::pack_s),
+                                              counter("loading_s", &C::loading_s),
+                                              counter("finished_by_waiter", &C::finished_by_waiter)};
   return f;
 }
 
@@ -97,13 +117,17 @@ CacheCounters CacheCounters::from_vector(const std::vector<double>& v) {
   CacheCounters c;
   for (std::size_t i = 0; i < fields().size() && i < v.size(); ++i) {
     const auto& f = fields()[i];
-    if (f.i) c.*f.i = std::llround(v[i]);
-    else c.*f.d = v[i];
+    if (f.i)
+      c.*f.i = std::llround(v[i]);
+    else
+      c.*f.d = v[i];
   }
   return c;
 }
 
-void CacheCounters::add(const CacheCounters& o) { combine_counters(*this, o); }
+void CacheCounters::add(const CacheCounters& o) {
+  combine_counters(*this, o);
+}
 
 namespace {
 // The affinity graph, checked against the policy that needs it and the model's shape.
@@ -111,17 +135,21 @@ const io::AffinityGraph* checked_graph(const ExpertCacheConfig& cfg, const io::A
   if (cfg.prefetch == PrefetchPolicy::Affinity && !graph)
     fail(ErrorKind::Usage, "--prefetch affinity needs --affinity FILE (from moerun affinity build)");
   if (graph && (graph->num_layers != layers || graph->num_experts != experts))
-    fail(ErrorKind::BadInput, graph->source.empty() ? std::string("the affinity graph") : graph->source, ": graph of ",
-         graph->num_layers, " layers x ", graph->num_experts, " experts; the model has ", layers, " x ", experts,
-         " (build it from this model's traces)");
+    fail(ErrorKind::BadInput, graph->source.empty() ? std::string("the affinity graph") : graph->source, ": graph of ", graph->num_layers,
+         " layers x ", graph->num_experts, " experts; the model has ", layers, " x ", experts, " (build it from this model's traces)");
   return graph;
 }
 }  // namespace
 
 ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, const io::ExpertSource& source,
                          std::function<bool(int64_t, int64_t)> owns, const io::AffinityGraph* graph)
-    : cfg_(cfg), backend_(backend), source_(source), owns_(std::move(owns)), num_layers_(source.config().num_moe_layers()),
-      num_experts_(source.config().num_experts), raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))),
+    : cfg_(cfg),
+      backend_(backend),
+      source_(source),
+      owns_(std::move(owns)),
+      num_layers_(source.config().num_moe_layers()),
+      num_experts_(source.config().num_experts),
+      raw_bytes_(static_cast<int64_t>(io::expert_raw_bytes(source.config()))),
       policy_(cfg.prefetch, cfg.warmup, num_layers_, num_experts_, checked_graph(cfg, graph, num_layers_, num_experts_), owns_) {
   // The budget counts what a slot really takes in the backend's memory, padding included.
   slot_bytes_ = backend_.expert_bytes();
@@ -131,8 +159,8 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
     for (int64_t e = 0; e < num_experts_; ++e) owned += owns_(l, e) ? 1 : 0;
   const int64_t n = std::min(cfg_.l1_bytes / slot_bytes_, std::max<int64_t>(owned, 1));
   if (n < 1)
-    fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_,
-         " bytes in ", backend_.describe(), " (moerun inspect prints the CPU figure)");
+    fail(ErrorKind::Usage, "--l1-bytes ", cfg_.l1_bytes, " holds no expert: one expert is ", slot_bytes_, " bytes in ", backend_.describe(),
+         " (moerun inspect prints the CPU figure)");
   if (const int64_t have = backend_.memory_bytes(); have > 0 && n * slot_bytes_ > have)
     fail(ErrorKind::Usage, "--l1-bytes: ", n, " L1 slots of ", slot_bytes_, " bytes need ", (n * slot_bytes_) >> 20, " MiB, more than the ",
          have >> 20, " MiB of ", memory_kind_name(backend_.weight_memory()), " memory in ", backend_.describe());
@@ -148,8 +176,9 @@ ExpertCache::ExpertCache(const ExpertCacheConfig& cfg, ExpertBackend& backend, c
   if (!cfg_.l2_dir.empty())
     l2_ = std::make_unique<io::BlobStore>(cfg_.l2_dir, cfg_.l2_bytes, stored_form_name(backend_, source.config()), cfg_.l2_direct);
   for (int i = 0; i < cfg_.io_threads; ++i) workers_.emplace_back([this] { worker(); });
-  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned, " experts, prefetch ",
-             prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup), l2_ ? ", L2 " + cfg_.l2_dir : std::string());
+  log::debug("expert cache: ", n, " L1 slots of ", slot_bytes_, " bytes (", backend_.describe(), "; ", raw_bytes_, " stored) for ", owned,
+             " experts, prefetch ", prefetch_name(cfg_.prefetch), ", warm-up ", warmup_name(cfg_.warmup),
+             l2_ ? ", L2 " + cfg_.l2_dir : std::string());
 }
 
 ExpertCache::~ExpertCache() {
@@ -227,7 +256,8 @@ int ExpertCache::choose_victim_locked(const Task& t, bool take_needed) const {
 
 void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t>& rows) {
   // Stale guesses go: a new layer's needs are the better evidence. (The warm-up's fills stay.)
-  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Prefetch || t.kind == TaskKind::WarmL2; }),
+  tasks_.erase(std::remove_if(tasks_.begin(), tasks_.end(),
+                              [](const Task& t) { return t.kind == TaskKind::Prefetch || t.kind == TaskKind::WarmL2; }),
                tasks_.end());
   ++generation_;
   const PrefetchPlan plan = policy_.plan_prefetch(layer, rows, c_.prefetch_used + c_.prefetch_wasted, c_.prefetch_used);
@@ -250,7 +280,8 @@ void ExpertCache::queue_prefetch_locked(int64_t layer, const std::vector<int64_t
     ++queued;
     if (where_.count(s.key)) continue;
     // L1 prefetches go before the warm-up's fills and L2 warming, after demands.
-    auto pos = std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Fill || t.kind == TaskKind::WarmL2; });
+    auto pos =
+        std::find_if(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.kind == TaskKind::Fill || t.kind == TaskKind::WarmL2; });
     tasks_.insert(pos, {s.key, TaskKind::Prefetch, generation_, s.score});
   }
 }
@@ -398,7 +429,9 @@ void ExpertCache::release(int64_t layer, int64_t expert) {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Parts the L2 tier reads or writes: the backend's packed host form where it has one, else the raw form.
 std::vector<io::ConstBlobPart> const_parts(const std::vector<io::BlobPart>& parts) {
@@ -409,7 +442,9 @@ std::vector<io::ConstBlobPart> const_parts(const std::vector<io::BlobPart>& part
 
 }  // namespace
 
-ExpertCache::DemandRead::DemandRead(ExpertCache& c, bool demand) : c_(c), active_(demand) { c_.demand_reads_ += demand; }
+ExpertCache::DemandRead::DemandRead(ExpertCache& c, bool demand) : c_(c), active_(demand) {
+  c_.demand_reads_ += demand;
+}
 
 void ExpertCache::DemandRead::done() {
   if (!active_) return;
@@ -454,8 +489,9 @@ void ExpertCache::finish_from_l3(int64_t k, const AlignedBuffer& raw, ResidentEx
   const double pack = since(t0);
   // L2 keeps a CPU backend's packed form (a later hit reads it straight into a slot, with no pack),
   // and for other backends the raw form.
-  const std::vector<io::ConstBlobPart> stored_form =
-      into && backend_.stored_form() ? const_parts(backend_.stored_form()->parts(*into)) : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
+  const std::vector<io::ConstBlobPart> stored_form = into && backend_.stored_form()
+                                                         ? const_parts(backend_.stored_form()->parts(*into))
+                                                         : std::vector<io::ConstBlobPart>{{raw.data(), raw.size()}};
   const bool stored = l2_ && l2_->put(l, e, stored_form, r.want);
   std::lock_guard<std::mutex> lock(mu_);
   ++c_.l3_reads;
@@ -570,13 +606,12 @@ void ExpertCache::worker() {
   // oneDNN's reorders run on OpenMP: an I/O thread's own team would fight the compute threads
   // (measured: 11 ms instead of 0.5 ms to pack a 0.75 MiB expert). Loads stay single-threaded.
   omp_set_num_threads(1);
-  AlignedBuffer raw;                     // this thread's read buffer, reused by every load
+  AlignedBuffer raw;  // this thread's read buffer, reused by every load
   std::unique_ptr<ResidentExpert> warm;  // where L2 warm-ups are packed for a CPU backend (they fill no slot)
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [&] {
-      return stop_ || (!tasks_.empty() && (tasks_.front().kind != TaskKind::Prefetch || prefetch_may_start_locked()));
-    });
+    cv_.wait(lock,
+             [&] { return stop_ || (!tasks_.empty() && (tasks_.front().kind != TaskKind::Prefetch || prefetch_may_start_locked())); });
     if (stop_) return;
     Task t = tasks_.front();
     tasks_.pop_front();
@@ -632,9 +667,12 @@ void ExpertCache::start_load_locked(const Task& t, int victim) {
   s.key = t.key;
   s.state = State::Loading;
   s.prefetched = t.kind == TaskKind::Prefetch;
-  if (s.prefetched) ++c_.prefetch_issued;
-  else if (s.warmed) ++c_.warmup_loads;
-  else ++c_.demand_loads;
+  if (s.prefetched)
+    ++c_.prefetch_issued;
+  else if (s.warmed)
+    ++c_.warmup_loads;
+  else
+    ++c_.demand_loads;
   where_[t.key] = victim;
   ++running_;
   prefetching_ += s.prefetched;

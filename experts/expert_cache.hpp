@@ -35,11 +35,11 @@
 namespace moerun::experts {
 
 struct ExpertCacheConfig {
-  int64_t l1_bytes = 0;        // 0: no cache, every owned expert resident
-  std::string l2_dir;          // empty: no L2
+  int64_t l1_bytes = 0;  // 0: no cache, every owned expert resident
+  std::string l2_dir;  // empty: no L2
   int64_t l2_bytes = int64_t{16} << 30;
-  bool l2_direct = true;       // O_DIRECT reads from L2 (false: through the page cache)
-  bool l3_direct = true;       // O_DIRECT reads from a local model's shards (false: through the page cache)
+  bool l2_direct = true;  // O_DIRECT reads from L2 (false: through the page cache)
+  bool l3_direct = true;  // O_DIRECT reads from a local model's shards (false: through the page cache)
   PrefetchPolicy prefetch = PrefetchPolicy::Gate;
   WarmupPolicy warmup = WarmupPolicy::Hotness;
   int64_t warmup_requests = 16;  // Hotness: the requests counted before L1 settles on the hottest experts
@@ -51,19 +51,19 @@ struct ExpertCacheConfig {
 };
 
 struct CacheCounters {
-  int64_t l1_hits = 0, l1_misses = 0;   // per expert needed by a layer: in L1 when the need was known, or not
-  int64_t l2_hits = 0, l2_misses = 0;   // per load into L1 (when there is an L2)
+  int64_t l1_hits = 0, l1_misses = 0;  // per expert needed by a layer: in L1 when the need was known, or not
+  int64_t l2_hits = 0, l2_misses = 0;  // per load into L1 (when there is an L2)
   int64_t l3_reads = 0;
   int64_t l2_bytes_read = 0, l3_bytes_read = 0, l2_bytes_written = 0;
-  int64_t l2_corrupt = 0;               // L2 entries that failed their checksum (dropped, refetched)
+  int64_t l2_corrupt = 0;  // L2 entries that failed their checksum (dropped, refetched)
   int64_t prefetch_issued = 0, prefetch_used = 0, prefetch_wasted = 0;
-  int64_t prefetch_held = 0;            // layers whose unsure guesses were not loaded: gaps shorter than a load
+  int64_t prefetch_held = 0;  // layers whose unsure guesses were not loaded: gaps shorter than a load
   int64_t evictions = 0;
-  int64_t demand_loads = 0;             // loads into L1 because a layer needed the expert now
-  int64_t warmup_loads = 0;             // loads by the warm-up (id order, or the hotness settle)
-  int64_t warmup_used = 0;              // of those, experts a layer then used
-  int64_t finished_by_waiter = 0;       // L3 loads checked and packed by the thread waiting for them
-  double stall_s = 0;                   // compute waiting for weights
+  int64_t demand_loads = 0;  // loads into L1 because a layer needed the expert now
+  int64_t warmup_loads = 0;  // loads by the warm-up (id order, or the hotness settle)
+  int64_t warmup_used = 0;  // of those, experts a layer then used
+  int64_t finished_by_waiter = 0;  // L3 loads checked and packed by the thread waiting for them
+  double stall_s = 0;  // compute waiting for weights
   // Where load time goes, summed over I/O threads: reading (L2 or L3), checksums, packing.
   double read_s = 0, verify_s = 0, pack_s = 0;
   // Wall time with at least one load running: the disk's busy time, as the cache sees it.
@@ -71,8 +71,8 @@ struct CacheCounters {
 
   double l1_hit_rate() const;
   double l2_hit_rate() const;
-  double prefetch_precision() const;    // used / issued
-  double prefetch_recall() const;       // needed experts that a prefetch brought / all that L1 did not already hold
+  double prefetch_precision() const;  // used / issued
+  double prefetch_recall() const;  // needed experts that a prefetch brought / all that L1 did not already hold
   // The field table (base/counter_fields.hpp): every field summed across ranks.
   static const std::vector<CounterField<CacheCounters>>& fields();
   std::vector<double> to_vector() const;  // in fields() order
@@ -202,14 +202,14 @@ class ExpertCache : public ExpertStore {
   const io::ExpertSource& source_;
   std::function<bool(int64_t, int64_t)> owns_;
   int64_t num_layers_, num_experts_;
-  int64_t raw_bytes_;   // an expert as stored (L3 reads)
+  int64_t raw_bytes_;  // an expert as stored (L3 reads)
   int64_t slot_bytes_;  // an expert in the backend's memory, as an L1 slot holds it
   std::unique_ptr<io::BlobStore> l2_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Slot> slots_;
-  std::unordered_map<int64_t, int> where_;           // key -> slot
+  std::unordered_map<int64_t, int> where_;  // key -> slot
   std::deque<Task> tasks_;
   int running_ = 0;
   int prefetching_ = 0;  // of running_, prefetch loads (at most prefetch_cap_locked())
@@ -224,7 +224,7 @@ class ExpertCache : public ExpertStore {
     AlignedBuffer raw;
   };
   std::unique_ptr<Handoff> handoff_;
-  bool waiter_finishing_ = false;      // one handed-off load at a time: one read buffer more than loaders
+  bool waiter_finishing_ = false;  // one handed-off load at a time: one read buffer more than loaders
   std::vector<AlignedBuffer> spare_raw_;
   // A load's disk time: time with some load running over the loads (pipelined loads overlap), and
   // the running average of the gaps between a layer's last demand load and the next layer's start.
@@ -233,7 +233,7 @@ class ExpertCache : public ExpertStore {
   int64_t loads_timed_ = 0;
   double last_demand_done_ = 0, last_begin_ = 0, gap_s_ = -1;
   double recent_used_ = 0, recent_judged_ = 0;  // prefetch guesses, older ones decayed (judge_guess_locked)
-  bool probe_layer_ = false;       // this layer's guesses load although held back (one layer in eight)
+  bool probe_layer_ = false;  // this layer's guesses load although held back (one layer in eight)
   int64_t awaited_ = -1;  // the key acquire() waits for, if any
   bool stop_ = false;
   uint64_t clock_ = 0, generation_ = 0;

@@ -82,16 +82,19 @@ namespace {
 
 int64_t index_in(const std::string& s, int64_t limit) {
   int64_t v = -1;
-  try { v = std::stoll(s); } catch (...) {}
+  try {
+    v = std::stoll(s);
+  } catch (...) {}
   return v >= 0 && v < limit && std::to_string(v) == s ? v : -1;
 }
 
 // An entry's holders: a rank or a non-empty array of distinct ranks, each an expert rank.
-std::vector<int> holders_from(const nlohmann::json& v, const std::string& path, const std::string& where,
-                              const comm::Topology& topo) {
+std::vector<int> holders_from(const nlohmann::json& v, const std::string& path, const std::string& where, const comm::Topology& topo) {
   std::vector<nlohmann::json> items;
-  if (v.is_array()) items.assign(v.begin(), v.end());
-  else items.push_back(v);
+  if (v.is_array())
+    items.assign(v.begin(), v.end());
+  else
+    items.push_back(v);
   if (items.empty()) fail(ErrorKind::BadInput, path, ": ", where, ": an empty list of ranks");
   std::vector<int> out;
   for (const auto& r : items) {
@@ -110,8 +113,7 @@ std::vector<int> holders_from(const nlohmann::json& v, const std::string& path, 
 
 Placement placement_from_json(const std::string& path, int64_t layers, int64_t experts, const comm::Topology& topo) {
   const nlohmann::json j = io::parse_json(io::read_regular_file(path, ErrorKind::Usage), path);
-  if (!j.is_object())
-    fail(ErrorKind::BadInput, path, ": not a JSON object {\"layer\": {\"expert\": rank or [ranks]}}");
+  if (!j.is_object()) fail(ErrorKind::BadInput, path, ": not a JSON object {\"layer\": {\"expert\": rank or [ranks]}}");
   Placement p{layers, experts, std::vector<std::vector<int>>(static_cast<std::size_t>(layers * experts))};
   for (auto& [ls, row] : j.items()) {
     const int64_t l = index_in(ls, layers);

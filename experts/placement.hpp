@@ -25,10 +25,10 @@ struct Placement {
   int owner_of(int64_t layer, int64_t expert) const { return holders_of(layer, expert).front(); }
   bool holds(int rank, int64_t layer, int64_t expert) const;
   bool has_replicas(int64_t layer) const;  // an expert of `layer` with more than one holder
-  int64_t replicas() const;                // holders beyond the first, over every layer
-  int64_t count_on(int rank) const;        // (layer, expert) pairs the rank holds
-  std::string describe() const;            // per expert rank: the experts it holds (replicas marked *)
-  std::string to_json() const;             // the placement file's form
+  int64_t replicas() const;  // holders beyond the first, over every layer
+  int64_t count_on(int rank) const;  // (layer, expert) pairs the rank holds
+  std::string describe() const;  // per expert rank: the experts it holds (replicas marked *)
+  std::string to_json() const;  // the placement file's form
   bool operator==(const Placement&) const = default;
 };
 

@@ -17,8 +17,8 @@ constexpr int64_t kMaxCopies = 32;
 
 // One pool: the ranks that share a set of experts (a node, or every expert rank).
 struct Pool {
-  std::vector<int> ranks;            // world ranks
-  std::vector<int64_t> experts;      // the pool's experts of this layer
+  std::vector<int> ranks;  // world ranks
+  std::vector<int64_t> experts;  // the pool's experts of this layer
 };
 
 // Slots of expert rank i (of R) in `layer` when a layer has `physical` copies: an even share, the
@@ -192,7 +192,9 @@ void place_pool(const Pool& pool, const std::vector<int64_t>& slots, int64_t lay
 
 }  // namespace
 
-int64_t ExpertLoads::total() const { return std::accumulate(rows.begin(), rows.end(), int64_t{0}); }
+int64_t ExpertLoads::total() const {
+  return std::accumulate(rows.begin(), rows.end(), int64_t{0});
+}
 
 ExpertLoads loads_from_traces(const std::vector<io::RoutingTrace>& traces, const std::vector<std::string>& names) {
   ExpertLoads out;
@@ -286,23 +288,21 @@ PlacementPlan plan_placement(const ExpertLoads& loads, const comm::Topology& top
     }
     const Placement& chosen = use_nodes ? by_node : global;
     hierarchical_layers += use_nodes;
-    for (int64_t e = 0; e < E; ++e)
-      plan.placement.holders[static_cast<std::size_t>(l * E + e)] = chosen.holders_of(l, e);
+    for (int64_t e = 0; e < E; ++e) plan.placement.holders[static_cast<std::size_t>(l * E + e)] = chosen.holders_of(l, e);
   }
   plan.hierarchical_layers = hierarchical_layers;
   return plan;
 }
 
-std::vector<LayerBalance> expected_balance(const Placement& p, const ExpertLoads& loads, const comm::Topology& topo,
-                                           int64_t granule) {
+std::vector<LayerBalance> expected_balance(const Placement& p, const ExpertLoads& loads, const comm::Topology& topo, int64_t granule) {
   std::vector<LayerBalance> out;
   for (int64_t l = 0; l < p.num_layers; ++l) {
     const std::vector<int64_t> rows = rank_rows(p, loads, l, topo.world_size, granule);
     LayerBalance b;
     for (int r : topo.experts) b.rank_rows.push_back(rows[r]);
     b.max_rows = *std::max_element(b.rank_rows.begin(), b.rank_rows.end());
-    b.mean_rows = static_cast<double>(std::accumulate(b.rank_rows.begin(), b.rank_rows.end(), int64_t{0})) /
-                  static_cast<double>(b.rank_rows.size());
+    b.mean_rows =
+        static_cast<double>(std::accumulate(b.rank_rows.begin(), b.rank_rows.end(), int64_t{0})) / static_cast<double>(b.rank_rows.size());
     out.push_back(std::move(b));
   }
   return out;

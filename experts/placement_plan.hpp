@@ -44,10 +44,10 @@ struct ExpertLoads {
 ExpertLoads loads_from_traces(const std::vector<io::RoutingTrace>& traces, const std::vector<std::string>& names);
 
 struct PlacementPlanConfig {
-  int64_t redundant = 0;             // extra expert slots per layer, for replicas of the hottest
+  int64_t redundant = 0;  // extra expert slots per layer, for replicas of the hottest
   int64_t max_experts_per_rank = 0;  // what one rank's memory holds, over all layers (0: no limit)
-  int64_t groups = 0;                // router groups kept on one node (experts g*E/groups...); 0 or 1: none
-  void validate() const;             // ConfigError naming the field
+  int64_t groups = 0;  // router groups kept on one node (experts g*E/groups...); 0 or 1: none
+  void validate() const;  // ConfigError naming the field
 };
 
 struct PlacementPlan {
@@ -67,8 +67,7 @@ struct LayerBalance {
   double mean_rows = 0;
   double imbalance() const { return mean_rows > 0 ? static_cast<double>(max_rows) / mean_rows : 1.0; }
 };
-std::vector<LayerBalance> expected_balance(const Placement& p, const ExpertLoads& loads, const comm::Topology& topo,
-                                           int64_t granule);
+std::vector<LayerBalance> expected_balance(const Placement& p, const ExpertLoads& loads, const comm::Topology& topo, int64_t granule);
 // Sum of the layers' busiest rank over the sum of their means.
 double overall_imbalance(const std::vector<LayerBalance>& layers);
 

@@ -21,8 +21,10 @@ std::vector<int64_t> level_parts(const std::vector<int64_t>& load, int64_t total
   int64_t lo = lo0, hi = lo0 + total;  // filled(hi) >= total
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (filled(mid) >= total) hi = mid;
-    else lo = mid + 1;
+    if (filled(mid) >= total)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   std::vector<int64_t> part(load.size());
   for (std::size_t j = 0; j < load.size(); ++j) part[j] = std::max<int64_t>(0, lo - load[j]);
@@ -34,8 +36,7 @@ std::vector<int64_t> level_parts(const std::vector<int64_t>& load, int64_t total
 
 }  // namespace
 
-ReplicaSplit split_among_holders(const std::vector<int64_t>& totals, const std::vector<int>* holders, int world_size,
-                                 int64_t granule) {
+ReplicaSplit split_among_holders(const std::vector<int64_t>& totals, const std::vector<int>* holders, int world_size, int64_t granule) {
   const auto E = static_cast<int64_t>(totals.size());
   ReplicaSplit s;
   s.rank_rows.assign(static_cast<std::size_t>(world_size), 0);

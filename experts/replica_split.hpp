@@ -19,13 +19,12 @@ struct ReplicaPart {
 };
 
 struct ReplicaSplit {
-  std::vector<int64_t> rank_rows;               // [world rank] rows each rank gets in this layer
+  std::vector<int64_t> rank_rows;  // [world rank] rows each rank gets in this layer
   std::vector<std::vector<ReplicaPart>> parts;  // [expert] in row order; empty when it has no rows
 };
 
 // totals[e]: rows of expert e over every router; holders[e] (an array of totals.size()): its ranks.
-ReplicaSplit split_among_holders(const std::vector<int64_t>& totals, const std::vector<int>* holders, int world_size,
-                                 int64_t granule);
+ReplicaSplit split_among_holders(const std::vector<int64_t>& totals, const std::vector<int>* holders, int world_size, int64_t granule);
 
 // The rows [first, first + count) one router holds of an expert (in the order over every router) cut
 // along the expert's parts: calls f(rank, local_begin, local_end) for each non-empty piece.

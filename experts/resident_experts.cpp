@@ -18,8 +18,8 @@ ResidentExperts::ResidentExperts(ExpertBackend& backend, const io::ExpertShardIn
   const int64_t need = owned * backend.expert_bytes(), have = backend.memory_bytes();
   if (have > 0 && need > have)
     fail(ErrorKind::BadInput, index.shards().empty() ? std::string("model") : index.shards().front(), ": this rank's ", owned,
-         " experts need ", need >> 20, " MiB in ", memory_kind_name(backend.weight_memory()), " memory, more than the ",
-         have >> 20, " MiB there (", backend.describe(), "); use more expert ranks or the expert cache (--l1-bytes)");
+         " experts need ", need >> 20, " MiB in ", memory_kind_name(backend.weight_memory()), " memory, more than the ", have >> 20,
+         " MiB there (", backend.describe(), "); use more expert ranks or the expert cache (--l1-bytes)");
   // Read, verified and packed by all threads at once (packing is CPU work the disk need not wait
   // for); the first failure in (layer, expert) order is the one reported, as in one thread.
   std::vector<int64_t> keys;

@@ -40,8 +40,7 @@ AffinityGraph read_affinity_graph(const std::string& path) {
     if (!fmt || *fmt != "moe-affinity") fail(ErrorKind::BadInput, path, ": not a moe-affinity file (format attribute)");
     auto req = [&](const char* n, int64_t limit) {
       auto v = h5_attr_int(f, n);
-      if (!v || *v < 0 || *v > limit)
-        fail(ErrorKind::BadInput, path, ": root attribute ", n, " is missing or not in [0, ", limit, "]");
+      if (!v || *v < 0 || *v > limit) fail(ErrorKind::BadInput, path, ": root attribute ", n, " is missing or not in [0, ", limit, "]");
       return *v;
     };
     AffinityGraph g;

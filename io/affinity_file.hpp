@@ -18,13 +18,11 @@ struct AffinityGraph {
   std::vector<double> next, coactivation, frequency;
   std::string source;  // the file it was read from (for messages); empty when built in memory
 
-  double p_next(int64_t l, int64_t i, int64_t j) const {
-    return next[static_cast<std::size_t>((l * num_experts + i) * num_experts + j)];
-  }
+  double p_next(int64_t l, int64_t i, int64_t j) const { return next[static_cast<std::size_t>((l * num_experts + i) * num_experts + j)]; }
   double freq(int64_t l, int64_t e) const { return frequency[static_cast<std::size_t>(l * num_experts + e)]; }
 };
 
 void write_affinity_graph(const std::string& path, const AffinityGraph& g);  // atomically
-AffinityGraph read_affinity_graph(const std::string& path);                   // BadInput naming the field
+AffinityGraph read_affinity_graph(const std::string& path);  // BadInput naming the field
 
 }  // namespace moerun::io

@@ -26,7 +26,9 @@ namespace {
 constexpr uint64_t kPage = kDirectIoAlign;
 constexpr int kIndexVersion = 2;  // 1: one raw part per expert, no layout
 
-uint64_t round_up(uint64_t n) { return (n + kPage - 1) / kPage * kPage; }
+uint64_t round_up(uint64_t n) {
+  return (n + kPage - 1) / kPage * kPage;
+}
 
 }  // namespace
 
@@ -37,14 +39,14 @@ uint64_t BlobEntry::span() const {
 }
 
 BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::string& layout, bool direct)
-    : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), layout_(layout),
-      max_bytes_(max_bytes) {
+    : dir_(dir), blob_path_(dir + "/experts.blob"), index_path_(dir + "/index.json"), layout_(layout), max_bytes_(max_bytes) {
   make_private_directory(dir, "L2 directory");
   fd_ = open_owned_file(blob_path_, O_RDWR | O_CREAT, "the L2 blob");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     read_only_ = err == EWOULDBLOCK;
-    if (read_only_) log::info(dir_, ": L2 in use by another run; this run reads its entries and adds none");
+    if (read_only_)
+      log::info(dir_, ": L2 in use by another run; this run reads its entries and adds none");
     else  // a file system without locks: as before, one writer is the user's to ensure
       log::warn(blob_path_, ": cannot lock (", std::strerror(err), "); runs sharing this L2 directory may overwrite each other");
   }
@@ -52,7 +54,7 @@ BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::strin
   direct_ = direct_fd_ >= 0;
   const off_t file_size = ::lseek(fd_, 0, SEEK_END);
   // No index yet; or a link or another kind of file at its name, never read (the first write replaces it).
-  struct stat sb{};
+  struct stat sb {};
   if (::lstat(index_path_.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode)) return;
   int64_t dropped = 0;
   try {
@@ -61,7 +63,8 @@ BlobStore::BlobStore(const std::string& dir, int64_t max_bytes, const std::strin
       log::info(index_path_, ": L2 holds another layout (", j.value("layout", std::string("format 1")),
                 read_only_ ? "); another run holds it, so this run uses no L2 entry" : "); starting it empty");
       if (read_only_) return;
-      if (::ftruncate(fd_, 0) != 0) { /* the empty index does not cover the old bytes either way */ }
+      if (::ftruncate(fd_, 0) != 0) { /* the empty index does not cover the old bytes either way */
+      }
       write_index_locked();
       return;
     }
@@ -199,7 +202,8 @@ bool BlobStore::put(int64_t layer, int64_t expert, const std::vector<ConstBlobPa
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         const int err = errno;
-        if (::ftruncate(fd_, static_cast<off_t>(b.offset)) != 0) { /* the index does not cover it either way */ }
+        if (::ftruncate(fd_, static_cast<off_t>(b.offset)) != 0) { /* the index does not cover it either way */
+        }
         return fail_once(std::strerror(err));
       }
       done += static_cast<uint64_t>(n);
@@ -229,8 +233,12 @@ void BlobStore::write_index_locked() {
   if (read_only_) return;  // the run that holds the directory owns its index
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [k, b] : index_)
-    entries.push_back({{"layer", k.first}, {"expert", k.second}, {"offset", b.offset}, {"parts", b.parts},
-                       {"xxh64", b.xxh64}, {"source_xxh64", b.source_xxh64}});
+    entries.push_back({{"layer", k.first},
+                       {"expert", k.second},
+                       {"offset", b.offset},
+                       {"parts", b.parts},
+                       {"xxh64", b.xxh64},
+                       {"source_xxh64", b.source_xxh64}});
   nlohmann::json j{{"format", "moerun-l2-index"}, {"format_version", kIndexVersion}, {"layout", layout_}, {"entries", entries}};
   try {
     write_file_atomically(index_path_, {j.dump()});

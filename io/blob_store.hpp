@@ -24,9 +24,9 @@ namespace moerun::io {
 struct BlobEntry {
   uint64_t offset = 0;
   std::vector<uint64_t> parts;  // bytes of each part; part i starts on the page after part i-1
-  uint64_t xxh64 = 0;           // of the parts' bytes, in order
-  uint64_t source_xxh64 = 0;    // the expert's checksum in the model (ties the entry to the model)
-  uint64_t span() const;        // bytes from offset to the end of the last part
+  uint64_t xxh64 = 0;  // of the parts' bytes, in order
+  uint64_t source_xxh64 = 0;  // the expert's checksum in the model (ties the entry to the model)
+  uint64_t span() const;  // bytes from offset to the end of the last part
 };
 
 struct BlobPart {
@@ -76,13 +76,13 @@ class BlobStore {
 
   std::string dir_, blob_path_, index_path_, layout_;
   int64_t max_bytes_;
-  int fd_ = -1;         // buffered, for writes (and reads when O_DIRECT is refused)
+  int fd_ = -1;  // buffered, for writes (and reads when O_DIRECT is refused)
   int direct_fd_ = -1;  // O_DIRECT, for reads
   bool direct_ = false;
   bool read_only_ = false;
   mutable std::mutex mu_;
   std::map<std::pair<int64_t, int64_t>, BlobEntry> index_;
-  uint64_t end_ = 0;    // next free (page-aligned) offset
+  uint64_t end_ = 0;  // next free (page-aligned) offset
   uint64_t written_offset_ = 0, written_bytes_ = 0;  // the last entry written, not yet settled
   int64_t corrupt_ = 0;
   bool full_warned_ = false;

@@ -28,7 +28,8 @@ void ChatTemplateRenderer::start() {
   try {
     // -I (isolated): nothing from the working directory or PYTHON* variables is imported.
     child_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{python_, "-I", "-c", kChatTemplateHelperSource, json_path_, std::to_string(bounds_.memory_bytes)}, true, true);
+        std::vector<std::string>{python_, "-I", "-c", kChatTemplateHelperSource, json_path_, std::to_string(bounds_.memory_bytes)}, true,
+        true);
     const json j = json::parse(child_->read_line(kStartSeconds, where), nullptr, false);
     if (j.is_object() && j.contains("missing"))
       fail(ErrorKind::Usage, json_path_, ": ", python_, " has no jinja2 package (", j.value("error", std::string()),
@@ -45,7 +46,9 @@ std::vector<RenderedChat> ChatTemplateRenderer::render(const std::vector<Convers
   std::vector<RenderedChat> out(conversations.size());
   for (std::size_t i = 0; i < conversations.size(); ++i) {
     const Conversation& c = conversations[i];
-    json req{{"messages", json::parse(*c.messages)}, {"kwargs", json::parse(*c.template_kwargs)}, {"max_bytes", max_bytes},
+    json req{{"messages", json::parse(*c.messages)},
+             {"kwargs", json::parse(*c.template_kwargs)},
+             {"max_bytes", max_bytes},
              {"seconds", bounds_.seconds}};
     if (!c.chat_template->empty()) req["template"] = *c.chat_template;
     if (!child_) start();
@@ -62,9 +65,12 @@ std::vector<RenderedChat> ChatTemplateRenderer::render(const std::vector<Convers
       continue;
     }
     const json a = json::parse(line, nullptr, false);
-    if (a.is_object() && a.contains("text") && a["text"].is_string()) out[i].text = a["text"].get<std::string>();
-    else if (a.is_object() && a.contains("error") && a["error"].is_string()) out[i].error = a["error"].get<std::string>();
-    else out[i].error = "unreadable answer from the chat template helper";
+    if (a.is_object() && a.contains("text") && a["text"].is_string())
+      out[i].text = a["text"].get<std::string>();
+    else if (a.is_object() && a.contains("error") && a["error"].is_string())
+      out[i].error = a["error"].get<std::string>();
+    else
+      out[i].error = "unreadable answer from the chat template helper";
     if (a.is_object() && a.value("bound", false)) {
       // A MemoryError may leave the interpreter short of memory: start it anew.
       child_.reset();

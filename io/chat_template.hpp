@@ -13,7 +13,7 @@ namespace moerun::io {
 class ChildProcess;
 
 struct ChatTemplateBounds {
-  double seconds = 5;                      // per conversation (--template-timeout)
+  double seconds = 5;  // per conversation (--template-timeout)
   int64_t memory_bytes = int64_t{1} << 30;  // the helper's address space (--template-memory)
 };
 

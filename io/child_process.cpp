@@ -46,10 +46,14 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv, bool pipe_stdin
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  if (pipe_stdin) posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
-  else posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (pipe_stdout) posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-  else posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  if (pipe_stdin)
+    posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (pipe_stdout)
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+  else
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
   std::vector<std::string> args = argv;
   std::vector<char*> cargs;

@@ -14,9 +14,9 @@ class ChildProcess {
  public:
   struct Exit {
     bool timed_out = false;  // killed after the deadline
-    int code = -1;           // exit status when it exited
-    int signal = 0;          // the signal that ended it, else 0
-    std::string err;         // what it wrote to stderr (the first MiB)
+    int code = -1;  // exit status when it exited
+    int signal = 0;  // the signal that ended it, else 0
+    std::string err;  // what it wrote to stderr (the first MiB)
   };
 
   // argv[0] is the program: a path, or a name looked up in PATH. Io error when it cannot be started.

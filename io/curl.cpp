@@ -20,7 +20,9 @@ CurlEasy::~CurlEasy() {
   if (h_) curl_easy_cleanup(h_);
 }
 
-CurlHeaders::~CurlHeaders() { curl_slist_free_all(list_); }
+CurlHeaders::~CurlHeaders() {
+  curl_slist_free_all(list_);
+}
 
 void CurlHeaders::add(const std::string& header) {
   curl_slist* next = curl_slist_append(list_, header.c_str());

@@ -12,9 +12,9 @@ namespace moerun::io {
 
 [[noreturn]] void curl_fail(const char* call, CURLcode code, const char* file, int line);
 
-#define CURL_CHECK(expr)                                                               \
-  do {                                                                                 \
-    const CURLcode moerun_curl_rc = (expr);                                            \
+#define CURL_CHECK(expr)                                                                                \
+  do {                                                                                                  \
+    const CURLcode moerun_curl_rc = (expr);                                                             \
     if (moerun_curl_rc != CURLE_OK) ::moerun::io::curl_fail(#expr, moerun_curl_rc, __FILE__, __LINE__); \
   } while (0)
 

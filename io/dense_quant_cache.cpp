@@ -23,9 +23,13 @@ namespace {
 constexpr char kMagic[8] = {'M', 'O', 'E', 'R', 'U', 'N', 'D', 'Q'};
 constexpr uint64_t kMaxHeader = uint64_t{16} << 20;
 constexpr uint64_t kAlign = 4096;
-uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+uint64_t align_up(uint64_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
 
-const char* scheme_text(WeightScheme s) { return weight_scheme_row(s).name; }
+const char* scheme_text(WeightScheme s) {
+  return weight_scheme_row(s).name;
+}
 
 // One entry of the header into a matrix read from `file`; throws BadInput on anything amiss.
 DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, WeightScheme s, const nlohmann::json& e,
@@ -49,7 +53,8 @@ DenseCacheEntry read_entry(const PositionalFile& file, uint64_t file_size, Weigh
   if (Xxh64().bytes(m.data.data(), bytes).digest() != e.at("xxh64").get<uint64_t>())
     fail(ErrorKind::BadInput, e.at("path").get<std::string>(), " checksum mismatch");
   const int64_t bad = quant_blocked_find_bad(s, rows, cols, m.data.as<uint8_t>());
-  if (bad >= 0) fail(ErrorKind::BadInput, "entry: ", e.at("path").get<std::string>(), " scales contain NaN or Inf (scale ", bad, " in block order)");
+  if (bad >= 0)
+    fail(ErrorKind::BadInput, "entry: ", e.at("path").get<std::string>(), " scales contain NaN or Inf (scale ", bad, " in block order)");
   return out;
 }
 
@@ -69,7 +74,8 @@ std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(De
   return out;
 }
 
-std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s, const std::shared_ptr<HugePagePool>& memory) {
+std::map<std::string, DenseCacheEntry> read_dense_cache(const std::string& path, WeightScheme s,
+                                                        const std::shared_ptr<HugePagePool>& memory) {
   std::map<std::string, DenseCacheEntry> out;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return out;
@@ -103,8 +109,13 @@ bool write_dense_cache(const std::string& path, WeightScheme s, DenseWeights& w,
   for (auto& [name, m] : quantizable_dense_matrices(w)) {
     const auto src = sources.find(name);
     if (m->scheme != s || src == sources.end()) continue;
-    entries.push_back({{"path", name}, {"rows", m->rows}, {"cols", m->cols}, {"offset", offset}, {"bytes", m->data.size()},
-                       {"xxh64", Xxh64().bytes(m->data.data(), m->data.size()).digest()}, {"source_xxh64", src->second}});
+    entries.push_back({{"path", name},
+                       {"rows", m->rows},
+                       {"cols", m->cols},
+                       {"offset", offset},
+                       {"bytes", m->data.size()},
+                       {"xxh64", Xxh64().bytes(m->data.data(), m->data.size()).digest()},
+                       {"source_xxh64", src->second}});
     order.push_back(m);
     offset = align_up(offset + m->data.size());
   }

@@ -25,7 +25,7 @@ std::string dense_cache_path(const std::string& model_dir, WeightScheme s);
 std::vector<std::pair<std::string, WeightMatrix*>> quantizable_dense_matrices(DenseWeights& w);
 
 struct DenseCacheEntry {
-  WeightMatrix matrix;       // scheme s, blocked bytes
+  WeightMatrix matrix;  // scheme s, blocked bytes
   uint64_t source_xxh64 = 0;
 };
 

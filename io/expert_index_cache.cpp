@@ -27,8 +27,12 @@ nlohmann::json file_stat(const std::string& dir, const std::string& name) {
   struct stat st {};
   if (::stat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return nullptr;
   auto ns = [](const timespec& t) { return static_cast<uint64_t>(t.tv_sec) * 1000000000ULL + static_cast<uint64_t>(t.tv_nsec); };
-  return {{"name", name}, {"size", static_cast<uint64_t>(st.st_size)}, {"mtime_ns", ns(st.st_mtim)}, {"ctime_ns", ns(st.st_ctim)},
-          {"inode", static_cast<uint64_t>(st.st_ino)}, {"device", static_cast<uint64_t>(st.st_dev)}};
+  return {{"name", name},
+          {"size", static_cast<uint64_t>(st.st_size)},
+          {"mtime_ns", ns(st.st_mtim)},
+          {"ctime_ns", ns(st.st_ctim)},
+          {"inode", static_cast<uint64_t>(st.st_ino)},
+          {"device", static_cast<uint64_t>(st.st_dev)}};
 }
 
 // model.h5 and the shards as they are now; null when one cannot be stat'ed.
@@ -59,11 +63,15 @@ std::optional<Parsed> parse(const std::string& path) {
   return p;
 }
 
-std::size_t record_bytes(std::size_t parts) { return 16 + 8 * parts; }
+std::size_t record_bytes(std::size_t parts) {
+  return 16 + 8 * parts;
+}
 
 }  // namespace
 
-std::string expert_index_cache_path(const std::string& model_dir) { return model_dir + "/experts-index.bin"; }
+std::string expert_index_cache_path(const std::string& model_dir) {
+  return model_dir + "/experts-index.bin";
+}
 
 bool expert_index_cache_current(const std::string& model_dir, const std::vector<std::string>& shard_files) {
   try {
@@ -127,8 +135,10 @@ bool write_expert_index_cache(const std::string& model_dir, const std::vector<st
     std::memcpy(r + 16, loc.offset, 8 * parts);
     records.append(r, record_bytes(parts));
   }
-  const std::string header = nlohmann::json{{"version", 1}, {"files", files}, {"experts", index.locations.size()}, {"parts", parts},
-                                            {"identities", index.identities}}.dump();
+  const std::string header =
+      nlohmann::json{
+          {"version", 1}, {"files", files}, {"experts", index.locations.size()}, {"parts", parts}, {"identities", index.identities}}
+          .dump();
   std::string bytes(kMagic, 8);
   const uint64_t n = header.size();
   bytes.append(reinterpret_cast<const char*>(&n), 8);

@@ -18,7 +18,7 @@ namespace moerun::io {
 
 struct ExpertIndex {
   std::vector<ExpertLocation> locations;  // [layer * num_experts + expert]; shard holds the file name only
-  std::vector<uint64_t> identities;       // per shard, in shard order
+  std::vector<uint64_t> identities;  // per shard, in shard order
 };
 
 // "experts-index.bin" in the model directory.

@@ -49,9 +49,9 @@ std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c) {
   const WeightScheme s = c.expert_format.scheme;
   std::vector<ExpertPart> parts;
   if (s != WeightScheme::Plain) {
-    for (auto [name, scales, levels, rows, cols] : {std::tuple{"w1", "w1_scales", "w1_levels", ff, d},
-                                                    std::tuple{"w3", "w3_scales", "w3_levels", ff, d},
-                                                    std::tuple{"w2", "w2_scales", "w2_levels", d, ff}}) {
+    for (auto [name, scales, levels, rows, cols] :
+         {std::tuple{"w1", "w1_scales", "w1_levels", ff, d}, std::tuple{"w3", "w3_scales", "w3_levels", ff, d},
+          std::tuple{"w2", "w2_scales", "w2_levels", d, ff}}) {
       switch (s) {
         case WeightScheme::Mxfp4:
           parts.push_back({name, {rows, cols / 2}, PartElem::Uint8});
@@ -267,7 +267,9 @@ void check_native_part(const ExpertPart& p, const unsigned char* data, const std
     if (p.elem == PartElem::F32) {
       float v;
       std::memcpy(&v, data + 4 * i, 4);
-      if (!fp8_scale_ok(v)) what = std::isfinite(v) ? "a block scale of 2^64 or more (its weights' products overflow float32)" : "a block scale that is NaN or Inf";
+      if (!fp8_scale_ok(v))
+        what = std::isfinite(v) ? "a block scale of 2^64 or more (its weights' products overflow float32)"
+                                : "a block scale that is NaN or Inf";
     }
     if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
   }
@@ -282,8 +284,10 @@ void check_int4_scales(const ExpertPart& p, const unsigned char* data, const std
     uint16_t s;
     std::memcpy(&s, data + 2 * i, 2);
     const char* what = nullptr;
-    if ((level & ~(kInt4ZeroMask | kInt4F16Scale)) != 0) what = "a level byte with bits 4-6 set (only the zero level and the fp16 flag are defined)";
-    else if (!std::isfinite((level & kInt4F16Scale) ? f16_to_f32(s) : bf16_to_f32(s))) what = "a scale that is NaN or Inf";
+    if ((level & ~(kInt4ZeroMask | kInt4F16Scale)) != 0)
+      what = "a level byte with bits 4-6 set (only the zero level and the fp16 flag are defined)";
+    else if (!std::isfinite((level & kInt4F16Scale) ? f16_to_f32(s) : bf16_to_f32(s)))
+      what = "a scale that is NaN or Inf";
     if (what) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " at [", i / cols, ",", i % cols, "]");
   }
 }
@@ -296,7 +300,7 @@ void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expect
   // The NaN scan comes first: it names the tensor and element, the checksum cannot.
   for (const ExpertPart& p : expert_raw_parts(c)) {
     if (p.elem == PartElem::Int8 || p.elem == PartElem::Uint8) continue;  // integers are always finite
-    if (p.elem == PartElem::Level) continue;                               // checked with their scales
+    if (p.elem == PartElem::Level) continue;  // checked with their scales
     const int64_t rows = p.shape[0], cols = p.shape.size() > 1 ? p.shape[1] : 1;
     const std::string tensor = gp + "/" + p.name;
     switch (p.elem) {
@@ -309,8 +313,7 @@ void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expect
     }
   }
   const uint64_t sum = Xxh64().bytes(b, expert_raw_bytes(c)).digest();
-  if (sum != expected)
-    fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
+  if (sum != expected) fail(ErrorKind::BadInput, where, ": ", gp, " checksum mismatch (xxh64 attribute ", expected, ", data ", sum, ")");
 }
 
 namespace {
@@ -365,8 +368,10 @@ void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffe
   if (loc.raw_chunks) {
     const auto shard = static_cast<std::size_t>(loc.shard_index);
     auto read_at = [&](uint64_t offset, std::size_t n, void* dst) {
-      if (model_.remote()) model_.store()->read(model_.url(shard_files_[shard]), offset, n, dst);
-      else local_files_[shard]->read(offset, n, dst);
+      if (model_.remote())
+        model_.store()->read(model_.url(shard_files_[shard]), offset, n, dst);
+      else
+        local_files_[shard]->read(offset, n, dst);
     };
     const ChunkSpan span = chunk_span(loc, parts);
     if (span.contiguous) {
@@ -393,8 +398,7 @@ void ExpertShardIndex::read_raw_into(int64_t layer, int64_t expert, AlignedBuffe
   }
   std::lock_guard<std::mutex> lock(hdf5_mutex());
   auto& handle = open_files_[loc.shard];
-  if (!handle)
-    handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
+  if (!handle) handle = std::make_shared<H5Handle>(model_.open(shard_files_[static_cast<std::size_t>(loc.shard_index)]));
   h5_reading(loc.shard, [&] { read_expert_group(*handle, layer, expert, c, raw.data()); });
 }
 
@@ -415,7 +419,9 @@ ExpertShardWriter::ExpertShardWriter(const std::string& path, const model::Model
 void ExpertShardWriter::set_attr(const std::string& name, const std::string& value) {
   h5_writing(path_, [&] { h5_set_attr(file_, name, value); });
 }
-void ExpertShardWriter::close() { h5_close_written(file_, path_); }
+void ExpertShardWriter::close() {
+  h5_close_written(file_, path_);
+}
 
 void ExpertShardWriter::write(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias) {
   h5_writing(path_, [&] { write_group(layer, expert, w1, w3, w2, bias); });
@@ -448,8 +454,7 @@ void quantize_matrix(WeightScheme s, const float* x, int64_t rows, int64_t cols,
 }
 }  // namespace
 
-void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2,
-                                    const float* bias) {
+void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* w1, const float* w3, const float* w2, const float* bias) {
   const model::ModelConfig& c = config_;
   if (c.expert_bias != (bias != nullptr))
     fail(ErrorKind::Internal, path_, ": expert biases ", bias ? "given for a model without them" : "missing");
@@ -467,7 +472,8 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
     const std::string gp = expert_group_path(layer, expert);
     H5Handle group = h5_create_group(file_, gp);
     Xxh64 sum;
-    for (std::size_t m = 0; m < parts.size(); ++m) write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
+    for (std::size_t m = 0; m < parts.size(); ++m)
+      write_tensor(file_, gp + "/" + parts[m].name, parts[m].shape, data[m], c.dtype, true, &sum);
     h5_set_attr_uint64(group, "xxh64", sum.digest());
     return;
   }
@@ -485,8 +491,10 @@ void ExpertShardWriter::write_group(int64_t layer, int64_t expert, const float* 
   for (int m = 0; bias && m < 3; ++m) {
     const ExpertPart& p = expert_part(parts, biases[m]);
     const int64_t n = p.shape[0];
-    if (c.dtype == DType::F32) std::memcpy(raw.data() + p.offset, data[3 + m], static_cast<std::size_t>(n) * 4);
-    else f32_to_bf16(data[3 + m], reinterpret_cast<uint16_t*>(raw.data() + p.offset), static_cast<std::size_t>(n));
+    if (c.dtype == DType::F32)
+      std::memcpy(raw.data() + p.offset, data[3 + m], static_cast<std::size_t>(n) * 4);
+    else
+      f32_to_bf16(data[3 + m], reinterpret_cast<uint16_t*>(raw.data() + p.offset), static_cast<std::size_t>(n));
   }
   write_raw_group(layer, expert, raw.data());
 }

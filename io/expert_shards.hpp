@@ -24,17 +24,17 @@ namespace moerun::io {
 // bytes ("w1_levels"; base/quant_format.hpp); biases in the dtype.
 enum class PartElem {
   Dense,  // the model's dtype (float32, or bfloat16 bits as uint16)
-  Int8,   // q8 values
+  Int8,  // q8 values
   Uint8,  // q4, int4 and mxfp4 values, two per byte
-  Fp16,   // q8/q4 scales (and q4's minimums): IEEE half bits as uint16
-  E8m0,   // mxfp4 scales: one byte, 2^(s - 127); 255 is NaN
-  E4m3,   // fp8-block values: float8 e4m3fn bits; 0x7f and 0xff are NaN
-  F32,    // fp8-block scales: float32 per 128x128 block, whatever the model's dtype
+  Fp16,  // q8/q4 scales (and q4's minimums): IEEE half bits as uint16
+  E8m0,  // mxfp4 scales: one byte, 2^(s - 127); 255 is NaN
+  E4m3,  // fp8-block values: float8 e4m3fn bits; 0x7f and 0xff are NaN
+  F32,  // fp8-block scales: float32 per 128x128 block, whatever the model's dtype
   Scale16,  // int4 scales: bf16 or fp16 bits as uint16, which one its level byte says
-  Level,    // int4 level bytes: zero level in bits 0-3, bit 7 set for an fp16 scale
+  Level,  // int4 level bytes: zero level in bits 0-3, bit 7 set for an fp16 scale
 };
 struct ExpertPart {
-  const char* name;              // dataset in the expert's group: "w1"
+  const char* name;  // dataset in the expert's group: "w1"
   std::vector<int64_t> shape;
   PartElem elem = PartElem::Dense;
   std::size_t offset = 0, bytes = 0;  // in the raw form
@@ -45,7 +45,7 @@ std::vector<ExpertPart> expert_raw_parts(const model::ModelConfig& c);
 const ExpertPart& expert_part(const std::vector<ExpertPart>& parts, const std::string& name);
 
 struct ExpertLocation {
-  std::string shard;   // path or s3:// URL of the shard file
+  std::string shard;  // path or s3:// URL of the shard file
   int shard_index = -1;
   uint64_t xxh64 = 0;  // expected checksum of the raw form's bytes
   // File offsets of the parts' chunks when each is one unfiltered chunk (the DESIGN layout): local
@@ -71,8 +71,8 @@ class ExpertSource {
 // Bytes of one expert's raw form.
 std::size_t expert_raw_bytes(const model::ModelConfig& c);
 // BadInput naming `where` and the expert's group on a NaN/Inf or a checksum mismatch.
-void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expected_xxh64, const std::string& where,
-                   int64_t layer, int64_t expert);
+void verify_expert(const void* raw, const model::ModelConfig& c, uint64_t expected_xxh64, const std::string& where, int64_t layer,
+                   int64_t expert);
 
 class ExpertShardIndex : public ExpertSource {
  public:
@@ -111,7 +111,7 @@ class ExpertShardIndex : public ExpertSource {
  private:
   model::ModelConfig config_;
   ModelLocation model_{std::string()};
-  std::vector<std::string> shards_;       // display names (paths or URLs)
+  std::vector<std::string> shards_;  // display names (paths or URLs)
   std::vector<std::string> shard_files_;  // names inside the model location
   std::vector<ExpertLocation> locations_;  // [layer * num_experts + expert]
   std::vector<uint64_t> identities_;
@@ -135,7 +135,6 @@ struct ShardEntry {
   uint64_t xxh64 = 0;
 };
 uint64_t shard_identity(std::vector<ShardEntry> entries);
-
 
 class ExpertShardWriter {
  public:

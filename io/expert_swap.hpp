@@ -18,7 +18,7 @@ namespace moerun::io {
 struct ExpertSwap {
   std::string shard;  // resolved path
   std::vector<std::pair<int64_t, int64_t>> experts;  // empty with all = true
-  bool all = false;   // every expert the shard holds
+  bool all = false;  // every expert the shard holds
 };
 
 struct NewExpertWeights {

@@ -65,7 +65,9 @@ H5TypeInfo type_info(hid_t type) {
 
 }  // namespace
 
-std::string h5_error_message() { return error_stack_message(); }
+std::string h5_error_message() {
+  return error_stack_message();
+}
 
 void h5_fail(const char* call, const char* file, int line) {
   throw Error(ErrorKind::Io, str("HDF5: ", call, " failed: ", error_stack_message(), " (", file, ":", line, ")"));
@@ -90,7 +92,9 @@ void h5_close_written(H5Handle& file, const std::string& fname) {
     fail(ErrorKind::Io, fname, ": writing failed (disk full?): HDF5: H5Fclose failed: ", error_stack_message());
 }
 
-void h5_init() { H5dont_atexit(); }
+void h5_init() {
+  H5dont_atexit();
+}
 
 void h5_quiet() {
   static bool done = false;
@@ -149,9 +153,13 @@ bool h5_exists(hid_t loc, const std::string& path) {
   return true;
 }
 
-void h5_delete(hid_t loc, const std::string& path) { H5_CHECK(H5Ldelete(loc, path.c_str(), H5P_DEFAULT)); }
+void h5_delete(hid_t loc, const std::string& path) {
+  H5_CHECK(H5Ldelete(loc, path.c_str(), H5P_DEFAULT));
+}
 
-void h5_delete_attr(hid_t obj, const std::string& name) { H5_CHECK(H5Adelete(obj, name.c_str())); }
+void h5_delete_attr(hid_t obj, const std::string& name) {
+  H5_CHECK(H5Adelete(obj, name.c_str()));
+}
 
 H5Handle h5_open_object(hid_t loc, const std::string& path) {
   return H5Handle(H5_CHECK(H5Oopen(loc, path.c_str(), H5P_DEFAULT)), H5Oclose);
@@ -246,8 +254,8 @@ H5Handle h5_create_group(hid_t loc, const std::string& path) {
   return H5Handle(H5_CHECK(H5Gcreate2(loc, path.c_str(), lcpl, gcpl, H5P_DEFAULT)), H5Gclose);
 }
 
-void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
-              hid_t mem_type, const void* data, bool one_chunk) {
+void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type, hid_t mem_type, const void* data,
+              bool one_chunk) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
   H5Handle lcpl(H5_CHECK(H5Pcreate(H5P_LINK_CREATE)), H5Pclose);
@@ -264,8 +272,7 @@ void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& sh
   if (!empty) H5_CHECK(H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
 }
 
-H5RowAppender::H5RowAppender(hid_t loc, const std::string& path, int64_t cols, int64_t chunk_rows, hid_t file_type)
-    : cols_(cols) {
+H5RowAppender::H5RowAppender(hid_t loc, const std::string& path, int64_t cols, int64_t chunk_rows, hid_t file_type) : cols_(cols) {
   const hsize_t dims[2] = {0, static_cast<hsize_t>(cols)}, max[2] = {H5S_UNLIMITED, static_cast<hsize_t>(cols)};
   const hsize_t chunk[2] = {static_cast<hsize_t>(std::max<int64_t>(chunk_rows, 1)), static_cast<hsize_t>(std::max<int64_t>(cols, 1))};
   H5Handle space(H5_CHECK(H5Screate_simple(2, dims, max)), H5Sclose);
@@ -322,8 +329,7 @@ std::optional<H5Handle> open_attr(hid_t obj, const std::string& name) {
     if (!dims.empty()) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
     std::string shape = "[";
     for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? "," : "") + std::to_string(dims[i]);
-    fail(ErrorKind::BadInput, "attribute ", name, " has shape ", cls == H5S_NULL ? "null" : shape + "]",
-         ", expected a single value");
+    fail(ErrorKind::BadInput, "attribute ", name, " has shape ", cls == H5S_NULL ? "null" : shape + "]", ", expected a single value");
   }
   return a;
 }
@@ -340,13 +346,13 @@ void write_attr(hid_t obj, const std::string& name, hid_t type, const void* valu
   H5_CHECK(H5Awrite(a, type, value));
 }
 
-
 }  // namespace
 
 std::optional<int64_t> h5_attr_int(hid_t obj, const std::string& name) {
   auto a = open_attr(obj, name);
   if (!a) return std::nullopt;
-  if (attr_type(*a).cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
+  if (attr_type(*a).cls != H5T_INTEGER)
+    fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
   int64_t v = 0;
   H5_CHECK(H5Aread(*a, H5T_NATIVE_INT64, &v));
   return v;
@@ -355,7 +361,8 @@ std::optional<int64_t> h5_attr_int(hid_t obj, const std::string& name) {
 std::optional<uint64_t> h5_attr_uint64(hid_t obj, const std::string& name) {
   auto a = open_attr(obj, name);
   if (!a) return std::nullopt;
-  if (attr_type(*a).cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
+  if (attr_type(*a).cls != H5T_INTEGER)
+    fail(ErrorKind::BadInput, "attribute ", name, " has type ", attr_type(*a).describe(), ", expected an integer");
   uint64_t v = 0;
   H5_CHECK(H5Aread(*a, H5T_NATIVE_UINT64, &v));
   return v;
@@ -365,7 +372,8 @@ std::optional<double> h5_attr_double(hid_t obj, const std::string& name) {
   auto a = open_attr(obj, name);
   if (!a) return std::nullopt;
   auto t = attr_type(*a);
-  if (t.cls != H5T_FLOAT && t.cls != H5T_INTEGER) fail(ErrorKind::BadInput, "attribute ", name, " has type ", t.describe(), ", expected a number");
+  if (t.cls != H5T_FLOAT && t.cls != H5T_INTEGER)
+    fail(ErrorKind::BadInput, "attribute ", name, " has type ", t.describe(), ", expected a number");
   double v = 0;
   H5_CHECK(H5Aread(*a, H5T_NATIVE_DOUBLE, &v));
   return v;
@@ -375,7 +383,8 @@ std::optional<std::string> h5_attr_string(hid_t obj, const std::string& name) {
   auto a = open_attr(obj, name);
   if (!a) return std::nullopt;
   H5Handle ftype(H5_CHECK(H5Aget_type(*a)), H5Tclose);
-  if (H5Tget_class(ftype) != H5T_STRING) fail(ErrorKind::BadInput, "attribute ", name, " has type ", type_info(ftype).describe(), ", expected a string");
+  if (H5Tget_class(ftype) != H5T_STRING)
+    fail(ErrorKind::BadInput, "attribute ", name, " has type ", type_info(ftype).describe(), ", expected a string");
   if (H5Tis_variable_str(ftype) > 0) {
     H5Handle mtype(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
     H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));

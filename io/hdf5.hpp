@@ -131,8 +131,8 @@ H5DatasetInfo h5_dataset_info(hid_t loc, const std::string& path);
 // Reads a whole dataset, converting to `mem_type` (e.g. H5T_NATIVE_FLOAT, H5T_NATIVE_UINT16).
 void h5_read(hid_t loc, const std::string& path, hid_t mem_type, void* out);
 // Writes a dataset of `shape`, creating parent groups; chunked as one chunk when `one_chunk`.
-void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type,
-              hid_t mem_type, const void* data, bool one_chunk);
+void h5_write(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, hid_t file_type, hid_t mem_type, const void* data,
+              bool one_chunk);
 H5Handle h5_create_group(hid_t loc, const std::string& path);
 
 // A 2-D dataset [rows, cols] that grows by rows (chunks of `chunk_rows` rows), for outputs larger

@@ -14,8 +14,8 @@
 namespace moerun::io {
 namespace {
 
-constexpr uint64_t kPage = 64 << 10;           // metadata reads round to pages
-constexpr std::size_t kDirect = 4 * kPage;     // larger reads (tensor data) bypass the cache
+constexpr uint64_t kPage = 64 << 10;  // metadata reads round to pages
+constexpr std::size_t kDirect = 4 * kPage;  // larger reads (tensor data) bypass the cache
 constexpr std::size_t kCacheBytes = 64 << 20;  // per open file; cleared when full
 
 struct DriverInfo {  // the file access property: which client to read through
@@ -75,7 +75,9 @@ struct DriverFile {
   RemoteFile* remote;
 };
 
-RemoteFile& remote_of(const H5FD_t* f) { return *reinterpret_cast<const DriverFile*>(f)->remote; }
+RemoteFile& remote_of(const H5FD_t* f) {
+  return *reinterpret_cast<const DriverFile*>(f)->remote;
+}
 
 herr_t fail_in_driver(const char* what) {
   H5Epush2(H5E_DEFAULT, __FILE__, what, __LINE__, H5E_ERR_CLS, H5E_VFL, H5E_READERROR, "object store read failed");
@@ -120,12 +122,16 @@ herr_t driver_query(const H5FD_t*, unsigned long* flags) {
   return 0;
 }
 
-haddr_t driver_get_eoa(const H5FD_t* f, H5FD_mem_t) { return remote_of(f).eoa; }
+haddr_t driver_get_eoa(const H5FD_t* f, H5FD_mem_t) {
+  return remote_of(f).eoa;
+}
 herr_t driver_set_eoa(H5FD_t* f, H5FD_mem_t, haddr_t addr) {
   remote_of(f).eoa = addr;
   return 0;
 }
-haddr_t driver_get_eof(const H5FD_t* f, H5FD_mem_t) { return remote_of(f).size; }
+haddr_t driver_get_eof(const H5FD_t* f, H5FD_mem_t) {
+  return remote_of(f).size;
+}
 
 herr_t driver_get_handle(H5FD_t* f, hid_t, void** handle) {
   if (!handle) return -1;
@@ -147,24 +153,42 @@ herr_t driver_read(H5FD_t* f, H5FD_mem_t, hid_t, haddr_t addr, size_t size, void
   }
 }
 
-herr_t driver_write(H5FD_t*, H5FD_mem_t, hid_t, haddr_t, size_t, const void*) { return -1; }
+herr_t driver_write(H5FD_t*, H5FD_mem_t, hid_t, haddr_t, size_t, const void*) {
+  return -1;
+}
 
-const H5FD_class_t kDriverClass = {
-    "moerun-object-store",
-    static_cast<haddr_t>(INT64_MAX),
-    H5F_CLOSE_WEAK,
-    nullptr,  // terminate
-    nullptr, nullptr, nullptr,  // superblock
-    sizeof(DriverInfo), nullptr, nullptr, nullptr,  // fapl (copied byte for byte)
-    0, nullptr, nullptr,  // dxpl
-    driver_open, driver_close, driver_cmp, driver_query,
-    nullptr,  // get_type_map
-    nullptr, nullptr,  // alloc, free
-    driver_get_eoa, driver_set_eoa, driver_get_eof, driver_get_handle,
-    driver_read, driver_write,
-    nullptr, nullptr,  // flush, truncate
-    nullptr, nullptr,  // lock, unlock
-    H5FD_FLMAP_DICHOTOMY};
+const H5FD_class_t kDriverClass = {"moerun-object-store",
+                                   static_cast<haddr_t>(INT64_MAX),
+                                   H5F_CLOSE_WEAK,
+                                   nullptr,  // terminate
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,  // superblock
+                                   sizeof(DriverInfo),
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,  // fapl (copied byte for byte)
+                                   0,
+                                   nullptr,
+                                   nullptr,  // dxpl
+                                   driver_open,
+                                   driver_close,
+                                   driver_cmp,
+                                   driver_query,
+                                   nullptr,  // get_type_map
+                                   nullptr,
+                                   nullptr,  // alloc, free
+                                   driver_get_eoa,
+                                   driver_set_eoa,
+                                   driver_get_eof,
+                                   driver_get_handle,
+                                   driver_read,
+                                   driver_write,
+                                   nullptr,
+                                   nullptr,  // flush, truncate
+                                   nullptr,
+                                   nullptr,  // lock, unlock
+                                   H5FD_FLMAP_DICHOTOMY};
 
 hid_t driver_id() {
   static std::once_flag once;

@@ -40,8 +40,10 @@ Hdf5Probe hdf5_probe_of_this_executable(double timeout_s) {
 
 void Hdf5Probe::check(const std::vector<std::string>& files) const {
   if (program.empty()) return;
-  std::vector<std::string> args{program, "__probe-hdf5", "--timeout", std::to_string(timeout_s),
-                                "--s3-retries", std::to_string(s3_retries), "--s3-timeout", std::to_string(s3_timeout_s)};
+  std::vector<std::string> args{program,        "__probe-hdf5",
+                                "--timeout",    std::to_string(timeout_s),
+                                "--s3-retries", std::to_string(s3_retries),
+                                "--s3-timeout", std::to_string(s3_timeout_s)};
   const std::size_t first_file = args.size();
   std::error_code ec;
   for (const auto& f : files)
@@ -85,9 +87,12 @@ int hdf5_probe_main(int argc, char** argv, const S3Config& s3) {
   S3Config client = s3;
   while (first + 1 < argc && std::string(argv[first]).rfind("--", 0) == 0) {
     const std::string opt = argv[first], val = argv[first + 1];
-    if (opt == "--timeout") ::alarm(static_cast<unsigned>(std::max(1.0, std::atof(val.c_str()))) + 10);
-    else if (opt == "--s3-retries") client.retries = std::atoi(val.c_str());
-    else if (opt == "--s3-timeout") client.timeout_s = std::max(0.001, std::atof(val.c_str()));
+    if (opt == "--timeout")
+      ::alarm(static_cast<unsigned>(std::max(1.0, std::atof(val.c_str()))) + 10);
+    else if (opt == "--s3-retries")
+      client.retries = std::atoi(val.c_str());
+    else if (opt == "--s3-timeout")
+      client.timeout_s = std::max(0.001, std::atof(val.c_str()));
     first += 2;
   }
   h5_quiet();

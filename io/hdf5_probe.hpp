@@ -15,8 +15,8 @@
 namespace moerun::io {
 
 struct Hdf5Probe {
-  std::string program;     // executable that takes `__probe-hdf5 FILE...`; empty: probing is off
-  double timeout_s = 60;   // a walk that takes longer counts as a hang (a local walk takes well under 1 s)
+  std::string program;  // executable that takes `__probe-hdf5 FILE...`; empty: probing is off
+  double timeout_s = 60;  // a walk that takes longer counts as a hang (a local walk takes well under 1 s)
   // For s3:// files: the client's retries and timeout, passed to the child (which takes the
   // endpoint and credentials from the same AWS_* variables as the command).
   int s3_retries = 5;

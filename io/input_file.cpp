@@ -43,7 +43,7 @@ std::string read_to_end(int fd, const std::string& path) {
 }  // namespace
 
 bool check_regular_file(const std::string& path, ErrorKind not_regular) {
-  struct stat sb{};
+  struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0) {
     if (errno == ENOENT) return false;
     fail(ErrorKind::Io, path, ": cannot stat: ", std::strerror(errno));
@@ -53,7 +53,7 @@ bool check_regular_file(const std::string& path, ErrorKind not_regular) {
 }
 
 void require_input_file(const std::string& path, const std::string& option) {
-  struct stat sb{};
+  struct stat sb {};
   if (::stat(path.c_str(), &sb) != 0) fail(ErrorKind::Io, option, " ", path, ": cannot open: ", std::strerror(errno));
   if (!S_ISREG(sb.st_mode)) fail(ErrorKind::Usage, option, " ", path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
 }
@@ -66,7 +66,7 @@ std::string read_regular_file(const std::string& path, ErrorKind not_regular) {
     fail(ErrorKind::Io, path, ": cannot open: ", std::strerror(errno));
   }
   const FdCloser closer{fd};
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat: ", std::strerror(errno));
   if (!S_ISREG(sb.st_mode)) fail(not_regular, path, ": is ", file_type_name(sb.st_mode), ", expected a regular file");
   return read_to_end(fd, path);
@@ -76,7 +76,7 @@ std::string read_stream_file(const std::string& path, const std::string& option)
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(ErrorKind::Io, path, ": cannot open input file: ", std::strerror(errno));
   const FdCloser closer{fd};
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd, &sb) != 0) fail(ErrorKind::Io, path, ": cannot stat input file: ", std::strerror(errno));
   if (S_ISDIR(sb.st_mode) || S_ISBLK(sb.st_mode))
     fail(ErrorKind::Usage, option, " ", path, ": is ", file_type_name(sb.st_mode), ", expected a file of JSON lines");
@@ -90,10 +90,14 @@ int64_t first_invalid_utf8(const std::string& text) {
     const unsigned c = p[i];
     std::size_t len = 0;
     uint32_t cp = 0, min = 0;
-    if (c < 0x80) len = 1, cp = c;
-    else if ((c >> 5) == 0x6) len = 2, cp = c & 0x1f, min = 0x80;
-    else if ((c >> 4) == 0xe) len = 3, cp = c & 0x0f, min = 0x800;
-    else if ((c >> 3) == 0x1e) len = 4, cp = c & 0x07, min = 0x10000;
+    if (c < 0x80)
+      len = 1, cp = c;
+    else if ((c >> 5) == 0x6)
+      len = 2, cp = c & 0x1f, min = 0x80;
+    else if ((c >> 4) == 0xe)
+      len = 3, cp = c & 0x0f, min = 0x800;
+    else if ((c >> 3) == 0x1e)
+      len = 4, cp = c & 0x07, min = 0x10000;
     if (len == 0 || i + len > n) return static_cast<int64_t>(i);
     for (std::size_t k = 1; k < len; ++k) {
       if ((p[i + k] & 0xc0) != 0x80) return static_cast<int64_t>(i);

@@ -18,8 +18,10 @@ std::size_t too_deep_at(const std::string& text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -46,7 +48,9 @@ std::string short_reason(const char* what) {
   return cut(s, 100);
 }
 
-std::string prefixed(const std::string& source, const std::string& why) { return source.empty() ? why : source + ": " + why; }
+std::string prefixed(const std::string& source, const std::string& why) {
+  return source.empty() ? why : source + ": " + why;
+}
 
 struct DuplicateKey {
   std::string key;
@@ -62,8 +66,10 @@ json parse_json(const std::string& text, const std::string& source, ErrorKind ki
     throw Error(kind, prefixed(source, str("not valid JSON: nested deeper than ", kMaxJsonDepth, " levels at byte ", at)));
   std::vector<std::unordered_set<std::string>> keys;  // one set per open object
   const json::parser_callback_t check_keys = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    else if (event == json::parse_event_t::object_end) keys.pop_back();
+    if (event == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (event == json::parse_event_t::object_end)
+      keys.pop_back();
     else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
       throw DuplicateKey{parsed.get<std::string>()};
     return true;

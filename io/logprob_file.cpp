@@ -17,11 +17,15 @@ constexpr int64_t kFormatVersion = 1;
 // Rows buffered before a write: one HDF5 call per 16 rows, at most 16 x vocab floats held.
 constexpr int64_t kBufferRows = 16;
 
-std::string part_path(const std::string& path, int64_t part) { return part == 0 ? path : path + "." + std::to_string(part); }
+std::string part_path(const std::string& path, int64_t part) {
+  return part == 0 ? path : path + "." + std::to_string(part);
+}
 
 }  // namespace
 
-uint64_t tokens_fingerprint(const std::vector<int32_t>& tokens) { return Xxh64().vec(tokens).digest(); }
+uint64_t tokens_fingerprint(const std::vector<int32_t>& tokens) {
+  return Xxh64().vec(tokens).digest();
+}
 
 struct LogprobWriter::Impl {
   std::string path;
@@ -65,8 +69,7 @@ void LogprobWriter::finish() {
   m.flush();
   const LogprobHeader& h = m.header;
   h5_writing(m.path, [&] {
-    h5_write(m.h5, "/positions", {static_cast<int64_t>(m.positions.size())}, H5T_STD_I64LE, H5T_NATIVE_INT64,
-             m.positions.data(), false);
+    h5_write(m.h5, "/positions", {static_cast<int64_t>(m.positions.size())}, H5T_STD_I64LE, H5T_NATIVE_INT64, m.positions.data(), false);
     h5_set_attr(m.h5, "format", std::string("moe-logprobs"));
     h5_set_attr(m.h5, "format_version", kFormatVersion);
     h5_set_attr(m.h5, "vocab_size", h.vocab_size);
@@ -95,7 +98,8 @@ namespace {
 LogprobHeader read_header(hid_t f, const std::string& path) {
   auto need = [&](const char* name) {
     const auto v = h5_attr_int(f, name);
-    if (!v) fail(ErrorKind::BadInput, path, ": attribute ", name, " is missing (not a moe-logprobs file from moerun perplexity --save-logits?)");
+    if (!v)
+      fail(ErrorKind::BadInput, path, ": attribute ", name, " is missing (not a moe-logprobs file from moerun perplexity --save-logits?)");
     return *v;
   };
   const auto format = h5_attr_string(f, "format");
@@ -103,7 +107,8 @@ LogprobHeader read_header(hid_t f, const std::string& path) {
     fail(ErrorKind::BadInput, path, ": attribute format is ", format ? "\"" + *format + "\"" : "missing",
          ", not \"moe-logprobs\" (a file from moerun perplexity --save-logits)");
   if (need("format_version") != kFormatVersion)
-    fail(ErrorKind::BadInput, path, ": format_version ", need("format_version"), " is not supported (this moerun reads ", kFormatVersion, ")");
+    fail(ErrorKind::BadInput, path, ": format_version ", need("format_version"), " is not supported (this moerun reads ", kFormatVersion,
+         ")");
   LogprobHeader h;
   h.vocab_size = need("vocab_size");
   h.context = need("context");

@@ -32,8 +32,8 @@ uint64_t verify_dense(hid_t file, const std::string& fname, const std::string& p
   return check_dense_checksum(file, fname, path, Xxh64().bytes(stored, bytes).digest(), format_version);
 }
 
-std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path,
-                                   const std::vector<int64_t>& shape, DType dtype, int64_t version) {
+std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
+                                   DType dtype, int64_t version) {
   expect_dataset(file, fname, path, shape, dtype);
   int64_t n = 1;
   for (auto s : shape) n *= s;
@@ -52,8 +52,8 @@ std::vector<float> read_vector_f32(hid_t file, const std::string& fname, const s
   return out;
 }
 
-WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows,
-                         int64_t cols, DType dtype, int64_t version, const std::shared_ptr<HugePagePool>& memory) {
+WeightMatrix read_matrix(hid_t file, const std::string& fname, const std::string& path, int64_t rows, int64_t cols, DType dtype,
+                         int64_t version, const std::shared_ptr<HugePagePool>& memory) {
   expect_dataset(file, fname, path, {rows, cols}, dtype);
   WeightMatrix m;
   m.data.place_in(memory);
@@ -139,10 +139,11 @@ void expect_dataset_type(hid_t file, const std::string& fname, const std::string
     fail(ErrorKind::BadInput, fname, ": ", path, " has type ", info.type.describe(), ", expected ", type_text);
 }
 
-void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
-                    DType dtype) {
-  if (dtype == DType::F32) expect_dataset_type(file, fname, path, shape, {H5T_FLOAT, 4, true}, "float32");
-  else expect_dataset_type(file, fname, path, shape, {H5T_INTEGER, 2, false}, "uint16 (bfloat16 bits)");
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape, DType dtype) {
+  if (dtype == DType::F32)
+    expect_dataset_type(file, fname, path, shape, {H5T_FLOAT, 4, true}, "float32");
+  else
+    expect_dataset_type(file, fname, path, shape, {H5T_INTEGER, 2, false}, "uint16 (bfloat16 bits)");
 }
 
 std::string model_h5_path(const std::string& model_dir) {
@@ -160,8 +161,8 @@ bool any_not_finite(const Bits* p, int64_t n) {
 }
 }  // namespace
 
-void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
-                  const std::string& tensor, int64_t first_row) {
+void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor,
+                  int64_t first_row) {
   const int64_t n = rows * cols;
   const bool bad = dtype == DType::F32 ? any_not_finite<uint32_t, 0x7f800000u>(static_cast<const uint32_t*>(data), n)
                                        : any_not_finite<uint16_t, 0x7f80>(static_cast<const uint16_t*>(data), n);
@@ -178,7 +179,8 @@ void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const s
   if (!any_not_finite<uint16_t, 0x7c00>(data, rows * cols)) return;
   for (int64_t i = 0; i < rows * cols; ++i)
     if ((data[i] & 0x7c00) == 0x7c00)
-      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", (data[i] & 0x3ff) ? "NaN" : "Inf", " at [", i / cols, ",", i % cols, "]");
+      fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", (data[i] & 0x3ff) ? "NaN" : "Inf", " at [", i / cols, ",", i % cols,
+           "]");
 }
 
 namespace {
@@ -186,10 +188,8 @@ namespace {
 std::vector<uint64_t> read_shard_ids(hid_t file, const std::string& fname) {
   if (!h5_exists(file, "/expert_shards")) fail(ErrorKind::BadInput, fname, ": dataset /expert_shards is missing (format_version 2)");
   const H5DatasetInfo info = h5_dataset_info(file, "/expert_shards");
-  if (info.shape.size() != 1 || info.shape[0] > 100000 || info.type.cls != H5T_INTEGER || info.type.size != 8 ||
-      info.type.is_signed)
-    fail(ErrorKind::BadInput, fname, ": /expert_shards must be uint64 [0..100000], is ", info.type.describe(), " ",
-         shape_str(info.shape));
+  if (info.shape.size() != 1 || info.shape[0] > 100000 || info.type.cls != H5T_INTEGER || info.type.size != 8 || info.type.is_signed)
+    fail(ErrorKind::BadInput, fname, ": /expert_shards must be uint64 [0..100000], is ", info.type.describe(), " ", shape_str(info.shape));
   std::vector<uint64_t> ids(static_cast<std::size_t>(info.shape[0]));
   if (!ids.empty()) h5_read(file, "/expert_shards", H5T_NATIVE_UINT64, ids.data());
   return ids;
@@ -286,10 +286,14 @@ void read_dense_dataset(hid_t file, const std::string& fname, const model::Dense
       std::copy(f.begin(), f.end(), m.data.as<float>());
     }
   }
-  if (ds.layer >= 0) w.layers.at(static_cast<std::size_t>(ds.layer)).place(ds) = std::move(target);
-  else if (ds.name == "final_norm") w.final_norm = std::get<std::vector<float>>(std::move(target));
-  else if (ds.name == "lm_head") w.lm_head = std::get<WeightMatrix>(std::move(target));
-  else fail(ErrorKind::Internal, "read_dense_dataset: no place for ", ds.path);
+  if (ds.layer >= 0)
+    w.layers.at(static_cast<std::size_t>(ds.layer)).place(ds) = std::move(target);
+  else if (ds.name == "final_norm")
+    w.final_norm = std::get<std::vector<float>>(std::move(target));
+  else if (ds.name == "lm_head")
+    w.lm_head = std::get<WeightMatrix>(std::move(target));
+  else
+    fail(ErrorKind::Internal, "read_dense_dataset: no place for ", ds.path);
 }
 
 // Qwen3-Next's norms compute x * (1 + w) in float32: the stored w plus the offset, added once here
@@ -317,16 +321,18 @@ DenseWeights read_dense_weights(hid_t file, const std::string& fname, bool local
   const int64_t need = c.dense_params() * static_cast<int64_t>(sizeof(float));
   const int64_t have = host_memory_bytes();
   if (have > 0 && need > have)
-    fail(ErrorKind::BadInput, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than this host's ",
-         have >> 20, " MiB (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", num_layers ", c.num_layers, ")");
+    fail(ErrorKind::BadInput, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than this host's ", have >> 20,
+         " MiB (vocab_size ", c.vocab_size, ", hidden_size ", c.hidden_size, ", num_layers ", c.num_layers, ")");
   if (const int64_t room = mappable_memory_bytes(); room > 0 && need > room)
     fail(ErrorKind::Usage, fname, ": the dense weights need ", need >> 20, " MiB in memory, more than the ", room >> 20,
          " MiB the address-space limit (ulimit -v) leaves: raise the limit");
   QuantizableReader quantizable(file, fname, std::move(cache), quantized != WeightScheme::Plain && c.format_version >= 2);
   w.layers.resize(static_cast<std::size_t>(c.num_layers));
   for (const model::DenseDataset& ds : model::dense_datasets(c)) {
-    if (ds.layer < 0 && ds.name == "embed_tokens") w.embed_tokens = read_embedding(file, fname, local, c);
-    else read_dense_dataset(file, fname, ds, quantizable, w);
+    if (ds.layer < 0 && ds.name == "embed_tokens")
+      w.embed_tokens = read_embedding(file, fname, local, c);
+    else
+      read_dense_dataset(file, fname, ds, quantizable, w);
   }
   apply_norm_weight_offset(w);
   return w;
@@ -348,8 +354,8 @@ DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantiz
   return h5_reading(fname, [&] { return read_dense_weights(file, fname, !model.remote(), quantized, std::move(cache), memory); });
 }
 
-void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
-                  DType dtype, bool one_chunk, Xxh64* stored) {
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data, DType dtype, bool one_chunk,
+                  Xxh64* stored) {
   int64_t n = 1;
   for (auto s : shape) n *= s;
   if (dtype == DType::F32) {
@@ -406,6 +412,8 @@ void ModelFileWriter::set_attr(const std::string& name, int64_t value) {
 void ModelFileWriter::set_attr(const std::string& name, const std::string& value) {
   h5_writing(path_, [&] { h5_set_attr(file_, name, value); });
 }
-void ModelFileWriter::close() { h5_close_written(file_, path_); }
+void ModelFileWriter::close() {
+  h5_close_written(file_, path_);
+}
 
 }  // namespace moerun::io

@@ -19,7 +19,6 @@
 
 namespace moerun::io {
 
-
 // The token embedding [vocab, d] in the stored dtype (rows are widened to float32 as they are looked
 // up). From a local model.h5 that stores it contiguously a lookup reads its row from the file
 // (pread, no read-ahead): the page cache keeps the rows in use and the kernel drops them under
@@ -29,11 +28,11 @@ namespace moerun::io {
 struct EmbeddingTable {
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
-  const void* data = nullptr;            // in memory: rows x cols elements (null when read from `file`)
-  std::shared_ptr<const void> storage;   // keeps `data` alive
+  const void* data = nullptr;  // in memory: rows x cols elements (null when read from `file`)
+  std::shared_ptr<const void> storage;  // keeps `data` alive
   std::shared_ptr<const PositionalFile> file;  // else the file whose bytes at `file_offset` are the table
   uint64_t file_offset = 0;
-  uint64_t xxh64 = 0;                    // of the bytes, from the load's scan (fingerprints use it: no second pass)
+  uint64_t xxh64 = 0;  // of the bytes, from the load's scan (fingerprints use it: no second pass)
   std::size_t row_bytes() const { return static_cast<std::size_t>(cols) * dtype_size(dtype); }
   std::size_t bytes() const { return static_cast<std::size_t>(rows) * row_bytes(); }
   // Row `id`'s bytes: in `data`, or read into `scratch` (resized as needed). Io or BadInput naming
@@ -46,8 +45,8 @@ struct DenseWeights {
   // Where the matrices live: a HugePagePool (every step streams them), or null: the C heap.
   std::shared_ptr<HugePagePool> memory;
   EmbeddingTable embed_tokens;
-  std::vector<float> final_norm;    // [d]
-  WeightMatrix lm_head;             // [vocab, d], stored dtype
+  std::vector<float> final_norm;  // [d]
+  WeightMatrix lm_head;  // [vocab, d], stored dtype
   // Each decoder layer's tensors by schema name, as loaded; the forward's blocks take them
   // (runtime/blocks), after which they are empty here.
   std::vector<LayerTensors> layers;
@@ -77,16 +76,15 @@ DenseWeights load_dense_weights(const ModelLocation& model, WeightScheme quantiz
 std::string shape_str(const std::vector<int64_t>& shape);
 // Checks presence, shape and dtype (float32, or uint16 bits for bfloat16) of a weight dataset;
 // BadInput naming `fname` and `path` otherwise.
-void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
-                    DType dtype);
+void expect_dataset(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape, DType dtype);
 // The same for any element type (class, size, signedness); `type_text` says what was expected.
 void expect_dataset_type(hid_t file, const std::string& fname, const std::string& path, const std::vector<int64_t>& shape,
                          const H5TypeInfo& type, const char* type_text);
 
 // Throws BadInput "`where`: `tensor` contains NaN at [r,c]" if any element is not finite.
 // `first_row`: the row index of data's first row in the tensor (a scan in blocks).
-void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where,
-                  const std::string& tensor, int64_t first_row = 0);
+void check_finite(const void* data, DType dtype, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor,
+                  int64_t first_row = 0);
 // The same for IEEE half bits (the quantized formats' scales).
 void check_finite_fp16(const uint16_t* data, int64_t rows, int64_t cols, const std::string& where, const std::string& tensor);
 
@@ -115,7 +113,7 @@ class ModelFileWriter {
 
 // Writes a float32 tensor as the given dtype into `loc` (float32, or bfloat16 bits as uint16);
 // the bytes as stored are also fed to `stored` when given (the checksums of the format).
-void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data,
-                  DType dtype, bool one_chunk, Xxh64* stored = nullptr);
+void write_tensor(hid_t loc, const std::string& path, const std::vector<int64_t>& shape, const float* data, DType dtype, bool one_chunk,
+                  Xxh64* stored = nullptr);
 
 }  // namespace moerun::io

@@ -21,8 +21,8 @@ class ModelLocation {
   ModelLocation(const S3Url& prefix, std::shared_ptr<const ObjectStore> store);
 
   bool remote() const { return store_ != nullptr; }
-  const std::string& str() const { return name_; }       // as given: DIR or s3://bucket/prefix
-  std::string file(const std::string& name) const;        // DIR/name or s3://bucket/prefix/name
+  const std::string& str() const { return name_; }  // as given: DIR or s3://bucket/prefix
+  std::string file(const std::string& name) const;  // DIR/name or s3://bucket/prefix/name
   // Local: checks the directory exists (Io otherwise). Remote: nothing to check without a request.
   void check_exists() const;
   H5Handle open(const std::string& name) const;

@@ -32,10 +32,10 @@ constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427a
 struct Sink {
   char* dst = nullptr;
   std::size_t capacity = 0;  // bytes dst can take
-  std::size_t skip = 0;      // bytes to drop first (a server that ignored Range sent the whole object)
+  std::size_t skip = 0;  // bytes to drop first (a server that ignored Range sent the whole object)
   std::size_t written = 0;
-  std::string text;          // used when dst is null, and for error bodies (first 4 KiB)
-  long status = 0;           // from the status line, known before the body arrives
+  std::string text;  // used when dst is null, and for error bodies (first 4 KiB)
+  long status = 0;  // from the status line, known before the body arrives
   std::map<std::string, std::string> metadata;  // x-amz-meta-* response headers
 };
 
@@ -109,10 +109,8 @@ bool transient(CURLcode rc) {
     case CURLE_PARTIAL_FILE:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
+    case CURLE_HTTP2_STREAM: return true;
+    default: return false;
   }
 }
 
@@ -131,7 +129,9 @@ std::string S3Config::endpoint_url() const {
   return e;
 }
 
-bool is_s3_url(const std::string& s) { return s.rfind("s3://", 0) == 0; }
+bool is_s3_url(const std::string& s) {
+  return s.rfind("s3://", 0) == 0;
+}
 
 S3Url parse_s3_url(const std::string& s) {
   if (!is_s3_url(s)) fail(ErrorKind::Usage, s, ": not an s3:// URL");
@@ -158,14 +158,14 @@ S3Url parse_s3_url(const std::string& s) {
 
 struct ObjectStore::Request {
   enum class Method { Head, Get, Put, Delete } method = Method::Get;
-  std::string upload;       // Put: the local file sent as the body
+  std::string upload;  // Put: the local file sent as the body
   std::map<std::string, std::string> metadata;  // Put: x-amz-meta-* headers
-  bool allow_404 = false;   // a 404 is an answer (head()), not an error
+  bool allow_404 = false;  // a 404 is an answer (head()), not an error
   S3Url url;
   std::string query;  // canonical (sorted, escaped), without '?'
   uint64_t offset = 0;
   std::size_t length = 0;  // 0: whole body
-  char* dst = nullptr;     // null: body into Response::text
+  char* dst = nullptr;  // null: body into Response::text
 };
 
 struct ObjectStore::Response {
@@ -319,11 +319,10 @@ ObjectStore::Response ObjectStore::perform(const Request& req) const {
       last = curl_easy_strerror(e.code);
     }
     if (tries >= config_.retries)
-      fail(ErrorKind::Io, name, ": object store at ", config_.endpoint_url(), " unreachable after ", tries + 1,
-           " attempts (last: ", last, "; --s3-retries ", config_.retries, ")");
+      fail(ErrorKind::Io, name, ": object store at ", config_.endpoint_url(), " unreachable after ", tries + 1, " attempts (last: ", last,
+           "; --s3-retries ", config_.retries, ")");
     const double wait = jittered(std::min(delay, config_.max_backoff_s));
-    log::warn(name, ": ", last, "; retry ", tries + 1, "/", config_.retries, " in ", static_cast<int>(wait * 1000),
-              " ms");
+    log::warn(name, ": ", last, "; retry ", tries + 1, "/", config_.retries, " in ", static_cast<int>(wait * 1000), " ms");
     retries_.fetch_add(1);
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
     delay *= 2;
@@ -383,8 +382,7 @@ std::vector<ObjectInfo> ObjectStore::list(const S3Url& prefix) const {
     Request req;
     req.url = {prefix.bucket, ""};
     // Parameters in sorted order, escaped: the SigV4 canonical query string.
-    req.query = (token.empty() ? "" : "continuation-token=" + curl_escape(token) + "&") + "list-type=2&prefix=" +
-                curl_escape(key_prefix);
+    req.query = (token.empty() ? "" : "continuation-token=" + curl_escape(token) + "&") + "list-type=2&prefix=" + curl_escape(key_prefix);
     const Response r = perform(req);
     std::size_t pos = 0;
     while ((pos = r.text.find("<Contents>", pos)) != std::string::npos) {

@@ -20,10 +20,10 @@ struct S3Config {
   std::string endpoint;  // http(s)://host[:port]; empty: https://s3.<region>.amazonaws.com
   std::string region = "us-east-1";
   std::string access_key_id, secret_access_key, session_token;
-  int retries = 5;             // attempts after the first, for transient failures
-  double backoff_s = 0.2;      // delay before the first retry; doubles each time, with jitter
+  int retries = 5;  // attempts after the first, for transient failures
+  double backoff_s = 0.2;  // delay before the first retry; doubles each time, with jitter
   double max_backoff_s = 5.0;  // cap on one delay
-  double timeout_s = 60.0;     // one request, connection included
+  double timeout_s = 60.0;  // one request, connection included
   double connect_timeout_s = 5.0;
 
   std::string endpoint_url() const;  // endpoint, or the AWS default for the region
@@ -42,12 +42,12 @@ S3Url parse_s3_url(const std::string& s);
 struct ObjectStoreStats {
   int64_t requests = 0;  // HTTP requests sent, retries included
   int64_t retries = 0;
-  int64_t bytes = 0;     // body bytes received
+  int64_t bytes = 0;  // body bytes received
 
   static const std::vector<CounterField<ObjectStoreStats>>& fields() {
     static const std::vector<CounterField<ObjectStoreStats>> f{counter("requests", &ObjectStoreStats::requests),
-                                                              counter("retries", &ObjectStoreStats::retries),
-                                                              counter("bytes", &ObjectStoreStats::bytes)};
+                                                               counter("retries", &ObjectStoreStats::retries),
+                                                               counter("bytes", &ObjectStoreStats::bytes)};
     return f;
   }
 };

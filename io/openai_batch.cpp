@@ -17,10 +17,27 @@ using nlohmann::json;
 
 // Body fields moerun reads, per endpoint; what it refuses unless neutral; the rest is ignored with
 // a warning (user, metadata, store, service_tier, stream_options, ...).
-const std::set<std::string> kRead = {"model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "seed",
-                                     "stop", "n", "logprobs", "top_logprobs", "echo", "chat_template_kwargs",
-                                     "chat_template", "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                                     "repetition_penalty", "logit_bias"};
+const std::set<std::string> kRead = {"model",
+                                     "messages",
+                                     "prompt",
+                                     "max_tokens",
+                                     "max_completion_tokens",
+                                     "temperature",
+                                     "top_p",
+                                     "seed",
+                                     "stop",
+                                     "n",
+                                     "logprobs",
+                                     "top_logprobs",
+                                     "echo",
+                                     "chat_template_kwargs",
+                                     "chat_template",
+                                     "top_k",
+                                     "min_p",
+                                     "presence_penalty",
+                                     "frequency_penalty",
+                                     "repetition_penalty",
+                                     "logit_bias"};
 
 std::string hex(uint64_t v) {
   char buf[17];
@@ -63,13 +80,15 @@ std::vector<std::string> stop_strings(const json& b) {
   if (!b.contains("stop") || b["stop"].is_null()) return {};
   const json& s = b["stop"];
   std::vector<std::string> out;
-  if (s.is_string()) out.push_back(s.get<std::string>());
+  if (s.is_string())
+    out.push_back(s.get<std::string>());
   else if (s.is_array() && s.size() <= 4)
     for (const json& v : s) {
       if (!v.is_string()) fail(ErrorKind::BadInput, "field body.stop holds ", v.dump(), ", not a string");
       out.push_back(v.get<std::string>());
     }
-  else fail(ErrorKind::BadInput, "field body.stop is not a string or a list of up to 4 strings");
+  else
+    fail(ErrorKind::BadInput, "field body.stop is not a string or a list of up to 4 strings");
   for (const std::string& t : out)
     if (t.empty()) fail(ErrorKind::BadInput, "field body.stop holds an empty string");
   return out;
@@ -82,10 +101,12 @@ const char* budget_field(const json& b) {
 
 // Chat's logprobs is a boolean, top_logprobs (0..20) needs it: as the API refuses them.
 json chat_logprobs_field(const json& b) {
-  const bool has_lp = b.contains("logprobs") && !b["logprobs"].is_null(), has_top = b.contains("top_logprobs") && !b["top_logprobs"].is_null();
+  const bool has_lp = b.contains("logprobs") && !b["logprobs"].is_null(),
+             has_top = b.contains("top_logprobs") && !b["top_logprobs"].is_null();
   if (has_lp && !b["logprobs"].is_boolean())
     fail(ErrorKind::BadInput, "field body.logprobs is ", b["logprobs"].dump(), ": chat takes true or false (top_logprobs sets the count)");
-  if (has_top && !(b["top_logprobs"].is_number_integer() && b["top_logprobs"].get<int64_t>() >= 0 && b["top_logprobs"].get<int64_t>() <= 20))
+  if (has_top &&
+      !(b["top_logprobs"].is_number_integer() && b["top_logprobs"].get<int64_t>() >= 0 && b["top_logprobs"].get<int64_t>() <= 20))
     fail(ErrorKind::BadInput, "field body.top_logprobs is ", b["top_logprobs"].dump(), ": an integer in [0, 20] is expected");
   const bool on = has_lp && b["logprobs"].get<bool>();
   if (has_top && !on) fail(ErrorKind::BadInput, "field body.top_logprobs is set, but body.logprobs is not true");
@@ -97,8 +118,8 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
   json m{{"id", oa.custom_id}};
   const char* budget = budget_field(b);
   if (b.contains(budget) && !b[budget].is_null()) m["max_new_tokens"] = b[budget];
-  for (const char* k : {"temperature", "top_p", "seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
-                        "logit_bias"})
+  for (const char* k :
+       {"temperature", "top_p", "seed", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
     if (b.contains(k)) m[k] = b[k];
   oa.stop = stop_strings(b);
   if (b.contains("model") && b["model"].is_string()) oa.model = b["model"].get<std::string>();
@@ -122,10 +143,14 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
     return m;
   }
   const json p = b.value("prompt", json());
-  if (p.is_string()) m["prompt"] = p;
-  else if (p.is_array() && p.size() == 1 && p[0].is_string()) m["prompt"] = p[0];
-  else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& v) { return v.is_number_integer(); })) m["prompt_tokens"] = p;
-  else fail(ErrorKind::BadInput, "field body.prompt is not a string, a list of one string, or a list of token ids");
+  if (p.is_string())
+    m["prompt"] = p;
+  else if (p.is_array() && p.size() == 1 && p[0].is_string())
+    m["prompt"] = p[0];
+  else if (p.is_array() && !p.empty() && std::all_of(p.begin(), p.end(), [](const json& v) { return v.is_number_integer(); }))
+    m["prompt_tokens"] = p;
+  else
+    fail(ErrorKind::BadInput, "field body.prompt is not a string, a list of one string, or a list of token ids");
   if (b.contains("top_logprobs") && !b["top_logprobs"].is_null())
     fail(ErrorKind::BadInput, "field body.top_logprobs is a chat field; /v1/completions takes logprobs (an integer) alone");
   if (b.contains("logprobs") && !b["logprobs"].is_null()) {
@@ -143,15 +168,22 @@ json moerun_object(const json& b, OpenAiRequest& oa) {
 // moerun's field names in a request's error, as the line spelled them ("field max_new_tokens" was
 // the line's body.max_tokens).
 std::string openai_field_names(std::string msg, const json& b, bool chat) {
-  const std::pair<std::string, std::string> names[] = {
-      {"field max_new_tokens", str("field body.", budget_field(b))}, {"field logprobs", chat ? "field body.top_logprobs" : "field body.logprobs"},
-      {"field temperature", "field body.temperature"}, {"field top_p", "field body.top_p"}, {"field seed", "field body.seed"},
-      {"field top_k", "field body.top_k"}, {"field min_p", "field body.min_p"}, {"field presence_penalty", "field body.presence_penalty"},
-      {"field frequency_penalty", "field body.frequency_penalty"}, {"field repetition_penalty", "field body.repetition_penalty"},
-      {"field logit_bias", "field body.logit_bias"},
-      {"field prompt_tokens", "field body.prompt"}, {"field prompt", "field body.prompt"}};
+  const std::pair<std::string, std::string> names[] = {{"field max_new_tokens", str("field body.", budget_field(b))},
+                                                       {"field logprobs", chat ? "field body.top_logprobs" : "field body.logprobs"},
+                                                       {"field temperature", "field body.temperature"},
+                                                       {"field top_p", "field body.top_p"},
+                                                       {"field seed", "field body.seed"},
+                                                       {"field top_k", "field body.top_k"},
+                                                       {"field min_p", "field body.min_p"},
+                                                       {"field presence_penalty", "field body.presence_penalty"},
+                                                       {"field frequency_penalty", "field body.frequency_penalty"},
+                                                       {"field repetition_penalty", "field body.repetition_penalty"},
+                                                       {"field logit_bias", "field body.logit_bias"},
+                                                       {"field prompt_tokens", "field body.prompt"},
+                                                       {"field prompt", "field body.prompt"}};
   for (const auto& [ours, theirs] : names)
-    if (msg.starts_with(ours) && (msg.size() == ours.size() || msg[ours.size()] == ' ' || msg[ours.size()] == '[')) return theirs + msg.substr(ours.size());
+    if (msg.starts_with(ours) && (msg.size() == ours.size() || msg[ours.size()] == ' ' || msg[ours.size()] == '['))
+      return theirs + msg.substr(ours.size());
   return msg;
 }
 

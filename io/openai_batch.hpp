@@ -18,15 +18,15 @@ namespace moerun::io {
 
 // What an OpenAI request carries beyond moerun's request (Request::openai).
 struct OpenAiRequest {
-  bool chat = false;                 // /v1/chat/completions (else /v1/completions)
+  bool chat = false;  // /v1/chat/completions (else /v1/completions)
   std::string custom_id;
-  std::string model;                 // body.model, echoed back
-  std::string messages;              // chat: body.messages as JSON text, for the chat template
-  std::string template_kwargs;       // chat: body.chat_template_kwargs as a JSON object's text ("{}")
-  std::string chat_template;         // chat: body.chat_template, a template's name or text ("": the default)
-  std::vector<std::string> stop;     // body.stop: the output is cut before the first match
-  bool echo = false;                 // completions: the prompt's text before the completion
-  bool prompt_opens_think = false;   // chat: the rendered prompt ends inside <think> (a thinking template)
+  std::string model;  // body.model, echoed back
+  std::string messages;  // chat: body.messages as JSON text, for the chat template
+  std::string template_kwargs;  // chat: body.chat_template_kwargs as a JSON object's text ("{}")
+  std::string chat_template;  // chat: body.chat_template, a template's name or text ("": the default)
+  std::vector<std::string> stop;  // body.stop: the output is cut before the first match
+  bool echo = false;  // completions: the prompt's text before the completion
+  bool prompt_opens_think = false;  // chat: the rendered prompt ends inside <think> (a thinking template)
 };
 
 // Whether `text` (a whole input file) is an OpenAI batch file.
@@ -41,9 +41,9 @@ std::vector<Request> parse_openai_batch(const std::string& text, const std::stri
 
 // A chat request's prompt, as the model's chat template renders it and the tokenizer encodes it.
 struct ChatPrompt {
-  std::string messages;         // JSON array
+  std::string messages;  // JSON array
   std::string template_kwargs;  // JSON object
-  std::string chat_template;    // one of the model's templates by name, or a template's text; "": the default
+  std::string chat_template;  // one of the model's templates by name, or a template's text; "": the default
 };
 struct ChatTokens {
   std::vector<int32_t> ids;

@@ -19,7 +19,9 @@ namespace moerun::io {
 namespace fs = std::filesystem;
 namespace {
 
-const char* kind_of(mode_t m) { return file_type_name(m); }
+const char* kind_of(mode_t m) {
+  return file_type_name(m);
+}
 
 struct FileId {
   bool exists = false;
@@ -36,7 +38,7 @@ FileId file_id(const std::string& path, bool follow) {
   const fs::path abs = fs::absolute(path, ec).lexically_normal();
   const fs::path canon = follow ? fs::weakly_canonical(abs, ec) : fs::weakly_canonical(abs.parent_path(), ec) / abs.filename();
   id.spelling = ec ? abs.string() : canon.string();
-  struct stat sb{};
+  struct stat sb {};
   if ((follow ? ::stat(path.c_str(), &sb) : ::lstat(path.c_str(), &sb)) == 0) {
     id.exists = true;
     id.dev = sb.st_dev;
@@ -62,11 +64,12 @@ bool is_side_file(const std::string& o, const std::string& p) {
 }  // namespace
 
 void check_output_target(const std::string& path, const std::string& option) {
-  struct stat sb{};
+  struct stat sb {};
   if (::lstat(path.c_str(), &sb) == 0 && S_ISLNK(sb.st_mode))
     fail(ErrorKind::Usage, option, " ", path, ": is a symbolic link; moerun never writes through a link (name the file itself)");
   if (::lstat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
-    fail(ErrorKind::Usage, option, " ", path, ": is ", kind_of(sb.st_mode), "; outputs are written as new regular files, refusing to replace it");
+    fail(ErrorKind::Usage, option, " ", path, ": is ", kind_of(sb.st_mode),
+         "; outputs are written as new regular files, refusing to replace it");
   const std::string dir = parent_dir(path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(ErrorKind::Io, path, ": output directory ", dir, " does not exist");
@@ -96,7 +99,7 @@ void check_distinct_paths(const std::vector<PathUse>& inputs, const std::vector<
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  struct stat sb{};
+  struct stat sb {};
   const bool exists = ::lstat(path_.c_str(), &sb) == 0;
   if (exists && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
     fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; refusing to replace it with a regular file");
@@ -126,7 +129,9 @@ AtomicFile::~AtomicFile() {
   if (!committed_) ::unlink(tmp_.c_str());
 }
 
-void AtomicFile::write(const std::string& data) { write_fully(fd_, data, tmp_); }
+void AtomicFile::write(const std::string& data) {
+  write_fully(fd_, data, tmp_);
+}
 
 void AtomicFile::commit() {
   // Through a fresh descriptor: a writer that opened the temp file by name (HDF5) wrote there.
@@ -188,19 +193,23 @@ int open_owned_file(const std::string& path, int flags, const std::string& what)
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
   if (fd < 0) {
     const int err = errno;
-    struct stat sb{};
+    struct stat sb {};
     if (err == ELOOP) fail(ErrorKind::Usage, path, ": is a symbolic link; moerun never writes ", what, " through a link");
     // A FIFO without a reader refuses a non-blocking open for writing (ENXIO): named as what it is.
     if (::lstat(path.c_str(), &sb) == 0 && !S_ISREG(sb.st_mode))
       fail(ErrorKind::Usage, path, ": is ", kind_of(sb.st_mode), "; ", what, " must be a regular file");
     fail(ErrorKind::Io, path, ": cannot open ", what, ": ", std::strerror(err));
   }
-  struct stat sb{};
+  struct stat sb {};
   std::string why;
-  if (::fstat(fd, &sb) != 0) why = str(": cannot stat ", what, ": ", std::strerror(errno));
-  else if (!S_ISREG(sb.st_mode)) why = str(": is ", kind_of(sb.st_mode), "; ", what, " must be a regular file");
-  else if (sb.st_nlink > 1) why = str(": has ", sb.st_nlink, " hard links; refusing to write ", what, " into a file with another name");
-  else if (sb.st_uid != ::geteuid()) why = str(": is owned by uid ", sb.st_uid, ", not by this user; refusing to write ", what, " into it");
+  if (::fstat(fd, &sb) != 0)
+    why = str(": cannot stat ", what, ": ", std::strerror(errno));
+  else if (!S_ISREG(sb.st_mode))
+    why = str(": is ", kind_of(sb.st_mode), "; ", what, " must be a regular file");
+  else if (sb.st_nlink > 1)
+    why = str(": has ", sb.st_nlink, " hard links; refusing to write ", what, " into a file with another name");
+  else if (sb.st_uid != ::geteuid())
+    why = str(": is owned by uid ", sb.st_uid, ", not by this user; refusing to write ", what, " into it");
   if (why.empty()) return fd;
   ::close(fd);
   fail(ErrorKind::Usage, path, why);

@@ -41,7 +41,7 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   const std::string& temp_path() const { return tmp_; }  // for writers that open it themselves (HDF5)
-  void write(const std::string& data);                   // appends
+  void write(const std::string& data);  // appends
   void commit();
 
  private:

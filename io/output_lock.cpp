@@ -39,7 +39,7 @@ OutputLock::OutputLock(const std::string& output) : path_(path_for(output)) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     // A FIFO or a symlink planted as OUTPUT.lock is refused, not waited on or written through.
     const int fd = open_owned_file(path_, O_RDWR | O_CREAT, "the lock of --output " + output);
-    struct stat mine{};
+    struct stat mine {};
     if (::fstat(fd, &mine) != 0) {
       ::close(fd);
       fail(ErrorKind::Io, path_, ": cannot stat the lock of --output ", output);
@@ -62,7 +62,7 @@ OutputLock::OutputLock(const std::string& output) : path_(path_for(output)) {
              "); wait for it, or choose another --output");
       fail(ErrorKind::Io, path_, ": cannot lock: ", std::strerror(err));
     }
-    struct stat now{};
+    struct stat now {};
     if (::stat(path_.c_str(), &now) != 0 || now.st_dev != mine.st_dev || now.st_ino != mine.st_ino) {
       ::close(fd);  // the holder removed it between our open and our lock: take the new one
       continue;

@@ -35,7 +35,9 @@ PositionalFile::~PositionalFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void PositionalFile::expect_random_access() const { ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM); }
+void PositionalFile::expect_random_access() const {
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+}
 
 void PositionalFile::read(uint64_t offset, std::size_t n, void* dst) const {
   if (direct_fd_ < 0) {
@@ -65,8 +67,7 @@ const unsigned char* PositionalFile::read_view(uint64_t offset, std::size_t n, A
 
 void PositionalFile::check_read(uint64_t offset, std::size_t n, uint64_t got) const {
   if (got == n) return;
-  if (errno != 0 && errno != EINTR)
-    fail(ErrorKind::Io, path_, ": read of ", n, " bytes at ", offset, " failed: ", std::strerror(errno));
+  if (errno != 0 && errno != EINTR) fail(ErrorKind::Io, path_, ": read of ", n, " bytes at ", offset, " failed: ", std::strerror(errno));
   fail(ErrorKind::BadInput, path_, ": ends before byte ", offset + n, " (truncated?)");
 }
 

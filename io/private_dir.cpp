@@ -16,7 +16,7 @@ namespace moerun::io {
 namespace {
 
 void check(const std::string& path, const std::string& what) {
-  struct stat sb{};
+  struct stat sb {};
   if (::lstat(path.c_str(), &sb) != 0) fail(ErrorKind::Io, what, path, ": cannot stat: ", std::strerror(errno));
   if (S_ISLNK(sb.st_mode)) fail(ErrorKind::Io, what, path, ": is a symlink; refusing to trust a directory through it");
   if (!S_ISDIR(sb.st_mode)) fail(ErrorKind::Io, what, path, ": is ", file_type_name(sb.st_mode), ", expected a directory");
@@ -47,7 +47,9 @@ void make_private_directory_path(const std::string& path, const std::string& opt
   make_private_directory(path, option);
 }
 
-void check_private_directory(const std::string& path, const std::string& option) { check(path, option + " "); }
+void check_private_directory(const std::string& path, const std::string& option) {
+  check(path, option + " ");
+}
 
 std::string user_temp_directory() {
   const std::string dir = (std::filesystem::temp_directory_path() / ("moerun-" + std::to_string(::geteuid()))).string();

@@ -100,7 +100,8 @@ SamplingFields sampling_fields(const json& j, const RequestLimits& lim) {
     if (b.size() > 300) fail(ErrorKind::BadInput, "field logit_bias has ", b.size(), " tokens, at most 300");
     for (auto it = b.begin(); it != b.end(); ++it) {
       const std::string& key = it.key();
-      const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (!digits || std::stoll(key) >= lim.vocab_size)
         fail(ErrorKind::BadInput, "field logit_bias has key \"", key.substr(0, 20), "\", not a token id in [0, ", lim.vocab_size, ")");
       if (!it.value().is_number() || !(it.value().get<double>() >= -100 && it.value().get<double>() <= 100))
@@ -116,8 +117,7 @@ SamplingFields sampling_fields(const json& j, const RequestLimits& lim) {
 Request parse_object(const json& j, const RequestDefaults& d, const RequestLimits& lim) {
   Request r;
   if (!j.is_object()) fail(ErrorKind::BadInput, "expected a JSON object");
-  if (j.contains("id") && !j["id"].is_string() && !j["id"].is_number_integer())
-    fail(ErrorKind::BadInput, "field id must be a string");
+  if (j.contains("id") && !j["id"].is_string() && !j["id"].is_number_integer()) fail(ErrorKind::BadInput, "field id must be a string");
   r.id = id_of(j);
   if (r.id.empty()) fail(ErrorKind::BadInput, "field id is missing or empty");
   const bool tokens = j.contains("prompt_tokens") && !j["prompt_tokens"].is_null();
@@ -245,8 +245,10 @@ void tokenize_prompts(std::vector<Request>& requests, const std::string& path, c
   for (std::size_t i = 0; i < todo.size(); ++i) {
     Request& r = *todo[i];
     std::string why;
-    if (ids[i].empty()) why = "prompt is empty after tokenization";
-    else why = room_problem(static_cast<int64_t>(ids[i].size()), r.max_new_tokens, lim);
+    if (ids[i].empty())
+      why = "prompt is empty after tokenization";
+    else
+      why = room_problem(static_cast<int64_t>(ids[i].size()), r.max_new_tokens, lim);
     for (std::size_t k = 0; k < ids[i].size() && why.empty(); ++k)
       if (ids[i][k] < 0 || ids[i][k] >= lim.vocab_size)
         why = str("the tokenizer gives token ", ids[i][k], ", outside the model's vocabulary [0, ", lim.vocab_size, ")");
@@ -296,15 +298,16 @@ uint64_t request_fingerprint(const Request& r) {
       .digest();
 }
 
-std::string read_requests_text(const std::string& path) { return read_stream_file(path, "--input"); }
+std::string read_requests_text(const std::string& path) {
+  return read_stream_file(path, "--input");
+}
 
-std::vector<Request> read_requests(const std::string& path, const RequestDefaults& d, const RequestLimits& lim,
-                                   bool skip_invalid) {
+std::vector<Request> read_requests(const std::string& path, const RequestDefaults& d, const RequestLimits& lim, bool skip_invalid) {
   return parse_requests(read_requests_text(path), path, d, lim, skip_invalid);
 }
 
-std::vector<Request> parse_requests(const std::string& all, const std::string& path, const RequestDefaults& d,
-                                    const RequestLimits& lim, bool skip_invalid) {
+std::vector<Request> parse_requests(const std::string& all, const std::string& path, const RequestDefaults& d, const RequestLimits& lim,
+                                    bool skip_invalid) {
   return parse_lines(all, path, skip_invalid, [&](const std::string& t, int64_t n) { return parse_request_line(t, n, d, lim); });
 }
 
@@ -356,7 +359,9 @@ json logprobs_json(const std::vector<TokenLogprob>& v) {
 
 // JSON has no NaN or Inf: nlohmann writes them as null, so null reads back as NaN (a journal line
 // moerun writes is always one it reads back).
-double logprob_from_json(const json& v) { return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>(); }
+double logprob_from_json(const json& v) {
+  return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+}
 
 // Throws json::exception on a malformed entry (result_from_json turns it into false).
 std::vector<TokenLogprob> logprobs_from_json(const json& a) {

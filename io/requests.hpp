@@ -16,11 +16,11 @@ struct OpenAiRequest;  // io/openai_batch.hpp
 // Sampling beyond temperature and top-p: OpenAI's and vLLM's fields, each neutral by default. They
 // act on the logits a request samples from (greedy included); its log-probs stay the model's.
 struct SamplingFields {
-  int64_t top_k = 0;                // keep the k most probable tokens (0: all)
-  double min_p = 0;                 // drop tokens less probable than min_p x the most probable one
-  double presence_penalty = 0;      // subtracted once from the logit of each token the output holds
-  double frequency_penalty = 0;     // subtracted per time the output holds the token
-  double repetition_penalty = 1;    // a prompt or output token's logit: divided by it if > 0, else multiplied
+  int64_t top_k = 0;  // keep the k most probable tokens (0: all)
+  double min_p = 0;  // drop tokens less probable than min_p x the most probable one
+  double presence_penalty = 0;  // subtracted once from the logit of each token the output holds
+  double frequency_penalty = 0;  // subtracted per time the output holds the token
+  double repetition_penalty = 1;  // a prompt or output token's logit: divided by it if > 0, else multiplied
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to those tokens' logits (ids ascending)
   bool neutral() const {
     return top_k == 0 && min_p == 0 && presence_penalty == 0 && frequency_penalty == 0 && repetition_penalty == 1 && logit_bias.empty();
@@ -30,7 +30,7 @@ struct SamplingFields {
 struct Request {
   std::string id;
   std::vector<int32_t> prompt_tokens;  // given, or (has_text) from tokenize_prompts
-  bool has_text = false;               // the request gave "prompt" text; its result gets "text"
+  bool has_text = false;  // the request gave "prompt" text; its result gets "text"
   std::string prompt_text;
   int64_t max_new_tokens = 0;
   double temperature = 0.0;
@@ -43,8 +43,8 @@ struct Request {
   int64_t logprobs = -1;
   int64_t prompt_logprobs = -1;
   int64_t score_from = 1;
-  int64_t line = 0;     // 1-based line in the input file
-  std::string error;    // non-empty: invalid, skipped (only with skip_invalid)
+  int64_t line = 0;  // 1-based line in the input file
+  std::string error;  // non-empty: invalid, skipped (only with skip_invalid)
   std::shared_ptr<const OpenAiRequest> openai{};  // a line of an OpenAI batch file: what it adds
   // Generation ends once the generated text holds one of these (matched on the tokens' bytes as
   // they are sampled; SchedulerConfig::token_bytes); the output text is cut before it.
@@ -68,8 +68,8 @@ struct RequestLimits {
 // it parsed and is unclaimed, else "line:N" (made unique); without, the first one throws BadInput
 // naming the file and line. max_new_tokens is capped at max_position - prompt length (where
 // generation stops anyway).
-std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults,
-                                   const RequestLimits& limits, bool skip_invalid);
+std::vector<Request> read_requests(const std::string& path, const RequestDefaults& defaults, const RequestLimits& limits,
+                                   bool skip_invalid);
 // The two halves of read_requests, for a job where one rank reads the input (a FIFO or a pipe can
 // be read only once) and every rank parses the same text. `path` names the file in messages.
 std::string read_requests_text(const std::string& path);
@@ -107,14 +107,14 @@ struct Result {
   std::vector<int32_t> output_tokens;
   std::string finish_reason;  // "length" | "eos"
   int64_t prompt_len = 0;
-  std::string error;          // set for requests rejected with --skip-invalid
-  std::string key{};          // journal entries only: what the result was computed from (JournalKeys)
-  bool has_text = false;      // the output line carries "text" (the output tokens decoded)
+  std::string error;  // set for requests rejected with --skip-invalid
+  std::string key{};  // journal entries only: what the result was computed from (JournalKeys)
+  bool has_text = false;  // the output line carries "text" (the output tokens decoded)
   std::string text{};
-  bool has_prompt_logprobs = false;          // the request asked for them (even when there are none)
+  bool has_prompt_logprobs = false;  // the request asked for them (even when there are none)
   std::vector<TokenLogprob> prompt_logprobs{};  // prompt tokens score_from.. (one per token)
   bool has_logprobs = false;
-  std::vector<TokenLogprob> logprobs{};         // one per output token
+  std::vector<TokenLogprob> logprobs{};  // one per output token
 };
 
 // One JSON line; `key` is written only when with_key (journals; the output format has no key).

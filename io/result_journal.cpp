@@ -43,8 +43,7 @@ std::vector<std::string> journal_files(const std::string& output_path) {
   return files;
 }
 
-std::unordered_map<std::string, Result> read_journals(const std::string& output_path, const JournalKeys& keys,
-                                                      JournalReadStats* stats) {
+std::unordered_map<std::string, Result> read_journals(const std::string& output_path, const JournalKeys& keys, JournalReadStats* stats) {
   std::unordered_map<std::string, Result> out;
   JournalReadStats st;
   for (const std::string& f : journal_files(output_path)) {
@@ -93,8 +92,7 @@ ResultJournal::ResultJournal(const std::string& output_path, int writer, bool re
       std::string ids;
       for (const auto& id : st.stale_ids) ids += (ids.empty() ? "" : ", ") + id;
       log::warn(output_path, ".journal*: ", st.stale, " journaled result(s) were made for other requests, another model or ",
-                "other routing options (", ids, st.stale > static_cast<int64_t>(st.stale_ids.size()) ? ", ..." : "",
-                "); recomputing them");
+                "other routing options (", ids, st.stale > static_cast<int64_t>(st.stale_ids.size()) ? ", ..." : "", "); recomputing them");
     }
   }
   // A torn last line from a kill must not glue onto the next record.

@@ -18,7 +18,7 @@ namespace moerun::io {
 using JournalKeys = std::unordered_map<std::string, std::string>;
 
 struct JournalReadStats {
-  int64_t torn = 0;   // unparseable (e.g. cut by a kill) lines
+  int64_t torn = 0;  // unparseable (e.g. cut by a kill) lines
   int64_t stale = 0;  // entries whose key does not match this run (recomputed)
   std::vector<std::string> stale_ids;  // the first few, for the warning
 };

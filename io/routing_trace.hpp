@@ -15,8 +15,8 @@ struct RoutingTrace {
   int64_t num_experts = 0;
   int64_t top_k = 0;
   std::vector<std::vector<int32_t>> experts;  // [layer][token * top_k + slot]
-  std::vector<int64_t> request;               // [token]
-  std::vector<int32_t> position;              // [token]
+  std::vector<int64_t> request;  // [token]
+  std::vector<int32_t> position;  // [token]
 
   int64_t tokens() const { return static_cast<int64_t>(request.size()); }
 };

@@ -116,8 +116,8 @@ class PythonTokenizer : public Tokenizer {
       fail(ErrorKind::Usage, json_path, ": ", cfg.python, " has no tokenizers package (", j["error"].get<std::string>(),
            "); tokenizer.json needs it: pip install tokenizers, and MOERUN_PYTHON=that python");
     if (j.is_discarded() || !j.is_object() || j.contains("error"))
-      fail(ErrorKind::BadInput, json_path, ": the tokenizers library cannot load it: ",
-           j.is_object() && j.contains("error") ? j["error"].dump() : first);
+      fail(ErrorKind::BadInput, json_path,
+           ": the tokenizers library cannot load it: ", j.is_object() && j.contains("error") ? j["error"].dump() : first);
   }
   std::vector<std::vector<int32_t>> encode(const std::vector<std::string>& texts) override {
     const json r = call({{"op", "encode"}, {"texts", texts}});

@@ -36,8 +36,8 @@ class Tokenizer {
 
 struct TokenizerConfig {
   std::string python = "python3";  // for tokenizer.json: an interpreter with the tokenizers package (MOERUN_PYTHON)
-  double timeout_s = 300;          // per call to the helper
-  ChatTemplateBounds templates;    // each chat template render's time and the render helper's memory
+  double timeout_s = 300;  // per call to the helper
+  ChatTemplateBounds templates;  // each chat template render's time and the render helper's memory
 };
 
 // The model directory's tokenizer; nullptr when it has none. Usage error (naming the interpreter

@@ -27,11 +27,12 @@ std::string command_names(const std::vector<CommandRow>& rows, const char* separ
 }
 
 int run_subcommand(int argc, char** argv, const char* command, const char* unknown, const std::vector<CommandRow>& rows) {
-  const std::string usage = str("usage: moerun ", command, " <", command_names(rows), "> [options]   (moerun ", command, " ", rows.front().name,
-                                " --help)");
+  const std::string usage =
+      str("usage: moerun ", command, " <", command_names(rows), "> [options]   (moerun ", command, " ", rows.front().name, " --help)");
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::cout << usage << "\n\n";
-    for (const CommandRow& r : rows) std::cout << "  " << r.name << std::string(std::max<std::size_t>(1, 10 - std::strlen(r.name)), ' ') << r.what << "\n";
+    for (const CommandRow& r : rows)
+      std::cout << "  " << r.name << std::string(std::max<std::size_t>(1, 10 - std::strlen(r.name)), ' ') << r.what << "\n";
     return argc < 2 ? 2 : 0;
   }
   for (const CommandRow& r : rows)
@@ -39,8 +40,8 @@ int run_subcommand(int argc, char** argv, const char* command, const char* unkno
   fail(ErrorKind::Usage, unknown, " \"", argv[1], "\" (", usage, ")");
 }
 
-bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
-                        po::variables_map& vm, const po::positional_options_description* positional) {
+bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts, po::variables_map& vm,
+                        const po::positional_options_description* positional) {
   // clang-format off
   opts.add_options()("help,h", "show this help")("config", po::value<std::string>(),
                                                   "read options from FILE (lines `option = value`)");
@@ -100,7 +101,8 @@ void CacheOptions::finish(runtime::EngineConfig& c) const {
   if (budget != "auto" && c.memory_budget <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
   c.node_memory = parse_bytes(node_memory, "node-memory");
   if (c.node_memory < 0) fail(ErrorKind::Usage, "--node-memory must be a size >= 0, not \"", node_memory, "\"");
-  if (c.node_memory > 0 && budget != "auto") fail(ErrorKind::Usage, "--node-memory and --memory-budget: give one (a node's memory, or a rank's)");
+  if (c.node_memory > 0 && budget != "auto")
+    fail(ErrorKind::Usage, "--node-memory and --memory-budget: give one (a node's memory, or a rank's)");
   c.cache.l1_bytes = parse_bytes(l1, "l1-bytes");
   c.cache.l2_bytes = parse_bytes(l2, "l2-bytes");
   c.cache.prefetch = experts::parse_prefetch(prefetch);
@@ -116,8 +118,8 @@ WeightScheme parse_dense_quantization(const std::string& name) {
   if (name == "none") return WeightScheme::Plain;
   const auto s = weight_scheme_by_name(name);
   if (!s || !weight_scheme_row(*s).dense_quantizable)
-    fail(ErrorKind::Usage, "--quantize-dense must be none, ", weight_scheme_names([](const WeightSchemeRow& r) { return r.dense_quantizable; }),
-         ", not \"", name, "\"");
+    fail(ErrorKind::Usage, "--quantize-dense must be none, ",
+         weight_scheme_names([](const WeightSchemeRow& r) { return r.dense_quantizable; }), ", not \"", name, "\"");
   return *s;
 }
 
@@ -198,7 +200,10 @@ io::S3Config ObjectStoreOptions::finish() const {
 }
 
 io::S3Config s3_from_environment(io::S3Config c) {
-  auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
   c.endpoint = env("AWS_ENDPOINT_URL");
   c.region = env("AWS_REGION");
   if (c.region.empty()) c.region = env("AWS_DEFAULT_REGION");
@@ -229,11 +234,16 @@ int64_t parse_bytes(const std::string& s, const std::string& option) {
   if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
   if (!unit.empty() && (unit.back() == 'i')) unit.pop_back();
   double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
-  else if (!unit.empty()) fail(ErrorKind::Usage, "--", option, ": \"", s, "\" has an unknown unit (K, M, G, T)");
+  if (unit == "K" || unit == "k")
+    mult = 1024.0;
+  else if (unit == "M" || unit == "m")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t")
+    mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    fail(ErrorKind::Usage, "--", option, ": \"", s, "\" has an unknown unit (K, M, G, T)");
   if (!(v >= 0)) fail(ErrorKind::Usage, "--", option, " must be >= 0");
   // 2^62 bytes: beyond any machine, and v * mult still fits int64_t (inf and 1e30 do not).
   if (!(v * mult <= 0x1p62)) fail(ErrorKind::Usage, "--", option, ": \"", s, "\" is too large (at most 4 EiB)");

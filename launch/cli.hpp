@@ -21,8 +21,8 @@ namespace moerun::launch {
 namespace po = boost::program_options;
 
 // Parses argv (after the subcommand) into vm. Returns false when --help was printed.
-bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts,
-                        po::variables_map& vm, const po::positional_options_description* positional = nullptr);
+bool parse_command_line(int argc, char** argv, const std::string& usage, po::options_description& opts, po::variables_map& vm,
+                        const po::positional_options_description* positional = nullptr);
 
 // One row of a command table: the name, what runs it, one line of what it does. Help texts print
 // their lists from these tables, never by hand.
@@ -58,7 +58,8 @@ struct ModelOptions {
 
 // The expert cache options (infer, bench infer). Call finish() after parsing.
 struct CacheOptions {
-  std::string budget = "auto", node_memory = "0", l1 = "0", l2 = "16G", prefetch = "gate", l2_io = "direct", l3_io = "direct", warmup = "hotness";
+  std::string budget = "auto", node_memory = "0", l1 = "0", l2 = "16G", prefetch = "gate", l2_io = "direct", l3_io = "direct",
+              warmup = "hotness";
   void add(po::options_description& o, runtime::EngineConfig& c);
   void finish(runtime::EngineConfig& c) const;
 };

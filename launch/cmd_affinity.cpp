@@ -34,9 +34,9 @@ int affinity_build(int argc, char** argv) {
   for (const auto& t : traces) loaded.push_back(io::read_routing_trace(t));
   const io::AffinityGraph g = experts::build_affinity_graph(loaded, traces);
   io::write_affinity_graph(out, g);
-  std::printf("affinity: %lld tokens from %zu trace(s), %lld layers x %lld experts (top-%lld) -> %s\n",
-              static_cast<long long>(g.tokens), traces.size(), static_cast<long long>(g.num_layers),
-              static_cast<long long>(g.num_experts), static_cast<long long>(g.top_k), out.c_str());
+  std::printf("affinity: %lld tokens from %zu trace(s), %lld layers x %lld experts (top-%lld) -> %s\n", static_cast<long long>(g.tokens),
+              traces.size(), static_cast<long long>(g.num_layers), static_cast<long long>(g.num_experts), static_cast<long long>(g.top_k),
+              out.c_str());
   return 0;
 }
 
@@ -62,12 +62,13 @@ int affinity_show(int argc, char** argv) {
   const io::AffinityGraph g = io::read_affinity_graph(graph);
   std::printf("# %s: %lld tokens, %lld layers x %lld experts, top-%lld\n", graph.c_str(), static_cast<long long>(g.tokens),
               static_cast<long long>(g.num_layers), static_cast<long long>(g.num_experts), static_cast<long long>(g.top_k));
-  std::printf("# next: P(expert j at layer l+1 | expert i at layer l), summing to top-k over j;\n"
-              "# coactivation: P(j also in the top-k | i in the top-k) at layer l\n");
+  std::printf(
+      "# next: P(expert j at layer l+1 | expert i at layer l), summing to top-k over j;\n"
+      "# coactivation: P(j also in the top-k | i in the top-k) at layer l\n");
   std::printf("#%-12s %5s %5s %5s %10s %11s\n", "kind", "layer", "from", "to", "tokens", "probability");
   for (const auto& e : experts::strongest_edges(g, top, min_count))
-    std::printf(" %-12s %5lld %5lld %5lld %10lld %11.4f\n", e.kind.c_str(), static_cast<long long>(e.layer),
-                static_cast<long long>(e.from), static_cast<long long>(e.to), static_cast<long long>(e.count), e.probability);
+    std::printf(" %-12s %5lld %5lld %5lld %10lld %11.4f\n", e.kind.c_str(), static_cast<long long>(e.layer), static_cast<long long>(e.from),
+                static_cast<long long>(e.to), static_cast<long long>(e.count), e.probability);
   std::printf("# expert frequency per layer (share of tokens with the expert in their top-k):\n");
   for (int64_t l = 0; l < g.num_layers; ++l) {
     std::printf("  layer %lld:", static_cast<long long>(l));

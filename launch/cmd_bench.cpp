@@ -26,9 +26,12 @@ namespace {
 std::vector<DType> parse_dtype_list(const std::string& list) {
   std::vector<DType> out;
   for (const auto& d : parse_string_list(list)) {
-    if (d == "fp32" || d == "float32") out.push_back(DType::F32);
-    else if (d == "bf16" || d == "bfloat16") out.push_back(DType::BF16);
-    else fail(ErrorKind::Usage, "--dtype: \"", d, "\" is not fp32 or bf16");
+    if (d == "fp32" || d == "float32")
+      out.push_back(DType::F32);
+    else if (d == "bf16" || d == "bfloat16")
+      out.push_back(DType::BF16);
+    else
+      fail(ErrorKind::Usage, "--dtype: \"", d, "\" is not fp32 or bf16");
   }
   return out;
 }
@@ -56,8 +59,8 @@ struct SweepOptions {
   }
 };
 
-int run_sweep_command(bench::SweepConfig& c, const SweepOptions& so, const std::string& json, const std::string& csv,
-                      int* argc, char*** argv) {
+int run_sweep_command(bench::SweepConfig& c, const SweepOptions& so, const std::string& json, const std::string& csv, int* argc,
+                      char*** argv) {
   so.fill(c);
   comm::MpiSession mpi(argc, argv);
   if (mpi.rank() == 0) {
@@ -91,9 +94,13 @@ int bench_gemm(int argc, char** argv) {
   c.m = parse_int_list(m, "m");
   std::string plain;
   for (const std::string& d : parse_string_list(dtypes)) {
-    if (const auto s = weight_scheme_by_name(d)) c.schemes.push_back(*s);
-    else if (d == "fp32" || d == "bf16" || d == "float32" || d == "bfloat16") plain += d + ",";
-    else fail(ErrorKind::Usage, "--dtype takes fp32, bf16, ", weight_scheme_names([](const WeightSchemeRow&) { return true; }), ", not \"", d, "\"");
+    if (const auto s = weight_scheme_by_name(d))
+      c.schemes.push_back(*s);
+    else if (d == "fp32" || d == "bf16" || d == "float32" || d == "bfloat16")
+      plain += d + ",";
+    else
+      fail(ErrorKind::Usage, "--dtype takes fp32, bf16, ", weight_scheme_names([](const WeightSchemeRow&) { return true; }), ", not \"", d,
+           "\"");
   }
   c.dtypes = parse_dtype_list(plain);
   c.validate();
@@ -407,6 +414,8 @@ const std::vector<CommandRow>& bench_kinds() {
   return rows;
 }
 
-int cmd_bench(int argc, char** argv) { return run_subcommand(argc, argv, "bench", "unknown benchmark", bench_kinds()); }
+int cmd_bench(int argc, char** argv) {
+  return run_subcommand(argc, argv, "bench", "unknown benchmark", bench_kinds());
+}
 
 }  // namespace moerun::launch

@@ -82,16 +82,18 @@ int cmd_convert(int argc, char** argv) {
   const double dense_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {
     const model::ModelConfig& m = r.config;
-    std::fprintf(stderr, "moerun convert: %s -> %s: %s, %lld layers x %lld experts (top-%lld), %s, %lld parameters; %d file(s) written, %d kept from an earlier run, %.2f GiB read\n",
-                 c.from.c_str(), c.out.c_str(), m.architecture.c_str(), static_cast<long long>(m.num_layers),
-                 static_cast<long long>(m.num_experts), static_cast<long long>(m.top_k), dtype_name(m.dtype),
-                 static_cast<long long>(m.total_params()), r.files_written, r.files_kept,
-                 static_cast<double>(r.bytes_read) / (1 << 30));
+    std::fprintf(
+        stderr,
+        "moerun convert: %s -> %s: %s, %lld layers x %lld experts (top-%lld), %s, %lld parameters; %d file(s) written, %d kept from an earlier run, %.2f GiB read\n",
+        c.from.c_str(), c.out.c_str(), m.architecture.c_str(), static_cast<long long>(m.num_layers), static_cast<long long>(m.num_experts),
+        static_cast<long long>(m.top_k), dtype_name(m.dtype), static_cast<long long>(m.total_params()), r.files_written, r.files_kept,
+        static_cast<double>(r.bytes_read) / (1 << 30));
     if (io::is_s3_url(c.out))
-      std::fprintf(stderr, "moerun convert: %d object(s) uploaded to %s, %d already there\n", r.files_uploaded, c.out.c_str(), r.uploads_kept);
+      std::fprintf(stderr, "moerun convert: %d object(s) uploaded to %s, %d already there\n", r.files_uploaded, c.out.c_str(),
+                   r.uploads_kept);
     if (dense != WeightScheme::Plain)
-      std::fprintf(stderr, "moerun convert: %d dense matrices quantized to %s in %.1f s, kept in %s\n", quantized,
-                   quantize_dense.c_str(), dense_s, io::dense_cache_path(c.out, dense).c_str());
+      std::fprintf(stderr, "moerun convert: %d dense matrices quantized to %s in %.1f s, kept in %s\n", quantized, quantize_dense.c_str(),
+                   dense_s, io::dense_cache_path(c.out, dense).c_str());
     if (!r.notes.empty()) std::fprintf(stderr, "notes:\n%s", r.notes.c_str());
   }
   return 0;

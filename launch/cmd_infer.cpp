@@ -90,12 +90,12 @@ int cmd_infer(int argc, char** argv) {
   EngineOptions engine;
   engine.add(o, c.engine);
   po::variables_map vm;
-  if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm))
-    return 0;
+  if (!parse_command_line(argc, argv, "usage: moerun infer --model DIR --input REQS.jsonl --output OUT.jsonl [options]", o, vm)) return 0;
   c.engine.router.overflow = router::parse_overflow(overflow);
   resolve_capacity(vm, c.engine.router);
   c.scheduler.batching = runtime::parse_batching(batching);
-  if (reasoning != "none" && reasoning != "think") fail(ErrorKind::Usage, "--reasoning-parser must be none or think, not \"", reasoning, "\"");
+  if (reasoning != "none" && reasoning != "think")
+    fail(ErrorKind::Usage, "--reasoning-parser must be none or think, not \"", reasoning, "\"");
   c.split_reasoning = reasoning == "think";
   if (!(c.tokenizer.templates.seconds > 0 && c.tokenizer.templates.seconds <= 3600))
     fail(ErrorKind::Usage, "--template-timeout must be in (0, 3600] seconds, not ", c.tokenizer.templates.seconds);

@@ -24,8 +24,8 @@ namespace {
 std::string budget_section(const model::ModelConfig& c, const runtime::MemoryPlanConfig& p, const std::string& budget,
                            const std::string& dense, bool local) {
   if (budget.empty()) return "";
-  const runtime::MemoryBudget b = budget == "auto" ? runtime::default_memory_budget(1)
-                                                   : runtime::MemoryBudget{parse_bytes(budget, "memory-budget"), "--memory-budget"};
+  const runtime::MemoryBudget b =
+      budget == "auto" ? runtime::default_memory_budget(1) : runtime::MemoryBudget{parse_bytes(budget, "memory-budget"), "--memory-budget"};
   if (b.bytes <= 0) fail(ErrorKind::Usage, "--memory-budget must be a size > 0 or auto, not \"", budget, "\"");
   const int64_t context = p.context > 0 ? p.context : c.max_position;
   return runtime::budget_plan_report(c, b, parse_dense_quantization(dense), p.max_batch_tokens, p.batch * context, p.batch, 2,
@@ -45,7 +45,8 @@ std::string exchange_section(const model::ModelConfig& c, const runtime::MemoryP
   if (file.ranks != p.nodes * p.ranks_per_node || file.nodes != p.nodes)
     out += str("; this layout is ", p.nodes * p.ranks_per_node, " ranks on ", p.nodes, ": the fit holds for it where the links are alike");
   out += ")\n";
-  std::snprintf(buf, sizeof buf, "  %lld tokens per router in %lld micro-batch(es): %lld dispatch + combine pairs, %.0f bytes out and %.0f back each\n",
+  std::snprintf(buf, sizeof buf,
+                "  %lld tokens per router in %lld micro-batch(es): %lld dispatch + combine pairs, %.0f bytes out and %.0f back each\n",
                 static_cast<long long>(s.tokens_per_router), static_cast<long long>(s.micro_batches), static_cast<long long>(s.exchanges),
                 s.dispatch_bytes, s.combine_bytes);
   out += buf;
@@ -108,8 +109,8 @@ int cmd_inspect(int argc, char** argv) {
     model::ModelConfig c = convert::model_config_from_hf(text, hf_config, DType::BF16, nullptr);
     convert::check_quantization_config(text, hf_config);  // what convert refuses is not planned
     // The experts as convert keeps them: a quantized checkpoint's native form where the shapes allow it.
-    if (const WeightScheme s = convert::shipped_expert_scheme(text); s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 &&
-                                                                c.intermediate_size % kQuantGroup == 0) {
+    if (const WeightScheme s = convert::shipped_expert_scheme(text);
+        s != WeightScheme::Plain && c.hidden_size % kQuantGroup == 0 && c.intermediate_size % kQuantGroup == 0) {
       c.expert_format = {c.dtype, s};
       c.format_version = model::required_format_version(c);
     }

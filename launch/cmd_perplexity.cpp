@@ -31,8 +31,7 @@ int cmd_perplexity(int argc, char** argv) {
   EngineOptions engine;
   engine.add(o, c.engine);
   po::variables_map vm;
-  if (!parse_command_line(argc, argv, "usage: moerun perplexity --model DIR (--text FILE | --tokens FILE.json) [options]", o, vm))
-    return 0;
+  if (!parse_command_line(argc, argv, "usage: moerun perplexity --model DIR (--text FILE | --tokens FILE.json) [options]", o, vm)) return 0;
   if ((vm.count("text") > 0) == (vm.count("tokens") > 0)) fail(ErrorKind::Usage, "give --text FILE or --tokens FILE (one of them)");
   const Environment env = engine.finish(c.engine);
   if (!env.python.empty()) c.tokenizer.python = env.python;

@@ -58,8 +58,8 @@ experts::ExpertLoads read_loads(const std::vector<std::string>& traces) {
 }
 
 // Per layer: the busiest rank, the mean and the imbalance under round-robin and under `p`.
-void print_balance(const experts::Placement& p, const std::string& name, const experts::ExpertLoads& loads,
-                   const comm::Topology& topo, int64_t granule) {
+void print_balance(const experts::Placement& p, const std::string& name, const experts::ExpertLoads& loads, const comm::Topology& topo,
+                   int64_t granule) {
   const experts::Placement rr = experts::round_robin_placement(loads.num_layers, loads.num_experts, topo);
   const auto before = experts::expected_balance(rr, loads, topo, granule);
   const auto after = experts::expected_balance(p, loads, topo, granule);
@@ -87,20 +87,22 @@ int64_t experts_that_fit(const model::ModelConfig& c, const runtime::MemoryPlanC
   int64_t lo = 0, hi = c.num_moe_layers() * c.num_experts;
   while (lo < hi) {  // the largest n that fits
     p.experts_per_rank = (lo + hi + 1) / 2;
-    if (runtime::plan_memory(c, p).expert_fits) lo = p.experts_per_rank;
-    else hi = p.experts_per_rank - 1;
+    if (runtime::plan_memory(c, p).expert_fits)
+      lo = p.experts_per_rank;
+    else
+      hi = p.experts_per_rank - 1;
   }
   return lo;
 }
 
 // What the model adds to a plan: a check that the traces are of it, its router groups (unless
 // --groups), the memory cap of --device-bytes; returns its split granule.
-int64_t apply_model(const std::string& model, const experts::ExpertLoads& loads, const LayoutOptions& layout,
-                    int64_t device_bytes, experts::PlacementPlanConfig& pc) {
+int64_t apply_model(const std::string& model, const experts::ExpertLoads& loads, const LayoutOptions& layout, int64_t device_bytes,
+                    experts::PlacementPlanConfig& pc) {
   const model::ModelConfig c = model_config_of(model);
   if (c.num_moe_layers() != loads.num_layers || c.num_experts != loads.num_experts)
-    fail(ErrorKind::BadInput, "the traces have ", loads.num_layers, " MoE layers x ", loads.num_experts, " experts, but ", model,
-         " has ", c.num_moe_layers(), " x ", c.num_experts);
+    fail(ErrorKind::BadInput, "the traces have ", loads.num_layers, " MoE layers x ", loads.num_experts, " experts, but ", model, " has ",
+         c.num_moe_layers(), " x ", c.num_experts);
   if (pc.groups == 0) pc.groups = c.router_groups;
   if (device_bytes > 0) {
     runtime::MemoryPlanConfig mp;
@@ -165,12 +167,12 @@ int placement_plan(int argc, char** argv) {
           ? str(" (", pc.redundant, " asked: ", pc.max_experts_per_rank, " experts per rank fit in --device-bytes)")
           : str(" (", pc.redundant, " asked: beyond ", useful, " every expert rank would hold a copy of every expert)");
   io::write_file_atomically(out, {plan.placement.to_json()});
-  std::printf("placement: %lld layers x %lld experts over %zu expert ranks (%lld nodes; %lld layers packed nodes first), "
-              "%lld extra slots per layer (%lld replicas in all)%s -> %s\n",
-              static_cast<long long>(loads.num_layers), static_cast<long long>(loads.num_experts), topo.experts.size(),
-              static_cast<long long>(layout.nodes), static_cast<long long>(plan.hierarchical_layers),
-              static_cast<long long>(plan.redundant), static_cast<long long>(plan.placement.replicas()),
-              capped.c_str(), out.c_str());
+  std::printf(
+      "placement: %lld layers x %lld experts over %zu expert ranks (%lld nodes; %lld layers packed nodes first), "
+      "%lld extra slots per layer (%lld replicas in all)%s -> %s\n",
+      static_cast<long long>(loads.num_layers), static_cast<long long>(loads.num_experts), topo.experts.size(),
+      static_cast<long long>(layout.nodes), static_cast<long long>(plan.hierarchical_layers), static_cast<long long>(plan.redundant),
+      static_cast<long long>(plan.placement.replicas()), capped.c_str(), out.c_str());
   print_balance(plan.placement, "planned", loads, topo, granule);
   return 0;
 }
@@ -197,7 +199,8 @@ int placement_show(int argc, char** argv) {
   const experts::ExpertLoads loads = read_loads(traces);
   const experts::Placement p = experts::placement_from_json(file, loads.num_layers, loads.num_experts, topo);
   std::printf("# %s: %lld replicas\n%s", file.c_str(), static_cast<long long>(p.replicas()), p.describe().c_str());
-  print_balance(p, "this file", loads, topo, model.empty() ? 1 : experts::replica_row_granule(model_config_of(model), experts::DeviceKind::Cpu));
+  print_balance(p, "this file", loads, topo,
+                model.empty() ? 1 : experts::replica_row_granule(model_config_of(model), experts::DeviceKind::Cpu));
   return 0;
 }
 

@@ -47,8 +47,8 @@ int cmd_synth(int argc, char** argv) {
   }
   convert::write_synthetic_model(out, s, quiet);
   if (!quiet)
-    std::cerr << "moerun synth: " << out << ": " << m.total_params() << " parameters (" << m.expert_params()
-              << " in experts), " << m.architecture << ", " << dtype_name(m.dtype) << "\n";
+    std::cerr << "moerun synth: " << out << ": " << m.total_params() << " parameters (" << m.expert_params() << " in experts), "
+              << m.architecture << ", " << dtype_name(m.dtype) << "\n";
   return 0;
 }
 

@@ -44,12 +44,14 @@ void isolate_mpi_singleton(const Environment& env) {
 void keep_freed_memory(const Environment& env) {
   if (env.malloc_tuned) return;
   mallopt(M_MMAP_THRESHOLD, 256 << 20);  // below 256 MiB from the heap, reused after free
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);    // and not handed back until 1 GiB is free at the top
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and not handed back until 1 GiB is free at the top
 }
 
 void apply_log_level(const Environment& env) {
-  if (env.log == "warn") log::set_level(log::Level::Warn);
-  else if (env.log == "debug") log::set_level(log::Level::Debug);
+  if (env.log == "warn")
+    log::set_level(log::Level::Warn);
+  else if (env.log == "debug")
+    log::set_level(log::Level::Debug);
 }
 
 io::Hdf5Probe hdf5_probe_from(const Environment& env) {
@@ -88,6 +90,8 @@ void apply_environment(const Environment& env, runtime::EngineConfig& c) {
   c.share_host_cores = !env.omp_num_threads;
 }
 
-void apply_environment(const Environment& env, experts::BackendSpec& b) { b.cuda_library = env.cuda_backend; }
+void apply_environment(const Environment& env, experts::BackendSpec& b) {
+  b.cuda_library = env.cuda_backend;
+}
 
 }  // namespace moerun::launch

@@ -11,19 +11,19 @@
 namespace moerun::launch {
 
 struct Environment {
-  std::string log;                // MOERUN_LOG: warn | info | debug
-  std::string internode;          // MOERUN_INTERNODE: ucx | mpi
-  std::string ucx_peer_errors;    // MOERUN_UCX_PEER_ERRORS: 0 | 1
-  std::string hdf5_probe;         // MOERUN_HDF5_PROBE: 0 turns the probe off
-  std::string hdf5_probe_timeout; // MOERUN_HDF5_PROBE_TIMEOUT: seconds
-  std::string cuda_backend;       // MOERUN_CUDA_BACKEND: libmoerun_cuda.so to load
-  std::string ranks_per_node;     // MOERUN_RANKS_PER_NODE: as --ranks-per-node
-  std::string python;             // MOERUN_PYTHON: interpreter for tokenizer.json
-  bool omp_num_threads = false;   // OMP_NUM_THREADS given: moerun leaves thread counts alone
-  bool malloc_tuned = false;      // MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ given: glibc's settings stay
-  bool launched = false;          // OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK: started by mpirun, srun or another launcher
-  bool singleton_set = false;     // OMPI_MCA_ess_singleton_isolated given: left as it is
-  bool pml_set = false;           // OMPI_MCA_pml given: left as it is
+  std::string log;  // MOERUN_LOG: warn | info | debug
+  std::string internode;  // MOERUN_INTERNODE: ucx | mpi
+  std::string ucx_peer_errors;  // MOERUN_UCX_PEER_ERRORS: 0 | 1
+  std::string hdf5_probe;  // MOERUN_HDF5_PROBE: 0 turns the probe off
+  std::string hdf5_probe_timeout;  // MOERUN_HDF5_PROBE_TIMEOUT: seconds
+  std::string cuda_backend;  // MOERUN_CUDA_BACKEND: libmoerun_cuda.so to load
+  std::string ranks_per_node;  // MOERUN_RANKS_PER_NODE: as --ranks-per-node
+  std::string python;  // MOERUN_PYTHON: interpreter for tokenizer.json
+  bool omp_num_threads = false;  // OMP_NUM_THREADS given: moerun leaves thread counts alone
+  bool malloc_tuned = false;  // MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ given: glibc's settings stay
+  bool launched = false;  // OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK: started by mpirun, srun or another launcher
+  bool singleton_set = false;  // OMPI_MCA_ess_singleton_isolated given: left as it is
+  bool pml_set = false;  // OMPI_MCA_pml given: left as it is
 
   static Environment read();
 };

@@ -93,7 +93,6 @@ void read_dense_layers(const HfConfig& h, ModelConfig& c) {
   c.dense_intermediate_size = h.integer("intermediate_size");
 }
 
-
 bool read_layer_type_list(const HfConfig& h, ModelConfig& c, AttentionKind other, const char* other_name) {
   if (!h.has("layer_types")) return false;
   const json& t = h.j["layer_types"];
@@ -125,8 +124,8 @@ int64_t read_rotary_dim(const HfConfig& h, int64_t head_dim, double default_fact
   const double factor = p.number_or("partial_rotary_factor", default_factor);
   const int64_t r = h.has("rotary_dim") ? h.integer("rotary_dim") : static_cast<int64_t>(static_cast<double>(head_dim) * factor);
   if (r < 2 || r > head_dim || r % 2 != 0)
-    fail(ErrorKind::BadInput, h.where, ": field ", field, " gives ", r, " rotated dims of each head, expected an even number in [2, head_dim = ",
-         head_dim, "]");
+    fail(ErrorKind::BadInput, h.where, ": field ", field, " gives ", r,
+         " rotated dims of each head, expected an even number in [2, head_dim = ", head_dim, "]");
   return r == head_dim ? 0 : r;
 }
 

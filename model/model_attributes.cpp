@@ -13,7 +13,9 @@ namespace {
 
 using Value = std::optional<AttributeValue>;
 using When = bool (*)(const ModelConfig&);
-bool always(const ModelConfig&) { return true; }
+bool always(const ModelConfig&) {
+  return true;
+}
 
 // Row builders. `field` is a generic lambda giving the config's member (const or not), so one row
 // holds both directions of one attribute.
@@ -36,8 +38,7 @@ ModelAttribute required(const char* name, Field field) {
 // A number with a default, stored when `when` holds.
 template <typename T, typename Field>
 ModelAttribute defaulted(const char* name, int64_t since, Field field, T dflt, When when = always) {
-  return {name, type_of<T>(), since,
-          [=](ModelConfig& c, const Value& v, const std::string&) { field(c) = v ? std::get<T>(*v) : dflt; },
+  return {name, type_of<T>(), since, [=](ModelConfig& c, const Value& v, const std::string&) { field(c) = v ? std::get<T>(*v) : dflt; },
           [=](const ModelConfig& c) -> Value { return when(c) ? Value(field(c)) : std::nullopt; }};
 }
 
@@ -68,9 +69,7 @@ ModelAttribute one_of(const char* name, int64_t since, Field field, std::vector<
             for (std::size_t i = 0; i < names.size(); ++i) expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
             fail(ErrorKind::BadInput, where, ": attribute ", name, " is \"", s, "\", expected ", expected);
           },
-          [=](const ModelConfig& c) -> Value {
-            return when(c) ? Value(names[static_cast<std::size_t>(field(c))]) : std::nullopt;
-          }};
+          [=](const ModelConfig& c) -> Value { return when(c) ? Value(names[static_cast<std::size_t>(field(c))]) : std::nullopt; }};
 }
 
 // A string with its own parser and printer (dtype, formats, per-layer lists).
@@ -83,13 +82,26 @@ ModelAttribute text(const char* name, int64_t since, Parse parse, Print print, W
           [=](const ModelConfig& c) -> Value { return when(c) ? Value(print(c)) : std::nullopt; }};
 }
 
-#define MOERUN_FIELD(member) [](auto& c) -> auto& { return c.member; }
+#define MOERUN_FIELD(member) \
+  [](auto& c) -> auto& {     \
+    return c.member;         \
+  }
 
-bool scaled_rope(const ModelConfig& c) { return c.rope.type != RopeType::Default; }
-bool has_dense_layers(const ModelConfig& c) { return !c.layer_mlp.empty(); }
-bool is_mla(const ModelConfig& c) { return c.attention_type == AttentionType::Mla; }
-bool has_linear_layers(const ModelConfig& c) { return c.num_linear_layers() > 0; }
-bool clamped(const ModelConfig& c) { return c.expert_activation == ExpertActivation::ClampedSwiGlu; }
+bool scaled_rope(const ModelConfig& c) {
+  return c.rope.type != RopeType::Default;
+}
+bool has_dense_layers(const ModelConfig& c) {
+  return !c.layer_mlp.empty();
+}
+bool is_mla(const ModelConfig& c) {
+  return c.attention_type == AttentionType::Mla;
+}
+bool has_linear_layers(const ModelConfig& c) {
+  return c.num_linear_layers() > 0;
+}
+bool clamped(const ModelConfig& c) {
+  return c.expert_activation == ExpertActivation::ClampedSwiGlu;
+}
 
 // Versions 1 and 2: the shapes every model has, and the Qwen2-MoE/OLMoE flags.
 void add_base_rows(std::vector<ModelAttribute>& t) {
@@ -125,7 +137,9 @@ void add_base_rows(std::vector<ModelAttribute>& t) {
       [](ModelConfig& c, const std::optional<std::string>& v, const std::string& where) {
         c.expert_format = v ? parse_weight_format(*v, c.dtype, where) : WeightFormat{c.dtype, WeightScheme::Plain};
       },
-      [](const ModelConfig& c) { return WeightFormat{c.dtype, c.expert_format.scheme}.name(); }));
+      [](const ModelConfig& c) {
+        return WeightFormat{c.dtype, c.expert_format.scheme}.name();
+      }));
   t.push_back(required<int64_t>("bos_token_id", MOERUN_FIELD(bos_token_id)));
   t.push_back(required<int64_t>("eos_token_id", MOERUN_FIELD(eos_token_id)));
   t.push_back(text(
@@ -139,7 +153,8 @@ void add_base_rows(std::vector<ModelAttribute>& t) {
           char* end = nullptr;
           const long long t = std::strtoll(item.c_str(), &end, 10);
           if (item.empty() || *end != '\0' || t < 0 || t >= c.vocab_size)
-            fail(ErrorKind::BadInput, where, ": attribute extra_eos_token_ids holds \"", item, "\", expected token ids in [0, ", c.vocab_size, ")");
+            fail(ErrorKind::BadInput, where, ": attribute extra_eos_token_ids holds \"", item, "\", expected token ids in [0, ",
+                 c.vocab_size, ")");
           c.extra_eos_token_ids.push_back(t);
         }
       },
@@ -218,9 +233,10 @@ void add_version6_rows(std::vector<ModelAttribute>& t) {
   t.push_back(defaulted<int64_t>("qk_rope_head_dim", 6, MOERUN_FIELD(mla.qk_rope_head_dim), 0, is_mla));
   t.push_back(defaulted<int64_t>("v_head_dim", 6, MOERUN_FIELD(mla.v_head_dim), 0, is_mla));
   t.push_back(defaulted<int64_t>("router_groups", 6, MOERUN_FIELD(router_groups), 1, uses_version6));
-  t.push_back({"router_topk_groups", AttributeType::Integer, 6,
-               [](ModelConfig& c, const Value& v, const std::string&) { c.router_topk_groups = v ? std::get<int64_t>(*v) : c.router_groups; },
-               [](const ModelConfig& c) -> Value { return uses_version6(c) ? Value(c.router_topk_groups) : std::nullopt; }});
+  t.push_back(
+      {"router_topk_groups", AttributeType::Integer, 6,
+       [](ModelConfig& c, const Value& v, const std::string&) { c.router_topk_groups = v ? std::get<int64_t>(*v) : c.router_groups; },
+       [](const ModelConfig& c) -> Value { return uses_version6(c) ? Value(c.router_topk_groups) : std::nullopt; }});
   t.push_back(one_of("router_group_score", 6, MOERUN_FIELD(router_group_score), {"max", "top2_sum"}, uses_version6));
   t.push_back(flag("router_correction_bias", 6, MOERUN_FIELD(router_correction_bias), false, uses_version6));
   t.push_back(defaulted<double>("routed_scaling_factor", 6, MOERUN_FIELD(routed_scaling_factor), 1.0, uses_version6));
@@ -237,7 +253,7 @@ void add_version8_rows(std::vector<ModelAttribute>& t) {
   t.push_back(flag("attention_output_gate", 8, MOERUN_FIELD(attention_output_gate), false,
                    [](const ModelConfig& c) { return c.attention_output_gate; }));
   t.push_back(defaulted<double>("norm_weight_offset", 8, MOERUN_FIELD(norm_weight_offset), 0.0,
-                     [](const ModelConfig& c) { return c.norm_weight_offset != 0; }));
+                                [](const ModelConfig& c) { return c.norm_weight_offset != 0; }));
 }
 
 // Version 11: DeepSeek Sparse Attention's indexer (DeepSeek-V3.2, GLM-5).

@@ -19,7 +19,9 @@ DType parse_dtype(const std::string& name, const std::string& where) {
 }
 
 namespace {
-bool is_supported_architecture(const std::string& a) { return find_model_family(a) != nullptr; }
+bool is_supported_architecture(const std::string& a) {
+  return find_model_family(a) != nullptr;
+}
 }  // namespace
 
 bool uses_version6(const ModelConfig& c) {
@@ -54,7 +56,9 @@ RopeType parse_rope_type(const std::string& name, const std::string& where) {
 const char* attention_kind_name(AttentionKind k) {
   return k == AttentionKind::Sliding ? "sliding" : k == AttentionKind::Linear ? "linear" : "full";
 }
-const char* mlp_kind_name(MlpKind k) { return k == MlpKind::Dense ? "dense" : "moe"; }
+const char* mlp_kind_name(MlpKind k) {
+  return k == MlpKind::Dense ? "dense" : "moe";
+}
 
 namespace {
 // A comma-separated list of per-layer kinds, each one of the names `name_of` gives `kinds`.
@@ -89,18 +93,26 @@ std::vector<AttentionKind> parse_layer_attention(const std::string& text, const 
   return parse_layer_kinds(text, where, "layer_types", {AttentionKind::Full, AttentionKind::Sliding, AttentionKind::Linear},
                            attention_kind_name);
 }
-std::string layer_attention_text(const std::vector<AttentionKind>& kinds) { return layer_kinds_text(kinds, attention_kind_name); }
+std::string layer_attention_text(const std::vector<AttentionKind>& kinds) {
+  return layer_kinds_text(kinds, attention_kind_name);
+}
 std::vector<MlpKind> parse_layer_mlp(const std::string& text, const std::string& where) {
   return parse_layer_kinds(text, where, "layer_mlp", {MlpKind::Moe, MlpKind::Dense}, mlp_kind_name);
 }
-std::string layer_mlp_text(const std::vector<MlpKind>& kinds) { return layer_kinds_text(kinds, mlp_kind_name); }
+std::string layer_mlp_text(const std::vector<MlpKind>& kinds) {
+  return layer_kinds_text(kinds, mlp_kind_name);
+}
 namespace {
-const char* indexer_kind_name(IndexerKind k) { return k == IndexerKind::Shared ? "shared" : "full"; }
+const char* indexer_kind_name(IndexerKind k) {
+  return k == IndexerKind::Shared ? "shared" : "full";
+}
 }  // namespace
 std::vector<IndexerKind> parse_layer_indexer(const std::string& text, const std::string& where) {
   return parse_layer_kinds(text, where, "index_layer_types", {IndexerKind::Full, IndexerKind::Shared}, indexer_kind_name);
 }
-std::string layer_indexer_text(const std::vector<IndexerKind>& kinds) { return layer_kinds_text(kinds, indexer_kind_name); }
+std::string layer_indexer_text(const std::vector<IndexerKind>& kinds) {
+  return layer_kinds_text(kinds, indexer_kind_name);
+}
 
 int64_t ModelConfig::num_linear_layers() const {
   return std::count(layer_attention.begin(), layer_attention.end(), AttentionKind::Linear);
@@ -124,7 +136,8 @@ void validate_dsa(const ModelConfig& c, const std::string& where) {
   const DsaShape& s = c.dsa;
   if (s.index_heads == 0 && s.index_head_dim == 0 && s.index_topk == 0 && s.layer_indexer.empty()) return;
   if (c.attention_type != AttentionType::Mla || c.mla.q_lora_rank <= 0)
-    fail(ErrorKind::BadInput, where, ": index_n_heads needs attention_type mla with q_lora_rank > 0 (the indexer's queries come from the q latent)");
+    fail(ErrorKind::BadInput, where,
+         ": index_n_heads needs attention_type mla with q_lora_rank > 0 (the indexer's queries come from the q latent)");
   auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [", lo, ", ", hi, "]");
   };
@@ -132,10 +145,13 @@ void validate_dsa(const ModelConfig& c, const std::string& where) {
   in_range("index_head_dim", s.index_head_dim, c.mla.qk_rope_head_dim, kMaxHeadDim);
   in_range("index_topk", s.index_topk, 1, int64_t{1} << 30);
   if (s.index_heads * s.index_head_dim * std::max(c.mla.q_lora_rank, c.hidden_size) > kMaxMatrixElements)
-    fail(ErrorKind::BadInput, where, ": the indexer's wq_b [index_n_heads*index_head_dim, q_lora_rank] is more than ", kMaxMatrixElements, " elements");
+    fail(ErrorKind::BadInput, where, ": the indexer's wq_b [index_n_heads*index_head_dim, q_lora_rank] is more than ", kMaxMatrixElements,
+         " elements");
   if (!s.layer_indexer.empty() && static_cast<int64_t>(s.layer_indexer.size()) != c.num_layers)
-    fail(ErrorKind::BadInput, where, ": attribute index_layer_types has ", s.layer_indexer.size(), " entries, expected num_layers = ", c.num_layers);
-  if (s.shared(0)) fail(ErrorKind::BadInput, where, ": attribute index_layer_types starts with shared: layer 0 has no earlier choice to reuse");
+    fail(ErrorKind::BadInput, where, ": attribute index_layer_types has ", s.layer_indexer.size(),
+         " entries, expected num_layers = ", c.num_layers);
+  if (s.shared(0))
+    fail(ErrorKind::BadInput, where, ": attribute index_layer_types starts with shared: layer 0 has no earlier choice to reuse");
 }
 
 void validate_mla(const ModelConfig& c, const std::string& where) {
@@ -152,17 +168,19 @@ void validate_mla(const ModelConfig& c, const std::string& where) {
   if (m.qk_rope_head_dim % 2 != 0)
     fail(ErrorKind::BadInput, where, ": attribute qk_rope_head_dim is ", m.qk_rope_head_dim, ", expected even (RoPE rotates pairs)");
   if (c.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim)
-    fail(ErrorKind::BadInput, where, ": attribute head_dim is ", c.head_dim, ", expected qk_nope_head_dim + qk_rope_head_dim = ",
-         m.qk_nope_head_dim + m.qk_rope_head_dim, " (MLA)");
+    fail(ErrorKind::BadInput, where, ": attribute head_dim is ", c.head_dim,
+         ", expected qk_nope_head_dim + qk_rope_head_dim = ", m.qk_nope_head_dim + m.qk_rope_head_dim, " (MLA)");
   if (c.num_kv_heads != c.num_heads)
     fail(ErrorKind::BadInput, where, ": attribute num_kv_heads is ", c.num_kv_heads, ", expected num_heads (", c.num_heads, ") with MLA");
   if (c.qk_norm != QkNorm::None || c.attention_bias || c.attention_out_bias || c.attention_sinks || c.sliding_window > 0)
     fail(ErrorKind::BadInput, where, ": attention_type mla takes no q/k norm, attention biases, sinks or sliding window");
   const int64_t H = c.num_heads;
-  for (auto [what, a, b] : {std::tuple{"wq/wq_b [num_heads*head_dim, ...]", H * c.head_dim, std::max(m.q_lora_rank, c.hidden_size)},
-                            std::tuple{"wkv_b [num_heads*(qk_nope_head_dim+v_head_dim), kv_lora_rank]", H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank},
-                            std::tuple{"wo [hidden_size, num_heads*v_head_dim]", c.hidden_size, H * m.v_head_dim},
-                            std::tuple{"wkv_a [kv_lora_rank+qk_rope_head_dim, hidden_size]", m.kv_lora_rank + m.qk_rope_head_dim, c.hidden_size}})
+  for (auto [what, a, b] :
+       {std::tuple{"wq/wq_b [num_heads*head_dim, ...]", H * c.head_dim, std::max(m.q_lora_rank, c.hidden_size)},
+        std::tuple{"wkv_b [num_heads*(qk_nope_head_dim+v_head_dim), kv_lora_rank]", H * (m.qk_nope_head_dim + m.v_head_dim),
+                   m.kv_lora_rank},
+        std::tuple{"wo [hidden_size, num_heads*v_head_dim]", c.hidden_size, H * m.v_head_dim},
+        std::tuple{"wkv_a [kv_lora_rank+qk_rope_head_dim, hidden_size]", m.kv_lora_rank + m.qk_rope_head_dim, c.hidden_size}})
     if (a * b > kMaxMatrixElements) fail(ErrorKind::BadInput, where, ": ", what, " is ", a, " x ", b, ", more than ", kMaxMatrixElements);
 }
 
@@ -170,10 +188,11 @@ void validate_mla(const ModelConfig& c, const std::string& where) {
 // is a number.
 void validate_group_routing(const ModelConfig& c, const std::string& where) {
   if (c.router_groups < 1 || c.router_groups > c.num_experts || c.num_experts % c.router_groups != 0)
-    fail(ErrorKind::BadInput, where, ": attribute router_groups is ", c.router_groups, ", expected a divisor of num_experts (", c.num_experts, ")");
+    fail(ErrorKind::BadInput, where, ": attribute router_groups is ", c.router_groups, ", expected a divisor of num_experts (",
+         c.num_experts, ")");
   if (c.router_topk_groups < 1 || c.router_topk_groups > c.router_groups)
-    fail(ErrorKind::BadInput, where, ": attribute router_topk_groups is ", c.router_topk_groups, ", expected in [1, router_groups = ",
-         c.router_groups, "]");
+    fail(ErrorKind::BadInput, where, ": attribute router_topk_groups is ", c.router_topk_groups,
+         ", expected in [1, router_groups = ", c.router_groups, "]");
   const int64_t per_group = c.num_experts / c.router_groups;
   if (c.top_k > c.router_topk_groups * per_group)
     fail(ErrorKind::BadInput, where, ": top_k (", c.top_k, ") exceeds the experts of the kept groups (", c.router_topk_groups, " x ",
@@ -191,21 +210,22 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     fail(ErrorKind::BadInput, where, ": attribute layer_mlp has ", c.layer_mlp.size(), " entries for ", c.num_layers, " layers");
   if (c.num_moe_layers() == 0) fail(ErrorKind::BadInput, where, ": attribute layer_mlp has no moe layer");
   if (c.num_dense_layers() > 0 && c.dense_intermediate_size <= 0)
-    fail(ErrorKind::BadInput, where, ": attribute dense_intermediate_size is ", c.dense_intermediate_size, ", expected > 0 with dense layers");
+    fail(ErrorKind::BadInput, where, ": attribute dense_intermediate_size is ", c.dense_intermediate_size,
+         ", expected > 0 with dense layers");
   if (c.dense_intermediate_size < 0 || c.dense_intermediate_size > kMaxIntermediate ||
       c.dense_intermediate_size * c.hidden_size > kMaxMatrixElements)
     fail(ErrorKind::BadInput, where, ": attribute dense_intermediate_size is ", c.dense_intermediate_size, ", expected in [0, ",
          std::min(kMaxIntermediate, kMaxMatrixElements / c.hidden_size), "]");
-  const bool any_sliding = std::any_of(c.layer_attention.begin(), c.layer_attention.end(),
-                                       [](AttentionKind k) { return k == AttentionKind::Sliding; });
+  const bool any_sliding =
+      std::any_of(c.layer_attention.begin(), c.layer_attention.end(), [](AttentionKind k) { return k == AttentionKind::Sliding; });
   if (c.sliding_window < 0 || c.sliding_window > kMaxPosition)
     fail(ErrorKind::BadInput, where, ": attribute sliding_window is ", c.sliding_window, ", expected in [0, ", kMaxPosition, "]");
-  if (any_sliding && c.sliding_window == 0)
-    fail(ErrorKind::BadInput, where, ": layer_types has sliding layers but sliding_window is 0");
+  if (any_sliding && c.sliding_window == 0) fail(ErrorKind::BadInput, where, ": layer_types has sliding layers but sliding_window is 0");
   if (c.num_linear_layers() > 0) {
     const LinearAttentionShape& s = c.linear;
     auto in = [&](const char* name, int64_t v, int64_t hi) {
-      if (v < 1 || v > hi) fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [1, ", hi, "] with linear layers");
+      if (v < 1 || v > hi)
+        fail(ErrorKind::BadInput, where, ": attribute ", name, " is ", v, ", expected in [1, ", hi, "] with linear layers");
     };
     in("linear_k_heads", s.k_heads, kMaxHeads);
     in("linear_v_heads", s.v_heads, kMaxHeads);
@@ -213,7 +233,8 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     in("linear_v_dim", s.v_dim, kMaxHeadDim);
     in("linear_conv_kernel", s.conv_kernel, 16);
     if (s.v_heads % s.k_heads != 0)
-      fail(ErrorKind::BadInput, where, ": attribute linear_v_heads (", s.v_heads, ") is not a multiple of linear_k_heads (", s.k_heads, ")");
+      fail(ErrorKind::BadInput, where, ": attribute linear_v_heads (", s.v_heads, ") is not a multiple of linear_k_heads (", s.k_heads,
+           ")");
     if (c.attention_type == AttentionType::Mla) fail(ErrorKind::BadInput, where, ": linear layers do not combine with attention_type mla");
   }
   if (c.norm_weight_offset != 0 && c.norm_weight_offset != 1)
@@ -226,11 +247,13 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
     fail(ErrorKind::BadInput, where, ": attribute rope_type is dynamic: not supported (its frequencies follow the batch's length)");
   if (r.type != RopeType::Default) {
     finite_positive("rope_factor", r.factor);
-    if (r.type == RopeType::Linear && r.factor < 1) fail(ErrorKind::BadInput, where, ": attribute rope_factor is ", r.factor, ", expected >= 1");
+    if (r.type == RopeType::Linear && r.factor < 1)
+      fail(ErrorKind::BadInput, where, ": attribute rope_factor is ", r.factor, ", expected >= 1");
   }
   if (r.type == RopeType::Yarn || r.type == RopeType::Llama3 || r.type == RopeType::Dynamic) {
     if (r.original_max_position <= 0 || r.original_max_position > kMaxPosition)
-      fail(ErrorKind::BadInput, where, ": attribute rope_original_max_position is ", r.original_max_position, ", expected in (0, ", kMaxPosition, "]");
+      fail(ErrorKind::BadInput, where, ": attribute rope_original_max_position is ", r.original_max_position, ", expected in (0, ",
+           kMaxPosition, "]");
   }
   if (r.type == RopeType::Yarn) {
     finite_positive("rope_beta_fast", r.beta_fast);
@@ -252,7 +275,8 @@ void validate_variants(const ModelConfig& c, const std::string& where) {
   validate_mla(c, where);
   validate_dsa(c, where);
   validate_group_routing(c, where);
-  if (c.rotary_dim != 0 && (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0 || c.attention_type == AttentionType::Mla))
+  if (c.rotary_dim != 0 &&
+      (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0 || c.attention_type == AttentionType::Mla))
     fail(ErrorKind::BadInput, where, ": attribute rotary_dim is ", c.rotary_dim, ", expected 0 (all of head_dim ", c.head_dim,
          ") or even in [2, head_dim], and not with MLA");
 }
@@ -307,8 +331,7 @@ void ModelConfig::validate(const std::string& where) const {
   if (num_heads % num_kv_heads != 0)
     fail(ErrorKind::BadInput, where, ": attribute num_kv_heads (", num_kv_heads, ") does not divide num_heads (", num_heads, ")");
   if (head_dim % 2 != 0) fail(ErrorKind::BadInput, where, ": attribute head_dim is ", head_dim, ", expected even (RoPE rotates pairs)");
-  if (top_k > num_experts)
-    fail(ErrorKind::BadInput, where, ": attribute top_k (", top_k, ") exceeds num_experts (", num_experts, ")");
+  if (top_k > num_experts) fail(ErrorKind::BadInput, where, ": attribute top_k (", top_k, ") exceeds num_experts (", num_experts, ")");
   if (!(rope_theta > 0) || !std::isfinite(rope_theta))
     fail(ErrorKind::BadInput, where, ": attribute rope_theta is ", rope_theta, ", expected a finite number > 0");
   if (!(rms_norm_eps > 0) || rms_norm_eps > 1)
@@ -335,7 +358,8 @@ void ModelConfig::validate(const std::string& where) const {
     fail(ErrorKind::BadInput, where, ": linear layers, attention_output_gate and norm_weight_offset need format_version 8, the file says ",
          format_version);
   if (dsa.index_heads > 0 && format_version < 11)
-    fail(ErrorKind::BadInput, where, ": DSA's indexer attributes (index_n_heads, ...) need format_version 11, the file says ", format_version);
+    fail(ErrorKind::BadInput, where, ": DSA's indexer attributes (index_n_heads, ...) need format_version 11, the file says ",
+         format_version);
   if (!extra_eos_token_ids.empty() && format_version < 10)
     fail(ErrorKind::BadInput, where, ": attribute extra_eos_token_ids needs format_version 10, the file says ", format_version);
   for (int64_t t : extra_eos_token_ids)

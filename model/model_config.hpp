@@ -22,7 +22,7 @@ inline constexpr int64_t kMaxExperts = int64_t{1} << 14;
 inline constexpr int64_t kMaxTopK = 256;
 inline constexpr int64_t kMaxPosition = int64_t{1} << 26;
 inline constexpr int64_t kMaxMatrixElements = int64_t{1} << 34;  // 64 GiB in float32
-inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;     // layers x experts
+inline constexpr int64_t kMaxExpertTable = int64_t{1} << 20;  // layers x experts
 
 // Layer variants of the 2025 families (docs/FORMATS.md, format version 3). Each default is the
 // behaviour of the earlier files, so a file without the attribute reads as before.
@@ -36,7 +36,10 @@ enum class RouterScoring { SoftmaxTopK, TopKSoftmax, Sigmoid };
 // group_limited_greedy) or the sum of its best two (V3).
 enum class GroupScore { Max, Top2Sum };
 enum class AttentionType : uint8_t { Mha, Mla };  // multi-head (grouped-query), or DeepSeek's multi-head latent attention
-enum class ExpertActivation : int32_t { SwiGlu = 0, ClampedSwiGlu = 1 };  // values cross the backend C interface  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
+enum class ExpertActivation : int32_t {
+  SwiGlu = 0,
+  ClampedSwiGlu = 1
+};  // values cross the backend C interface  // gpt-oss: clamped gate and up, (up + 1) * gate * sigmoid(alpha * gate)
 enum class RopeType { Default, Linear, Dynamic, Yarn, Llama3 };
 enum class MlpKind : uint8_t { Moe, Dense };  // Qwen's mlp_only_layers / decoder_sparse_step, DeepSeek's first_k_dense_replace
 
@@ -46,9 +49,9 @@ struct RopeScaling {
   double factor = 1.0;
   int64_t original_max_position = 0;  // dynamic, yarn, llama3: the context the model was trained at
   double beta_fast = 32.0, beta_slow = 1.0;  // yarn
-  double attention_factor = 0.0;             // yarn: 0 = derived from factor (and mscale, mscale_all_dim)
-  double mscale = 0.0, mscale_all_dim = 0.0; // yarn (DeepSeek)
-  bool truncate = true;                      // yarn: round the correction range to whole dimensions
+  double attention_factor = 0.0;  // yarn: 0 = derived from factor (and mscale, mscale_all_dim)
+  double mscale = 0.0, mscale_all_dim = 0.0;  // yarn (DeepSeek)
+  bool truncate = true;  // yarn: round the correction range to whole dimensions
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
 };
 // Multi-head latent attention (DeepSeek-V2/V3): q from x (or through a rank-q_lora_rank path with
@@ -82,7 +85,9 @@ struct DsaShape {
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
   std::vector<IndexerKind> layer_indexer;  // [layer]; empty: every layer full
-  bool shared(int64_t layer) const { return !layer_indexer.empty() && layer_indexer[static_cast<std::size_t>(layer)] == IndexerKind::Shared; }
+  bool shared(int64_t layer) const {
+    return !layer_indexer.empty() && layer_indexer[static_cast<std::size_t>(layer)] == IndexerKind::Shared;
+  }
 };
 
 // Gated DeltaNet's shape (linear-attention layers): k_heads query/key heads of k_dim, v_heads value
@@ -131,39 +136,39 @@ struct ModelConfig {
   }
   // Architecture variants (docs/FORMATS.md). The defaults are Mixtral's; qwen2_moe and olmoe
   // checkpoints converted from Hugging Face set them as their configs say.
-  bool norm_topk_prob = true;                   // renormalise the top-k weights to sum 1 (false: raw softmax probabilities)
+  bool norm_topk_prob = true;  // renormalise the top-k weights to sum 1 (false: raw softmax probabilities)
   int64_t shared_expert_intermediate_size = 0;  // > 0: a dense shared expert with a sigmoid gate on every token (qwen2_moe)
-  bool attention_bias = false;                  // biases on the q, k and v projections (qwen2_moe)
-  QkNorm qk_norm = QkNorm::None;                // RMSNorm of q and k before RoPE: over the projection (olmoe) or each head (qwen3_moe)
-  bool attention_out_bias = false;              // a bias on the o projection too (gpt_oss)
-  bool attention_sinks = false;                 // a learned logit per head joins each softmax and is dropped after it (gpt_oss)
-  int64_t sliding_window = 0;                   // W of the sliding layers: a query attends to the last W positions, itself included
-  std::vector<AttentionKind> layer_attention;   // [num_layers]; empty: every layer full
+  bool attention_bias = false;  // biases on the q, k and v projections (qwen2_moe)
+  QkNorm qk_norm = QkNorm::None;  // RMSNorm of q and k before RoPE: over the projection (olmoe) or each head (qwen3_moe)
+  bool attention_out_bias = false;  // a bias on the o projection too (gpt_oss)
+  bool attention_sinks = false;  // a learned logit per head joins each softmax and is dropped after it (gpt_oss)
+  int64_t sliding_window = 0;  // W of the sliding layers: a query attends to the last W positions, itself included
+  std::vector<AttentionKind> layer_attention;  // [num_layers]; empty: every layer full
   // A dense layer has a SwiGLU MLP of its own width on the router ranks instead of experts and a
   // gate. The expert tables (shards, placement, cache, traces) number the MoE layers only, in order.
-  std::vector<MlpKind> layer_mlp;               // [num_layers]; empty: every layer MoE
-  int64_t dense_intermediate_size = 0;          // the dense layers' MLP width
+  std::vector<MlpKind> layer_mlp;  // [num_layers]; empty: every layer MoE
+  int64_t dense_intermediate_size = 0;  // the dense layers' MLP width
   RopeScaling rope;
-  bool router_bias = false;                     // a bias on the gate linear (gpt_oss)
+  bool router_bias = false;  // a bias on the gate linear (gpt_oss)
   RouterScoring router_scoring = RouterScoring::SoftmaxTopK;
   // Group-limited routing (DeepSeek): experts in router_groups equal groups, the router_topk_groups
   // best groups kept (by router_group_score), the top-k chosen inside them. 1 group: plain top-k.
   int64_t router_groups = 1, router_topk_groups = 1;
   GroupScore router_group_score = GroupScore::Max;
-  bool router_correction_bias = false;          // a per-expert bias added to the scores for the choice only (V3's e_score_correction_bias)
-  double routed_scaling_factor = 1.0;           // the routed experts' weights times this (after any renormalisation)
-  bool shared_expert_gated = true;              // the shared expert's output through a sigmoid gate (Qwen2-MoE), or added as is (DeepSeek)
+  bool router_correction_bias = false;  // a per-expert bias added to the scores for the choice only (V3's e_score_correction_bias)
+  double routed_scaling_factor = 1.0;  // the routed experts' weights times this (after any renormalisation)
+  bool shared_expert_gated = true;  // the shared expert's output through a sigmoid gate (Qwen2-MoE), or added as is (DeepSeek)
   AttentionType attention_type = AttentionType::Mha;
-  MlaShape mla;                                 // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
-  DsaShape dsa;                                 // MLA with DeepSeek Sparse Attention's indexer (index_heads > 0)
-  int64_t rotary_dim = 0;                       // RoPE on each head's first rotary_dim dims, the rest unrotated (glm4_moe); 0: all
+  MlaShape mla;  // attention_type mla: its shape (head_dim = nope + rope, num_kv_heads = num_heads)
+  DsaShape dsa;  // MLA with DeepSeek Sparse Attention's indexer (index_heads > 0)
+  int64_t rotary_dim = 0;  // RoPE on each head's first rotary_dim dims, the rest unrotated (glm4_moe); 0: all
   // Format version 8 (Qwen3-Next): linear-attention layers (layer_types "linear") of this shape; the
   // full layers' output gated by sigmoid(x Wq_gate) per element; RMSNorm weights stored as w and
   // applied as w + norm_weight_offset (Qwen3-Next's (1 + w) norms: attn, ffn, final, q and k).
   LinearAttentionShape linear;
   bool attention_output_gate = false;
   double norm_weight_offset = 0.0;
-  bool expert_bias = false;                     // biases on the expert projections w1, w3, w2 (gpt_oss)
+  bool expert_bias = false;  // biases on the expert projections w1, w3, w2 (gpt_oss)
   ExpertActivation expert_activation = ExpertActivation::SwiGlu;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;  // ClampedSwiGlu
   // Integrity (format version 2): model.h5's record of its expert shards, one identity per shard
@@ -182,9 +187,7 @@ struct ModelConfig {
   int64_t window_of(int64_t layer) const { return attention_kind(layer) == AttentionKind::Sliding ? sliding_window : 0; }
   bool is_linear_layer(int64_t layer) const { return attention_kind(layer) == AttentionKind::Linear; }
   int64_t num_linear_layers() const;
-  bool is_moe_layer(int64_t layer) const {
-    return layer_mlp.empty() || layer_mlp[static_cast<std::size_t>(layer)] == MlpKind::Moe;
-  }
+  bool is_moe_layer(int64_t layer) const { return layer_mlp.empty() || layer_mlp[static_cast<std::size_t>(layer)] == MlpKind::Moe; }
   int64_t num_moe_layers() const;
   int64_t num_dense_layers() const { return num_layers - num_moe_layers(); }
   // The decoder layer's index among the MoE layers (its row in the expert tables), -1 for a dense one.

@@ -8,10 +8,10 @@
 namespace moerun::model {
 
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all{&families::kMixtral,  &families::kQwen2Moe,   &families::kOlmoe,
-                                                   &families::kQwen3Moe, &families::kGptOss,     &families::kDeepseekV2,
-                                                   &families::kDeepseekV3, &families::kDeepseekV32, &families::kGlm4Moe, &families::kGlmMoeDsa, &families::kMinimaxM2,
-                                                   &families::kQwen3Next, &families::kQwen3_5Moe};
+  static const std::vector<const ModelFamily*> all{
+      &families::kMixtral,    &families::kQwen2Moe,   &families::kOlmoe,       &families::kQwen3Moe, &families::kGptOss,
+      &families::kDeepseekV2, &families::kDeepseekV3, &families::kDeepseekV32, &families::kGlm4Moe,  &families::kGlmMoeDsa,
+      &families::kMinimaxM2,  &families::kQwen3Next,  &families::kQwen3_5Moe};
   return all;
 }
 

@@ -27,7 +27,7 @@ struct DenseSource {
 using NoteSink = std::function<void(const std::string&)>;
 
 struct ModelFamily {
-  const char* name;             // config.json's model_type, --family, ModelConfig::architecture
+  const char* name;  // config.json's model_type, --family, ModelConfig::architecture
   double rope_theta = 10000.0;  // when config.json gives none
   // The family's fields of config.json, after the common ones (sizes, heads, RoPE, top-k) are read.
   void (*from_hf)(const HfConfig& h, ModelConfig& c, const NoteSink& note) = nullptr;
@@ -53,7 +53,7 @@ struct ModelFamily {
   std::vector<std::string> hf_aliases = {};
 };
 
-const std::vector<const ModelFamily*>& model_families();      // in the order help texts list them
+const std::vector<const ModelFamily*>& model_families();  // in the order help texts list them
 const ModelFamily* find_model_family(const std::string& name);  // null when not supported
 
 }  // namespace moerun::model

@@ -137,9 +137,12 @@ std::vector<DenseDataset> dense_datasets(const ModelConfig& c) {
   r.add_matrix(-1, "lm_head", {c.vocab_size, d}, "lm_head.weight", true);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     r.add(l, "attn_norm", {d}, "input_layernorm.weight").norm_offset = true;
-    if (c.is_linear_layer(l)) add_linear_attention(r, c, l);
-    else if (c.attention_type == AttentionType::Mla) add_mla_attention(r, c, l);
-    else add_attention(r, c, l);
+    if (c.is_linear_layer(l))
+      add_linear_attention(r, c, l);
+    else if (c.attention_type == AttentionType::Mla)
+      add_mla_attention(r, c, l);
+    else
+      add_attention(r, c, l);
     r.add(l, "ffn_norm", {d}, "post_attention_layernorm.weight").norm_offset = true;
     if (!c.is_linear_layer(l)) add_attention_variants(r, c, l);
     add_mlp(r, c, l);
@@ -162,6 +165,8 @@ int64_t quantizable_elements(const ModelConfig& c) {
 }
 
 // ModelConfig's count is the schema's (declared with the config, summed here).
-int64_t ModelConfig::dense_params() const { return model::dense_params(*this); }
+int64_t ModelConfig::dense_params() const {
+  return model::dense_params(*this);
+}
 
 }  // namespace moerun::model

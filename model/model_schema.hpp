@@ -17,14 +17,14 @@ struct DenseDataset {
   std::string name;  // "wq", "mlp/w1", "embed_tokens": the path under /layers/L/ (or the root); what the blocks take it by
   int64_t layer = -1;
   std::vector<int64_t> shape;  // as stored
-  bool float32 = false;      // stored as float32 whatever the model's dtype (the decay's parameters, correction bias)
-  bool matrix = false;       // held as a matrix in the stored dtype; otherwise widened to float32 at load
+  bool float32 = false;  // stored as float32 whatever the model's dtype (the decay's parameters, correction bias)
+  bool matrix = false;  // held as a matrix in the stored dtype; otherwise widened to float32 at load
   bool float32_matrix = false;  // held as a float32 matrix (the gate: its logits are computed in float32)
   // --quantize-dense quantizes it: the LM head, the GQA/MHA attention projections, Gated DeltaNet's
   // q/k/v and z projections and out_proj, the shared experts and the dense MLPs (not MLA's matrices,
   // the gates, DeltaNet's small b/a projections, norms or the embedding).
   bool quantizable = false;
-  bool parameter = true;     // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
+  bool parameter = true;  // a model parameter (DeepSeek-V3's correction bias is a buffer, as transformers counts)
   // An RMSNorm weight of the (1 + w) form where the config sets norm_weight_offset (Qwen3-Next's
   // input, post-attention, q/k and final norms; not its gated DeltaNet norm).
   bool norm_offset = false;

@@ -27,7 +27,9 @@ bool is_weight_format_name(const std::string& name) {
   return false;
 }
 
-int64_t format_version_for(WeightScheme s) { return weight_scheme_row(s).format_version; }
+int64_t format_version_for(WeightScheme s) {
+  return weight_scheme_row(s).format_version;
+}
 
 WeightFormat parse_weight_format(const std::string& name, DType dtype, const std::string& where) {
   if (name == dtype_name(dtype)) return {dtype, WeightScheme::Plain};

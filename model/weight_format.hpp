@@ -14,7 +14,6 @@ namespace moerun::model {
 
 using moerun::WeightScheme;  // base/quant_format.hpp: the kernels and the file share it
 
-
 struct WeightFormat {
   DType dtype = DType::F32;  // Plain: the element type; quantized: the type they dequantize to
   WeightScheme scheme = WeightScheme::Plain;

@@ -12,9 +12,9 @@ struct DispatchPlan {
   int64_t tokens = 0;
   int64_t top_k = 0;
   int64_t num_experts = 0;
-  std::vector<int64_t> offset;     // [E + 1]
+  std::vector<int64_t> offset;  // [E + 1]
   std::vector<int32_t> row_token;  // [rows] token of each gathered row
-  std::vector<int64_t> slot_row;   // [T * k] gathered row of slot (t, j), -1 when dropped
+  std::vector<int64_t> slot_row;  // [T * k] gathered row of slot (t, j), -1 when dropped
 
   int64_t rows() const { return offset.empty() ? 0 : offset.back(); }
   int64_t rows_of(int64_t e) const { return offset[e + 1] - offset[e]; }

@@ -18,12 +18,10 @@ Overflow parse_overflow(const std::string& s) {
 void RouterConfig::validate() const {
   // Finite ranges: inf or 1e300 would overflow the capacity's float->int conversion, and a
   // temperature below float's range divides logits into inf.
-  for (auto [f, name] : {std::pair{capacity_factor_prefill, "capacity_factor_prefill"},
-                         std::pair{capacity_factor_decode, "capacity_factor_decode"}})
-    if (!(f >= 0 && f <= kMaxCapacityFactor))
-      fail_config(name, "must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", f);
-  if (!(top_p_experts > 0 && top_p_experts <= 1))
-    fail_config("top_p_experts", "must be in (0, 1], not ", top_p_experts);
+  for (auto [f, name] :
+       {std::pair{capacity_factor_prefill, "capacity_factor_prefill"}, std::pair{capacity_factor_decode, "capacity_factor_decode"}})
+    if (!(f >= 0 && f <= kMaxCapacityFactor)) fail_config(name, "must be in [0, ", kMaxCapacityFactor, "] (0 = no limit), not ", f);
+  if (!(top_p_experts > 0 && top_p_experts <= 1)) fail_config("top_p_experts", "must be in (0, 1], not ", top_p_experts);
   if (!(load_penalty >= 0 && load_penalty <= kMaxLoadPenalty))
     fail_config("load_penalty", "must be in [0, ", kMaxLoadPenalty, "], not ", load_penalty);
   if (!(temperature >= kMinTemperature && temperature <= kMaxTemperature))
@@ -213,8 +211,8 @@ void set_weights(const float* probs, int64_t T, int64_t E, int64_t k, const Rout
 
 }  // namespace
 
-void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
-                 double capacity_factor, int64_t t0, RoutingDecision* out) {
+void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
+                 int64_t t0, RoutingDecision* out) {
   int32_t* ids = out->expert.data() + t0 * k;
   if (!choice) choice = probs;
   choose_experts(choice, T, E, k, cfg, ids);
@@ -225,16 +223,18 @@ void route_group(const float* probs, const float* choice, int64_t T, int64_t E, 
   set_weights(probs, T, E, k, cfg, original, ids, moved, out->weight.data() + t0 * k);
 }
 
-RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias, const float* correction) {
+RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k, const RouterConfig& cfg,
+                      const std::vector<uint8_t>& is_prefill, const float* bias, const float* correction) {
   const int64_t E = gate_w.rows;
   std::vector<float> logits(static_cast<std::size_t>(T * E)), probs(logits.size());
   mm.linear(x, T, gate_w, logits.data());
   if (bias)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t e = 0; e < E; ++e) logits[static_cast<std::size_t>(t * E + e)] += bias[e];
-  if (cfg.sigmoid) gate_sigmoid(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
-  else gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  if (cfg.sigmoid)
+    gate_sigmoid(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
+  else
+    gate_softmax(logits.data(), T, E, static_cast<float>(cfg.temperature), probs.data());
   // The choice scores: the scores plus the correction bias, outside the best groups -inf.
   std::vector<float> choice;
   if (correction || cfg.groups > 1) {
@@ -263,8 +263,8 @@ RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix&
       if (ch) std::copy_n(ch + rows[i] * E, E, gc.data() + i * E);
     }
     RoutingDecision g = RoutingDecision::empty(n, top_k);
-    route_group(gp.data(), ch ? gc.data() : nullptr, n, E, top_k, cfg, group ? cfg.capacity_factor_prefill : cfg.capacity_factor_decode,
-                0, &g);
+    route_group(gp.data(), ch ? gc.data() : nullptr, n, E, top_k, cfg, group ? cfg.capacity_factor_prefill : cfg.capacity_factor_decode, 0,
+                &g);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < top_k; ++j) {
         d.expert[rows[i] * top_k + j] = g.expert[i * top_k + j];

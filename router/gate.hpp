@@ -17,10 +17,10 @@ struct RoutingDecision {
   int64_t tokens = 0;
   int64_t top_k = 0;
   std::vector<int32_t> expert;  // [T * k]
-  std::vector<float> weight;    // [T * k]
-  int64_t rerouted = 0;         // slots moved to another expert by capacity
-  int64_t dropped = 0;          // slots dropped by capacity
-  int64_t pruned = 0;           // slots left empty by dynamic top-k (--top-p-experts)
+  std::vector<float> weight;  // [T * k]
+  int64_t rerouted = 0;  // slots moved to another expert by capacity
+  int64_t dropped = 0;  // slots dropped by capacity
+  int64_t pruned = 0;  // slots left empty by dynamic top-k (--top-p-experts)
 
   // T tokens, k slots each, every slot unassigned (-1, weight 0).
   static RoutingDecision empty(int64_t T, int64_t k) {
@@ -49,15 +49,14 @@ void mask_groups(float* choice, int64_t T, int64_t E, int64_t groups, int64_t ke
 // that group's capacity factor (0: no limit). Writes slots [t0*k, (t0+T)*k) of `out`. `choice`
 // ranks the experts (top-k, load penalty, reroute): the scores plus any correction bias, groups
 // masked; null means `probs`. Weights come from `probs`.
-void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
-                 double capacity_factor, int64_t t0, RoutingDecision* out);
+void route_group(const float* probs, const float* choice, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity_factor,
+                 int64_t t0, RoutingDecision* out);
 
 // The gate network of one layer: fp32 logits through Matmul, then routing. `is_prefill[t]` splits
 // the tokens into the prefill and decode groups that capacity treats separately.
 // `bias` [E], where the gate linear has one (gpt-oss), is added to the logits; `correction` [E]
 // (DeepSeek-V3's e_score_correction_bias) to the scores, for the choice only.
-RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k,
-                      const RouterConfig& cfg, const std::vector<uint8_t>& is_prefill, const float* bias = nullptr,
-                      const float* correction = nullptr);
+RoutingDecision route(Matmul& mm, const float* x, int64_t T, const WeightMatrix& gate_w, int64_t top_k, const RouterConfig& cfg,
+                      const std::vector<uint8_t>& is_prefill, const float* bias = nullptr, const float* correction = nullptr);
 
 }  // namespace moerun::router

@@ -24,8 +24,8 @@ struct RouterConfig {
   double capacity_factor_prefill = 0.0;
   double capacity_factor_decode = 0.0;
   Overflow overflow = Overflow::Reroute;
-  double load_penalty = 0.0;     // λ in score - λ·load (load relative to the fair share T·k/E)
-  double temperature = 1.0;      // gate softmax temperature
+  double load_penalty = 0.0;  // λ in score - λ·load (load relative to the fair share T·k/E)
+  double temperature = 1.0;  // gate softmax temperature
   // Dynamic top-k: per token, the fewest of its top-k experts (in probability order) whose gate
   // probabilities sum to at least P; 1 keeps all k.
   double top_p_experts = 1.0;

@@ -89,8 +89,8 @@ void group_values_portable(const float* p, int64_t nh, int64_t len, const float*
 }
 }  // namespace
 
-void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n,
-                       const AttentionShape& a, float* out) {
+void attention_forward(const float* q, const float* kc, const float* vc, int64_t kv_start, int64_t pos0, int64_t n, const AttentionShape& a,
+                       float* out) {
   const int64_t H = a.heads, hd = a.head_dim, vd = a.v_dim > 0 ? a.v_dim : hd;
   const int64_t group = H / a.kv_heads;
   const int64_t ks = a.k_stride > 0 ? a.k_stride : a.kv_heads * hd, vs = a.v_stride > 0 ? a.v_stride : a.kv_heads * vd;
@@ -113,8 +113,10 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
     const float* vr = vc + (first - kv_start) * vs + g * vd;
     std::vector<float> s(static_cast<std::size_t>((h1 - h0) * len));
     const float* qh = q + i * H * hd + h0 * hd;
-    if (avx512) group_scores_avx512(qh, h1 - h0, hd, kr, ks, len, a.scale, s.data());
-    else group_scores_portable(qh, h1 - h0, hd, kr, ks, len, a.scale, s.data());
+    if (avx512)
+      group_scores_avx512(qh, h1 - h0, hd, kr, ks, len, a.scale, s.data());
+    else
+      group_scores_portable(qh, h1 - h0, hd, kr, ks, len, a.scale, s.data());
     for (int64_t h = h0; h < h1; ++h) {
       float* sh = s.data() + (h - h0) * len;
       // A sink joins the max and the sum like one more key, and has no value row.
@@ -131,8 +133,10 @@ void attention_forward(const float* q, const float* kc, const float* vc, int64_t
       std::fill(o, o + vd, 0.0f);
     }
     float* oh = out + i * H * vd + h0 * vd;
-    if (avx512) group_values_avx512(s.data(), h1 - h0, len, vr, vs, vd, oh);
-    else group_values_portable(s.data(), h1 - h0, len, vr, vs, vd, oh);
+    if (avx512)
+      group_values_avx512(s.data(), h1 - h0, len, vr, vs, vd, oh);
+    else
+      group_values_portable(s.data(), h1 - h0, len, vr, vs, vd, oh);
   }
 }
 

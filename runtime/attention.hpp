@@ -13,8 +13,8 @@ namespace moerun::runtime {
 
 struct AttentionShape {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  float scale = 0;               // on q·k (1/sqrt(head_dim))
-  int64_t window = 0;            // 0: every earlier position; W: positions p-W+1 .. p
+  float scale = 0;  // on q·k (1/sqrt(head_dim))
+  int64_t window = 0;  // 0: every earlier position; W: positions p-W+1 .. p
   const float* sinks = nullptr;  // [heads] or null
   // Values of another width than the keys, and rows of another stride than kv_heads times the
   // width (0: the defaults). MLA expanded: v_dim = v_head_dim; MLA absorbed: one kv head whose

@@ -13,7 +13,9 @@ namespace moerun::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // The step control (every rank, every step), summed over ranks. Expert ranks send zeros. The
 // counts are of the step before; `several` (routers whose coming batch has two chunks or more) is
@@ -31,8 +33,8 @@ struct StepControl {
 
 class RouterLoop {
  public:
-  RouterLoop(Engine& e, const std::vector<io::Request>& requests, const RouterWork& work, const BatchLoopConfig& cfg,
-             ResultSink& sink, RoutingStats& stats)
+  RouterLoop(Engine& e, const std::vector<io::Request>& requests, const RouterWork& work, const BatchLoopConfig& cfg, ResultSink& sink,
+             RoutingStats& stats)
       : e_(e), requests_(requests), work_(work), cfg_(cfg), sink_(sink), stats_(stats) {}
 
   BatchLoopResult run() {
@@ -60,8 +62,12 @@ class RouterLoop {
       // The coming batch is taken before the control, which agrees on its micro-batches.
       const bool busy = !sched.done();
       const StepBatch batch = busy ? sched.next_step() : StepBatch{};
-      StepControl ctl{busy ? 1 : 0, std::exchange(done_, 0), std::exchange(tokens_, 0),
-                      std::exchange(generated_, 0), std::exchange(prompt_, 0), batch.chunks.size() > 1 ? 1 : 0};
+      StepControl ctl{busy ? 1 : 0,
+                      std::exchange(done_, 0),
+                      std::exchange(tokens_, 0),
+                      std::exchange(generated_, 0),
+                      std::exchange(prompt_, 0),
+                      batch.chunks.size() > 1 ? 1 : 0};
       ctl.reduce(e_);
       done_total += ctl.done;
       tokens_total += ctl.tokens;
@@ -160,8 +166,8 @@ BatchLoopResult run_expert_loop(Engine& e) {
 
 }  // namespace
 
-BatchLoopResult run_batch_loop(Engine& engine, const std::vector<io::Request>& requests, const RouterWork& work,
-                               const BatchLoopConfig& cfg, ResultSink& sink, RoutingStats& stats) {
+BatchLoopResult run_batch_loop(Engine& engine, const std::vector<io::Request>& requests, const RouterWork& work, const BatchLoopConfig& cfg,
+                               ResultSink& sink, RoutingStats& stats) {
   if (!engine.is_router()) return run_expert_loop(engine);
   return RouterLoop(engine, requests, work, cfg, sink, stats).run();
 }

@@ -45,22 +45,22 @@ class NullSink final : public ResultSink {
 struct BatchLoopConfig {
   SchedulerConfig scheduler;
   PrefixCacheConfig prefix_cache;  // max_bytes 0: off
-  bool progress = true;            // rank 0's progress line on stderr
-  bool warn_failed = true;         // a warning line per request that ended with an error in the run (non-finite values)
+  bool progress = true;  // rank 0's progress line on stderr
+  bool warn_failed = true;  // a warning line per request that ended with an error in the run (non-finite values)
 };
 
 // This router's share of a job.
 struct RouterWork {
   std::vector<int64_t> requests;  // indices into the request list, in order (bad lines included)
-  int64_t total_requests = 0;     // of the whole job, for the progress line
-  int64_t done_before = 0;        // finished in an earlier run (--resume)
-  int64_t token_budget = 0;       // prompt + max_new_tokens of the job's unfinished requests (the ETA)
+  int64_t total_requests = 0;  // of the whole job, for the progress line
+  int64_t done_before = 0;  // finished in an earlier run (--resume)
+  int64_t token_budget = 0;  // prompt + max_new_tokens of the job's unfinished requests (the ETA)
 };
 
 struct BatchLoopResult {
-  ThroughputCounters run;        // this router's
+  ThroughputCounters run;  // this router's
   int64_t processed_tokens = 0;  // all routers, from the step control
-  double seconds = 0;            // the loop, without set-up
+  double seconds = 0;  // the loop, without set-up
   BatchingCounters batching;
   bool prefix_on = false;
   PrefixCacheCounters prefix;
@@ -69,7 +69,7 @@ struct BatchLoopResult {
 // Collective over the engine's ranks, after Engine::start_serving(). Routers run `work` (requests
 // with a parse error become results with that error; max_new_tokens 0 needs no compute); expert
 // ranks serve until the routers are done. `stats` collects the routers' routing decisions.
-BatchLoopResult run_batch_loop(Engine& engine, const std::vector<io::Request>& requests, const RouterWork& work,
-                               const BatchLoopConfig& cfg, ResultSink& sink, RoutingStats& stats);
+BatchLoopResult run_batch_loop(Engine& engine, const std::vector<io::Request>& requests, const RouterWork& work, const BatchLoopConfig& cfg,
+                               ResultSink& sink, RoutingStats& stats);
 
 }  // namespace moerun::runtime

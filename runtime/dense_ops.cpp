@@ -12,15 +12,19 @@
 
 namespace moerun::runtime {
 
-double yarn_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
 
 void embed_tokens(const io::EmbeddingTable& table, const int32_t* ids, int64_t T, float* out) {
   const int64_t d = table.cols;
   AlignedBuffer scratch;  // a row read from the file
   for (int64_t t = 0; t < T; ++t) {
     const void* row = table.row(ids[t], scratch);
-    if (table.dtype == DType::F32) std::memcpy(out + t * d, row, static_cast<std::size_t>(d) * sizeof(float));
-    else bf16_to_f32(static_cast<const uint16_t*>(row), out + t * d, static_cast<std::size_t>(d));
+    if (table.dtype == DType::F32)
+      std::memcpy(out + t * d, row, static_cast<std::size_t>(d) * sizeof(float));
+    else
+      bf16_to_f32(static_cast<const uint16_t*>(row), out + t * d, static_cast<std::size_t>(d));
   }
 }
 
@@ -72,8 +76,8 @@ void llama3_scale(std::vector<float>& inv_freq, const model::RopeScaling& r) {
   for (float& f : inv_freq) {
     const float wavelen = static_cast<float>(2 * kPi) / f;
     const float scaled = wavelen > low_wavelen ? f / factor : f;
-    const float smooth = (old_context / wavelen - static_cast<float>(r.low_freq_factor)) /
-                         static_cast<float>(r.high_freq_factor - r.low_freq_factor);
+    const float smooth =
+        (old_context / wavelen - static_cast<float>(r.low_freq_factor)) / static_cast<float>(r.high_freq_factor - r.low_freq_factor);
     const float smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
     const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
     f = medium ? smoothed : scaled;
@@ -100,13 +104,12 @@ RopeFrequencies rope_frequencies(double theta, int64_t hd, const model::RopeScal
       double af = r.attention_factor;
       if (af <= 0)
         af = r.mscale > 0 && r.mscale_all_dim > 0 ? yarn_mscale(r.factor, r.mscale) / yarn_mscale(r.factor, r.mscale_all_dim)
-                                                 : yarn_mscale(r.factor, 1.0);
+                                                  : yarn_mscale(r.factor, 1.0);
       out.attention_scaling = static_cast<float>(af);
       break;
     }
     case model::RopeType::Llama3: llama3_scale(out.inv_freq, r); break;
-    case model::RopeType::Dynamic:
-      fail(ErrorKind::Internal, "rope type dynamic reached the forward (ModelConfig::validate refuses it)");
+    case model::RopeType::Dynamic: fail(ErrorKind::Internal, "rope type dynamic reached the forward (ModelConfig::validate refuses it)");
   }
   return out;
 }

@@ -11,13 +11,18 @@
 
 namespace moerun::runtime {
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 using Phase = MoeExchangeProtocol::Phase;
 }  // namespace
 
-DistributedMoeLayer::DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement,
-                                         int64_t num_experts, RouterGroup group, bool hints)
-    : protocol_(protocol), placement_(placement), num_experts_(num_experts), group_(group),
+DistributedMoeLayer::DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts,
+                                         RouterGroup group, bool hints)
+    : protocol_(protocol),
+      placement_(placement),
+      num_experts_(num_experts),
+      group_(group),
       hints_(hints && num_experts <= protocol.hidden()) {}
 
 void DistributedMoeLayer::hint(int64_t layer, const std::vector<int64_t>& rows) {
@@ -43,9 +48,8 @@ std::vector<DistributedMoeLayer::Piece> DistributedMoeLayer::pieces(int64_t laye
   // Every router's rows of each expert: the totals to split, and where this router's rows start.
   std::vector<int64_t> mine(static_cast<std::size_t>(num_experts_));
   for (int64_t e = 0; e < num_experts_; ++e) mine[e] = plan.rows_of(e);
-  const std::vector<int64_t> all = group_.comm == MPI_COMM_NULL
-                                       ? mine
-                                       : comm::allgather_timed(mine, group_.comm, group_.timeout_s, "the routers' rows per expert");
+  const std::vector<int64_t> all =
+      group_.comm == MPI_COMM_NULL ? mine : comm::allgather_timed(mine, group_.comm, group_.timeout_s, "the routers' rows per expert");
   std::vector<int64_t> totals(static_cast<std::size_t>(num_experts_), 0), first(static_cast<std::size_t>(num_experts_), 0);
   for (std::size_t r = 0; r * mine.size() < all.size(); ++r)
     for (int64_t e = 0; e < num_experts_; ++e) {
@@ -153,8 +157,7 @@ void DistributedMoeLayer::finish(int mb, float* out) {
   times_.combine += now() - t1;
 }
 
-ExpertServer::ExpertServer(MoeExchangeProtocol& protocol, experts::ExpertBackend& backend, experts::ExpertStore& store,
-                           int64_t num_experts)
+ExpertServer::ExpertServer(MoeExchangeProtocol& protocol, experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t num_experts)
     : protocol_(protocol), backend_(backend), store_(store), num_experts_(num_experts) {}
 
 void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
@@ -219,8 +222,7 @@ void ExpertServer::serve_layer(int64_t layer, int micro_batches) {
     double t3 = now();
     rep.data.resize(static_cast<std::size_t>(rows * d));
     for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(rep.data.data() + static_cast<int64_t>(plan.row_token[r]) * d, io.results + r * d,
-                  static_cast<std::size_t>(d) * 4);
+      std::memcpy(rep.data.data() + static_cast<int64_t>(plan.row_token[r]) * d, io.results + r * d, static_cast<std::size_t>(d) * 4);
     times_.exchange += t1 - t0;
     times_.pack += (t2 - t1) + (now() - t3);
     times_.experts += t3 - t2;

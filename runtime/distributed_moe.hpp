@@ -27,24 +27,24 @@ namespace moerun::runtime {
 // replicated experts' rows.
 struct RouterGroup {
   MPI_Comm comm = MPI_COMM_NULL;  // the router ranks; MPI_COMM_NULL: this is the only router
-  int index = 0;                  // this router's position among them
+  int index = 0;  // this router's position among them
   double timeout_s = 300;
-  int64_t granule = 0;            // experts::replica_row_granule of the run
+  int64_t granule = 0;  // experts::replica_row_granule of the run
 };
 
 // What a router counted of the rows it routed.
 struct RoutedRows {
   std::vector<int64_t> per_expert;  // [layer * num_experts + expert] rows this router routed (grown by layer)
-  int64_t to_replicas = 0;          // rows of replicated experts sent to a holder other than the first
-  int64_t split = 0;                // experts whose rows this router sent to more than one rank (per micro-batch)
+  int64_t to_replicas = 0;  // rows of replicated experts sent to a holder other than the first
+  int64_t split = 0;  // experts whose rows this router sent to more than one rank (per micro-batch)
 };
 
 class DistributedMoeLayer final : public MoeLayer {
  public:
   // `placement` is read at every start(): the engine may change it between steps (rebalancing).
   // `hints`: pass the gate prefetch's predictions to the expert ranks (needs num_experts <= hidden).
-  DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts,
-                      RouterGroup group = {}, bool hints = false);
+  DistributedMoeLayer(MoeExchangeProtocol& protocol, const experts::Placement& placement, int64_t num_experts, RouterGroup group = {},
+                      bool hints = false);
   void start(int64_t layer, int mb, const float* x, int64_t T, const router::RoutingDecision& r) override;
   void finish(int mb, float* out) override;
   const MoePhaseTimes& times() const override { return times_; }
@@ -68,9 +68,9 @@ class DistributedMoeLayer final : public MoeLayer {
   struct InFlight {
     int64_t layer = 0;
     std::vector<float> weight;
-    router::DispatchPlan layout;     // slot_row: the row of each slot in send order, -1 dropped
-    std::vector<int64_t> rows_to;    // [peer] records sent (rows, and a hint record to some)
-    std::vector<int64_t> replies;    // [peer] rows sent: what comes back
+    router::DispatchPlan layout;  // slot_row: the row of each slot in send order, -1 dropped
+    std::vector<int64_t> rows_to;  // [peer] records sent (rows, and a hint record to some)
+    std::vector<int64_t> replies;  // [peer] rows sent: what comes back
     std::unique_ptr<comm::ExchangeHandle> dispatch;  // posted, until finish()
   };
   MoeExchangeProtocol& protocol_;
@@ -89,8 +89,7 @@ class DistributedMoeLayer final : public MoeLayer {
 
 class ExpertServer {
  public:
-  ExpertServer(MoeExchangeProtocol& protocol, experts::ExpertBackend& backend, experts::ExpertStore& store,
-               int64_t num_experts);
+  ExpertServer(MoeExchangeProtocol& protocol, experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t num_experts);
   // One layer of `micro_batches`, in the protocol's order; returns when its replies are sent.
   void serve_layer(int64_t layer, int micro_batches);
   const MoePhaseTimes& times() const { return times_; }

@@ -151,8 +151,7 @@ void Engine::connect() {
   // (measured: 26 instead of 700 tokens/s with 3 ranks x 2 threads on 2 cores).
   const int local = comm::ranks_on_this_host(world_);
   ranks_on_host_ = local;
-  if (distributed && cfg_.share_host_cores)
-    omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
+  if (distributed && cfg_.share_host_cores) omp_set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / local));
 }
 
 void Engine::share_node_budget() {
@@ -165,10 +164,11 @@ void Engine::share_node_budget() {
   constexpr int64_t kOwnBudget = -2;  // this rank keeps the budget it was given
   const bool node_wide = cfg_.memory_budget <= 0 && budget_.bytes > 0 && budget_.clamped_from.empty();
   const bool router_only = is_router() && !topo_.is_expert(rank_);
-  const int64_t need = !node_wide    ? kOwnBudget
-                       : router_only ? resident_memory_bytes() + reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, false) +
-                                           prefix_cache_bytes_ + logit_bytes() + budget_margin_bytes(budget_.bytes)
-                                     : -1;
+  const int64_t need = !node_wide ? kOwnBudget
+                       : router_only
+                           ? resident_memory_bytes() + reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, false) +
+                                 prefix_cache_bytes_ + logit_bytes() + budget_margin_bytes(budget_.bytes)
+                           : -1;
   const std::vector<int64_t> all = comm::allgather_on_this_host(need, world_, setup_timeout_s_, "set-up (the node's memory)");
   if (ranks_on_host_ < 2 || std::find(all.begin(), all.end(), kOwnBudget) != all.end()) return;
   int64_t routers_need = 0, experts = 0;
@@ -176,8 +176,8 @@ void Engine::share_node_budget() {
   const int64_t node = budget_.bytes * static_cast<int64_t>(all.size());
   if (router_only || experts == 0 || routers_need == 0 || routers_need >= node) return;
   budget_.bytes = (node - routers_need) / experts;
-  budget_.source = str(budget_.source.substr(0, budget_.source.find(" / ")), " less the node's routers' ", routers_need >> 20, " MiB, over ",
-                       experts, " expert rank(s)");
+  budget_.source = str(budget_.source.substr(0, budget_.source.find(" / ")), " less the node's routers' ", routers_need >> 20,
+                       " MiB, over ", experts, " expert rank(s)");
 }
 
 bool Engine::first_expert_rank_of_node() const {
@@ -225,7 +225,8 @@ void Engine::quantize_dense() {
   const std::string path = io::dense_cache_path(location_->str(), cfg_.dense_scheme);
   const bool kept = keep && io::write_dense_cache(path, cfg_.dense_scheme, *dense_, dense_->source_xxh64);
   if (router_index() == 0 && !cfg_.quiet)
-    log::info("--quantize-dense: ", n, " dense matrices quantized at load in ", s, " s", kept ? str("; kept in ", path, " for the next start") : std::string());
+    log::info("--quantize-dense: ", n, " dense matrices quantized at load in ", s, " s",
+              kept ? str("; kept in ", path, " for the next start") : std::string());
 }
 
 int64_t Engine::plan_expert_memory(int64_t owned) {
@@ -235,7 +236,8 @@ int64_t Engine::plan_expert_memory(int64_t owned) {
   ExpertMemoryNeeds n;
   n.held = resident_memory_bytes();
   if (is_router())
-    n.reserved = reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_ + logit_bytes();
+    n.reserved =
+        reserved_bytes(mc_, reserved_step_tokens(), kv_tokens_, kv_sequences_, !distributed()) + prefix_cache_bytes_ + logit_bytes();
   n.cache_reserved = cache_loader_bytes(cfg_.cache.io_threads, static_cast<int64_t>(io::expert_raw_bytes(mc_)));
   n.expert_bytes = backend_->expert_bytes();
   n.owned_experts = owned;
@@ -336,8 +338,8 @@ void Engine::start_serving() {
       const RouterGroup group{routers() > 1 ? routers_comm_.get() : MPI_COMM_NULL, router_index(), cfg_.comm_timeout_s,
                               experts::replica_row_granule(mc_, cfg_.device)};
       moe_ = std::make_unique<DistributedMoeLayer>(*protocol_, placement_, mc_.num_experts, group, takes_hints[0] > 0);
-    }
-    else moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
+    } else
+      moe_ = std::make_unique<LocalMoeLayer>(*backend_, *store_, mc_.hidden_size, mc_.num_experts);
     forward_ = std::make_unique<ModelForward>(*dense_, mm_, *moe_, cfg_.router, cfg_.micro_batches, cfg_.mla_attention);
     release_freed_memory();  // the plain copies the packing replaced
     if (reserved_step_tokens() > 0) reserve_step_buffers(reserved_step_tokens());
@@ -349,8 +351,10 @@ void Engine::start_serving() {
   if (auto* cache = dynamic_cast<experts::ExpertCache*>(store_.get())) cache->warm_up();
   if (!cfg_.swap_control.empty() && (store_ || distributed())) {
     swap_.emplace(cfg_.swap_control, mc_, cfg_.hdf5_probe, cfg_.quiet);
-    if (distributed()) swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s, true);
-    else swap_->start(*store_);
+    if (distributed())
+      swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s, true);
+    else
+      swap_->start(*store_);
   }
   if (distributed() && cfg_.rebalance_every > 0) start_rebalancing();
 }
@@ -430,8 +434,10 @@ void Engine::step_boundary() {
   ++steps_;
   // Between steps: the last one finished on the old weights (and the old placement).
   if (swap_) {
-    if (distributed()) swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s);
-    else swap_->poll(*store_);
+    if (distributed())
+      swap_->poll_agreed(store_.get(), world_, cfg_.comm_timeout_s);
+    else
+      swap_->poll(*store_);
   }
   if (rebalancer_) {
     const auto* moe = dynamic_cast<const DistributedMoeLayer*>(moe_.get());
@@ -472,8 +478,9 @@ PhaseSeconds Engine::my_phases() const {
   if (forward_) {
     const DensePhaseTimes& dt = forward_->times();
     const MoePhaseTimes& mt = moe_->times();
-    PhaseSeconds p{{"attention", dt.attention}, {"gate", dt.gate}, {"pack", mt.pack}, {"exchange", mt.exchange},
-                   {"wait_experts", mt.wait}, {"expert_compute", mt.experts}, {"combine", mt.combine}, {"head", dt.head}};
+    PhaseSeconds p{{"attention", dt.attention}, {"gate", dt.gate},         {"pack", mt.pack},
+                   {"exchange", mt.exchange},   {"wait_experts", mt.wait}, {"expert_compute", mt.experts},
+                   {"combine", mt.combine},     {"head", dt.head}};
     if (mc_.shared_expert_intermediate_size > 0) p["shared_expert"] = dt.shared_expert;
     if (mc_.num_dense_layers() > 0) p["dense_mlp"] = dt.dense_mlp;
     return p;
@@ -496,8 +503,8 @@ EngineReport Engine::report() {
     std::vector<double> exchanges{forward_ ? static_cast<double>(moe_->times().exchanges) : 0.0};
     comm::reduce_max_to_root(exchanges, world_);
     rep.moe_exchanges = static_cast<int64_t>(exchanges[0]);
-    static const std::vector<std::string> names{"attention", "gate", "shared_expert", "pack", "exchange", "wait_experts",
-                                                "expert_compute", "combine", "head", "idle"};
+    static const std::vector<std::string> names{"attention",    "gate",           "shared_expert", "pack", "exchange",
+                                                "wait_experts", "expert_compute", "combine",       "head", "idle"};
     for (const char* role : {"router", "expert"}) {
       std::vector<double> v(names.size(), 0.0);
       if ((std::string(role) == "router") == is_router())

@@ -59,23 +59,23 @@ HugePages parse_huge_pages(const std::string& s);  // ConfigError naming the fie
 inline constexpr int64_t kHugePageSteps = 2048;
 
 struct EngineConfig {
-  std::string model;                  // a directory or s3://bucket/prefix (model.h5 + experts-*.h5)
-  io::S3Config s3;                    // for an s3:// model
+  std::string model;  // a directory or s3://bucket/prefix (model.h5 + experts-*.h5)
+  io::S3Config s3;  // for an s3:// model
   router::RouterConfig router;
-  int micro_batches = 0;              // per step; 0: 1 in one process, 2 distributed (measured)
+  int micro_batches = 0;  // per step; 0: 1 in one process, 2 distributed (measured)
   int routers_per_node = 1;
-  int router_nodes = 0;               // routers on the first N nodes only (0: every node)
-  int ranks_per_node = 0;             // 0: nodes from MPI_Comm_split_type
+  int router_nodes = 0;  // routers on the first N nodes only (0: every node)
+  int ranks_per_node = 0;  // 0: nodes from MPI_Comm_split_type
   comm::A2aKind a2a = comm::A2aKind::Mpi;
   comm::TransportConfig transport;
-  std::string placement_file;         // {"layer": {"expert": rank}}; empty: round-robin
-  experts::ExpertCacheConfig cache;   // l1_bytes 0: sized by the memory budget (every owned expert resident when they fit)
+  std::string placement_file;  // {"layer": {"expert": rank}}; empty: round-robin
+  experts::ExpertCacheConfig cache;  // l1_bytes 0: sized by the memory budget (every owned expert resident when they fit)
   // Host memory per rank (runtime/memory_budget.hpp); 0: --memory-budget auto (cgroup limit or
   // MemAvailable). Experts that do not fit it are served by the expert cache.
   int64_t memory_budget = 0;
   // Host memory per node (--node-memory), shared by the node's ranks; 0: none (memory_budget says).
   int64_t node_memory = 0;
-  std::string affinity;               // affinity graph for the cache's affinity prefetch
+  std::string affinity;  // affinity graph for the cache's affinity prefetch
   experts::DeviceKind device = experts::DeviceKind::Cpu;
   MlaMode mla_attention = MlaMode::Auto;  // MLA models: absorbed, expanded, or by chunk size (runtime/blocks/mla_attention.hpp)
   // --quantize-dense: the LM head and the attention projections as q8/q4 on the routers, quantized
@@ -87,14 +87,14 @@ struct EngineConfig {
   // of fresh pages one by one (with launch's keep_freed_memory, a cold 1024-token Qwen3-shaped
   // prefill step went 1.35 -> 0.7 s: docs/log/performance-2026.md).
   int64_t reserve_step_tokens = 0;
-  std::string cuda_library;           // libmoerun_cuda.so to load; empty: next to the executable
-  double comm_timeout_s = 300;        // a peer silent this long ends the job (set-up included)
-  io::Hdf5Probe hdf5_probe;           // walks local HDF5 inputs in a child process first (off when empty)
-  std::string swap_control;           // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
-  int64_t rebalance_every = 0;        // steps between placement plans from live loads (runtime/rebalance.hpp); 0: off
-  int64_t redundant = 0;              // extra expert slots per layer the rebalancing may fill with replicas
-  bool share_host_cores = true;       // ranks on one host split its cores (false: OMP_NUM_THREADS was given)
-  bool quiet = false;                 // no set-up lines on stderr
+  std::string cuda_library;  // libmoerun_cuda.so to load; empty: next to the executable
+  double comm_timeout_s = 300;  // a peer silent this long ends the job (set-up included)
+  io::Hdf5Probe hdf5_probe;  // walks local HDF5 inputs in a child process first (off when empty)
+  std::string swap_control;  // hot swap: a control file polled between steps (runtime/hot_swap.hpp)
+  int64_t rebalance_every = 0;  // steps between placement plans from live loads (runtime/rebalance.hpp); 0: off
+  int64_t redundant = 0;  // extra expert slots per layer the rebalancing may fill with replicas
+  bool share_host_cores = true;  // ranks on one host split its cores (false: OMP_NUM_THREADS was given)
+  bool quiet = false;  // no set-up lines on stderr
   // How the embedding program names a field in messages (launch/: its flag); unset: the field's name.
   std::function<std::string(const std::string& field)> option_name;
 
@@ -111,15 +111,15 @@ struct EngineReport {
   int routers = 1;
   std::map<std::string, PhaseSeconds> phases;  // [role]: the maximum over the ranks of that role
   bool cache_on = false;
-  experts::CacheCounters cache;                // summed over expert ranks
+  experts::CacheCounters cache;  // summed over expert ranks
   std::map<int, experts::CacheCounters> cache_per_rank;
   HotSwapCounters hot_swap;
-  BalanceReport balance;                       // distributed runs
-  bool remote_model = false;                   // the model is in an object store
-  bool huge_pages = false;                     // the weights were placed in 2 MiB pages (--huge-pages)
-  io::ObjectStoreStats object_store;           // requests this job sent, summed over ranks
-  MemoryBudget memory_budget;                  // rank 0's: what it was and where it came from
-  int64_t moe_exchanges = 0;                   // dispatch + combine pairs of the router with the most
+  BalanceReport balance;  // distributed runs
+  bool remote_model = false;  // the model is in an object store
+  bool huge_pages = false;  // the weights were placed in 2 MiB pages (--huge-pages)
+  io::ObjectStoreStats object_store;  // requests this job sent, summed over ranks
+  MemoryBudget memory_budget;  // rank 0's: what it was and where it came from
+  int64_t moe_exchanges = 0;  // dispatch + combine pairs of the router with the most
 };
 
 class Engine {
@@ -227,7 +227,7 @@ class Engine {
   PhaseSeconds my_phases() const;
   void start_rebalancing();
   BalanceReport balance_report();  // collective
-  void reduce_layer_rows();        // collective: the rows counted since the last call, into balance_
+  void reduce_layer_rows();  // collective: the rows counted since the last call, into balance_
 
   EngineConfig cfg_;
   MPI_Comm world_;
@@ -239,7 +239,7 @@ class Engine {
   experts::Placement placement_;
   Matmul mm_;
   std::optional<io::DenseWeights> dense_;
-  std::unique_ptr<io::ExpertShardIndex> source_;   // L3 for the cache
+  std::unique_ptr<io::ExpertShardIndex> source_;  // L3 for the cache
   std::optional<io::AffinityGraph> graph_;
   std::unique_ptr<experts::ExpertBackend> backend_;  // before the store, which uses it until destroyed
   std::unique_ptr<experts::ExpertStore> store_;

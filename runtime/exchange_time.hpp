@@ -10,11 +10,11 @@
 namespace moerun::runtime {
 
 struct StepExchange {
-  int64_t tokens_per_router = 0;   // the step's tokens on one router (a decode step: its sequences)
+  int64_t tokens_per_router = 0;  // the step's tokens on one router (a decode step: its sequences)
   int64_t micro_batches = 1;
-  int64_t exchanges = 0;           // dispatch + combine pairs in the step: MoE layers x micro-batches
-  double dispatch_bytes = 0;       // one router's records in one dispatch (expert id + hidden row)
-  double combine_bytes = 0;        // the rows it gets back in one combine
+  int64_t exchanges = 0;  // dispatch + combine pairs in the step: MoE layers x micro-batches
+  double dispatch_bytes = 0;  // one router's records in one dispatch (expert id + hidden row)
+  double combine_bytes = 0;  // the rows it gets back in one combine
 };
 
 // A decode step of `tokens_per_router` tokens, split into `micro_batches` (the last ones may be

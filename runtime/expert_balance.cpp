@@ -15,13 +15,20 @@ double BalanceReport::imbalance() const {
 }
 
 nlohmann::json BalanceReport::to_json() const {
-  nlohmann::json j = {{"imbalance", imbalance()},   {"steps", steps},           {"expert_ranks", expert_ranks},
-                      {"replicas", replicas},       {"routed_rows", routed_rows}, {"replica_rows", replica_rows}, {"split_experts", split_experts},
-                      {"rebalances", rebalances},   {"moves", moves},           {"heals", heals}};
+  nlohmann::json j = {{"imbalance", imbalance()},
+                      {"steps", steps},
+                      {"expert_ranks", expert_ranks},
+                      {"replicas", replicas},
+                      {"routed_rows", routed_rows},
+                      {"replica_rows", replica_rows},
+                      {"split_experts", split_experts},
+                      {"rebalances", rebalances},
+                      {"moves", moves},
+                      {"heals", heals}};
   j["layers"] = nlohmann::json::array();
   for (std::size_t l = 0; l < layers.size(); ++l)
-    j["layers"].push_back({{"layer", l}, {"busiest_rows", layers[l].busiest_rows}, {"mean_rows", layers[l].mean_rows},
-                           {"imbalance", layers[l].imbalance()}});
+    j["layers"].push_back(
+        {{"layer", l}, {"busiest_rows", layers[l].busiest_rows}, {"mean_rows", layers[l].mean_rows}, {"imbalance", layers[l].imbalance()}});
   return j;
 }
 
@@ -30,8 +37,8 @@ std::string BalanceReport::summary() const {
   for (const LayerRowsBalance& l : layers) worst = std::max(worst, l.imbalance());
   return str("expert balance: the busiest of ", expert_ranks, " expert ranks gets ", imbalance(),
              "x the mean rows per layer and step (worst layer ", worst, "x, ", steps, " steps); ", replicas, " replicas took ",
-             routed_rows ? 100.0 * static_cast<double>(replica_rows) / static_cast<double>(routed_rows) : 0.0,
-             "% of the rows (", split_experts, " experts split over ranks); ", rebalances, " rebalances moved ", moves, " experts; ", heals, " heals");
+             routed_rows ? 100.0 * static_cast<double>(replica_rows) / static_cast<double>(routed_rows) : 0.0, "% of the rows (",
+             split_experts, " experts split over ranks); ", rebalances, " rebalances moved ", moves, " experts; ", heals, " heals");
 }
 
 std::vector<LayerRowsBalance> layer_balance(const std::vector<double>& busiest, const std::vector<double>& sum, int64_t layers,

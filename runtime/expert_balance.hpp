@@ -12,22 +12,22 @@ namespace moerun::runtime {
 
 struct LayerRowsBalance {
   int64_t busiest_rows = 0;  // sum over steps of the busiest expert rank's rows
-  double mean_rows = 0;      // sum over steps of the mean over expert ranks
+  double mean_rows = 0;  // sum over steps of the mean over expert ranks
   double imbalance() const { return mean_rows > 0 ? static_cast<double>(busiest_rows) / mean_rows : 1.0; }
 };
 
 struct BalanceReport {
-  bool on = false;                       // a distributed run
+  bool on = false;  // a distributed run
   int64_t steps = 0;
   int64_t expert_ranks = 0;
   std::vector<LayerRowsBalance> layers;  // [MoE layer]
-  int64_t replicas = 0;                  // copies beyond the first, in the placement at the end
-  int64_t routed_rows = 0;               // rows the routers dispatched
-  int64_t replica_rows = 0;              // of those, rows sent to a holder other than an expert's first
-  int64_t split_experts = 0;             // times a router sent one expert's rows of a micro-batch to several ranks
-  int64_t rebalances = 0;                // placements changed by --rebalance-every
-  int64_t moves = 0;                     // experts loaded onto a rank by those changes
-  int64_t heals = 0;                     // expert copies that failed verification and were left to a replica
+  int64_t replicas = 0;  // copies beyond the first, in the placement at the end
+  int64_t routed_rows = 0;  // rows the routers dispatched
+  int64_t replica_rows = 0;  // of those, rows sent to a holder other than an expert's first
+  int64_t split_experts = 0;  // times a router sent one expert's rows of a micro-batch to several ranks
+  int64_t rebalances = 0;  // placements changed by --rebalance-every
+  int64_t moves = 0;  // experts loaded onto a rank by those changes
+  int64_t heals = 0;  // expert copies that failed verification and were left to a replica
 
   double imbalance() const;  // sum of every layer's busiest over the sum of their means
   nlohmann::json to_json() const;

@@ -30,20 +30,22 @@
 namespace moerun::runtime {
 
 struct HotSwapCounters {
-  int64_t applied = 0;       // control files applied (on this rank; the maximum over ranks in the report)
-  int64_t experts = 0;       // experts swapped
-  int64_t failed = 0;        // control files refused
-  double load_seconds = 0;   // reading and verifying, in the background
+  int64_t applied = 0;  // control files applied (on this rank; the maximum over ranks in the report)
+  int64_t experts = 0;  // experts swapped
+  int64_t failed = 0;  // control files refused
+  double load_seconds = 0;  // reading and verifying, in the background
   double pause_seconds = 0;  // swapping in at step boundaries (serving waits for this)
   double max_pause_ms_per_expert = 0;  // of one control file: its pause divided by its experts
 
   double pause_ms_per_expert() const { return experts ? 1e3 * pause_seconds / static_cast<double>(experts) : 0.0; }
   static const std::vector<CounterField<HotSwapCounters>>& fields() {
     using H = HotSwapCounters;
-    static const std::vector<CounterField<H>> f{
-        counter("applied", &H::applied, Combine::Max), counter("experts", &H::experts), counter("failed", &H::failed),
-        counter("load_seconds", &H::load_seconds), counter("pause_seconds", &H::pause_seconds),
-        counter("max_pause_ms_per_expert", &H::max_pause_ms_per_expert, Combine::Max)};
+    static const std::vector<CounterField<H>> f{counter("applied", &H::applied, Combine::Max),
+                                                counter("experts", &H::experts),
+                                                counter("failed", &H::failed),
+                                                counter("load_seconds", &H::load_seconds),
+                                                counter("pause_seconds", &H::pause_seconds),
+                                                counter("max_pause_ms_per_expert", &H::max_pause_ms_per_expert, Combine::Max)};
     return f;
   }
 };
@@ -69,8 +71,8 @@ class HotSwap {
   bool changed();  // the control file exists and is not the version last looked at
   void launch(const experts::ExpertStore& store);
   void finish(experts::ExpertStore& store);  // joins the loader and applies (or reports) its result
-  void apply(experts::ExpertStore& store);   // the loaded experts into the store
-  void refuse(const std::string& why);       // a refused control file: counted, one warning
+  void apply(experts::ExpertStore& store);  // the loaded experts into the store
+  void refuse(const std::string& why);  // a refused control file: counted, one warning
 
   std::string path_;
   model::ModelConfig config_;
@@ -84,7 +86,7 @@ class HotSwap {
   std::thread loader_;
   std::atomic<bool> loaded_{false};  // set by the loader as its last act (polled, then joined)
   std::vector<io::NewExpertWeights> fresh_;
-  std::set<std::pair<int64_t, int64_t>> listed_;   // every expert the loaded control file names
+  std::set<std::pair<int64_t, int64_t>> listed_;  // every expert the loaded control file names
   std::set<std::pair<int64_t, int64_t>> swapped_;  // every expert applied control files named
   std::exception_ptr error_;
   double load_s_ = 0;

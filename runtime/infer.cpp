@@ -41,8 +41,7 @@ std::string named(const InferConfig& cfg, const std::string& field) {
 // The router's results: appended to its journal, committed once per step; logits to LOGITS.N.
 class JournalSink final : public ResultSink {
  public:
-  JournalSink(const InferConfig& cfg, int router, const io::JournalKeys& keys)
-      : journal_(cfg.output, router, cfg.resume, keys) {
+  JournalSink(const InferConfig& cfg, int router, const io::JournalKeys& keys) : journal_(cfg.output, router, cfg.resume, keys) {
     if (!cfg.logits_out.empty()) logits_file_.emplace(per_router(cfg.logits_out, router));
   }
   const io::ResultJournal& journal() const { return journal_; }
@@ -75,8 +74,8 @@ class JournalSink final : public ResultSink {
 std::unique_ptr<io::Tokenizer> open_model_tokenizer(const InferConfig& cfg) {
   const std::string& model = cfg.engine.model;
   if (io::is_s3_url(model))
-    fail(ErrorKind::Usage, cfg.input, ": requests with \"prompt\" text need a local model directory with its tokenizer (",
-         model, " is in an object store); give prompt_tokens");
+    fail(ErrorKind::Usage, cfg.input, ": requests with \"prompt\" text need a local model directory with its tokenizer (", model,
+         " is in an object store); give prompt_tokens");
   auto tok = io::open_tokenizer(model, cfg.tokenizer);
   if (!tok)
     fail(ErrorKind::BadInput, cfg.input, ": requests give \"prompt\" text, but ", model,
@@ -244,8 +243,8 @@ int64_t write_output(const InferConfig& cfg, const std::vector<io::Request>& req
 }
 
 // After set-up: serve, then gather the counters on rank 0 and finish the output there.
-InferReport serve(const InferConfig& cfg, Engine& engine, const std::vector<io::Request>& requests,
-                  const io::JournalKeys& keys, const Tokenized& tokenized) {
+InferReport serve(const InferConfig& cfg, Engine& engine, const std::vector<io::Request>& requests, const io::JournalKeys& keys,
+                  const Tokenized& tokenized) {
   const MPI_Comm world = engine.world();
   RoutingStats stats(engine.model(), !cfg.trace.empty());
   BatchLoopConfig loop{cfg.scheduler, cfg.prefix_cache, !cfg.quiet};

@@ -30,13 +30,13 @@ struct InferConfig {
   bool skip_invalid = false;
   bool split_reasoning = false;  // OpenAI chat output: <think>...</think> into reasoning_content (io/openai_batch)
   bool quiet = false;
-  std::string stats_json;   // optional
-  std::string trace;        // optional routing trace (HDF5); router N > 0 writes TRACE.N
-  std::string logits_out;   // optional: JSONL of the logits behind every emitted token (testing)
+  std::string stats_json;  // optional
+  std::string trace;  // optional routing trace (HDF5); router N > 0 writes TRACE.N
+  std::string logits_out;  // optional: JSONL of the logits behind every emitted token (testing)
   io::RequestDefaults defaults;
   SchedulerConfig scheduler;
   PrefixCacheConfig prefix_cache;  // max_bytes 0: off
-  io::TokenizerConfig tokenizer;   // for requests with "prompt" text (the model directory's tokenizer)
+  io::TokenizerConfig tokenizer;  // for requests with "prompt" text (the model directory's tokenizer)
   // How a caller names a config field in messages (launch/: its flag); unset: the field's own name.
   std::function<std::string(const std::string& field)> option_name;
 
@@ -47,14 +47,14 @@ struct InferConfig {
 struct InferReport {
   int64_t requests = 0;
   int64_t processed_tokens = 0;  // all routers
-  double seconds = 0;            // the batch loop, without set-up
+  double seconds = 0;  // the batch loop, without set-up
   ThroughputCounters run;
   JournalCounters journal;
-  BatchingCounters batching;     // --batching minhash
+  BatchingCounters batching;  // --batching minhash
   bool prefix_on = false;
   PrefixCacheCounters prefix;
   EngineReport engine;
-  int64_t failed_requests = 0;   // rank 0: valid requests whose output line is an error (non-finite values)
+  int64_t failed_requests = 0;  // rank 0: valid requests whose output line is an error (non-finite values)
   // Rank 0's tokenization of the input before the run: text prompts encoded and chat prompts
   // rendered through the chat template, all in one call each.
   struct Tokenize {

@@ -59,7 +59,9 @@ RowState& KvCache::row_state(int64_t l) {
   return *r;
 }
 
-const RowState& KvCache::row_state(int64_t l) const { return const_cast<KvCache*>(this)->row_state(l); }
+const RowState& KvCache::row_state(int64_t l) const {
+  return const_cast<KvCache*>(this)->row_state(l);
+}
 
 DeltaNetState& KvCache::recurrent(int64_t l) {
   DeltaNetState* s = std::get_if<DeltaNetState>(&layers_.at(static_cast<std::size_t>(l)));
@@ -75,7 +77,8 @@ void KvCache::trim_windows() {
 int64_t KvCache::bytes() const {
   int64_t b = 0;
   for (const LayerState& s : layers_) {
-    if (const RowState* r = std::get_if<RowState>(&s)) b += static_cast<int64_t>((r->k.capacity() + r->v.capacity()) * sizeof(float));
+    if (const RowState* r = std::get_if<RowState>(&s))
+      b += static_cast<int64_t>((r->k.capacity() + r->v.capacity()) * sizeof(float));
     else {
       const DeltaNetState& d = std::get<DeltaNetState>(s);
       b += static_cast<int64_t>((d.conv.capacity() + d.recurrent.capacity()) * sizeof(float));
@@ -115,8 +118,10 @@ StateBlock KvCache::snapshot() const {
 
 void KvCache::append_block(const StateBlock& b, int64_t n) {
   for (std::size_t l = 0; l < layers_.size(); ++l) {
-    if (RowState* r = std::get_if<RowState>(&layers_[l])) r->append(b.k[l].data(), b.v[l].data(), n);
-    else if (!b.after.empty()) std::get<DeltaNetState>(layers_[l]) = b.after[l];
+    if (RowState* r = std::get_if<RowState>(&layers_[l]))
+      r->append(b.k[l].data(), b.v[l].data(), n);
+    else if (!b.after.empty())
+      std::get<DeltaNetState>(layers_[l]) = b.after[l];
   }
 }
 

@@ -24,8 +24,8 @@ struct RowState {
   int64_t rows() const { return static_cast<int64_t>(k.size()) / k_dim; }
   int64_t length() const { return start + rows(); }  // positions covered
   void append(const float* k_rows, const float* v_rows, int64_t n);  // v_rows unused when v_dim is 0
-  void trim(int64_t keep);            // keeps the last `keep` positions (no-op when it holds fewer)
-  void reserve(int64_t positions);    // a sliding layer's at most 2W
+  void trim(int64_t keep);  // keeps the last `keep` positions (no-op when it holds fewer)
+  void reserve(int64_t positions);  // a sliding layer's at most 2W
 };
 
 using LayerState = std::variant<RowState, DeltaNetState>;
@@ -34,7 +34,7 @@ using LayerState = std::variant<RowState, DeltaNetState>;
 // layer's rows, and the recurrent layers' state after the block where one was taken (empty: none).
 struct StateBlock {
   std::vector<std::vector<float>> k, v;  // [layer]; empty for a layer without rows
-  std::vector<DeltaNetState> after;      // [layer]
+  std::vector<DeltaNetState> after;  // [layer]
   int64_t bytes() const;
 };
 

@@ -35,8 +35,7 @@ __attribute__((target("avx512f"))) double sum_exp_avx512(const float* row, int64
     const int64_t end = std::min(n, b + 1024);
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t v = b; v < end; v += 64)
-      for (int a = 0; a < 4; ++a)
-        acc[a] = _mm512_add_ps(acc[a], exp_ps(_mm512_sub_ps(_mm512_loadu_ps(row + v + 16 * a), s)));
+      for (int a = 0; a < 4; ++a) acc[a] = _mm512_add_ps(acc[a], exp_ps(_mm512_sub_ps(_mm512_loadu_ps(row + v + 16 * a), s)));
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
     alignas(64) float lanes[16];
     _mm512_store_ps(lanes, sum);

@@ -13,7 +13,9 @@
 namespace moerun::runtime {
 
 namespace {
-std::string mib(int64_t bytes) { return str(bytes >> 20, " MiB"); }
+std::string mib(int64_t bytes) {
+  return str(bytes >> 20, " MiB");
+}
 }  // namespace
 
 MemoryBudget default_memory_budget(int ranks_on_host) {
@@ -57,7 +59,9 @@ int64_t cache_loader_bytes(int io_threads, int64_t raw_expert_bytes) {
   return io_threads * ((int64_t{2} << 20) + 2 * raw_expert_bytes) + raw_expert_bytes;
 }
 
-int64_t budget_margin_bytes(int64_t budget) { return (int64_t{40} << 20) + budget / 20; }
+int64_t budget_margin_bytes(int64_t budget) {
+  return (int64_t{40} << 20) + budget / 20;
+}
 
 ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNeeds& n) {
   ExpertMemory m;
@@ -67,12 +71,11 @@ ExpertMemory split_for_experts(const MemoryBudget& budget, const ExpertMemoryNee
   m.room -= n.cache_reserved;
   const int64_t slots = std::max<int64_t>(0, m.room) / n.expert_bytes;
   if (slots < std::min(n.min_slots, n.owned_experts))
-    fail(ErrorKind::Usage, "the memory budget ", mib(budget.bytes), " (", budget.source, ") is too small: this rank holds ",
-         mib(n.held), " (code, libraries, dense weights), reserves ", mib(n.reserved + n.cache_reserved),
-         " for step buffers, the KV cache and the expert cache's I/O threads and ",
-         mib(budget_margin_bytes(budget.bytes)), " of margin, which leaves ", mib(std::max<int64_t>(0, m.room)),
-         " for experts; the expert cache needs at least ", n.min_slots, " experts of ", n.expert_bytes >> 10,
-         " KiB (a smaller --max-batch-tokens reserves less)");
+    fail(ErrorKind::Usage, "the memory budget ", mib(budget.bytes), " (", budget.source, ") is too small: this rank holds ", mib(n.held),
+         " (code, libraries, dense weights), reserves ", mib(n.reserved + n.cache_reserved),
+         " for step buffers, the KV cache and the expert cache's I/O threads and ", mib(budget_margin_bytes(budget.bytes)),
+         " of margin, which leaves ", mib(std::max<int64_t>(0, m.room)), " for experts; the expert cache needs at least ", n.min_slots,
+         " experts of ", n.expert_bytes >> 10, " KiB (a smaller --max-batch-tokens reserves less)");
   m.resident = false;
   m.l1_bytes = slots * n.expert_bytes;
   return m;
@@ -94,7 +97,8 @@ int64_t dense_resident_bytes(const model::ModelConfig& c, WeightScheme quantized
 
 int64_t reserved_bytes(const model::ModelConfig& c, int64_t step_tokens, int64_t kv_tokens, int64_t sequences, bool one_process) {
   const auto f = static_cast<int64_t>(sizeof(float));
-  int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) + kv_tokens * (c.num_layers - c.num_linear_layers()) * (c.kv_k_dim() + c.kv_v_dim()) * f;  // linear layers keep no rows
+  int64_t n = ModelForward::step_buffer_bytes(c, step_tokens) +
+              kv_tokens * (c.num_layers - c.num_linear_layers()) * (c.kv_k_dim() + c.kv_v_dim()) * f;  // linear layers keep no rows
   n += sequences * c.num_linear_layers() * c.linear.state_bytes();
   if (one_process) n += 2 * step_tokens * c.top_k * c.hidden_size * f;  // the expert rows in and out
   return n;
@@ -116,8 +120,8 @@ std::string budget_plan_report(const model::ModelConfig& c, const MemoryBudget& 
   n.expert_bytes = expert_bytes;
   n.owned_experts = c.num_moe_layers() * c.num_experts;
   n.min_slots = c.top_k;
-  std::string out = "one process under " + budget.source + ", before it starts (code, libraries and load-time state taken as " + mib(kStartBytes) +
-                    " besides the dense part; the engine measures them):\n  ";
+  std::string out = "one process under " + budget.source + ", before it starts (code, libraries and load-time state taken as " +
+                    mib(kStartBytes) + " besides the dense part; the engine measures them):\n  ";
   try {
     const ExpertMemory m = split_for_experts(budget, n);
     out += describe_split(budget, n, m, "the model");

@@ -13,7 +13,7 @@
 namespace moerun::runtime {
 
 struct MemoryBudget {
-  int64_t bytes = 0;   // per rank; 0: none (no limit known)
+  int64_t bytes = 0;  // per rank; 0: none (no limit known)
   std::string source;  // what set it, for messages: "--memory-budget", "the cgroup memory limit", ...
   std::string clamped_from{};  // a warning when --memory-budget asked for more than the host allows
 };
@@ -37,18 +37,18 @@ int64_t logit_rows_cap(const MemoryBudget& budget, int64_t vocab, int64_t rows, 
 int64_t budget_margin_bytes(int64_t budget);
 
 struct ExpertMemoryNeeds {
-  int64_t held = 0;          // resident now: code, libraries, the dense part when this rank has it
-  int64_t reserved = 0;      // step buffers, KV cache and prefix cache that will be touched later
+  int64_t held = 0;  // resident now: code, libraries, the dense part when this rank has it
+  int64_t reserved = 0;  // step buffers, KV cache and prefix cache that will be touched later
   int64_t cache_reserved = 0;  // what the expert cache adds when it is on: its I/O threads' buffers
   int64_t expert_bytes = 0;  // one expert in the backend's memory (an L1 slot)
   int64_t owned_experts = 0;
-  int64_t min_slots = 1;     // the fewest L1 slots that can serve a token (top_k)
+  int64_t min_slots = 1;  // the fewest L1 slots that can serve a token (top_k)
 };
 
 struct ExpertMemory {
   bool resident = true;  // every owned expert in memory (no cache)
   int64_t l1_bytes = 0;  // otherwise: the expert cache's L1
-  int64_t room = 0;      // what the budget left for experts
+  int64_t room = 0;  // what the budget left for experts
 };
 
 // Memory the expert cache's loaders hold besides L1: per I/O thread its read and O_DIRECT bounce

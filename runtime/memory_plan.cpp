@@ -20,16 +20,20 @@ std::string human(int64_t bytes) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
   const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024 * 1024) os << b / (1024.0 * 1024 * 1024) << " GiB";
-  else if (b >= 1024.0 * 1024) os << b / (1024.0 * 1024) << " MiB";
-  else os << b / 1024.0 << " KiB";
+  if (b >= 1024.0 * 1024 * 1024)
+    os << b / (1024.0 * 1024 * 1024) << " GiB";
+  else if (b >= 1024.0 * 1024)
+    os << b / (1024.0 * 1024) << " MiB";
+  else
+    os << b / 1024.0 << " KiB";
   return os.str();
 }
 
 }  // namespace
 
 void MemoryPlanConfig::validate() const {
-  if (batch < 1 || max_batch_tokens < 1 || micro_batches < 1) fail(ErrorKind::Usage, "--batch, --max-batch-tokens, --micro-batches must be >= 1");
+  if (batch < 1 || max_batch_tokens < 1 || micro_batches < 1)
+    fail(ErrorKind::Usage, "--batch, --max-batch-tokens, --micro-batches must be >= 1");
   if (nodes < 1 || ranks_per_node < 1) fail(ErrorKind::Usage, "--nodes and --ranks-per-node must be >= 1");
   // Upper bounds keep the plan's arithmetic inside int64 (the KV cache is checked on its own).
   auto at_most = [](const char* option, int64_t v, int64_t limit) {
@@ -77,8 +81,9 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
   const int64_t T = p.max_batch_tokens;
   // The router's own FFN scratch (gate, up, activation rows) for a shared expert or a dense layer.
   const int64_t router_ff = std::max(c.shared_expert_intermediate_size, c.num_dense_layers() > 0 ? c.dense_intermediate_size : int64_t{0});
-  m.activation_bytes = 4 * T * (4 * d + 2 * std::max(q, c.attention_out_dim()) + c.kv_k_dim() + c.kv_v_dim() + c.num_experts + 3 * router_ff) +
-                       4 * p.batch * c.vocab_size;
+  m.activation_bytes =
+      4 * T * (4 * d + 2 * std::max(q, c.attention_out_dim()) + c.kv_k_dim() + c.kv_v_dim() + c.num_experts + 3 * router_ff) +
+      4 * p.batch * c.vocab_size;
   // Bytes on the wire per routed row, out and back.
   const auto record = static_cast<int64_t>(MoeExchangeProtocol::dispatch_record_bytes(d)),
              result = static_cast<int64_t>(MoeExchangeProtocol::combine_record_bytes(d));
@@ -99,7 +104,8 @@ MemoryPlan plan_memory(const model::ModelConfig& c, const MemoryPlanConfig& p) {
     m.router_fits = m.router_bytes <= p.device_bytes;
     m.expert_fits = single || m.expert_rank_bytes <= p.device_bytes;
   }
-  m.node_total_bytes = single ? m.router_bytes : p.routers_per_node * m.router_bytes + (p.ranks_per_node - p.routers_per_node) * m.expert_rank_bytes;
+  m.node_total_bytes =
+      single ? m.router_bytes : p.routers_per_node * m.router_bytes + (p.ranks_per_node - p.routers_per_node) * m.expert_rank_bytes;
   if (p.node_bytes > 0) m.node_fits = m.node_total_bytes <= p.node_bytes;
   // Between nodes: with uniform placement a row goes to another node with probability (nodes-1)/nodes.
   const double remote = static_cast<double>(p.nodes - 1) / static_cast<double>(p.nodes);
@@ -129,29 +135,31 @@ void describe_variants(std::ostream& os, const model::ModelConfig& c) {
   if (c.rotary_dim > 0) os << "  partial RoPE: the first " << c.rotary_dim << " of each head's " << c.head_dim << " dims rotated\n";
   if (const int64_t n = c.num_linear_layers(); n > 0) {
     const model::LinearAttentionShape& s = c.linear;
-    os << "  Gated DeltaNet layers " << n << " of " << c.num_layers << " (" << s.k_heads << " key heads of " << s.k_dim << ", "
-       << s.v_heads << " value heads of " << s.v_dim << ", conv " << s.conv_kernel << "): a recurrent state of "
-       << human(n * s.state_bytes()) << " per sequence in place of their KV cache\n";
+    os << "  Gated DeltaNet layers " << n << " of " << c.num_layers << " (" << s.k_heads << " key heads of " << s.k_dim << ", " << s.v_heads
+       << " value heads of " << s.v_dim << ", conv " << s.conv_kernel << "): a recurrent state of " << human(n * s.state_bytes())
+       << " per sequence in place of their KV cache\n";
   }
   if (c.attention_output_gate || c.norm_weight_offset != 0)
     os << "  attention output gate " << c.attention_output_gate << ", norm weights + " << c.norm_weight_offset << "\n";
   if (c.num_dense_layers() > 0)
-    os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size
-       << "; " << c.num_moe_layers() << " MoE layers hold the experts)\n";
+    os << "  dense MLP layers " << c.num_dense_layers() << " of " << c.num_layers << " (width " << c.dense_intermediate_size << "; "
+       << c.num_moe_layers() << " MoE layers hold the experts)\n";
   if (c.attention_out_bias || c.attention_sinks || c.sliding_window > 0 || c.rope.type != model::RopeType::Default || c.router_bias ||
       c.expert_bias)
     os << "  attention_out_bias " << c.attention_out_bias << ", sinks " << c.attention_sinks << ", sliding_window " << c.sliding_window
        << " (" << std::count(c.layer_attention.begin(), c.layer_attention.end(), model::AttentionKind::Sliding) << " of " << c.num_layers
        << " layers), rope " << model::rope_type_name(c.rope.type) << " x" << c.rope.factor << ", router_bias " << c.router_bias
-       << ", router " << (c.router_scoring == model::RouterScoring::TopKSoftmax ? "topk_softmax"
-                          : c.router_scoring == model::RouterScoring::Sigmoid ? "sigmoid" : "softmax_topk") << ", expert_bias "
-       << c.expert_bias << ", expert activation "
+       << ", router "
+       << (c.router_scoring == model::RouterScoring::TopKSoftmax ? "topk_softmax"
+           : c.router_scoring == model::RouterScoring::Sigmoid   ? "sigmoid"
+                                                                 : "softmax_topk")
+       << ", expert_bias " << c.expert_bias << ", expert activation "
        << (c.expert_activation == model::ExpertActivation::ClampedSwiGlu ? "swiglu_clamped" : "swiglu") << "\n";
   if (c.attention_type == model::AttentionType::Mla)
     os << "  attention mla: q_lora_rank " << c.mla.q_lora_rank << ", kv_lora_rank " << c.mla.kv_lora_rank << ", qk_nope_head_dim "
        << c.mla.qk_nope_head_dim << ", qk_rope_head_dim " << c.mla.qk_rope_head_dim << ", v_head_dim " << c.mla.v_head_dim
-       << "; the KV cache holds " << c.kv_k_dim() << " values a token and layer (multi-head attention of these heads: "
-       << c.num_heads * (c.head_dim + c.mla.v_head_dim) << ")\n";
+       << "; the KV cache holds " << c.kv_k_dim()
+       << " values a token and layer (multi-head attention of these heads: " << c.num_heads * (c.head_dim + c.mla.v_head_dim) << ")\n";
   if (c.is_dsa()) {
     int64_t shared = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) shared += c.dsa.shared(l);
@@ -160,8 +168,8 @@ void describe_variants(std::ostream& os, const model::ModelConfig& c) {
     if (shared > 0) os << "; " << shared << " layer(s) share the choice of the full layer before them";
     os << "\n";
   }
-  if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 || c.router_scoring == model::RouterScoring::Sigmoid ||
-      (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated))
+  if (c.router_groups > 1 || c.router_correction_bias || c.routed_scaling_factor != 1.0 ||
+      c.router_scoring == model::RouterScoring::Sigmoid || (c.shared_expert_intermediate_size > 0 && !c.shared_expert_gated))
     os << "  routing: " << (c.router_scoring == model::RouterScoring::Sigmoid ? "sigmoid" : "softmax") << " scores"
        << (c.router_correction_bias ? " with a correction bias" : "") << ", " << c.router_groups << " group(s), best "
        << c.router_topk_groups << " kept (by their " << (c.router_group_score == model::GroupScore::Top2Sum ? "best two" : "best") << ")"
@@ -190,19 +198,18 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
     const WeightSchemeRow& r = weight_scheme_row(c.expert_format.scheme);
     os << "  experts as " << r.name << ": " << r.what << ", " << r.bits_per_weight << " bits per weight\n";
   }
-  os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers
-     << ", num_heads " << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
-  os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size
-     << ", max_position " << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps
-     << ", bos " << c.bos_token_id << ", eos " << c.eos_token_id;
+  os << "  vocab_size " << c.vocab_size << ", hidden_size " << c.hidden_size << ", num_layers " << c.num_layers << ", num_heads "
+     << c.num_heads << ", num_kv_heads " << c.num_kv_heads << ", head_dim " << c.head_dim << "\n";
+  os << "  num_experts " << c.num_experts << ", top_k " << c.top_k << ", intermediate_size " << c.intermediate_size << ", max_position "
+     << c.max_position << ", rope_theta " << c.rope_theta << ", rms_norm_eps " << c.rms_norm_eps << ", bos " << c.bos_token_id << ", eos "
+     << c.eos_token_id;
   for (int64_t t : c.extra_eos_token_ids) os << "," << t;
   os << "\n";
   describe_variants(os, c);
   os << "parameters\n";
   os << "  total            " << c.total_params() << "\n";
   os << "  dense            " << c.dense_params() << "\n";
-  os << "  experts          " << c.expert_params() << " (" << c.num_expert_slots() << " experts of "
-     << c.params_per_expert() << ")\n";
+  os << "  experts          " << c.expert_params() << " (" << c.num_expert_slots() << " experts of " << c.params_per_expert() << ")\n";
   os << std::fixed << std::setprecision(2);
   os << "  active per token " << c.active_params_per_token() << " ("
      << 100.0 * static_cast<double>(c.active_params_per_token()) / static_cast<double>(c.total_params()) << "% of all; "
@@ -233,8 +240,8 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
        << " per sequence at max_position " << c.max_position << ")";
   os << "\n";
   const int64_t context = p.context > 0 ? p.context : c.max_position;
-  os << "layout: " << p.nodes << " node(s) x " << p.ranks_per_node << " rank(s), " << m.routers << " router rank(s), "
-     << m.expert_ranks << " expert rank(s), " << m.experts_per_rank << " experts per expert rank\n";
+  os << "layout: " << p.nodes << " node(s) x " << p.ranks_per_node << " rank(s), " << m.routers << " router rank(s), " << m.expert_ranks
+     << " expert rank(s), " << m.experts_per_rank << " experts per expert rank\n";
   auto fits = [&](bool ok) { return p.device_bytes > 0 ? (ok ? "  fits" : "  DOES NOT FIT") : ""; };
   os << "router rank (batch " << p.batch << " x context " << context << ", " << p.max_batch_tokens << " tokens/step)\n";
   os << "  dense weights    " << human(m.dense_bytes);
@@ -260,8 +267,10 @@ std::string inspect_report(const model::ModelConfig& c, const MemoryPlanConfig& 
   if (p.device_bytes > 0) os << "device memory per rank " << human(p.device_bytes) << "\n";
   if (p.node_bytes > 0) {
     os << "per node (" << human(p.node_bytes) << ")\n";
-    os << "  " << (p.nodes * p.ranks_per_node == 1 ? "one process" : std::to_string(p.routers_per_node) + " router rank(s) + " +
-                                                                           std::to_string(p.ranks_per_node - p.routers_per_node) + " expert rank(s)")
+    os << "  "
+       << (p.nodes * p.ranks_per_node == 1 ? "one process"
+                                           : std::to_string(p.routers_per_node) + " router rank(s) + " +
+                                                 std::to_string(p.ranks_per_node - p.routers_per_node) + " expert rank(s)")
        << ": " << human(m.node_total_bytes) << (m.node_fits ? "  fits" : "  DOES NOT FIT") << "\n";
     if (p.ranks_per_node < 2) {
       os << "  nodes needed: give --ranks-per-node 2 or more (a router and expert ranks a node) to plan them\n";

@@ -9,9 +9,9 @@
 namespace moerun::runtime {
 
 struct MemoryPlanConfig {
-  int64_t batch = 32;           // sequences in flight on a router rank
-  int64_t context = 0;          // tokens per sequence (0: max_position)
-  int64_t experts_per_rank = 0; // experts an expert rank holds (0: from the layout)
+  int64_t batch = 32;  // sequences in flight on a router rank
+  int64_t context = 0;  // tokens per sequence (0: max_position)
+  int64_t experts_per_rank = 0;  // experts an expert rank holds (0: from the layout)
   int64_t max_batch_tokens = 1024;
   int64_t micro_batches = 2;
   // Layout: nodes x ranks_per_node ranks, the first routers_per_node of each node routers.
@@ -19,22 +19,22 @@ struct MemoryPlanConfig {
   int64_t nodes = 1;
   int64_t ranks_per_node = 1;
   int64_t routers_per_node = 1;
-  int64_t device_bytes = 0;     // memory per rank to check against (0: no check)
-  int64_t node_bytes = 0;       // memory per node to check the node's ranks against (0: no check)
-  double margin = 0.10;         // safety margin on top of the sum
+  int64_t device_bytes = 0;  // memory per rank to check against (0: no check)
+  int64_t node_bytes = 0;  // memory per node to check the node's ranks against (0: no check)
+  double margin = 0.10;  // safety margin on top of the sum
   int64_t packed_bytes_per_expert = 0;  // an expert in memory, packed for this machine (0: as stored)
-  void validate() const;        // Usage errors naming the option
+  void validate() const;  // Usage errors naming the option
 };
 
 // Bytes, all per rank unless said otherwise.
 struct MemoryPlan {
   int64_t routers = 1, expert_ranks = 1, experts_per_rank = 0;
-  int64_t dense_bytes = 0;        // model.h5 in memory (embeddings/norms/gate as fp32)
-  int64_t kv_bytes = 0;           // KV cache at batch x context
-  int64_t activation_bytes = 0;   // step buffers on a router rank
+  int64_t dense_bytes = 0;  // model.h5 in memory (embeddings/norms/gate as fp32)
+  int64_t kv_bytes = 0;  // KV cache at batch x context
+  int64_t activation_bytes = 0;  // step buffers on a router rank
   int64_t router_exchange_bytes = 0;  // dispatch records out + results back, one full step
   int64_t router_margin_bytes = 0;
-  int64_t router_bytes = 0;       // total with margin
+  int64_t router_bytes = 0;  // total with margin
   int64_t expert_weight_bytes = 0;
   int64_t expert_scratch_bytes = 0;
   int64_t expert_exchange_bytes = 0;  // rows in + results out, its share of a full step of every router

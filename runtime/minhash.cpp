@@ -17,7 +17,9 @@ MinHashSignature minhash_of(const std::vector<int64_t>& elements) {
   MinHashSignature sig(kMinHashSize, kEmpty);
   for (int64_t x : elements) {
     const uint64_t base = splitmix64(static_cast<uint64_t>(x));
-    for (int i = 0; i < kMinHashSize; ++i) sig[static_cast<std::size_t>(i)] = std::min(sig[static_cast<std::size_t>(i)], splitmix64(base ^ splitmix64(static_cast<uint64_t>(i) + 1)));
+    for (int i = 0; i < kMinHashSize; ++i)
+      sig[static_cast<std::size_t>(i)] =
+          std::min(sig[static_cast<std::size_t>(i)], splitmix64(base ^ splitmix64(static_cast<uint64_t>(i) + 1)));
   }
   return sig;
 }

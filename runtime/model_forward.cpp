@@ -14,7 +14,9 @@
 
 namespace moerun::runtime {
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 float* fbuf(AlignedBuffer& b, int64_t n) {
   b.resize(static_cast<std::size_t>(n) * sizeof(float));
   return b.as<float>();
@@ -41,8 +43,8 @@ int make_dense_cache(const std::string& dir, WeightScheme s) {
   return n;
 }
 
-ModelForward::ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
-                           int micro_batches, MlaMode mla_mode)
+ModelForward::ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router, int micro_batches,
+                           MlaMode mla_mode)
     : w_(weights), mm_(mm), moe_(moe), router_(router), micro_batches_(micro_batches) {
   const model::ModelConfig& c = weights.config;
   pack_for_decode(mm, {&weights.lm_head});
@@ -125,7 +127,8 @@ void ModelForward::forward(const StepBatch& b, std::vector<float>& logits, Routi
   embed_tokens(w_.embed_tokens, b.ids.data(), T, h);
   const std::vector<MicroBatch> mbs = split_micro_batches(b, micro_batches > 0 ? micro_batches : micro_batches_);
   nonfinite_layer_.assign(static_cast<std::size_t>(T), -1);
-  const StepBuffers buffers{h, xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(), attn_.as<float>(), tmp, mix_.as<float>(), T};
+  const StepBuffers buffers{h, xn_.as<float>(), q_.as<float>(), k_.as<float>(), v_.as<float>(), attn_.as<float>(), tmp, mix_.as<float>(),
+                            T};
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (l > 0) flag_nonfinite_rows(h, T, d, static_cast<int32_t>(l - 1), nonfinite_layer_.data());
     const LayerStep step{b, mbs, buffers, sh, *mixers_.of_layer[static_cast<std::size_t>(l)], stats};

@@ -39,8 +39,8 @@ class ModelForward {
   // The matrices are packed once into the layout oneDNN prefers (otherwise every GEMM re-copies
   // its weights: a third of decode time, issue 11), after the weights were fingerprinted;
   // quantized matrices keep their form.
-  ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router,
-               int micro_batches, MlaMode mla_mode = MlaMode::Auto);
+  ModelForward(io::DenseWeights& weights, Matmul& mm, MoeLayer& moe, const router::RouterConfig& router, int micro_batches,
+               MlaMode mla_mode = MlaMode::Auto);
   // Sizes the step buffers for `tokens` tokens and touches them (see EngineConfig::reserve_step_tokens).
   void reserve(int64_t tokens);
   // Bytes of the step buffers reserve(tokens) touches (the memory budget counts them).
@@ -64,7 +64,7 @@ class ModelForward {
   AlignedBuffer h_, xn_, q_, k_, v_, attn_, tmp_, shared_;
   AlignedBuffer mix_;  // Gated DeltaNet's projections and split q/k/v; the output gate of gated attention
   FfnScratch shared_scratch_;  // the dense MLPs' and the shared expert's
-  MlpBlocks mlp_;              // after router_: the MoE kind reads its configuration
+  MlpBlocks mlp_;  // after router_: the MoE kind reads its configuration
   DensePhaseTimes times_;
   std::vector<int32_t> nonfinite_layer_;
   std::vector<int64_t> logit_tokens_;  // flag_logit_rows' scratch: the token of each logits row

@@ -5,17 +5,20 @@
 
 namespace moerun::runtime {
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
-void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer,
-                       const router::DispatchPlan& plan, const float* gathered, float* results) {
+void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
+                       const float* gathered, float* results) {
   std::vector<int64_t> rows(static_cast<std::size_t>(plan.num_experts));
   for (int64_t e = 0; e < plan.num_experts; ++e) rows[static_cast<std::size_t>(e)] = plan.rows_of(e);
   backend.begin(gathered, plan.rows(), results);
   if (store.holds_all()) {  // nothing to wait for: the backend gets the whole layer
     std::vector<experts::ExpertRun> runs;
-    for (int64_t e : store.begin_layer(layer, rows)) runs.push_back({&store.acquire(layer, e), plan.offset[e], rows[static_cast<std::size_t>(e)]});
+    for (int64_t e : store.begin_layer(layer, rows))
+      runs.push_back({&store.acquire(layer, e), plan.offset[e], rows[static_cast<std::size_t>(e)]});
     backend.run_all(runs);
     backend.finish();
     return;

@@ -17,11 +17,11 @@ namespace moerun::runtime {
 
 // Seconds spent per phase of the MoE part (bench infer breakdown).
 struct MoePhaseTimes {
-  double pack = 0;      // dispatch plan, permute, send buffers
+  double pack = 0;  // dispatch plan, permute, send buffers
   double exchange = 0;  // counts and payload exchanges (sending rows, expert side: receiving them)
-  double wait = 0;      // router: from asking for results to having them (expert compute + return)
-  double experts = 0;   // expert FFNs computed on this rank
-  double combine = 0;   // weighted sum in slot order
+  double wait = 0;  // router: from asking for results to having them (expert compute + return)
+  double experts = 0;  // expert FFNs computed on this rank
+  double combine = 0;  // weighted sum in slot order
   int64_t exchanges = 0;  // router: dispatch + combine pairs finished (what the times above are over)
 };
 
@@ -40,8 +40,8 @@ class MoeLayer {
 };
 
 // Runs each expert's FFN over the block of rows routed to it, on the store's backend.
-void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer,
-                       const router::DispatchPlan& plan, const float* gathered, float* results);
+void run_local_experts(experts::ExpertBackend& backend, experts::ExpertStore& store, int64_t layer, const router::DispatchPlan& plan,
+                       const float* gathered, float* results);
 
 // Single process: all experts in this process; the work happens in finish().
 class LocalMoeLayer final : public MoeLayer {

@@ -12,8 +12,8 @@ std::vector<MoeExchangeProtocol::Step> MoeExchangeProtocol::layer_steps(int micr
   return steps;
 }
 
-MoeExchangeProtocol::MoeExchangeProtocol(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const comm::Topology& topo,
-                                         int rank, int64_t hidden)
+MoeExchangeProtocol::MoeExchangeProtocol(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const comm::Topology& topo, int rank,
+                                         int64_t hidden)
     : dispatch_(dispatch), combine_(combine), hidden_(hidden) {
   const auto n = static_cast<std::size_t>(topo.world_size);
   forward_.sends_to.assign(n, 0);
@@ -39,13 +39,13 @@ void MoeExchangeProtocol::next_step(Phase phase, int64_t layer, int mb) {
     ok = layer == layer_ && mb == combined_ && combined_ < dispatched_;
   }
   if (!ok)
-    fail(ErrorKind::Internal, "MoE exchange out of protocol order: ", name, " of layer ", layer, " micro-batch ", mb,
-         " after ", dispatched_, " dispatch(es) and ", combined_, " combine(s) of layer ", layer_);
+    fail(ErrorKind::Internal, "MoE exchange out of protocol order: ", name, " of layer ", layer, " micro-batch ", mb, " after ",
+         dispatched_, " dispatch(es) and ", combined_, " combine(s) of layer ", layer_);
   ++(phase == Phase::Dispatch ? dispatched_ : combined_);
 }
 
-std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open(Phase phase, int64_t layer, int mb,
-                                                                const std::vector<int64_t>& rows_to, const void* send_from) {
+std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open(Phase phase, int64_t layer, int mb, const std::vector<int64_t>& rows_to,
+                                                                const void* send_from) {
   next_step(phase, layer, mb);
   const bool d = phase == Phase::Dispatch;
   comm::AllToAllV& a2a = d ? dispatch_ : combine_;
@@ -61,15 +61,14 @@ std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open(Phase phase, int
 }
 
 std::unique_ptr<comm::ExchangeHandle> MoeExchangeProtocol::open_combine(int64_t layer, int mb, const std::vector<int64_t>& rows_to,
-                                                                        const std::vector<int64_t>& rows_from,
-                                                                        const void* send_from) {
+                                                                        const std::vector<int64_t>& rows_from, const void* send_from) {
   next_step(Phase::Combine, layer, mb);
   const auto rec = static_cast<int64_t>(record_bytes(Phase::Combine));
   std::vector<int64_t> send_bytes(rows_to.size()), recv_bytes(rows_from.size());
   for (std::size_t p = 0; p < rows_to.size(); ++p) send_bytes[p] = rows_to[p] * rec;
   for (std::size_t p = 0; p < rows_from.size(); ++p) recv_bytes[p] = rows_from[p] * rec;
-  comm::ExchangePlan plan = combine_.plan_known(std::move(send_bytes), std::move(recv_bytes),
-                                                str("combine of layer ", layer, " micro-batch ", mb), backward_);
+  comm::ExchangePlan plan =
+      combine_.plan_known(std::move(send_bytes), std::move(recv_bytes), str("combine of layer ", layer, " micro-batch ", mb), backward_);
   return combine_.open(std::move(plan), mb, send_from);
 }
 

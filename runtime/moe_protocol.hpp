@@ -36,8 +36,7 @@ class MoeExchangeProtocol {
   static std::size_t combine_record_bytes(int64_t hidden) { return static_cast<std::size_t>(hidden) * 4; }
   static constexpr int32_t kHintRecord = -2;
 
-  MoeExchangeProtocol(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const comm::Topology& topo, int rank,
-                      int64_t hidden);
+  MoeExchangeProtocol(comm::AllToAllV& dispatch, comm::AllToAllV& combine, const comm::Topology& topo, int rank, int64_t hidden);
   int ranks() const { return dispatch_.size(); }
   int64_t hidden() const { return hidden_; }
 

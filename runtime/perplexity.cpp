@@ -79,7 +79,8 @@ void check_base(const PerplexityConfig& cfg, const io::LogprobHeader& h, const s
                 int64_t vocab) {
   const std::string& f = cfg.kl_base;
   if (h.vocab_size != vocab)
-    fail(ErrorKind::BadInput, f, ": vocab_size ", h.vocab_size, " is not this model's ", vocab, " (saved from another model: ", h.model, ")");
+    fail(ErrorKind::BadInput, f, ": vocab_size ", h.vocab_size, " is not this model's ", vocab, " (saved from another model: ", h.model,
+         ")");
   if (h.num_tokens != static_cast<int64_t>(tokens.size()) || h.tokens_xxh64 != io::tokens_fingerprint(tokens))
     fail(ErrorKind::BadInput, f, ": tokens differ (", h.num_tokens, " saved, ", tokens.size(),
          " here): another text or tokenization than this run's");
@@ -124,7 +125,9 @@ class ScoringSink final : public ResultSink {
   }
 
  private:
-  int64_t position(const ScoredRow& r) const { return plan_.start(r.request) + r.target_pos; }
+  int64_t position(const ScoredRow& r) const {
+    return plan_.start(r.request) + r.target_pos;
+  }
   std::size_t slot(const ScoredRow& r) const {
     return static_cast<std::size_t>(r.request * plan_.per_window() + r.target_pos - plan_.first_target);
   }
@@ -175,8 +178,7 @@ WindowPlan plan_windows(int64_t tokens, int64_t context, int64_t stride) {
   p.context = context;
   p.stride = stride > 0 ? stride : context;
   p.first_target = std::max(context / 2, context - p.stride);
-  if (tokens < context)
-    fail(ErrorKind::Usage, "the text has ", tokens, " tokens, fewer than one window (--context ", context, ")");
+  if (tokens < context) fail(ErrorKind::Usage, "the text has ", tokens, " tokens, fewer than one window (--context ", context, ")");
   p.windows = (tokens - context) / p.stride + 1;
   return p;
 }
@@ -230,22 +232,36 @@ KlReport summarize_kl(const std::vector<double>& kld, const std::vector<double>&
 namespace {
 
 std::string report_json(const PerplexityConfig& cfg, const PerplexityReport& r) {
-  json j{{"perplexity", r.perplexity}, {"stderr", r.stderr_}, {"nll", r.nll}, {"tokens", r.tokens},
-         {"processed_tokens", r.processed}, {"windows", r.plan.windows}, {"context", r.plan.context},
-         {"stride", r.plan.stride}, {"first_target", r.plan.first_target}, {"seconds", r.seconds},
-         {"tokens_per_second", r.seconds > 0 ? static_cast<double>(r.processed) / r.seconds : 0.0}, {"model", cfg.engine.model}};
+  json j{{"perplexity", r.perplexity},
+         {"stderr", r.stderr_},
+         {"nll", r.nll},
+         {"tokens", r.tokens},
+         {"processed_tokens", r.processed},
+         {"windows", r.plan.windows},
+         {"context", r.plan.context},
+         {"stride", r.plan.stride},
+         {"first_target", r.plan.first_target},
+         {"seconds", r.seconds},
+         {"tokens_per_second", r.seconds > 0 ? static_cast<double>(r.processed) / r.seconds : 0.0},
+         {"model", cfg.engine.model}};
   if (r.kl_on)
-    j["kl_divergence"] = json{{"base", cfg.kl_base}, {"tokens", r.kl.tokens}, {"mean", r.kl.mean}, {"mean_stderr", r.kl.mean_stderr},
-                              {"median", r.kl.median}, {"p99", r.kl.p99}, {"max", r.kl.max}, {"top1_agreement", r.kl.top1},
-                              {"base_perplexity", r.kl.base_perplexity}, {"perplexity_ratio", r.kl.perplexity_ratio}};
+    j["kl_divergence"] = json{{"base", cfg.kl_base},
+                              {"tokens", r.kl.tokens},
+                              {"mean", r.kl.mean},
+                              {"mean_stderr", r.kl.mean_stderr},
+                              {"median", r.kl.median},
+                              {"p99", r.kl.p99},
+                              {"max", r.kl.max},
+                              {"top1_agreement", r.kl.top1},
+                              {"base_perplexity", r.kl.base_perplexity},
+                              {"perplexity_ratio", r.kl.perplexity_ratio}};
   return j.dump(2);
 }
 
 void print_report(const PerplexityReport& r) {
-  std::fprintf(stderr, "perplexity: %.6f +/- %.6f over %lld tokens (%lld windows of %lld, stride %lld, scoring from %lld)\n",
-               r.perplexity, r.stderr_, static_cast<long long>(r.tokens), static_cast<long long>(r.plan.windows),
-               static_cast<long long>(r.plan.context), static_cast<long long>(r.plan.stride),
-               static_cast<long long>(r.plan.first_target));
+  std::fprintf(stderr, "perplexity: %.6f +/- %.6f over %lld tokens (%lld windows of %lld, stride %lld, scoring from %lld)\n", r.perplexity,
+               r.stderr_, static_cast<long long>(r.tokens), static_cast<long long>(r.plan.windows), static_cast<long long>(r.plan.context),
+               static_cast<long long>(r.plan.stride), static_cast<long long>(r.plan.first_target));
   std::fprintf(stderr, "  %lld tokens through the model in %.2f s: %.1f tokens/s\n", static_cast<long long>(r.processed), r.seconds,
                r.seconds > 0 ? static_cast<double>(r.processed) / r.seconds : 0.0);
   if (!r.kl_on) return;
@@ -258,10 +274,7 @@ void print_report(const PerplexityReport& r) {
 
 // An id shared by the parts of one --save-logits run (rank 0's, broadcast).
 uint64_t new_run_id() {
-  return Xxh64()
-      .value(std::chrono::system_clock::now().time_since_epoch().count())
-      .value(static_cast<int64_t>(getpid()))
-      .digest();
+  return Xxh64().value(std::chrono::system_clock::now().time_since_epoch().count()).value(static_cast<int64_t>(getpid())).digest();
 }
 
 struct Shared {  // what rank 0 read, for every rank
@@ -315,8 +328,15 @@ PerplexityReport serve(const PerplexityConfig& cfg, Engine& engine, const Shared
     std::optional<io::LogprobWriter> writer;
     if (!cfg.save_logits.empty()) {
       const int r = engine.router_index();
-      const io::LogprobHeader h{mc.vocab_size, rep.plan.context, rep.plan.stride, static_cast<int64_t>(shared.tokens.size()),
-                                io::tokens_fingerprint(shared.tokens), shared.run_id, r, engine.routers(), cfg.engine.model};
+      const io::LogprobHeader h{mc.vocab_size,
+                                rep.plan.context,
+                                rep.plan.stride,
+                                static_cast<int64_t>(shared.tokens.size()),
+                                io::tokens_fingerprint(shared.tokens),
+                                shared.run_id,
+                                r,
+                                engine.routers(),
+                                cfg.engine.model};
       writer.emplace(r == 0 ? cfg.save_logits : cfg.save_logits + "." + std::to_string(r), h, shared.tokens);
     }
     std::vector<int64_t> all(windows.size());

@@ -37,13 +37,13 @@ WindowPlan plan_windows(int64_t tokens, int64_t context, int64_t stride);
 
 struct PerplexityConfig {
   EngineConfig engine;
-  std::string text;          // UTF-8 text, tokenized by the model directory's tokenizer
-  std::string tokens;        // or: a JSON array of token ids
+  std::string text;  // UTF-8 text, tokenized by the model directory's tokenizer
+  std::string tokens;  // or: a JSON array of token ids
   int64_t context = 512;
-  int64_t stride = 0;        // 0: context
-  std::string json_out;      // optional
-  std::string save_logits;   // optional: moe-logprobs file (router N > 0 writes FILE.N)
-  std::string kl_base;       // optional: a saved moe-logprobs run to compare against
+  int64_t stride = 0;  // 0: context
+  std::string json_out;  // optional
+  std::string save_logits;  // optional: moe-logprobs file (router N > 0 writes FILE.N)
+  std::string kl_base;  // optional: a saved moe-logprobs run to compare against
   SchedulerConfig scheduler;
   io::TokenizerConfig tokenizer;
   bool quiet = false;
@@ -56,19 +56,19 @@ struct KlReport {
   int64_t tokens = 0;
   double mean = 0, median = 0, p99 = 0, max = 0;
   double mean_stderr = 0;
-  double top1 = 0;              // fraction of positions where both argmaxes agree
+  double top1 = 0;  // fraction of positions where both argmaxes agree
   double base_perplexity = 0;
   double perplexity_ratio = 0;  // ours / base
 };
 
 struct PerplexityReport {
   double perplexity = 0;
-  double stderr_ = 0;           // of the perplexity (delta method on the mean negative log-likelihood)
-  double nll = 0;               // mean negative log-likelihood, nats
-  int64_t tokens = 0;           // scored
-  int64_t processed = 0;        // tokens through the model (windows x context)
+  double stderr_ = 0;  // of the perplexity (delta method on the mean negative log-likelihood)
+  double nll = 0;  // mean negative log-likelihood, nats
+  int64_t tokens = 0;  // scored
+  int64_t processed = 0;  // tokens through the model (windows x context)
   WindowPlan plan;
-  double seconds = 0;           // the batch loop
+  double seconds = 0;  // the batch loop
   bool kl_on = false;
   KlReport kl;
 };

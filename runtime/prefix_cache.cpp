@@ -35,8 +35,8 @@ uint64_t PrefixCache::block_key(uint64_t parent, const int32_t* tokens, int64_t 
 int64_t PrefixCache::block_bytes() const {
   const int64_t B = cfg_.block_tokens;
   const int64_t kv_layers = layers_ - std::count(linear_.begin(), linear_.end(), 1);
-  return B * static_cast<int64_t>(sizeof(int32_t)) +
-         kv_layers * B * (k_dim_ + v_dim_) * static_cast<int64_t>(sizeof(float)) + moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
+  return B * static_cast<int64_t>(sizeof(int32_t)) + kv_layers * B * (k_dim_ + v_dim_) * static_cast<int64_t>(sizeof(float)) +
+         moe_layers_ * B * top_k_ * static_cast<int64_t>(sizeof(int32_t));
 }
 
 uint64_t PrefixCache::first_block_key(const std::vector<int32_t>& prompt) const {

@@ -21,24 +21,27 @@
 namespace moerun::runtime {
 
 struct PrefixCacheConfig {
-  int64_t max_bytes = 0;     // 0: off
+  int64_t max_bytes = 0;  // 0: off
   int64_t block_tokens = 16;
-  void validate() const;     // Usage error naming the option
+  void validate() const;  // Usage error naming the option
 };
 
 struct PrefixCacheCounters {
-  int64_t lookups = 0;          // prompts looked up
-  int64_t hits = 0;             // prompts that reused at least one block
-  int64_t skipped_tokens = 0;   // prompt tokens whose prefill was skipped
+  int64_t lookups = 0;  // prompts looked up
+  int64_t hits = 0;  // prompts that reused at least one block
+  int64_t skipped_tokens = 0;  // prompt tokens whose prefill was skipped
   int64_t inserted_blocks = 0;
   int64_t evicted_blocks = 0;
-  int64_t bytes = 0;            // held now
+  int64_t bytes = 0;  // held now
 
   static const std::vector<CounterField<PrefixCacheCounters>>& fields() {
     using P = PrefixCacheCounters;
-    static const std::vector<CounterField<P>> f{
-        counter("lookups", &P::lookups), counter("hits", &P::hits), counter("skipped_prefill_tokens", &P::skipped_tokens),
-        counter("inserted_blocks", &P::inserted_blocks), counter("evicted_blocks", &P::evicted_blocks), counter("bytes", &P::bytes)};
+    static const std::vector<CounterField<P>> f{counter("lookups", &P::lookups),
+                                                counter("hits", &P::hits),
+                                                counter("skipped_prefill_tokens", &P::skipped_tokens),
+                                                counter("inserted_blocks", &P::inserted_blocks),
+                                                counter("evicted_blocks", &P::evicted_blocks),
+                                                counter("bytes", &P::bytes)};
     return f;
   }
 };
@@ -73,9 +76,9 @@ class PrefixCache {
  private:
   struct Block {
     uint64_t parent = 0;
-    std::vector<int32_t> tokens;                 // [B]
-    StateBlock state;                            // the layers' rows of the block; the recurrent state after it, if taken
-    std::vector<std::vector<int32_t>> experts;   // [moe layer][B * top_k]
+    std::vector<int32_t> tokens;  // [B]
+    StateBlock state;  // the layers' rows of the block; the recurrent state after it, if taken
+    std::vector<std::vector<int32_t>> experts;  // [moe layer][B * top_k]
     int64_t bytes = 0;
     std::list<uint64_t>::iterator lru;
   };

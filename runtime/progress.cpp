@@ -9,7 +9,11 @@
 namespace moerun::runtime {
 
 Progress::Progress(int64_t total, int64_t budget, bool quiet)
-    : total_(total), budget_(budget), quiet_(quiet), tty_(::isatty(STDERR_FILENO)), start_(std::chrono::steady_clock::now()),
+    : total_(total),
+      budget_(budget),
+      quiet_(quiet),
+      tty_(::isatty(STDERR_FILENO)),
+      start_(std::chrono::steady_clock::now()),
       last_(start_) {}
 
 double Progress::elapsed() const {
@@ -24,8 +28,10 @@ void Progress::update(int64_t done, int64_t prompt, int64_t generated) {
 }
 
 void Progress::finish(int64_t done, int64_t prompt, int64_t generated) {
-  if (done != last_done_ || prompt + generated != last_tokens_) print(done, prompt, generated, true);
-  else if (shown_ && tty_ && !quiet_) std::fputc('\n', stderr);
+  if (done != last_done_ || prompt + generated != last_tokens_)
+    print(done, prompt, generated, true);
+  else if (shown_ && tty_ && !quiet_)
+    std::fputc('\n', stderr);
 }
 
 void Progress::print(int64_t done, int64_t prompt, int64_t generated, bool final) {
@@ -38,8 +44,8 @@ void Progress::print(int64_t done, int64_t prompt, int64_t generated, bool final
   // Rates of wall time since serving began; the summary's prefill/decode rates are of step time.
   std::fprintf(stderr, "%smoerun: %lld/%lld requests, prompt %.1f tokens/s, generated %.1f tokens/s (of %.1f s wall time), ETA %.0f s%s",
                tty_ ? "\r" : "", static_cast<long long>(done), static_cast<long long>(total_),
-               t > 0 ? static_cast<double>(prompt) / t : 0.0, t > 0 ? static_cast<double>(generated) / t : 0.0, t,
-               final ? 0.0 : eta, tty_ && !final ? "   " : "\n");
+               t > 0 ? static_cast<double>(prompt) / t : 0.0, t > 0 ? static_cast<double>(generated) / t : 0.0, t, final ? 0.0 : eta,
+               tty_ && !final ? "   " : "\n");
   std::fflush(stderr);
   shown_ = true;
 }

@@ -16,8 +16,8 @@ Rebalancer::~Rebalancer() {
   if (loader_.joinable()) loader_.join();
 }
 
-void Rebalancer::at_boundary(int64_t steps, const std::vector<int64_t>& routed, const HotSwap* swap,
-                             experts::Placement& placement, experts::ExpertStore* store) {
+void Rebalancer::at_boundary(int64_t steps, const std::vector<int64_t>& routed, const HotSwap* swap, experts::Placement& placement,
+                             experts::ExpertStore* store) {
   if (pending_) {
     switch_over(placement, store);
     return;
@@ -29,8 +29,7 @@ void Rebalancer::plan(const std::vector<int64_t>& routed, const HotSwap* swap, c
                       experts::ExpertStore* store) {
   const int64_t L = current.num_layers, E = current.num_experts;
   std::vector<int64_t> rows(static_cast<std::size_t>(L * E), 0);
-  for (std::size_t i = 0; i < routed.size() && i < rows.size(); ++i)
-    rows[i] = routed[i] - (i < last_routed_.size() ? last_routed_[i] : 0);
+  for (std::size_t i = 0; i < routed.size() && i < rows.size(); ++i) rows[i] = routed[i] - (i < last_routed_.size() ? last_routed_[i] : 0);
   last_routed_ = routed;
   comm::allreduce_sum_timed(rows, world_, timeout_s_, "rebalancing: the routers' loads");
   const experts::ExpertLoads loads{L, E, rows};
@@ -47,8 +46,8 @@ void Rebalancer::plan(const std::vector<int64_t>& routed, const HotSwap* swap, c
   const double then = experts::overall_imbalance(experts::expected_balance(next.placement, loads, topo_, cfg_.granule));
   if (!(then < (1.0 - cfg_.min_gain) * now)) return;
   if (rank_ == 0 && !quiet_)
-    log::info("rebalancing: a placement with ", next.placement.replicas(), " replicas would take the busiest expert rank from ",
-              now, "x to ", then, "x the mean on the last ", loads.total(), " rows; preparing it");
+    log::info("rebalancing: a placement with ", next.placement.replicas(), " replicas would take the busiest expert rank from ", now,
+              "x to ", then, "x the mean on the last ", loads.total(), " rows; preparing it");
   pending_ = std::move(next.placement);
   adopt_.clear();
   if (!store) return;

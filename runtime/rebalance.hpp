@@ -29,17 +29,17 @@
 namespace moerun::runtime {
 
 struct RebalanceConfig {
-  int64_t every = 0;                  // steps between plans (0: off)
+  int64_t every = 0;  // steps between plans (0: off)
   experts::PlacementPlanConfig plan;  // extra slots per layer, router groups, what a rank's memory holds
-  double min_gain = 0.05;             // a plan is taken when the busiest rank gets this much lighter
-  int64_t granule = 1;                // experts::replica_row_granule of the run
+  double min_gain = 0.05;  // a plan is taken when the busiest rank gets this much lighter
+  int64_t granule = 1;  // experts::replica_row_granule of the run
 };
 
 struct RebalanceCounters {
-  int64_t plans = 0;       // placements planned
+  int64_t plans = 0;  // placements planned
   int64_t rebalances = 0;  // of those, switched to
-  int64_t moves = 0;       // experts this rank loaded for them
-  int64_t heals = 0;       // copies that failed verification and were left out
+  int64_t moves = 0;  // experts this rank loaded for them
+  int64_t heals = 0;  // copies that failed verification and were left out
 };
 
 class Rebalancer {
@@ -59,8 +59,7 @@ class Rebalancer {
   const RebalanceCounters& counters() const { return c_; }
 
  private:
-  void plan(const std::vector<int64_t>& routed, const HotSwap* swap, const experts::Placement& current,
-            experts::ExpertStore* store);
+  void plan(const std::vector<int64_t>& routed, const HotSwap* swap, const experts::Placement& current, experts::ExpertStore* store);
   void switch_over(experts::Placement& placement, experts::ExpertStore* store);
 
   RebalanceConfig cfg_;

@@ -6,8 +6,8 @@
 
 namespace moerun::runtime {
 
-std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>& requests,
-                                                 const std::vector<int64_t>& pending, int n, int64_t prefix_block) {
+std::vector<std::vector<int64_t>> split_requests(const std::vector<io::Request>& requests, const std::vector<int64_t>& pending, int n,
+                                                 int64_t prefix_block) {
   auto cost = [&](int64_t i) {
     const io::Request& r = requests[static_cast<std::size_t>(i)];
     return static_cast<int64_t>(r.prompt_tokens.size()) + r.max_new_tokens;

@@ -25,12 +25,33 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   Xxh64 h;
   const model::ModelConfig& c = w.config;
   h.text(c.architecture);
-  for (int64_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                    c.num_experts, c.top_k, c.max_position, c.bos_token_id, c.eos_token_id, static_cast<int64_t>(c.dtype),
-                    int64_t{c.norm_topk_prob}, c.shared_expert_intermediate_size, int64_t{c.attention_bias}, static_cast<int64_t>(c.qk_norm),
-                    int64_t{c.attention_out_bias}, int64_t{c.attention_sinks}, c.sliding_window, int64_t{c.router_bias},
-                    static_cast<int64_t>(c.router_scoring), int64_t{c.expert_bias}, static_cast<int64_t>(c.expert_activation),
-                    static_cast<int64_t>(c.rope.type), c.rope.original_max_position, int64_t{c.rope.truncate},
+  for (int64_t v : {c.vocab_size,
+                    c.hidden_size,
+                    c.num_layers,
+                    c.num_heads,
+                    c.num_kv_heads,
+                    c.head_dim,
+                    c.intermediate_size,
+                    c.num_experts,
+                    c.top_k,
+                    c.max_position,
+                    c.bos_token_id,
+                    c.eos_token_id,
+                    static_cast<int64_t>(c.dtype),
+                    int64_t{c.norm_topk_prob},
+                    c.shared_expert_intermediate_size,
+                    int64_t{c.attention_bias},
+                    static_cast<int64_t>(c.qk_norm),
+                    int64_t{c.attention_out_bias},
+                    int64_t{c.attention_sinks},
+                    c.sliding_window,
+                    int64_t{c.router_bias},
+                    static_cast<int64_t>(c.router_scoring),
+                    int64_t{c.expert_bias},
+                    static_cast<int64_t>(c.expert_activation),
+                    static_cast<int64_t>(c.rope.type),
+                    c.rope.original_max_position,
+                    int64_t{c.rope.truncate},
                     c.dense_intermediate_size})
     h.value(v);
   for (double v : {c.rope.factor, c.rope.beta_fast, c.rope.beta_slow, c.rope.attention_factor, c.rope.mscale, c.rope.mscale_all_dim,
@@ -48,8 +69,10 @@ uint64_t dense_fingerprint(const io::DenseWeights& w) {
   for (const io::LayerTensors& l : w.layers)
     for (const auto& [name, t] : l.items()) {
       h.bytes(name.data(), name.size());
-      if (const auto* v = std::get_if<std::vector<float>>(&t)) h.vec(*v);
-      else hash_matrix(h, std::get<WeightMatrix>(t));
+      if (const auto* v = std::get_if<std::vector<float>>(&t))
+        h.vec(*v);
+      else
+        hash_matrix(h, std::get<WeightMatrix>(t));
     }
   return h.digest();
 }

@@ -67,9 +67,15 @@ double RoutingStats::activation_rate() const {
   return active / static_cast<double>(config_.total_params());
 }
 
-double RoutingStats::rerouted_fraction() const { return slots_ ? static_cast<double>(rerouted_) / static_cast<double>(slots_) : 0; }
-double RoutingStats::dropped_fraction() const { return slots_ ? static_cast<double>(dropped_) / static_cast<double>(slots_) : 0; }
-double RoutingStats::pruned_fraction() const { return slots_ ? static_cast<double>(pruned_) / static_cast<double>(slots_) : 0; }
+double RoutingStats::rerouted_fraction() const {
+  return slots_ ? static_cast<double>(rerouted_) / static_cast<double>(slots_) : 0;
+}
+double RoutingStats::dropped_fraction() const {
+  return slots_ ? static_cast<double>(dropped_) / static_cast<double>(slots_) : 0;
+}
+double RoutingStats::pruned_fraction() const {
+  return slots_ ? static_cast<double>(pruned_) / static_cast<double>(slots_) : 0;
+}
 double RoutingStats::experts_per_token() const {
   return tokens_ ? static_cast<double>(used_slots_) / static_cast<double>(tokens_ * config_.num_moe_layers()) : 0;
 }
@@ -93,9 +99,8 @@ std::string RoutingStats::summary(double tokens_per_s) const {
   std::ostringstream os;
   os << std::fixed << std::setprecision(2);
   os << "routing: " << tokens_ << " tokens through " << config_.num_moe_layers() << " layers, " << tokens_per_s << " tokens/s\n";
-  os << "  activation rate " << 100 * activation_rate() << "% of all parameters per token ("
-     << 100 * expert_activation_rate() << "% of expert parameters), rerouted " << 100 * rerouted_fraction()
-     << "%, dropped " << 100 * dropped_fraction() << "%\n";
+  os << "  activation rate " << 100 * activation_rate() << "% of all parameters per token (" << 100 * expert_activation_rate()
+     << "% of expert parameters), rerouted " << 100 * rerouted_fraction() << "%, dropped " << 100 * dropped_fraction() << "%\n";
   if (pruned_ > 0)
     os << "  dynamic top-k: " << experts_per_token() << " of " << config_.top_k << " experts per token and layer ("
        << 100 * pruned_fraction() << "% of slots pruned)\n";

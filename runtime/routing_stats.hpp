@@ -16,18 +16,17 @@ class RoutingStats {
   RoutingStats(const model::ModelConfig& config, bool keep_trace);
 
   // One layer's decision for the step's tokens; `request`/`position` identify each token (trace).
-  void record(int64_t layer, const router::RoutingDecision& d, const std::vector<int64_t>& request,
-              const std::vector<int32_t>& position);
+  void record(int64_t layer, const router::RoutingDecision& d, const std::vector<int64_t>& request, const std::vector<int32_t>& position);
   // Counters as one flat vector (for reduction across router ranks) and back.
   std::vector<int64_t> counters() const;
   void set_counters(const std::vector<int64_t>& flat);
 
   int64_t tokens() const { return tokens_; }
-  double activation_rate() const;         // active params per token (measured) / all params
+  double activation_rate() const;  // active params per token (measured) / all params
   double expert_activation_rate() const;  // expert params used per token / all expert params
   double rerouted_fraction() const;
   double dropped_fraction() const;
-  double pruned_fraction() const;    // slots left empty by dynamic top-k
+  double pruned_fraction() const;  // slots left empty by dynamic top-k
   double experts_per_token() const;  // experts used per token and layer (top_k without pruning or drops)
   const std::vector<std::vector<int64_t>>& usage() const { return usage_; }
   const io::RoutingTrace& trace() const { return trace_; }

@@ -24,8 +24,8 @@ int64_t max_kv_tokens(const std::vector<io::Request>& requests, const SchedulerC
 }
 
 int64_t max_sequences_in_flight(const std::vector<io::Request>& requests, const SchedulerConfig& c) {
-  const int64_t in_flight = c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size)
-                                                            : c.max_batch_size;
+  const int64_t in_flight =
+      c.batching == Batching::MinHash ? std::max(c.max_batch_size, c.pool > 0 ? c.pool : 4 * c.max_batch_size) : c.max_batch_size;
   return std::min<int64_t>(in_flight, static_cast<int64_t>(requests.size()));
 }
 
@@ -70,7 +70,9 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, const model::ModelConfig& model
   }
 }
 
-std::vector<io::Result> Scheduler::take_trivial() { return std::exchange(trivial_, {}); }
+std::vector<io::Result> Scheduler::take_trivial() {
+  return std::exchange(trivial_, {});
+}
 
 bool Scheduler::computing_first_block(uint64_t key) const {
   for (const Sequence& s : active_)
@@ -155,8 +157,10 @@ StepBatch Scheduler::next_step() {
     s.kv.init(model_, reserve);
     // At least the last prompt token is computed: its logits give the first generated token. A
     // request scoring its prompt computes all of it: a cached prefix has no logits.
-    if (prefix_ && r.prompt_logprobs < 0) s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
-    else s.routing.assign(static_cast<std::size_t>(model_.num_moe_layers()), {});
+    if (prefix_ && r.prompt_logprobs < 0)
+      s.cached_upto = s.processed = prefix_->reuse(s.tokens, s.prompt_len - 1, s.kv, s.routing);
+    else
+      s.routing.assign(static_cast<std::size_t>(model_.num_moe_layers()), {});
     add_chunk(s, prompt_chunk(s, budget));
   }
   return b;
@@ -201,8 +205,9 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
   const int64_t V = model_.vocab_size;
   const int64_t step = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
   const std::span<const int32_t> all(s.tokens);
-  const int32_t tok = sample_token(lg, V, r.temperature, r.top_p, r.sampling, r.seed, step, all.first(static_cast<std::size_t>(s.prompt_len)),
-                                   all.subspan(static_cast<std::size_t>(s.prompt_len)), sample_scratch_);
+  const int32_t tok =
+      sample_token(lg, V, r.temperature, r.top_p, r.sampling, r.seed, step, all.first(static_cast<std::size_t>(s.prompt_len)),
+                   all.subspan(static_cast<std::size_t>(s.prompt_len)), sample_scratch_);
   if (r.logprobs >= 0) s.logprobs.push_back(token_logprob(lg, V, lse, tok, r.logprobs));
   s.tokens.push_back(tok);
   const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
@@ -215,8 +220,7 @@ bool Scheduler::emit_token(Sequence& s, const float* lg, double lse) {
     if (s.text_tail.size() >= longest) s.text_tail.erase(0, s.text_tail.size() - (longest - 1));
     if (s.stopped) return true;
   }
-  return model_.is_end_token(tok) || generated >= r.max_new_tokens ||
-         static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
+  return model_.is_end_token(tok) || generated >= r.max_new_tokens || static_cast<int64_t>(s.tokens.size()) >= model_.max_position;
 }
 
 bool Scheduler::mark_nonfinite(const std::vector<int32_t>* nonfinite) {
@@ -234,14 +238,16 @@ bool Scheduler::mark_nonfinite(const std::vector<int32_t>* nonfinite) {
 io::Result Scheduler::nonfinite_result(const RowsOf& c) const {
   const Sequence& s = *c.seq;
   const std::string where = c.nonfinite < model_.num_layers ? str("layer ", c.nonfinite) : std::string("the LM head");
-  io::Result r{s.request->id, {}, "", s.prompt_len,
+  io::Result r{s.request->id,
+               {},
+               "",
+               s.prompt_len,
                str("non-finite values (NaN or Inf) from ", where, " at positions ", c.pos0, "..", c.pos0 + c.count - 1,
                    ": the model's weights overflow float32")};
   return r;
 }
 
-std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, StepLogits* out,
-                                                 const std::vector<int32_t>* nonfinite) {
+std::vector<io::Result> Scheduler::complete_step(const std::vector<float>& logits, StepLogits* out, const std::vector<int32_t>* nonfinite) {
   std::vector<io::Result> finished;
   const int64_t V = model_.vocab_size;
   const bool failures = mark_nonfinite(nonfinite);

@@ -33,18 +33,18 @@ enum class Batching { Fifo, MinHash };
 Batching parse_batching(const std::string& s);  // Usage error naming --batching
 
 struct SchedulerConfig {
-  int64_t max_batch_size = 32;     // sequences in flight (minhash: sequences decoding together)
-  int64_t max_batch_tokens = 1024; // tokens per step (prefill chunks + decode tokens)
+  int64_t max_batch_size = 32;  // sequences in flight (minhash: sequences decoding together)
+  int64_t max_batch_tokens = 1024;  // tokens per step (prefill chunks + decode tokens)
   Batching batching = Batching::Fifo;
   double similarity_threshold = 0.7;  // minhash: estimated Jaccard a sequence needs to join the batch
-  int64_t pool = 0;                   // minhash: sequences prefilled or parked at most (0: 4 x max_batch_size)
-  int64_t max_wait_steps = 64;        // minhash: parked this long, a sequence is next
-  int64_t max_logit_rows = 0;         // vocabulary rows one step may score (0: no cap; set from the memory budget)
+  int64_t pool = 0;  // minhash: sequences prefilled or parked at most (0: 4 x max_batch_size)
+  int64_t max_wait_steps = 64;  // minhash: parked this long, a sequence is next
+  int64_t max_logit_rows = 0;  // vocabulary rows one step may score (0: no cap; set from the memory budget)
   // The bytes each token id stands for (special tokens: none), for requests with stop strings: their
   // generated text is followed token by token and ends at a match (finish_reason "stop"). Null:
   // stop strings are matched only when the output is written.
   std::shared_ptr<const std::vector<std::string>> token_bytes;
-  void validate() const;           // Usage error naming the option
+  void validate() const;  // Usage error naming the option
 };
 
 // The most KV-cache rows the scheduler can hold at once for these requests: the longest ones
@@ -62,20 +62,20 @@ int64_t expected_decode_steps(const std::vector<io::Request>& requests, const Sc
 
 struct Sequence {
   const io::Request* request = nullptr;
-  int64_t index = 0;               // position of the request in the input
-  std::vector<int32_t> tokens;     // prompt followed by generated tokens
+  int64_t index = 0;  // position of the request in the input
+  std::vector<int32_t> tokens;  // prompt followed by generated tokens
   int64_t prompt_len = 0;
-  int64_t processed = 0;           // tokens whose K/V are in the cache
+  int64_t processed = 0;  // tokens whose K/V are in the cache
   KvCache kv;
-  PromptRouting routing;           // expert slots of its prompt tokens so far
-  uint64_t first_block = 0;        // PrefixCache::first_block_key of the prompt
-  int64_t cached_upto = 0;         // prompt tokens offered to the prefix cache
-  bool decoding = true;            // minhash: in the decode batch (false: parked after its prefill)
-  int64_t parked_at = 0;           // minhash: step it parked at
-  MinHashSignature signature;      // minhash: of its prompt's experts
+  PromptRouting routing;  // expert slots of its prompt tokens so far
+  uint64_t first_block = 0;  // PrefixCache::first_block_key of the prompt
+  int64_t cached_upto = 0;  // prompt tokens offered to the prefix cache
+  bool decoding = true;  // minhash: in the decode batch (false: parked after its prefill)
+  int64_t parked_at = 0;  // minhash: step it parked at
+  MinHashSignature signature;  // minhash: of its prompt's experts
   std::vector<io::TokenLogprob> prompt_logprobs, logprobs;  // scoring requests: so far
-  std::string text_tail;           // stop strings: the last bytes of the generated text (the longest stop's worth)
-  bool stopped = false;            // a stop string matched
+  std::string text_tail;  // stop strings: the last bytes of the generated text (the longest stop's worth)
+  bool stopped = false;  // a stop string matched
 };
 
 // A scored prompt token of the last step: row `row` of the step's logits predicts token `target`
@@ -91,18 +91,18 @@ struct ScoredRow {
 
 // What a step's caller may take besides its results (each only when asked for).
 struct StepLogits {
-  bool want_emitted = false;             // --logits-out: the logits behind every emitted token
-  std::vector<float> emitted;            // [emitted tokens, vocab]
+  bool want_emitted = false;  // --logits-out: the logits behind every emitted token
+  std::vector<float> emitted;  // [emitted tokens, vocab]
   std::vector<std::string> emitted_ids;
-  bool want_scored = false;              // perplexity's KL divergence and saved log-probs
+  bool want_scored = false;  // perplexity's KL divergence and saved log-probs
   std::vector<ScoredRow> scored;
 };
 
 struct BatchingCounters {
-  int64_t batches = 0;             // decode batches seeded
-  int64_t joined_similar = 0;      // sequences that joined a batch by similarity
-  int64_t forced = 0;              // batches seeded for a sequence that waited too long
-  double similarity_sum = 0;       // estimated Jaccard of the joiners to their batch, summed
+  int64_t batches = 0;  // decode batches seeded
+  int64_t joined_similar = 0;  // sequences that joined a batch by similarity
+  int64_t forced = 0;  // batches seeded for a sequence that waited too long
+  double similarity_sum = 0;  // estimated Jaccard of the joiners to their batch, summed
 
   static const std::vector<CounterField<BatchingCounters>>& fields() {
     using B = BatchingCounters;
@@ -140,11 +140,11 @@ class Scheduler {
   // The chunks of the last step that produced logits, in chunk order.
   struct RowsOf {
     Sequence* seq = nullptr;
-    int64_t pos0 = 0;                // position of the chunk's first token
+    int64_t pos0 = 0;  // position of the chunk's first token
     int64_t score_begin = 0, score_end = 0;
     bool emit = false;
-    int64_t first = 0, count = 0;    // the chunk's tokens in the step
-    int32_t nonfinite = -1;          // the first layer whose output was not finite for one of them
+    int64_t first = 0, count = 0;  // the chunk's tokens in the step
+    int32_t nonfinite = -1;  // the first layer whose output was not finite for one of them
   };
   // Marks each chunk's first non-finite layer; returns whether any chunk has one.
   bool mark_nonfinite(const std::vector<int32_t>* nonfinite);

@@ -16,8 +16,10 @@ template <typename S>
 nlohmann::json counters_json(const S& s) {
   nlohmann::json j = nlohmann::json::object();
   for (const CounterField<S>& f : S::fields()) {
-    if (f.i) j[f.name] = s.*f.i;
-    else j[f.name] = s.*f.d;
+    if (f.i)
+      j[f.name] = s.*f.i;
+    else
+      j[f.name] = s.*f.d;
   }
   return j;
 }

@@ -11,10 +11,10 @@ namespace moerun::runtime {
 // A run of consecutive tokens of one sequence inside the step batch.
 struct SeqChunk {
   KvCache* kv = nullptr;
-  int64_t first = 0;   // index of its first token in the batch
+  int64_t first = 0;  // index of its first token in the batch
   int64_t count = 0;
-  int64_t pos0 = 0;    // position of its first token
-  bool emit = false;   // produce logits for its last token
+  int64_t pos0 = 0;  // position of its first token
+  bool emit = false;  // produce logits for its last token
   // Prompt chunks: their expert slots are appended here, per layer ([layer][token * top_k + j]).
   std::vector<std::vector<int32_t>>* routing = nullptr;
   // Scoring: logits also for its tokens [score_begin, score_end) (offsets in the chunk), before the
@@ -25,16 +25,16 @@ struct SeqChunk {
 };
 
 struct StepBatch {
-  std::vector<int32_t> ids;          // [T] token ids
-  std::vector<int32_t> positions;    // [T]
-  std::vector<uint8_t> is_prefill;   // [T] prompt token (1) or generated token (0)
-  std::vector<int64_t> request;      // [T] request (input line) of each token, for traces
+  std::vector<int32_t> ids;  // [T] token ids
+  std::vector<int32_t> positions;  // [T]
+  std::vector<uint8_t> is_prefill;  // [T] prompt token (1) or generated token (0)
+  std::vector<int64_t> request;  // [T] request (input line) of each token, for traces
   std::vector<SeqChunk> chunks;
 
   int64_t tokens() const { return static_cast<int64_t>(ids.size()); }
   int64_t decode_tokens() const;  // generated tokens fed back (not prompt tokens)
   int64_t emitting() const;
-  int64_t logit_rows() const;     // rows of the step's logits: scored tokens and emitted ones
+  int64_t logit_rows() const;  // rows of the step's logits: scored tokens and emitted ones
 };
 
 // Contiguous token range [tok0, tok1) and chunk range [chunk0, chunk1) of one micro-batch.

@@ -28,8 +28,10 @@ inline std::vector<float> random_normal(std::size_t n, uint32_t seed, float scal
 inline WeightMatrix make_weight(const std::vector<float>& w, int64_t rows, int64_t cols, DType dt) {
   WeightMatrix m;
   m.allocate(dt, rows, cols);
-  if (dt == DType::F32) std::copy(w.begin(), w.end(), m.data.as<float>());
-  else f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
+  if (dt == DType::F32)
+    std::copy(w.begin(), w.end(), m.data.as<float>());
+  else
+    f32_to_bf16(w.data(), m.data.as<uint16_t>(), w.size());
   return m;
 }
 
@@ -49,9 +51,8 @@ std::string error_of(F f, ErrorKind kind) {
 // A fresh, empty directory for the running test: TMPDIR/moerun-PREFIX-PID-TESTNAME (removed first
 // if an earlier run left it).
 inline std::filesystem::path scratch_dir(const std::string& prefix) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("moerun-" + prefix + "-" + std::to_string(::getpid()) + "-" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  const auto dir = std::filesystem::temp_directory_path() / ("moerun-" + prefix + "-" + std::to_string(::getpid()) + "-" +
+                                                             ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

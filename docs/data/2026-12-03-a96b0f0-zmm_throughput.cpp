@@ -17,15 +17,15 @@ double ns_once(V init, Op op) {
   // Twelve named chains, so that they live in registers: in an array GCC kept them in memory and
   // each step became a load, the op and a 64-byte store (that measured the stores: ~0.55 ns for every
   // kind, which an earlier version of this file reported).
-  V s0 = init, s1 = init, s2 = init, s3 = init, s4 = init, s5 = init, s6 = init, s7 = init, s8 = init, s9 = init, s10 = init,
-    s11 = init;
+  V s0 = init, s1 = init, s2 = init, s3 = init, s4 = init, s5 = init, s6 = init, s7 = init, s8 = init, s9 = init, s10 = init, s11 = init;
   const auto t0 = std::chrono::steady_clock::now();
   for (int k = 0; k < kIters; ++k) {
 #define MOERUN_STEP(v) \
   v = op(v);           \
   asm volatile("" : "+v"(v));
-    MOERUN_STEP(s0) MOERUN_STEP(s1) MOERUN_STEP(s2) MOERUN_STEP(s3) MOERUN_STEP(s4) MOERUN_STEP(s5)
-    MOERUN_STEP(s6) MOERUN_STEP(s7) MOERUN_STEP(s8) MOERUN_STEP(s9) MOERUN_STEP(s10) MOERUN_STEP(s11)
+    MOERUN_STEP(s0)
+    MOERUN_STEP(s1) MOERUN_STEP(s2) MOERUN_STEP(s3) MOERUN_STEP(s4) MOERUN_STEP(s5) MOERUN_STEP(s6) MOERUN_STEP(s7) MOERUN_STEP(s8)
+        MOERUN_STEP(s9) MOERUN_STEP(s10) MOERUN_STEP(s11)
 #undef MOERUN_STEP
   }
   const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

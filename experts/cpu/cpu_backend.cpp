@@ -39,9 +39,13 @@ void CpuBackend::check_finite(ResidentExpert& e, const std::string& where, const
   check_packed_finite(static_cast<CpuExpert&>(e).w, config_, where, group);
 }
 
-int64_t CpuBackend::memory_bytes() { return mappable_memory_bytes(); }
+int64_t CpuBackend::memory_bytes() {
+  return mappable_memory_bytes();
+}
 
-std::string CpuBackend::describe() const { return str("cpu (oneDNN, ", Matmul::isa_name(), ")"); }
+std::string CpuBackend::describe() const {
+  return str("cpu (oneDNN, ", Matmul::isa_name(), ")");
+}
 
 int64_t CpuBackend::expert_bytes() {
   std::lock_guard<std::mutex> lock(layout_mu_);
@@ -82,8 +86,8 @@ void CpuBackend::begin(const float* gathered, int64_t rows, float* results) {
 
 void CpuBackend::run(const ExpertRun& r) {
   const int64_t d = config_.hidden_size;
-  swiglu_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d,
-                     scratch_, activation_);
+  swiglu_ffn_forward(mm_, gathered_ + r.offset * d, r.rows, static_cast<const CpuExpert&>(*r.expert).w, results_ + r.offset * d, scratch_,
+                     activation_);
 }
 
 namespace {
@@ -98,7 +102,9 @@ bool same_bits_on_one_thread(const FfnWeights& w) {
 
 // A run's cost in rows: its rows, plus what streaming its weights once costs (about 8 rows' work
 // in `bench gemm` at decode sizes).
-int64_t run_cost(const ExpertRun& r) { return r.rows + kSmallMMaxRows; }
+int64_t run_cost(const ExpertRun& r) {
+  return r.rows + kSmallMMaxRows;
+}
 
 }  // namespace
 
@@ -107,8 +113,7 @@ bool CpuBackend::thread_per_expert(const std::vector<ExpertRun>& runs, int threa
   int64_t total = 0, largest = 0;
   for (const ExpertRun& r : runs) {
     const FfnWeights& w = static_cast<const CpuExpert&>(*r.expert).w;
-    const bool one_thread_ok = same_bits_on_one_thread(w) ||
-                               (Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows));
+    const bool one_thread_ok = same_bits_on_one_thread(w) || (Matmul::uses_small_m(w.w1, r.rows) && Matmul::uses_small_m(w.w2, r.rows));
     if (!one_thread_ok) return false;
     total += run_cost(r);
     largest = std::max(largest, run_cost(r));
@@ -149,8 +154,10 @@ std::vector<double> CpuBackend::dense_matmul_seconds(int64_t M, int64_t N, int64
   for (float& v : x) v = dist(rng);
   WeightMatrix W;
   W.allocate(config_.dtype, N, K);
-  if (config_.dtype == DType::F32) std::copy(w.begin(), w.end(), W.data.as<float>());
-  else f32_to_bf16(w.data(), W.data.as<uint16_t>(), w.size());
+  if (config_.dtype == DType::F32)
+    std::copy(w.begin(), w.end(), W.data.as<float>());
+  else
+    f32_to_bf16(w.data(), W.data.as<uint16_t>(), w.size());
   mm_.pack(W, 1024);
   std::vector<double> out;
   for (int it = 0; it < warmup + iters; ++it) {

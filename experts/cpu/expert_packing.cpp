@@ -22,7 +22,9 @@ std::tuple<WeightMatrix*, int64_t, int64_t> matrices(FfnWeights& w, const model:
 }
 const char* const kMatrixNames[] = {"w1", "w3", "w2"};
 
-bool quantized(const model::ModelConfig& c) { return c.expert_format.scheme != WeightScheme::Plain; }
+bool quantized(const model::ModelConfig& c) {
+  return c.expert_format.scheme != WeightScheme::Plain;
+}
 
 // A quantized matrix shaped for its kernel's blocked form: quant_matmul's (q8/q4) or native_matmul's
 // (mxfp4/fp8-block), reusing the buffer when big enough.
@@ -49,10 +51,13 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const model::ModelConfig&
     }
     const io::ExpertPart& scales = io::expert_part(parts, std::string(kMatrixNames[i]) + "_scales");
     shape_quantized(*m, c, rows, cols);
-    if (is_native_quantized(m->scheme)) native_pack(m->scheme, b + values.offset, b + scales.offset, rows, cols, m->data.as<uint8_t>());
+    if (is_native_quantized(m->scheme))
+      native_pack(m->scheme, b + values.offset, b + scales.offset, rows, cols, m->data.as<uint8_t>());
     else {
-      const uint8_t* levels = m->scheme == WeightScheme::Int4 ? b + io::expert_part(parts, std::string(kMatrixNames[i]) + "_levels").offset : nullptr;
-      quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>(), levels);
+      const uint8_t* levels =
+          m->scheme == WeightScheme::Int4 ? b + io::expert_part(parts, std::string(kMatrixNames[i]) + "_levels").offset : nullptr;
+      quant_pack(m->scheme, b + values.offset, reinterpret_cast<const uint16_t*>(b + scales.offset), rows, cols, m->data.as<uint8_t>(),
+                 levels);
     }
   }
   if (!c.expert_bias) return;
@@ -60,15 +65,19 @@ void pack_expert_from_raw(Matmul& mm, const void* raw, const model::ModelConfig&
   const std::size_t n = static_cast<std::size_t>(c.expert_bias_params());
   const std::size_t at = io::expert_part(parts, "b1").offset;
   into.bias.resize(n * sizeof(float));
-  if (c.dtype == DType::F32) std::memcpy(into.bias.data(), b + at, n * sizeof(float));
-  else bf16_to_f32(reinterpret_cast<const uint16_t*>(b + at), into.bias.as<float>(), n);
+  if (c.dtype == DType::F32)
+    std::memcpy(into.bias.data(), b + at, n * sizeof(float));
+  else
+    bf16_to_f32(reinterpret_cast<const uint16_t*>(b + at), into.bias.as<float>(), n);
 }
 
 void preallocate_expert(Matmul& mm, const model::ModelConfig& c, FfnWeights& w) {
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
-    if (quantized(c)) shape_quantized(*m, c, rows, cols);
-    else mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
+    if (quantized(c))
+      shape_quantized(*m, c, rows, cols);
+    else
+      mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
     std::memset(m->data.data(), 0, m->data.size());  // fault the pages in now, not on the first load
   }
   if (c.expert_bias) {
@@ -82,8 +91,10 @@ int64_t packed_expert_bytes(Matmul& mm, const model::ModelConfig& c) {
   FfnWeights w;  // shaped only: the buffers are allocated, never touched
   for (int i = 0; i < 3; ++i) {
     auto [m, rows, cols] = matrices(w, c, i);
-    if (quantized(c)) shape_quantized(*m, c, rows, cols);
-    else mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
+    if (quantized(c))
+      shape_quantized(*m, c, rows, cols);
+    else
+      mm.shape_packed(*m, c.dtype, rows, cols, kFfnTypicalRows);
     total += static_cast<int64_t>(m->data.capacity());
   }
   return total + c.expert_bias_params() * static_cast<int64_t>(sizeof(float));
@@ -94,8 +105,7 @@ std::string expert_layout_name(Matmul& mm, const model::ModelConfig& c) {
   if (is_group_quantized(c.expert_format.scheme))
     return str(c.expert_format.name(), "-blocked16x32-v1 [", ff, ",", d, "];[", d, ",", ff, "]");
   if (quantized(c)) return str(c.expert_format.name(), "-blocked16-v2 [", ff, ",", d, "];[", d, ",", ff, "]");
-  return mm.packed_layout_name(c.dtype, ff, d, kFfnTypicalRows) + ";" +
-         mm.packed_layout_name(c.dtype, d, ff, kFfnTypicalRows);
+  return mm.packed_layout_name(c.dtype, ff, d, kFfnTypicalRows) + ";" + mm.packed_layout_name(c.dtype, d, ff, kFfnTypicalRows);
 }
 
 void check_packed_finite(FfnWeights& w, const model::ModelConfig& c, const std::string& where, const std::string& group) {
@@ -109,7 +119,8 @@ void check_packed_finite(FfnWeights& w, const model::ModelConfig& c, const std::
     if (is_native_quantized(m->scheme)) {
       const char* what = nullptr;
       const int64_t at = native_blocked_find_bad(m->scheme, rows, cols, m->data.as<uint8_t>(), &what);
-      if (at >= 0) fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " (element ", at, " of its values or scales as stored)");
+      if (at >= 0)
+        fail(ErrorKind::BadInput, where, ": ", tensor, " contains ", what, " (element ", at, " of its values or scales as stored)");
       continue;
     }
     const int64_t bad = quant_blocked_find_bad(m->scheme, rows, cols, m->data.as<uint8_t>());

@@ -29,7 +29,9 @@ Cublas make_cublas(cudaStream_t stream) {
   return handle;
 }
 
-cudaDataType cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType cuda_type(DType t) {
+  return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
 
 // y[M, N] (fp32, row-major) = x[M, K] · W[N, K]ᵀ, both row-major in `t`. In cuBLAS's column-major
 // terms that is yᵀ[N, M] = W[N, K] (stored as Wᵀ, hence OP_T) · xᵀ[K, M].
@@ -40,7 +42,9 @@ void linear(cublasHandle_t h, const void* x, int64_t M, const void* W, int64_t N
                             static_cast<int>(N), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 constexpr std::size_t kCudaMallocAlign = 256;  // cudaMalloc's documented alignment
 
 // Where the parts of an expert's raw form are (io::expert_raw_parts, which this library does not
@@ -58,7 +62,8 @@ RawLayout raw_layout(const model::ModelConfig& c) {
   for (int m = 0; m < 3; ++m) {
     const int64_t rows = m == 2 ? d : ff, cols = m == 2 ? ff : d;
     l.values[m] = at;
-    at += s == WeightScheme::Plain ? static_cast<std::size_t>(rows * cols) * es : static_cast<std::size_t>(dequant::values_bytes(s, rows, cols));
+    at += s == WeightScheme::Plain ? static_cast<std::size_t>(rows * cols) * es
+                                   : static_cast<std::size_t>(dequant::values_bytes(s, rows, cols));
     l.scales[m] = at;
     at += static_cast<std::size_t>(dequant::scales_bytes(s, rows, cols));
   }
@@ -70,10 +75,8 @@ RawLayout raw_layout(const model::ModelConfig& c) {
 class CudaExpert final : public ResidentExpert {
  public:
   cuda::DeviceBuffer weights;  // the raw form as stored (RawLayout): plain matrices row-major, or quantized bytes
-  cuda::Event last_use;        // recorded on the compute stream after the GEMMs that read them
-  BufferInfo buffer() const override {
-    return {MemoryKind::Device, weights.bytes(), round_up(weights.bytes(), kCudaMallocAlign)};
-  }
+  cuda::Event last_use;  // recorded on the compute stream after the GEMMs that read them
+  BufferInfo buffer() const override { return {MemoryKind::Device, weights.bytes(), round_up(weights.bytes(), kCudaMallocAlign)}; }
 };
 
 // A loader thread's pinned staging buffer and copy stream (per thread: the cache's I/O threads load
@@ -87,7 +90,9 @@ struct LoadStaging {
 class CudaBackend final : public ExpertBackend, public BackendTiming {
  public:
   CudaBackend(const model::ModelConfig& c, int local_rank)
-      : config_(c), layout_(raw_layout(c)), quantized_(c.expert_format.scheme != WeightScheme::Plain),
+      : config_(c),
+        layout_(raw_layout(c)),
+        quantized_(c.expert_format.scheme != WeightScheme::Plain),
         compute_(quantized_ ? DType::F32 : c.dtype) {
     device_ = use_cuda_device(local_rank, "--device cuda");
     cudaDeviceProp prop{};
@@ -212,8 +217,8 @@ class CudaBackend final : public ExpertBackend, public BackendTiming {
   void finish() override {
     if (rows_ > 0) {
       CUDA_CHECK(cudaEventRecord(out_start_.get(), stream_.get()));
-      CUDA_CHECK(cudaMemcpyAsync(results_, y_.get(), static_cast<std::size_t>(rows_ * config_.hidden_size) * 4,
-                                 cudaMemcpyDeviceToHost, stream_.get()));
+      CUDA_CHECK(cudaMemcpyAsync(results_, y_.get(), static_cast<std::size_t>(rows_ * config_.hidden_size) * 4, cudaMemcpyDeviceToHost,
+                                 stream_.get()));
       CUDA_CHECK(cudaEventRecord(out_end_.get(), stream_.get()));
     }
     CUDA_CHECK(cudaStreamSynchronize(stream_.get()));

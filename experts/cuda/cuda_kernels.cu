@@ -36,8 +36,10 @@ __global__ void silu_mul_kernel(const float* g, const float* u, void* act, bool 
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const float x = g[i];
     const float a = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), u[i]);
-    if (bf16_out) static_cast<uint16_t*>(act)[i] = round_to_bf16(a);
-    else static_cast<float*>(act)[i] = a;
+    if (bf16_out)
+      static_cast<uint16_t*>(act)[i] = round_to_bf16(a);
+    else
+      static_cast<float*>(act)[i] = a;
   }
 }
 
@@ -69,8 +71,10 @@ __global__ void gated_activation_kernel(const float* g, const float* u, GatedAct
     } else {
       out = __fmul_rn(__fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv))), uv);
     }
-    if (bf16_out) static_cast<uint16_t*>(act)[i] = round_to_bf16(out);
-    else static_cast<float*>(act)[i] = out;
+    if (bf16_out)
+      static_cast<uint16_t*>(act)[i] = round_to_bf16(out);
+    else
+      static_cast<float*>(act)[i] = out;
   }
 }
 
@@ -89,8 +93,8 @@ __global__ void permute_rows_kernel(const float* x, const int32_t* row_token, in
 }
 
 // Explicit _rn operations: no fused multiply-add, so the sum is the CPU's, bit for bit.
-__global__ void combine_rows_kernel(const float* y, const int64_t* slot_row, const float* weight, int64_t tokens,
-                                    int64_t k, int64_t d, float* out) {
+__global__ void combine_rows_kernel(const float* y, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t k, int64_t d,
+                                    float* out) {
   const int64_t n = tokens * d;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / d, c = i % d;
@@ -143,8 +147,8 @@ void permute_rows(const float* x, const int32_t* row_token, int64_t rows, int64_
   CUDA_CHECK(cudaGetLastError());
 }
 
-void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k,
-                  int64_t d, float* out, cudaStream_t stream) {
+void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k, int64_t d, float* out,
+                  cudaStream_t stream) {
   if (tokens * d <= 0) return;
   combine_rows_kernel<<<blocks_for(tokens * d), kThreads, 0, stream>>>(results, slot_row, weight, tokens, top_k, d, out);
   CUDA_CHECK(cudaGetLastError());

@@ -37,8 +37,8 @@ void add_row_bias(float* y, const void* b, bool bias_bf16, int64_t rows, int64_t
 void permute_rows(const float* x, const int32_t* row_token, int64_t rows, int64_t d, float* out, cudaStream_t stream);
 // out[t] = sum over k of weight[t*top_k + k] * results[slot_row[t*top_k + k]] (slot order; a
 // slot_row of -1 adds nothing), for t < tokens.
-void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k,
-                  int64_t d, float* out, cudaStream_t stream);
+void combine_rows(const float* results, const int64_t* slot_row, const float* weight, int64_t tokens, int64_t top_k, int64_t d, float* out,
+                  cudaStream_t stream);
 
 // out[r, c] = W[r, c] (float32, row-major) for a quantized matrix whose bytes are in device memory.
 void dequantize(const dequant::QuantMatrix& w, float* out, cudaStream_t stream);

@@ -24,7 +24,9 @@ namespace moerun::bench {
 using namespace moerun::comm;  // a benchmark of comm/, written in its terms
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Spreads `total` bytes over peers by weight, in 4-byte units, remainder to the heaviest.
 std::vector<int64_t> spread(const std::vector<double>& w, int64_t total) {
@@ -177,38 +179,40 @@ std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) 
                       internode_transport(cfg.transport), ", memcpy ", r.memcpy_gbps, " GB/s per rank (all ranks copying), median of ",
                       cfg.iters, "\n");
   char buf[512];
-  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "size(B)", "count(fp32)", "pattern",
-                "algo", "min(us)", "median(us)", "max(us)", "algbw", "busbw", "memcpy");
+  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "size(B)", "count(fp32)", "pattern", "algo",
+                "min(us)", "median(us)", "max(us)", "algbw", "busbw", "memcpy");
   s += buf;
-  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "", "", "", "", "", "", "", "(GB/s)",
-                "(GB/s)", "(frac)");
+  std::snprintf(buf, sizeof buf, "#%11s %11s %8s  %-9s %10s %10s %10s %8s %8s %7s\n", "", "", "", "", "", "", "", "(GB/s)", "(GB/s)",
+                "(frac)");
   s += buf;
   std::vector<double> ratios;
   for (const auto& row : r.rows) {
     std::snprintf(buf, sizeof buf, " %11lld %11lld %8s  %-9s %10.1f %10.1f %10.1f %8.3f %8.3f %7.3f\n",
-                  static_cast<long long>(row.bytes_per_rank), static_cast<long long>(row.bytes_per_rank / 4),
-                  row.pattern.c_str(), row.algo.c_str(), row.min_us, row.median_us, row.max_us, row.algbw_gbps,
-                  row.busbw_gbps, row.algbw_gbps / r.memcpy_gbps);
+                  static_cast<long long>(row.bytes_per_rank), static_cast<long long>(row.bytes_per_rank / 4), row.pattern.c_str(),
+                  row.algo.c_str(), row.min_us, row.median_us, row.max_us, row.algbw_gbps, row.busbw_gbps, row.algbw_gbps / r.memcpy_gbps);
     s += buf;
     if (row.algo != "hier") continue;
     for (const auto& m : r.rows)
       if (m.algo == "mpi" && m.pattern == row.pattern && m.bytes_per_rank == row.bytes_per_rank) {
         const double ratio = row.algbw_gbps / m.algbw_gbps;
-        std::snprintf(buf, sizeof buf, " %11s %11s %8s  %-9s hier/mpi algbw %.3f; rank 0 stages (us): counts %.0f, copy in %.0f, fences %.0f, network %.0f, copy out %.0f\n",
-                      "", "", "", "", ratio, row.stages_us[0], row.stages_us[1], row.stages_us[2], row.stages_us[3], row.stages_us[4]);
+        std::snprintf(
+            buf, sizeof buf,
+            " %11s %11s %8s  %-9s hier/mpi algbw %.3f; rank 0 stages (us): counts %.0f, copy in %.0f, fences %.0f, network %.0f, copy out %.0f\n",
+            "", "", "", "", ratio, row.stages_us[0], row.stages_us[1], row.stages_us[2], row.stages_us[3], row.stages_us[4]);
         s += buf;
         if (row.bytes_per_rank >= 65536) ratios.push_back(ratio);
       }
   }
   for (const A2aLinkFit& f : a2a_link_fits(r)) {
-    std::snprintf(buf, sizeof buf, "# alpha-beta fit, %s %s (t = alpha + bytes per rank / bandwidth): alpha %.1f us, %.3f GB/s, largest error %.0f%%\n",
+    std::snprintf(buf, sizeof buf,
+                  "# alpha-beta fit, %s %s (t = alpha + bytes per rank / bandwidth): alpha %.1f us, %.3f GB/s, largest error %.0f%%\n",
                   f.algo.c_str(), f.pattern.c_str(), f.model.alpha_us, f.model.bandwidth_gbps, 100 * f.model.max_error);
     s += buf;
   }
   if (!ratios.empty()) {
     std::sort(ratios.begin(), ratios.end());
-    std::snprintf(buf, sizeof buf, "# verdict: median hier/mpi algbw ratio for sizes >= 64 KiB: %.3f (%s 1.0)\n",
-                  ratios[ratios.size() / 2], ratios[ratios.size() / 2] >= 1.0 ? ">=" : "<");
+    std::snprintf(buf, sizeof buf, "# verdict: median hier/mpi algbw ratio for sizes >= 64 KiB: %.3f (%s 1.0)\n", ratios[ratios.size() / 2],
+                  ratios[ratios.size() / 2] >= 1.0 ? ">=" : "<");
     s += buf;
   }
   return s;
@@ -217,7 +221,8 @@ std::string a2a_bench_table(const A2aBenchConfig& cfg, const A2aBenchResult& r) 
 std::vector<A2aLinkFit> a2a_link_fits(const A2aBenchResult& r) {
   std::vector<A2aLinkFit> fits;
   for (const A2aBenchRow& row : r.rows) {
-    if (std::any_of(fits.begin(), fits.end(), [&](const A2aLinkFit& f) { return f.algo == row.algo && f.pattern == row.pattern; })) continue;
+    if (std::any_of(fits.begin(), fits.end(), [&](const A2aLinkFit& f) { return f.algo == row.algo && f.pattern == row.pattern; }))
+      continue;
     std::vector<std::pair<double, double>> pts;
     for (const A2aBenchRow& o : r.rows)
       if (o.algo == row.algo && o.pattern == row.pattern) pts.emplace_back(static_cast<double>(o.bytes_per_rank), o.median_us * 1e-6);
@@ -242,8 +247,11 @@ std::string a2a_bench_json(const A2aBenchResult& r) {
                          {"stages_us", row.stages_us}});
   j["fits"] = nlohmann::json::array();
   for (const A2aLinkFit& f : a2a_link_fits(r))
-    j["fits"].push_back({{"algo", f.algo}, {"pattern", f.pattern}, {"alpha_us", f.model.alpha_us},
-                         {"bandwidth_gbps", f.model.bandwidth_gbps}, {"max_error", f.model.max_error}});
+    j["fits"].push_back({{"algo", f.algo},
+                         {"pattern", f.pattern},
+                         {"alpha_us", f.model.alpha_us},
+                         {"bandwidth_gbps", f.model.bandwidth_gbps},
+                         {"max_error", f.model.max_error}});
   return j.dump(2);
 }
 
@@ -257,12 +265,13 @@ void read_measured_times(const nlohmann::json& j, const std::string& path, std::
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const nlohmann::json& r = rows[i];
     const bool ok = r.is_object() && r.contains("algo") && r["algo"].is_string() && r.contains("pattern") && r["pattern"].is_string() &&
-                    r.contains("bytes_per_rank") && r["bytes_per_rank"].is_number() && r.contains("time_us") &&
-                    r["time_us"].is_object() && r["time_us"].contains("median") && r["time_us"]["median"].is_number();
+                    r.contains("bytes_per_rank") && r["bytes_per_rank"].is_number() && r.contains("time_us") && r["time_us"].is_object() &&
+                    r["time_us"].contains("median") && r["time_us"]["median"].is_number();
     if (!ok) fail(ErrorKind::BadInput, path, ": rows[", i, "] is not a row (algo, pattern, bytes_per_rank, time_us.median)");
     const double bytes = r["bytes_per_rank"].get<double>(), us = r["time_us"]["median"].get<double>();
     if (!(bytes >= 0 && bytes <= 1e15) || !(us > 0 && us <= 1e9))
-      fail(ErrorKind::BadInput, path, ": rows[", i, "]: ", bytes, " bytes in ", us, " us is not a measured exchange (bytes in [0, 1e15], time in (0, 1e9] us)");
+      fail(ErrorKind::BadInput, path, ": rows[", i, "]: ", bytes, " bytes in ", us,
+           " us is not a measured exchange (bytes in [0, 1e15], time in (0, 1e9] us)");
     for (A2aLinkFit& fit : fits)
       if (fit.algo == r["algo"].get<std::string>() && fit.pattern == r["pattern"].get<std::string>())
         fit.model.measured.emplace_back(bytes, us * 1e-6);
@@ -287,7 +296,8 @@ int whole_number(double v, int lo, int hi, const std::string& path, const char* 
 A2aFitFile read_a2a_fit_file(const std::string& path) {
   const nlohmann::json j = io::parse_json(io::read_regular_file(path, ErrorKind::Usage), path);
   auto field = [&](const nlohmann::json& o, const char* key, const std::string& where) -> const nlohmann::json& {
-    if (!o.is_object() || !o.contains(key)) fail(ErrorKind::BadInput, path, ": ", where, " has no \"", key, "\" (not a bench a2a --json file)");
+    if (!o.is_object() || !o.contains(key))
+      fail(ErrorKind::BadInput, path, ": ", where, " has no \"", key, "\" (not a bench a2a --json file)");
     return o.at(key);
   };
   auto number = [&](const nlohmann::json& o, const char* key, const std::string& where) {
@@ -315,7 +325,8 @@ A2aFitFile read_a2a_fit_file(const std::string& path) {
     if (!(fit.model.alpha_us >= 0 && fit.model.alpha_us <= 1e7) || !(fit.model.bandwidth_gbps >= 1e-3 && fit.model.bandwidth_gbps <= 1e5) ||
         !(fit.model.max_error >= 0 && fit.model.max_error <= 1e6))
       fail(ErrorKind::BadInput, path, ": ", where, ": alpha ", fit.model.alpha_us, " us, bandwidth ", fit.model.bandwidth_gbps,
-           " GB/s and max_error ", fit.model.max_error, " are not a link (alpha in [0, 1e7] us, bandwidth in [1e-3, 1e5] GB/s, max_error in [0, 1e6])");
+           " GB/s and max_error ", fit.model.max_error,
+           " are not a link (alpha in [0, 1e7] us, bandwidth in [1e-3, 1e5] GB/s, max_error in [0, 1e6])");
     f.fits.push_back(fit);
   }
   read_measured_times(j, path, f.fits);
@@ -335,8 +346,8 @@ MoeExchangeFits moe_exchange_fits(const A2aFitFile& f, const std::string& algo) 
 std::string a2a_bench_csv(const A2aBenchResult& r) {
   std::string s = "algo,pattern,bytes_per_rank,min_us,median_us,max_us,algbw_gbps,busbw_gbps,memcpy_gbps,ranks,nodes\n";
   for (const auto& row : r.rows)
-    s += str(row.algo, ",", row.pattern, ",", row.bytes_per_rank, ",", row.min_us, ",", row.median_us, ",", row.max_us, ",",
-             row.algbw_gbps, ",", row.busbw_gbps, ",", r.memcpy_gbps, ",", r.ranks, ",", r.nodes, "\n");
+    s += str(row.algo, ",", row.pattern, ",", row.bytes_per_rank, ",", row.min_us, ",", row.median_us, ",", row.max_us, ",", row.algbw_gbps,
+             ",", row.busbw_gbps, ",", r.memcpy_gbps, ",", r.ranks, ",", r.nodes, "\n");
   return s;
 }
 

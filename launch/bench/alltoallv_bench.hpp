@@ -23,11 +23,11 @@ struct A2aBenchConfig {
   int step_factor = 4;
   int iters = 10;
   int warmup = 2;
-  double skew = 1.0;              // Zipf exponent of the skewed pattern
+  double skew = 1.0;  // Zipf exponent of the skewed pattern
   std::vector<std::string> patterns{"uniform", "zipf", "m2n"};
   std::vector<std::string> algos{"mpi", "hier", "alltoallv"};
-  int routers_per_node = 1;       // for m2n and n2m
-  int ranks_per_node = 0;         // virtual nodes (0: from MPI)
+  int routers_per_node = 1;  // for m2n and n2m
+  int ranks_per_node = 0;  // virtual nodes (0: from MPI)
   double timeout_s = 300;
   void validate() const;
 };

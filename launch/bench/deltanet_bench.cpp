@@ -14,7 +14,9 @@
 namespace moerun::bench {
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -25,15 +27,20 @@ double median(std::vector<double> v) {
 struct MixerInputs {
   std::vector<float> qkv, z, a, b, conv_w, A_log, dt_bias, norm_w;
   MixerInputs(const runtime::DeltaNetShape& s, int64_t n)
-      : qkv(convert::synth_tensor(1, "qkv", n * s.conv_channels(), 1.0f)), z(convert::synth_tensor(2, "z", n * s.v_heads * s.v_dim, 1.0f)),
-        a(convert::synth_tensor(3, "a", n * s.v_heads, 1.0f)), b(convert::synth_tensor(4, "b", n * s.v_heads, 1.0f)),
-        conv_w(convert::synth_tensor(5, "conv", s.conv_channels() * s.conv_kernel, 0.5f)), A_log(static_cast<std::size_t>(s.v_heads), 0.0f),
-        dt_bias(static_cast<std::size_t>(s.v_heads), 1.0f), norm_w(static_cast<std::size_t>(s.v_dim), 1.0f) {}
+      : qkv(convert::synth_tensor(1, "qkv", n * s.conv_channels(), 1.0f)),
+        z(convert::synth_tensor(2, "z", n * s.v_heads * s.v_dim, 1.0f)),
+        a(convert::synth_tensor(3, "a", n * s.v_heads, 1.0f)),
+        b(convert::synth_tensor(4, "b", n * s.v_heads, 1.0f)),
+        conv_w(convert::synth_tensor(5, "conv", s.conv_channels() * s.conv_kernel, 0.5f)),
+        A_log(static_cast<std::size_t>(s.v_heads), 0.0f),
+        dt_bias(static_cast<std::size_t>(s.v_heads), 1.0f),
+        norm_w(static_cast<std::size_t>(s.v_dim), 1.0f) {}
 };
 
 // The mixer over n tokens of one sequence: conv, gates, the rule, the gated norm.
 void mixer(const runtime::DeltaNetShape& s, const MixerInputs& in, int64_t t0, int64_t n, runtime::DeltaNetState& st,
-           runtime::DeltaRuleForm form, std::vector<float>& work, std::vector<float>& g, std::vector<float>& beta, std::vector<float>& out) {
+           runtime::DeltaRuleForm form, std::vector<float>& work, std::vector<float>& g, std::vector<float>& beta,
+           std::vector<float>& out) {
   const int64_t C = s.conv_channels(), H = s.v_heads, key = s.k_heads * s.k_dim;
   work.assign(in.qkv.begin() + t0 * C, in.qkv.begin() + (t0 + n) * C);
   runtime::causal_conv1d_silu(work.data(), n, C, in.conv_w.data(), s.conv_kernel, st.conv.data());
@@ -106,7 +113,8 @@ std::vector<DeltaNetBenchRow> run_deltanet_bench(const DeltaNetBenchConfig& cfg)
     for (auto& x : st) x.reset(s);
     DeltaNetBenchRow r{"decode", b, 0, 0, per_token_flops * static_cast<double>(b), 2 * state * static_cast<double>(b)};
     r.recurrent_s = timed(cfg, [&] {
-      for (int64_t i = 0; i < b; ++i) mixer(s, in, i, 1, st[static_cast<std::size_t>(i)], runtime::DeltaRuleForm::Recurrent, work, g, beta, out);
+      for (int64_t i = 0; i < b; ++i)
+        mixer(s, in, i, 1, st[static_cast<std::size_t>(i)], runtime::DeltaRuleForm::Recurrent, work, g, beta, out);
     });
     rows.push_back(r);
   }
@@ -118,13 +126,14 @@ std::string deltanet_bench_table(const DeltaNetBenchConfig& cfg, const std::vect
   std::string out = "# Gated DeltaNet mixer, one layer: " + std::to_string(s.k_heads) + " key heads, " + std::to_string(s.v_heads) +
                     " value heads, k/v dims " + std::to_string(s.k_dim) + "/" + std::to_string(s.v_dim) + ", conv " +
                     std::to_string(s.conv_kernel) + "; " + std::to_string(omp_get_max_threads()) + " threads, median of " +
-                    std::to_string(cfg.iters) + "\n# phase    tokens  chunked ms  recurrent ms  chunked GFLOP/s  recurrent GFLOP/s  state GB/s\n";
+                    std::to_string(cfg.iters) +
+                    "\n# phase    tokens  chunked ms  recurrent ms  chunked GFLOP/s  recurrent GFLOP/s  state GB/s\n";
   char line[256];
   for (const auto& r : rows) {
     const double best = r.chunked_s > 0 ? std::min(r.chunked_s, r.recurrent_s) : r.recurrent_s;
-    std::snprintf(line, sizeof line, "  %-7s %7lld  %10.3f  %12.3f  %15.2f  %17.2f  %10.2f\n", r.phase.c_str(), static_cast<long long>(r.tokens),
-                  r.chunked_s * 1e3, r.recurrent_s * 1e3, r.chunked_s > 0 ? r.flops / r.chunked_s / 1e9 : 0.0, r.flops / r.recurrent_s / 1e9,
-                  r.state_bytes / best / 1e9);
+    std::snprintf(line, sizeof line, "  %-7s %7lld  %10.3f  %12.3f  %15.2f  %17.2f  %10.2f\n", r.phase.c_str(),
+                  static_cast<long long>(r.tokens), r.chunked_s * 1e3, r.recurrent_s * 1e3,
+                  r.chunked_s > 0 ? r.flops / r.chunked_s / 1e9 : 0.0, r.flops / r.recurrent_s / 1e9, r.state_bytes / best / 1e9);
     out += line;
   }
   return out;
@@ -132,12 +141,19 @@ std::string deltanet_bench_table(const DeltaNetBenchConfig& cfg, const std::vect
 
 std::string deltanet_bench_json(const DeltaNetBenchConfig& cfg, const std::vector<DeltaNetBenchRow>& rows) {
   nlohmann::json j;
-  j["shape"] = {{"k_heads", cfg.shape.k_heads}, {"v_heads", cfg.shape.v_heads}, {"k_dim", cfg.shape.k_dim}, {"v_dim", cfg.shape.v_dim},
+  j["shape"] = {{"k_heads", cfg.shape.k_heads},
+                {"v_heads", cfg.shape.v_heads},
+                {"k_dim", cfg.shape.k_dim},
+                {"v_dim", cfg.shape.v_dim},
                 {"conv_kernel", cfg.shape.conv_kernel}};
   j["threads"] = omp_get_max_threads();
   for (const auto& r : rows)
-    j["rows"].push_back({{"phase", r.phase}, {"tokens", r.tokens}, {"chunked_s", r.chunked_s}, {"recurrent_s", r.recurrent_s},
-                         {"flops", r.flops}, {"state_bytes", r.state_bytes}});
+    j["rows"].push_back({{"phase", r.phase},
+                         {"tokens", r.tokens},
+                         {"chunked_s", r.chunked_s},
+                         {"recurrent_s", r.recurrent_s},
+                         {"flops", r.flops},
+                         {"state_bytes", r.state_bytes}});
   return j.dump(1) + "\n";
 }
 

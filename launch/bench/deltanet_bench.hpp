@@ -27,8 +27,8 @@ struct DeltaNetBenchRow {
   std::string phase;  // "prefill" (one sequence of `tokens`) or "decode" (`tokens` sequences, one token each)
   int64_t tokens;
   double chunked_s, recurrent_s;  // median seconds (decode: recurrent only, chunked_s 0)
-  double flops;                   // of the recurrence (the chunked form does about as many)
-  double state_bytes;             // recurrent state read and written (decode: all sequences')
+  double flops;  // of the recurrence (the chunked form does about as many)
+  double state_bytes;  // recurrent state read and written (decode: all sequences')
 };
 
 std::vector<DeltaNetBenchRow> run_deltanet_bench(const DeltaNetBenchConfig& cfg);

@@ -23,7 +23,9 @@
 namespace moerun::bench {
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // Sums of the matrices' 64-bit words (returned so the reads cannot be dropped), all threads, each
 // reading one contiguous stream: with AVX-512 four 64-byte loads per step, else what the compiler
@@ -78,7 +80,9 @@ double read_seconds(const std::vector<const AlignedBuffer*>& bufs, int iters) {
   return best;
 }
 
-const char* dtype_label(DType t) { return t == DType::F32 ? "fp32" : "bf16"; }
+const char* dtype_label(DType t) {
+  return t == DType::F32 ? "fp32" : "bf16";
+}
 const char* row_label(const GemmBenchRow& r) {
   return r.scheme == WeightScheme::Plain ? dtype_label(r.dtype) : weight_scheme_row(r.scheme).name;
 }
@@ -145,7 +149,7 @@ void run_quantized(const GemmBenchConfig& cfg, WeightScheme sch, const std::vect
     row.m = M;
     row.matrices = count;
     row.kernel = is_native_quantized(sch) ? native_kernel_name(native_kernel_supported(sch, NativeKernel::Avx512) ? NativeKernel::Avx512
-                                                                                                          : NativeKernel::Portable)
+                                                                                                                  : NativeKernel::Portable)
                                           : quant_kernel_name(quant_kernel_for(M));
     row.moerun_first_extra_s = std::max(0.0, (t1 - t0) - (now() - t1));
     double best = 1e30;
@@ -174,7 +178,8 @@ void GemmBenchConfig::validate() const {
   if (weight_mb < 1) fail(ErrorKind::Usage, "--weight-mb must be >= 1");
   if (iters < 1) fail(ErrorKind::Usage, "--iters must be >= 1");
   if (m.empty() || (dtypes.empty() && schemes.empty())) fail(ErrorKind::Usage, "--m and --dtype need at least one value");
-  if (!schemes.empty() && cols % kQuantGroup != 0) fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8, q4, int4, mxfp4 and fp8");
+  if (!schemes.empty() && cols % kQuantGroup != 0)
+    fail(ErrorKind::Usage, "--cols must be a multiple of 32 for q8, q4, int4, mxfp4 and fp8");
   for (int64_t v : m)
     if (v < 1 || v > 4096) fail(ErrorKind::Usage, "--m: ", v, " is not in [1, 4096]");
   const int64_t host_mb = host_memory_bytes() / 1000000;
@@ -219,9 +224,7 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
     for (const WeightMatrix& w : ws) bufs.push_back(&w.data);
     r.read_gbps = std::max(r.read_gbps, bytes_each * static_cast<double>(count) / read_seconds(bufs, cfg.iters) * 1e-9);
     for (int64_t M : cfg.m) {
-      auto gemm = [&](Matmul& mm, const WeightMatrix& w) {
-        mm.gemm(x, M, w, y.data(), DType::F32, Epilogue::None, nullptr, cap);
-      };
+      auto gemm = [&](Matmul& mm, const WeightMatrix& w) { mm.gemm(x, M, w, y.data(), DType::F32, Epilogue::None, nullptr, cap); };
       // The first call at this M against the next, each on a matrix the last pass left out of cache.
       auto first_extra = [&](Matmul& mm) {
         const double t0 = now();
@@ -273,25 +276,24 @@ GemmBenchResult run_gemm_bench(const GemmBenchConfig& cfg) {
 
 std::string gemm_bench_table(const GemmBenchConfig& cfg, const GemmBenchResult& r) {
   std::string s = str("# moerun bench gemm: W ", cfg.rows, "x", cfg.cols, " packed as an expert, ", cfg.weight_mb,
-                      " MB of such matrices per dtype (streamed from memory); isa ", Matmul::isa_name(), ", ",
-                      omp_get_max_threads(), " threads, best of ", cfg.iters, " passes after a first\n");
+                      " MB of such matrices per dtype (streamed from memory); isa ", Matmul::isa_name(), ", ", omp_get_max_threads(),
+                      " threads, best of ", cfg.iters, " passes after a first\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "# read bandwidth over the same matrices: %.1f GB/s\n", r.read_gbps);
   s += buf;
-  std::snprintf(buf, sizeof buf, "#%6s %5s %8s %11s %9s %7s %9s %11s %9s %8s %9s %9s\n", "dtype", "M", "kernel", "moerun(ms)",
-                "weights", "of", "moerun", "oneDNN(ms)", "oneDNN", "speedup", "new M", "new M");
+  std::snprintf(buf, sizeof buf, "#%6s %5s %8s %11s %9s %7s %9s %11s %9s %8s %9s %9s\n", "dtype", "M", "kernel", "moerun(ms)", "weights",
+                "of", "moerun", "oneDNN(ms)", "oneDNN", "speedup", "new M", "new M");
   s += buf;
-  std::snprintf(buf, sizeof buf, "#%6s %5s %8s %11s %9s %7s %9s %11s %9s %8s %9s %9s\n", "", "", "", "", "(GB/s)", "read",
-                "(GFLOP/s)", "", "(GFLOP/s)", "", "+ms ours", "+ms 1DNN");
+  std::snprintf(buf, sizeof buf, "#%6s %5s %8s %11s %9s %7s %9s %11s %9s %8s %9s %9s\n", "", "", "", "", "(GB/s)", "read", "(GFLOP/s)", "",
+                "(GFLOP/s)", "", "+ms ours", "+ms 1DNN");
   s += buf;
   bool pass = true, any = false, qpass = true, qany = false;
   for (const auto& row : r.rows) {
     char ours_new[16] = "-";
     if (row.kernel != "oneDNN") std::snprintf(ours_new, sizeof ours_new, "%.2f", row.moerun_first_extra_s * 1e3);
-    std::snprintf(buf, sizeof buf, " %6s %5lld %8s %11.3f %9.1f %7.2f %9.1f %11.3f %9.1f %8.2f %9s %9.2f\n",
-                  row_label(row), static_cast<long long>(row.m), row.kernel.c_str(), row.moerun_s * 1e3,
-                  row.weight_gbps, row.weight_gbps / r.read_gbps, row.moerun_gflops, row.onednn_s * 1e3, row.onednn_gflops,
-                  row.speedup, ours_new, row.onednn_first_extra_s * 1e3);
+    std::snprintf(buf, sizeof buf, " %6s %5lld %8s %11.3f %9.1f %7.2f %9.1f %11.3f %9.1f %8.2f %9s %9.2f\n", row_label(row),
+                  static_cast<long long>(row.m), row.kernel.c_str(), row.moerun_s * 1e3, row.weight_gbps, row.weight_gbps / r.read_gbps,
+                  row.moerun_gflops, row.onednn_s * 1e3, row.onednn_gflops, row.speedup, ours_new, row.onednn_first_extra_s * 1e3);
     s += buf;
     if (row.m == 1 && row.scheme == WeightScheme::Plain) {
       any = true;

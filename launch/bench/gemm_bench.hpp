@@ -31,16 +31,16 @@ struct GemmBenchRow {
   WeightScheme scheme = WeightScheme::Plain;  // q8/q4: `dtype` is bf16, the baseline moerun's bf16
   int64_t m;
   std::string kernel;  // what Matmul runs at this M: "small-m", "panel" or "oneDNN"
-  int64_t matrices;    // of this dtype, weight_mb / bytes of one
-  double moerun_s;     // per matrix, best pass
-  double onednn_s;     // q8/q4 rows: moerun's bf16 at this M
+  int64_t matrices;  // of this dtype, weight_mb / bytes of one
+  double moerun_s;  // per matrix, best pass
+  double onednn_s;  // q8/q4 rows: moerun's bf16 at this M
   // The first call at this M less the next one (on another matrix): what a step pays the first time
   // it meets M. oneDNN creates its primitive then. Measured for oneDNN first, so moerun's figure
   // means something only where its own kernel runs (elsewhere oneDNN's primitive cache has it).
   double moerun_first_extra_s, onednn_first_extra_s;
   double weight_gbps;  // weight bytes (as packed in memory) / moerun_s
   double moerun_gflops, onednn_gflops;
-  double speedup;      // onednn_s / moerun_s
+  double speedup;  // onednn_s / moerun_s
 };
 
 struct GemmBenchResult {

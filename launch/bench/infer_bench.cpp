@@ -30,8 +30,8 @@
 namespace moerun::bench {
 namespace {
 
-const std::vector<std::string> kPhases{"attention", "gate", "pack", "exchange", "wait_experts", "expert_compute",
-                                       "combine", "head", "idle"};
+const std::vector<std::string> kPhases{"attention",      "gate",    "pack", "exchange", "wait_experts",
+                                       "expert_compute", "combine", "head", "idle"};
 
 }  // namespace
 
@@ -73,8 +73,7 @@ class OutputDigest final : public runtime::ResultSink {
 
 }  // namespace
 
-BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt,
-                               const std::string& trace) {
+BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& dir, MPI_Comm comm, int64_t salt, const std::string& trace) {
   runtime::EngineConfig ec = cfg.engine;
   ec.model = dir + "/model";
   ec.quiet = true;
@@ -116,7 +115,9 @@ BenchRun run_infer_bench_point(const InferBenchConfig& cfg, const std::string& d
 }
 
 namespace {
-double rate(int64_t tokens, double seconds) { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0; }
+double rate(int64_t tokens, double seconds) {
+  return seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0;
+}
 }  // namespace
 
 double tokens_per_second(const BenchRun& r) {
@@ -140,10 +141,10 @@ BenchDir::~BenchDir() {
 
 double decode_weight_bytes_per_token(const model::ModelConfig& m, WeightScheme dense) {
   // Attention and LM head in the model's dtype, or per --quantize-dense (values + fp16 scales per 32).
-  const double es = dense == WeightScheme::Plain
-                        ? static_cast<double>(dtype_size(m.dtype))
-                        : static_cast<double>(dequant::values_bytes(dense, 1, kQuantGroup) + dequant::scales_bytes(dense, 1, kQuantGroup)) /
-                              kQuantGroup;
+  const double es =
+      dense == WeightScheme::Plain
+          ? static_cast<double>(dtype_size(m.dtype))
+          : static_cast<double>(dequant::values_bytes(dense, 1, kQuantGroup) + dequant::scales_bytes(dense, 1, kQuantGroup)) / kQuantGroup;
   const double d = static_cast<double>(m.hidden_size), q = static_cast<double>(m.num_heads * m.head_dim),
                kv = static_cast<double>(m.num_kv_heads * m.head_dim);
   const double per_layer = es * (2 * q * d + 2 * kv * d) + 4.0 * static_cast<double>(m.num_experts) * d +
@@ -176,8 +177,8 @@ InferBenchResult run_infer_bench(const InferBenchConfig& cfg, MPI_Comm world) {
   if (comm::size_of(world) == 1 && cfg.batch == 1 && r.distributed.run.decode_seconds > 0) {
     r.copy_gbps = stream_copy_gbps(omp_get_max_threads());
     r.decode_weight_bytes_per_step = decode_weight_bytes_per_token(cfg.model.model, cfg.engine.dense_scheme);
-    r.decode_stream_gbps = r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.run.decode_tokens) /
-                           r.distributed.run.decode_seconds / 1e9;
+    r.decode_stream_gbps =
+        r.decode_weight_bytes_per_step * static_cast<double>(r.distributed.run.decode_tokens) / r.distributed.run.decode_seconds / 1e9;
   }
   comm::idle_barrier(world);
   if (cfg.baseline && comm::size_of(world) > 1) {
@@ -238,7 +239,8 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
     budget_model.expert_format = model::parse_weight_format(l1_budget_of, budget_model.dtype, "--l1-budget-of");
   }
   Matmul budget_mm;
-  const int64_t l1_bytes = slots * experts::make_expert_backend({cfg.engine.device, cfg.engine.cuda_library}, budget_model, budget_mm)->expert_bytes();
+  const int64_t l1_bytes =
+      slots * experts::make_expert_backend({cfg.engine.device, cfg.engine.cuda_library}, budget_model, budget_mm)->expert_bytes();
   std::vector<CacheBenchRow>& rows = res.rows;
   // lru: LRU prefetch and eviction; hotness: LRU prefetch, coldest evicted first (--warmup hotness);
   // affinity: the graph's predictions for both.
@@ -268,17 +270,17 @@ CacheBenchResult run_cache_bench(const InferBenchConfig& cfg, double l1_fraction
 std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, const CacheBenchResult& res) {
   const model::ModelConfig& m = cfg.model.model;
   const std::vector<CacheBenchRow>& rows = res.rows;
-  std::string s = str("# moerun bench infer --cache-compare: ", rows.front().report.engine.ranks, " rank(s), model ", m.num_layers,
-                      " layers x ", m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew,
-                      "; L1 = ", l1_fraction, " of a rank's experts", rows.back().l1_bytes > 0 ? str(" (", rows.back().l1_bytes >> 20, " MiB)") : std::string(),
-                      ", L2 on local disk (",
-                      cfg.engine.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.engine.cache.io_threads,
-                      " I/O threads per rank; experts ", m.expert_format.name(), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len,
-                      ", new ", cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-",
-                      res.top2_share_max, " of its routed slots (trace run)\n");
+  std::string s =
+      str("# moerun bench infer --cache-compare: ", rows.front().report.engine.ranks, " rank(s), model ", m.num_layers, " layers x ",
+          m.num_experts, " experts of ", io::expert_raw_bytes(m) >> 10, " KiB, gate skew ", cfg.model.gate_skew, "; L1 = ", l1_fraction,
+          " of a rank's experts", rows.back().l1_bytes > 0 ? str(" (", rows.back().l1_bytes >> 20, " MiB)") : std::string(),
+          ", L2 on local disk (", cfg.engine.cache.l2_direct ? "O_DIRECT" : "buffered", " reads), ", cfg.engine.cache.io_threads,
+          " I/O threads per rank; experts ", m.expert_format.name(), "; batch ", cfg.batch, ", prompt ", cfg.prompt_len, ", new ",
+          cfg.new_tokens, "\n# skew: the two busiest experts of a layer take ", res.top2_share_min, "-", res.top2_share_max,
+          " of its routed slots (trace run)\n");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s %7s %9s\n", "mode", "tokens/s", "ratio",
-                "L1 hit", "L2 hit", "stall(s)", "precision", "recall", "L3 MiB", "loads", "read_ms", "hash_ms", "pack_ms", "same out");
+  std::snprintf(buf, sizeof buf, "#%-12s %10s %8s %8s %8s %9s %9s %8s %8s %7s %7s %7s %7s %9s\n", "mode", "tokens/s", "ratio", "L1 hit",
+                "L2 hit", "stall(s)", "precision", "recall", "L3 MiB", "loads", "read_ms", "hash_ms", "pack_ms", "same out");
   s += buf;
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
@@ -286,11 +288,10 @@ std::string cache_bench_table(const InferBenchConfig& cfg, double l1_fraction, c
     // Per-load means of the I/O threads' time: reading (L2 or L3), checksums, packing.
     const int64_t loads = c.l2_hits + c.l3_reads;
     const double per = loads > 0 ? 1e3 / static_cast<double>(loads) : 0.0;
-    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f %9s\n",
-                  r.mode.c_str(), r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 0.0,
-                  r.report.engine.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(), c.stall_s, c.prefetch_precision(),
-                  c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20), static_cast<long long>(loads),
-                  c.read_s * per, c.verify_s * per, c.pack_s * per,
+    std::snprintf(buf, sizeof buf, " %-12s %10.1f %8.3f %8.3f %8.3f %9.3f %9.3f %8.3f %8lld %7lld %7.3f %7.3f %7.3f %9s\n", r.mode.c_str(),
+                  r.tokens_per_s, base > 0 ? r.tokens_per_s / base : 0.0, r.report.engine.cache_on ? c.l1_hit_rate() : 1.0, c.l2_hit_rate(),
+                  c.stall_s, c.prefetch_precision(), c.prefetch_recall(), static_cast<long long>(c.l3_bytes_read >> 20),
+                  static_cast<long long>(loads), c.read_s * per, c.verify_s * per, c.pack_s * per,
                   r.report.outputs_digest == rows.front().report.outputs_digest ? "yes" : "NO");
     s += buf;
   }
@@ -310,11 +311,20 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
   const double base = rows.front().tokens_per_s;
   for (const auto& r : rows) {
     const auto& c = r.report.engine.cache;
-    arr.push_back({{"mode", r.mode}, {"tokens_per_s", r.tokens_per_s}, {"ratio_vs_all_resident", base > 0 ? r.tokens_per_s / base : 0.0},
-                   {"l1_hit_rate", r.report.engine.cache_on ? c.l1_hit_rate() : 1.0}, {"l2_hit_rate", c.l2_hit_rate()}, {"stall_s", c.stall_s},
-                   {"prefetch_precision", c.prefetch_precision()}, {"prefetch_recall", c.prefetch_recall()},
-                   {"l3_bytes_read", c.l3_bytes_read}, {"loads", c.l2_hits + c.l3_reads}, {"read_s", c.read_s},
-                   {"verify_s", c.verify_s}, {"pack_s", c.pack_s}, {"l1_bytes", r.l1_bytes},
+    arr.push_back({{"mode", r.mode},
+                   {"tokens_per_s", r.tokens_per_s},
+                   {"ratio_vs_all_resident", base > 0 ? r.tokens_per_s / base : 0.0},
+                   {"l1_hit_rate", r.report.engine.cache_on ? c.l1_hit_rate() : 1.0},
+                   {"l2_hit_rate", c.l2_hit_rate()},
+                   {"stall_s", c.stall_s},
+                   {"prefetch_precision", c.prefetch_precision()},
+                   {"prefetch_recall", c.prefetch_recall()},
+                   {"l3_bytes_read", c.l3_bytes_read},
+                   {"loads", c.l2_hits + c.l3_reads},
+                   {"read_s", c.read_s},
+                   {"verify_s", c.verify_s},
+                   {"pack_s", c.pack_s},
+                   {"l1_bytes", r.l1_bytes},
                    {"outputs_equal_all_resident", r.report.outputs_digest == rows.front().report.outputs_digest}});
   }
   j["rows"] = arr;
@@ -324,8 +334,8 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
 namespace {
 // --link-fit: the routers' time in the exchanges against the fit's prediction for the same steps.
 struct ExchangeCheck {
-  MoeExchangeFits fit;     // fit.dispatch null: no prediction
-  double measured_s = 0;   // the routers' exchange + wait for results, less the expert ranks' compute and packing
+  MoeExchangeFits fit;  // fit.dispatch null: no prediction
+  double measured_s = 0;  // the routers' exchange + wait for results, less the expert ranks' compute and packing
   double predicted_s = 0;  // the run's steps at the fit: one prefill step (the whole batch) and the decode steps
   double decode_step_s = 0;  // the prediction for one decode step
   int64_t measured_pairs = 0, predicted_pairs = 0;
@@ -341,7 +351,8 @@ ExchangeCheck check_exchange(const InferBenchConfig& cfg, const InferBenchResult
     const auto it = e.phases.find(role);
     return it != e.phases.end() && it->second.count(name) ? it->second.at(name) : 0.0;
   };
-  x.measured_s = phase("router", "exchange") + phase("router", "wait_experts") - phase("expert", "expert_compute") - phase("expert", "pack");
+  x.measured_s =
+      phase("router", "exchange") + phase("router", "wait_experts") - phase("expert", "expert_compute") - phase("expert", "pack");
   x.measured_pairs = e.moe_exchanges;
   const int64_t tokens = (cfg.batch + e.routers - 1) / e.routers;  // the busiest router's sequences
   // The step's micro-batches follow its sequences, not its tokens: a lone prompt runs in one.
@@ -361,10 +372,11 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
   const model::ModelConfig& m = cfg.model.model;
   const BenchRun& d = r.distributed;
   const runtime::EngineReport& de = d.engine;
-  std::string s = str("# moerun bench infer: ", de.ranks, " rank(s) (", de.routers, " router(s), ", de.ranks - de.routers > 0 ? de.ranks - de.routers : 1,
-                      " expert rank(s)), model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_experts,
-                      " experts x ", m.intermediate_size, " top-", m.top_k, " ", dtype_name(m.dtype), "; batch ", cfg.batch,
-                      ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ", cfg.engine.micro_batches ? std::to_string(cfg.engine.micro_batches) : std::string("auto"), "\n");
+  std::string s = str("# moerun bench infer: ", de.ranks, " rank(s) (", de.routers, " router(s), ",
+                      de.ranks - de.routers > 0 ? de.ranks - de.routers : 1, " expert rank(s)), model ", m.num_layers, " layers, hidden ",
+                      m.hidden_size, ", ", m.num_experts, " experts x ", m.intermediate_size, " top-", m.top_k, " ", dtype_name(m.dtype),
+                      "; batch ", cfg.batch, ", prompt ", cfg.prompt_len, ", new ", cfg.new_tokens, ", micro-batches ",
+                      cfg.engine.micro_batches ? std::to_string(cfg.engine.micro_batches) : std::string("auto"), "\n");
   char buf[512];
   std::snprintf(buf, sizeof buf, "#%-7s", "role");
   s += buf;
@@ -391,7 +403,8 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
                 static_cast<long long>(d.run.decode_tokens), d.run.decode_seconds, rate(d.run.decode_tokens, d.run.decode_seconds));
   s += buf;
   if (r.decode_stream_gbps > 0) {
-    std::snprintf(buf, sizeof buf, "# decode streams %.1f MB of weights per token: %.1f GB/s, %.2f of this machine's copy bandwidth (%.1f GB/s)\n",
+    std::snprintf(buf, sizeof buf,
+                  "# decode streams %.1f MB of weights per token: %.1f GB/s, %.2f of this machine's copy bandwidth (%.1f GB/s)\n",
                   r.decode_weight_bytes_per_step / 1e6, r.decode_stream_gbps, r.decode_stream_gbps / r.copy_gbps, r.copy_gbps);
     s += buf;
   }
@@ -408,13 +421,14 @@ std::string infer_bench_table(const InferBenchConfig& cfg, const InferBenchResul
     s += buf;
   }
   if (const ExchangeCheck x = check_exchange(cfg, r); x.fit.dispatch) {
-    std::snprintf(buf, sizeof buf,
-                  "# exchange against --link-fit %s (%s: dispatch by the %s fit, combine by the %s fit): measured %.2f ms in %lld dispatch + combine pairs "
-                  "(the routers' exchange and wait for results, less the expert ranks' compute and packing), predicted %.2f ms in %lld: "
-                  "measured/predicted %.2f; a decode step predicted %.3f ms\n",
-                  cfg.link_fit_path.c_str(), x.fit.dispatch->algo.c_str(), x.fit.dispatch->pattern.c_str(), x.fit.combine->pattern.c_str(),
-                  1e3 * x.measured_s, static_cast<long long>(x.measured_pairs), 1e3 * x.predicted_s, static_cast<long long>(x.predicted_pairs),
-                  x.measured_s / x.predicted_s, 1e3 * x.decode_step_s);
+    std::snprintf(
+        buf, sizeof buf,
+        "# exchange against --link-fit %s (%s: dispatch by the %s fit, combine by the %s fit): measured %.2f ms in %lld dispatch + combine pairs "
+        "(the routers' exchange and wait for results, less the expert ranks' compute and packing), predicted %.2f ms in %lld: "
+        "measured/predicted %.2f; a decode step predicted %.3f ms\n",
+        cfg.link_fit_path.c_str(), x.fit.dispatch->algo.c_str(), x.fit.dispatch->pattern.c_str(), x.fit.combine->pattern.c_str(),
+        1e3 * x.measured_s, static_cast<long long>(x.measured_pairs), 1e3 * x.predicted_s, static_cast<long long>(x.predicted_pairs),
+        x.measured_s / x.predicted_s, 1e3 * x.decode_step_s);
     s += buf;
   } else if (!cfg.link_fit_path.empty()) {
     s += str("# --link-fit ", cfg.link_fit_path, ": no exchange in this run to compare (one process)\n");
@@ -430,7 +444,8 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["seconds"] = r.distributed.seconds;
   j["tokens"] = r.distributed.processed_tokens;
   const runtime::ThroughputCounters& t = r.distributed.run;
-  j["prefill"] = {{"tokens", t.prefill_tokens}, {"seconds", t.prefill_seconds}, {"tokens_per_s", rate(t.prefill_tokens, t.prefill_seconds)}};
+  j["prefill"] = {
+      {"tokens", t.prefill_tokens}, {"seconds", t.prefill_seconds}, {"tokens_per_s", rate(t.prefill_tokens, t.prefill_seconds)}};
   j["decode"] = {{"tokens", t.decode_tokens}, {"seconds", t.decode_seconds}, {"tokens_per_s", rate(t.decode_tokens, t.decode_seconds)}};
   j["phases"] = r.distributed.engine.phases;
   j["single_process_tokens_per_s"] = r.single_tokens_per_s;
@@ -440,9 +455,14 @@ std::string infer_bench_json(const InferBenchConfig& cfg, const InferBenchResult
   j["micro_batches"] = cfg.engine.micro_batches;
   j["moe_exchanges"] = r.distributed.engine.moe_exchanges;  // dispatch + combine pairs of the busiest router
   if (const ExchangeCheck x = check_exchange(cfg, r); x.fit.dispatch)
-    j["link_fit"] = {{"file", cfg.link_fit_path}, {"algo", x.fit.dispatch->algo}, {"dispatch_pattern", x.fit.dispatch->pattern},
-                     {"combine_pattern", x.fit.combine->pattern}, {"measured_s", x.measured_s},
-                     {"predicted_s", x.predicted_s}, {"measured_pairs", x.measured_pairs}, {"predicted_pairs", x.predicted_pairs},
+    j["link_fit"] = {{"file", cfg.link_fit_path},
+                     {"algo", x.fit.dispatch->algo},
+                     {"dispatch_pattern", x.fit.dispatch->pattern},
+                     {"combine_pattern", x.fit.combine->pattern},
+                     {"measured_s", x.measured_s},
+                     {"predicted_s", x.predicted_s},
+                     {"measured_pairs", x.measured_pairs},
+                     {"predicted_pairs", x.predicted_pairs},
                      {"decode_step_predicted_s", x.decode_step_s}};
   if (r.decode_stream_gbps > 0) {
     j["copy_gbps"] = r.copy_gbps;

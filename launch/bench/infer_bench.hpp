@@ -24,14 +24,14 @@ struct InferBenchConfig {
   // PromptLogprobs: prefill-only requests scoring every prompt token; SecondHalf: those scoring the
   // second half only, as moerun perplexity's windows.
   BenchScoring scoring = BenchScoring::None;
-  int64_t batch = 64;        // requests, all in flight together
+  int64_t batch = 64;  // requests, all in flight together
   int64_t prompt_len = 16;
   int64_t new_tokens = 16;
-  bool baseline = true;      // also run single-process on rank 0
-  runtime::EngineConfig engine;        // layout and runtime options (the model is filled in)
+  bool baseline = true;  // also run single-process on rank 0
+  runtime::EngineConfig engine;  // layout and runtime options (the model is filled in)
   runtime::SchedulerConfig scheduler;  // batch limits are raised to hold the whole batch (unless not)
-  bool whole_batch_steps = true;       // false: the scheduler's limits as given, as infer runs
-  std::string work_dir;      // where the model and files go (default: a temp dir, removed after)
+  bool whole_batch_steps = true;  // false: the scheduler's limits as given, as infer runs
+  std::string work_dir;  // where the model and files go (default: a temp dir, removed after)
   // --link-fit: `bench a2a --json`'s fits, to predict the routers' exchange time from (empty path: none).
   std::string link_fit_path;
   A2aFitFile link_fit;
@@ -41,7 +41,7 @@ struct InferBenchConfig {
 struct BenchRun {
   runtime::ThroughputCounters run;  // summed / maxed over routers
   int64_t processed_tokens = 0;
-  double seconds = 0;               // the batch loop
+  double seconds = 0;  // the batch loop
   runtime::EngineReport engine;
   // Σ over the requests of a 32-bit hash of (id, output tokens), over every router: two runs of
   // the same requests with the same outputs have the same digest, in any completion order.
@@ -52,10 +52,10 @@ struct BenchRun {
 // expert rank's experts (L2 on local disk, fresh per run) for --prefetch lru and affinity, the
 // graph built from a routing trace of a different request set. One row per run.
 struct CacheBenchRow {
-  std::string mode;             // all-resident | lru | affinity
+  std::string mode;  // all-resident | lru | affinity
   double tokens_per_s = 0;
   BenchRun report;
-  int64_t l1_bytes = 0;         // 0: all resident
+  int64_t l1_bytes = 0;  // 0: all resident
 };
 struct CacheBenchResult {
   std::vector<CacheBenchRow> rows;
@@ -71,14 +71,14 @@ std::string cache_bench_json(const InferBenchConfig& cfg, double l1_fraction, co
 
 struct InferBenchResult {
   BenchRun distributed;
-  BenchRun single;        // zero when no baseline
+  BenchRun single;  // zero when no baseline
   double tokens_per_s = 0;
   double single_tokens_per_s = 0;
   // Weight streaming at batch 1 in one process: every decode step reads the dense matrices, the LM
   // head and top_k experts per layer; against a STREAM-like copy on this machine (OpenMP threads).
   double copy_gbps = 0;
   double decode_weight_bytes_per_step = 0;  // batch 1
-  double decode_stream_gbps = 0;            // batch 1, one process; else 0
+  double decode_stream_gbps = 0;  // batch 1, one process; else 0
 };
 
 // Bytes of weights one decode step of a single sequence reads (dense matrices, LM head, gates,
@@ -113,8 +113,8 @@ double tokens_per_second(const BenchRun& r);
 // token (the prefill of infer), as prompt log-probs of every position and as perplexity's windows
 // (the second half scored); prompt tokens per second of prefill steps, and the LM head's seconds.
 struct ScoringBenchRow {
-  std::string mode;                    // prefill | prompt-logprobs | second-half
-  std::vector<double> tokens_per_s;    // per run
+  std::string mode;  // prefill | prompt-logprobs | second-half
+  std::vector<double> tokens_per_s;  // per run
   std::vector<double> head_s;
 };
 std::vector<ScoringBenchRow> run_scoring_bench(const InferBenchConfig& cfg, int runs, MPI_Comm world);

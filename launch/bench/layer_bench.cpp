@@ -21,13 +21,17 @@
 namespace moerun::bench {
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // A random [rows, cols] matrix in `dt`, written at `out`.
 void random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt, void* out) {
   auto v = convert::synth_tensor(seed, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
-  if (dt == DType::F32) std::copy(v.begin(), v.end(), static_cast<float*>(out));
-  else f32_to_bf16(v.data(), static_cast<uint16_t*>(out), v.size());
+  if (dt == DType::F32)
+    std::copy(v.begin(), v.end(), static_cast<float*>(out));
+  else
+    f32_to_bf16(v.data(), static_cast<uint16_t*>(out), v.size());
 }
 
 WeightMatrix random_matrix(uint64_t seed, const std::string& name, int64_t rows, int64_t cols, DType dt) {
@@ -155,15 +159,16 @@ std::vector<LayerBenchRow> run_layer_bench(const LayerBenchConfig& cfg) {
 }
 
 std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<LayerBenchRow>& rows) {
-  std::string s = str("# moerun bench layer: hidden ", cfg.hidden, ", ", cfg.experts, " experts of intermediate ",
-                      cfg.intermediate, ", top-", cfg.top_k, cfg.shared > 0 ? str(", a shared expert of ", cfg.shared) : "", ", device ", experts::device_name(cfg.backend.device), ", isa ",
-                      Matmul::isa_name(), ", ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
+  std::string s =
+      str("# moerun bench layer: hidden ", cfg.hidden, ", ", cfg.experts, " experts of intermediate ", cfg.intermediate, ", top-",
+          cfg.top_k, cfg.shared > 0 ? str(", a shared expert of ", cfg.shared) : "", ", device ", experts::device_name(cfg.backend.device),
+          ", isa ", Matmul::isa_name(), ", ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
   char buf[256];
-  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %9s %9s %10s %10s %7s\n", "dtype", "tokens", "layer(ms)",
-                "layer", "gate(ms)", "perm(ms)", "comb(ms)", "copy(ms)", "shrd(ms)", "matmul(ms)", "matmul", "ratio");
+  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %9s %9s %10s %10s %7s\n", "dtype", "tokens", "layer(ms)", "layer",
+                "gate(ms)", "perm(ms)", "comb(ms)", "copy(ms)", "shrd(ms)", "matmul(ms)", "matmul", "ratio");
   s += buf;
-  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %9s %9s %10s %10s %7s\n", "", "", "", "(GFLOP/s)", "", "", "", "", "",
-                "", "(GFLOP/s)", "");
+  std::snprintf(buf, sizeof buf, "#%6s %7s %10s %10s %9s %9s %9s %9s %9s %10s %10s %7s\n", "", "", "", "(GFLOP/s)", "", "", "", "", "", "",
+                "(GFLOP/s)", "");
   s += buf;
   bool pass = true;
   const double target = cfg.backend.device == experts::DeviceKind::Cuda ? 0.6 : 0.8;
@@ -171,8 +176,8 @@ std::string layer_bench_table(const LayerBenchConfig& cfg, const std::vector<Lay
   for (const auto& r : rows) {
     std::snprintf(buf, sizeof buf, " %6s %7lld %10.3f %10.1f %9.3f %9.3f %9.3f %9.3f %9.3f %10.3f %10.1f %7.3f\n",
                   r.dtype == DType::F32 ? "fp32" : "bf16", static_cast<long long>(r.tokens), r.layer_s * 1e3, r.layer_gflops,
-                  r.gate_s * 1e3, r.permute_s * 1e3, r.combine_s * 1e3, r.copy_s * 1e3, r.shared_s * 1e3, r.matmul_s * 1e3,
-                  r.matmul_gflops, r.ratio);
+                  r.gate_s * 1e3, r.permute_s * 1e3, r.combine_s * 1e3, r.copy_s * 1e3, r.shared_s * 1e3, r.matmul_s * 1e3, r.matmul_gflops,
+                  r.ratio);
     s += buf;
     if (r.tokens == largest && r.ratio < target) pass = false;
   }
@@ -200,7 +205,13 @@ std::string layer_bench_json(const LayerBenchConfig& cfg, const std::vector<Laye
                          {"matmul_s", r.matmul_s},
                          {"matmul_gflops", r.matmul_gflops},
                          {"ratio", r.ratio},
-                         {"phases_s", {{"gate", r.gate_s}, {"permute", r.permute_s}, {"experts", r.experts_s}, {"copy", r.copy_s}, {"combine", r.combine_s}, {"shared_expert", r.shared_s}}}});
+                         {"phases_s",
+                          {{"gate", r.gate_s},
+                           {"permute", r.permute_s},
+                           {"experts", r.experts_s},
+                           {"copy", r.copy_s},
+                           {"combine", r.combine_s},
+                           {"shared_expert", r.shared_s}}}});
   }
   return j.dump(2);
 }

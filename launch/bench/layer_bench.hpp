@@ -30,11 +30,11 @@ struct LayerBenchConfig {
 struct LayerBenchRow {
   DType dtype;
   int64_t tokens;
-  double layer_s;        // median seconds per layer
-  double layer_gflops;   // (gate + expert FLOPs) / layer_s
+  double layer_s;  // median seconds per layer
+  double layer_gflops;  // (gate + expert FLOPs) / layer_s
   double matmul_s;
   double matmul_gflops;
-  double ratio;          // layer_gflops / matmul_gflops
+  double ratio;  // layer_gflops / matmul_gflops
   double permute_s, experts_s, combine_s, gate_s, shared_s;  // median breakdown
   double copy_s;  // of experts_s: rows to and from the device (0 on the CPU)
 };

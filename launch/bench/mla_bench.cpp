@@ -18,14 +18,18 @@
 namespace moerun::bench {
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 WeightMatrix random_weight(const std::string& name, int64_t rows, int64_t cols, DType dt) {
   const auto v = convert::synth_tensor(1, name, rows * cols, 1.0f / std::sqrt(static_cast<float>(cols)));
   WeightMatrix m;
   m.allocate(dt, rows, cols);
-  if (dt == DType::F32) std::copy(v.begin(), v.end(), m.data.as<float>());
-  else f32_to_bf16(v.data(), m.data.as<uint16_t>(), v.size());
+  if (dt == DType::F32)
+    std::copy(v.begin(), v.end(), m.data.as<float>());
+  else
+    f32_to_bf16(v.data(), m.data.as<uint16_t>(), v.size());
   return m;
 }
 
@@ -149,8 +153,10 @@ std::vector<MlaBenchRow> run_mla_bench(const MlaBenchConfig& cfg) {
         double t0 = now();
         step(absorbed, false);
         double t1 = now();
-        if (indexer) step(absorbed, true);
-        else step(expanded, false);
+        if (indexer)
+          step(absorbed, true);
+        else
+          step(expanded, false);
         double t2 = now();
         if (it < cfg.warmup) continue;
         ta.push_back(t1 - t0);
@@ -174,20 +180,21 @@ namespace {
 std::string dsa_table(const MlaBenchConfig& cfg, const std::vector<MlaBenchRow>& rows) {
   const model::ModelConfig& c = cfg.model;
   std::string s = str("# moerun bench mla: one decode step of one DSA layer (DeepSeek-V3.2): hidden ", c.hidden_size, ", ", c.num_heads,
-                      " heads, latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, "; indexer ", c.dsa.index_heads, " heads of ",
-                      c.dsa.index_head_dim, ", top ", c.dsa.index_topk, "; ", dtype_name(c.dtype), " weights; ", omp_get_max_threads(),
-                      " threads, median of ", cfg.iters, "\n");
+                      " heads, latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, "; indexer ", c.dsa.index_heads,
+                      " heads of ", c.dsa.index_head_dim, ", top ", c.dsa.index_topk, "; ", dtype_name(c.dtype), " weights; ",
+                      omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "#%8s %6s %10s %10s %8s %12s %12s %8s %10s %10s %8s\n", "context", "batch", "dense(ms)", "dsa(ms)", "time",
                 "dense GFLOP", "dsa GFLOP", "flops", "dense MiB", "dsa MiB", "bytes");
   s += buf;
-  std::snprintf(buf, sizeof buf, "#%8s %6s %10s %10s %8s %12s %12s %8s %10s %10s %8s\n", "", "", "", "", "dsa/dns", "(attention)", "(attention)",
-                "dsa/dns", "(cache)", "(cache)", "dsa/dns");
+  std::snprintf(buf, sizeof buf, "#%8s %6s %10s %10s %8s %12s %12s %8s %10s %10s %8s\n", "", "", "", "", "dsa/dns", "(attention)",
+                "(attention)", "dsa/dns", "(cache)", "(cache)", "dsa/dns");
   s += buf;
   for (const auto& r : rows) {
-    std::snprintf(buf, sizeof buf, " %8lld %6lld %10.3f %10.3f %8.3f %12.3f %12.3f %8.3f %10.1f %10.1f %8.3f\n", static_cast<long long>(r.context),
-                  static_cast<long long>(r.batch), r.absorbed_s * 1e3, r.expanded_s * 1e3, r.expanded_s / r.absorbed_s, r.dense_flops * 1e-9,
-                  r.sparse_flops * 1e-9, r.sparse_flops / r.dense_flops, static_cast<double>(r.cache_bytes) / (1 << 20), r.sparse_bytes / (1 << 20),
+    std::snprintf(buf, sizeof buf, " %8lld %6lld %10.3f %10.3f %8.3f %12.3f %12.3f %8.3f %10.1f %10.1f %8.3f\n",
+                  static_cast<long long>(r.context), static_cast<long long>(r.batch), r.absorbed_s * 1e3, r.expanded_s * 1e3,
+                  r.expanded_s / r.absorbed_s, r.dense_flops * 1e-9, r.sparse_flops * 1e-9, r.sparse_flops / r.dense_flops,
+                  static_cast<double>(r.cache_bytes) / (1 << 20), r.sparse_bytes / (1 << 20),
                   r.sparse_bytes / static_cast<double>(r.cache_bytes));
     s += buf;
   }
@@ -201,8 +208,8 @@ std::string mla_bench_table(const MlaBenchConfig& cfg, const std::vector<MlaBenc
   const model::ModelConfig& c = cfg.model;
   if (c.is_dsa()) return dsa_table(cfg, rows);
   std::string s = str("# moerun bench mla: one decode step of one MLA layer: hidden ", c.hidden_size, ", ", c.num_heads, " heads, q_lora ",
-                      c.mla.q_lora_rank, ", latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, ", ",
-                      dtype_name(c.dtype), " weights; ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
+                      c.mla.q_lora_rank, ", latent ", c.mla.kv_lora_rank, " + rope ", c.mla.qk_rope_head_dim, ", ", dtype_name(c.dtype),
+                      " weights; ", omp_get_max_threads(), " threads, median of ", cfg.iters, "\n");
   char buf[256];
   std::snprintf(buf, sizeof buf, "#%8s %6s %13s %13s %9s %12s %13s\n", "context", "batch", "absorbed(ms)", "expanded(ms)", "speedup",
                 "cache(MiB)", "cache read");
@@ -230,7 +237,10 @@ std::string mla_bench_json(const MlaBenchConfig& cfg, const std::vector<MlaBench
   j["threads"] = omp_get_max_threads();
   j["results"] = nlohmann::json::array();
   for (const auto& r : rows)
-    j["results"].push_back({{"context", r.context}, {"batch", r.batch}, {"absorbed_s", r.absorbed_s}, {"expanded_s", r.expanded_s},
+    j["results"].push_back({{"context", r.context},
+                            {"batch", r.batch},
+                            {"absorbed_s", r.absorbed_s},
+                            {"expanded_s", r.expanded_s},
                             {"cache_bytes", r.cache_bytes}});
   return j.dump(2);
 }

@@ -31,7 +31,7 @@ model::ModelConfig mla_bench_shape(const std::string& name, DType dtype);
 struct MlaBenchRow {
   int64_t context, batch;
   double absorbed_s, expanded_s;  // median seconds per step (the whole batch); DSA shape: expanded_s is the sparse step's
-  int64_t cache_bytes;            // the KV cache the dense step reads, all sequences (fp32 latent + RoPE key)
+  int64_t cache_bytes;  // the KV cache the dense step reads, all sequences (fp32 latent + RoPE key)
   // DSA shape: the attention's FLOPs and cache bytes per step, dense and sparse (0 otherwise).
   double dense_flops = 0, sparse_flops = 0, sparse_bytes = 0;
 };

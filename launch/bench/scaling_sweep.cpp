@@ -39,7 +39,8 @@ std::vector<Point> points_of(const SweepConfig& cfg) {
 // Why this point cannot run in this job, or "" (same answer on every rank).
 std::string unrunnable(const SweepConfig& cfg, const Point& p, int job_ranks) {
   if (p.ranks > job_ranks) return str("needs ", p.ranks, " ranks, the job has ", job_ranks);
-  if (p.nodes > 0 && (p.nodes > p.ranks || p.ranks % p.nodes != 0)) return str(p.ranks, " ranks do not split into ", p.nodes, " equal nodes");
+  if (p.nodes > 0 && (p.nodes > p.ranks || p.ranks % p.nodes != 0))
+    return str(p.ranks, " ranks do not split into ", p.nodes, " equal nodes");
   if (cfg.bench == "a2a" && p.ranks < 2) return "an all-to-all needs 2 ranks";
   if (cfg.bench == "infer" && p.ranks == 1 && p.nodes > 1) return "one rank is one node";
   return "";
@@ -83,8 +84,8 @@ struct SeriesStart {
 
 // One point on `sub` (every member calls it): its rows, or no rows and the reason in *bad when its
 // layout has no valid roles (the same on every member: the topology comes from allgathered data).
-std::vector<SweepRow> run_point(const SweepConfig& cfg, const std::string& scaling, const Point& p, MPI_Comm sub,
-                                const std::string& dir, SeriesStart& first, std::string* bad) {
+std::vector<SweepRow> run_point(const SweepConfig& cfg, const std::string& scaling, const Point& p, MPI_Comm sub, const std::string& dir,
+                                SeriesStart& first, std::string* bad) {
   const int rpn = p.nodes ? p.ranks / p.nodes : 0;
   // a2a needs roles only for the router->expert pattern; otherwise every rank sends and receives.
   const int routers_per_node = cfg.bench == "infer"                ? cfg.infer.engine.routers_per_node
@@ -193,7 +194,8 @@ SweepResult run_sweep(const SweepConfig& cfg, MPI_Comm world) {
 }
 
 std::string sweep_table(const SweepResult& r) {
-  std::string s = str("# moerun scaling sweep in a job of ", r.job_ranks, " ranks; efficiency = per-rank throughput / that of the series' smallest point\n");
+  std::string s = str("# moerun scaling sweep in a job of ", r.job_ranks,
+                      " ranks; efficiency = per-rank throughput / that of the series' smallest point\n");
   char buf[512];
   std::snprintf(buf, sizeof buf, "#%-6s %-7s %-6s %5s %5s %7s %7s %8s %12s %10s %12s %10s %6s\n", "bench", "scaling", "algo", "ranks",
                 "nodes", "routers", "experts", "batch", "bytes/rank", "seconds", "tokens/s", "algbw GB/s", "eff");
@@ -216,10 +218,21 @@ std::string sweep_json(const SweepConfig& cfg, const SweepResult& r) {
   if (cfg.bench == "a2a") j["pattern"] = cfg.a2a.patterns.front();
   nlohmann::json rows = nlohmann::json::array();
   for (const SweepRow& w : r.rows)
-    rows.push_back({{"bench", w.bench}, {"scaling", w.scaling}, {"algo", w.algo}, {"ranks", w.ranks}, {"nodes", w.nodes},
-                    {"routers", w.routers}, {"expert_ranks", w.expert_ranks}, {"batch", w.batch}, {"tokens", w.tokens},
-                    {"bytes_per_rank", w.bytes_per_rank}, {"seconds", w.seconds}, {"tokens_per_s", w.tokens_per_s},
-                    {"algbw_gbps", w.algbw_gbps}, {"efficiency", w.efficiency}, {"phases", w.phases}});
+    rows.push_back({{"bench", w.bench},
+                    {"scaling", w.scaling},
+                    {"algo", w.algo},
+                    {"ranks", w.ranks},
+                    {"nodes", w.nodes},
+                    {"routers", w.routers},
+                    {"expert_ranks", w.expert_ranks},
+                    {"batch", w.batch},
+                    {"tokens", w.tokens},
+                    {"bytes_per_rank", w.bytes_per_rank},
+                    {"seconds", w.seconds},
+                    {"tokens_per_s", w.tokens_per_s},
+                    {"algbw_gbps", w.algbw_gbps},
+                    {"efficiency", w.efficiency},
+                    {"phases", w.phases}});
   j["rows"] = rows;
   return j.dump(2);
 }
@@ -228,7 +241,8 @@ std::string sweep_csv(const SweepResult& r) {
   // Phase columns: the router phases (infer, seconds) or the hier stages (a2a, microseconds).
   const bool a2a = !r.rows.empty() && r.rows.front().bench == "a2a";
   const std::vector<std::string>& phases = a2a ? kHierStages : kRouterPhases;
-  std::string s = "bench,scaling,algo,ranks,nodes,routers,expert_ranks,batch,tokens,bytes_per_rank,seconds,tokens_per_s,algbw_gbps,efficiency";
+  std::string s =
+      "bench,scaling,algo,ranks,nodes,routers,expert_ranks,batch,tokens,bytes_per_rank,seconds,tokens_per_s,algbw_gbps,efficiency";
   for (const auto& p : phases) s += str(",", a2a ? "stage_us_" : "phase_s_", p);
   s += "\n";
   for (const SweepRow& w : r.rows) {

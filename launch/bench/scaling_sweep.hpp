@@ -17,9 +17,9 @@
 namespace moerun::bench {
 
 struct SweepConfig {
-  std::string bench = "infer";               // infer | a2a
-  std::vector<int> ranks{1, 2, 4, 8};        // points above the job size are skipped (and said)
-  std::vector<int> nodes;                    // virtual nodes per point; empty: as MPI sees them
+  std::string bench = "infer";  // infer | a2a
+  std::vector<int> ranks{1, 2, 4, 8};  // points above the job size are skipped (and said)
+  std::vector<int> nodes;  // virtual nodes per point; empty: as MPI sees them
   std::vector<std::string> scalings{"weak", "strong"};
   // infer: cfg.batch is the batch of the smallest point; weak scaling multiplies it by the ratio
   // of expert ranks (tokens per expert rank fixed), strong scaling keeps it (total fixed).
@@ -33,20 +33,20 @@ struct SweepConfig {
 struct SweepRow {
   std::string bench, scaling, algo;
   int ranks = 0, nodes = 0, routers = 0, expert_ranks = 0;
-  int64_t batch = 0;            // infer
-  int64_t tokens = 0;           // infer
-  int64_t bytes_per_rank = 0;   // a2a
-  double seconds = 0;           // infer: router loop; a2a: median exchange
-  double tokens_per_s = 0;      // infer
-  double algbw_gbps = 0;        // a2a (median)
-  double efficiency = 0;        // per-rank throughput / that of the series' smallest point
+  int64_t batch = 0;  // infer
+  int64_t tokens = 0;  // infer
+  int64_t bytes_per_rank = 0;  // a2a
+  double seconds = 0;  // infer: router loop; a2a: median exchange
+  double tokens_per_s = 0;  // infer
+  double algbw_gbps = 0;  // a2a (median)
+  double efficiency = 0;  // per-rank throughput / that of the series' smallest point
   std::map<std::string, double> phases;  // infer: router phases (s); a2a hier: stages (us)
 };
 
 struct SweepResult {
   int job_ranks = 0;
   std::vector<SweepRow> rows;
-  std::vector<std::string> skipped;   // points not run, with why
+  std::vector<std::string> skipped;  // points not run, with why
 };
 
 // Collective over `world`; the result is valid on rank 0.

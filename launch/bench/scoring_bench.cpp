@@ -16,9 +16,8 @@ struct Mode {
   BenchScoring scoring;
   int64_t new_tokens;
 };
-const Mode kModes[] = {{"prefill", BenchScoring::None, 1},
-                       {"prompt-logprobs", BenchScoring::PromptLogprobs, 0},
-                       {"second-half", BenchScoring::SecondHalf, 0}};
+const Mode kModes[] = {
+    {"prefill", BenchScoring::None, 1}, {"prompt-logprobs", BenchScoring::PromptLogprobs, 0}, {"second-half", BenchScoring::SecondHalf, 0}};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -63,10 +62,10 @@ std::vector<ScoringBenchRow> run_scoring_bench(const InferBenchConfig& given, in
 
 std::string scoring_bench_table(const InferBenchConfig& cfg, const std::vector<ScoringBenchRow>& rows) {
   const model::ModelConfig& m = cfg.model.model;
-  std::string s = str("# moerun bench infer --scoring-compare: model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ",
-                      m.num_experts, " experts x ", m.intermediate_size, " top-", m.top_k, ", vocab ", m.vocab_size, " ",
-                      dtype_name(m.dtype), "; ", cfg.batch, " prompts of ", cfg.prompt_len, " tokens; ", rows.front().tokens_per_s.size(),
-                      " interleaved runs\n");
+  std::string s =
+      str("# moerun bench infer --scoring-compare: model ", m.num_layers, " layers, hidden ", m.hidden_size, ", ", m.num_experts,
+          " experts x ", m.intermediate_size, " top-", m.top_k, ", vocab ", m.vocab_size, " ", dtype_name(m.dtype), "; ", cfg.batch,
+          " prompts of ", cfg.prompt_len, " tokens; ", rows.front().tokens_per_s.size(), " interleaved runs\n");
   s += str("# steps of at most ", cfg.scheduler.max_batch_tokens, " tokens (--max-batch-tokens)\n");
   s += "# mode              prompt tokens/s (min/median/max)   ratio to prefill   LM head s (median)\n";
   const double base = median(rows.front().tokens_per_s);

@@ -31,7 +31,9 @@
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 void add(llama_batch& b, llama_token t, llama_pos pos, llama_seq_id seq, bool logits) {
   b.token[b.n_tokens] = t;
@@ -75,12 +77,14 @@ int main(int argc, char** argv) {
     rtr |= a == "rtr";
     no_fmoe |= a == "no-fmoe";
     no_repack |= a == "no-repack";
-    if (a.rfind("rpc=", 0) == 0) rpc = a.substr(4);
-    else if (a.rfind("split=", 0) == 0) split = a.substr(6);
-    else if (a.rfind("ngl=", 0) == 0) ngl = std::atoi(a.c_str() + 4);
+    if (a.rfind("rpc=", 0) == 0)
+      rpc = a.substr(4);
+    else if (a.rfind("split=", 0) == 0)
+      split = a.substr(6);
+    else if (a.rfind("ngl=", 0) == 0)
+      ngl = std::atoi(a.c_str() + 4);
     else if (a != "rtr" && a != "no-fmoe" && a != "no-repack") {
-      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, no-repack, rpc=SERVERS, split=SHARES, ngl=K)\n",
-                   argv[i]);
+      std::fprintf(stderr, "peer_decode: unknown option %s (rtr, no-fmoe, no-repack, rpc=SERVERS, split=SHARES, ngl=K)\n", argv[i]);
       return 2;
     }
   }

@@ -27,12 +27,15 @@ void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool
   c.shared_expert_intermediate_size = h.integer_or("n_shared_experts", 0) * c.intermediate_size;
   c.shared_expert_gated = false;
   c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
-  if (h.flag_or("attention_bias", false)) fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for ", h.j["model_type"].get<std::string>());
+  if (h.flag_or("attention_bias", false))
+    fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for ", h.j["model_type"].get<std::string>());
   if (h.flag_or("mlp_bias", false)) fail(ErrorKind::BadInput, h.where, ": field mlp_bias is true; not supported");
   if (h.integer_or("moe_layer_freq", 1) != 1) fail(ErrorKind::BadInput, h.where, ": field moe_layer_freq is not 1; not supported");
-  const std::string scoring = h.has("scoring_func") && h.j["scoring_func"].is_string() ? h.j["scoring_func"].get<std::string>() : (v3 ? "sigmoid" : "softmax");
+  const std::string scoring =
+      h.has("scoring_func") && h.j["scoring_func"].is_string() ? h.j["scoring_func"].get<std::string>() : (v3 ? "sigmoid" : "softmax");
   if (scoring != (v3 ? "sigmoid" : "softmax"))
-    fail(ErrorKind::BadInput, h.where, ": field scoring_func is \"", scoring, "\"; ", v3 ? "deepseek_v3 scores with sigmoid" : "deepseek_v2 scores with softmax");
+    fail(ErrorKind::BadInput, h.where, ": field scoring_func is \"", scoring, "\"; ",
+         v3 ? "deepseek_v3 scores with sigmoid" : "deepseek_v2 scores with softmax");
   if (v3) {
     read_v3_router(h, c);
   } else {
@@ -45,7 +48,8 @@ void read_deepseek(const HfConfig& h, ModelConfig& c, const NoteSink& note, bool
     }
     c.router_group_score = GroupScore::Max;
     if (h.flag_or("norm_topk_prob", false))
-      fail(ErrorKind::BadInput, h.where, ": field norm_topk_prob is true: transformers' DeepseekV2 does not renormalise (DeepSeek's own code would); not supported");
+      fail(ErrorKind::BadInput, h.where,
+           ": field norm_topk_prob is true: transformers' DeepseekV2 does not renormalise (DeepSeek's own code would); not supported");
     c.norm_topk_prob = false;
   }
   read_first_dense_layers(h, c);
@@ -73,8 +77,8 @@ void read_first_dense_layers(const HfConfig& h, ModelConfig& c) {
 
 void note_unconverted_layers(const HfConfig& h, const ModelConfig& c, const NoteSink& note, const char* field) {
   if (const int64_t n = h.integer_or(field, 0); n > 0)
-    note(std::string(field) + " " + std::to_string(n) + ": the multi-token prediction layer(s) model.layers." + std::to_string(c.num_layers) +
-         ".* are not converted (they serve speculative decoding only)");
+    note(std::string(field) + " " + std::to_string(n) + ": the multi-token prediction layer(s) model.layers." +
+         std::to_string(c.num_layers) + ".* are not converted (they serve speculative decoding only)");
 }
 
 // DeepSeek's variants at synth's sizes: MLA with the q/k head dim given (a third of it RoPE, the
@@ -114,8 +118,12 @@ void synth_deepseek_moe(bool v3, ModelConfig& m) {
 }
 
 namespace {
-void v2_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) { read_deepseek(h, c, note, false); }
-void v2_synth(ModelConfig& m) { synth_deepseek(false, m); }
+void v2_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
+  read_deepseek(h, c, note, false);
+}
+void v2_synth(ModelConfig& m) {
+  synth_deepseek(false, m);
+}
 }  // namespace
 
 void deepseek_tensor_names(NameMap& n) {

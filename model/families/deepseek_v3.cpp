@@ -7,8 +7,12 @@
 
 namespace moerun::model::families {
 namespace {
-void v3_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) { read_deepseek(h, c, note, true); }
-void v3_synth(ModelConfig& m) { synth_deepseek(true, m); }
+void v3_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
+  read_deepseek(h, c, note, true);
+}
+void v3_synth(ModelConfig& m) {
+  synth_deepseek(true, m);
+}
 }  // namespace
 
 const ModelFamily kDeepseekV3{.name = "deepseek_v3",

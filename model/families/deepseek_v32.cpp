@@ -12,7 +12,9 @@ void v32_from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   read_dsa_indexer(h, c);
 }
 
-void v32_synth(ModelConfig& m) { synth_dsa(m); }
+void v32_synth(ModelConfig& m) {
+  synth_dsa(m);
+}
 
 }  // namespace
 
@@ -28,10 +30,11 @@ void read_dsa_indexer(const HfConfig& h, ModelConfig& c) {
   c.dsa.index_head_dim = h.integer("index_head_dim");
   c.dsa.index_topk = h.integer("index_topk");
   if (c.dsa.index_heads <= 0 || c.dsa.index_topk <= 0)
-    fail(ErrorKind::BadInput, h.where, ": fields index_n_heads and index_topk must be > 0 (", c.dsa.index_heads, ", ", c.dsa.index_topk, ")");
+    fail(ErrorKind::BadInput, h.where, ": fields index_n_heads and index_topk must be > 0 (", c.dsa.index_heads, ", ", c.dsa.index_topk,
+         ")");
   if (c.dsa.index_head_dim < c.mla.qk_rope_head_dim)
-    fail(ErrorKind::BadInput, h.where, ": field index_head_dim ", c.dsa.index_head_dim, " is below qk_rope_head_dim ", c.mla.qk_rope_head_dim,
-         " (the indexer ropes its first qk_rope_head_dim dims)");
+    fail(ErrorKind::BadInput, h.where, ": field index_head_dim ", c.dsa.index_head_dim, " is below qk_rope_head_dim ",
+         c.mla.qk_rope_head_dim, " (the indexer ropes its first qk_rope_head_dim dims)");
   if (c.mla.q_lora_rank <= 0) fail(ErrorKind::BadInput, h.where, ": field q_lora_rank is 0: the indexer's queries come from the q latent");
 }
 

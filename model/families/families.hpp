@@ -6,9 +6,8 @@
 
 namespace moerun::model::families {
 
-extern const ModelFamily kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGptOss, kDeepseekV2, kDeepseekV3, kDeepseekV32, kGlm4Moe, kGlmMoeDsa, kMinimaxM2,
-    kQwen3Next,
-    kQwen3_5Moe;
+extern const ModelFamily kMixtral, kQwen2Moe, kOlmoe, kQwen3Moe, kGptOss, kDeepseekV2, kDeepseekV3, kDeepseekV32, kGlm4Moe, kGlmMoeDsa,
+    kMinimaxM2, kQwen3Next, kQwen3_5Moe;
 
 // Qwen2-MoE and Qwen3-MoE (transformers' Qwen2MoeConfig / Qwen3MoeConfig): experts, dense layers
 // and the sliding window alike. Returns whether use_sliding_window is set.

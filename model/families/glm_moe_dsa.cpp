@@ -17,7 +17,8 @@ void read_indexer_types(const HfConfig& h, ModelConfig& c) {
   std::string field = "indexer_types";  // the field the kinds came from, for the count's error
   for (const char* k : {"indexer_types", "index_topk_pattern"})
     if (h.has(k) && !h.j[k].is_null() && !(k == std::string("indexer_types") ? h.j[k].is_array() : h.j[k].is_string()))
-      fail(ErrorKind::BadInput, h.where, ": field ", k, " is ", h.j[k].dump().substr(0, 60), k == std::string("indexer_types") ? ", not a list" : ", not a string");
+      fail(ErrorKind::BadInput, h.where, ": field ", k, " is ", h.j[k].dump().substr(0, 60),
+           k == std::string("indexer_types") ? ", not a list" : ", not a string");
   if (h.has("indexer_types") && h.j["indexer_types"].is_array()) {
     for (const auto& v : h.j["indexer_types"]) {
       if (!v.is_string() || (v != "full" && v != "shared"))
@@ -27,12 +28,14 @@ void read_indexer_types(const HfConfig& h, ModelConfig& c) {
   } else if (h.has("index_topk_pattern") && h.j["index_topk_pattern"].is_string()) {
     field = "index_topk_pattern";
     for (char ch : h.j["index_topk_pattern"].get<std::string>()) {
-      if (ch != 'F' && ch != 'S') fail(ErrorKind::BadInput, h.where, ": field index_topk_pattern holds '", std::string(1, ch), "', expected F or S");
+      if (ch != 'F' && ch != 'S')
+        fail(ErrorKind::BadInput, h.where, ": field index_topk_pattern holds '", std::string(1, ch), "', expected F or S");
       kinds.push_back(ch == 'S' ? IndexerKind::Shared : IndexerKind::Full);
     }
   } else {
     const int64_t freq = h.integer_or("index_topk_freq", 1), offset = h.integer_or("index_skip_topk_offset", 2);
-    if (freq < 1) fail(ErrorKind::BadInput, h.where, ": field index_topk_freq is ", freq, ", expected >= 1 (1: every layer runs its indexer)");
+    if (freq < 1)
+      fail(ErrorKind::BadInput, h.where, ": field index_topk_freq is ", freq, ", expected >= 1 (1: every layer runs its indexer)");
     if (offset < 0) fail(ErrorKind::BadInput, h.where, ": field index_skip_topk_offset is ", offset, ", expected >= 0");
     for (int64_t i = 0; i < c.num_layers; ++i)
       kinds.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0 ? IndexerKind::Full : IndexerKind::Shared);

@@ -21,7 +21,8 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
   c.router_correction_bias = h.flag_or("use_routing_bias", true);
   c.norm_topk_prob = true;
   c.routed_scaling_factor = h.number_or("routed_scaling_factor", 1.0);
-  if (h.flag_or("attention_bias", false)) fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for minimax_m2");
+  if (h.flag_or("attention_bias", false))
+    fail(ErrorKind::BadInput, h.where, ": field attention_bias is true; not supported for minimax_m2");
   note_unconverted_layers(h, c, note, "num_mtp_modules");
 }
 

@@ -12,7 +12,9 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink&) {
   if (h.has("sliding_window") && h.integer("sliding_window") < c.max_position) set_all_layers_sliding(c, h.integer("sliding_window"));
 }
 
-void synth(ModelConfig& m) { m.norm_topk_prob = true; }
+void synth(ModelConfig& m) {
+  m.norm_topk_prob = true;
+}
 
 void tensor_names(NameMap& n) {
   n.dense["gate"] = "block_sparse_moe.gate.weight";

@@ -15,7 +15,9 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink&) {
   if (h.has("clip_qkv")) fail(ErrorKind::BadInput, h.where, ": clip_qkv is set; not supported");
 }
 
-void synth(ModelConfig& m) { m.qk_norm = QkNorm::Projection; }
+void synth(ModelConfig& m) {
+  m.qk_norm = QkNorm::Projection;
+}
 
 }  // namespace
 

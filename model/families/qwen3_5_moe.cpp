@@ -27,14 +27,13 @@ void synth(ModelConfig& m) {
 
 }  // namespace
 
-const ModelFamily kQwen3_5Moe{.name = "qwen3_5_moe",
-                              .rope_theta = 10000000.0,
-                              .from_hf = from_hf,
-                              .synth = synth,
-                              .unconverted_prefixes = {"mtp.", "model.visual."},
-                              .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) {
-                                return hybrid_dense_source(ds, c, out, false);
-                              },
-                              .hf_aliases = {"qwen3_5_moe_text"}};
+const ModelFamily kQwen3_5Moe{
+    .name = "qwen3_5_moe",
+    .rope_theta = 10000000.0,
+    .from_hf = from_hf,
+    .synth = synth,
+    .unconverted_prefixes = {"mtp.", "model.visual."},
+    .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) { return hybrid_dense_source(ds, c, out, false); },
+    .hf_aliases = {"qwen3_5_moe_text"}};
 
 }  // namespace moerun::model::families

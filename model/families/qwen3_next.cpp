@@ -38,8 +38,8 @@ void read_hybrid(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
               .v_dim = h.integer("linear_value_head_dim"),
               .conv_kernel = h.integer_or("linear_conv_kernel_dim", 4)};
   if (c.linear.k_heads < 1 || c.linear.v_heads % c.linear.k_heads != 0)
-    fail(ErrorKind::BadInput, h.where, ": field linear_num_value_heads (", c.linear.v_heads, ") is not a multiple of linear_num_key_heads (",
-         c.linear.k_heads, ")");
+    fail(ErrorKind::BadInput, h.where, ": field linear_num_value_heads (", c.linear.v_heads,
+         ") is not a multiple of linear_num_key_heads (", c.linear.k_heads, ")");
   read_layer_kinds(h, c);
   note(c.architecture + ": the multi-token prediction module (mtp.*) is not converted (it serves speculative decoding only)");
 }
@@ -52,8 +52,8 @@ void synth_hybrid(ModelConfig& m) {
   m.shared_expert_intermediate_size = m.intermediate_size;
   const int64_t quarter = m.head_dim / 8 * 2;
   m.rotary_dim = quarter >= 2 && quarter < m.head_dim ? quarter : 0;
-  m.linear = {.k_heads = std::max<int64_t>(1, m.num_heads / 2), .v_heads = m.num_heads, .k_dim = m.head_dim, .v_dim = m.head_dim,
-              .conv_kernel = 4};
+  m.linear = {
+      .k_heads = std::max<int64_t>(1, m.num_heads / 2), .v_heads = m.num_heads, .k_dim = m.head_dim, .v_dim = m.head_dim, .conv_kernel = 4};
   m.layer_attention.clear();
   for (int64_t l = 0; l < m.num_layers; ++l)
     m.layer_attention.push_back((l + 1) % 4 == 0 || l == m.num_layers - 1 ? AttentionKind::Full : AttentionKind::Linear);
@@ -116,13 +116,12 @@ void from_hf(const HfConfig& h, ModelConfig& c, const NoteSink& note) {
 
 }  // namespace
 
-const ModelFamily kQwen3Next{.name = "qwen3_next",
-                             .rope_theta = 10000.0,
-                             .from_hf = from_hf,
-                             .synth = synth_hybrid,
-                             .unconverted_prefixes = {"mtp."},
-                             .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) {
-                               return hybrid_dense_source(ds, c, out, true);
-                             }};
+const ModelFamily kQwen3Next{
+    .name = "qwen3_next",
+    .rope_theta = 10000.0,
+    .from_hf = from_hf,
+    .synth = synth_hybrid,
+    .unconverted_prefixes = {"mtp."},
+    .dense_source = [](const DenseDataset& ds, const ModelConfig& c, DenseSource& out) { return hybrid_dense_source(ds, c, out, true); }};
 
 }  // namespace moerun::model::families

@@ -65,8 +65,7 @@ class DeltaNetBlock final : public MixerBlock {
     const auto chunk = [&](std::size_t ci) {
       const SeqChunk& ch = b.chunks[ci];
       const int64_t off = ch.first - t0;
-      mix_chunk(L, ch.kv->recurrent(l), qkv + off * C, g + off * Hv, beta + off * Hv, ch.count, split + off * C,
-                heads + off * vw);
+      mix_chunk(L, ch.kv->recurrent(l), qkv + off * C, g + off * Hv, beta + off * Hv, ch.count, split + off * C, heads + off * vw);
     };
     // (Not one loop with an `if` clause: inside a region serialised by it, libgomp runs the
     // chunk's own regions on one thread too.)
@@ -82,8 +81,8 @@ class DeltaNetBlock final : public MixerBlock {
 
  private:
   // One sequence's m tokens x [m, C] through its state: the conv, then the delta rule into out [m, vw].
-  void mix_chunk(const DeltaNetWeights& L, DeltaNetState& st, float* x, const float* g, const float* beta, int64_t m,
-                 float* split, float* out) {
+  void mix_chunk(const DeltaNetWeights& L, DeltaNetState& st, float* x, const float* g, const float* beta, int64_t m, float* split,
+                 float* out) {
     const DeltaNetShape& shape = c_.linear;
     const int64_t C = shape.conv_channels(), kw = shape.key_width(), vw = shape.value_width();
     causal_conv1d_silu(x, m, C, L.conv.data(), shape.conv_kernel, st.conv.data());

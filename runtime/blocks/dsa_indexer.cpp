@@ -19,7 +19,7 @@
 namespace moerun::runtime {
 namespace {
 constexpr float kKeyNormEps = 1e-6f;  // transformers' nn.LayerNorm(head_dim, eps=1e-6)
-constexpr int64_t kBlock = 512;       // positions a thread scores at a time
+constexpr int64_t kBlock = 512;  // positions a thread scores at a time
 
 float* fbuf(AlignedBuffer& b, int64_t n) {
   b.resize(static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(float));
@@ -101,12 +101,15 @@ DsaIndexerWeights DsaIndexerWeights::take(io::LayerTensors& t, Matmul& mm) {
   return w;
 }
 
-void DsaIndexerWeights::pack(Matmul& mm) { pack_for_decode(mm, {&wq_b, &wk, &weights}); }
+void DsaIndexerWeights::pack(Matmul& mm) {
+  pack_for_decode(mm, {&wq_b, &wk, &weights});
+}
 
 DsaIndexer::DsaIndexer(const model::ModelConfig& c, Matmul& mm)
     : c_(c), mm_(mm), rope_(rope_frequencies(c.rope_theta, c.mla.qk_rope_head_dim, c.rope)), topk_(c.dsa.index_topk) {}
 
-void DsaIndexer::project(const DsaIndexerWeights& L, const float* xn, const float* q_latent, int64_t n, const int32_t* positions, float* rows) {
+void DsaIndexer::project(const DsaIndexerWeights& L, const float* xn, const float* q_latent, int64_t n, const int32_t* positions,
+                         float* rows) {
   const int64_t H = c_.dsa.index_heads, D = c_.dsa.index_head_dim, stride = c_.kv_k_dim();
   const int64_t col = c_.mla.latent_width();  // the index key's first column in a row
   float* q = fbuf(q_, n * H * D);
@@ -159,8 +162,10 @@ void DsaIndexer::select(const KvCache& kv, int64_t l, int64_t first, int64_t cou
     for (int64_t bi = 0; bi < blocks; ++bi) {
       const int64_t s0 = bi * kBlock, len = std::min(kBlock, pos + 1 - s0);
       const float* k = cache + (s0 - start) * stride + col;
-      if (avx512) index_scores_avx512(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
-      else index_scores_portable(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
+      if (avx512)
+        index_scores_avx512(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
+      else
+        index_scores_portable(qt.data(), H, D, k, stride, len, scale, w.data(), score.data() + s0);
     }
     // A key cached by another step that overflowed: a choice made from NaN would look ordinary.
     if (!all_finite(score.data(), pos + 1)) nonfinite_[static_cast<std::size_t>(first + i)] = 1;

@@ -21,7 +21,9 @@ constexpr int64_t kChunk = 64;  // transformers' and fla's chunk size
 // chosen at load by the CPU (the project's baseline is plain x86-64).
 #define MOERUN_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 
 // x / sqrt(sum x^2 + 1e-6), times `scale` (fla's l2norm, as transformers' torch path).
 void l2_normalise(const float* x, int64_t d, float scale, float* y) {
@@ -44,9 +46,9 @@ void l2_normalise(const float* x, int64_t d, float scale, float* y) {
 constexpr int64_t kCols = 32, kParts = 4, kCopyTokens = 8;
 
 template <int64_t W>
-__attribute__((always_inline)) inline void recurrent_columns(const float* q, const float* k, const float* v, const float* decays, const float* beta,
-                                                             int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S,
-                                                             float* o, int64_t w) {
+__attribute__((always_inline)) inline void recurrent_columns(const float* q, const float* k, const float* v, const float* decays,
+                                                             const float* beta, int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs,
+                                                             int64_t gs, float* S, float* o, int64_t w) {
   const int64_t cols = W > 0 ? W : w;
   const int64_t whole = dk - dk % kParts;
   for (int64_t t = 0; t < n; ++t) {
@@ -89,17 +91,21 @@ __attribute__((always_inline)) inline void recurrent_columns(const float* q, con
 // form's partial sums on the stack and checks S against q and k for overlap at every row.)
 template <bool kFull>
 __attribute__((target("avx512f"))) void recurrent_columns_avx512(const float* q, const float* k, const float* v, const float* decays,
-                                                                const float* beta, int64_t n, int64_t dk, int64_t ss, int64_t ks, int64_t vs,
-                                                                int64_t gs, float* S, float* o, int64_t w) {
+                                                                 const float* beta, int64_t n, int64_t dk, int64_t ss, int64_t ks,
+                                                                 int64_t vs, int64_t gs, float* S, float* o, int64_t w) {
   const auto lanes = [](int64_t c) { return static_cast<__mmask16>(c >= 16 ? 0xFFFF : c <= 0 ? 0 : (1u << c) - 1); };
   const __mmask16 lo = lanes(w), hi = lanes(w - 16);
   const auto load = [&](const float* p, __mmask16 m) __attribute__((target("avx512f"), always_inline)) {
-    if constexpr (kFull) return _mm512_loadu_ps(p);
-    else return _mm512_maskz_loadu_ps(m, p);
+    if constexpr (kFull)
+      return _mm512_loadu_ps(p);
+    else
+      return _mm512_maskz_loadu_ps(m, p);
   };
   const auto store = [&](float* p, __mmask16 m, __m512 x) __attribute__((target("avx512f"), always_inline)) {
-    if constexpr (kFull) _mm512_storeu_ps(p, x);
-    else _mm512_mask_storeu_ps(p, m, x);
+    if constexpr (kFull)
+      _mm512_storeu_ps(p, x);
+    else
+      _mm512_mask_storeu_ps(p, m, x);
   };
   const int64_t whole = dk - dk % kParts;
   for (int64_t t = 0; t < n; ++t) {
@@ -108,7 +114,7 @@ __attribute__((target("avx512f"))) void recurrent_columns_avx512(const float* q,
     const __m512 decay = _mm512_set1_ps(decays[t]), b = _mm512_set1_ps(beta[t * gs]);
     __m512 a[kParts][2];
     for (auto& p : a) p[0] = p[1] = _mm512_setzero_ps();
-    const auto read = [&](int64_t i, __m512* p) __attribute__((target("avx512f"), always_inline)) {
+    const auto read = [&](int64_t i, __m512 * p) __attribute__((target("avx512f"), always_inline)) {
       const __m512 ki = _mm512_set1_ps(kt[i]);
       p[0] = _mm512_fmadd_ps(load(S + i * ss, lo), ki, p[0]);
       p[1] = _mm512_fmadd_ps(load(S + i * ss + 16, hi), ki, p[1]);
@@ -127,7 +133,7 @@ __attribute__((target("avx512f"))) void recurrent_columns_avx512(const float* q,
       delta[h] = _mm512_mul_ps(_mm512_sub_ps(vt, _mm512_mul_ps(decay, sum)), b);
     }
     for (auto& p : a) p[0] = p[1] = _mm512_setzero_ps();
-    const auto write = [&](int64_t i, __m512* p) __attribute__((target("avx512f"), always_inline)) {
+    const auto write = [&](int64_t i, __m512 * p) __attribute__((target("avx512f"), always_inline)) {
       const __m512 ki = _mm512_set1_ps(kt[i]), qi = _mm512_set1_ps(qt[i]);
       float* row = S + i * ss;
       const __m512 s0 = _mm512_fmadd_ps(ki, delta[0], _mm512_mul_ps(load(row, lo), decay));
@@ -150,7 +156,8 @@ __attribute__((target("avx512f"))) void recurrent_columns_avx512(const float* q,
 }
 
 MOERUN_VECTOR_CLONES void recurrent_head_generic(const float* q, const float* k, const float* v, const float* decays, const float* beta,
-                                                 int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o) {
+                                                 int64_t n, int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S,
+                                                 float* o) {
   int64_t x0 = 0;
   for (; x0 + kCols <= dv; x0 += kCols) recurrent_columns<kCols>(q, k, v + x0, decays, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, kCols);
   if (x0 < dv) recurrent_columns<0>(q, k, v + x0, decays, beta, n, dk, dv, ks, vs, gs, S + x0, o + x0, dv - x0);
@@ -173,8 +180,10 @@ void recurrent_head(const float* q, const float* k, const float* v, const float*
     const int64_t ss = copy ? kCols : dv;
     if (copy)
       for (int64_t i = 0; i < dk; ++i) std::copy(S + i * dv + x0, S + i * dv + x0 + w, Sb + i * kCols);
-    if (w == kCols) recurrent_columns_avx512<true>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
-    else recurrent_columns_avx512<false>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
+    if (w == kCols)
+      recurrent_columns_avx512<true>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
+    else
+      recurrent_columns_avx512<false>(q, k, v + x0, decay.data(), beta, n, dk, ss, ks, vs, gs, Sb, o + x0, w);
     if (copy)
       for (int64_t i = 0; i < dk; ++i) std::copy(Sb + i * kCols, Sb + i * kCols + w, S + i * dv + x0);
   }
@@ -205,7 +214,8 @@ __attribute__((always_inline)) inline void accumulate_rows(float* out, float sca
 // out [dim] <- out * scale + sum_j coef[j] * rows[j], in blocks of 64 columns.
 __attribute__((always_inline)) inline void accumulate(float* out, float scale, const float* coef, const float* rows, int64_t stride,
                                                       int64_t count, int64_t dim) {
-  for (int64_t x0 = 0; x0 < dim; x0 += 64) accumulate_rows(out + x0, scale, coef, rows + x0, stride, count, std::min<int64_t>(64, dim - x0));
+  for (int64_t x0 = 0; x0 < dim; x0 += 64)
+    accumulate_rows(out + x0, scale, coef, rows + x0, stride, count, std::min<int64_t>(64, dim - x0));
 }
 
 // One chunk of c <= kChunk tokens of one head (transformers' torch_chunk_gated_delta_rule): the
@@ -223,8 +233,8 @@ struct ChunkScratch {
   }
 };
 
-MOERUN_VECTOR_CLONES void chunk_head(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t c, int64_t dk,
-                                     int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o, ChunkScratch& w) {
+MOERUN_VECTOR_CLONES void chunk_head(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t c,
+                                     int64_t dk, int64_t dv, int64_t ks, int64_t vs, int64_t gs, float* S, float* o, ChunkScratch& w) {
   float* G = w.G.data();
   float acc = 0;
   for (int64_t i = 0; i < c; ++i) G[i] = acc += g[i * gs];
@@ -324,15 +334,16 @@ void causal_conv1d_silu(float* x, int64_t n, int64_t C, const float* w, int64_t 
   for (int64_t t = 0; t < n; ++t) std::copy(x + t * C, x + (t + 1) * C, in.get() + (K - 1 + t) * C);
   for (int64_t c = 0; c < C; ++c)
     for (int64_t j = 0; j < K; ++j) wT[static_cast<std::size_t>(j * C + c)] = w[c * K + j];
-  // Rows are independent (each reads its own window of `in`): a prompt's rows on every thread.
+      // Rows are independent (each reads its own window of `in`): a prompt's rows on every thread.
 #pragma omp parallel for schedule(static) if (n * C >= kParallelElements)
   for (int64_t t = 0; t < n; ++t) conv_row(in.get() + t * C, C, wT.data(), K, C, x + t * C);
   std::copy(in.get() + n * C, in.get() + (K - 1 + n) * C, state);
 }
 
-void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
-                      const DeltaNetShape& s, float* state, float* out, DeltaRuleForm form) {
-  if (s.k_heads <= 0 || s.v_heads % s.k_heads != 0) fail(ErrorKind::Internal, "gated_delta_rule: ", s.v_heads, " value heads over ", s.k_heads, " key heads");
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n, const DeltaNetShape& s,
+                      float* state, float* out, DeltaRuleForm form) {
+  if (s.k_heads <= 0 || s.v_heads % s.k_heads != 0)
+    fail(ErrorKind::Internal, "gated_delta_rule: ", s.v_heads, " value heads over ", s.k_heads, " key heads");
   const int64_t Hk = s.k_heads, Hv = s.v_heads, dk = s.k_dim, dv = s.v_dim, ks = Hk * dk, vs = Hv * dv;
   // l2-normalised q (times 1/sqrt(dk)) and k, once per key head.
   const auto qn = std::make_unique_for_overwrite<float[]>(static_cast<std::size_t>(n * ks));
@@ -356,7 +367,8 @@ void gated_delta_rule(const float* q, const float* k, const float* v, const floa
       const float* qh = qn.get() + kh * dk;
       const float* kh_ = kn.get() + kh * dk;
       if (form != DeltaRuleForm::Chunked) {
-        recurrent_head(qh, kh_, v + h * dv, g + h, beta + h, n, dk, dv, ks, vs, Hv, S, out + h * dv, form == DeltaRuleForm::RecurrentPortable);
+        recurrent_head(qh, kh_, v + h * dv, g + h, beta + h, n, dk, dv, ks, vs, Hv, S, out + h * dv,
+                       form == DeltaRuleForm::RecurrentPortable);
         continue;
       }
       for (int64_t t0 = 0; t0 < n; t0 += kChunk) {

@@ -35,8 +35,8 @@ enum class DeltaRuleForm { Recurrent, RecurrentPortable, Chunked };
 // v_heads * v_dim]; g: [n, v_heads] log-decays (<= 0); beta: [n, v_heads] in (0, 1); state: S
 // [v_heads, k_dim, v_dim], updated; out: [n, v_heads * v_dim]. Per token and head:
 // S <- exp(g) S; S <- S + k (beta (v - S^T k))^T; o = S^T q.
-void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n,
-                      const DeltaNetShape& s, float* state, float* out, DeltaRuleForm form);
+void gated_delta_rule(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t n, const DeltaNetShape& s,
+                      float* state, float* out, DeltaRuleForm form);
 
 // The decay and the write strength from the projections a, b [n, v_heads]: g = -exp(A_log) *
 // softplus(a + dt_bias), beta = sigmoid(b).

@@ -18,7 +18,10 @@ struct GqaWeights {
 class GqaBlock final : public MixerBlock {
  public:
   GqaBlock(const model::ModelConfig& c, Matmul& mm)
-      : MixerBlock(c), mm_(mm), rope_(rope_frequencies(c.rope_theta, c.rope_dims(), c.rope)), layers_(static_cast<std::size_t>(c.num_layers)) {}
+      : MixerBlock(c),
+        mm_(mm),
+        rope_(rope_frequencies(c.rope_theta, c.rope_dims(), c.rope)),
+        layers_(static_cast<std::size_t>(c.num_layers)) {}
 
  protected:
   void bind_mixer(int64_t l, io::LayerTensors& t) override {
@@ -44,8 +47,7 @@ class GqaBlock final : public MixerBlock {
       const int64_t off = ch.first - t0;
       RowState& rows = ch.kv->row_state(l);
       rows.append(k + off * KV * hd, v + off * KV * hd, ch.count);
-      attention_forward(q + off * H * hd, rows.k.data(), rows.v.data(), rows.start, ch.pos0, ch.count, shape,
-                        attn + off * H * hd);
+      attention_forward(q + off * H * hd, rows.k.data(), rows.v.data(), rows.start, ch.pos0, ch.count, shape, attn + off * H * hd);
     }
     if (c.attention_output_gate) {  // Qwen3-Next: attn * sigmoid(x Wq_gate), element by element
       float* gate = s.mix + t0 * H * hd;
@@ -88,6 +90,8 @@ class GqaBlock final : public MixerBlock {
 
 }  // namespace
 
-std::unique_ptr<MixerBlock> make_gqa_block(const model::ModelConfig& c, Matmul& mm) { return std::make_unique<GqaBlock>(c, mm); }
+std::unique_ptr<MixerBlock> make_gqa_block(const model::ModelConfig& c, Matmul& mm) {
+  return std::make_unique<GqaBlock>(c, mm);
+}
 
 }  // namespace moerun::runtime

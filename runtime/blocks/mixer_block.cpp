@@ -40,7 +40,7 @@ MixerBlocks make_mixer_blocks(io::DenseWeights& w, Matmul& mm, MlaMode mla_mode)
   for (int64_t l = 0; l < c.num_layers; ++l) {
     MixerBlock*& kind = c.is_linear_layer(l) ? linear : attention;
     if (!kind) {
-      out.kinds.push_back(c.is_linear_layer(l) ? make_deltanet_block(c, mm)
+      out.kinds.push_back(c.is_linear_layer(l)                            ? make_deltanet_block(c, mm)
                           : c.attention_type == model::AttentionType::Mla ? make_mla_block(c, mm, mla_mode)
                                                                           : make_gqa_block(c, mm));
       kind = out.kinds.back().get();

@@ -116,8 +116,10 @@ void MlaAttention::attend(const MlaWeights& w, int64_t l, const std::vector<MlaC
   if (n != n_) fail(ErrorKind::Internal, "MlaAttention::attend: ", n, " rows, projected ", n_);
   for (const MlaChunk& ch : chunks) {
     const bool expand = mode_ == MlaMode::Expanded || (mode_ == MlaMode::Auto && ch.prompt);
-    if (expand) attend_expanded(w, l, ch, out);
-    else attend_absorbed(w, l, ch, out);
+    if (expand)
+      attend_expanded(w, l, ch, out);
+    else
+      attend_absorbed(w, l, ch, out);
   }
 }
 
@@ -184,12 +186,15 @@ void MlaAttention::attend_expanded(const MlaWeights& L, int64_t l, const MlaChun
       std::memcpy(qf + (t * H + h) * qk + nope, q_rope_.as<float>() + ((ch.first + t) * H + h) * rope, static_cast<std::size_t>(rope) * 4);
     }
   AttentionShape shape{H, H, qk, scale_, 0, nullptr, v, 0, 0};
-  if (ch.selection) attend_selected(ch, qf, H * qk, keys, H * qk, H * qk, vals, H * v, kv.start, shape, out + ch.first * H * v, H * v);
-  else attention_forward(qf, keys, vals, kv.start, ch.pos0, n, shape, out + ch.first * H * v);
+  if (ch.selection)
+    attend_selected(ch, qf, H * qk, keys, H * qk, H * qk, vals, H * v, kv.start, shape, out + ch.first * H * v, H * v);
+  else
+    attention_forward(qf, keys, vals, kv.start, ch.pos0, n, shape, out + ch.first * H * v);
 }
 
 void MlaAttention::attend_selected(const MlaChunk& ch, const float* q, int64_t q_width, const float* k, int64_t k_stride, int64_t k_width,
-                                   const float* v, int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out, int64_t out_width) {
+                                   const float* v, int64_t v_width, int64_t kv_start, const AttentionShape& shape, float* out,
+                                   int64_t out_width) {
   const DsaSelection& sel = *ch.selection;
   for (int64_t t = 0; t < ch.count; ++t) {
     const int64_t b = sel.offsets[static_cast<std::size_t>(t)], e = sel.offsets[static_cast<std::size_t>(t) + 1];

@@ -39,8 +39,8 @@ float mla_softmax_scale(const model::ModelConfig& c);
 struct MlaChunk {
   int64_t first = 0, count = 0;  // rows in the micro-batch's q arrays
   int64_t pos0 = 0;
-  const KvCache* kv = nullptr;   // its rows up to pos0 + count - 1 appended already
-  bool prompt = false;           // its tokens are prompt tokens (auto: the expanded form)
+  const KvCache* kv = nullptr;  // its rows up to pos0 + count - 1 appended already
+  bool prompt = false;  // its tokens are prompt tokens (auto: the expanded form)
   const DsaSelection* selection = nullptr;  // DSA: the positions each query attends (null: all earlier ones)
 };
 

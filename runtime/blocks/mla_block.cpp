@@ -40,8 +40,10 @@ class MlaBlock final : public MixerBlock {
     const int64_t row = c.kv_k_dim();
     float* rows = s.k + t0 * row;  // the cache rows: latent and RoPE key
     mla_.project(L.mla, xn, n, b.positions.data() + t0, rows);
-    if (indexer_ && !c.dsa.shared(l)) indexer_->project(L.indexer, xn, mla_.q_latent(), n, b.positions.data() + t0, rows);
-    else if (indexer_) clear_index_keys(rows, n);
+    if (indexer_ && !c.dsa.shared(l))
+      indexer_->project(L.indexer, xn, mla_.q_latent(), n, b.positions.data() + t0, rows);
+    else if (indexer_)
+      clear_index_keys(rows, n);
     std::vector<MlaChunk> chunks;
     for (std::size_t ci = mb.chunk0; ci < mb.chunk1; ++ci) {
       const SeqChunk& ch = b.chunks[ci];
@@ -68,8 +70,10 @@ class MlaBlock final : public MixerBlock {
   void select(int64_t l, int64_t tok0, std::vector<MlaChunk>& chunks) {
     std::vector<DsaSelection>& sel = selections_[tok0];
     const bool shared = c_.dsa.shared(l);
-    if (!shared) sel.assign(chunks.size(), DsaSelection{});
-    else if (sel.size() != chunks.size()) fail(ErrorKind::Internal, "DSA: layer ", l, " shares a choice made for other chunks");
+    if (!shared)
+      sel.assign(chunks.size(), DsaSelection{});
+    else if (sel.size() != chunks.size())
+      fail(ErrorKind::Internal, "DSA: layer ", l, " shares a choice made for other chunks");
     for (std::size_t i = 0; i < chunks.size(); ++i) {
       MlaChunk& ch = chunks[i];
       if (indexer_->attends_all(ch.pos0 + ch.count - 1)) continue;

@@ -7,7 +7,9 @@
 
 namespace moerun::runtime {
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // A dense layer: the mixer over every micro-batch, then the MLP over the whole batch (no exchange
 // to overlap).
@@ -61,7 +63,9 @@ class MoeMlpBlock final : public MlpBlock {
   }
   void bind(int64_t l, io::LayerTensors& t) override {
     MoeWeights& L = layers_.at(static_cast<std::size_t>(l));
-    t.take({{"gate", &L.gate}, {"shared_expert/w1", &L.shared_expert.w1}, {"shared_expert/w3", &L.shared_expert.w3},
+    t.take({{"gate", &L.gate},
+            {"shared_expert/w1", &L.shared_expert.w1},
+            {"shared_expert/w3", &L.shared_expert.w3},
             {"shared_expert/w2", &L.shared_expert.w2}},
            {{"gate_bias", &L.gate_bias}, {"gate_correction_bias", &L.gate_correction_bias}, {"shared_expert_gate", &L.shared_expert_gate}});
     mm_.pack(L.gate, 32);
@@ -143,8 +147,9 @@ void MoeMlpBlock::hint_next_layer(const float* xn, int64_t n, int64_t l, const s
   while (next < c.num_layers && moe_index_[static_cast<std::size_t>(next)] < 0) ++next;
   if (next >= c.num_layers || n == 0) return;
   const MoeWeights& N = layers_[static_cast<std::size_t>(next)];
-  const router::RoutingDecision r = router::route(mm_, xn, n, N.gate, c.top_k, router_, prefill, c.router_bias ? N.gate_bias.data() : nullptr,
-                                                  c.router_correction_bias ? N.gate_correction_bias.data() : nullptr);
+  const router::RoutingDecision r =
+      router::route(mm_, xn, n, N.gate, c.top_k, router_, prefill, c.router_bias ? N.gate_bias.data() : nullptr,
+                    c.router_correction_bias ? N.gate_correction_bias.data() : nullptr);
   // Each token's likelier half of its predicted experts (the slots come best first): the other half
   // is used less often (bench shape at 2x, N = 1: 0.64 of the hints used against 0.57 with all of
   // them; decode median 56.0 against 49.0 tokens/s, N = 8 86.3 against 84.2), and a wrong guess costs a read.

@@ -25,10 +25,10 @@ namespace moerun::runtime {
 struct DensePhaseTimes {
   double attention = 0;  // norms, QKV/O projections, RoPE, attention
   double gate = 0;
-  double moe = 0;        // inside MoeLayer start/finish (see MoeLayer::times for its split)
+  double moe = 0;  // inside MoeLayer start/finish (see MoeLayer::times for its split)
   double shared_expert = 0;  // the dense shared expert, where the model has one
-  double dense_mlp = 0;      // the MLP of the dense layers, where the model has some
-  double head = 0;       // final norm + LM head
+  double dense_mlp = 0;  // the MLP of the dense layers, where the model has some
+  double head = 0;  // final norm + LM head
 };
 
 // One layer's work: the step, its micro-batches, the step's buffers (h, xn, tmp), the shared

@@ -18,7 +18,9 @@ namespace {
 
 using moerun::testing::make_weight;
 
-std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
+std::vector<float> randv(std::size_t n, uint32_t seed) {
+  return moerun::testing::random_normal(n, seed);
+}
 
 // y = x·Wᵀ in fp64, with inputs rounded to bf16 first when bf16.
 std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t K, int64_t N, bool bf16) {
@@ -72,8 +74,10 @@ TEST(Matmul, QuantizedWeightsRunQuantMatmulBitForBit) {
       Matmul mm;
       WeightMatrix W = make_weight(w, N, K, dt);
       std::vector<float> wf(w.size());
-      if (dt == DType::BF16) bf16_to_f32(W.data.as<uint16_t>(), wf.data(), wf.size());
-      else wf = w;
+      if (dt == DType::BF16)
+        bf16_to_f32(W.data.as<uint16_t>(), wf.data(), wf.size());
+      else
+        wf = w;
       mm.quantize(W, s);
       mm.pack(W, 32);
       EXPECT_EQ(W.scheme, s);
@@ -173,7 +177,7 @@ TEST(Matmul, SmallMKernelsMatchFp64) {
       }
   if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512: the small-M kernels are not used here";
   EXPECT_GE(checked, 60);  // every shape and M of f32 at least
-  EXPECT_GE(panels, 18);   // f32 panels on every shape at least
+  EXPECT_GE(panels, 18);  // f32 panels on every shape at least
 }
 
 // The panel kernel's SiLU (its own vector exp) over the whole range of pre-activations, exp's

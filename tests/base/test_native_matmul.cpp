@@ -58,7 +58,7 @@ TEST(Fp8, NarrowingRoundsToTheNearestCodeTiesToEven) {
     EXPECT_EQ(f32_to_e4m3(static_cast<float>(lo + (hi - lo) * 0.3)), codes[i].second);
     EXPECT_EQ(f32_to_e4m3(static_cast<float>(lo + (hi - lo) * 0.7)), codes[i + 1].second);
   }
-  EXPECT_EQ(f32_to_e4m3(1e6f), 0x7e);   // saturates
+  EXPECT_EQ(f32_to_e4m3(1e6f), 0x7e);  // saturates
   EXPECT_EQ(f32_to_e4m3(-1e6f), 0xfe);
   EXPECT_EQ(f32_to_e4m3(NAN), 0x7f);
 }
@@ -306,7 +306,8 @@ TEST(NativeMatmulMxfp4, DigitsKeepTheirBoundAtTiesWideRangesAndZeros) {
   std::vector<float> yp(static_cast<std::size_t>(M * N)), y(yp.size());
   native_matmul(WeightScheme::Mxfp4, x.data(), M, K, N, w.blocked.data(), yp.data(), NativeKernel::Portable);
   for (std::size_t i = 0; i < yp.size(); ++i) ASSERT_LE(std::fabs(yp[i] - ref[i]), 1e-6 * abs_sum[i] + bound[i] + 1e-38) << i;
-  if (!native_kernel_supported(WeightScheme::Mxfp4, NativeKernel::Avx512)) GTEST_SKIP() << "portable kernel checked; no AVX-512 VNNI/VBMI here";
+  if (!native_kernel_supported(WeightScheme::Mxfp4, NativeKernel::Avx512))
+    GTEST_SKIP() << "portable kernel checked; no AVX-512 VNNI/VBMI here";
   native_matmul(WeightScheme::Mxfp4, x.data(), M, K, N, w.blocked.data(), y.data(), NativeKernel::Avx512);
   EXPECT_EQ(0, std::memcmp(y.data(), yp.data(), y.size() * 4));
 }
@@ -364,8 +365,9 @@ TEST(NativeMatmulForm, BytesAreTheStoredBytesPlusPaddingRows) {
   EXPECT_EQ(native_blocked_bytes(WeightScheme::Fp8Block, 49, 256), 64 * 256 + 2 * 4);  // a padded block
 }
 
-INSTANTIATE_TEST_SUITE_P(Schemes, NativeMatmul, ::testing::Values(WeightScheme::Mxfp4, WeightScheme::Fp8Block),
-                         [](const auto& info) { return info.param == WeightScheme::Mxfp4 ? std::string("mxfp4") : std::string("fp8_block"); });
+INSTANTIATE_TEST_SUITE_P(Schemes, NativeMatmul, ::testing::Values(WeightScheme::Mxfp4, WeightScheme::Fp8Block), [](const auto& info) {
+  return info.param == WeightScheme::Mxfp4 ? std::string("mxfp4") : std::string("fp8_block");
+});
 
 }  // namespace
 }  // namespace moerun

@@ -15,15 +15,21 @@
 namespace moerun {
 namespace {
 
-__attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) { return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)); }
-__attribute__((target("f16c"))) float hw_f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+__attribute__((target("f16c"))) uint16_t hw_f32_to_f16(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+__attribute__((target("f16c"))) float hw_f16_to_f32(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 TEST(Fp16, EveryHalfWidensAsTheCpuDoes) {
   if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU to compare against";
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = f16_to_f32(static_cast<uint16_t>(h)), b = hw_f16_to_f32(static_cast<uint16_t>(h));
-    if (std::isnan(b)) EXPECT_TRUE(std::isnan(a)) << h;
-    else ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "half " << h << ": " << a << " vs " << b;
+    if (std::isnan(b))
+      EXPECT_TRUE(std::isnan(a)) << h;
+    else
+      ASSERT_EQ(std::memcmp(&a, &b, 4), 0) << "half " << h << ": " << a << " vs " << b;
   }
 }
 
@@ -202,8 +208,9 @@ TEST_P(QuantMatmul, PrefillRowsMatchFp64AndEveryKernelIsBitwiseEqual) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantMatmul,
-                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4), ::testing::Values(1, 3, 4, 5, 9),
-                                            ::testing::Values(1, 16, 17, 33, 100), ::testing::Values(32, 96, 1024)));
+                         ::testing::Combine(::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4),
+                                            ::testing::Values(1, 3, 4, 5, 9), ::testing::Values(1, 16, 17, 33, 100),
+                                            ::testing::Values(32, 96, 1024)));
 
 TEST(QuantizeActivations, PerGroupAmaxScaleAndNearestLevels) {
   const int64_t M = 3, K = 96;

@@ -23,11 +23,13 @@ namespace {
 using experts::CpuBackend;
 using experts::DeviceKind;
 using experts::ExpertRun;
-using experts::ResidentExpert;
 using experts::pack_expert_from_raw;
 using experts::replica_row_granule;
+using experts::ResidentExpert;
 
-std::vector<float> randv(std::size_t n, uint32_t seed, float scale) { return moerun::testing::random_normal(n, seed, scale); }
+std::vector<float> randv(std::size_t n, uint32_t seed, float scale) {
+  return moerun::testing::random_normal(n, seed, scale);
+}
 constexpr auto make = moerun::testing::make_weight;
 
 class ExpertFfn : public ::testing::TestWithParam<std::tuple<DType, int64_t>> {};
@@ -165,7 +167,6 @@ TEST(CpuBackendRunAll, ExpertsInParallelGiveTheSequentialBits) {
     }
 }
 
-
 // Quantized experts through the raw form the shards store, packed as the backend packs them,
 // against fp64 of the dequantized weights with the real x: q8/q4 differ from it by the int8
 // activations' rounding; mxfp4 and fp8-block compute in float32 and differ by its rounding only.
@@ -299,8 +300,10 @@ TEST(ReplicaGranule, PartsAtTheGranuleGiveTheWholeBits) {
       // The raw form is in the model's dtype: float32 experts are 4 bytes a weight.
       const auto w = randv(static_cast<std::size_t>(c.params_per_expert()), 31, 0.1f);
       raw = AlignedBuffer(w.size() * dtype_size(k.dt));
-      if (k.dt == DType::F32) std::memcpy(raw.data(), w.data(), w.size() * sizeof(float));
-      else f32_to_bf16(w.data(), raw.as<uint16_t>(), w.size());
+      if (k.dt == DType::F32)
+        std::memcpy(raw.data(), w.data(), w.size() * sizeof(float));
+      else
+        f32_to_bf16(w.data(), raw.as<uint16_t>(), w.size());
     } else {
       std::vector<float> dq[3];
       raw = moerun::testing::quantized_expert(c, 33, dq);

@@ -15,8 +15,12 @@
 namespace moerun::dequant {
 namespace {
 
-__attribute__((target("f16c"))) float hw_f16(uint16_t h) { return _cvtsh_ss(h); }
-__attribute__((target("f16c"))) float hw_round_f16(float f) { return _cvtsh_ss(static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT))); }
+__attribute__((target("f16c"))) float hw_f16(uint16_t h) {
+  return _cvtsh_ss(h);
+}
+__attribute__((target("f16c"))) float hw_round_f16(float f) {
+  return _cvtsh_ss(static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT)));
+}
 // Round to nearest even bfloat16 by the integer trick, in the test's own words.
 float round_to_bf16(float f) {
   uint32_t b;
@@ -26,7 +30,9 @@ float round_to_bf16(float f) {
   return f;
 }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b)); }
+bool same_bits(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b));
+}
 
 TEST(WeightDequant, ElementTypesWidenToTheirDefinitions) {
   if (__builtin_cpu_supports("f16c"))
@@ -35,11 +41,14 @@ TEST(WeightDequant, ElementTypesWidenToTheirDefinitions) {
     const int e = (b >> 3) & 15, m = b & 7;
     double want = e == 0 ? m * std::ldexp(1.0, -9) : (1 + m / 8.0) * std::ldexp(1.0, e - 7);
     if (b & 0x80) want = -want;
-    if (e == 15 && m == 7) EXPECT_TRUE(std::isnan(e4m3(static_cast<uint8_t>(b)))) << b;
-    else EXPECT_TRUE(same_bits(e4m3(static_cast<uint8_t>(b)), static_cast<float>(want))) << b;
+    if (e == 15 && m == 7)
+      EXPECT_TRUE(std::isnan(e4m3(static_cast<uint8_t>(b)))) << b;
+    else
+      EXPECT_TRUE(same_bits(e4m3(static_cast<uint8_t>(b)), static_cast<float>(want))) << b;
   }
   const double mag[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
-  for (int n = 0; n < 16; ++n) EXPECT_TRUE(same_bits(e2m1(static_cast<uint8_t>(n)), static_cast<float>((n & 8 ? -1 : 1) * mag[n & 7]))) << n;
+  for (int n = 0; n < 16; ++n)
+    EXPECT_TRUE(same_bits(e2m1(static_cast<uint8_t>(n)), static_cast<float>((n & 8 ? -1 : 1) * mag[n & 7]))) << n;
   for (int s = 0; s < 255; ++s) EXPECT_EQ(static_cast<double>(e8m0(static_cast<uint8_t>(s))), std::ldexp(1.0, s - 127)) << s;
   EXPECT_TRUE(std::isnan(e8m0(255)));
 }
@@ -145,7 +154,8 @@ TEST_P(WeightDequantMatrix, EveryWeightIsItsDefinitionBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, WeightDequantMatrix,
-                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4,
+                                           WeightScheme::Fp8Block),
                          [](const auto& info) {
                            return std::string(info.param == WeightScheme::Q8      ? "q8"
                                               : info.param == WeightScheme::Q4    ? "q4"

@@ -15,8 +15,8 @@
 namespace moerun {
 namespace {
 
-const WeightScheme kAll[] = {WeightScheme::Plain, WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4,
-                             WeightScheme::Fp8Block};
+const WeightScheme kAll[] = {WeightScheme::Plain, WeightScheme::Q8,    WeightScheme::Q4,
+                             WeightScheme::Int4,  WeightScheme::Mxfp4, WeightScheme::Fp8Block};
 
 TEST(WeightSchemeTable, EverySchemeHasOneRowAndOneName) {
   std::set<std::string> names;
@@ -51,8 +51,10 @@ TEST(WeightSchemeTable, GroupBitsAreTheStoredBytes) {
 TEST(WeightSchemeTable, GroupRowsReachTheirKernels) {
   const std::vector<uint8_t> zeros(1 << 16, 0);
   for (const WeightSchemeRow& r : weight_scheme_table()) {
-    if (r.kernels == WeightKernels::Group) EXPECT_EQ(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), -1) << r.name;
-    else EXPECT_THROW(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), Error) << static_cast<int>(r.scheme);
+    if (r.kernels == WeightKernels::Group)
+      EXPECT_EQ(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), -1) << r.name;
+    else
+      EXPECT_THROW(quant_blocked_find_bad(r.scheme, 16, 64, zeros.data()), Error) << static_cast<int>(r.scheme);
   }
 }
 

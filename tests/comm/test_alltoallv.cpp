@@ -71,13 +71,13 @@ std::vector<std::vector<int64_t>> test_cases() {
   std::vector<std::vector<int64_t>> cases;
   std::vector<int64_t> c(static_cast<std::size_t>(world().size));
   for (auto& x : c) x = static_cast<int64_t>(g() % 3 == 0 ? 0 : g() % 5000);
-  cases.push_back(c);                                          // random with zeros
-  cases.push_back(std::vector<int64_t>(world().size, 0));             // empty exchange
+  cases.push_back(c);  // random with zeros
+  cases.push_back(std::vector<int64_t>(world().size, 0));  // empty exchange
   c.assign(static_cast<std::size_t>(world().size), 3);
-  c[(world().rank + 1) % world().size] = 1 << 20;                            // one hot destination
+  c[(world().rank + 1) % world().size] = 1 << 20;  // one hot destination
   cases.push_back(c);
   c.assign(static_cast<std::size_t>(world().size), 0);
-  c[0] = 12345;                                                // everything to rank 0
+  c[0] = 12345;  // everything to rank 0
   cases.push_back(c);
   return cases;
 }
@@ -114,8 +114,7 @@ TEST(AllToAllV, ExchangesInFlightTogetherKeepTheirSlots) {
         h.back()->post();
       }
       for (auto& x : h)
-        while (!x->test()) {
-        }
+        while (!x->test()) {}
       for (int slot = 0; slot < 2; ++slot) {
         const auto* r = h[static_cast<std::size_t>(slot)]->recv_as<uint8_t>();
         EXPECT_EQ(std::vector<uint8_t>(r, r + h[static_cast<std::size_t>(slot)]->plan().recv_total()),
@@ -128,7 +127,7 @@ TEST(AllToAllV, ExchangesInFlightTogetherKeepTheirSlots) {
 TEST(AllToAllV, HandleMisuseIsAnInternalError) {
   MpiAllToAllV a2a(MPI_COMM_WORLD, 30);
   auto h = a2a.open(a2a.plan(std::vector<int64_t>(static_cast<std::size_t>(world().size), 3), "misuse"));
-  EXPECT_THROW(h->test(), Error);   // not posted
+  EXPECT_THROW(h->test(), Error);  // not posted
   struct Seven {
     char c[7];
   };
@@ -196,4 +195,3 @@ TEST(AllToAllV, MToNPattern) {
 
 }  // namespace
 }  // namespace moerun::comm
-

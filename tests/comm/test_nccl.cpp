@@ -56,4 +56,3 @@ TEST(Nccl, ExchangeMatchesMpiAlltoallv) {
 
 }  // namespace
 }  // namespace moerun::comm
-

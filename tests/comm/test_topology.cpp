@@ -83,4 +83,3 @@ TEST(Topology, BuiltOverMpiAgreesWithRanksPerNode) {
 
 }  // namespace
 }  // namespace moerun::comm
-

@@ -18,7 +18,8 @@ namespace moerun::testing {
 
 // One quantized matrix [rows, cols] into its raw parts (values at q, scales at sc, int4's level
 // bytes right after its scales) as the shards store it, and the weights those bytes stand for into `dq`.
-inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, uint8_t* q, uint8_t* sc, std::vector<float>& dq) {
+inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t rows, int64_t cols, uint8_t* q, uint8_t* sc,
+                          std::vector<float>& dq) {
   dq.resize(static_cast<std::size_t>(rows * cols));
   if (s == WeightScheme::Mxfp4) {
     quantize_mxfp4(w.data(), rows, cols / 32, q, sc);
@@ -37,12 +38,15 @@ inline void quantize_part(WeightScheme s, const std::vector<float>& w, int64_t r
 // the dequantized w1, w3, w2.
 inline AlignedBuffer quantized_expert(const model::ModelConfig& c, uint32_t seed, std::vector<float> dq[3]) {
   const int64_t d = c.hidden_size, ff = c.intermediate_size;
-  const std::vector<float> w[3] = {moerun::testing::random_normal(ff * d, seed, 0.125f), moerun::testing::random_normal(ff * d, seed + 1, 0.125f), moerun::testing::random_normal(d * ff, seed + 2, 0.1f)};
+  const std::vector<float> w[3] = {moerun::testing::random_normal(ff * d, seed, 0.125f),
+                                   moerun::testing::random_normal(ff * d, seed + 1, 0.125f),
+                                   moerun::testing::random_normal(d * ff, seed + 2, 0.1f)};
   const auto parts = io::expert_raw_parts(c);
   AlignedBuffer raw(io::expert_raw_bytes(c));
   const char* names[] = {"w1", "w3", "w2"};
   for (int m = 0; m < 3; ++m)
-    quantize_part(c.expert_format.scheme, w[m], m == 2 ? d : ff, m == 2 ? ff : d, raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset,
+    quantize_part(c.expert_format.scheme, w[m], m == 2 ? d : ff, m == 2 ? ff : d,
+                  raw.as<uint8_t>() + io::expert_part(parts, names[m]).offset,
                   raw.as<uint8_t>() + io::expert_part(parts, std::string(names[m]) + "_scales").offset, dq[m]);
   return raw;
 }

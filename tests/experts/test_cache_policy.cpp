@@ -12,7 +12,9 @@ namespace {
 
 constexpr int64_t kLayers = 3, kExperts = 4;
 auto all = [](int64_t, int64_t) { return true; };
-int64_t key(int64_t l, int64_t e) { return l * kExperts + e; }
+int64_t key(int64_t l, int64_t e) {
+  return l * kExperts + e;
+}
 
 std::vector<int64_t> keys(const std::vector<ScoredExpert>& v) {
   std::vector<int64_t> out;

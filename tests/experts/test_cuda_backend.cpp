@@ -125,10 +125,13 @@ std::vector<char> raw_expert(const model::ModelConfig& c, uint32_t seed) {
   const std::size_t es = dtype_size(c.dtype);
   std::vector<char> raw(static_cast<std::size_t>(3 * n) * es);
   for (int m = 0; m < 3; ++m) {
-    const auto v = random_normal(static_cast<std::size_t>(n), seed * 3 + m, 1.0f / std::sqrt(static_cast<float>(m == 2 ? c.intermediate_size : c.hidden_size)));
+    const auto v = random_normal(static_cast<std::size_t>(n), seed * 3 + m,
+                                 1.0f / std::sqrt(static_cast<float>(m == 2 ? c.intermediate_size : c.hidden_size)));
     char* at = raw.data() + static_cast<std::size_t>(m * n) * es;
-    if (c.dtype == DType::F32) std::memcpy(at, v.data(), v.size() * 4);
-    else f32_to_bf16(v.data(), reinterpret_cast<uint16_t*>(at), v.size());
+    if (c.dtype == DType::F32)
+      std::memcpy(at, v.data(), v.size() * 4);
+    else
+      f32_to_bf16(v.data(), reinterpret_cast<uint16_t*>(at), v.size());
   }
   return raw;
 }
@@ -234,8 +237,10 @@ TEST_P(CudaBackendLayer, BiasedAndClampedExpertsMatchTheCpuBackend) {
     const auto bias = random_normal(static_cast<std::size_t>(c_.expert_bias_params()), 6, 0.3f);
     const std::size_t es = dtype_size(c_.dtype), at = raw.size();
     raw.resize(at + bias.size() * es);
-    if (c_.dtype == DType::F32) std::memcpy(raw.data() + at, bias.data(), bias.size() * 4);
-    else f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(raw.data() + at), bias.size());
+    if (c_.dtype == DType::F32)
+      std::memcpy(raw.data() + at, bias.data(), bias.size() * 4);
+    else
+      f32_to_bf16(bias.data(), reinterpret_cast<uint16_t*>(raw.data() + at), bias.size());
     auto ce = cpu_->allocate_expert(), ge = gpu_->allocate_expert();
     cpu_->load_expert(raw.data(), *ce);
     gpu_->load_expert(raw.data(), *ge);

@@ -52,7 +52,8 @@ class ExpertCacheTest : public ::testing::Test {
     return c;
   }
   std::unique_ptr<ExpertCache> make(const ExpertCacheConfig& c, const io::AffinityGraph* g = nullptr) {
-    return std::make_unique<ExpertCache>(c, *backend_, *index_, [](int64_t, int64_t) { return true; }, g);
+    return std::make_unique<ExpertCache>(
+        c, *backend_, *index_, [](int64_t, int64_t) { return true; }, g);
   }
   // An expert as the CPU backend holds it.
   static const FfnWeights& weights(const ResidentExpert& e) { return static_cast<const CpuExpert&>(e).w; }
@@ -189,14 +190,16 @@ class SmallHostBackend final : public CpuBackend {
 TEST_F(ExpertCacheTest, MoreExpertsThanTheBackendsMemoryAreRefusedUpFront) {
   SmallHostBackend small(config_, mm_, 3 * slot_);
   try {
-    ExpertCache c(cfg(4), small, *index_, [](int64_t, int64_t) { return true; }, nullptr);
+    ExpertCache c(
+        cfg(4), small, *index_, [](int64_t, int64_t) { return true; }, nullptr);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::Usage);
     EXPECT_NE(std::string(e.what()).find("--l1-bytes: 4 L1 slots"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("MiB of host memory"), std::string::npos) << e.what();
   }
-  EXPECT_NO_THROW(ExpertCache(cfg(3), small, *index_, [](int64_t, int64_t) { return true; }, nullptr));
+  EXPECT_NO_THROW(ExpertCache(
+      cfg(3), small, *index_, [](int64_t, int64_t) { return true; }, nullptr));
   try {
     ResidentExperts r(small, *index_, config_, [](int64_t, int64_t) { return true; });  // 8 experts
     FAIL() << "no error";
@@ -355,7 +358,10 @@ TEST_F(ExpertCacheTest, L2SurvivesARestart) {
 // L2 entries are packed weights: read back into a slot they equal a fresh L3 load packed the same
 // way; an L2 written for another layout (another oneDNN, CPU or shape) is not read, but starts empty.
 TEST_F(ExpertCacheTest, L2HoldsThePackedFormOfItsLayoutOnly) {
-  { auto c = make(cfg(1, PrefetchPolicy::Off, true)); for (int64_t e = 0; e < 4; ++e) run_layer(*c, 1, {e}); }
+  {
+    auto c = make(cfg(1, PrefetchPolicy::Off, true));
+    for (int64_t e = 0; e < 4; ++e) run_layer(*c, 1, {e});
+  }
   {
     auto c = make(cfg(1, PrefetchPolicy::Off, true));
     for (int64_t e = 0; e < 4; ++e) {
@@ -466,8 +472,8 @@ TEST_F(ExpertCacheTest, FlippedByteInL3FailsNamingExpertAndFile) {
     bits ^= 1u;  // one flipped bit
     std::memcpy(&w1[5], &bits, 4);
     io::h5_delete(f, "/layers/0/experts/1/w1");
-    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                 w1.data(), true);
+    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, w1.data(),
+                 true);
   }
   auto c = make(cfg(2));
   std::vector<int64_t> rows{0, 1, 0, 0};
@@ -575,7 +581,8 @@ TEST_F(ExpertCacheTest, UnsureGuessesLoadOnlyInGapsLongerThanALoad) {
     c.prefetch = PrefetchPolicy::Gate;
     c.warmup = WarmupPolicy::None;
     c.io_threads = 1;
-    ExpertCache cache(c, backend, index, [](int64_t, int64_t) { return true; }, nullptr);
+    ExpertCache cache(
+        c, backend, index, [](int64_t, int64_t) { return true; }, nullptr);
     // Until 64 guesses are judged (wrong: unsure from then on), then 60 layer pairs counted.
     int64_t issued_before = -1, counted = 0;
     for (int i = 0; i < 600 && counted < 60; ++i) {
@@ -650,7 +657,8 @@ TEST_F(ExpertCacheTest, UnsureGuessesReadOnlyAfterTheLayersDemandReads) {
   LoggedSlowSource source(*index_, std::chrono::milliseconds(5));
   ExpertCacheConfig c = cfg(2, PrefetchPolicy::Gate);
   c.io_threads = 4;
-  ExpertCache cache(c, *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
+  ExpertCache cache(
+      c, *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
   constexpr int kSteps = 120, kJudged = 80;  // after kJudged steps the guesses are judged unsure
   std::vector<std::pair<double, double>> windows;  // per step: layer 0 begins, layer 1 begins
   for (int i = 0; i < kSteps; ++i) {
@@ -693,11 +701,12 @@ TEST_F(ExpertCacheTest, HandedOffLoadWithAFlippedBitFailsInTheWaitingThread) {
     io::h5_read(f, "/layers/0/experts/1/w1", H5T_NATIVE_FLOAT, w1.data());
     w1[5] = std::nextafter(w1[5], 1.0f);
     io::h5_delete(f, "/layers/0/experts/1/w1");
-    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                 w1.data(), true);
+    io::h5_write(f, "/layers/0/experts/1/w1", {config_.intermediate_size, config_.hidden_size}, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, w1.data(),
+                 true);
   }
   LoggedSlowSource source(*index_, std::chrono::milliseconds(50));
-  ExpertCache cache(cfg(2), *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
+  ExpertCache cache(
+      cfg(2), *backend_, source, [](int64_t, int64_t) { return true; }, nullptr);
   cache.begin_layer(0, {0, 1, 0, 0});
   try {
     cache.acquire(0, 1);

@@ -42,7 +42,8 @@ TEST(Placement, RoundRobinDealsOverExpertRanks) {
 }
 
 TEST(Placement, ExplicitFile) {
-  Placement p = placement_from_json(write(R"({"0": {"0": 1, "1": 1, "2": 1, "3": 2}, "1": {"0": 3, "1": 3, "2": 3, "3": 3}})"), 2, 4, kTopo);
+  Placement p =
+      placement_from_json(write(R"({"0": {"0": 1, "1": 1, "2": 1, "3": 2}, "1": {"0": 3, "1": 3, "2": 3, "3": 3}})"), 2, 4, kTopo);
   EXPECT_EQ(p.owner_of(0, 3), 2);
   EXPECT_EQ(p.count_on(3), 4);
   EXPECT_FALSE(p.has_replicas(0));
@@ -62,7 +63,8 @@ TEST(Placement, ReplicasInTheFileAndBack) {
 }
 
 TEST(Placement, BadFiles) {
-  EXPECT_NE(error_of(R"({"0": {"0": 1, "1": 1, "2": 1, "3": 2}, "1": {"0": 3, "1": 3, "2": 3}})").find("layer 1 expert 3 is not placed"), std::string::npos);
+  EXPECT_NE(error_of(R"({"0": {"0": 1, "1": 1, "2": 1, "3": 2}, "1": {"0": 3, "1": 3, "2": 3}})").find("layer 1 expert 3 is not placed"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"0": {"0": 0}})").find("rank 0 is not an expert rank"), std::string::npos);
   EXPECT_NE(error_of(R"({"0": {"0": 1)").find("not valid JSON at byte 14"), std::string::npos);
   EXPECT_NE(error_of(R"({"2": {"0": 1}})").find("layer \"2\" is not in [0, 2)"), std::string::npos);
@@ -88,10 +90,9 @@ ExpertLoads loads_of(const std::vector<std::vector<int64_t>>& rows) {
 // The planner must do no worse by the routers' split, keep each group on one node and never put
 // two copies of an expert on one rank.
 TEST(PlacementPlan, NoWorseThanEplbOnItsExample) {
-  const ExpertLoads loads = loads_of({{90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86},
-                                      {20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27}});
-  const int eplb_phy2log[2][16] = {{5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1},
-                                   {7, 10, 6, 8, 6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1}};
+  const ExpertLoads loads =
+      loads_of({{90, 132, 40, 61, 104, 165, 39, 4, 73, 56, 183, 86}, {20, 107, 104, 64, 19, 197, 187, 157, 172, 86, 16, 27}});
+  const int eplb_phy2log[2][16] = {{5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1}, {7, 10, 6, 8, 6, 11, 8, 9, 2, 4, 5, 1, 5, 0, 3, 1}};
   Placement eplb{2, 12, std::vector<std::vector<int>>(24)};
   for (int l = 0; l < 2; ++l)
     for (int i = 0; i < 16; ++i) eplb.holders[static_cast<std::size_t>(l * 12 + eplb_phy2log[l][i])].push_back(kTwoNodes.experts[i / 2]);

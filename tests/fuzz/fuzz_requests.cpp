@@ -41,11 +41,46 @@ const std::vector<std::string> kOpenAiSeeds = {
     R"({"custom_id": "d", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "system", "content": [{"type": "text", "text": "t"}]}], "chat_template_kwargs": {"enable_thinking": false}}})",
 };
 const std::vector<std::string> kTokens = {
-    "1e999", "-1e999", "18446744073709551615", "18446744073709551616", "9223372036854775807", "-9223372036854775808",
-    "0", "-1", "99", "100", "1e-400", "NaN", "Infinity", "null", "true", "\"\"", "[]", "{}", "[[[[[[[[]]]]]]]]",
-    "\"q1\"", "\"line:1\"", "\"\\u0000\"", "\"\\ud800\"", "\xff\xfe", "\"\xc3\x28\"", ",", ":", "\"id\"",
-    "\"prompt_tokens\"", "\"max_new_tokens\"", "\"temperature\"", "\"top_p\"", "\"seed\"", "\n", "\r\n", " ",
-    std::string(300, '['), "0.5", "1.0000000000000002", "4294967296",
+    "1e999",
+    "-1e999",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "0",
+    "-1",
+    "99",
+    "100",
+    "1e-400",
+    "NaN",
+    "Infinity",
+    "null",
+    "true",
+    "\"\"",
+    "[]",
+    "{}",
+    "[[[[[[[[]]]]]]]]",
+    "\"q1\"",
+    "\"line:1\"",
+    "\"\\u0000\"",
+    "\"\\ud800\"",
+    "\xff\xfe",
+    "\"\xc3\x28\"",
+    ",",
+    ":",
+    "\"id\"",
+    "\"prompt_tokens\"",
+    "\"max_new_tokens\"",
+    "\"temperature\"",
+    "\"top_p\"",
+    "\"seed\"",
+    "\n",
+    "\r\n",
+    " ",
+    std::string(300, '['),
+    "0.5",
+    "1.0000000000000002",
+    "4294967296",
 };
 
 std::string mutate(std::string s, std::mt19937_64& rng) {
@@ -54,9 +89,13 @@ std::string mutate(std::string s, std::mt19937_64& rng) {
   for (int i = 0; i < edits; ++i) {
     const std::size_t at = pick(s.size() + 1);
     switch (rng() % 6) {
-      case 0: if (!s.empty()) s[pick(s.size())] = static_cast<char>(rng() & 0xff); break;
+      case 0:
+        if (!s.empty()) s[pick(s.size())] = static_cast<char>(rng() & 0xff);
+        break;
       case 1: s.insert(at, kTokens[pick(kTokens.size())]); break;
-      case 2: if (!s.empty()) s.erase(at < s.size() ? at : s.size() - 1, 1 + pick(8)); break;
+      case 2:
+        if (!s.empty()) s.erase(at < s.size() ? at : s.size() - 1, 1 + pick(8));
+        break;
       case 3: {  // replace a number with a token
         const std::size_t d = s.find_first_of("0123456789", at);
         if (d != std::string::npos) {
@@ -88,9 +127,12 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   long iterations = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--seconds")) seconds = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atol(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--seconds"))
+      seconds = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--seed"))
+      seed = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--iterations"))
+      iterations = std::atol(argv[i + 1]);
   }
   const std::string dir = std::filesystem::temp_directory_path() / ("moerun-fuzz-req-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -180,7 +222,7 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
   std::printf("fuzz_requests: seed %llu, %ld files in %.0f s: %ld valid and %ld invalid lines, %d failures\n",
-              static_cast<unsigned long long>(seed), n,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), valid_lines, invalid_lines, failures);
+              static_cast<unsigned long long>(seed), n, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+              valid_lines, invalid_lines, failures);
   return failures ? 1 : 0;
 }

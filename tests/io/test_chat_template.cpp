@@ -31,9 +31,11 @@ class ChatTemplateTest : public ::testing::Test {
   void SetUp() override {
     dir_ = moerun::testing::scratch_dir("chat-template");
     // A default template and a named one that does not compile (an unclosed for).
-    const nlohmann::json cfg{{"bos_token", "<s>"},
-                             {"chat_template", {{{"name", "default"}, {"template", "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"}},
-                                                {{"name", "broken"}, {"template", "{% for m in messages %}{{ m.content }}"}}}}};
+    const nlohmann::json cfg{
+        {"bos_token", "<s>"},
+        {"chat_template",
+         {{{"name", "default"}, {"template", "{{ bos_token }}{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}"}},
+          {{"name", "broken"}, {"template", "{% for m in messages %}{{ m.content }}"}}}}};
     std::ofstream(dir_ / "tokenizer_config.json") << cfg.dump();
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -121,7 +121,8 @@ TEST_F(ExpertIndexCacheTest, WrongOffsetsWithAValidChecksumFailTheExpertsCheck) 
   const std::size_t parts = expert_raw_parts(config).size(), record = 16 + 8 * parts, first = 16 + header;
   ASSERT_EQ(b.size(), first + record * static_cast<std::size_t>(config.num_expert_slots()) + 8);
   for (std::size_t m = 0; m < parts; ++m)
-    std::swap_ranges(b.begin() + static_cast<std::ptrdiff_t>(first + 16 + 8 * m), b.begin() + static_cast<std::ptrdiff_t>(first + 24 + 8 * m),
+    std::swap_ranges(b.begin() + static_cast<std::ptrdiff_t>(first + 16 + 8 * m),
+                     b.begin() + static_cast<std::ptrdiff_t>(first + 24 + 8 * m),
                      b.begin() + static_cast<std::ptrdiff_t>(first + record + 16 + 8 * m));
   const uint64_t sum = Xxh64().bytes(b.data(), b.size() - 8).digest();
   std::memcpy(b.data() + b.size() - 8, &sum, 8);

@@ -55,12 +55,10 @@ TEST_F(ExpertSwapTest, MalformedControlFilesNameTheField) {
   EXPECT_NE(parse_error("{\"swaps\": [{\"experts\": \"all\"}]}").find("swaps[0].shard"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": 7, \"experts\": \"all\"}]}").find("swaps[0].shard"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\"}]}").find("swaps[0].experts is missing"), std::string::npos);
-  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": \"some\"}]}").find("swaps[0].experts must be"),
-            std::string::npos);
+  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": \"some\"}]}").find("swaps[0].experts must be"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": []}]}").find("swaps[0].experts must be"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[1]]}]}").find("is not [layer, expert]"), std::string::npos);
-  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[0, 1.5]]}]}").find("is not [layer, expert]"),
-            std::string::npos);
+  EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[0, 1.5]]}]}").find("is not [layer, expert]"), std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[2, 0]]}]}").find("outside the model's 2 MoE layers x 4"),
             std::string::npos);
   EXPECT_NE(parse_error("{\"swaps\": [{\"shard\": \"a.h5\", \"experts\": [[0, -1]]}]}").find("outside"), std::string::npos);

@@ -38,7 +38,7 @@ class FileSafety : public ::testing::Test {
     fs::remove_all(dir);
   }
   static mode_t mode_of(const fs::path& p) {
-    struct stat sb{};
+    struct stat sb {};
     EXPECT_EQ(::stat(p.c_str(), &sb), 0);
     return sb.st_mode & 07777;
   }
@@ -56,7 +56,7 @@ TEST_F(FileSafety, OneLockPerOutput) {
     OutputLock other((dir / "other.jsonl").string());  // another output is free
   }
   EXPECT_FALSE(fs::exists(out + ".lock"));  // removed by its holder
-  OutputLock again(out);                    // and free again
+  OutputLock again(out);  // and free again
 }
 
 TEST_F(FileSafety, LockThatIsNotARegularFileIsRefused) {
@@ -102,14 +102,12 @@ TEST_F(FileSafety, PrivateDirectories) {
             std::string::npos);
   const fs::path link = dir / "link";
   fs::create_directory_symlink(ok, link);
-  EXPECT_NE(error_of([&] { check_private_directory(link.string(), "--staging"); }, ErrorKind::Io).find("is a symlink"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { check_private_directory(link.string(), "--staging"); }, ErrorKind::Io).find("is a symlink"), std::string::npos);
   if (::geteuid() == 0) {  // root can hand a directory to another user
     const fs::path theirs = dir / "theirs";
     fs::create_directory(theirs);
     ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
-    EXPECT_NE(error_of([&] { make_private_directory(theirs.string()); }, ErrorKind::Io).find("is owned by uid 65534"),
-              std::string::npos);
+    EXPECT_NE(error_of([&] { make_private_directory(theirs.string()); }, ErrorKind::Io).find("is owned by uid 65534"), std::string::npos);
   }
 }
 
@@ -194,7 +192,11 @@ TEST_F(FileSafety, OutputsAreComparedByNameInputsByWhatTheyReach) {
   check_distinct_paths({{in.string(), "--from"}}, {{link.string(), "--out"}});  // the write replaces the link
   const fs::path in_link = dir / "reqs";
   fs::create_symlink(in, in_link);
-  EXPECT_NE(error_of([&] { check_distinct_paths({{in_link.string(), "--input"}}, {{in.string(), "--output"}}); }, ErrorKind::Usage)
+  EXPECT_NE(error_of(
+                [&] {
+                  check_distinct_paths({{in_link.string(), "--input"}}, {{in.string(), "--output"}});
+                },
+                ErrorKind::Usage)
                 .find("is the --input file"),
             std::string::npos);
 }

@@ -23,8 +23,18 @@ namespace fs = std::filesystem;
 convert::SynthConfig small_model(int64_t layers) {
   convert::SynthConfig s;
   model::ModelConfig& m = s.model;
-  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = layers; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
-  m.intermediate_size = 24; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  m.vocab_size = 50;
+  m.hidden_size = 16;
+  m.num_layers = layers;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 4;
+  m.intermediate_size = 24;
+  m.num_experts = 4;
+  m.top_k = 2;
+  m.max_position = 64;
+  m.bos_token_id = 1;
+  m.eos_token_id = 2;
   return s;
 }
 
@@ -101,13 +111,26 @@ TEST_F(ModelFormat, RoundTrip) {
 
 TEST_F(ModelFormat, ExpertFormatIsWrittenReadAndChecked) {
   EXPECT_EQ(read_model_config(dir).expert_format, (model::WeightFormat{DType::F32, WeightScheme::Plain}));
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly); EXPECT_EQ(h5_attr_string(f, "expert_format"), "float32"); }
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
+    EXPECT_EQ(h5_attr_string(f, "expert_format"), "float32");
+  }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete_attr(f, "expert_format");
+  }
   EXPECT_EQ(read_model_config(dir).expert_format.scheme, WeightScheme::Plain) << "a file without it has plain experts";
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "expert_format", std::string("q8")); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "expert_format", std::string("q8"));
+  }
   // q8 needs whole groups of 32 (this model's hidden size is 16) and a version-4 file.
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "expert_format q8 needs"});
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "expert_format"); h5_set_attr(f, "expert_format", std::string("int3")); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete_attr(f, "expert_format");
+    h5_set_attr(f, "expert_format", std::string("int3"));
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "expert_format \"int3\""});
 }
 
@@ -119,12 +142,21 @@ TEST_F(ModelFormat, RotaryDimIsVersion7AndChecked) {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadOnly);
     EXPECT_FALSE(h5_attr_int(f, "rotary_dim").has_value()) << "a model that rotates whole heads keeps its older version's attributes";
   }
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "rotary_dim", int64_t{2}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "rotary_dim", int64_t{2});
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "rotary_dim needs format_version 7"});
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "format_version", int64_t{7});
+  }
   EXPECT_EQ(read_model_config(dir).rotary_dim, 2);
   for (int64_t bad : {3, 6}) {  // odd; past head_dim 4
-    { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "rotary_dim", bad); }
+    {
+      H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+      h5_set_attr(f, "rotary_dim", bad);
+    }
     expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "attribute rotary_dim is " + std::to_string(bad)});
   }
 }
@@ -174,13 +206,28 @@ TEST(ModelFormatLinear, LinearLayersAreVersion8AndCounted) {
     h5_read(f, "/final_norm", H5T_NATIVE_FLOAT, stored.data());
     EXPECT_EQ(w.final_norm[3], stored[3] + 1.0f) << "the (1 + w) norm: the offset added once at load";
   }
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "norm_weight_offset", 0.5); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "norm_weight_offset", 0.5);
+  }
   expect_bad_input([&] { read_model_config(dir); }, "attribute norm_weight_offset is 0.5, expected 0 or 1");
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "norm_weight_offset", 1.0); }
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "linear_k_heads", int64_t{4}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "norm_weight_offset", 1.0);
+  }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "linear_k_heads", int64_t{4});
+  }
   expect_bad_input([&] { read_model_config(dir); }, "linear_v_heads (2) is not a multiple of linear_k_heads (4)");
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "linear_k_heads", int64_t{1}); }
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{7}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "linear_k_heads", int64_t{1});
+  }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "format_version", int64_t{7});
+  }
   expect_bad_input([&] { read_model_config(dir); }, "need format_version 8");
   fs::remove_all(dir);
 }
@@ -257,7 +304,10 @@ TEST(ModelFormatDense, DenseLayersRoundTripWithExpertsNumberedByMoeLayer) {
     edit(f);
   };
   auto set_mlp = [&](const char* v) {
-    set_attr([&](hid_t f) { h5_delete_attr(f, "layer_mlp"); h5_set_attr(f, "layer_mlp", std::string(v)); });
+    set_attr([&](hid_t f) {
+      h5_delete_attr(f, "layer_mlp");
+      h5_set_attr(f, "layer_mlp", std::string(v));
+    });
   };
   auto refused = [&](const std::string& part) {
     expect_bad_input([&] { read_model_config(dir); }, "model.h5");
@@ -287,17 +337,26 @@ TEST_F(ModelFormat, TruncatedModelFile) {
 }
 
 TEST_F(ModelFormat, MissingAttribute) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(f, "top_k"); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete_attr(f, "top_k");
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "top_k is missing"});
 }
 
 TEST_F(ModelFormat, KvHeadsMustDivideHeads) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "num_kv_heads", int64_t{3}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "num_kv_heads", int64_t{3});
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "num_kv_heads (3) does not divide num_heads (4)"});
 }
 
 TEST_F(ModelFormat, TopKAtMostExperts) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "top_k", int64_t{5}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "top_k", int64_t{5});
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5", "top_k (5) exceeds num_experts (4)"});
 }
 
@@ -336,12 +395,18 @@ TEST_F(ModelFormat, WrongDtype) {
 }
 
 TEST_F(ModelFormat, MissingDataset) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete(f, "/layers/0/gate"); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete(f, "/layers/0/gate");
+  }
   expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: dataset /layers/0/gate is missing"});
 }
 
 TEST_F(ModelFormat, ExpertInNoShard) {
-  { H5Handle f = h5_open_file(shard(1), H5Mode::ReadWrite); h5_delete(f, "/layers/1/experts/2"); }
+  {
+    H5Handle f = h5_open_file(shard(1), H5Mode::ReadWrite);
+    h5_delete(f, "/layers/1/experts/2");
+  }
   expect_error([&] { load_all(); }, ErrorKind::BadInput, {"/layers/1/experts/2 is in no shard"});
 }
 
@@ -367,7 +432,10 @@ TEST_F(ModelFormat, ChecksumMismatch) {
 }
 
 TEST_F(ModelFormat, BadExpertGroupName) {
-  { H5Handle f = h5_open_file(shard(0), H5Mode::ReadWrite); h5_create_group(f, "/layers/0/experts/07"); }
+  {
+    H5Handle f = h5_open_file(shard(0), H5Mode::ReadWrite);
+    h5_create_group(f, "/layers/0/experts/07");
+  }
   expect_error([&] { load_all(); }, ErrorKind::BadInput, {"experts-00000.h5", "/layers/0/experts/07 is not an expert index"});
 }
 
@@ -398,8 +466,17 @@ TEST_F(ModelFormat, Bf16ModelLoadsAsUint16) {
   fs::remove_all(dir);
   convert::SynthConfig s;
   model::ModelConfig& m = s.model;
-  m.vocab_size = 50; m.hidden_size = 16; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 4;
-  m.intermediate_size = 24; m.num_experts = 2; m.top_k = 1; m.max_position = 64; m.dtype = DType::BF16;
+  m.vocab_size = 50;
+  m.hidden_size = 16;
+  m.num_layers = 1;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 4;
+  m.intermediate_size = 24;
+  m.num_experts = 2;
+  m.top_k = 1;
+  m.max_position = 64;
+  m.dtype = DType::BF16;
   s.shards = 1;
   convert::write_synthetic_model(dir, s, true);
   H5Handle f = h5_open_file(shard(0), H5Mode::ReadOnly);
@@ -422,7 +499,10 @@ TEST_F(ModelFormat, DenseTensorsCarryChecksums) {  // format version 2
 }
 
 TEST_F(ModelFormat, DenseTensorWithoutChecksumIsRefusedInVersion2) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete_attr(h5_open_object(f, "/final_norm"), "xxh64"); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete_attr(h5_open_object(f, "/final_norm"), "xxh64");
+  }
   expect_error([&] { load_dense_weights(dir); }, ErrorKind::BadInput, {"model.h5: /final_norm has no xxh64 attribute"});
 }
 
@@ -438,7 +518,10 @@ TEST_F(ModelFormat, Version1FilesStillLoadWithoutChecksumsOrShardRecord) {
 }
 
 TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_set_attr(f, "format_version", int64_t{12}); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_set_attr(f, "format_version", int64_t{12});
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: root attribute format_version is 12, expected 1 to 11"});
   {
     H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
@@ -448,7 +531,10 @@ TEST_F(ModelFormat, UnknownVersionAndMalformedShardRecordAreRefused) {
     h5_write(f, "/expert_shards", {2}, H5T_STD_I32LE, H5T_NATIVE_INT32, ids.data(), false);
   }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: /expert_shards must be uint64 [0..100000], is int32 [2]"});
-  { H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite); h5_delete(f, "/expert_shards"); }
+  {
+    H5Handle f = h5_open_file(dir + "/model.h5", H5Mode::ReadWrite);
+    h5_delete(f, "/expert_shards");
+  }
   expect_error([&] { read_model_config(dir); }, ErrorKind::BadInput, {"model.h5: dataset /expert_shards is missing"});
 }
 

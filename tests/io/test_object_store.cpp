@@ -144,8 +144,8 @@ TEST_F(ObjectStoreTest, RangedGetNeedsNoMoreRoundTripsThanHdf5) {
   idx.read_raw(c.num_layers - 1, c.num_experts - 1);
   const double get_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const int ranged = logged_requests(u) - before_get;
-  std::printf("one expert (%zu bytes): through HDF5 %d requests %.1f ms, ranged GET %d requests %.1f ms\n",
-              expert_raw_bytes(c), hdf5, hdf5_s * 1e3, ranged, get_s * 1e3);
+  std::printf("one expert (%zu bytes): through HDF5 %d requests %.1f ms, ranged GET %d requests %.1f ms\n", expert_raw_bytes(c), hdf5,
+              hdf5_s * 1e3, ranged, get_s * 1e3);
   EXPECT_EQ(ranged, 1);
   EXPECT_GE(hdf5, ranged);
 }

@@ -30,11 +30,12 @@ TEST(OpenAiBatch, DetectsTheFormatByItsFirstLine) {
 
 TEST(OpenAiBatch, ReadsChatAndCompletionBodies) {
   std::set<std::string> ignored;
-  const auto r = parse({R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", )"
-                        R"("messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7, "temperature": 0.5, )"
-                        R"("stop": "###", "logprobs": true, "top_logprobs": 3, "user": "u", "metadata": {}}})",
-                        R"({"custom_id": "p", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5, 6, 7], "max_tokens": 4, "echo": true}})"},
-                       &ignored);
+  const auto r = parse(
+      {R"({"custom_id": "c", "method": "POST", "url": "/v1/chat/completions", "body": {"model": "m", )"
+       R"("messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7, "temperature": 0.5, )"
+       R"("stop": "###", "logprobs": true, "top_logprobs": 3, "user": "u", "metadata": {}}})",
+       R"({"custom_id": "p", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5, 6, 7], "max_tokens": 4, "echo": true}})"},
+      &ignored);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0].error, "");
   EXPECT_EQ(r[0].id, "c");
@@ -66,13 +67,14 @@ TEST(OpenAiBatch, ChatTemplateByNameOrText) {
 }
 
 TEST(OpenAiBatch, EveryBadLineIsItsOwnError) {
-  const auto r = parse({"{oops",
-                        R"({"custom_id": "n", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "n": 2}})",
-                        R"({"custom_id": "t", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}})",
-                        R"({"custom_id": "e", "method": "POST", "url": "/v1/embeddings", "body": {}})",
-                        R"({"custom_id": "v", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5000]}})",
-                        R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}})",
-                        R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "y"}})"});
+  const auto r = parse(
+      {"{oops",
+       R"({"custom_id": "n", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "n": 2}})",
+       R"({"custom_id": "t", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}})",
+       R"({"custom_id": "e", "method": "POST", "url": "/v1/embeddings", "body": {}})",
+       R"({"custom_id": "v", "method": "POST", "url": "/v1/completions", "body": {"prompt": [5000]}})",
+       R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}})",
+       R"({"custom_id": "ok", "method": "POST", "url": "/v1/completions", "body": {"prompt": "y"}})"});
   ASSERT_EQ(r.size(), 7u);
   EXPECT_NE(r[0].error.find("not valid JSON"), std::string::npos) << r[0].error;
   EXPECT_NE(r[1].error.find("body.n is 2"), std::string::npos) << r[1].error;
@@ -121,32 +123,30 @@ TEST(OpenAiBatch, ReasoningSplitsAsTheThinkParsersDo) {
   };
   check("<think>step 1</think>\n\nThe answer", false, "step 1", "The answer");
   check("step 1</think>The answer", true, "step 1", "The answer");  // the template opened <think>
-  check("still thinking", true, "still thinking", "");              // the budget ran out inside
+  check("still thinking", true, "still thinking", "");  // the budget ran out inside
   check("<think>still thinking", false, "still thinking", "");
-  check("A plain answer", false, "", "A plain answer");            // no thinking at all
+  check("A plain answer", false, "", "A plain answer");  // no thinking at all
   check("\n<think></think>\n\nAnswer", false, "", "Answer");
 }
 
-}  // namespace
-}  // namespace moerun::io
-
-namespace moerun::io {
-namespace {
+// A chat and a completions line with `extra` body fields after its prompt.
+std::string chat_line(const std::string& id, const std::string& extra) {
+  return R"({"custom_id": ")" + id +
+         R"(", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}])" + extra + "}}";
+}
+std::string completion_line(const std::string& id, const std::string& extra) {
+  return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
+}
 
 // Issue 77: fields typed as the API types them, errors naming the line's own field.
 TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
-  auto chat = [](const std::string& id, const std::string& extra) {
-    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "x"}])" +
-           extra + "}}";
-  };
-  auto comp = [](const std::string& id, const std::string& extra) {
-    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
-  };
-  const auto r = parse({chat("lp5", R"(, "logprobs": 5)"), chat("top-alone", R"(, "top_logprobs": 2)"), chat("top-false", R"(, "logprobs": false, "top_logprobs": 2)"),
-                        chat("top-big", R"(, "logprobs": true, "top_logprobs": 21)"), chat("echo", R"(, "echo": true)"),
-                        chat("budget", R"(, "max_tokens": -3)"), chat("budget2", R"(, "max_completion_tokens": "7")"),
-                        comp("lp-true", R"(, "logprobs": true)"), comp("lp-9", R"(, "logprobs": 9)"), comp("top", R"(, "top_logprobs": 2)"),
-                        comp("temp", R"(, "temperature": "hot")"), chat("ok", R"(, "logprobs": true, "top_logprobs": 2)")});
+  const auto r = parse({chat_line("lp5", R"(, "logprobs": 5)"), chat_line("top-alone", R"(, "top_logprobs": 2)"),
+                        chat_line("top-false", R"(, "logprobs": false, "top_logprobs": 2)"),
+                        chat_line("top-big", R"(, "logprobs": true, "top_logprobs": 21)"), chat_line("echo", R"(, "echo": true)"),
+                        chat_line("budget", R"(, "max_tokens": -3)"), chat_line("budget2", R"(, "max_completion_tokens": "7")"),
+                        completion_line("lp-true", R"(, "logprobs": true)"), completion_line("lp-9", R"(, "logprobs": 9)"),
+                        completion_line("top", R"(, "top_logprobs": 2)"), completion_line("temp", R"(, "temperature": "hot")"),
+                        chat_line("ok", R"(, "logprobs": true, "top_logprobs": 2)")});
   ASSERT_EQ(r.size(), 12u);
   auto has = [&](std::size_t i, const std::string& text) {
     EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error;
@@ -166,22 +166,16 @@ TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
   EXPECT_EQ(r[11].logprobs, 2);
 }
 
-}  // namespace
-}  // namespace moerun::io
-
-namespace moerun::io {
-namespace {
-
 // The sampling fields a batch line may carry (issue 79): read, ranged, errors naming the body's field.
 TEST(OpenAiBatch, SamplingFieldsAreReadAndChecked) {
-  auto comp = [](const std::string& id, const std::string& extra) {
-    return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
-  };
-  const auto r = parse({comp("all", R"(, "top_k": 5, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2, "logit_bias": {"7": -100, "3": 2.5})"),
-                        comp("off", R"(, "top_k": -1, "presence_penalty": 0, "logit_bias": {})"),
-                        comp("k", R"(, "top_k": -2)"), comp("mp", R"(, "min_p": 1.5)"), comp("pp", R"(, "presence_penalty": 3)"),
-                        comp("rp", R"(, "repetition_penalty": 0)"), comp("lb-id", R"(, "logit_bias": {"1000": 1})"),
-                        comp("lb-key", R"(, "logit_bias": {"x": 1})"), comp("lb-val", R"(, "logit_bias": {"5": 101})")});
+  const auto r = parse(
+      {completion_line(
+           "all",
+           R"(, "top_k": 5, "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2, "logit_bias": {"7": -100, "3": 2.5})"),
+       completion_line("off", R"(, "top_k": -1, "presence_penalty": 0, "logit_bias": {})"), completion_line("k", R"(, "top_k": -2)"),
+       completion_line("mp", R"(, "min_p": 1.5)"), completion_line("pp", R"(, "presence_penalty": 3)"),
+       completion_line("rp", R"(, "repetition_penalty": 0)"), completion_line("lb-id", R"(, "logit_bias": {"1000": 1})"),
+       completion_line("lb-key", R"(, "logit_bias": {"x": 1})"), completion_line("lb-val", R"(, "logit_bias": {"5": 101})")});
   ASSERT_EQ(r.size(), 9u);
   EXPECT_EQ(r[0].error, "");
   EXPECT_EQ(r[0].sampling.top_k, 5);
@@ -193,7 +187,9 @@ TEST(OpenAiBatch, SamplingFieldsAreReadAndChecked) {
   EXPECT_EQ(r[1].error, "");
   EXPECT_TRUE(r[1].sampling.neutral());
   EXPECT_NE(request_fingerprint(r[0]), request_fingerprint(r[1]));
-  auto has = [&](std::size_t i, const std::string& text) { EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error; };
+  auto has = [&](std::size_t i, const std::string& text) {
+    EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error;
+  };
   has(2, "field body.top_k is -2");
   has(3, "field body.min_p is 1.5, expected in [0, 1]");
   has(4, "field body.presence_penalty is 3");

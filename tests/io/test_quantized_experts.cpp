@@ -24,8 +24,18 @@ class QuantizedExperts : public ::testing::TestWithParam<WeightScheme> {
     dir = moerun::testing::scratch_dir("qexp").string();
     convert::SynthConfig s;
     model::ModelConfig& m = s.model;
-    m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 2; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
-    m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+    m.vocab_size = 50;
+    m.hidden_size = 64;
+    m.num_layers = 2;
+    m.num_heads = 4;
+    m.num_kv_heads = 2;
+    m.head_dim = 16;
+    m.intermediate_size = 96;
+    m.num_experts = 4;
+    m.top_k = 2;
+    m.max_position = 64;
+    m.bos_token_id = 1;
+    m.eos_token_id = 2;
     m.dtype = DType::BF16;
     m.expert_format = {DType::BF16, GetParam()};
     s.shards = 2;
@@ -69,10 +79,13 @@ void quantize_matrix(WeightScheme s, const std::vector<float>& w, int64_t rows, 
 std::vector<float> dequantize_matrix(WeightScheme s, const std::vector<uint8_t>& q, const std::vector<uint8_t>& scales, int64_t rows,
                                      int64_t cols) {
   std::vector<float> out(rows * cols);
-  if (s == WeightScheme::Mxfp4) dequantize_mxfp4(q.data(), scales.data(), rows, cols / 32, out.data());
-  else if (s == WeightScheme::Fp8Block) dequantize_fp8_block(q.data(), reinterpret_cast<const float*>(scales.data()), cols, 0, rows, out.data());
-  else dequantize_rows(s, q.data(), reinterpret_cast<const uint16_t*>(scales.data()), rows, cols, out.data(),
-                       s == WeightScheme::Int4 ? scales.data() + rows * cols / 16 : nullptr);
+  if (s == WeightScheme::Mxfp4)
+    dequantize_mxfp4(q.data(), scales.data(), rows, cols / 32, out.data());
+  else if (s == WeightScheme::Fp8Block)
+    dequantize_fp8_block(q.data(), reinterpret_cast<const float*>(scales.data()), cols, 0, rows, out.data());
+  else
+    dequantize_rows(s, q.data(), reinterpret_cast<const uint16_t*>(scales.data()), rows, cols, out.data(),
+                    s == WeightScheme::Int4 ? scales.data() + rows * cols / 16 : nullptr);
   return out;
 }
 
@@ -87,15 +100,16 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
   EXPECT_EQ(static_cast<int64_t>(raw.size()), config.bytes_per_expert());
   // Bits per group of 32 weights: values and scales (fp8: one byte a weight, a float per 128 x 128
   // block, here one block per matrix: 64 x 96 and 96 x 64).
-  const int64_t bits = s == WeightScheme::Q8     ? 8 * 32 + 16
-                       : s == WeightScheme::Q4   ? 4 * 32 + 32
-                       : s == WeightScheme::Int4 ? 4 * 32 + 16 + 8
+  const int64_t bits = s == WeightScheme::Q8      ? 8 * 32 + 16
+                       : s == WeightScheme::Q4    ? 4 * 32 + 32
+                       : s == WeightScheme::Int4  ? 4 * 32 + 16 + 8
                        : s == WeightScheme::Mxfp4 ? 4 * 32 + 8
                                                   : 8 * 32;
   EXPECT_EQ(config.bytes_per_expert() * 8, config.params_per_expert() / 32 * bits + (native && s != WeightScheme::Mxfp4 ? 3 * 32 : 0));
   // The same synth_tensor, quantized here: byte for byte what the shard holds.
   const int64_t d = 64, ff = 96;
-  const auto w2 = convert::synth_tensor(convert::SynthConfig{}.seed, expert_group_path(1, 2) + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
+  const auto w2 =
+      convert::synth_tensor(convert::SynthConfig{}.seed, expert_group_path(1, 2) + "/w2", d * ff, 1.0f / std::sqrt(static_cast<float>(ff)));
   std::vector<uint8_t> q, scales;
   quantize_matrix(s, w2, d, ff, q, scales);
   const auto parts = expert_raw_parts(config);
@@ -113,7 +127,10 @@ TEST_P(QuantizedExperts, StoredBytesAreTheQuantizationOfTheSeededWeights) {
     err += std::pow(back[i] - w2[i], 2);
     mag += std::pow(w2[i], 2);
   }
-  const double bound = s == WeightScheme::Q8 ? 0.01 : s == WeightScheme::Fp8Block ? 0.04 : s == WeightScheme::Int4 ? 0.14 : 0.12;  // 3 and 2 mantissa bits
+  const double bound = s == WeightScheme::Q8         ? 0.01
+                       : s == WeightScheme::Fp8Block ? 0.04
+                       : s == WeightScheme::Int4     ? 0.14
+                                                     : 0.12;  // 3 and 2 mantissa bits
   EXPECT_LT(std::sqrt(err / mag), bound);
 }
 
@@ -143,7 +160,8 @@ TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
       return expect_error(load, {ds + " contains a block scale of 2^64 or more"});
     case WeightScheme::Int4: {  // bf16 scales, each with its level byte, whose bit 7 makes it fp16
       const std::string levels = expert_group_path(0, 1) + "/w3_levels";
-      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7fc0; });  // bf16 NaN
+      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16,
+                        [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7fc0; });  // bf16 NaN
       expect_error(load, {"experts-00000.h5", ds + " contains a scale that is NaN or Inf at [2,1]"});
       // 0x7c00: a finite bf16 (2^121) but the fp16 Inf, once the level byte says fp16.
       rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7c00; });
@@ -153,7 +171,8 @@ TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
       return expect_error(load, {ds + " contains a level byte with bits 4-6 set"});
     }
     default:
-      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16, [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7e00; });  // fp16 NaN
+      rewrite<uint16_t>(shard, ds, H5T_NATIVE_UINT16,
+                        [](std::vector<uint16_t>& v, int64_t cols) { v[2 * cols + 1] = 0x7e00; });  // fp16 NaN
       expect_error(load, {"experts-00000.h5", ds + " contains NaN at [2,1]"});
   }
 }
@@ -162,7 +181,8 @@ TEST_P(QuantizedExperts, NanScaleIsNamedBeforeTheChecksum) {
 class Fp8Experts : public QuantizedExperts {};
 TEST_P(Fp8Experts, NanValueCodeIsNamedBeforeTheChecksum) {
   const std::string ds = expert_group_path(0, 1) + "/w2";
-  rewrite<uint8_t>(dir + "/" + shard_file_name(0), ds, H5T_NATIVE_UINT8, [](std::vector<uint8_t>& v, int64_t cols) { v[3 * cols + 5] = 0xff; });
+  rewrite<uint8_t>(dir + "/" + shard_file_name(0), ds, H5T_NATIVE_UINT8,
+                   [](std::vector<uint8_t>& v, int64_t cols) { v[3 * cols + 5] = 0xff; });
   const ExpertShardIndex idx = ExpertShardIndex::build(dir, config);
   expect_error([&] { idx.load_raw(0, 1); }, {"experts-00000.h5", ds + " contains an e4m3 NaN at [3,5]"});
 }
@@ -188,18 +208,30 @@ TEST_P(QuantizedExperts, ValuesOfAnotherTypeAreRefused) {
 }
 
 std::string scheme_test_name(const ::testing::TestParamInfo<WeightScheme>& info) {
-  return model::WeightFormat{DType::F32, info.param}.name() == "fp8-block" ? "fp8_block" : model::WeightFormat{DType::F32, info.param}.name();
+  return model::WeightFormat{DType::F32, info.param}.name() == "fp8-block" ? "fp8_block"
+                                                                           : model::WeightFormat{DType::F32, info.param}.name();
 }
 INSTANTIATE_TEST_SUITE_P(Fp8, Fp8Experts, ::testing::Values(WeightScheme::Fp8Block), scheme_test_name);
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedExperts,
-                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4, WeightScheme::Fp8Block),
+                         ::testing::Values(WeightScheme::Q8, WeightScheme::Q4, WeightScheme::Int4, WeightScheme::Mxfp4,
+                                           WeightScheme::Fp8Block),
                          scheme_test_name);
 
 TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
   model::ModelConfig m;
   m.architecture = "mixtral";
-  m.vocab_size = 50; m.hidden_size = 48; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 12;
-  m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  m.vocab_size = 50;
+  m.hidden_size = 48;
+  m.num_layers = 1;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 12;
+  m.intermediate_size = 96;
+  m.num_experts = 4;
+  m.top_k = 2;
+  m.max_position = 64;
+  m.bos_token_id = 1;
+  m.eos_token_id = 2;
   for (WeightScheme s : {WeightScheme::Q4, WeightScheme::Mxfp4, WeightScheme::Fp8Block}) {
     m.expert_format = {DType::F32, s};
     try {
@@ -207,7 +239,8 @@ TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
       FAIL() << "hidden_size 48 is not whole groups of 32";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::BadInput);
-      EXPECT_NE(std::string(e.what()).find("expert_format " + m.expert_format.name() + " needs hidden_size (48)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("expert_format " + m.expert_format.name() + " needs hidden_size (48)"), std::string::npos)
+          << e.what();
     }
   }
 }
@@ -215,8 +248,18 @@ TEST(QuantizedExpertsConfig, GroupsMustBeWhole) {
 TEST(QuantizedExpertsConfig, NativeFormatsNeedVersion5) {
   model::ModelConfig m;
   m.architecture = "mixtral";
-  m.vocab_size = 50; m.hidden_size = 64; m.num_layers = 1; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
-  m.intermediate_size = 96; m.num_experts = 4; m.top_k = 2; m.max_position = 64; m.bos_token_id = 1; m.eos_token_id = 2;
+  m.vocab_size = 50;
+  m.hidden_size = 64;
+  m.num_layers = 1;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 16;
+  m.intermediate_size = 96;
+  m.num_experts = 4;
+  m.top_k = 2;
+  m.max_position = 64;
+  m.bos_token_id = 1;
+  m.eos_token_id = 2;
   m.expert_format = {DType::F32, WeightScheme::Mxfp4};
   m.format_version = 4;
   try {

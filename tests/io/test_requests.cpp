@@ -25,9 +25,7 @@ namespace fs = std::filesystem;
 
 class Requests : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir = moerun::testing::scratch_dir("req");
-  }
+  void SetUp() override { dir = moerun::testing::scratch_dir("req"); }
   void TearDown() override { fs::remove_all(dir); }
   std::string write(const std::string& text) {
     const std::string p = (dir / "in.jsonl").string();
@@ -62,8 +60,10 @@ TEST_F(Requests, DefaultsApply) {
   d.max_new_tokens = 7;
   d.temperature = 0.5;
   d.seed = 3;
-  auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1,2],\"seed\":9}\n\n{\"id\":\"b\",\"prompt_tokens\":[3],\"max_new_tokens\":2,\"temperature\":0}\n"),
-                          d, {100, 64}, false);
+  auto rs = read_requests(
+      write(
+          "{\"id\":\"a\",\"prompt_tokens\":[1,2],\"seed\":9}\n\n{\"id\":\"b\",\"prompt_tokens\":[3],\"max_new_tokens\":2,\"temperature\":0}\n"),
+      d, {100, 64}, false);
   ASSERT_EQ(rs.size(), 2u);
   EXPECT_EQ(rs[0].max_new_tokens, 7);
   EXPECT_EQ(rs[0].temperature, 0.5);
@@ -75,9 +75,11 @@ TEST_F(Requests, DefaultsApply) {
 
 TEST_F(Requests, EachBadLineNamesItsLineAndField) {
   EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1,2").find("line 2: not valid JSON"), std::string::npos);
-  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1,100]}").find("line 2: prompt_tokens[1] = 100 is out of range [0, 100)"), std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1,100]}").find("line 2: prompt_tokens[1] = 100 is out of range [0, 100)"),
+            std::string::npos);
   EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[]}").find("line 2: field prompt_tokens is empty"), std::string::npos);
-  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"max_new_tokens\":-1}").find("line 2: field max_new_tokens is -1"), std::string::npos);
+  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"max_new_tokens\":-1}").find("line 2: field max_new_tokens is -1"),
+            std::string::npos);
   EXPECT_NE(bad("{\"prompt_tokens\":[1]}").find("line 2: field id is missing"), std::string::npos);
   EXPECT_NE(bad("{\"id\":\"ok\",\"prompt_tokens\":[1]}").find("line 2: id \"ok\" repeats line 1"), std::string::npos);
   EXPECT_NE(bad("[1,2]").find("line 2: expected a JSON object"), std::string::npos);
@@ -179,9 +181,10 @@ TEST_F(Requests, JournalEntriesWithAnotherKeyAreNotFinished) {
 }
 
 TEST_F(Requests, RequestFingerprintCoversPromptAndSampling) {
-  auto rs = read_requests(write("{\"id\":\"a\",\"prompt_tokens\":[1,2]}\n{\"id\":\"b\",\"prompt_tokens\":[1,3]}\n"
-                                "{\"id\":\"c\",\"prompt_tokens\":[1,2],\"seed\":4}\n{\"id\":\"d\",\"prompt_tokens\":[1,2],\"max_new_tokens\":3}\n"),
-                          {}, {100, 64}, false);
+  auto rs = read_requests(
+      write("{\"id\":\"a\",\"prompt_tokens\":[1,2]}\n{\"id\":\"b\",\"prompt_tokens\":[1,3]}\n"
+            "{\"id\":\"c\",\"prompt_tokens\":[1,2],\"seed\":4}\n{\"id\":\"d\",\"prompt_tokens\":[1,2],\"max_new_tokens\":3}\n"),
+      {}, {100, 64}, false);
   Request same = rs[0];
   EXPECT_EQ(request_fingerprint(same), request_fingerprint(rs[0]));
   same.id = "b";
@@ -261,8 +264,11 @@ TEST_F(Requests, OutputsMustNotBeInputsOrEachOther) {
   usage([&] { check_distinct_paths({{in, "--input"}}, {{(dir / "hard.jsonl").string(), "--output"}}); }, "is the --input file");
   // Outputs that do not exist yet compare by spelling.
   const std::string out = (dir / "out.jsonl").string();
-  usage([&] { check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out, "--stats-json"}}); },
-        "--stats-json and --output name the same file");
+  usage(
+      [&] {
+        check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out, "--stats-json"}});
+      },
+      "--stats-json and --output name the same file");
   // Side files: OUT.journal is written next to the output, TRACE.1 by router 1.
   usage([&] { check_distinct_paths({{out + ".journal", "--input"}}, {{out, "--output"}}); }, "would be overwritten by a side file");
   usage([&] { check_distinct_paths({{in, "--input"}}, {{out, "--output"}, {out + ".1", "--trace"}}); }, "name the same file");
@@ -299,8 +305,9 @@ TEST_F(Requests, NumbersBeyondTheirTypeNameTheLine) {
   EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"temperature\":1e999}").find("line 2: not valid JSON"), std::string::npos);
   EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[18446744073709551615]}").find("prompt_tokens[0] = 18446744073709551615 is out of range"),
             std::string::npos);
-  EXPECT_NE(bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"max_new_tokens\":18446744073709551615}").find("max_new_tokens is 18446744073709551615"),
-            std::string::npos);
+  EXPECT_NE(
+      bad("{\"id\":\"x\",\"prompt_tokens\":[1],\"max_new_tokens\":18446744073709551615}").find("max_new_tokens is 18446744073709551615"),
+      std::string::npos);
   // A budget near INT64_MAX is capped where generation stops anyway (max_position).
   auto rs = read_requests(write("{\"id\":\"x\",\"prompt_tokens\":[1,2],\"max_new_tokens\":9223372036854775807}\n"), {}, {100, 64}, false);
   EXPECT_EQ(rs[0].max_new_tokens, 62);

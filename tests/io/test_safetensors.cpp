@@ -24,9 +24,7 @@ namespace fs = std::filesystem;
 
 class Safetensors : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir = moerun::testing::scratch_dir("st");
-  }
+  void SetUp() override { dir = moerun::testing::scratch_dir("st"); }
   void TearDown() override { fs::remove_all(dir); }
   // A file with this header (padded to 8) and these data bytes.
   std::string make(const std::string& header, const std::string& data, int64_t claimed_len = -1) {
@@ -82,18 +80,15 @@ TEST_F(Safetensors, MalformedFilesNameTheFileAndTensor) {
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
     EXPECT_NE(msg.find("x.safetensors"), std::string::npos) << msg;
   };
-  has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d.substr(0, 10))),
-      "tensor a: data ends at byte");
+  has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d.substr(0, 10))), "tensor a: data ends at byte");
   has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d, 1 << 20)), "header of 1048576 bytes");
-  has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d, int64_t{1} << 40)),
-      "beyond the format's 100 MB");
+  has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d, int64_t{1} << 40)), "beyond the format's 100 MB");
   has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]})", d)), "header: not valid JSON at byte");
   has(error_of(make(R"({"a":{"dtype":"F32","shape":[5],"data_offsets":[0,16]}})", d)), "tensor a: holds 16 bytes");
   has(error_of(make(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", d)), "tensor a: data_offsets run backwards");
   has(error_of(make(R"({"a":{"dtype":"Q4","shape":[4],"data_offsets":[0,16]}})", d)), "tensor a: unknown dtype Q4");
   has(error_of(make(R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", d)), "tensor a: shape is not");
-  has(error_of(make(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,16]}})", d)),
-      "more than 2^40 elements");
+  has(error_of(make(R"({"a":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,16]}})", d)), "more than 2^40 elements");
   has(error_of(make(R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", d)), "tensor a has dtype I64");
   has(error_of(make(R"({"a":{"shape":[4],"data_offsets":[0,16]}})", d)), "lacks dtype");
   const std::string tiny = (dir / "x.safetensors").string();
@@ -110,13 +105,14 @@ TEST_F(Safetensors, OverlappingTensorsAreRefused) {  // w1 aliasing w3 would con
   // Adjacent is fine.
   EXPECT_EQ(error_of(make(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
                           R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
-                          floats({1, 2, 3}))), "");
+                          floats({1, 2, 3}))),
+            "");
 }
 
 TEST_F(Safetensors, IdentityChangesWithTheBytesEvenAtTheSameMtime) {
   const std::string p = make(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", floats({1, 2}));
   const uint64_t before = convert::SafetensorsFile(p).identity();
-  struct stat sb{};
+  struct stat sb {};
   ASSERT_EQ(::stat(p.c_str(), &sb), 0);
   {
     std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);

@@ -27,8 +27,18 @@ namespace fs = std::filesystem;
 convert::SynthConfig family_model(const std::string& family) {
   convert::SynthConfig s;
   ModelConfig& m = s.model;
-  m.vocab_size = 64; m.hidden_size = 64; m.num_layers = 4; m.num_heads = 4; m.num_kv_heads = 2; m.head_dim = 16;
-  m.intermediate_size = 32; m.num_experts = 4; m.top_k = 2; m.max_position = 128; m.bos_token_id = 1; m.eos_token_id = 63;
+  m.vocab_size = 64;
+  m.hidden_size = 64;
+  m.num_layers = 4;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.head_dim = 16;
+  m.intermediate_size = 32;
+  m.num_experts = 4;
+  m.top_k = 2;
+  m.max_position = 128;
+  m.bos_token_id = 1;
+  m.eos_token_id = 63;
   convert::apply_family(family, m);
   if (m.layer_mlp.empty()) {
     m.layer_mlp = {MlpKind::Dense, MlpKind::Moe, MlpKind::Moe, MlpKind::Moe};
@@ -42,8 +52,10 @@ convert::SynthConfig family_model(const std::string& family) {
 void walk_datasets(hid_t file, const std::string& group, std::set<std::string>& out) {
   for (const std::string& name : io::h5_children(file, group)) {
     const std::string path = (group == "/" ? "/" : group + "/") + name;
-    if (io::h5_is_group(file, path)) walk_datasets(file, path, out);
-    else out.insert(path);
+    if (io::h5_is_group(file, path))
+      walk_datasets(file, path, out);
+    else
+      out.insert(path);
   }
 }
 

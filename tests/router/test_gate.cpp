@@ -58,8 +58,7 @@ TEST(Gate, TopKEqualsAStableSortAt256Experts) {
   }
 }
 
-RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg,
-                    double capacity = 0) {
+RoutingDecision run(const std::vector<float>& probs, int64_t T, int64_t E, int64_t k, const RouterConfig& cfg, double capacity = 0) {
   RoutingDecision d = RoutingDecision::empty(T, k);
   route_group(probs.data(), nullptr, T, E, k, cfg, capacity, 0, &d);
   return d;
@@ -131,7 +130,10 @@ TEST(Gate, RouteSplitsPrefillAndDecodeGroups) {
   WeightMatrix g;
   g.allocate(DType::F32, 2, 2);
   float* w = g.data.as<float>();
-  w[0] = 1; w[1] = 0; w[2] = 0; w[3] = 0;  // logit_0 = x0, logit_1 = 0
+  w[0] = 1;
+  w[1] = 0;
+  w[2] = 0;
+  w[3] = 0;  // logit_0 = x0, logit_1 = 0
   const std::vector<float> x = {1, 0, 1, 0, 1, 0, 1, 0};
   RouterConfig cfg;
   cfg.capacity_factor_prefill = cfg.capacity_factor_decode = 1.0;
@@ -156,8 +158,8 @@ TEST(Gate, RouteSplitsPrefillAndDecodeGroups) {
 TEST(Gate, DynamicTopKKeepsFewestExpertsReachingMass) {
   // Top-3 of 4. Token 0: 0.7 alone reaches P = 0.6. Token 1: 0.4 + 0.35 = 0.75 reaches it with 2.
   // Token 2: 0.3 + 0.25 + 0.25 = 0.8 needs all 3 (capped at k).
-  const std::vector<float> p = {0.7f, 0.1f, 0.15f, 0.05f,  //
-                                0.1f, 0.4f, 0.15f, 0.35f,  //
+  const std::vector<float> p = {0.7f, 0.1f,  0.15f, 0.05f,  //
+                                0.1f, 0.4f,  0.15f, 0.35f,  //
                                 0.3f, 0.25f, 0.25f, 0.2f};
   RouterConfig cfg;
   cfg.top_p_experts = 0.6;

@@ -13,15 +13,17 @@
 namespace moerun::runtime {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
+std::vector<float> randv(std::size_t n, uint32_t seed) {
+  return moerun::testing::random_normal(n, seed);
+}
 
 // 6 heads sharing 2 KV heads (group of 3), head_dim 4, 5 positions.
 constexpr int64_t H = 6, KV = 2, hd = 4, n = 5;
 
 // Written from the definition: query i sees keys max(0, i - W + 1) .. i (all earlier ones without a
 // window); a sink adds exp(sink) to the softmax's denominator and nothing to the output.
-std::vector<double> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                              int64_t window = 0, const float* sinks = nullptr, int64_t len = n) {
+std::vector<double> reference(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v, int64_t window = 0,
+                              const float* sinks = nullptr, int64_t len = n) {
   std::vector<double> out(len * H * hd, 0.0);
   for (int64_t i = 0; i < len; ++i)
     for (int64_t h = 0; h < H; ++h) {
@@ -64,7 +66,8 @@ TEST(Attention, PrefillEqualsDecodeSteps) {
   attention_forward(q.data(), prefill.row_state(0).k.data(), prefill.row_state(0).v.data(), 0, 0, n, shape(), a.data());
   for (int64_t i = 0; i < n; ++i) {
     decode.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
-    attention_forward(q.data() + i * H * hd, decode.row_state(0).k.data(), decode.row_state(0).v.data(), 0, i, 1, shape(), b.data() + i * H * hd);
+    attention_forward(q.data() + i * H * hd, decode.row_state(0).k.data(), decode.row_state(0).v.data(), 0, i, 1, shape(),
+                      b.data() + i * H * hd);
   }
   EXPECT_EQ(decode.length(0), n);
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_FLOAT_EQ(a[i], b[i]);
@@ -78,7 +81,8 @@ TEST(Attention, SlidingWindowAndSinksMatchFp64) {
       std::vector<float> out(n * H * hd);
       attention_forward(q.data(), k.data(), v.data(), 0, 0, n, shape(window, sk), out.data());
       const auto want = reference(q, k, v, window, sk);
-      for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window << " sinks " << (sk != nullptr);
+      for (std::size_t i = 0; i < out.size(); ++i)
+        ASSERT_NEAR(out[i], want[i], 1e-5) << "window " << window << " sinks " << (sk != nullptr);
     }
   }
   // A large sink takes most of the mass: the output shrinks towards 0 (it is no value row).
@@ -102,7 +106,8 @@ TEST(Attention, TrimmedWindowCacheGivesTheSameOutputs) {
     whole.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
     trimmed.append(0, k.data() + i * KV * hd, v.data() + i * KV * hd, 1);
     attention_forward(q.data() + i * H * hd, whole.row_state(0).k.data(), whole.row_state(0).v.data(), 0, i, 1, shape(W), a.data());
-    attention_forward(q.data() + i * H * hd, trimmed.row_state(0).k.data(), trimmed.row_state(0).v.data(), trimmed.row_state(0).start, i, 1, shape(W), b.data());
+    attention_forward(q.data() + i * H * hd, trimmed.row_state(0).k.data(), trimmed.row_state(0).v.data(), trimmed.row_state(0).start, i, 1,
+                      shape(W), b.data());
     for (int64_t c = 0; c < H * hd; ++c) {
       ASSERT_EQ(a[c], b[c]) << "position " << i;
       ASSERT_NEAR(a[c], want[i * H * hd + c], 1e-5);

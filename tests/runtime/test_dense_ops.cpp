@@ -15,7 +15,9 @@
 namespace moerun::runtime {
 namespace {
 
-std::vector<float> randv(std::size_t n, uint32_t seed) { return moerun::testing::random_normal(n, seed); }
+std::vector<float> randv(std::size_t n, uint32_t seed) {
+  return moerun::testing::random_normal(n, seed);
+}
 
 // Rows of a bfloat16 table are widened exactly (bf16 -> f32 is a shift), rows of a float32 one copied.
 TEST(DenseOps, EmbeddingRowsOfEitherDtype) {
@@ -26,8 +28,10 @@ TEST(DenseOps, EmbeddingRowsOfEitherDtype) {
     WeightMatrix table;
     table.allocate(dt, vocab, d);
     for (int64_t i = 0; i < vocab * d; ++i) {
-      if (dt == DType::F32) table.data.as<float>()[i] = values[static_cast<std::size_t>(i)];
-      else table.data.as<uint16_t>()[i] = f32_to_bf16(values[static_cast<std::size_t>(i)]);  // all exact in bf16
+      if (dt == DType::F32)
+        table.data.as<float>()[i] = values[static_cast<std::size_t>(i)];
+      else
+        table.data.as<uint16_t>()[i] = f32_to_bf16(values[static_cast<std::size_t>(i)]);  // all exact in bf16
     }
     io::EmbeddingTable t;
     t.dtype = dt;
@@ -51,7 +55,8 @@ TEST(DenseOps, RmsNormMatchesDefinition) {
     double ms = 0;
     for (int64_t i = 0; i < d; ++i) ms += static_cast<double>(x[t * d + i]) * x[t * d + i];
     const double inv = 1.0 / std::sqrt(ms / d + 1e-5);
-    for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[t * d + i], x[t * d + i] * inv * w[i], 2e-6 * (1 + std::abs(x[t * d + i] * inv * w[i])));
+    for (int64_t i = 0; i < d; ++i)
+      EXPECT_NEAR(out[t * d + i], x[t * d + i] * inv * w[i], 2e-6 * (1 + std::abs(x[t * d + i] * inv * w[i])));
   }
 }
 
@@ -112,7 +117,7 @@ TEST(DenseOps, RopeScalingFrequencies) {
     const double want = f / 32.0 * (1 - extrapolate) + f * extrapolate;
     EXPECT_NEAR(y.inv_freq[i], want, 2e-6 * want) << i;
   }
-  EXPECT_FLOAT_EQ(y.inv_freq[0], plain.inv_freq[0]);                        // the fastest dimension extrapolates
+  EXPECT_FLOAT_EQ(y.inv_freq[0], plain.inv_freq[0]);  // the fastest dimension extrapolates
   EXPECT_NEAR(y.inv_freq[hd / 2 - 1], plain.inv_freq[hd / 2 - 1] / 32.0, 1e-9);  // the slowest interpolates
   // llama3: wavelengths above the original context / low_freq_factor are divided by the factor.
   model::RopeScaling l3;

@@ -126,11 +126,17 @@ void check_equal_to_local(Transport transport) {
   }
 }
 
-TEST(DistributedMoe, PointToPointCombineWithoutCountsEqualsLocal) { check_equal_to_local(Transport::PointToPoint); }
+TEST(DistributedMoe, PointToPointCombineWithoutCountsEqualsLocal) {
+  check_equal_to_local(Transport::PointToPoint);
+}
 
-TEST(DistributedMoe, MpiAlltoallvEqualsLocal) { check_equal_to_local(Transport::Collective); }
+TEST(DistributedMoe, MpiAlltoallvEqualsLocal) {
+  check_equal_to_local(Transport::Collective);
+}
 
-TEST(DistributedMoe, HierarchicalEqualsLocal) { check_equal_to_local(Transport::Hierarchical); }
+TEST(DistributedMoe, HierarchicalEqualsLocal) {
+  check_equal_to_local(Transport::Hierarchical);
+}
 
 // A reply over two virtual nodes (ranks 0, 1 | 2): its counts are the request's, transposed, and
 // hier lays out the reply from them with no network counts (what remote ranks send each rank is

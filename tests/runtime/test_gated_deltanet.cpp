@@ -129,14 +129,14 @@ TEST(GatedDeltaNet, RecurrenceFormsMatchFloat64AndTheirOwnTokenSteps) {
         reference_rule(in.q, in.k, in.v, in.g, in.beta, n, s, S, want);
         std::vector<float> out(want.size()), state = in.state, steps(want.size()), state2 = in.state;
         gated_delta_rule(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), n, s, state.data(), out.data(), form);
-        const std::string what = "v_dim " + std::to_string(s.v_dim) + ", n " + std::to_string(n) + ", form " +
-                                 std::to_string(static_cast<int>(form));
+        const std::string what =
+            "v_dim " + std::to_string(s.v_dim) + ", n " + std::to_string(n) + ", form " + std::to_string(static_cast<int>(form));
         EXPECT_LT(rel_err(out, want), 1e-5) << what;
         EXPECT_LT(rel_err(state, S), 1e-5) << what;
         const int64_t ks = s.k_heads * s.k_dim, vs = s.v_heads * s.v_dim, H = s.v_heads;
         for (int64_t t = 0; t < n; ++t)
-          gated_delta_rule(in.q.data() + t * ks, in.k.data() + t * ks, in.v.data() + t * vs, in.g.data() + t * H, in.beta.data() + t * H,
-                           1, s, state2.data(), steps.data() + t * vs, form);
+          gated_delta_rule(in.q.data() + t * ks, in.k.data() + t * ks, in.v.data() + t * vs, in.g.data() + t * H, in.beta.data() + t * H, 1,
+                           s, state2.data(), steps.data() + t * vs, form);
         EXPECT_EQ(steps, out) << what;
         EXPECT_EQ(state2, state) << what;
       }

@@ -36,8 +36,8 @@ class HotSwapTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::unique_ptr<experts::ResidentExperts> store_of(const std::string& model) {
-    indexes_.push_back(std::make_unique<io::ExpertShardIndex>(
-        io::ExpertShardIndex::build(io::model_location((dir_ / model).string(), {}), mc_)));
+    indexes_.push_back(
+        std::make_unique<io::ExpertShardIndex>(io::ExpertShardIndex::build(io::model_location((dir_ / model).string(), {}), mc_)));
     return std::make_unique<experts::ResidentExperts>(*backend_, *indexes_.back(), mc_, [](int64_t, int64_t) { return true; });
   }
   // The MoE output of layer 1 for a few tokens routed to every expert.

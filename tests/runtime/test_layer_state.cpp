@@ -11,7 +11,10 @@ namespace {
 
 model::ModelConfig hybrid() {  // layer 0 full attention, 1 recurrent, 2 sliding (W = 3)
   model::ModelConfig c;
-  c.num_layers = 3; c.num_heads = 2; c.num_kv_heads = 1; c.head_dim = 4;
+  c.num_layers = 3;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
   c.layer_attention = {model::AttentionKind::Full, model::AttentionKind::Linear, model::AttentionKind::Sliding};
   c.sliding_window = 3;
   c.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 2, .v_dim = 3, .conv_kernel = 2};

@@ -60,7 +60,7 @@ TEST(MemoryBudget, LogitRowsTakeASixteenthOfTheBudget) {
   const MemoryBudget b{160 * MiB, "test"};
   EXPECT_EQ(logit_rows_cap(b, 32768, 1024, 1, 9), 80);  // 10 MiB / 128 KiB
   EXPECT_EQ(logit_rows_cap(b, 32768, 1024, 2, 9), 40);
-  EXPECT_EQ(logit_rows_cap(b, 32768, 50, 1, 9), 50);    // fewer rows than the cap: all of them
+  EXPECT_EQ(logit_rows_cap(b, 32768, 50, 1, 9), 50);  // fewer rows than the cap: all of them
   EXPECT_EQ(logit_rows_cap(b, 1 << 24, 1024, 1, 9), 9);  // never below the floor
   EXPECT_EQ(logit_rows_cap({0, "none"}, 32768, 1024, 1, 9), 0);  // no budget: no cap
 }
@@ -99,8 +99,17 @@ TEST(MemoryBudget, TooSmallForOneTokensExpertsIsAUsageErrorNamingTheParts) {
 // the matrices in bf16 (27,136 bytes), the 3 norms and the gate widened to float32 (1,280 bytes).
 TEST(MemoryBudget, DenseResidentBytes) {
   model::ModelConfig c;
-  c.vocab_size = 10; c.hidden_size = 64; c.num_layers = 1; c.num_heads = 2; c.num_kv_heads = 1; c.head_dim = 32;
-  c.intermediate_size = 32; c.num_experts = 2; c.top_k = 1; c.max_position = 16; c.dtype = DType::BF16;
+  c.vocab_size = 10;
+  c.hidden_size = 64;
+  c.num_layers = 1;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 32;
+  c.intermediate_size = 32;
+  c.num_experts = 2;
+  c.top_k = 1;
+  c.max_position = 16;
+  c.dtype = DType::BF16;
   ASSERT_EQ(c.dense_params(), 13888);
   EXPECT_EQ(dense_resident_bytes(c, WeightScheme::Plain, false), 28416);
   EXPECT_EQ(dense_resident_bytes(c, WeightScheme::Plain, true), 28416 - 1280);  // the table is mapped
@@ -189,9 +198,18 @@ TEST(MaxKvTokens, LongestRequestsInFlight) {
 // its attention layer (2 x 8 floats a position).
 TEST(MemoryBudget, HybridModelsReserveRecurrentStatePerSequence) {
   model::ModelConfig c;
-  c.vocab_size = 10; c.hidden_size = 16; c.num_layers = 4; c.num_heads = 2; c.num_kv_heads = 1; c.head_dim = 8;
-  c.intermediate_size = 8; c.num_experts = 2; c.top_k = 1; c.max_position = 64;
-  c.layer_attention = {model::AttentionKind::Linear, model::AttentionKind::Linear, model::AttentionKind::Linear, model::AttentionKind::Full};
+  c.vocab_size = 10;
+  c.hidden_size = 16;
+  c.num_layers = 4;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 8;
+  c.intermediate_size = 8;
+  c.num_experts = 2;
+  c.top_k = 1;
+  c.max_position = 64;
+  c.layer_attention = {model::AttentionKind::Linear, model::AttentionKind::Linear, model::AttentionKind::Linear,
+                       model::AttentionKind::Full};
   c.linear = {.k_heads = 1, .v_heads = 2, .k_dim = 4, .v_dim = 4, .conv_kernel = 4};
   ASSERT_EQ(c.linear.state_bytes(), 320);
   const int64_t base = reserved_bytes(c, 8, 0, 0, false);

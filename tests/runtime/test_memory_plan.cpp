@@ -57,11 +57,11 @@ TEST(MemoryPlan, OneProcess) {
   // fp32: embed 40 + final norm 4 + per layer (2 norms 8 + gate 8) = 60 elems = 240 B;
   // stored: lm_head 40 + wq 16 + wk 8 + wv 8 + wo 16 = 88 elems = 352 B.
   EXPECT_EQ(m.dense_bytes, 592);
-  EXPECT_EQ(m.kv_bytes, 128);           // 8 positions x (1 layer x K,V x 1 head x 2 x 4 B)
-  EXPECT_EQ(m.activation_bytes, 520);   // 4 B x 4 tokens x (16 + 8 + 4 + 2) + 4 B x 1 x 10
+  EXPECT_EQ(m.kv_bytes, 128);  // 8 positions x (1 layer x K,V x 1 head x 2 x 4 B)
+  EXPECT_EQ(m.activation_bytes, 520);  // 4 B x 4 tokens x (16 + 8 + 4 + 2) + 4 B x 1 x 10
   EXPECT_EQ(m.experts_per_rank, 2);
   EXPECT_EQ(m.expert_weight_bytes, 576);  // 2 x 3 x 4 x 6 x 4 B
-  EXPECT_EQ(m.expert_scratch_bytes, 416); // 4 B x 4 x 1 x (8 + 18)
+  EXPECT_EQ(m.expert_scratch_bytes, 416);  // 4 B x 4 x 1 x (8 + 18)
   EXPECT_EQ(m.expert_rank_bytes, 992);
   EXPECT_EQ(m.router_bytes, 1240 + 992);  // one process holds both
   EXPECT_EQ(m.flat_messages_per_step, 0);
@@ -96,17 +96,17 @@ TEST(MemoryPlan, TwoNodesOfThree) {
   const MemoryPlan m = plan_memory(tiny(), p);
   EXPECT_EQ(m.routers, 2);
   EXPECT_EQ(m.expert_ranks, 4);
-  EXPECT_EQ(m.experts_per_rank, 1);          // ceil(2 / 4)
-  EXPECT_EQ(m.router_exchange_bytes, 144);   // 4 tokens x 1 slot x (20 B out + 16 B back)
-  EXPECT_EQ(m.router_bytes, 1384 + 692);     // 592 + 128 + 520 + 144, plus 50%
-  EXPECT_EQ(m.expert_exchange_bytes, 72);    // ceil(2 routers x 4 x 1 / 4) = 2 rows x 36 B
-  EXPECT_EQ(m.expert_rank_bytes, 776 + 388); // 288 + 416 + 72, plus 50%
+  EXPECT_EQ(m.experts_per_rank, 1);  // ceil(2 / 4)
+  EXPECT_EQ(m.router_exchange_bytes, 144);  // 4 tokens x 1 slot x (20 B out + 16 B back)
+  EXPECT_EQ(m.router_bytes, 1384 + 692);  // 592 + 128 + 520 + 144, plus 50%
+  EXPECT_EQ(m.expert_exchange_bytes, 72);  // ceil(2 routers x 4 x 1 / 4) = 2 rows x 36 B
+  EXPECT_EQ(m.expert_rank_bytes, 776 + 388);  // 288 + 416 + 72, plus 50%
   EXPECT_FALSE(m.router_fits);
   EXPECT_FALSE(m.expert_fits);
   EXPECT_DOUBLE_EQ(m.cross_node_bytes_per_token, 18.0);  // 36 B x (1 remote node of 2)
   // One sequence a router: a step is one chunk, so one micro-batch of the 2.
-  EXPECT_EQ(m.flat_messages_per_step, 8);    // 2 directions x 1 mb x 2 routers x 1 node x 2 expert ranks
-  EXPECT_EQ(m.hier_messages_per_step, 4);    // 2 directions x 1 mb x 2 node pairs
+  EXPECT_EQ(m.flat_messages_per_step, 8);  // 2 directions x 1 mb x 2 routers x 1 node x 2 expert ranks
+  EXPECT_EQ(m.hier_messages_per_step, 4);  // 2 directions x 1 mb x 2 node pairs
   p.batch = 2;
   const MemoryPlan two = plan_memory(tiny(), p);
   EXPECT_EQ(two.flat_messages_per_step, 16);  // 2 mb

@@ -19,8 +19,7 @@ class ModelForwardTest : public ::testing::Test {
   ModelForwardTest() : m_("forward", moerun::testing::tiny_synth_config(2)), mc_(m_.config) {}
 
   // A batch of sequences given as (tokens, first position, emit) chunks, each with its own cache.
-  StepBatch batch(const std::vector<std::vector<int32_t>>& seqs, const std::vector<int64_t>& pos0,
-                  std::vector<KvCache*> caches) {
+  StepBatch batch(const std::vector<std::vector<int32_t>>& seqs, const std::vector<int64_t>& pos0, std::vector<KvCache*> caches) {
     StepBatch b;
     for (std::size_t s = 0; s < seqs.size(); ++s) {
       SeqChunk c{caches[s], b.tokens(), static_cast<int64_t>(seqs[s].size()), pos0[s], true, nullptr};

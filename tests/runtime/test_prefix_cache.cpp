@@ -61,7 +61,10 @@ TEST(PrefixCache, ReusesWholeBlocksWithTheirKvAndRouting) {
 // after the block where a prefill stopped, and a prefix is reusable only up to its last snapshot.
 TEST(PrefixCache, RecurrentLayersReuseUpToTheirLastSnapshot) {
   model::ModelConfig c;
-  c.num_layers = 2; c.num_heads = 1; c.num_kv_heads = 1; c.head_dim = kKvDim;
+  c.num_layers = 2;
+  c.num_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = kKvDim;
   c.layer_attention = {model::AttentionKind::Full, model::AttentionKind::Linear};
   c.linear = {.k_heads = 1, .v_heads = 1, .k_dim = 2, .v_dim = 2, .conv_kernel = 2};
   PrefixCache cache({1 << 20, kB}, 2, 1, kKvDim, kKvDim, kTopK, {0, 1});

@@ -48,8 +48,7 @@ TEST(Sampling, ArgmaxIsTheFirstStrictMaximum) {
 
 TEST(Sampling, DeterministicPerSeedAndStep) {
   const float l[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
-  for (int step = 0; step < 20; ++step)
-    EXPECT_EQ(sample_token(l, 5, 1.0, 1.0, 42, step), sample_token(l, 5, 1.0, 1.0, 42, step));
+  for (int step = 0; step < 20; ++step) EXPECT_EQ(sample_token(l, 5, 1.0, 1.0, 42, step), sample_token(l, 5, 1.0, 1.0, 42, step));
   int differ = 0;
   for (int step = 0; step < 50; ++step) differ += sample_token(l, 5, 1.0, 1.0, 1, step) != sample_token(l, 5, 1.0, 1.0, 2, step);
   EXPECT_GT(differ, 10);
@@ -83,7 +82,7 @@ TEST(SamplingFields, BiasAndPenaltiesAdjustTheLogitsAsDefined) {
   io::SamplingFields f;
   f.logit_bias = {{1, 4.0f}};
   f.repetition_penalty = 2.0;  // prompt {0} and output {1, 3, 3}: 2 / 2, (-1 + 4) / 2, 3 / 2
-  f.presence_penalty = 0.5;    // output tokens 1 and 3, once each
+  f.presence_penalty = 0.5;  // output tokens 1 and 3, once each
   f.frequency_penalty = 0.25;  // token 3 twice, token 1 once
   const std::vector<int32_t> prompt{0}, output{1, 3, 3};
   float out[5];

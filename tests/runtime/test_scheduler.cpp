@@ -38,7 +38,6 @@ std::vector<float> logits_for(const std::vector<int32_t>& next) {
   return l;
 }
 
-
 TEST(Scheduler, BudgetsChunkingAndJoining) {
   std::vector<io::Request> rs = {req("a", {1, 2, 3, 4, 5}, 2), req("b", {1}, 1), req("c", {1, 2}, 1)};
   SchedulerConfig cfg;
@@ -156,7 +155,6 @@ TEST(Scheduler, ZeroNewTokensNeedsNoCompute) {
 
 }  // namespace
 }  // namespace moerun::runtime
-
 
 namespace moerun::runtime {
 namespace {

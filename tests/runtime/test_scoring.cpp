@@ -213,11 +213,11 @@ TEST(ScoringScheduler, ScoringRequestsComputeACachedPrefix) {
 TEST(Perplexity, WindowsAsLlamaPerplexity) {
   const WindowPlan p = plan_windows(1000, 128, 0);
   EXPECT_EQ(p.stride, 128);
-  EXPECT_EQ(p.windows, 7);          // whole windows only
-  EXPECT_EQ(p.first_target, 64);    // the second half
+  EXPECT_EQ(p.windows, 7);  // whole windows only
+  EXPECT_EQ(p.first_target, 64);  // the second half
   EXPECT_EQ(p.scored(), 7 * 64);
   const WindowPlan q = plan_windows(1000, 128, 32);
-  EXPECT_EQ(q.first_target, 96);    // the last stride tokens: every token from 96 on exactly once
+  EXPECT_EQ(q.first_target, 96);  // the last stride tokens: every token from 96 on exactly once
   EXPECT_EQ(q.windows, (1000 - 128) / 32 + 1);
   EXPECT_EQ(q.start(1) + q.first_target, q.start(0) + q.context);
   EXPECT_THROW(plan_windows(100, 128, 0), Error);
