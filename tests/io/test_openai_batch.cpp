@@ -138,6 +138,11 @@ std::string completion_line(const std::string& id, const std::string& extra) {
   return R"({"custom_id": ")" + id + R"(", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x")" + extra + "}}";
 }
 
+// A request whose error holds `text`.
+void expect_error(const Request& r, const std::string& text) {
+  EXPECT_NE(r.error.find(text), std::string::npos) << r.id << ": " << r.error;
+}
+
 // Issue 77: fields typed as the API types them, errors naming the line's own field.
 TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
   const auto r = parse({chat_line("lp5", R"(, "logprobs": 5)"), chat_line("top-alone", R"(, "top_logprobs": 2)"),
@@ -148,20 +153,17 @@ TEST(OpenAiBatch, MistypedFieldsAreErrorsNamingTheLinesField) {
                         completion_line("top", R"(, "top_logprobs": 2)"), completion_line("temp", R"(, "temperature": "hot")"),
                         chat_line("ok", R"(, "logprobs": true, "top_logprobs": 2)")});
   ASSERT_EQ(r.size(), 12u);
-  auto has = [&](std::size_t i, const std::string& text) {
-    EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error;
-  };
-  has(0, "field body.logprobs is 5: chat takes true or false");
-  has(1, "field body.top_logprobs is set, but body.logprobs is not true");
-  has(2, "field body.top_logprobs is set, but body.logprobs is not true");
-  has(3, "field body.top_logprobs is 21: an integer in [0, 20]");
-  has(4, "field body.echo is set: it is a /v1/completions field");
-  has(5, "field body.max_tokens is -3");
-  has(6, "field body.max_completion_tokens is not an integer");
-  has(7, "field body.logprobs is true: /v1/completions takes an integer in [0, 5]");
-  has(8, "field body.logprobs is 9");
-  has(9, "field body.top_logprobs is a chat field");
-  has(10, "field body.temperature is not a number");
+  expect_error(r[0], "field body.logprobs is 5: chat takes true or false");
+  expect_error(r[1], "field body.top_logprobs is set, but body.logprobs is not true");
+  expect_error(r[2], "field body.top_logprobs is set, but body.logprobs is not true");
+  expect_error(r[3], "field body.top_logprobs is 21: an integer in [0, 20]");
+  expect_error(r[4], "field body.echo is set: it is a /v1/completions field");
+  expect_error(r[5], "field body.max_tokens is -3");
+  expect_error(r[6], "field body.max_completion_tokens is not an integer");
+  expect_error(r[7], "field body.logprobs is true: /v1/completions takes an integer in [0, 5]");
+  expect_error(r[8], "field body.logprobs is 9");
+  expect_error(r[9], "field body.top_logprobs is a chat field");
+  expect_error(r[10], "field body.temperature is not a number");
   EXPECT_EQ(r[11].error, "");
   EXPECT_EQ(r[11].logprobs, 2);
 }
@@ -187,16 +189,13 @@ TEST(OpenAiBatch, SamplingFieldsAreReadAndChecked) {
   EXPECT_EQ(r[1].error, "");
   EXPECT_TRUE(r[1].sampling.neutral());
   EXPECT_NE(request_fingerprint(r[0]), request_fingerprint(r[1]));
-  auto has = [&](std::size_t i, const std::string& text) {
-    EXPECT_NE(r[i].error.find(text), std::string::npos) << r[i].id << ": " << r[i].error;
-  };
-  has(2, "field body.top_k is -2");
-  has(3, "field body.min_p is 1.5, expected in [0, 1]");
-  has(4, "field body.presence_penalty is 3");
-  has(5, "field body.repetition_penalty is 0");
-  has(6, "field body.logit_bias has key \"1000\", not a token id in [0, 1000)");
-  has(7, "field body.logit_bias has key \"x\"");
-  has(8, "field body.logit_bias[\"5\"] is 101");
+  expect_error(r[2], "field body.top_k is -2");
+  expect_error(r[3], "field body.min_p is 1.5, expected in [0, 1]");
+  expect_error(r[4], "field body.presence_penalty is 3");
+  expect_error(r[5], "field body.repetition_penalty is 0");
+  expect_error(r[6], "field body.logit_bias has key \"1000\", not a token id in [0, 1000)");
+  expect_error(r[7], "field body.logit_bias has key \"x\"");
+  expect_error(r[8], "field body.logit_bias[\"5\"] is 101");
 }
 
 }  // namespace
