@@ -121,6 +121,8 @@ check "max_new_tokens near INT64_MAX runs to max_position" bash -c "'$PY' -c \"i
 # Options of the other commands: usage errors, not crashes, overflows or OOM kills.
 expect "inspect --context 2^62" 2 "--context is 4611686018427387904, at most" -- inspect --model "$WORK/m" --context 4611686018427387904
 expect "inspect --batch 2^62" 2 "--batch is 4611686018427387904, at most" -- inspect --model "$WORK/m" --batch 4611686018427387904
+expect "--template-timeout 0" 2 "--template-timeout must be in (0, 3600] seconds, not 0" -- $(infer "$WORK/m" "$WORK/good.jsonl") --template-timeout 0
+expect "--template-memory 1M" 2 "--template-memory must be at least 64M" -- $(infer "$WORK/m" "$WORK/good.jsonl") --template-memory 1M
 expect "--router-nodes beyond the job's nodes" 2 "--router-nodes 2 is not in \[0, 1\]: the job has 1 node(s)" -- $(infer "$WORK/m" "$WORK/good.jsonl") --router-nodes 2
 expect "inspect --nodes 2^62" 2 "--nodes is 4611686018427387904, at most" -- inspect --model "$WORK/m" --nodes 4611686018427387904 --ranks-per-node 4
 expect "inspect --node-memory 0" 2 "--node-memory must be a size > 0" -- inspect --model "$WORK/m" --node-memory 0
